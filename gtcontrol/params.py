@@ -1,0 +1,374 @@
+"""Layer parameters and piecewise-constant schedules.
+
+A layer is the time-invariant velocity field (DESIGN.md §1)
+
+    v(x; μ) = A x + b + Σ_h V_h Attn_h(x; μ) [+ W σ(U x + c)]
+
+with attention ``Attn_h(x; μ) = ∫ y e^{yᵀB_h x} dμ(y) / ∫ e^{yᵀB_h x} dμ(y)``. In Transformer terms
+``B_h = K_hᵀ Q_h / sqrt(d_head)`` and ``V_h = W_O,h W_V,h``. An L-layer network of depth T is a
+:class:`Schedule`: L layers, each active for ``T/L``.
+
+Reference: Alcalde, Ji, Zuazua, arXiv:2606.07600 (2026), §1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from ._arrays import FloatArray, as_float_array, as_positive_float, frozen
+from .errors import InvalidParametersError
+
+__all__ = ["Control", "FeedForward", "Layer", "Schedule", "as_control"]
+
+_ACTIVATIONS = ("identity", "relu", "gelu")
+
+
+@dataclass(frozen=True, eq=False, init=False)
+class FeedForward:
+    """A token-level feed-forward term ``W σ(U x + c)`` (added to the layer's ``A x + b``).
+
+    With ``activation="identity"`` it is affine (``W U x + W c``) and the moment model stays exact;
+    ``"relu"`` and ``"gelu"`` (exact erf form) are outside the Gaussian theory and are only
+    accepted by the token-level simulator.
+
+    Parameters
+    ----------
+    W
+        Output matrix, shape ``(d, k)``.
+    U
+        Input matrix, shape ``(k, d)``.
+    c
+        Hidden bias, shape ``(k,)``; zero when omitted.
+    activation
+        ``"identity"``, ``"relu"`` or ``"gelu"``.
+    """
+
+    W: FloatArray
+    U: FloatArray
+    c: FloatArray
+    activation: str
+
+    def __init__(self, W: Any, U: Any, c: Any = None, *, activation: str = "relu") -> None:
+        u = as_float_array("FeedForward.U", U, ndim=2)
+        k, d = u.shape
+        w = as_float_array("FeedForward.W", W, ndim=2, shape=(d, k))
+        cc = np.zeros(k) if c is None else as_float_array("FeedForward.c", c, ndim=1, shape=(k,))
+        if activation not in _ACTIVATIONS:
+            raise InvalidParametersError(
+                f"FeedForward.activation: expected one of {_ACTIVATIONS}, got {activation!r}"
+            )
+        object.__setattr__(self, "W", frozen(w))
+        object.__setattr__(self, "U", frozen(u))
+        object.__setattr__(self, "c", frozen(cc))
+        object.__setattr__(self, "activation", activation)
+
+    @property
+    def dim(self) -> int:
+        return int(self.U.shape[1])
+
+    @property
+    def is_affine(self) -> bool:
+        """True for the identity activation (then the term is ``W U x + W c``)."""
+        return self.activation == "identity"
+
+
+@dataclass(frozen=True, eq=False, init=False)
+class Layer:
+    """One time-invariant layer: feed-forward ``(A, b)`` plus attention heads ``(V_h, B_h)``.
+
+    Parameters
+    ----------
+    A, b
+        Affine feed-forward, shapes ``(d, d)`` and ``(d,)``; zero when omitted.
+    B, V
+        A single attention head; ``V`` defaults to zero when only ``B`` is given and ``B`` to
+        zero when only ``V`` is given (then attention returns the mean).
+    v
+        Shorthand for ``V = v I`` (scalar). Exclusive with ``V``.
+    heads
+        Several heads as a sequence of ``(V_h, B_h)`` pairs; exclusive with ``B``, ``V``, ``v``.
+        A scalar ``V_h`` means ``V_h I``.
+    ffn
+        Optional non-affine token-level feed-forward term (see :class:`FeedForward`).
+    dim
+        Dimension, needed only when no matrix is given.
+
+    Attributes
+    ----------
+    A, b, heads
+        Always set: zero matrices for omitted parts, ``heads`` a tuple of ``(V_h, B_h)``.
+
+    Raises
+    ------
+    InvalidParametersError
+        On NaN/inf, inconsistent dimensions (the message names the matrix and both shapes), or
+        conflicting arguments.
+    """
+
+    A: FloatArray
+    b: FloatArray
+    heads: tuple[tuple[FloatArray, FloatArray], ...]
+    ffn: FeedForward | None
+
+    def __init__(
+        self,
+        A: Any = None,
+        B: Any = None,
+        V: Any = None,
+        b: Any = None,
+        *,
+        v: float | None = None,
+        heads: Sequence[tuple[Any, Any]] | None = None,
+        ffn: FeedForward | None = None,
+        dim: int | None = None,
+    ) -> None:
+        if v is not None and V is not None:
+            raise InvalidParametersError("Layer: give either V or the shorthand v, not both")
+        if heads is not None and (B is not None or V is not None or v is not None):
+            raise InvalidParametersError("Layer: give either heads or a single head (B, V, v)")
+        d = _infer_dim(A, B, V, b, heads, ffn, dim)
+        a = np.zeros((d, d)) if A is None else as_float_array("A", A, ndim=2, shape=(d, d))
+        bb = np.zeros(d) if b is None else as_float_array("b", b, ndim=1, shape=(d,))
+        if heads is None:
+            pairs: list[tuple[Any, Any]] = []
+            if v is not None:
+                V = _scalar_times_identity("v", v, d)
+            if B is not None or V is not None:
+                pairs.append((V, B))
+            names = [("V", "B")] * len(pairs)
+        else:
+            pairs = [tuple(h) for h in heads]  # type: ignore[misc]
+            names = [(f"heads[{i}].V", f"heads[{i}].B") for i in range(len(pairs))]
+        hs = []
+        for (vh, bh), (nv, nb) in zip(pairs, names, strict=True):
+            if vh is None:
+                vm = np.zeros((d, d))
+            elif np.ndim(vh) == 0:
+                vm = _scalar_times_identity(nv, vh, d)
+            else:
+                vm = as_float_array(nv, vh, ndim=2, shape=(d, d))
+            bm = np.zeros((d, d)) if bh is None else as_float_array(nb, bh, ndim=2, shape=(d, d))
+            hs.append((frozen(vm), frozen(bm)))
+        if ffn is not None and not isinstance(ffn, FeedForward):
+            raise InvalidParametersError(f"ffn: expected a FeedForward, got {type(ffn).__name__}")
+        if ffn is not None and ffn.dim != d:
+            raise InvalidParametersError(
+                f"ffn: FeedForward acts on dimension {ffn.dim}, layer dimension is {d}"
+            )
+        object.__setattr__(self, "A", frozen(a))
+        object.__setattr__(self, "b", frozen(bb))
+        object.__setattr__(self, "heads", tuple(hs))
+        object.__setattr__(self, "ffn", ffn)
+
+    @property
+    def dim(self) -> int:
+        """Token dimension ``d``."""
+        return int(self.A.shape[0])
+
+    @property
+    def is_gaussian_exact(self) -> bool:
+        """True when the layer keeps Gaussians Gaussian (no non-affine feed-forward term)."""
+        return self.ffn is None or self.ffn.is_affine
+
+    def affine_ffn(self) -> tuple[FloatArray, FloatArray]:
+        """The effective affine feed-forward ``(A_eff, b_eff)`` used by the moment model.
+
+        Raises
+        ------
+        InvalidParametersError
+            If the layer has a ReLU/GELU feed-forward: the moment model is not exact there.
+        """
+        if self.ffn is None:
+            return self.A, self.b
+        if not self.ffn.is_affine:
+            raise InvalidParametersError(
+                f"ffn: a {self.ffn.activation} feed-forward is outside the exact Gaussian moment "
+                "model; use simulate_tokens for it"
+            )
+        return self.A + self.ffn.W @ self.ffn.U, self.b + self.ffn.W @ self.ffn.c
+
+    def replace(self, **changes: Any) -> Layer:
+        """A copy with some of ``A``, ``b``, ``heads``, ``ffn`` replaced."""
+        kw: dict[str, Any] = {"A": self.A, "b": self.b, "heads": self.heads, "ffn": self.ffn}
+        unknown = set(changes) - set(kw)
+        if unknown:
+            raise InvalidParametersError(f"Layer.replace: unknown field(s) {sorted(unknown)}")
+        kw.update(changes)
+        return Layer(kw["A"], b=kw["b"], heads=kw["heads"], ffn=kw["ffn"], dim=self.dim)
+
+    # A Layer is also a control valid for any horizon.
+    def layer_at(self, t: float) -> Layer:
+        """The layer active at depth ``t``: always this one."""
+        return self
+
+    def __repr__(self) -> str:
+        return f"Layer(dim={self.dim}, heads={len(self.heads)}, ffn={self.ffn is not None})"
+
+
+def _scalar_times_identity(name: str, value: Any, d: int) -> FloatArray:
+    x = as_float_array(name, value, ndim=0)
+    return float(x) * np.eye(d)
+
+
+def _infer_dim(
+    A: Any, B: Any, V: Any, b: Any, heads: Any, ffn: FeedForward | None, dim: int | None
+) -> int:
+    candidates: list[tuple[str, int]] = []
+    for name, val in (("A", A), ("B", B), ("V", V), ("b", b)):
+        if val is not None and np.ndim(val) >= 1:
+            candidates.append((name, int(np.shape(val)[0])))
+    if heads is not None:
+        if isinstance(heads, (str, bytes)) or not isinstance(heads, Sequence):
+            raise InvalidParametersError("heads: expected a sequence of (V_h, B_h) pairs")
+        for i, h in enumerate(heads):
+            if not isinstance(h, Sequence) or len(h) != 2:
+                raise InvalidParametersError(f"heads[{i}]: expected a pair (V_h, B_h)")
+            for nm, val in zip(("V", "B"), h):
+                if val is not None and np.ndim(val) >= 1:
+                    candidates.append((f"heads[{i}].{nm}", int(np.shape(val)[0])))
+    if ffn is not None and isinstance(ffn, FeedForward):
+        candidates.append(("ffn.U", ffn.dim))
+    if dim is not None:
+        if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim <= 0:
+            raise InvalidParametersError(f"dim: expected a positive integer, got {dim!r}")
+        candidates.insert(0, ("dim", int(dim)))
+    if not candidates:
+        raise InvalidParametersError("Layer: give at least one matrix or dim to fix the dimension")
+    first_name, first = candidates[0]
+    for name, n in candidates[1:]:
+        if n != first:
+            raise InvalidParametersError(
+                f"{name}: has leading size {n}, but {first_name} fixes the dimension to {first}"
+            )
+    return first
+
+
+@runtime_checkable
+class Control(Protocol):
+    """Anything that assigns a layer to each depth ``t ∈ [0, T]``.
+
+    Schedules and closed-form controls implement it. ``breakpoints`` are the depths where the
+    parameters may jump (integrators step exactly onto them). A control may also set a class
+    attribute ``piecewise_constant = True`` when its parameters are constant between breakpoints.
+    """
+
+    @property
+    def T(self) -> float: ...
+
+    @property
+    def breakpoints(self) -> FloatArray: ...
+
+    def layer_at(self, t: float) -> Layer: ...
+
+
+@dataclass(frozen=True, eq=False, init=False)
+class Schedule:
+    """An L-layer network of depth ``T``: layer ``k`` is active on ``[k T/L, (k+1) T/L)``.
+
+    Parameters
+    ----------
+    layers
+        One or more :class:`Layer` of equal dimension.
+    T
+        Total depth, positive.
+    """
+
+    layers: tuple[Layer, ...]
+    T: float
+    #: Parameters are constant between breakpoints (integrators may fix the layer per segment).
+    piecewise_constant = True
+
+    def __init__(self, layers: Sequence[Layer] | Layer, T: float = 1.0) -> None:
+        if isinstance(layers, Layer):
+            layers = [layers]
+        if isinstance(layers, (str, bytes)) or not isinstance(layers, Sequence):
+            raise InvalidParametersError("layers: expected a sequence of Layer objects")
+        if len(layers) == 0:
+            raise InvalidParametersError("layers: expected at least one layer, got 0")
+        for i, lay in enumerate(layers):
+            if not isinstance(lay, Layer):
+                raise InvalidParametersError(
+                    f"layers[{i}]: expected a Layer, got {type(lay).__name__}"
+                )
+            if lay.dim != layers[0].dim:
+                raise InvalidParametersError(
+                    f"layers[{i}]: dimension {lay.dim} differs from layers[0] dimension "
+                    f"{layers[0].dim}"
+                )
+        object.__setattr__(self, "layers", tuple(layers))
+        object.__setattr__(self, "T", as_positive_float("T", T))
+
+    @property
+    def dim(self) -> int:
+        return self.layers[0].dim
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.layers)
+
+    @property
+    def duration(self) -> float:
+        """Duration ``T/L`` of each layer."""
+        return self.T / len(self.layers)
+
+    @property
+    def breakpoints(self) -> FloatArray:
+        """Layer boundaries ``0, T/L, ..., T``."""
+        return frozen(np.linspace(0.0, self.T, len(self.layers) + 1))
+
+    def index_at(self, t: float) -> int:
+        """Index of the layer active at ``t`` (right-continuous; ``t = T`` maps to the last)."""
+        k = int(np.floor(t / self.duration + 1e-12))
+        return min(max(k, 0), len(self.layers) - 1)
+
+    def layer_at(self, t: float) -> Layer:
+        """The layer active at depth ``t``."""
+        return self.layers[self.index_at(t)]
+
+    def __repr__(self) -> str:
+        return f"Schedule(dim={self.dim}, L={len(self.layers)}, T={self.T:g})"
+
+
+@dataclass(frozen=True)
+class _ConstantControl:
+    """A single layer held for depth ``T`` (what ``simulate(layer, ..., T)`` integrates)."""
+
+    layer: Layer
+    T: float
+    piecewise_constant = True
+
+    @property
+    def breakpoints(self) -> FloatArray:
+        return np.array([0.0, self.T])
+
+    def layer_at(self, t: float) -> Layer:
+        return self.layer
+
+
+def as_control(model: Any, T: float | None) -> Control:
+    """Normalize ``model`` (a Layer, a Schedule or any :class:`Control`) and a horizon.
+
+    A :class:`Layer` needs ``T``; a control with its own ``T`` accepts ``T=None`` or its own ``T``
+    (a different value is an error rather than a silent rescaling).
+    """
+    if isinstance(model, Layer):
+        if T is None:
+            raise InvalidParametersError("T: a single Layer needs a horizon T > 0")
+        return _ConstantControl(model, as_positive_float("T", T))
+    if isinstance(model, Control):
+        if T is not None:
+            t = as_positive_float("T", T)
+            if not np.isclose(t, model.T, rtol=1e-12, atol=0.0):
+                raise InvalidParametersError(
+                    f"T: {t:g} differs from the model's own horizon T = {model.T:g}; "
+                    "omit T or rebuild the schedule"
+                )
+        return model
+    raise InvalidParametersError(
+        f"model: expected a Layer, Schedule or control with .T and .layer_at, "
+        f"got {type(model).__name__}"
+    )

@@ -151,6 +151,9 @@ class Gaussian:
             raise InvalidParametersError(f"n: expected a positive integer, got {n!r}")
         gen = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
         w, u = self._eig
+        # Eigenvalues below the rank threshold are round-off of a singular covariance: drop
+        # them, so that samples of a rank-r Gaussian lie exactly on its r-dimensional support.
+        w = np.where(w > RANK_RTOL * w[-1], w, 0.0)
         z = gen.standard_normal((int(n), self.dim))
         return self.mean + (z * np.sqrt(w)) @ u.T
 

@@ -1,0 +1,97 @@
+"""Command line: ``gtcontrol run DESIGN.toml [-o OUTDIR]`` (also ``python -m gtcontrol``).
+
+Errors in the design or the inputs print one line on stderr and exit with status 2; nothing
+half-written is left behind (the output directory is replaced atomically on success only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from . import __version__
+from ._output import atomic_outdir, write_json
+from .designs import load_design
+from .errors import GTControlError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        # one line, exit 2 (argparse's default prints the whole usage block)
+        self.exit(2, f"gtcontrol: error: {message} (see gtcontrol --help)\n")
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    from .tasks import TASKS
+
+    tasks = "\n".join(f"  {name:15s} {spec.summary}" for name, spec in TASKS.items())
+    p = _Parser(
+        prog="gtcontrol",
+        description="Control-theory design tools for the Gaussian mean-field dynamics of "
+        "Transformers (arXiv:2606.07600).",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=f"tasks a design file can name:\n{tasks}\n\nschema: docs/designs.md",
+    )
+    p.add_argument("--version", action="version", version=f"gtcontrol {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    run = sub.add_parser("run", help="run a design file", description="Run a design file.")
+    run.add_argument("design", type=Path, help="the design file (TOML)")
+    run.add_argument(
+        "-o",
+        "--outdir",
+        type=Path,
+        default=None,
+        help="output directory (default: out/<design name>); replaced atomically on success",
+    )
+    return p
+
+
+def run_design(design_path: Path, outdir: Path | None = None) -> Path:
+    """Run a design file and write ``result.json`` and figures into ``outdir``; return it."""
+    from .tasks import TASKS
+
+    design = load_design(design_path)
+    out = outdir if outdir is not None else Path("out") / design_path.stem
+    clock = time.perf_counter()
+    with atomic_outdir(out) as tmp:
+        res = TASKS[design.task].run(design, tmp)
+        result = {
+            "gtcontrol_version": __version__,
+            "task": design.task,
+            "title": design.title,
+            "design": str(design_path),
+            "inputs": design.raw,
+            "options": dict(design.options),
+            "status": res["status"],
+            "outputs": res["outputs"],
+            "figures": res["figures"],
+            "seconds": time.perf_counter() - clock,
+        }
+        write_json(tmp / "result.json", result)
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``gtcontrol`` command."""
+    parser = _build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    try:
+        out = run_design(args.design, args.outdir)
+    except GTControlError as exc:
+        print(f"gtcontrol: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("gtcontrol: interrupted; no output written", file=sys.stderr)
+        return 130
+    print(f"gtcontrol: wrote {out}/result.json")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,314 @@
+"""Design files: a strict TOML schema for gtcontrol runs (DESIGN.md §8, docs/designs.md).
+
+A design names a ``task`` and gives the inputs it needs::
+
+    task = "simulate"
+    [initial]            # a Gaussian: mean (list), cov (nested lists)
+    [target]             # a Gaussian (steer, design)
+    [layer]              # one time-invariant layer: A, B, V, b, v, heads, ffn
+    [[schedule]]         # or an L-layer schedule, each entry with the [layer] keys
+    [horizon]            # T, layers
+    [<task>]             # the task's own options
+
+Every key is checked: an unknown key, a ragged or non-numeric matrix, a wrong size or a missing
+file raises :class:`~gtcontrol.errors.DesignFileError` whose one-line message names the key.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ._arrays import as_float_array
+from .errors import DesignFileError, GTControlError
+from .gaussian import Gaussian
+from .params import FeedForward, Layer, Schedule
+
+__all__ = ["Design", "Option", "load_design", "parse_design"]
+
+_TOP_KEYS = {"task", "title", "seed", "initial", "target", "layer", "schedule", "horizon"}
+_GAUSSIAN_KEYS = {"mean", "cov"}
+_LAYER_KEYS = {"A", "B", "V", "b", "v", "heads", "ffn"}
+_HEAD_KEYS = {"V", "B", "v"}
+_FFN_KEYS = {"W", "U", "c", "activation"}
+_HORIZON_KEYS = {"T", "layers"}
+
+
+@dataclass(frozen=True)
+class Option:
+    """One task option: its type, default and an optional check returning an error text."""
+
+    kind: type | tuple[type, ...]
+    default: Any
+    check: Callable[[Any], str | None] | None = None
+    help: str = ""
+
+
+@dataclass(frozen=True, eq=False)
+class Design:
+    """A parsed, validated design file.
+
+    Attributes
+    ----------
+    task
+        The task name.
+    initial, target
+        Gaussians, or ``None`` when the file has no such table.
+    model
+        A :class:`Layer` or :class:`Schedule`, or ``None``.
+    T, layers
+        The ``[horizon]`` values (``None`` when absent).
+    options
+        The task's options with defaults filled in.
+    raw
+        The TOML document as read (echoed in ``result.json``).
+    """
+
+    task: str
+    initial: Gaussian | None
+    target: Gaussian | None
+    model: Layer | Schedule | None
+    T: float | None
+    layers: int | None
+    options: Mapping[str, Any]
+    seed: int
+    title: str
+    raw: Mapping[str, Any] = field(repr=False)
+    source: str = "<string>"
+
+    def require(self, *names: str) -> None:
+        """Raise :class:`DesignFileError` naming the first missing section among ``names``."""
+        for name in names:
+            value = {"initial": self.initial, "target": self.target, "model": self.model}.get(
+                name, getattr(self, name, None)
+            )
+            if value is None:
+                where = {"model": "[layer] or [[schedule]]", "T": "[horizon] T"}.get(
+                    name, f"[{name}]"
+                )
+                raise DesignFileError(f"{self.source}: task {self.task!r} needs {where}")
+
+
+def load_design(path: str | Path) -> Design:
+    """Read and validate a design file.
+
+    Raises
+    ------
+    DesignFileError
+        If the file is missing or unreadable, is not valid TOML, or breaks the schema.
+    """
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise DesignFileError(f"{p}: design file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DesignFileError(f"{p}: cannot read design file ({exc})") from None
+    return parse_design(text, source=str(p))
+
+
+def parse_design(text: str, *, source: str = "<string>") -> Design:
+    """Parse a design from TOML text (see :func:`load_design`)."""
+    from .tasks import TASKS  # the task registry knows each task's options
+
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise DesignFileError(f"{source}: invalid TOML ({exc})") from None
+    task = doc.get("task")
+    if not isinstance(task, str):
+        raise DesignFileError(f"{source}: key 'task' is required, one of {sorted(TASKS)}")
+    if task not in TASKS:
+        raise DesignFileError(f"{source}: task {task!r} is not one of {sorted(TASKS)}")
+    spec = TASKS[task]
+    unknown = set(doc) - _TOP_KEYS - {task}
+    if unknown:
+        raise DesignFileError(
+            f"{source}: unknown key {sorted(unknown)[0]!r} at top level "
+            f"(allowed: {sorted(_TOP_KEYS | {task})})"
+        )
+    ctx = _Ctx(source)
+    if "layer" in doc and "schedule" in doc:
+        raise DesignFileError(f"{source}: give either [layer] or [[schedule]], not both")
+    horizon = ctx.table(doc.get("horizon", {}), "horizon", _HORIZON_KEYS)
+    T = ctx.positive_float(horizon["T"], "horizon.T") if "T" in horizon else None
+    layers = ctx.positive_int(horizon["layers"], "horizon.layers") if "layers" in horizon else None
+    model: Layer | Schedule | None = None
+    if "layer" in doc:
+        model = ctx.layer(doc["layer"], "layer")
+    elif "schedule" in doc:
+        entries = doc["schedule"]
+        if not isinstance(entries, list) or not entries:
+            raise DesignFileError(f"{source}: 'schedule' must be a non-empty array of tables")
+        lays = [ctx.layer(e, f"schedule[{i}]") for i, e in enumerate(entries)]
+        if T is None:
+            raise DesignFileError(f"{source}: [[schedule]] needs [horizon] T")
+        model = ctx.wrap(lambda: Schedule(lays, T), "schedule")
+    initial = ctx.gaussian(doc["initial"], "initial") if "initial" in doc else None
+    target = ctx.gaussian(doc["target"], "target") if "target" in doc else None
+    for name, g in (("initial", initial), ("target", target)):
+        if g is not None and model is not None and g.dim != model.dim:
+            raise DesignFileError(
+                f"{source}: [{name}] has dimension {g.dim} but the model has dimension {model.dim}"
+            )
+    options = ctx.options(doc.get(task, {}), task, spec.options)
+    seed = doc.get("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise DesignFileError(f"{source}: key 'seed' must be a non-negative integer, got {seed!r}")
+    title = doc.get("title", task)
+    if not isinstance(title, str):
+        raise DesignFileError(f"{source}: key 'title' must be a string")
+    design = Design(
+        task=task,
+        initial=initial,
+        target=target,
+        model=model,
+        T=T,
+        layers=layers,
+        options=options,
+        seed=seed,
+        title=title,
+        raw=doc,
+        source=source,
+    )
+    design.require(*spec.needs)
+    return design
+
+
+class _Ctx:
+    """Parsing helpers that prefix every error with the file and key."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def fail(self, msg: str) -> DesignFileError:
+        return DesignFileError(f"{self.source}: {msg}")
+
+    def wrap(self, build: Callable[[], Any], where: str) -> Any:
+        try:
+            return build()
+        except GTControlError as exc:
+            raise self.fail(f"[{where}] {exc}") from None
+
+    def table(self, value: Any, where: str, allowed: set[str]) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise self.fail(f"'{where}' must be a table")
+        unknown = set(value) - allowed
+        if unknown:
+            raise self.fail(
+                f"unknown key '{where}.{sorted(unknown)[0]}' (allowed: {sorted(allowed)})"
+            )
+        return value
+
+    def array(self, value: Any, where: str, ndim: int) -> np.ndarray:
+        if isinstance(value, (str, bool)) or _has_non_numeric(value):
+            raise self.fail(f"'{where}' must be numeric, got {value!r}")
+        try:
+            return as_float_array(f"'{where}'", value, ndim=ndim, error=DesignFileError)
+        except DesignFileError as exc:
+            raise self.fail(str(exc)) from None
+
+    def scalar(self, value: Any, where: str) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self.fail(f"'{where}' must be a number, got {value!r}")
+        if not math.isfinite(value):
+            raise self.fail(f"'{where}' must be finite, got {value!r}")
+        return float(value)
+
+    def positive_float(self, value: Any, where: str) -> float:
+        x = self.scalar(value, where)
+        if x <= 0:
+            raise self.fail(f"'{where}' must be positive, got {value!r}")
+        return x
+
+    def positive_int(self, value: Any, where: str) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise self.fail(f"'{where}' must be a positive integer, got {value!r}")
+        return value
+
+    def gaussian(self, value: Any, where: str) -> Gaussian:
+        t = self.table(value, where, _GAUSSIAN_KEYS)
+        for key in ("mean", "cov"):
+            if key not in t:
+                raise self.fail(f"'{where}.{key}' is required")
+        mean = self.array(t["mean"], f"{where}.mean", 1)
+        cov = self.array(t["cov"], f"{where}.cov", 2)
+        return self.wrap(lambda: Gaussian(mean, cov, name=where), where)
+
+    def layer(self, value: Any, where: str) -> Layer:
+        t = self.table(value, where, _LAYER_KEYS)
+        kw: dict[str, Any] = {}
+        for key in ("A", "B", "V"):
+            if key in t:
+                kw[key] = self.array(t[key], f"{where}.{key}", 2)
+        if "b" in t:
+            kw["b"] = self.array(t["b"], f"{where}.b", 1)
+        if "v" in t:
+            kw["v"] = self.scalar(t["v"], f"{where}.v")
+        if "heads" in t:
+            heads = t["heads"]
+            if not isinstance(heads, list) or not heads:
+                raise self.fail(f"'{where}.heads' must be a non-empty array of tables")
+            pairs = []
+            for i, h in enumerate(heads):
+                hw = f"{where}.heads[{i}]"
+                ht = self.table(h, hw, _HEAD_KEYS)
+                if "v" in ht and "V" in ht:
+                    raise self.fail(f"'{hw}': give V or v, not both")
+                vh: Any = None
+                if "V" in ht:
+                    vh = self.array(ht["V"], f"{hw}.V", 2)
+                elif "v" in ht:
+                    vh = self.scalar(ht["v"], f"{hw}.v")
+                bh = self.array(ht["B"], f"{hw}.B", 2) if "B" in ht else None
+                pairs.append((vh, bh))
+            kw["heads"] = pairs
+        if "ffn" in t:
+            ft = self.table(t["ffn"], f"{where}.ffn", _FFN_KEYS)
+            for key in ("W", "U"):
+                if key not in ft:
+                    raise self.fail(f"'{where}.ffn.{key}' is required")
+            act = ft.get("activation", "relu")
+            if not isinstance(act, str):
+                raise self.fail(f"'{where}.ffn.activation' must be a string")
+            fw = self.array(ft["W"], f"{where}.ffn.W", 2)
+            fu = self.array(ft["U"], f"{where}.ffn.U", 2)
+            fc = self.array(ft["c"], f"{where}.ffn.c", 1) if "c" in ft else None
+            kw["ffn"] = self.wrap(lambda: FeedForward(fw, fu, fc, activation=act), f"{where}.ffn")
+        if not kw:
+            raise self.fail(f"'[{where}]' is empty: give at least one of {sorted(_LAYER_KEYS)}")
+        return self.wrap(lambda: Layer(**kw), where)
+
+    def options(self, value: Any, task: str, spec: Mapping[str, Option]) -> dict[str, Any]:
+        t = self.table(value, task, set(spec))
+        out: dict[str, Any] = {}
+        for name, opt in spec.items():
+            if name not in t:
+                out[name] = opt.default
+                continue
+            v = t[name]
+            kinds = opt.kind if isinstance(opt.kind, tuple) else (opt.kind,)
+            ok = isinstance(v, kinds) and not (isinstance(v, bool) and bool not in kinds)
+            if float in kinds and isinstance(v, int) and not isinstance(v, bool):
+                v, ok = float(v), True
+            if not ok:
+                names = "/".join(k.__name__ for k in kinds)
+                raise self.fail(f"'{task}.{name}' must be of type {names}, got {t[name]!r}")
+            if opt.check is not None:
+                problem = opt.check(v)
+                if problem:
+                    raise self.fail(f"'{task}.{name}' {problem}, got {t[name]!r}")
+            out[name] = v
+        return out
+
+
+def _has_non_numeric(value: Any) -> bool:
+    if isinstance(value, list):
+        return any(_has_non_numeric(v) for v in value)
+    return isinstance(value, (str, bool, dict))

@@ -1,0 +1,162 @@
+"""The tasks a design file can run (DESIGN.md §8) and their options.
+
+Each task reads a validated :class:`~gtcontrol.designs.Design`, writes its figures into the
+(temporary) output directory and returns the outputs that go into ``result.json``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .designs import Design, Option
+from .moments import Trajectory, simulate, simulate_discrete
+
+__all__ = ["TASKS", "TaskSpec", "trajectory_summary"]
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """A task: the design sections it needs, its options and the function that runs it."""
+
+    run: Callable[[Design, Path], dict[str, Any]]
+    needs: tuple[str, ...]
+    options: Mapping[str, Option] = field(default_factory=dict)
+    summary: str = ""
+
+
+def _positive(x: Any) -> str | None:
+    return None if x > 0 else "must be positive"
+
+
+def _int_list(x: Any) -> str | None:
+    if not x or not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in x):
+        return "must be a non-empty list of positive integers"
+    return None
+
+
+_INTEGRATOR_OPTIONS: dict[str, Option] = {
+    "rtol": Option(float, 1e-11, _positive, "relative tolerance of the moment integrator"),
+    "atol": Option(float, 1e-14, _positive, "absolute tolerance (scaled by the initial state)"),
+    "n_points": Option(int, 201, _positive, "number of recorded depths"),
+    "method": Option(str, "DOP853", None, "scipy solve_ivp method"),
+}
+
+
+def trajectory_summary(traj: Trajectory) -> dict[str, Any]:
+    """What ``result.json`` records of a moment trajectory."""
+    return {
+        "status": traj.status,
+        "blowup_time": traj.blowup_time,
+        "t": traj.t,
+        "mean": traj.mean,
+        "cov_eigenvalues": np.linalg.eigvalsh(traj.cov),
+        "rank": traj.rank,
+        "final": {"mean": traj.final.mean, "cov": traj.final.cov},
+        "stats": dict(traj.stats),
+    }
+
+
+def _run_simulate(design: Design, out: Path) -> dict[str, Any]:
+    from .plots import plot_moments
+
+    o = design.options
+    traj = simulate(
+        design.model,  # type: ignore[arg-type]
+        design.initial,  # type: ignore[arg-type]
+        design.T,
+        rtol=o["rtol"],
+        atol=o["atol"],
+        n_points=o["n_points"],
+        method=o["method"],
+    )
+    bps = getattr(design.model, "breakpoints", None)
+    plot_moments(traj, out / "moments.png", title=design.title, breakpoints=bps)
+    outputs: dict[str, Any] = {"trajectory": trajectory_summary(traj)}
+    figures = ["moments.png"]
+    if o["discrete"]:
+        disc = simulate_discrete(
+            design.model,  # type: ignore[arg-type]
+            design.initial,  # type: ignore[arg-type]
+            design.T,
+            steps_per_layer=o["steps_per_layer"],
+        )
+        outputs["discrete"] = trajectory_summary(disc)
+        plot_moments(disc, out / "moments_discrete.png", title=f"{design.title} (discrete)")
+        figures.append("moments_discrete.png")
+    return {"status": traj.status, "outputs": outputs, "figures": figures}
+
+
+def _run_compare_tokens(design: Design, out: Path) -> dict[str, Any]:
+    from .compare import compare_tokens
+    from .plots import plot_convergence, plot_moments, plot_token_clouds
+
+    o = design.options
+    cmp = compare_tokens(
+        design.model,  # type: ignore[arg-type]
+        design.initial,  # type: ignore[arg-type]
+        design.T,
+        n_tokens=o["n_tokens"],
+        repeats=o["repeats"],
+        seed=design.seed,
+        method=o["method"],
+        steps_per_layer=o["steps_per_layer"],
+    )
+    figures = ["moments.png", "convergence.png"]
+    plot_moments(cmp.predicted, out / "moments.png", title=f"{design.title}: moment ODE")
+    plot_convergence(
+        cmp.n_tokens,
+        {
+            "|mean error|": cmp.mean_error,
+            "relative cov error": cmp.cov_error,
+            "Bures-Wasserstein": cmp.bures_wasserstein,
+        },
+        out / "convergence.png",
+        title="tokens vs moments at depth T",
+    )
+    if design.initial is not None and design.initial.dim >= 2:
+        snaps = list(cmp.example.snapshots)
+        plot_token_clouds(
+            snaps,
+            cmp.predicted,
+            out / "token_clouds.png",
+            title=f"N = {cmp.n_tokens[-1]} tokens and the predicted 2σ ellipse",
+        )
+        figures.append("token_clouds.png")
+    outputs = {
+        "table": cmp.table(),
+        "slopes": cmp.slopes,
+        "repeats": cmp.repeats,
+        "trajectory": trajectory_summary(cmp.predicted),
+        "seconds": cmp.stats["seconds"],
+    }
+    return {"status": "completed", "outputs": outputs, "figures": figures}
+
+
+TASKS: dict[str, TaskSpec] = {
+    "simulate": TaskSpec(
+        run=_run_simulate,
+        needs=("initial", "model", "T"),
+        options={
+            **_INTEGRATOR_OPTIONS,
+            "discrete": Option(bool, False, None, "also run the exact discrete-layer recursion"),
+            "steps_per_layer": Option(int, 1, _positive, "residual steps per layer (discrete)"),
+        },
+        summary="integrate the moment ODE",
+    ),
+    "compare-tokens": TaskSpec(
+        run=_run_compare_tokens,
+        needs=("initial", "model", "T"),
+        options={
+            "n_tokens": Option(list, [256, 1024, 4096], _int_list, "token counts N"),
+            "repeats": Option(int, 3, _positive, "independent samples per N"),
+            "method": Option(str, "rk4", None, "token integrator: rk4, discrete, adaptive"),
+            "steps_per_layer": Option(int, 20, _positive, "token steps per layer"),
+        },
+        summary="token-level Transformer vs moment ODE, error against N",
+    ),
+}

@@ -1,0 +1,158 @@
+"""Design loader and command line: strict schema, one-line errors, atomic outputs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gtcontrol import DesignFileError, Layer, Schedule
+from gtcontrol.cli import main
+from gtcontrol.designs import load_design, parse_design
+
+ROOT = Path(__file__).resolve().parents[1]
+
+BASE = """
+task = "simulate"
+[initial]
+mean = [0.0, 1.0]
+cov = [[1.0, 0.0], [0.0, 2.0]]
+[layer]
+A = [[-0.5, 0.0], [0.0, -0.5]]
+B = [[1.0, 0.0], [0.0, 1.0]]
+v = -0.5
+[horizon]
+T = 1.0
+"""
+
+
+def test_every_example_design_parses() -> None:
+    files = sorted((ROOT / "designs").glob("*.toml"))
+    assert files, "designs/ holds the examples"
+    for f in files:
+        d = load_design(f)
+        assert d.task
+
+
+def test_parse_fills_defaults_and_builds_the_model() -> None:
+    d = parse_design(BASE)
+    assert isinstance(d.model, Layer) and d.T == 1.0
+    assert d.options["n_points"] == 201 and d.options["discrete"] is False
+    np.testing.assert_array_equal(d.model.heads[0][0], -0.5 * np.eye(2))
+    sched = parse_design(
+        BASE.replace("[layer]", "[[schedule]]") + "[[schedule]]\nA = [[0.0, 1.0], [-1.0, 0.0]]\n"
+    )
+    assert isinstance(sched.model, Schedule) and sched.model.n_layers == 2
+
+
+@pytest.mark.parametrize(
+    ("edit", "match"),
+    [
+        (lambda s: "foo = 1\n" + s, "unknown key 'foo'"),
+        (lambda s: s + "\nfoo = 1\n", r"unknown key 'horizon\.foo'"),
+        (lambda s: s.replace("v = -0.5", "v = -0.5\nC = 1"), r"unknown key 'layer\.C'"),
+        (lambda s: s + "\n[simulate]\nbogus = 1\n", r"unknown key 'simulate\.bogus'"),
+        (lambda s: s + "\n[simulate]\nn_points = 'many'\n", r"'simulate\.n_points' must be"),
+        (lambda s: s + "\n[simulate]\nrtol = -1.0\n", r"'simulate\.rtol' must be positive"),
+        (lambda s: s.replace("[0.0, 2.0]]", "[0.0]]"), r"'initial\.cov'"),
+        (lambda s: s.replace("mean = [0.0, 1.0]", 'mean = ["a", 1.0]'), r"'initial\.mean'"),
+        (lambda s: s.replace("mean = [0.0, 1.0]", "mean = [0.0, 1.0, 2.0]"), r"initial"),
+        (lambda s: s.replace("[0.0, 2.0]]", "[0.0, -2.0]]"), "positive semi-definite"),
+        (lambda s: s.replace("B = [[1.0, 0.0], [0.0, 1.0]]", "B = [[1.0]]"), "B"),
+        (lambda s: s.replace("T = 1.0", "T = 0.0"), r"'horizon\.T' must be positive"),
+        (lambda s: s.replace('task = "simulate"', 'task = "fly"'), "task 'fly'"),
+        (lambda s: s.replace("[initial]", "[initialx]"), "unknown key 'initialx'"),
+        (lambda s: s.replace("T = 1.0", "layers = 0"), r"'horizon\.layers' must be a positive"),
+        (lambda s: s.replace("A = [[-0.5", "A = [[nan"), r"'layer\.A'"),
+        (lambda s: s.replace("[horizon]\nT = 1.0", ""), r"needs \[horizon\] T"),
+        (lambda s: s + "\n[[schedule]]\nA = [[1.0, 0.0], [0.0, 1.0]]\n", "not both"),
+        (lambda s: s.replace("= [[1.0, 0.0], [0.0, 1.0]]", "= [[1.0, 0.0], [0.0]]"), "layer.B"),
+        (lambda s: "seed = -3\n" + s, "seed"),
+        (lambda s: s + "\n[[[", "invalid TOML"),
+    ],
+)
+def test_schema_errors_name_the_key(edit, match) -> None:
+    with pytest.raises(DesignFileError, match=match) as info:
+        parse_design(edit(BASE))
+    assert "\n" not in str(info.value)
+
+
+def test_missing_file() -> None:
+    with pytest.raises(DesignFileError, match="not found"):
+        load_design("does/not/exist.toml")
+
+
+def test_cli_run_writes_result_and_figures(tmp_path: Path) -> None:
+    design = tmp_path / "d.toml"
+    design.write_text(BASE + "\n[simulate]\ndiscrete = true\nsteps_per_layer = 5\n")
+    out = tmp_path / "out"
+    assert main(["run", str(design), "-o", str(out)]) == 0
+    res = json.loads((out / "result.json").read_text())
+    assert res["task"] == "simulate" and res["status"] == "completed"
+    assert res["inputs"]["layer"]["v"] == -0.5
+    assert res["outputs"]["trajectory"]["blowup_time"] == "inf"
+    for fig in res["figures"]:
+        assert (out / fig).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.toml", "out"]
+
+
+def test_cli_error_is_one_line_exit_2_and_writes_nothing(tmp_path: Path) -> None:
+    design = tmp_path / "bad.toml"
+    design.write_text("unknown = 3\n" + BASE)
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, "-m", "gtcontrol", "run", str(design), "-o", str(out)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "unknown key 'unknown'" in lines[0]
+    assert not out.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.toml"]
+
+
+def test_cli_failure_during_run_keeps_previous_output(tmp_path: Path) -> None:
+    good = tmp_path / "good.toml"
+    good.write_text(BASE)
+    out = tmp_path / "out"
+    assert main(["run", str(good), "-o", str(out)]) == 0
+    before = (out / "result.json").read_bytes()
+    # a blow-up inside compare-tokens is a run-time refusal: previous output must survive
+    bad = tmp_path / "blow.toml"
+    bad.write_text(
+        BASE.replace('task = "simulate"', 'task = "compare-tokens"')
+        .replace("v = -0.5", "v = 2.0")
+        .replace("T = 1.0", "T = 5.0")
+    )
+    assert main(["run", str(bad), "-o", str(out)]) == 2
+    assert (out / "result.json").read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["blow.toml", "good.toml", "out"]
+
+
+def test_cli_refuses_to_overwrite_foreign_directory(tmp_path: Path, capsys) -> None:
+    design = tmp_path / "d.toml"
+    design.write_text(BASE)
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "thesis.tex").write_text("precious")
+    assert main(["run", str(design), "-o", str(foreign)]) == 2
+    assert (foreign / "thesis.tex").read_text() == "precious"
+    assert "not empty" in capsys.readouterr().err
+
+
+def test_cli_help_and_usage_errors() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "gtcontrol", "--help"], capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 0 and "compare-tokens" in proc.stdout
+    proc = subprocess.run(
+        [sys.executable, "-m", "gtcontrol", "run"], capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1

@@ -6,7 +6,7 @@ Each function draws one figure from result data and saves it as PNG to ``path``.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -116,7 +116,7 @@ def plot_token_clouds(
 
 def plot_convergence(
     n_tokens: Sequence[int],
-    errors: dict[str, Sequence[float]],
+    errors: Mapping[str, Sequence[float] | FloatArray],
     path: str | Path,
     *,
     title: str = "",

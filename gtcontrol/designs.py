@@ -34,7 +34,7 @@ __all__ = ["Design", "Option", "load_design", "parse_design"]
 
 _TOP_KEYS = {"task", "title", "seed", "initial", "target", "layer", "schedule", "horizon"}
 _GAUSSIAN_KEYS = {"mean", "cov"}
-_LAYER_KEYS = {"A", "B", "V", "b", "v", "heads", "ffn"}
+_LAYER_KEYS = {"A", "B", "V", "b", "v", "heads", "ffn", "noise"}
 _HEAD_KEYS = {"V", "B", "v"}
 _FFN_KEYS = {"W", "U", "c", "activation"}
 _HORIZON_KEYS = {"T", "layers"}
@@ -249,6 +249,8 @@ class _Ctx:
                 kw[key] = self.array(t[key], f"{where}.{key}", 2)
         if "b" in t:
             kw["b"] = self.array(t["b"], f"{where}.b", 1)
+        if "noise" in t:
+            kw["noise"] = self.array(t["noise"], f"{where}.noise", 2)
         if "v" in t:
             kw["v"] = self.scalar(t["v"], f"{where}.v")
         if "heads" in t:

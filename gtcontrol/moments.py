@@ -79,14 +79,18 @@ def affine_velocity(
 
 
 def moment_field(layer: Layer, mean: FloatArray, cov: FloatArray) -> tuple[FloatArray, FloatArray]:
-    """Right-hand side of the moment ODE: ``(dm/dt, dΣ/dt) = (M m + c, M Σ + Σ Mᵀ)``.
+    """Right-hand side of the moment ODE: ``(dm/dt, dΣ/dt) = (M m + c, M Σ + Σ Mᵀ [+ G Gᵀ])``.
 
     The covariance derivative is formed as ``P + Pᵀ`` with ``P = M Σ``, so it is exactly symmetric
-    and costs one more ``d×d`` product (three in all for one head).
+    and costs one more ``d×d`` product (three in all for one head). A layer with Brownian forcing
+    ``G`` (``layer.noise``) adds ``G Gᵀ`` (DESIGN.md §6).
     """
     m_mat, c = affine_velocity(layer, mean, cov)
     p = m_mat @ cov
-    return m_mat @ mean + c, p + p.T
+    ds = p + p.T
+    if layer.noise is not None:
+        ds += layer.noise @ layer.noise.T
+    return m_mat @ mean + c, ds
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -404,7 +408,9 @@ def simulate_discrete(
     """Exact moments of a discrete residual stack ``x ← x + h v(x)`` (DESIGN.md §2).
 
     Each step maps ``m⁺ = m + h (M m + c)`` and ``Σ⁺ = (I + hM) Σ (I + hM)ᵀ``, exactly what the
-    step does to a Gaussian (and to the first two moments of any law for affine fields). With a
+    step does to a Gaussian (and to the first two moments of any law for affine fields). A layer
+    with noise ``G`` takes the Euler–Maruyama step ``x⁺ = x + h v(x) + sqrt(h) G ξ``, which adds
+    ``h G Gᵀ`` to ``Σ⁺``. With a
     :class:`Schedule` of ``L`` layers and ``steps_per_layer = 1`` this is a real L-layer network
     with residual step ``h = T/L``.
 
@@ -431,10 +437,13 @@ def simulate_discrete(
             h = (t1 - t0) / steps
             for j in range(steps):
                 t = t0 + j * h
-                m_mat, c = affine_velocity(ctrl.layer_at(t + 0.5 * h), m, s)
+                lay = ctrl.layer_at(t + 0.5 * h)
+                m_mat, c = affine_velocity(lay, m, s)
                 step = eye + h * m_mat
                 m = m + h * (m_mat @ m + c)
                 s = step @ s @ step.T
+                if lay.noise is not None:  # Euler–Maruyama: x⁺ = x + h v(x) + sqrt(h) G ξ
+                    s = s + h * (lay.noise @ lay.noise.T)
                 s = 0.5 * (s + s.T)
                 if not (np.all(np.isfinite(s)) and np.all(np.isfinite(m))):
                     status, t_blow = "blowup", t + h

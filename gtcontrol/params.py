@@ -94,6 +94,10 @@ class Layer:
         A scalar ``V_h`` means ``V_h I``.
     ffn
         Optional non-affine token-level feed-forward term (see :class:`FeedForward`).
+    noise
+        Optional ``(d, d)`` matrix ``G``: every token is also driven by independent Brownian
+        forcing, ``dx = v(x) dt + G dW`` (DESIGN.md §6). Gaussians stay Gaussian and the
+        covariance gains ``G Gᵀ``: ``dΣ/dt = MΣ + ΣMᵀ + G Gᵀ``.
     dim
         Dimension, needed only when no matrix is given.
 
@@ -113,6 +117,7 @@ class Layer:
     b: FloatArray
     heads: tuple[tuple[FloatArray, FloatArray], ...]
     ffn: FeedForward | None
+    noise: FloatArray | None
 
     def __init__(
         self,
@@ -124,6 +129,7 @@ class Layer:
         v: float | None = None,
         heads: Sequence[tuple[Any, Any]] | None = None,
         ffn: FeedForward | None = None,
+        noise: Any = None,
         dim: int | None = None,
     ) -> None:
         if v is not None and V is not None:
@@ -163,6 +169,8 @@ class Layer:
         object.__setattr__(self, "b", frozen(bb))
         object.__setattr__(self, "heads", tuple(hs))
         object.__setattr__(self, "ffn", ffn)
+        g = None if noise is None else frozen(as_float_array("noise", noise, ndim=2, shape=(d, d)))
+        object.__setattr__(self, "noise", g)
 
     @property
     def dim(self) -> int:
@@ -192,13 +200,21 @@ class Layer:
         return self.A + self.ffn.W @ self.ffn.U, self.b + self.ffn.W @ self.ffn.c
 
     def replace(self, **changes: Any) -> Layer:
-        """A copy with some of ``A``, ``b``, ``heads``, ``ffn`` replaced."""
-        kw: dict[str, Any] = {"A": self.A, "b": self.b, "heads": self.heads, "ffn": self.ffn}
+        """A copy with some of ``A``, ``b``, ``heads``, ``ffn``, ``noise`` replaced."""
+        kw: dict[str, Any] = {
+            "A": self.A,
+            "b": self.b,
+            "heads": self.heads,
+            "ffn": self.ffn,
+            "noise": self.noise,
+        }
         unknown = set(changes) - set(kw)
         if unknown:
             raise InvalidParametersError(f"Layer.replace: unknown field(s) {sorted(unknown)}")
         kw.update(changes)
-        return Layer(kw["A"], b=kw["b"], heads=kw["heads"], ffn=kw["ffn"], dim=self.dim)
+        return Layer(
+            kw["A"], b=kw["b"], heads=kw["heads"], ffn=kw["ffn"], noise=kw["noise"], dim=self.dim
+        )
 
     # A Layer is also a control valid for any horizon.
     def layer_at(self, t: float) -> Layer:
@@ -206,7 +222,10 @@ class Layer:
         return self
 
     def __repr__(self) -> str:
-        return f"Layer(dim={self.dim}, heads={len(self.heads)}, ffn={self.ffn is not None})"
+        return (
+            f"Layer(dim={self.dim}, heads={len(self.heads)}, ffn={self.ffn is not None}, "
+            f"noise={self.noise is not None})"
+        )
 
 
 def _scalar_times_identity(name: str, value: Any, d: int) -> FloatArray:

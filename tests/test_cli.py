@@ -156,3 +156,14 @@ def test_cli_help_and_usage_errors() -> None:
         [sys.executable, "-m", "gtcontrol", "run"], capture_output=True, text=True, check=False
     )
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_docs_cover_every_task_and_option() -> None:
+    from gtcontrol.tasks import TASKS
+
+    doc = (ROOT / "docs" / "designs.md").read_text()
+    for name, spec in TASKS.items():
+        assert f"### `{name}`" in doc, name
+        for opt in spec.options:
+            assert f"| `{opt}` |" in doc, f"{name}.{opt}"
+        assert (ROOT / "designs" / f"{name}.toml").is_file(), f"designs/{name}.toml"

@@ -281,6 +281,23 @@ def test_discrete_recursion_is_the_affine_step() -> None:
     assert 1.8 < errs[0] / errs[1] < 2.2 and 1.8 < errs[1] / errs[2] < 2.2
 
 
+# ---------------------------------------------------------------- Brownian forcing (§6)
+def test_noise_adds_g_gt() -> None:
+    a, g, s0 = -0.7, 0.6, 0.2
+    traj = simulate(Layer([[a]], noise=[[g]]), Gaussian([1.0], [[s0]]), T=3.0)
+    q = g * g / (2 * a)
+    np.testing.assert_allclose(traj.cov[:, 0, 0], (s0 + q) * np.exp(2 * a * traj.t) - q, rtol=1e-9)
+    np.testing.assert_allclose(traj.mean[:, 0], np.exp(a * traj.t), rtol=1e-9)
+    # Euler–Maruyama moments: Σ⁺ = (1 + h a)² Σ + h g²
+    disc = simulate_discrete(
+        Layer([[a]], noise=[[g]]), Gaussian([1.0], [[s0]]), T=3.0, steps_per_layer=30
+    )
+    s, h = s0, 0.1
+    for k in range(30):
+        s = (1 + h * a) ** 2 * s + h * g * g
+        assert disc.cov[k + 1, 0, 0] == pytest.approx(s, rel=1e-13)
+
+
 # ---------------------------------------------------------------- bad input
 def test_bad_input_names_the_input() -> None:
     lay = Layer(np.eye(2))

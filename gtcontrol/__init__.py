@@ -6,6 +6,7 @@ arXiv:2606.07600 (2026).
 
 from __future__ import annotations
 
+from .compare import TokenComparison, compare_tokens
 from .errors import (
     DesignFileError,
     GTControlError,
@@ -24,6 +25,7 @@ from .moments import (
     simulate_discrete,
 )
 from .params import Control, FeedForward, Layer, Schedule
+from .tokens import TokenOptions, TokenTrajectory, simulate_tokens, token_velocity
 
 __version__ = "0.1.0"
 
@@ -39,11 +41,17 @@ __all__ = [
     "Layer",
     "Schedule",
     "SolverError",
+    "TokenComparison",
+    "TokenOptions",
+    "TokenTrajectory",
     "Trajectory",
     "UnreachableTargetError",
     "__version__",
     "affine_velocity",
+    "compare_tokens",
     "moment_field",
     "simulate",
     "simulate_discrete",
+    "simulate_tokens",
+    "token_velocity",
 ]

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from functools import lru_cache
+from typing import Any, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -18,7 +19,10 @@ SYM_RTOL = 1e-9
 RANK_RTOL = 1e-9
 
 
-def frozen(a: FloatArray) -> FloatArray:
+_A = TypeVar("_A", bound=NDArray[Any])
+
+
+def frozen(a: _A) -> _A:
     """Return ``a`` made read-only (so that frozen dataclasses are really immutable)."""
     a.setflags(write=False)
     return a
@@ -100,15 +104,31 @@ def numerical_rank(a: FloatArray, rtol: float = RANK_RTOL) -> int:
     return int(np.sum(w > rtol * top))
 
 
+@lru_cache(maxsize=64)
+def _sym_index(d: int) -> tuple[tuple[NDArray[np.intp], NDArray[np.intp]], NDArray[np.intp]]:
+    """Upper-triangle indices of a d×d matrix and, for every full entry, its packed position.
+
+    Cached: computing ``triu_indices`` on every right-hand-side call dominated small-d runs.
+    """
+    iu = np.triu_indices(d)
+    pos = np.empty((d, d), dtype=np.intp)
+    pos[iu] = np.arange(iu[0].size)
+    pos[(iu[1], iu[0])] = pos[iu]
+    return iu, pos.ravel()
+
+
 def sym_to_vec(a: FloatArray) -> FloatArray:
     """Upper triangle (row-major) of a symmetric matrix: each distinct entry stored once."""
-    return a[np.triu_indices(a.shape[0])]
+    return a[_sym_index(a.shape[0])[0]]
 
 
 def vec_to_sym(v: FloatArray, d: int) -> FloatArray:
-    """Inverse of :func:`sym_to_vec`."""
-    out = np.zeros((d, d))
-    iu = np.triu_indices(d)
-    out[iu] = v
-    out[(iu[1], iu[0])] = v
-    return out
+    """Inverse of :func:`sym_to_vec` (one gather; the result is exactly symmetric)."""
+    return v[_sym_index(d)[1]].reshape(d, d)
+
+
+def numerical_ranks(stack: FloatArray, rtol: float = RANK_RTOL) -> NDArray[np.int_]:
+    """:func:`numerical_rank` of every matrix in a ``(n, d, d)`` stack (one batched eigensolve)."""
+    w = np.linalg.eigvalsh(0.5 * (stack + np.swapaxes(stack, -1, -2)))
+    top = np.max(np.abs(w), axis=-1, keepdims=True)
+    return np.sum((w > rtol * top) & (top > 0), axis=-1)

@@ -31,12 +31,12 @@ from scipy.integrate import solve_ivp
 
 from ._arrays import (
     FloatArray,
+    _sym_index,
     as_positive_float,
     as_positive_int,
     frozen,
-    numerical_rank,
+    numerical_ranks,
     sym_to_vec,
-    vec_to_sym,
 )
 from .errors import InvalidGaussianError, InvalidParametersError, SolverError
 from .gaussian import Gaussian
@@ -282,10 +282,11 @@ def simulate(
     scale = max(float(np.max(np.abs(y))), 1.0)
     tr0 = max(float(np.trace(g0.cov)), 1.0)
     atol_abs = opts.atol * scale
-    iu = np.triu_indices(d)
+    iu, full_pos = _sym_index(d)
+    flat_iu = iu[0] * d + iu[1]
 
     def unpack(yv: FloatArray) -> tuple[FloatArray, FloatArray]:
-        return yv[:n_m], vec_to_sym(yv[n_m:], d)
+        return yv[:n_m], yv[n_m:][full_pos].reshape(d, d)
 
     ts: list[FloatArray] = []
     ys: list[FloatArray] = []
@@ -303,7 +304,7 @@ def simulate(
             lay = fixed if fixed is not None else ctrl.layer_at(t)
             m, s = unpack(yv)
             dm, ds = moment_field(lay, m, s)
-            return np.concatenate([dm, ds[iu]])
+            return np.concatenate([dm, ds.ravel()[flat_iu]])
 
         seg_start = t0
         threshold = opts.blowup_factor * tr0
@@ -376,10 +377,8 @@ def simulate(
     keep = np.concatenate([[True], np.diff(t_all) > 0])
     t_all, y_all = t_all[keep], y_all[keep]
     means = y_all[:, :n_m]
-    covs = np.empty((len(t_all), d, d))
-    for i, row in enumerate(y_all):
-        covs[i] = vec_to_sym(row[n_m:], d)
-    ranks = np.array([numerical_rank(c) for c in covs], dtype=int)
+    covs = y_all[:, n_m:][:, _sym_index(d)[1]].reshape(-1, d, d)
+    ranks = numerical_ranks(covs)
     stats = {"nfev": nfev, "seconds": time.perf_counter() - clock}
     return Trajectory(
         t=frozen(t_all),
@@ -458,7 +457,7 @@ def simulate_discrete(
         t=frozen(np.array(ts)),
         mean=frozen(np.array(means)),
         cov=frozen(cov_arr),
-        rank=frozen(np.array([numerical_rank(c) for c in cov_arr], dtype=int)),
+        rank=frozen(numerical_ranks(cov_arr)),
         status=status,
         blowup_time=t_blow,
         stats={"steps": len(ts) - 1, "seconds": time.perf_counter() - clock},

@@ -95,9 +95,9 @@ class Layer:
     ffn
         Optional non-affine token-level feed-forward term (see :class:`FeedForward`).
     noise
-        Optional ``(d, d)`` matrix ``G``: every token is also driven by independent Brownian
-        forcing, ``dx = v(x) dt + G dW`` (DESIGN.md §6). Gaussians stay Gaussian and the
-        covariance gains ``G Gᵀ``: ``dΣ/dt = MΣ + ΣMᵀ + G Gᵀ``.
+        Optional ``(d, k)`` matrix ``G`` (usually ``k = d``): every token is also driven by
+        independent Brownian forcing, ``dx = v(x) dt + G dW`` (DESIGN.md §6). Gaussians stay
+        Gaussian and the covariance gains ``G Gᵀ``: ``dΣ/dt = MΣ + ΣMᵀ + G Gᵀ``.
     dim
         Dimension, needed only when no matrix is given.
 
@@ -169,7 +169,11 @@ class Layer:
         object.__setattr__(self, "b", frozen(bb))
         object.__setattr__(self, "heads", tuple(hs))
         object.__setattr__(self, "ffn", ffn)
-        g = None if noise is None else frozen(as_float_array("noise", noise, ndim=2, shape=(d, d)))
+        g = (
+            None
+            if noise is None
+            else frozen(as_float_array("noise", noise, ndim=2, shape=(d, None)))
+        )
         object.__setattr__(self, "noise", g)
 
     @property

@@ -1,0 +1,120 @@
+"""Token-level attention: time and memory at N = 65,536, d = 16, and blocked vs dense softmax.
+
+Issue item 8c. Three measurements, in one process:
+
+1. One field evaluation of a single softmax head (``token_velocity`` of ``Layer(B=B, v=1)``) at
+   ``N = 65,536``, ``d = 16``: median time of ``--repeats`` runs, and peak memory two ways:
+   ``tracemalloc`` (numpy registers its buffers with it, so this is the peak of the arrays
+   allocated during the evaluation, above what already existed) and ``resource.getrusage``
+   ``ru_maxrss`` (the whole process's peak resident set: interpreter, libraries, BLAS buffers;
+   measured before anything larger is allocated, so it bounds the real footprint).
+2. Blocked (default block) against a dense ``N × N`` softmax at ``--dense-n`` (4096): the largest
+   relative difference and both median times.
+3. Optional (``--sweep``): time per evaluation for several block sizes at N = 16,384.
+
+The timings depend on the BLAS thread count: on a busy machine OpenBLAS threads can slow the
+thin ``(block × d) · (d × N)`` products many times; compare with ``OPENBLAS_NUM_THREADS=1``.
+
+Run: ``.venv/bin/python benchmarks/bench_tokens.py [--n 65536] [--repeats 3] [--sweep]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import statistics
+import sys
+import time
+import tracemalloc
+from collections.abc import Callable
+from functools import partial
+
+import numpy as np
+
+from gtcontrol import Layer
+from gtcontrol.tokens import token_velocity
+
+
+def _median_time(fn: Callable[[], object], repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def _maxrss_mib() -> float:
+    # ru_maxrss is in KiB on Linux, bytes on macOS.
+    scale = 1 if sys.platform == "darwin" else 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale / 2**20
+
+
+def _dense_attention(x: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Reference: the full N×N logits matrix, stabilized row-wise."""
+    logits = (x @ b.T) @ x.T
+    logits -= logits.max(axis=1, keepdims=True)
+    p = np.exp(logits)
+    return (p @ x) / p.sum(axis=1)[:, None]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=65_536)
+    ap.add_argument("--d", type=int, default=16)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--dense-n", type=int, default=4096)
+    ap.add_argument("--sweep", action="store_true")
+    args = ap.parse_args()
+    rng = np.random.default_rng(20260607)
+    d = args.d
+    b = rng.standard_normal((d, d)) / d
+    layer = Layer(B=b, v=1.0)
+
+    # 1. Large N: time and memory.
+    x_big = rng.standard_normal((args.n, d))
+    rss_before = _maxrss_mib()
+    tracemalloc.start()
+    token_velocity(layer, x_big)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    t_eval = _median_time(lambda: token_velocity(layer, x_big), args.repeats)
+    rss_after = _maxrss_mib()
+    entries = args.n**2
+    print(f"[1] N={args.n}, d={d}, one softmax head, {args.repeats} repeats")
+    print(
+        f"    time per evaluation (median): {t_eval:.3f} s  ({t_eval / entries * 1e9:.2f} ns/pair)"
+    )
+    print(f"    tracemalloc peak during one evaluation: {peak / 2**20:.1f} MiB")
+    print(f"    ru_maxrss: {rss_before:.1f} MiB before, {rss_after:.1f} MiB after")
+    print(f"    (a dense N×N float64 matrix would take {entries * 8 / 2**30:.1f} GiB)")
+
+    # 2. Blocked vs dense at small N.
+    n = args.dense_n
+    xs = rng.standard_normal((n, d))
+    blocked = token_velocity(layer, xs)
+    dense = _dense_attention(xs, b)
+    rel = float(np.max(np.abs(blocked - dense)) / np.max(np.abs(dense)))
+    t_dense, t_blocked = [], []
+    for _ in range(max(args.repeats, 5)):  # interleaved so that load changes hit both sides
+        t_blocked.append(_median_time(lambda: token_velocity(layer, xs), 1))
+        t_dense.append(_median_time(lambda: _dense_attention(xs, b), 1))
+    mb, md = statistics.median(t_blocked), statistics.median(t_dense)
+    print(f"[2] N={n}, d={d}: blocked vs dense N×N softmax")
+    print(f"    max relative difference: {rel:.2e}")
+    print(
+        f"    blocked median {mb * 1e3:.1f} ms, dense median {md * 1e3:.1f} ms, ratio {mb / md:.2f}"
+    )
+
+    # 3. Block-size sweep.
+    if args.sweep:
+        n = 16_384
+        xs = rng.standard_normal((n, d))
+        print(f"[3] N={n}, d={d}: time per evaluation by block size (buffer = block × N × 8 B)")
+        for block in (16, 64, 128, 256, 512, 1024, 4096):
+            t = _median_time(partial(token_velocity, layer, xs, block_size=block), 3)
+            print(f"    block {block:5d} ({block * n * 8 / 2**20:6.1f} MiB): {t * 1e3:.0f} ms")
+
+
+if __name__ == "__main__":
+    main()

@@ -167,3 +167,22 @@ def test_docs_cover_every_task_and_option() -> None:
         for opt in spec.options:
             assert f"| `{opt}` |" in doc, f"{name}.{opt}"
         assert (ROOT / "designs" / f"{name}.toml").is_file(), f"designs/{name}.toml"
+
+
+def test_cli_compare_tokens_report(tmp_path: Path) -> None:
+    text = (ROOT / "designs" / "quickstart.toml").read_text()
+    text = text.replace("n_tokens = [256, 1024, 4096]", "n_tokens = [64, 256]")
+    text = text.replace("repeats = 3", "repeats = 1").replace(
+        "steps_per_layer = 12", "steps_per_layer = 4"
+    )
+    design = tmp_path / "qs.toml"
+    design.write_text(text)
+    out = tmp_path / "out"
+    assert main(["run", str(design), "-o", str(out)]) == 0
+    res = json.loads((out / "result.json").read_text())
+    assert res["task"] == "compare-tokens" and res["status"] == "completed"
+    assert [r["n_tokens"] for r in res["outputs"]["table"]] == [64, 256]
+    assert set(res["outputs"]["slopes"]) == {"mean_error", "cov_error", "bures_wasserstein"}
+    assert set(res["figures"]) == {"moments.png", "convergence.png", "token_clouds.png"}
+    for fig in res["figures"]:
+        assert (out / fig).stat().st_size > 1000

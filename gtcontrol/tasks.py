@@ -78,6 +78,8 @@ def _run_simulate(design: Design, out: Path) -> dict[str, Any]:
     plot_moments(traj, out / "moments.png", title=design.title, breakpoints=bps)
     outputs: dict[str, Any] = {"trajectory": trajectory_summary(traj)}
     figures = ["moments.png"]
+    if o["tokens"] > 0 and traj.dim >= 2:
+        figures += _token_cloud_figure(design, traj, o["tokens"], out)
     if o["discrete"]:
         disc = simulate_discrete(
             design.model,  # type: ignore[arg-type]
@@ -89,6 +91,47 @@ def _run_simulate(design: Design, out: Path) -> dict[str, Any]:
         plot_moments(disc, out / "moments_discrete.png", title=f"{design.title} (discrete)")
         figures.append("moments_discrete.png")
     return {"status": traj.status, "outputs": outputs, "figures": figures}
+
+
+def _token_cloud_figure(design: Design, traj: Trajectory, n: int, out: Path) -> list[str]:
+    """Move ``n`` sampled tokens with the same model and draw them against the predicted ellipses.
+
+    After a blow-up only a single layer can be cut short (at 90 % of the blow-up time); a
+    schedule that blows up gets no cloud figure.
+    """
+    from .params import Layer, Schedule
+    from .plots import plot_token_clouds
+    from .tokens import simulate_tokens
+
+    assert design.initial is not None and design.model is not None
+    if traj.status == "completed":
+        model, horizon = design.model, design.T
+    elif isinstance(design.model, Layer):
+        model, horizon = design.model, 0.9 * traj.blowup_time
+    else:
+        return []
+    pred = traj if traj.status == "completed" else simulate(model, design.initial, horizon)
+    t_end = float(pred.t[-1])
+    layers = model.layers if isinstance(model, Schedule) else (model,)
+    noisy = any(lay.noise is not None for lay in layers)
+    x0 = design.initial.sample(n, design.seed)
+    tok = simulate_tokens(
+        model,
+        x0,
+        horizon,
+        snapshot_times=np.linspace(0.0, t_end, 4),
+        # Brownian forcing needs the Euler–Maruyama scheme (first order: more steps)
+        method="euler" if noisy else "rk4",
+        steps_per_layer=200 if noisy else 20,
+        rng=design.seed,
+    )
+    plot_token_clouds(
+        list(tok.snapshots),
+        pred,
+        out / "token_clouds.png",
+        title=f"{n} tokens (softmax attention) and the predicted 2σ ellipse",
+    )
+    return ["token_clouds.png"]
 
 
 def _run_compare_tokens(design: Design, out: Path) -> dict[str, Any]:
@@ -145,6 +188,12 @@ TASKS: dict[str, TaskSpec] = {
             **_INTEGRATOR_OPTIONS,
             "discrete": Option(bool, False, None, "also run the exact discrete-layer recursion"),
             "steps_per_layer": Option(int, 1, _positive, "residual steps per layer (discrete)"),
+            "tokens": Option(
+                int,
+                2000,
+                lambda n: None if n >= 0 else "must be >= 0",
+                "tokens drawn for the cloud figure (0: none)",
+            ),
         },
         summary="integrate the moment ODE",
     ),

@@ -186,3 +186,23 @@ def test_cli_compare_tokens_report(tmp_path: Path) -> None:
     assert set(res["figures"]) == {"moments.png", "convergence.png", "token_clouds.png"}
     for fig in res["figures"]:
         assert (out / fig).stat().st_size > 1000
+
+
+def test_cli_simulate_noisy_layer_and_blowup(tmp_path: Path) -> None:
+    noisy = BASE.replace("v = -0.5", "v = -0.5\nnoise = [[0.3, 0.0], [0.0, 0.2]]")
+    noisy += "\n[simulate]\ntokens = 300\n"
+    design = tmp_path / "noisy.toml"
+    design.write_text(noisy)
+    assert main(["run", str(design), "-o", str(tmp_path / "n")]) == 0
+    res = json.loads((tmp_path / "n" / "result.json").read_text())
+    assert "token_clouds.png" in res["figures"]
+    blow = BASE.replace("v = -0.5", "v = 1.0").replace("T = 1.0", "T = 3.0")
+    design = tmp_path / "blow.toml"
+    design.write_text(blow + "\n[simulate]\ntokens = 300\n")
+    assert main(["run", str(design), "-o", str(tmp_path / "b")]) == 0
+    res = json.loads((tmp_path / "b" / "result.json").read_text())
+    assert res["status"] == "blowup"
+    # A = -I/2, heads V = I, B = I: scalar per eigen-direction, dσ/dt = -σ + 2σ², σ0 = 2
+    t_star = np.log(1 + (-0.5) / (1.0 * 2.0)) / (2 * -0.5)
+    assert res["outputs"]["trajectory"]["blowup_time"] == pytest.approx(t_star, rel=1e-9)
+    assert "token_clouds.png" in res["figures"]

@@ -6,6 +6,19 @@ arXiv:2606.07600 (2026).
 
 from __future__ import annotations
 
+from .asymptotics import (
+    EquilibriaResult,
+    Equilibrium,
+    NewtonOptions,
+    NewtonResult,
+    Regime,
+    analyze,
+    covariance_jacobian,
+    equilibria,
+    mean_dynamics_ss,
+    mean_matrix,
+    newton_equilibrium,
+)
 from .compare import TokenComparison, compare_tokens
 from .errors import (
     DesignFileError,
@@ -25,13 +38,29 @@ from .moments import (
     simulate_discrete,
 )
 from .params import Control, FeedForward, Layer, Schedule
+from .riccati import (
+    BernoulliSolution,
+    BlowupOptions,
+    BlowupResult,
+    RiccatiForm,
+    blowup_analysis,
+    blowup_time,
+    riccati_flow,
+    riccati_form,
+    solve_bernoulli,
+)
 from .tokens import TokenOptions, TokenTrajectory, simulate_tokens, token_velocity
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "BernoulliSolution",
+    "BlowupOptions",
+    "BlowupResult",
     "Control",
     "DesignFileError",
+    "EquilibriaResult",
+    "Equilibrium",
     "FeedForward",
     "GTControlError",
     "Gaussian",
@@ -39,6 +68,10 @@ __all__ = [
     "InvalidGaussianError",
     "InvalidParametersError",
     "Layer",
+    "NewtonOptions",
+    "NewtonResult",
+    "Regime",
+    "RiccatiForm",
     "Schedule",
     "SolverError",
     "TokenComparison",
@@ -48,10 +81,21 @@ __all__ = [
     "UnreachableTargetError",
     "__version__",
     "affine_velocity",
+    "analyze",
+    "blowup_analysis",
+    "blowup_time",
     "compare_tokens",
+    "covariance_jacobian",
+    "equilibria",
+    "mean_dynamics_ss",
+    "mean_matrix",
     "moment_field",
+    "newton_equilibrium",
+    "riccati_flow",
+    "riccati_form",
     "simulate",
     "simulate_discrete",
     "simulate_tokens",
+    "solve_bernoulli",
     "token_velocity",
 ]

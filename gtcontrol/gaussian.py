@@ -27,7 +27,7 @@ from ._arrays import (
 )
 from .errors import InvalidGaussianError, InvalidParametersError
 
-__all__ = ["Gaussian"]
+__all__ = ["Gaussian", "check_gaussian"]
 
 
 @dataclass(frozen=True, eq=False, init=False)
@@ -207,3 +207,20 @@ class Gaussian:
             raise InvalidGaussianError(
                 f"{name}: dimension {other.dim} does not match this Gaussian's {self.dim}"
             )
+
+
+def check_gaussian(value: Any, dim: int, name: str = "initial") -> Gaussian:
+    """Validate that ``value`` is a :class:`Gaussian` of dimension ``dim``.
+
+    Raises
+    ------
+    InvalidGaussianError
+        Naming ``name``, if ``value`` is not a Gaussian or has another dimension.
+    """
+    if not isinstance(value, Gaussian):
+        raise InvalidGaussianError(f"{name}: expected a Gaussian, got {type(value).__name__}")
+    if value.dim != dim:
+        raise InvalidGaussianError(
+            f"{name}: dimension {value.dim} does not match the model dimension {dim}"
+        )
+    return value

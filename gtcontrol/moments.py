@@ -38,8 +38,8 @@ from ._arrays import (
     numerical_ranks,
     sym_to_vec,
 )
-from .errors import InvalidGaussianError, InvalidParametersError, SolverError
-from .gaussian import Gaussian
+from .errors import InvalidParametersError, SolverError
+from .gaussian import Gaussian, check_gaussian
 from .params import Control, Layer, Schedule, as_control
 
 __all__ = [
@@ -186,16 +186,6 @@ class Trajectory:
         )
 
 
-def _check_initial(initial: Any, dim: int) -> Gaussian:
-    if not isinstance(initial, Gaussian):
-        raise InvalidGaussianError(f"initial: expected a Gaussian, got {type(initial).__name__}")
-    if initial.dim != dim:
-        raise InvalidGaussianError(
-            f"initial: dimension {initial.dim} does not match the model dimension {dim}"
-        )
-    return initial
-
-
 def _model_dim(ctrl: Control) -> int:
     return ctrl.layer_at(0.0).dim
 
@@ -271,7 +261,7 @@ def simulate(
     )
     ctrl = as_control(model, T)
     d = _model_dim(ctrl)
-    g0 = _check_initial(initial, d)
+    g0 = check_gaussian(initial, d)
     _check_exact(ctrl)
     breaks = np.asarray(ctrl.breakpoints, dtype=float)
     # Piecewise-constant controls get one fixed layer per segment (no per-call lookup).
@@ -422,7 +412,7 @@ def simulate_discrete(
     ctrl = as_control(model, T)
     steps = as_positive_int("steps_per_layer", steps_per_layer)
     d = _model_dim(ctrl)
-    g0 = _check_initial(initial, d)
+    g0 = check_gaussian(initial, d)
     _check_exact(ctrl)
     breaks = np.asarray(ctrl.breakpoints, dtype=float)
     m, s = g0.mean.copy(), g0.cov.copy()

@@ -180,6 +180,72 @@ def _run_compare_tokens(design: Design, out: Path) -> dict[str, Any]:
     return {"status": "completed", "outputs": outputs, "figures": figures}
 
 
+def _nonneg(x: Any) -> str | None:
+    return None if x >= 0 else "must be >= 0"
+
+
+def _equilibrium_summary(eq: Any) -> dict[str, Any]:
+    return {
+        "cov": eq.cov,
+        "stable": eq.stable,
+        "spectral_abscissa": eq.spectral_abscissa,
+        "residual": eq.residual,
+        "method": eq.method,
+        "mean_matrix_eigenvalues_real": np.linalg.eigvals(eq.mean_matrix).real,
+        "mean_matrix_eigenvalues_imag": np.linalg.eigvals(eq.mean_matrix).imag,
+    }
+
+
+def _run_analyze(design: Design, out: Path) -> dict[str, Any]:
+    from .asymptotics import analyze, equilibria, mean_dynamics_ss, regime_figure_data
+    from .errors import DesignFileError
+    from .params import Layer
+    from .plots_analysis import plot_cone, plot_covariance_eigenvalues
+
+    layer, g0 = design.model, design.initial
+    if not isinstance(layer, Layer):
+        raise DesignFileError(f"{design.source}: task 'analyze' needs a single [layer]")
+    assert g0 is not None
+    o = design.options
+    regime = analyze(layer, g0, horizon=o["horizon"] or None)
+    eqs = equilibria(layer)
+    data = regime_figure_data(
+        layer, g0, T=o["plot_T"] or None, n_points=o["n_points"], regime=regime
+    )
+    plot_covariance_eigenvalues(data, out / "covariance_eigenvalues.png")
+    figures = ["covariance_eigenvalues.png"]
+    if layer.dim == 2:
+        plot_cone(data, out / "cone.png")
+        figures.append("cone.png")
+    outputs: dict[str, Any] = {
+        "regime": {
+            "kind": regime.kind,
+            "certificate": regime.certificate,
+            "reason": regime.reason,
+            "blowup_time": regime.blowup_time,
+            "limit_cov": regime.limit_cov,
+            "mean_limit": regime.mean_limit,
+        },
+        "equilibria": {
+            "status": eqs.status,
+            "success": eqs.success,
+            "message": eqs.message,
+            "method": eqs.method,
+            "list": [_equilibrium_summary(e) for e in eqs],
+        },
+        "trajectory": trajectory_summary(data.trajectory),
+    }
+    if regime.limit_cov is not None:
+        ss = mean_dynamics_ss(layer, regime)
+        poles = np.asarray(ss.poles())
+        outputs["mean_dynamics"] = {
+            "poles_real": poles.real,
+            "poles_imag": poles.imag,
+            "dc_gain": ss.dcgain() if np.all(poles.real < 0) else None,
+        }
+    return {"status": regime.kind, "outputs": outputs, "figures": figures}
+
+
 TASKS: dict[str, TaskSpec] = {
     "simulate": TaskSpec(
         run=_run_simulate,
@@ -207,5 +273,15 @@ TASKS: dict[str, TaskSpec] = {
             "steps_per_layer": Option(int, 20, _positive, "token steps per layer"),
         },
         summary="token-level Transformer vs moment ODE, error against N",
+    ),
+    "analyze": TaskSpec(
+        run=_run_analyze,
+        needs=("initial", "model"),
+        options={
+            "horizon": Option(float, 0.0, _nonneg, "blow-up search depth (0: automatic)"),
+            "plot_T": Option(float, 0.0, _nonneg, "depth shown in the figures (0: automatic)"),
+            "n_points": Option(int, 401, _positive, "recorded depths for the figures"),
+        },
+        summary="regime of a fixed layer: equilibria, stability, exact blow-up",
     ),
 }

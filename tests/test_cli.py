@@ -206,3 +206,32 @@ def test_cli_simulate_noisy_layer_and_blowup(tmp_path: Path) -> None:
     t_star = np.log(1 + (-0.5) / (1.0 * 2.0)) / (2 * -0.5)
     assert res["outputs"]["trajectory"]["blowup_time"] == pytest.approx(t_star, rel=1e-9)
     assert "token_clouds.png" in res["figures"]
+
+
+def test_cli_analyze_blowup_matches_closed_form(tmp_path: Path) -> None:
+    # A = 0, V = I, B = I (same sign): T* = 1/λ_max(Σ0^{1/2}(−R)Σ0^{1/2}) with −R = 2I
+    text = """
+task = "analyze"
+[initial]
+mean = [0.0, 0.0, 1.0]
+cov = [[1.0, 0.2, 0.0], [0.2, 0.5, 0.0], [0.0, 0.0, 0.25]]
+[layer]
+B = [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]
+v = 1.0
+"""
+    design = tmp_path / "an.toml"
+    design.write_text(text)
+    assert main(["run", str(design), "-o", str(tmp_path / "o")]) == 0
+    res = json.loads((tmp_path / "o" / "result.json").read_text())
+    s0 = np.array([[1.0, 0.2, 0.0], [0.2, 0.5, 0.0], [0.0, 0.0, 0.25]])
+    t_star = 1.0 / (2.0 * np.max(np.linalg.eigvalsh(s0)))
+    assert res["status"] == "blowup"
+    assert res["outputs"]["regime"]["blowup_time"] == pytest.approx(t_star, rel=1e-10)
+    assert res["figures"] == ["covariance_eigenvalues.png"]
+    converging = json.loads(
+        (main(["run", str(ROOT / "designs" / "analyze.toml"), "-o", str(tmp_path / "c")]) == 0)
+        and (tmp_path / "c" / "result.json").read_text()
+    )
+    assert converging["status"] == "converges"
+    poles = np.array(converging["outputs"]["mean_dynamics"]["poles_real"])
+    np.testing.assert_allclose(poles, -0.8, rtol=1e-9)  # real parts equal v (DESIGN.md §4)

@@ -1,0 +1,391 @@
+"""Tests of gtcontrol.riccati: structure, exact flows, certified blow-up, Bernoulli solves.
+
+Every expected value comes from a closed form (DESIGN.md §3), an independent integrator
+(gtcontrol.moments.simulate, DOP853 at rtol 1e-11) or a brute-force scan.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy.optimize import brentq
+
+from gtcontrol import Gaussian, Layer, moment_field, simulate
+from gtcontrol.errors import (
+    GTControlError,
+    InvalidGaussianError,
+    InvalidParametersError,
+    SolverError,
+)
+from gtcontrol.params import FeedForward
+from gtcontrol.riccati import (
+    BlowupOptions,
+    _gramian,
+    blowup_analysis,
+    blowup_time,
+    riccati_flow,
+    riccati_form,
+    solve_bernoulli,
+)
+
+
+def _spd(rng: np.random.Generator, d: int, lo: float = 0.3, hi: float = 2.0) -> np.ndarray:
+    q, _ = np.linalg.qr(rng.standard_normal((d, d)))
+    return (q * rng.uniform(lo, hi, d)) @ q.T
+
+
+def _g(cov: np.ndarray) -> Gaussian:
+    return Gaussian(np.zeros(cov.shape[0]), cov)
+
+
+def _scalar_tstar(a: float, c: float, s0: float) -> float:
+    """DESIGN.md §3: dσ/dt = 2aσ + 2cσ², T* = ln(1 + a/(cσ0))/(2a), or 1/(2cσ0) for a = 0."""
+    if c <= 0:
+        return math.inf
+    if a == 0:
+        return 1.0 / (2 * c * s0)
+    arg = 1 + a / (c * s0)
+    if arg <= 0:
+        return math.inf
+    t = math.log(arg) / (2 * a)
+    return t if t > 0 else math.inf
+
+
+# --------------------------------------------------------------------------- structure
+
+
+def test_riccati_form_matches_the_moment_field():
+    rng = np.random.default_rng(0)
+    d = 4
+    a = rng.standard_normal((d, d))
+    b1, b2 = rng.standard_normal((d, d)), rng.standard_normal((d, d))
+    g = rng.standard_normal((d, d))
+    lay = Layer(a, heads=[(0.7, b1), (-1.3 * np.eye(d), b2)], noise=g)
+    form = riccati_form(lay)
+    assert form is not None
+    assert form.v == pytest.approx((0.7, -1.3))
+    np.testing.assert_array_equal(form.R, form.R.T)
+    np.testing.assert_allclose(form.R, -0.7 * (b1 + b1.T) + 1.3 * (b2 + b2.T), rtol=1e-15)
+    assert not form.is_bernoulli
+    s = _spd(rng, d)
+    _, ds = moment_field(lay, np.zeros(d), s)
+    riccati = a @ s + s @ a.T - s @ form.R @ s + g @ g.T
+    np.testing.assert_allclose(ds, riccati, rtol=1e-13, atol=1e-13 * np.abs(ds).max())
+
+
+def test_riccati_form_detection_and_ffn():
+    rng = np.random.default_rng(1)
+    d = 3
+    b = rng.standard_normal((d, d))
+    assert riccati_form(Layer(B=b, V=np.diag([1.0, 1.0, 1.0 + 1e-6]))) is None
+    assert riccati_form(Layer(B=b, V=rng.standard_normal((d, d)))) is None
+    no_heads = riccati_form(Layer(A=np.eye(d)))
+    assert no_heads is not None and not np.any(no_heads.R) and no_heads.is_bernoulli
+    w, u = rng.standard_normal((d, 2)), rng.standard_normal((2, d))
+    lay = Layer(A=np.eye(d), B=b, v=0.5, ffn=FeedForward(w, u, activation="identity"))
+    form = riccati_form(lay)
+    assert form is not None
+    np.testing.assert_allclose(form.A, np.eye(d) + w @ u, rtol=1e-15)
+    with pytest.raises(InvalidParametersError, match="relu"):
+        riccati_form(Layer(A=np.eye(d), ffn=FeedForward(w, u, activation="relu")))
+    with pytest.raises(InvalidParametersError, match="Layer"):
+        riccati_form("not a layer")  # type: ignore[arg-type]
+
+
+def test_gramian_van_loan_doubling_matches_quadrature():
+    rng = np.random.default_rng(2)
+    d = 3
+    a = rng.standard_normal((d, d))
+    q = rng.standard_normal((d, d))
+    q = q + q.T
+    h = 3.7  # ‖A‖h > 1/2: exercises the doubling
+    e, w = _gramian(a, q, h)
+    from scipy.integrate import quad_vec
+    from scipy.linalg import expm
+
+    ref, _ = quad_vec(lambda s: expm(a.T * s) @ q @ expm(a * s), 0.0, h, epsabs=1e-13, epsrel=1e-13)
+    np.testing.assert_allclose(e, expm(a * h), rtol=1e-12)
+    # Both sides carry ~1e-13 relative quadrature/rounding error on entries of size ~‖W‖.
+    np.testing.assert_allclose(w, ref, rtol=0, atol=1e-11 * np.abs(ref).max())
+
+
+# --------------------------------------------------------------------------- blow-up: closed forms
+
+
+SCALAR_CASES = [
+    # (a, v, B, σ0): every sign case of DESIGN.md §3 with c = vB
+    (1.0, 1.0, 0.5, 0.3),  # c > 0, a > 0: always blows up
+    (0.0, 1.0, 0.5, 0.3),  # c > 0, a = 0: T* = 1/(2cσ0)
+    (-1.0, 1.0, 1.0, 2.0),  # c > 0, a < 0, above σ* = 1: blows up
+    (-1.0, 1.0, 1.0, 0.5),  # c > 0, a < 0, below σ*: never
+    (-0.5, 2.0, 0.125, 5.0),  # c > 0, a < 0, above σ* = 2
+    (2.0, 2.0, 3.0, 1e-3),  # tiny σ0, long transient
+    (1.0, -1.0, 1.0, 0.3),  # c < 0: never (σ → σ* = 1)
+    (-1.0, -1.0, 1.0, 0.3),  # c < 0, a < 0: never (σ → 0)
+    (0.7, 0.0, 1.0, 0.3),  # c = 0: exponential, never
+]
+
+
+@pytest.mark.parametrize(("a", "v", "b", "s0"), SCALAR_CASES)
+def test_scalar_blowup_time_closed_form(a, v, b, s0):
+    lay = Layer(A=[[a]], B=[[b]], v=v)
+    res = blowup_analysis(lay, Gaussian([0.0], [[s0]]))
+    expected = _scalar_tstar(a, v * b, s0)
+    if math.isinf(expected):
+        assert res.time == math.inf
+        assert res.status == "never" and res.certified
+    else:
+        assert res.status == "blowup" and res.certified
+        assert res.time == pytest.approx(expected, rel=1e-12)
+        assert res.lower <= expected * (1 + 1e-14)
+        assert res.upper >= expected * (1 - 1e-14)
+        assert res.upper - res.lower <= 1e-12 * res.upper
+
+
+def test_zero_A_blowup_closed_form():
+    rng = np.random.default_rng(3)
+    d = 3
+    b = _spd(rng, d)
+    s0 = _spd(rng, d)
+    lay = Layer(B=b, heads=None, v=0.8)
+    form = riccati_form(lay)
+    assert form is not None
+    w, u = np.linalg.eigh(s0)
+    half = (u * np.sqrt(w)) @ u.T
+    t_cf = 1.0 / np.linalg.eigvalsh(half @ (-form.R) @ half)[-1]
+    assert blowup_time(lay, _g(s0)) == pytest.approx(t_cf, rel=1e-12)
+
+
+def test_first_root_certified_against_a_short_dip():
+    # Rotation plus indefinite R: λ_min G(t) dips below 0 only on ≈ [0.239, 0.285], then G
+    # stays positive; a coarse scan misses the dip altogether.
+    a = np.array([[0.0, 2.0], [-2.0, 0.0]])
+    r = np.diag([3.0, -1.0])
+    lay = Layer(A=a, B=r / 2, v=-1.0)
+    s0 = np.diag([1e-3, 5.9])
+    f = np.linalg.cholesky(s0)
+
+    def gmin(t: float) -> float:
+        return float(np.linalg.eigvalsh(np.eye(2) + f.T @ _gramian(a, r, t)[1] @ f)[0])
+
+    assert min(gmin(t) for t in np.linspace(0, 3, 7)) > 0  # the coarse scan sees nothing
+    # Brute-force scan, independent of _gramian: W(h) by quadrature, then the exact recurrence
+    # W(t + h) = W(t) + e^{Aᵀt} W(h) e^{At} on a fine grid.
+    from scipy.integrate import quad_vec
+    from scipy.linalg import expm
+
+    n, h = 2000, 1.0 / 2000
+    wh, _ = quad_vec(lambda s: expm(a.T * s) @ r @ expm(a * s), 0.0, h, epsabs=1e-15)
+    eh = expm(a * h)
+    grid = np.linspace(0, 1, n + 1)  # spacing 5e-4, far below the dip width ≈ 0.046
+    vals = np.empty(n + 1)
+    w, e = np.zeros((2, 2)), np.eye(2)
+    for k in range(n + 1):
+        vals[k] = np.linalg.eigvalsh(np.eye(2) + f.T @ w @ f)[0]
+        w, e = w + e.T @ wh @ e, e @ eh
+    k = int(np.argmax(vals < 0))
+    assert k > 0 and vals[k:].min() < 0 and vals[-1] > 0  # a dip that closes again
+    first = brentq(gmin, grid[k - 1], grid[k], xtol=1e-15, rtol=1e-15)
+    res = blowup_analysis(lay, _g(s0))
+    assert res.status == "blowup" and res.certified
+    assert res.time == pytest.approx(first, rel=1e-10)
+    traj = simulate(lay, _g(s0), 1.0, n_points=3)
+    assert traj.status == "blowup"
+    assert traj.blowup_time == pytest.approx(first, rel=1e-8)  # integrator event estimate
+
+
+def test_blowup_matches_integrator_random_and_rank_deficient():
+    rng = np.random.default_rng(4)
+    d = 4
+    a = 0.5 * rng.standard_normal((d, d))
+    lay = Layer(A=a, B=_spd(rng, d, 0.2, 1.0), v=0.7)
+    f = rng.standard_normal((d, 2))
+    for s0 in (_spd(rng, d), f @ f.T):
+        res = blowup_analysis(lay, _g(s0))
+        assert res.status == "blowup" and res.certified
+        traj = simulate(lay, _g(s0), 2 * res.time, n_points=3)
+        assert traj.status == "blowup"
+        # The integrator extrapolates 1/tr Σ from tr Σ ≈ 1e12 tr Σ0: ~1e-10 relative.
+        assert traj.blowup_time == pytest.approx(res.time, rel=1e-8)
+
+
+def test_tail_certificates_and_horizon():
+    # Indefinite R on decoupled modes: collapses along e2, e4 and converges along e1, e3.
+    lay = Layer(A=np.diag([1.0, -1.0, 0.5, -0.3]), B=np.diag([1.0, -1.0, 0.5, -2.0]), v=-1.0)
+    res = blowup_analysis(lay, _g(0.1 * np.eye(4)))
+    assert res.status == "never" and res.certified and "W₋(∞)" in res.message
+    # −A Hurwitz, Σ0 ≻ 0, indefinite R with Ω* ≻ 0: the precision tail certificate.
+    rng = np.random.default_rng(5)
+    for _ in range(50):
+        a = rng.standard_normal((3, 3)) + 2.5 * np.eye(3)
+        om = _spd(rng, 3)
+        r = a.T @ om + om @ a
+        w = np.linalg.eigvalsh(r)
+        if np.all(np.linalg.eigvals(a).real > 0) and w[0] < 0 < w[-1]:
+            break
+    lay2 = Layer(A=a, B=r / 2, v=-1.0)
+    s0 = np.linalg.inv(om) * 1.05
+    res2 = blowup_analysis(lay2, _g(s0))
+    assert res2.status == "never" and res2.certified
+    traj = simulate(lay2, _g(s0), 40.0 / np.linalg.norm(a, 2), n_points=3)
+    assert traj.status == "completed"
+    # Rank-1 Σ0 with −A Hurwitz and indefinite R: no tail applies; the search stops at the
+    # horizon with [0, horizon] certified.
+    lay3 = Layer(A=np.eye(2), B=np.diag([1.0, -0.5]), v=-1.0)
+    f = np.array([[1.0], [0.5]])
+    res3 = blowup_analysis(lay3, _g(f @ f.T), horizon=20.0)
+    assert res3.status == "none_before_horizon" and not res3.certified
+    assert res3.time == math.inf and res3.lower >= 20.0
+
+
+def test_outside_class_uses_integrator_with_closed_form():
+    # Diagonal, non-scalar V: each coordinate is a scalar Bernoulli equation (closed form).
+    a = np.array([0.1, -0.2, 0.3, 0.0])
+    p = np.array([1.0, 0.5, 1.0, 2.0])
+    q = np.array([1.0, 1.0, 2.0, 0.5])
+    lay = Layer(A=np.diag(a), B=np.diag(q), V=np.diag(p))
+    assert riccati_form(lay) is None
+    res = blowup_analysis(lay, _g(0.5 * np.eye(4)))
+    expected = min(_scalar_tstar(ai, pi * qi, 0.5) for ai, pi, qi in zip(a, p, q))
+    assert res.method == "integrator" and not res.certified
+    assert res.time == pytest.approx(expected, rel=1e-8)
+
+
+# --------------------------------------------------------------------------- exact flows
+
+
+@pytest.mark.parametrize("method", ["radon", "lyapunov"])
+def test_exact_flow_matches_integrator(method):
+    rng = np.random.default_rng(6)
+    d = 4
+    a = 0.5 * rng.standard_normal((d, d))
+    b = _spd(rng, d, 0.2, 1.0)
+    s0 = _spd(rng, d, 0.1, 0.6)
+    for lay, horizon in (
+        (Layer(A=a, B=b, v=0.7), None),
+        (Layer(A=a + 2 * np.eye(d), B=b, v=-0.7), 8.0),
+    ):
+        t_star = blowup_time(lay, _g(s0))
+        t_end = 0.9 * t_star if horizon is None else horizon
+        traj = simulate(lay, _g(s0), t_end, n_points=41)
+        exact = riccati_flow(lay, _g(s0), traj.t, method=method)
+        err = np.linalg.norm(exact - traj.cov, axis=(1, 2)) / np.linalg.norm(traj.cov, axis=(1, 2))
+        # Integrator rtol 1e-11, accumulated over the run and amplified near blow-up.
+        assert err.max() <= 1e-8
+
+
+def test_radon_keeps_rank_and_handles_noise():
+    rng = np.random.default_rng(7)
+    d = 3
+    a = 0.3 * rng.standard_normal((d, d))
+    b = _spd(rng, d, 0.2, 1.0)
+    f = rng.standard_normal((d, 1))
+    g0 = _g(f @ f.T)
+    lay = Layer(A=a, B=b, v=-0.5)
+    ts = np.linspace(0, 3, 7)
+    flow = riccati_flow(lay, g0, ts)
+    assert all(np.linalg.matrix_rank(s, tol=1e-9 * np.linalg.norm(s)) == 1 for s in flow)
+    # With noise Q = GGᵀ the Hamiltonian gets the block Q (full Riccati equation).
+    noisy = Layer(A=a, B=b, v=-0.5, noise=0.3 * np.eye(d))
+    flow_n = riccati_flow(noisy, g0, ts)
+    traj = simulate(noisy, g0, 3.0, n_points=7)
+    np.testing.assert_allclose(flow_n, traj.cov, rtol=1e-8, atol=1e-10)
+    with pytest.raises(InvalidParametersError, match="noise"):
+        riccati_flow(noisy, _g(np.eye(d)), ts, method="lyapunov")
+
+
+def test_flow_errors():
+    lay = Layer(A=[[1.0]], B=[[0.5]], v=1.0)
+    g0 = Gaussian([0.0], [[0.3]])
+    t_star = blowup_time(lay, g0)
+    with pytest.raises(InvalidParametersError, match="blow-up"):
+        riccati_flow(lay, g0, [0.5 * t_star, 1.01 * t_star])
+    with pytest.raises(InvalidGaussianError, match="non-singular"):
+        riccati_flow(
+            Layer(A=np.eye(2), B=np.eye(2), v=-1.0),
+            _g(np.diag([1.0, 0.0])),
+            [1.0],
+            method="lyapunov",
+        )
+    with pytest.raises(InvalidParametersError, match="Riccati class"):
+        riccati_flow(Layer(A=np.eye(2), B=np.eye(2), V=np.diag([1.0, 2.0])), _g(np.eye(2)), [1.0])
+    with pytest.raises(InvalidParametersError, match="method"):
+        riccati_flow(lay, g0, [0.1], method="euler")
+    with pytest.raises(InvalidParametersError, match="times"):
+        riccati_flow(lay, g0, [-1.0])
+    with pytest.raises(InvalidParametersError, match="rtol"):
+        BlowupOptions(rtol=0.5)
+
+
+# --------------------------------------------------------------------------- Bernoulli solves
+
+
+def test_bernoulli_lyapunov_and_care_agree_both_signs():
+    rng = np.random.default_rng(8)
+    d = 5
+    base = 0.3 * rng.standard_normal((d, d))
+    b = _spd(rng, d, 0.2, 1.0)
+    # −A Hurwitz, R ≻ 0 (stable equilibrium; CARE sort 'S') and A Hurwitz, R ≺ 0 (unstable; 'U').
+    for a, v in ((base + 1.5 * np.eye(d), -0.8), (base - 1.5 * np.eye(d), 0.8)):
+        form = riccati_form(Layer(A=a, B=b, v=v))
+        assert form is not None
+        lyap = solve_bernoulli(form, method="lyapunov")
+        care = solve_bernoulli(form, method="care")
+        assert lyap.status == care.status == "ok"
+        s1, s2 = np.asarray(lyap.cov), np.asarray(care.cov)
+        for s in (s1, s2):
+            res = a @ s + s @ a.T - s @ form.R @ s
+            scale = 2 * np.linalg.norm(a @ s) + np.linalg.norm(s @ form.R @ s)
+            assert np.linalg.norm(res) <= 1e-12 * scale
+        assert np.linalg.norm(s1 - s2) <= 1e-11 * np.linalg.norm(s1)
+        np.testing.assert_allclose(
+            np.sort_complex(lyap.eigvals_a), np.sort_complex(np.linalg.eigvals(a)), rtol=1e-12
+        )
+
+
+def test_bernoulli_ill_posed_cases_answer_clearly():
+    b = np.eye(2)
+    # Imaginary-axis eigenvalues of A (rotation) and A = 0 (singular Hamiltonian).
+    for a in (np.array([[0.0, 1.0], [-1.0, 0.0]]), np.zeros((2, 2))):
+        form = riccati_form(Layer(A=a, B=b, v=-1.0, dim=2))
+        assert form is not None
+        for method in ("lyapunov", "care"):
+            sol = solve_bernoulli(form, method=method)
+            assert sol.status == "degenerate" and not sol.success and sol.cov is None
+            assert "imaginary axis" in sol.message
+    # A Hurwitz with R ≻ 0: the Lyapunov solution is negative definite — no equilibrium.
+    form = riccati_form(Layer(A=-np.eye(2), B=b, v=-1.0))
+    sol = solve_bernoulli(form, method="lyapunov")
+    assert sol.status == "none" and sol.success and "no positive-definite" in sol.message
+    assert solve_bernoulli(form, method="care").status == "none"
+    # Mixed spectrum: the CARE route does not apply (but says so).
+    form = riccati_form(Layer(A=np.diag([1.0, -2.0]), B=np.diag([1.0, -1.0]), v=-1.0))
+    sol = solve_bernoulli(form, method="care")
+    assert sol.status == "not_applicable" and "both sides" in sol.message
+    assert solve_bernoulli(form, method="lyapunov").status == "ok"
+    # Eigenvalue pairs λ, −λ (1 and −1): singular Lyapunov operator, reported, never a raw error.
+    form = riccati_form(Layer(A=np.diag([1.0, -1.0, 0.5]), B=np.eye(3), v=-1.0))
+    assert solve_bernoulli(form, method="lyapunov").status == "degenerate"
+    with pytest.raises(InvalidParametersError, match="Q = G Gᵀ"):
+        solve_bernoulli(riccati_form(Layer(A=np.eye(2), B=b, v=-1.0, noise=np.eye(2))))
+
+
+def test_no_raw_exception_on_ill_posed_layers():
+    cases = [
+        Layer(A=np.array([[0.0, 1.0], [-1.0, 0.0]]), B=np.eye(2), v=1.0),
+        Layer(A=np.zeros((2, 2)), B=np.eye(2), v=-1.0),
+        Layer(A=np.diag([1.0, -1.0]), B=np.eye(2), v=1.0),
+        Layer(A=np.array([[0.0, 1.0], [0.0, 0.0]]), B=np.eye(2), v=-1.0),
+    ]
+    for lay in cases:
+        for s0 in (np.eye(2), np.diag([1.0, 0.0])):
+            try:
+                res = blowup_analysis(lay, _g(s0), horizon=30.0)
+            except GTControlError:
+                continue
+            assert res.status in ("blowup", "never", "none_before_horizon")
+    with pytest.raises(SolverError) as info:
+        raise SolverError("x", status="s", stats={"a": 1})
+    assert info.value.status == "s" and info.value.stats == {"a": 1}

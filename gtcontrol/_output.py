@@ -7,7 +7,7 @@ import math
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -16,7 +16,7 @@ import numpy as np
 
 from .errors import GTControlError
 
-__all__ = ["atomic_outdir", "jsonable", "write_json"]
+__all__ = ["atomic_outdir", "jsonable", "write_json", "write_run"]
 
 
 class OutputError(GTControlError, OSError):
@@ -91,3 +91,46 @@ def atomic_outdir(outdir: str | Path) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def write_run(
+    outdir: str | Path,
+    task: str,
+    run: Callable[[Path], Mapping[str, Any]],
+    *,
+    title: str,
+    source: str,
+    inputs: Mapping[str, Any],
+    options: Mapping[str, Any],
+) -> Path:
+    """Run ``run(tmpdir)`` and write the standard ``result.json`` beside its figures, atomically.
+
+    ``run`` writes its figures into the temporary directory and returns ``{"status", "outputs",
+    "figures"}``. ``result.json`` then holds ``gtcontrol_version``, ``task``, ``title``,
+    ``design`` (the source), ``inputs``, ``options``, ``status``, ``outputs``, ``figures`` and
+    ``seconds`` (DESIGN.md §8). Nothing replaces ``outdir`` unless all of it succeeded.
+    """
+    import time
+
+    from . import __version__
+
+    out = Path(outdir)
+    clock = time.perf_counter()
+    with atomic_outdir(out) as tmp:
+        res = run(tmp)
+        write_json(
+            tmp / "result.json",
+            {
+                "gtcontrol_version": __version__,
+                "task": task,
+                "title": title,
+                "design": source,
+                "inputs": inputs,
+                "options": dict(options),
+                "status": res["status"],
+                "outputs": res["outputs"],
+                "figures": res["figures"],
+                "seconds": time.perf_counter() - clock,
+            },
+        )
+    return out

@@ -1,4 +1,5 @@
-"""Command line: ``gtcontrol run DESIGN.toml [-o OUTDIR]`` (also ``python -m gtcontrol``).
+"""Command line: ``gtcontrol run DESIGN.toml [-o OUTDIR]``, ``gtcontrol reproduce`` (also
+``python -m gtcontrol``).
 
 Errors in the design or the inputs print one line on stderr and exit with status 2; nothing
 half-written is left behind (the output directory is replaced atomically on success only).
@@ -8,12 +9,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from . import __version__
-from ._output import atomic_outdir, write_json
+from ._output import write_run
 from .designs import load_design
 from .errors import GTControlError
 
@@ -46,6 +46,17 @@ def _build_parser() -> argparse.ArgumentParser:
         default=None,
         help="output directory (default: out/<design name>); replaced atomically on success",
     )
+    rep = sub.add_parser(
+        "reproduce",
+        help="reproduce the paper's numerical evidence (needs the 'experiments' extra)",
+        description="Run every experiment of gtcontrol.experiments offline and write the "
+        "figures, report.md, report.html and result.json (same as a design with "
+        'task = "experiment", e.g. designs/paper.toml).',
+    )
+    rep.add_argument("-o", "--outdir", type=Path, default=Path("out/paper"))
+    rep.add_argument("--n-tokens", type=int, default=1024, help="tokens fed to the encoders")
+    rep.add_argument("--seed", type=int, default=0)
+    rep.add_argument("--quick", action="store_true", help="reduced smoke run (< 60 s)")
     return p
 
 
@@ -55,23 +66,15 @@ def run_design(design_path: Path, outdir: Path | None = None) -> Path:
 
     design = load_design(design_path)
     out = outdir if outdir is not None else Path("out") / design_path.stem
-    clock = time.perf_counter()
-    with atomic_outdir(out) as tmp:
-        res = TASKS[design.task].run(design, tmp)
-        result = {
-            "gtcontrol_version": __version__,
-            "task": design.task,
-            "title": design.title,
-            "design": str(design_path),
-            "inputs": design.raw,
-            "options": dict(design.options),
-            "status": res["status"],
-            "outputs": res["outputs"],
-            "figures": res["figures"],
-            "seconds": time.perf_counter() - clock,
-        }
-        write_json(tmp / "result.json", result)
-    return out
+    return write_run(
+        out,
+        design.task,
+        lambda tmp: TASKS[design.task].run(design, tmp),
+        title=design.title,
+        source=str(design_path),
+        inputs=design.raw,
+        options=design.options,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -82,7 +85,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        out = run_design(args.design, args.outdir)
+        if args.command == "reproduce":
+            from .experiments.report import reproduce
+
+            out = reproduce(
+                args.outdir, n_tokens=args.n_tokens, seed=args.seed, quick=args.quick
+            ).outdir
+        else:
+            out = run_design(args.design, args.outdir)
     except GTControlError as exc:
         print(f"gtcontrol: error: {exc}", file=sys.stderr)
         return 2

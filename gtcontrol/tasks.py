@@ -246,6 +246,14 @@ def _run_analyze(design: Design, out: Path) -> dict[str, Any]:
     return {"status": regime.kind, "outputs": outputs, "figures": figures}
 
 
+def _run_experiment(design: Design, out: Path) -> dict[str, Any]:
+    from .experiments.report import experiment_outputs, run_experiments
+
+    o = design.options
+    res = run_experiments(out, n_tokens=o["n_tokens"], seed=design.seed, quick=o["quick"])
+    return experiment_outputs(res)
+
+
 TASKS: dict[str, TaskSpec] = {
     "simulate": TaskSpec(
         run=_run_simulate,
@@ -283,5 +291,14 @@ TASKS: dict[str, TaskSpec] = {
             "n_points": Option(int, 401, _positive, "recorded depths for the figures"),
         },
         summary="regime of a fixed layer: equilibria, stability, exact blow-up",
+    ),
+    "experiment": TaskSpec(
+        run=_run_experiment,
+        needs=(),
+        options={
+            "n_tokens": Option(int, 1024, _positive, "Gaussian tokens fed to the encoders"),
+            "quick": Option(bool, False, None, "reduced smoke run (MiniLM only, < 60 s)"),
+        },
+        summary="the paper's evidence on real pretrained models (extra 'experiments')",
     ),
 }

@@ -166,7 +166,8 @@ def test_docs_cover_every_task_and_option() -> None:
         assert f"### `{name}`" in doc, name
         for opt in spec.options:
             assert f"| `{opt}` |" in doc, f"{name}.{opt}"
-        assert (ROOT / "designs" / f"{name}.toml").is_file(), f"designs/{name}.toml"
+    examples = {load_design(f).task for f in (ROOT / "designs").glob("*.toml")}
+    assert examples == set(TASKS), "designs/ holds one example per task"
 
 
 def test_cli_compare_tokens_report(tmp_path: Path) -> None:
@@ -235,3 +236,10 @@ v = 1.0
     assert converging["status"] == "converges"
     poles = np.array(converging["outputs"]["mean_dynamics"]["poles_real"])
     np.testing.assert_allclose(poles, -0.8, rtol=1e-9)  # real parts equal v (DESIGN.md §4)
+
+
+def test_cli_experiment_task_refuses_bad_options(tmp_path: Path) -> None:
+    design = tmp_path / "p.toml"
+    design.write_text('task = "experiment"\n[experiment]\nquick = "yes"\n')
+    assert main(["run", str(design), "-o", str(tmp_path / "o")]) == 2
+    assert not (tmp_path / "o").exists()

@@ -1,0 +1,89 @@
+"""The paper's numerical evidence, reproduced offline (extra ``experiments``).
+
+* :func:`gaussianity` — Mardia skewness/kurtosis, energy, sliced Wasserstein and per-coordinate
+  normality statistics against Monte Carlo Gaussian nulls (numpy/scipy only).
+* :func:`pretrained_gaussianity` — Gaussian tokens through all-MiniLM-L6-v2 (and random BERT /
+  ViT-shaped encoders), diagnosed layer by layer.
+* :func:`moment_surrogate` — the Gaussian moment model of the real network (exactly extracted
+  ``B_h``, ``V_h``), predicted against measured moments.
+* :func:`prescribed_attention_regimes`, :func:`feedforward_closeness` — token-level Transformers
+  against the moment predictions (bounded vs blow-up; identity vs ReLU feed-forward).
+* :func:`reproduce` — all of it, with figures, ``report.md`` and ``report.html``.
+
+Importing this package never imports torch; the functions that need torch, transformers or the
+MiniLM files raise :class:`ExperimentDependencyError` when the ``experiments`` extra is missing.
+
+Reference: Alcalde, Ji, Zuazua, *Reachability and asymptotics of Gaussian Transformer dynamics*,
+arXiv:2606.07600 (2026).
+"""
+
+from __future__ import annotations
+
+from ._deps import ExperimentDependencyError
+from .gaussianity import (
+    STATISTICS,
+    GaussianityResult,
+    MardiaStatistics,
+    NullStatistic,
+    gaussianity,
+    mardia,
+    sliced_wasserstein,
+)
+from .pretrained import (
+    MODELS,
+    GaussianityTable,
+    LayerGaussianity,
+    encoder_states,
+    load_model,
+    pretrained_gaussianity,
+)
+from .regimes import (
+    ClosenessCurve,
+    FeedForwardCloseness,
+    RegimeResult,
+    RegimeRow,
+    closure_flow,
+    feedforward_closeness,
+    prescribed_attention_regimes,
+)
+from .report import ReproduceResult, reproduce
+from .surrogate import (
+    ExtractedLayer,
+    SurrogateComparison,
+    SurrogateRow,
+    extract_layers,
+    gelu_moments,
+    moment_surrogate,
+)
+
+__all__ = [
+    "MODELS",
+    "STATISTICS",
+    "ClosenessCurve",
+    "ExperimentDependencyError",
+    "ExtractedLayer",
+    "FeedForwardCloseness",
+    "GaussianityResult",
+    "GaussianityTable",
+    "LayerGaussianity",
+    "MardiaStatistics",
+    "NullStatistic",
+    "RegimeResult",
+    "RegimeRow",
+    "ReproduceResult",
+    "SurrogateComparison",
+    "SurrogateRow",
+    "closure_flow",
+    "encoder_states",
+    "extract_layers",
+    "feedforward_closeness",
+    "gaussianity",
+    "gelu_moments",
+    "load_model",
+    "mardia",
+    "moment_surrogate",
+    "prescribed_attention_regimes",
+    "pretrained_gaussianity",
+    "reproduce",
+    "sliced_wasserstein",
+]

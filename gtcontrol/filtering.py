@@ -1,0 +1,517 @@
+"""Transformers and Kalman–Bucy filtering: the covariance correspondence of DESIGN.md §6.
+
+A Riccati-class layer (every head ``V_h = v_h I``) moves the covariance of a Gaussian by
+
+    dΣ/dt = AΣ + ΣAᵀ − ΣRΣ [+ GGᵀ],        R = −Σ_h v_h (B_h + B_hᵀ),
+
+and the error covariance of the Kalman–Bucy filter for ``dx = Fx dt + dw`` (``E dw dwᵀ = Q dt``),
+``dy = Hx dt + dν`` (``E dν dνᵀ = R_n dt``) obeys
+
+    dP/dt = F P + P Fᵀ + Q − P Hᵀ R_n⁻¹ H P.
+
+They coincide with ``F = A``, ``Hᵀ R_n⁻¹ H = R`` (so R must be positive semi-definite) and
+``Q = G Gᵀ``: Brownian forcing ``dx = v(x) dt + G dW`` of every token keeps Gaussians Gaussian and
+adds ``GGᵀ`` (the noisy-token extension, ``Layer(noise=G)``). Without noise ``Q = 0``: the
+noiseless Bernoulli equation of DESIGN.md §4. The steady state is the filter algebraic Riccati
+equation ``FP + PFᵀ + Q − PHᵀR_n⁻¹HP = 0``, solved by python-control as
+``control.care(Fᵀ, Hᵀ, Q, R_n)`` or ``control.lqe(F, I, H, Q, R_n)``; its stabilizing solution
+is the Transformer's stable equilibrium.
+
+* :func:`to_kalman` — a layer's filter data ``(F, H, R_n, Q)`` (``H`` a factor of R, ``R_n = I``);
+  refuses layers outside the Riccati class or with ``R`` not ⪰ 0, with the reason.
+* :func:`from_kalman` — the layer ``A = F``, one head ``V = −I``, ``B = ½HᵀR_n⁻¹H``, noise
+  ``G = Q^{1/2}``.
+* :func:`kalman_steady_state` — the filter ARE by python-control (slycot).
+* :func:`kalman_covariance` — the filter Riccati ODE integrated in filter variables.
+* :func:`compare_filter` — the filter against the Transformer along a trajectory and at rest.
+
+Only the covariance corresponds: the Transformer's mean ``dm/dt = Km + b`` is not the filter's
+estimate equation (which is driven by the measurements).
+
+Reference: Alcalde, Ji, Zuazua, *Reachability and asymptotics of Gaussian Transformer dynamics*,
+arXiv:2606.07600 (2026), §6; R. E. Kalman, R. S. Bucy, *New results in linear filtering and
+prediction theory*, J. Basic Eng. 83 (1961).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from scipy.integrate import solve_ivp
+
+from ._arrays import (
+    SYM_RTOL,
+    FloatArray,
+    as_float_array,
+    as_positive_float,
+    frozen,
+    psd_sqrt,
+    sym,
+    sym_to_vec,
+    vec_to_sym,
+)
+from .errors import InvalidGaussianError, InvalidParametersError, SolverError
+from .gaussian import Gaussian
+from .moments import Trajectory, simulate
+from .params import Layer
+from .riccati import riccati_form
+
+__all__ = [
+    "FilterComparison",
+    "KalmanData",
+    "SteadyState",
+    "compare_filter",
+    "from_kalman",
+    "kalman_covariance",
+    "kalman_steady_state",
+    "to_kalman",
+]
+
+
+def _check_psd(name: str, a: FloatArray, rtol: float = SYM_RTOL) -> FloatArray:
+    scale = float(np.linalg.norm(a, 2)) if a.size else 0.0
+    if float(np.max(np.abs(a - a.T), initial=0.0)) > rtol * max(scale, np.finfo(float).tiny):
+        raise InvalidParametersError(f"{name}: expected a symmetric matrix")
+    w = np.linalg.eigvalsh(sym(a))
+    if w.size and w[0] < -rtol * max(scale, np.finfo(float).tiny):
+        raise InvalidParametersError(
+            f"{name}: expected a positive semi-definite matrix, smallest eigenvalue {w[0]:.6g}"
+        )
+    return sym(a)
+
+
+@dataclass(frozen=True, eq=False, init=False)
+class KalmanData:
+    """A continuous-time filtering problem ``dx = Fx dt + dw``, ``dy = Hx dt + dν``.
+
+    Parameters
+    ----------
+    F
+        State matrix, ``(d, d)``.
+    H
+        Output matrix, ``(p, d)``.
+    R
+        Measurement-noise intensity ``R_n``, ``(p, p)``, symmetric positive definite.
+    Q
+        Process-noise intensity, ``(d, d)``, symmetric positive semi-definite; zero if omitted.
+
+    Raises
+    ------
+    InvalidParametersError
+        On shapes, NaN/inf, asymmetry, an indefinite Q or a singular/indefinite R.
+    """
+
+    F: FloatArray
+    H: FloatArray
+    R: FloatArray
+    Q: FloatArray
+
+    def __init__(self, F: Any, H: Any, R: Any, Q: Any = None) -> None:
+        f = as_float_array("F", F, ndim=2)
+        d = f.shape[0]
+        if f.shape != (d, d):
+            raise InvalidParametersError(f"F: expected a square matrix, got shape {f.shape}")
+        h = as_float_array("H", H, ndim=2, shape=(None, d))
+        p = h.shape[0]
+        r = _check_psd("R", as_float_array("R", R, ndim=2, shape=(p, p)))
+        w = np.linalg.eigvalsh(r)
+        if w[0] <= 1e-14 * max(float(w[-1]), np.finfo(float).tiny):
+            raise InvalidParametersError(
+                f"R: the measurement-noise intensity must be positive definite, smallest "
+                f"eigenvalue {w[0]:.6g}"
+            )
+        q = np.zeros((d, d)) if Q is None else as_float_array("Q", Q, ndim=2, shape=(d, d))
+        q = _check_psd("Q", q)
+        object.__setattr__(self, "F", frozen(f))
+        object.__setattr__(self, "H", frozen(h))
+        object.__setattr__(self, "R", frozen(r))
+        object.__setattr__(self, "Q", frozen(q))
+
+    @property
+    def dim(self) -> int:
+        """State dimension d."""
+        return int(self.F.shape[0])
+
+    @property
+    def n_outputs(self) -> int:
+        """Measurement dimension p."""
+        return int(self.H.shape[0])
+
+    @property
+    def information(self) -> FloatArray:
+        """``Hᵀ R_n⁻¹ H``: the Transformer's ``R``."""
+        return sym(self.H.T @ np.linalg.solve(self.R, self.H))
+
+    def __repr__(self) -> str:
+        return f"KalmanData(dim={self.dim}, outputs={self.n_outputs}, noise={bool(np.any(self.Q))})"
+
+
+def to_kalman(layer: Layer, *, rtol: float = 1e-10) -> KalmanData:
+    """The Kalman–Bucy filter whose error covariance is the layer's covariance.
+
+    ``F = A``, ``H = Lᵀ`` with ``L Lᵀ = R = −Σ_h v_h (B_h + B_hᵀ)`` (eigen-factor of the range of
+    R, so ``p = rank R`` outputs), ``R_n = I_p`` and ``Q = GGᵀ`` (``G = layer.noise``, else 0).
+    Then ``dP/dt = FP + PFᵀ + Q − PHᵀR_n⁻¹HP`` is exactly the layer's covariance equation.
+    When ``R = 0`` the filter has one output with ``H = 0`` (no information).
+
+    Parameters
+    ----------
+    layer
+        A Riccati-class layer (every head ``V_h = v_h I``).
+    rtol
+        Eigenvalues of R below ``rtol ‖R‖`` are zero (rank) and above ``−rtol ‖R‖`` non-negative.
+
+    Returns
+    -------
+    KalmanData
+
+    Raises
+    ------
+    InvalidParametersError
+        Outside the Riccati class (the quadratic term is then not ``−ΣRΣ``), or if R has a
+        negative eigenvalue: ``HᵀR_n⁻¹H`` is positive semi-definite, so such a layer (same-sign
+        V and B, which can blow up in finite time) has no filter counterpart.
+
+    References
+    ----------
+    Alcalde, Ji, Zuazua, arXiv:2606.07600 (2026), §6; DESIGN.md §6.
+    """
+    if not isinstance(layer, Layer):
+        raise InvalidParametersError(f"layer: expected a Layer, got {type(layer).__name__}")
+    tol = as_positive_float("rtol", rtol)
+    form = riccati_form(layer)
+    if form is None:
+        raise InvalidParametersError(
+            "layer: the Kalman–Bucy correspondence needs the Riccati class (every head "
+            "V_h = v_h I), where the quadratic term is −ΣRΣ; this layer has a general V_h"
+        )
+    d = form.dim
+    w, u = np.linalg.eigh(form.R)
+    top = float(np.max(np.abs(w))) if w.size else 0.0
+    if w[0] < -tol * top:
+        raise InvalidParametersError(
+            f"layer: R = −Σ_h v_h (B_h + B_hᵀ) has the negative eigenvalue {w[0]:.6g}; a "
+            "Kalman–Bucy filter needs HᵀR_n⁻¹H ⪰ 0 (same-sign V and B make R indefinite or "
+            "negative, the blow-up regime, which has no filter counterpart)"
+        )
+    keep = w > tol * top if top > 0 else np.zeros(d, dtype=bool)
+    if np.any(keep):
+        h = (u[:, keep] * np.sqrt(w[keep])).T
+    else:
+        h = np.zeros((1, d))
+    return KalmanData(form.A, h, np.eye(h.shape[0]), form.Q)
+
+
+def from_kalman(F: Any, H: Any, R: Any, Q: Any = None) -> Layer:
+    """The layer whose covariance is the Kalman–Bucy error covariance of ``(F, H, R, Q)``.
+
+    ``A = F``, a single head ``V = −I`` (``v = −1``) with ``B = ½ HᵀR⁻¹H`` (so that
+    ``R_Riccati = −v(B + Bᵀ) = HᵀR⁻¹H``) and, when ``Q ≠ 0``, Brownian forcing ``G = Q^{1/2}``
+    (symmetric square root, ``GGᵀ = Q``) on every token.
+
+    Parameters
+    ----------
+    F, H, R, Q
+        As in :class:`KalmanData` (``R`` is the measurement-noise intensity ``R_n``).
+
+    Returns
+    -------
+    Layer
+
+    Raises
+    ------
+    InvalidParametersError
+        On malformed data (see :class:`KalmanData`).
+    """
+    data = F if isinstance(F, KalmanData) else KalmanData(F, H, R, Q)
+    g = psd_sqrt(data.Q) if np.any(data.Q) else None
+    return Layer(data.F, B=0.5 * data.information, v=-1.0, noise=g)
+
+
+@dataclass(frozen=True, eq=False)
+class SteadyState:
+    """Steady state of the filter: the stabilizing solution of the filter ARE.
+
+    Attributes
+    ----------
+    cov
+        ``P`` with ``FP + PFᵀ + Q − PHᵀR_n⁻¹HP = 0`` and ``F − KH`` Hurwitz.
+    gain
+        Kalman gain ``K = PHᵀR_n⁻¹``.
+    poles
+        Eigenvalues of ``F − KH``.
+    residual
+        ``‖ARE(P)‖_F / (2‖FP‖_F + ‖Q‖_F + ‖PHᵀR_n⁻¹HP‖_F)``.
+    method
+        ``"care"`` (``control.care(Fᵀ, Hᵀ, Q, R_n)``) or ``"lqe"`` (``control.lqe``).
+    success, status, message
+        ``status`` ``"ok"`` or ``"not_positive_definite"`` (P singular: the Transformer then
+        has no positive-definite equilibrium, e.g. ``Q = 0`` with a stable mode of F).
+    stats
+        ``seconds``.
+    """
+
+    cov: FloatArray
+    gain: FloatArray
+    poles: np.ndarray
+    residual: float
+    method: str
+    success: bool
+    status: str
+    message: str
+    stats: Mapping[str, Any] = field(default_factory=dict)
+
+
+def _are_residual(data: KalmanData, p: FloatArray) -> float:
+    fp = data.F @ p
+    quad = p @ data.information @ p
+    res = fp + fp.T + data.Q - quad
+    scale = 2.0 * float(np.linalg.norm(fp)) + float(np.linalg.norm(data.Q))
+    scale += float(np.linalg.norm(quad))
+    return float(np.linalg.norm(res)) / scale if scale > 0 else float(np.linalg.norm(res))
+
+
+def kalman_steady_state(data: KalmanData | Layer, *, method: str = "care") -> SteadyState:
+    """Solve the filter ARE ``FP + PFᵀ + Q − PHᵀR_n⁻¹HP = 0`` with python-control.
+
+    ``method="care"``: ``control.care(Fᵀ, Hᵀ, Q, R_n)`` (the dual control CARE,
+    ``AᵀX + XA − XBR⁻¹BᵀX + Q = 0`` with ``A = Fᵀ``, ``B = Hᵀ``); ``method="lqe"``:
+    ``control.lqe(F, I, H, Q, R_n)``. Both return the stabilizing solution (slycot SB02MD).
+
+    Parameters
+    ----------
+    data
+        :class:`KalmanData`, or a Riccati-class layer (converted by :func:`to_kalman`).
+    method
+        ``"care"`` or ``"lqe"``.
+
+    Returns
+    -------
+    SteadyState
+
+    Raises
+    ------
+    InvalidParametersError
+        For an unknown method or a layer without a filter counterpart.
+    SolverError
+        When python-control fails (no stabilizing solution: e.g. an unobservable unstable mode,
+        or Hamiltonian eigenvalues on the imaginary axis); the message is python-control's.
+    """
+    import control
+
+    clock = time.perf_counter()
+    kd = to_kalman(data) if isinstance(data, Layer) else data
+    if not isinstance(kd, KalmanData):
+        raise InvalidParametersError(
+            f"data: expected KalmanData or a Layer, got {type(data).__name__}"
+        )
+    d = kd.dim
+    try:
+        if method == "care":
+            x, _, _ = control.care(kd.F.T, kd.H.T, kd.Q, kd.R)
+        elif method == "lqe":
+            _, x, _ = control.lqe(kd.F, np.eye(d), kd.H, kd.Q, kd.R)
+        else:
+            raise InvalidParametersError(f"method: expected 'care' or 'lqe', got {method!r}")
+    except InvalidParametersError:
+        raise
+    except Exception as exc:  # python-control/slycot raise several types; never leak them
+        raise SolverError(
+            f"filter ARE (python-control {method}) failed: {exc}", status="no_solution"
+        ) from None
+    p = sym(np.asarray(x, dtype=float))
+    if not np.all(np.isfinite(p)):
+        raise SolverError(f"filter ARE ({method}) returned a non-finite solution", status="nan")
+    gain = p @ np.linalg.solve(kd.R, kd.H).T
+    poles = np.linalg.eigvals(kd.F - gain @ kd.H)
+    w = np.linalg.eigvalsh(p)
+    pd = bool(w[-1] > 0 and w[0] > 1e-10 * w[-1])
+    return SteadyState(
+        cov=frozen(p),
+        gain=frozen(gain),
+        poles=poles,
+        residual=_are_residual(kd, p),
+        method=method,
+        success=True,
+        status="ok" if pd else "not_positive_definite",
+        message=(
+            f"stabilizing solution of the filter ARE (python-control {method}); max Re pole "
+            f"{np.max(poles.real):.6g}" + ("" if pd else f"; P is singular (λ_min = {w[0]:.3g})")
+        ),
+        stats={"seconds": time.perf_counter() - clock},
+    )
+
+
+def kalman_covariance(
+    data: KalmanData,
+    P0: Any,
+    times: Any,
+    *,
+    rtol: float = 1e-12,
+    atol: float = 1e-15,
+) -> FloatArray:
+    """Integrate the Kalman–Bucy Riccati ODE ``dP/dt = FP + PFᵀ + Q − PHᵀR_n⁻¹HP``.
+
+    In filter variables (independently of the Transformer's moment field), with
+    ``scipy.integrate.solve_ivp`` (DOP853) on the upper triangle of P.
+
+    Parameters
+    ----------
+    data
+        :class:`KalmanData`.
+    P0
+        Initial error covariance (symmetric positive semi-definite).
+    times
+        Increasing depths ``≥ 0``; the first may be 0.
+    rtol, atol
+        Integrator tolerances (``atol`` scaled by ``max(‖P0‖_max, 1)``).
+
+    Returns
+    -------
+    ndarray
+        ``(n, d, d)`` covariances at ``times``.
+
+    Raises
+    ------
+    InvalidParametersError, InvalidGaussianError
+        On malformed input.
+    SolverError
+        If the integration fails.
+    """
+    if not isinstance(data, KalmanData):
+        raise InvalidParametersError(f"data: expected KalmanData, got {type(data).__name__}")
+    d = data.dim
+    p0 = as_float_array("P0", P0, ndim=2, shape=(d, d), error=InvalidGaussianError)
+    Gaussian(np.zeros(d), p0, name="P0")  # validates symmetry and semi-definiteness
+    t = as_float_array("times", np.atleast_1d(np.asarray(times, dtype=float)), ndim=1)
+    if t.size == 0 or t[0] < 0 or np.any(np.diff(t) <= 0):
+        raise InvalidParametersError("times: expected increasing depths ≥ 0")
+    f, q, info = data.F, data.Q, data.information
+    iu = np.triu_indices(d)
+
+    def rhs(_: float, y: FloatArray) -> FloatArray:
+        p = vec_to_sym(y, d)
+        fp = f @ p
+        return (fp + fp.T + q - p @ info @ p)[iu]
+
+    y0 = sym_to_vec(sym(p0))
+    scale = max(float(np.max(np.abs(y0))), 1.0)
+    out = np.empty((t.size, d, d))
+    start = 0
+    if t[0] == 0.0:
+        out[0] = sym(p0)
+        start = 1
+    if start < t.size:
+        sol = solve_ivp(
+            rhs,
+            (0.0, float(t[-1])),
+            y0,
+            method="DOP853",
+            t_eval=t[start:],
+            rtol=rtol,
+            atol=atol * scale,
+        )
+        if sol.status != 0 or sol.y.shape[1] != t.size - start:
+            raise SolverError(
+                f"Kalman–Bucy integration failed: {sol.message}", status="integrator_error"
+            )
+        for i in range(sol.y.shape[1]):
+            out[start + i] = vec_to_sym(sol.y[:, i], d)
+    return out
+
+
+@dataclass(frozen=True, eq=False)
+class FilterComparison:
+    """The Kalman–Bucy filter against the Transformer it corresponds to.
+
+    Attributes
+    ----------
+    kalman
+        The filter data (:func:`to_kalman` of the layer).
+    trajectory
+        The Transformer's moment trajectory (:func:`gtcontrol.moments.simulate`).
+    filter_cov
+        ``P(t)`` at ``trajectory.t`` from :func:`kalman_covariance`.
+    max_rel_diff
+        ``max_t ‖P(t) − Σ(t)‖_F / max_t ‖Σ(t)‖_F``.
+    steady_care, steady_lqe
+        :func:`kalman_steady_state` by both python-control routes.
+    equilibrium
+        The Transformer's stable positive-definite equilibrium
+        (:func:`gtcontrol.asymptotics.equilibria`), or ``None`` when there is none.
+    steady_rel_diff
+        ``‖P_care − Σ*‖_F / ‖Σ*‖_F`` (``nan`` without an equilibrium).
+    """
+
+    kalman: KalmanData
+    trajectory: Trajectory
+    filter_cov: FloatArray
+    max_rel_diff: float
+    steady_care: SteadyState
+    steady_lqe: SteadyState
+    equilibrium: FloatArray | None
+    steady_rel_diff: float
+
+
+def compare_filter(
+    layer: Layer, initial: Gaussian, T: float, *, n_points: int = 101
+) -> FilterComparison:
+    """Run the layer's moment ODE and its Kalman–Bucy filter side by side.
+
+    Parameters
+    ----------
+    layer
+        A Riccati-class layer with ``R ⪰ 0`` (optionally noisy).
+    initial
+        ``N(m0, Σ0)``; Σ0 is the filter's initial error covariance ``P0``.
+    T
+        Depth.
+    n_points
+        Recorded depths.
+
+    Returns
+    -------
+    FilterComparison
+
+    Raises
+    ------
+    InvalidParametersError, InvalidGaussianError, SolverError
+        As :func:`to_kalman`, :func:`gtcontrol.moments.simulate`, :func:`kalman_covariance`.
+    """
+    from .asymptotics import equilibria
+
+    kd = to_kalman(layer)
+    traj = simulate(layer, initial, T, n_points=n_points)
+    if traj.status != "completed":
+        raise SolverError(
+            f"the Transformer's covariance blew up at depth {traj.blowup_time:.6g}",
+            status="blowup",
+        )
+    p = kalman_covariance(kd, initial.cov, traj.t)
+    denom = float(np.max(np.linalg.norm(traj.cov, axis=(1, 2))))
+    diff = float(np.max(np.linalg.norm(p - traj.cov, axis=(1, 2)))) / denom
+    care = kalman_steady_state(kd, method="care")
+    lqe = kalman_steady_state(kd, method="lqe")
+    eqs = equilibria(layer)
+    stable = [e for e in eqs if e.stable]
+    eq_cov = np.asarray(stable[0].cov) if stable else None
+    sdiff = (
+        float(np.linalg.norm(care.cov - eq_cov) / np.linalg.norm(eq_cov))
+        if eq_cov is not None
+        else math.nan
+    )
+    return FilterComparison(
+        kalman=kd,
+        trajectory=traj,
+        filter_cov=frozen(p),
+        max_rel_diff=diff,
+        steady_care=care,
+        steady_lqe=lqe,
+        equilibrium=None if eq_cov is None else frozen(eq_cov.copy()),
+        steady_rel_diff=sdiff,
+    )

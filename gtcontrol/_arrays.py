@@ -132,3 +132,15 @@ def numerical_ranks(stack: FloatArray, rtol: float = RANK_RTOL) -> NDArray[np.in
     w = np.linalg.eigvalsh(0.5 * (stack + np.swapaxes(stack, -1, -2)))
     top = np.max(np.abs(w), axis=-1, keepdims=True)
     return np.sum((w > rtol * top) & (top > 0), axis=-1)
+
+
+#: ``V`` counts as ``vI`` when it deviates from it by at most this, relative to ``|v|``.
+SCALAR_RTOL = 1e-12
+
+
+def identity_multiple(m: FloatArray) -> float | None:
+    """``v`` if the square matrix ``m`` is ``vI`` (to ``1e-12 |v|`` entrywise), else ``None``."""
+    d = m.shape[0]
+    v = float(np.trace(m)) / d
+    dev = float(np.max(np.abs(m - v * np.eye(d))))
+    return v if dev <= SCALAR_RTOL * max(abs(v), np.finfo(float).tiny) else None

@@ -78,7 +78,15 @@ from typing import Any
 
 import numpy as np
 
-from ._arrays import FloatArray, as_float_array, as_positive_float, as_positive_int, frozen, sym
+from ._arrays import (
+    FloatArray,
+    as_float_array,
+    as_positive_float,
+    as_positive_int,
+    frozen,
+    identity_multiple,
+    sym,
+)
 from .asymptotics import (
     covariance_jacobian,
     equilibria,
@@ -112,8 +120,6 @@ __all__ = [
 #: Relative inflation of the requested margins inside the NLP, so that the verified rates are
 #: never below the request after IPOPT's tolerance and the final rounding.
 _MARGIN_SLACK = 1e-6
-#: A ``V`` counts as ``vI`` when it deviates from it by at most this, relative to ``|v|``.
-_SCALAR_RTOL = 1e-12
 #: Relative residual of the moment field at the target accepted by the certificate.
 _RESIDUAL_TOL = 1e-9
 #: Eigenvalues of ``Σ*^{1/2} R Σ*^{1/2}`` above ``−_PSD_RTOL ‖R̂‖`` count as non-negative.
@@ -438,14 +444,6 @@ class _Whitening:
         return Layer(ti @ a @ t, b=ti @ b, heads=heads, noise=g, dim=layer.dim)
 
 
-def _scalar_of(v_mat: FloatArray) -> float | None:
-    """``v`` if ``V = vI`` (to ``1e-12 |v|``), else ``None``."""
-    d = v_mat.shape[0]
-    v = float(np.trace(v_mat)) / d
-    dev = float(np.max(np.abs(v_mat - v * np.eye(d))))
-    return v if dev <= _SCALAR_RTOL * max(abs(v), np.finfo(float).tiny) else None
-
-
 def _sym_basis(d: int) -> FloatArray:
     """Columns: ``vec`` (column-major) of an orthonormal basis of Sym(d), Frobenius product."""
     n = d * (d + 1) // 2
@@ -756,7 +754,7 @@ def _perturbable(layer: Layer) -> list[tuple[str, FloatArray, bool]]:
     a, _ = layer.affine_ffn()
     out = [("A", a, False)]
     for i, (v_h, b_h) in enumerate(layer.heads):
-        out.append((f"V{i}", v_h, _scalar_of(v_h) is not None))
+        out.append((f"V{i}", v_h, identity_multiple(v_h) is not None))
         out.append((f"B{i}", b_h, False))
     return out
 
@@ -1640,7 +1638,7 @@ def design_mean_matching(
     else:
         method = "casadi"
         wh = _Whitening.of(tgt.cov)
-        v_scalar = None if fv is None else _scalar_of(fv)
+        v_scalar = None if fv is None else identity_multiple(fv)
         riccati = (fv is None and opts.V_structure == "scalar") or v_scalar is not None
         want_global = riccati if opts.require_global is None else opts.require_global
         prob = _Problem(

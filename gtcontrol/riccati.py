@@ -62,6 +62,7 @@ from ._arrays import (
     as_positive_float,
     as_positive_int,
     frozen,
+    identity_multiple,
     sym,
 )
 from .errors import InvalidGaussianError, InvalidParametersError, SolverError
@@ -82,8 +83,6 @@ __all__ = [
     "solve_bernoulli",
 ]
 
-#: ``V_h`` counts as ``v_h I`` when it deviates from it by at most this, relative to ``|v_h|``.
-_SCALAR_RTOL = 1e-12
 #: Eigenvalues of R below this fraction of ``‖R‖`` are treated as zero in its sign split.
 _SIGN_RTOL = 1e-14
 #: Relative margin kept by every positivity certificate (guards against rounding).
@@ -184,9 +183,8 @@ def riccati_form(layer: Layer) -> RiccatiForm | None:
     r = np.zeros((d, d))
     vs: list[float] = []
     for v_h, b_h in layer.heads:
-        vh = float(np.trace(v_h)) / d
-        dev = float(np.max(np.abs(v_h - vh * np.eye(d))))
-        if dev > _SCALAR_RTOL * max(abs(vh), np.finfo(float).tiny):
+        vh = identity_multiple(v_h)
+        if vh is None:
             return None
         r -= vh * (b_h + b_h.T)
         vs.append(vh)

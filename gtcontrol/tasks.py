@@ -247,6 +247,79 @@ def _run_analyze(design: Design, out: Path) -> dict[str, Any]:
     return {"status": regime.kind, "outputs": outputs, "figures": figures}
 
 
+def _run_steer(design: Design, out: Path) -> dict[str, Any]:
+    from .plots import plot_token_clouds
+    from .plots_steering import plot_parameter_norms, plot_steering_moments
+    from .steering import steer
+    from .tokens import simulate_tokens
+
+    o = design.options
+    assert design.initial is not None and design.target is not None and design.T is not None
+    if design.model is not None:
+        raise DesignFileError(
+            f"{design.source}: task 'steer' computes the layers; remove [layer]/[[schedule]]"
+        )
+    kw: dict[str, Any] = {
+        "terminal": o["terminal"],
+        "max_iter": o["max_iter"],
+        "seed": design.seed,
+    }
+    if o["cov_bound"] > 0:
+        kw["cov_bound"] = o["cov_bound"]
+    res = steer(
+        design.initial,
+        design.target,
+        design.T,
+        layers=design.layers or 10,
+        mode=o["mode"],
+        objective=o["objective"],
+        **kw,
+    )
+    sched = res.controls
+    figures: list[str] = []
+    if res.trajectory is not None:
+        plot_steering_moments(
+            res.trajectory,
+            design.target,
+            out / "moments.png",
+            breakpoints=sched.breakpoints.tolist(),
+            title=design.title,
+        )
+        figures.append("moments.png")
+    plot_parameter_norms(sched, out / "parameter_norms.png", title="parameter norms per layer")
+    figures.append("parameter_norms.png")
+    token_w2 = None
+    if o["tokens"] > 0 and res.trajectory is not None and res.trajectory.status == "completed":
+        x0 = design.initial.sample(o["tokens"], design.seed)
+        snaps = np.linspace(0.0, sched.T, 4)
+        tok = simulate_tokens(sched, x0, snapshot_times=snaps, steps_per_layer=8)
+        token_w2 = tok.final.bures_wasserstein(design.target)
+        if design.initial.dim >= 2:
+            plot_token_clouds(
+                list(tok.snapshots),
+                res.trajectory,
+                out / "token_clouds.png",
+                title=f"{o['tokens']} tokens through the steering layers, predicted 2σ ellipses",
+            )
+            figures.append("token_clouds.png")
+    outputs: dict[str, Any] = {
+        "controls": sched.to_dict(),
+        "success": res.success,
+        "message": res.message,
+        "cost": res.cost,
+        "kinetic_energy": res.kinetic_energy,
+        "parameter_energy": res.parameter_energy,
+        "lower_bound": res.lower_bound,
+        "gap": res.gap,
+        "terminal_error": res.terminal_error,
+        "token_terminal_bures_wasserstein": token_w2,
+        "stats": {k: v for k, v in res.stats.items() if isinstance(v, (int, float, str, bool))},
+    }
+    if res.trajectory is not None:
+        outputs["trajectory"] = trajectory_summary(res.trajectory)
+    return {"status": res.status, "outputs": outputs, "figures": figures}
+
+
 def _run_design(design: Design, out: Path) -> dict[str, Any]:
     from .design import DesignOptions, design_convergence, design_mean_matching
     from .plots_design import plot_design_convergence
@@ -459,6 +532,19 @@ TASKS: dict[str, TaskSpec] = {
             "n_points": Option(int, 401, _positive, "recorded depths for the figures"),
         },
         summary="regime of a fixed layer: equilibria, stability, exact blow-up",
+    ),
+    "steer": TaskSpec(
+        run=_run_steer,
+        needs=("initial", "target", "T"),
+        options={
+            "mode": Option(str, "full", None, "'full', 'ffn' (V = 0) or 'attention' (A = b = 0)"),
+            "objective": Option(str, "kinetic", None, "'kinetic' or 'parameter'"),
+            "terminal": Option(str, "exact", None, "'exact', 'bw' or 'kl' (penalty)"),
+            "cov_bound": Option(float, 0.0, _nonneg, "bound on ‖Σ(t)‖ (0: none)"),
+            "max_iter": Option(int, 500, _positive, "IPOPT iterations"),
+            "tokens": Option(int, 2000, _nonneg, "tokens run through the result (0: none)"),
+        },
+        summary="optimal L-layer steering between Gaussians (CasADi/IPOPT), verified",
     ),
     "design": TaskSpec(
         run=_run_design,

@@ -290,3 +290,42 @@ def test_cli_filter_matches_python_control(tmp_path: Path) -> None:
     )
     np.testing.assert_allclose(out["steady_care"]["cov"], p, rtol=1e-9)
     np.testing.assert_allclose(out["equilibrium"], p, rtol=1e-8)
+
+
+def test_cli_steer_small_problem_and_rank_refusal(tmp_path: Path) -> None:
+    text = (ROOT / "designs" / "steer.toml").read_text()
+    design = tmp_path / "s.toml"
+    design.write_text(
+        text.replace("layers = 10", "layers = 5").replace("tokens = 2000", "tokens = 200")
+    )
+    assert main(["run", str(design), "-o", str(tmp_path / "s")]) == 0
+    res = json.loads((tmp_path / "s" / "result.json").read_text())
+    out = res["outputs"]
+    assert out["success"] and out["terminal_error"] < 1e-6
+    assert out["kinetic_energy"] >= out["lower_bound"] * (1 - 1e-9)
+    assert out["gap"] < 1e-2 and len(out["controls"]["layers"]) == 5
+    # the controls in result.json, rebuilt as a schedule, reach the target
+    from gtcontrol import Layer, Schedule, simulate
+
+    lays = [Layer(e["A"], e["B"], e["V"], e["b"]) for e in out["controls"]["layers"]]
+    d = load_design(design)
+    final = simulate(Schedule(lays, out["controls"]["T"]), d.initial).final
+    assert final.bures_wasserstein(d.target) < 1e-6
+    # a rank change is refused: one line that says rank, exit 2, nothing written
+    bad = tmp_path / "rank.toml"
+    bad.write_text(
+        text.replace(
+            "cov = [[0.5, 0.2, 0.0], [0.2, 1.5, 0.3], [0.0, 0.3, 0.8]]",
+            "cov = [[1.0, 1.0, 0.0], [1.0, 1.0, 0.0], [0.0, 0.0, 0.5]]",
+        )
+    )
+    assert load_design(bad).target.rank == 2
+    proc = subprocess.run(
+        [sys.executable, "-m", "gtcontrol", "run", str(bad), "-o", str(tmp_path / "r")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 2 and "rank" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "r").exists()

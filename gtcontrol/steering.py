@@ -30,7 +30,7 @@ import math
 import time
 import warnings
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -1485,20 +1485,7 @@ def _finish(result: SteeringResult, clock: float, notes: list[str]) -> SteeringR
         message += " [starts tried: " + "; ".join(notes) + "]"
     elif notes:
         message += " [after failed starts: " + "; ".join(notes) + "]"
-    return SteeringResult(
-        controls=result.controls,
-        success=result.success,
-        status=result.status,
-        message=message,
-        cost=result.cost,
-        kinetic_energy=result.kinetic_energy,
-        parameter_energy=result.parameter_energy,
-        lower_bound=result.lower_bound,
-        gap=result.gap,
-        terminal_error=result.terminal_error,
-        trajectory=result.trajectory,
-        stats=MappingProxyType(stats),
-    )
+    return replace(result, message=message, stats=MappingProxyType(stats))
 
 
 def _result(

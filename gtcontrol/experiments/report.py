@@ -17,6 +17,7 @@ Reference: Alcalde, Ji, Zuazua, arXiv:2606.07600 (2026).
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import math
 import time
@@ -520,19 +521,8 @@ def reproduce(
         inputs={"n_tokens": n_tokens, "seed": seed, "quick": quick},
         options={"n_tokens": n_tokens, "quick": quick},
     )
-    res = holder[0]
     files = tuple(sorted(p.name for p in Path(out).iterdir()))
-    return ReproduceResult(
-        outdir=Path(out),
-        files=files,
-        gaussianity=res.gaussianity,
-        surrogate=res.surrogate,
-        regimes=res.regimes,
-        feedforward=res.feedforward,
-        tables=res.tables,
-        figures=res.figures,
-        stats=res.stats,
-    )
+    return dataclasses.replace(holder[0], outdir=Path(out), files=files)
 
 
 def experiment_outputs(res: ReproduceResult) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """Benchmarks of the Riccati/Bernoulli tools (issue 3). Plain script: ``python bench_riccati.py``.
 
 1. Exact blow-up time (certified march on G(t) = I + Fᵀ W(t) F) vs integrating the moment ODE to
-   the blow-up event (DOP853, rtol 1e-11): time and error against the closed forms of DESIGN.md §3.
+   the blow-up event (DOP853, rtol 1e-11): time and error against the closed forms (theory §2–3).
 2. Bernoulli equilibrium at d = 200 (``equilibria``: SB03MD solve, Cholesky inverse, residual,
    closed-form spectrum) vs a bare ``control.lyap`` call of the same size (target ≤ 2×, residual
    ≤ 1e-10); the SB02MD cross-check is timed separately.

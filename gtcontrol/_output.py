@@ -1,4 +1,4 @@
-"""Atomic output directories and JSON encoding of results (DESIGN.md §8)."""
+"""Atomic output directories and JSON encoding of results (docs/designs.md)."""
 
 from __future__ import annotations
 
@@ -108,7 +108,7 @@ def write_run(
     ``run`` writes its figures into the temporary directory and returns ``{"status", "outputs",
     "figures"}``. ``result.json`` then holds ``gtcontrol_version``, ``task``, ``title``,
     ``design`` (the source), ``inputs``, ``options``, ``status``, ``outputs``, ``figures`` and
-    ``seconds`` (DESIGN.md §8). Nothing replaces ``outdir`` unless all of it succeeded.
+    ``seconds`` (docs/designs.md). Nothing replaces ``outdir`` unless all of it succeeded.
     """
     import time
 

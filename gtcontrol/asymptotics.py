@@ -1,7 +1,7 @@
 """Equilibria, stability and asymptotic regimes of a fixed layer acting on a Gaussian.
 
 A time-invariant layer moves the covariance by ``dΣ/dt = F(Σ) = MΣ + ΣMᵀ``,
-``M = A + Σ_h V_h Σ B_h`` (DESIGN.md §2; F is computed by :func:`gtcontrol.moments.moment_field`).
+``M = A + Σ_h V_h Σ B_h`` (theory.md §2; F is computed by :func:`gtcontrol.moments.moment_field`).
 This module answers what the layer does to ``N(m0, Σ0)`` in the long run:
 
 * :func:`equilibria` — positive-definite solutions of ``F(Σ) = 0``. In the Riccati class
@@ -177,7 +177,7 @@ def covariance_jacobian(layer: Layer, cov: Any) -> FloatArray:
     """The Fréchet derivative ``DF(Σ)`` on symmetric matrices, as a dense matrix.
 
     ``DF(Σ)[H] = M H + H Mᵀ + Σ_h (V_h H B_h Σ + Σ B_hᵀ H V_hᵀ)``, ``M = A + Σ_h V_h Σ B_h``
-    (DESIGN.md §4), in the coordinates of ``gtcontrol._arrays.sym_to_vec`` (upper triangle,
+    (docs/theory.md §3–5), in the coordinates of ``gtcontrol._arrays.sym_to_vec`` (upper triangle,
     row-major; each off-diagonal pair ``H_ij = H_ji`` is one coordinate). Its eigenvalues are
     the linearization spectrum of the covariance dynamics at Σ. Size ``d(d+1)/2``.
 
@@ -364,7 +364,7 @@ def newton_equilibrium(
 ) -> NewtonResult:
     """Newton–Kantorovich for ``F(Σ) = 0`` from ``start``, optionally deflating known roots.
 
-    Each step solves the generalized Sylvester equation ``DF(Σ_k)[H] = −F(Σ_k)`` (DESIGN.md §4)
+    Each step solves the generalized Sylvester equation ``DF(Σ_k)[H] = −F(Σ_k)`` (theory.md §3–5)
     and sets ``Σ_{k+1} = Σ_k + τ H``, where ``τ = 1 / (1 − ⟨∇ log m, H⟩)`` is the exact Newton
     step of the deflated system ``m(Σ) F(Σ) = 0`` (``τ = 1`` without deflation), so converged
     iterates keep Newton's quadratic rate.
@@ -581,7 +581,7 @@ def mean_matrix(layer: Layer, cov: Any) -> FloatArray:
     """``K = A + Σ_h V_h (I + Σ B_h)``: with Σ held fixed the mean obeys ``dm/dt = K m + b``.
 
     Formed as ``M + Σ_h V_h`` with M from :func:`gtcontrol.moments.affine_velocity`
-    (DESIGN.md §4). If K is Hurwitz at a limit covariance, ``m(t) → −K⁻¹ b``.
+    (docs/theory.md §3–5). If K is Hurwitz at a limit covariance, ``m(t) → −K⁻¹ b``.
 
     Raises
     ------
@@ -1565,7 +1565,7 @@ def mean_dynamics_ss(layer: Layer, equilibrium: Equilibrium | Regime | Any) -> A
     """The mean dynamics near an equilibrium as a :class:`control.StateSpace`.
 
     With Σ held at Σ*, the mean obeys ``dm/dt = K m + b``, ``K = A + Σ_h V_h (I + Σ* B_h)``
-    (DESIGN.md §4). The returned system has state m, input b (d inputs) and output m:
+    (docs/theory.md §3–5). The returned system has state m, input b (d inputs) and output m:
     ``ss(K, I, I, 0)``. Poles are the eigenvalues of K; if K is Hurwitz the DC gain ``−K⁻¹``
     maps a constant bias b to the limit mean ``m* = −K⁻¹ b``.
 

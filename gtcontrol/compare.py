@@ -2,7 +2,7 @@
 
 Tokens are drawn from ``N(m0, Σ0)`` and moved by real softmax attention; the moment ODE moves
 ``N(m0, Σ0)`` itself. In the mean-field limit the empirical law stays Gaussian with exactly the
-predicted moments (DESIGN.md §2), so every discrepancy at finite N is sampling error and should
+predicted moments (docs/theory.md §2), so every discrepancy at finite N is sampling error and should
 fall like ``N^(-1/2)``. :func:`compare_tokens` measures it for several N and fits the slope.
 
 Reference: Alcalde, Ji, Zuazua, arXiv:2606.07600 (2026), §2.

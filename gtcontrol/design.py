@@ -1,8 +1,8 @@
 """Design of stable, time-invariant attention layers for asymptotic mean matching.
 
 Given a target ``N(m*, Σ*)`` (Σ* ≻ 0), find one layer ``(A, B, V, b)`` whose moment dynamics
-(DESIGN.md §2) converge to it from every Gaussian start, at a prescribed exponential rate, with
-a certificate (DESIGN.md §4).
+(docs/theory.md §2) converge to it from every Gaussian start, at a prescribed exponential rate, with
+a certificate (docs/theory.md §3–5).
 
 Constructive design (Riccati class, single head ``V = vI``). Choose ``A = aI + S Σ*⁻¹`` with
 ``a > 0`` and ``S`` skew, and ``v < 0``. Then ``R := AᵀΩ* + Ω*A = 2a Ω*`` (``Ω* = Σ*⁻¹``) is
@@ -590,7 +590,7 @@ def design_certificate(
 
     References
     ----------
-    Alcalde, Ji, Zuazua, arXiv:2606.07600 (2026), §4; DESIGN.md §4.
+    Alcalde, Ji, Zuazua, arXiv:2606.07600 (2026), §4; docs/theory.md §3–5.
     """
     if not isinstance(layer, Layer):
         raise InvalidParametersError(f"layer: expected a Layer, got {type(layer).__name__}")
@@ -1006,7 +1006,7 @@ def _precheck(p: _Problem) -> None:
         if v is not None and v >= 0:
             raise _unreachable(
                 f"mean rate: fixed V = vI with v = {v:.6g} ≥ 0; at the equilibrium the mean "
-                "matrix K has every eigenvalue with real part v (DESIGN.md §4), so the mean "
+                "matrix K has every eigenvalue with real part v (docs/theory.md §3–5), so the mean "
                 "cannot converge"
             )
         if v is not None and -v < p.r_m * (1 - tol):
@@ -1252,7 +1252,7 @@ class _NLP:
         else:
             v_h = ca.reshape(var("V", d * d), d, d) if p.v_fixed is None else ca.DM(p.v_fixed)
         groups: list[tuple[str, Any, float, float]] = []
-        # Equilibrium F(Σ*) = 0 ⇔ sym(Â + V̂B̂) = 0 (the moment field of DESIGN.md §2, whitened;
+        # Equilibrium F(Σ*) = 0 ⇔ sym(Â + V̂B̂) = 0 (the moment field of theory.md §2, whitened;
         # checked against gtcontrol.moments.moment_field after the solve).
         m_h = a_h + v_h @ b_h
         groups.append(("equilibrium", upper(0.5 * (m_h + m_h.T), d), 0.0, 0.0))
@@ -1542,7 +1542,7 @@ def design_mean_matching(
     """Design a time-invariant single-head layer that carries every Gaussian to a target.
 
     The layer has ``N(m*, Σ*)`` as an exponentially stable equilibrium of the moment dynamics
-    (DESIGN.md §2), with mean rate ``≥ rate`` and covariance rate ``≥ cov_rate``: for
+    (docs/theory.md §2), with mean rate ``≥ rate`` and covariance rate ``≥ cov_rate``: for
     Riccati-class designs (``V = vI``, the default) globally — every ``N(m0, Σ0)`` with
     ``Σ0 ≻ 0`` converges, and ``Σ(t)⁻¹ − Σ*⁻¹ = e^{−Aᵀt}(Σ0⁻¹ − Σ*⁻¹)e^{−At}``.
 
@@ -1605,7 +1605,7 @@ def design_mean_matching(
 
     References
     ----------
-    Alcalde, Ji, Zuazua, arXiv:2606.07600 (2026), §4; DESIGN.md §4.
+    Alcalde, Ji, Zuazua, arXiv:2606.07600 (2026), §4; docs/theory.md §3–5.
     """
     clock = time.perf_counter()
     opts = options if options is not None else DesignOptions()

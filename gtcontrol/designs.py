@@ -1,4 +1,4 @@
-"""Design files: a strict TOML schema for gtcontrol runs (DESIGN.md §8, docs/designs.md).
+"""Design files: a strict TOML schema for gtcontrol runs (docs/designs.md, docs/designs.md).
 
 A design names a ``task`` and gives the inputs it needs::
 

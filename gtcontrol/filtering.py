@@ -1,4 +1,4 @@
-"""Transformers and Kalman–Bucy filtering: the covariance correspondence of DESIGN.md §6.
+"""Transformers and Kalman–Bucy filtering: the covariance correspondence of docs/theory.md §6.
 
 A Riccati-class layer (every head ``V_h = v_h I``) moves the covariance of a Gaussian by
 
@@ -12,7 +12,7 @@ and the error covariance of the Kalman–Bucy filter for ``dx = Fx dt + dw`` (``
 They coincide with ``F = A``, ``Hᵀ R_n⁻¹ H = R`` (so R must be positive semi-definite) and
 ``Q = G Gᵀ``: Brownian forcing ``dx = v(x) dt + G dW`` of every token keeps Gaussians Gaussian and
 adds ``GGᵀ`` (the noisy-token extension, ``Layer(noise=G)``). Without noise ``Q = 0``: the
-noiseless Bernoulli equation of DESIGN.md §4. The steady state is the filter algebraic Riccati
+noiseless Bernoulli equation of theory.md §3–5. The steady state is the filter algebraic Riccati
 equation ``FP + PFᵀ + Q − PHᵀR_n⁻¹HP = 0``, solved by python-control as
 ``control.care(Fᵀ, Hᵀ, Q, R_n)`` or ``control.lqe(F, I, H, Q, R_n)``; its stabilizing solution
 is the Transformer's stable equilibrium.
@@ -179,7 +179,7 @@ def to_kalman(layer: Layer, *, rtol: float = 1e-10) -> KalmanData:
 
     References
     ----------
-    Alcalde, Ji, Zuazua, arXiv:2606.07600 (2026), §6; DESIGN.md §6.
+    Alcalde, Ji, Zuazua, arXiv:2606.07600 (2026), §6; docs/theory.md §6.
     """
     if not isinstance(layer, Layer):
         raise InvalidParametersError(f"layer: expected a Layer, got {type(layer).__name__}")

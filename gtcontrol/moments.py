@@ -5,7 +5,7 @@ attention is the affine map ``Attn_h(x) = m + Σ B_h x`` and the velocity is ``v
 
     M = A + Σ_h V_h Σ B_h,        c = b + Σ_h V_h m.
 
-An affine field keeps Gaussians Gaussian, with the moment ODE (DESIGN.md §2)
+An affine field keeps Gaussians Gaussian, with the moment ODE (docs/theory.md §2)
 
     dm/dt = M m + c,        dΣ/dt = M Σ + Σ Mᵀ,
 
@@ -61,7 +61,7 @@ def affine_velocity(
 ) -> tuple[FloatArray, FloatArray]:
     """The affine velocity ``v(x) = M x + c`` that ``layer`` induces on ``N(mean, cov)``.
 
-    ``M = A + Σ_h V_h Σ B_h`` and ``c = b + Σ_h V_h m`` (DESIGN.md §2); ``A, b`` include an
+    ``M = A + Σ_h V_h Σ B_h`` and ``c = b + Σ_h V_h m`` (docs/theory.md §2); ``A, b`` include an
     identity-activation feed-forward. One head costs two ``d×d`` products.
 
     Raises
@@ -83,7 +83,7 @@ def moment_field(layer: Layer, mean: FloatArray, cov: FloatArray) -> tuple[Float
 
     The covariance derivative is formed as ``P + Pᵀ`` with ``P = M Σ``, so it is exactly symmetric
     and costs one more ``d×d`` product (three in all for one head). A layer with Brownian forcing
-    ``G`` (``layer.noise``) adds ``G Gᵀ`` (DESIGN.md §6).
+    ``G`` (``layer.noise``) adds ``G Gᵀ`` (docs/theory.md §6).
     """
     m_mat, c = affine_velocity(layer, mean, cov)
     p = m_mat @ cov
@@ -219,7 +219,7 @@ def simulate(
     blowup_factor: float = IntegratorOptions.blowup_factor,
     max_step: float = IntegratorOptions.max_step,
 ) -> Trajectory:
-    """Integrate the moment ODE ``dm/dt = M m + c``, ``dΣ/dt = M Σ + Σ Mᵀ`` (DESIGN.md §2).
+    """Integrate the moment ODE ``dm/dt = M m + c``, ``dΣ/dt = M Σ + Σ Mᵀ`` (docs/theory.md §2).
 
     The state is the mean and the upper triangle of Σ (each entry stored once). The integrator
     restarts exactly at every layer switch of a schedule, so the piecewise-constant parameters
@@ -394,7 +394,7 @@ def simulate_discrete(
     *,
     steps_per_layer: int = 1,
 ) -> Trajectory:
-    """Exact moments of a discrete residual stack ``x ← x + h v(x)`` (DESIGN.md §2).
+    """Exact moments of a discrete residual stack ``x ← x + h v(x)`` (docs/theory.md §2).
 
     Each step maps ``m⁺ = m + h (M m + c)`` and ``Σ⁺ = (I + hM) Σ (I + hM)ᵀ``, exactly what the
     step does to a Gaussian (and to the first two moments of any law for affine fields). A layer

@@ -1,6 +1,6 @@
 """Layer parameters and piecewise-constant schedules.
 
-A layer is the time-invariant velocity field (DESIGN.md §1)
+A layer is the time-invariant velocity field (docs/theory.md §1)
 
     v(x; μ) = A x + b + Σ_h V_h Attn_h(x; μ) [+ W σ(U x + c)]
 
@@ -96,7 +96,7 @@ class Layer:
         Optional non-affine token-level feed-forward term (see :class:`FeedForward`).
     noise
         Optional ``(d, k)`` matrix ``G`` (usually ``k = d``): every token is also driven by
-        independent Brownian forcing, ``dx = v(x) dt + G dW`` (DESIGN.md §6). Gaussians stay
+        independent Brownian forcing, ``dx = v(x) dt + G dW`` (docs/theory.md §6). Gaussians stay
         Gaussian and the covariance gains ``G Gᵀ``: ``dΣ/dt = MΣ + ΣMᵀ + G Gᵀ``.
     dim
         Dimension, needed only when no matrix is given.

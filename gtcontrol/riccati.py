@@ -1,6 +1,6 @@
 """The Riccati/Bernoulli connection: exact covariance flows, blow-up times and equilibria.
 
-When every attention head has ``V_h = v_h I`` the covariance equation of DESIGN.md §2 becomes the
+When every attention head has ``V_h = v_h I`` the covariance equation of theory.md §2 becomes the
 matrix Bernoulli (zero-constant Riccati) equation
 
     dΣ/dt = A Σ + Σ Aᵀ − Σ R Σ,        R = −Σ_h v_h (B_h + B_hᵀ)        (symmetric)
@@ -109,7 +109,7 @@ class RiccatiForm:
         The scalars ``v_h``, one per head.
     Q
         ``G Gᵀ`` for a layer with Brownian forcing ``G`` (zero otherwise): the equation is then
-        the full Riccati equation ``dΣ/dt = AΣ + ΣAᵀ − ΣRΣ + Q`` (Kalman–Bucy, DESIGN.md §6).
+        the full Riccati equation ``dΣ/dt = AΣ + ΣAᵀ − ΣRΣ + Q`` (Kalman–Bucy, docs/theory.md §6).
     """
 
     A: FloatArray
@@ -174,7 +174,7 @@ def riccati_form(layer: Layer) -> RiccatiForm | None:
 
     References
     ----------
-    Alcalde, Ji, Zuazua, arXiv:2606.07600 (2026), §4; DESIGN.md §4.
+    Alcalde, Ji, Zuazua, arXiv:2606.07600 (2026), §4; docs/theory.md §3–5.
     """
     if not isinstance(layer, Layer):
         raise InvalidParametersError(f"layer: expected a Layer, got {type(layer).__name__}")
@@ -587,7 +587,7 @@ def blowup_analysis(
     Riccati class (every ``V_h = v_h I``): the blow-up time is the first root of
     ``λ_min G(t)``, ``G(t) = I + Fᵀ W(t) F`` (module docstring), located to ``rtol`` relative
     inside a bracket whose left part is proved root-free. Special cases with closed forms
-    (DESIGN.md §3): scalar ``T* = ln(1 + a/(cσ0))/(2a)``; ``A = 0``, ``R ≺ 0``:
+    (docs/theory.md §2–3): scalar ``T* = ln(1 + a/(cσ0))/(2a)``; ``A = 0``, ``R ≺ 0``:
     ``T* = 1/λ_max(Σ0^{1/2}(−R)Σ0^{1/2})``. Blow-up is certain (and searched without horizon)
     when ``−A`` is Hurwitz, Σ0 ≻ 0 and the Lyapunov solution of ``AᵀΩ + ΩA = R`` is indefinite,
     or when A is Hurwitz and ``I + Fᵀ W(∞) F`` is indefinite.
@@ -1004,7 +1004,7 @@ def solve_bernoulli(form: RiccatiForm, *, method: str = "lyapunov") -> Bernoulli
 
     References
     ----------
-    Alcalde, Ji, Zuazua, arXiv:2606.07600 (2026), §4; DESIGN.md §4.
+    Alcalde, Ji, Zuazua, arXiv:2606.07600 (2026), §4; docs/theory.md §3–5.
     """
     if not isinstance(form, RiccatiForm):
         raise InvalidParametersError(f"form: expected a RiccatiForm, got {type(form).__name__}")

@@ -1,6 +1,6 @@
 """Finite-time steering of Gaussians by Transformers: reachability, closed forms, optimal controls.
 
-With time-varying parameters the moment dynamics (DESIGN.md §2)
+With time-varying parameters the moment dynamics (docs/theory.md §2)
 
     dm/dt = M m + c,   dΣ/dt = M Σ + Σ Mᵀ,   M = A + Σ_h V_h Σ B_h,   c = b + Σ_h V_h m,
 
@@ -17,7 +17,7 @@ moves ``N(m0, Σ0)`` to any ``N(m1, Σ1)`` with ``rank Σ1 = rank Σ0`` in any t
 * :func:`exact_layer_steering`: an exact steering by ``L`` constant layers in every mode.
 * :func:`steer`: optimal piecewise-constant parameters (IPOPT through CasADi, see
   :mod:`gtcontrol._ocp`), re-simulated and verified.
-* :func:`kinetic_energy` and :func:`schedule_to_dict` (the JSON form of DESIGN.md §8).
+* :func:`kinetic_energy` and :func:`schedule_to_dict` (the JSON form of docs/designs.md).
 
 Reference: Alcalde, Ji, Zuazua, *Reachability and asymptotics of Gaussian Transformer dynamics*,
 arXiv:2606.07600 (2026), §5.
@@ -120,7 +120,7 @@ def _unreachable_reason(initial: Gaussian, target: Gaussian, mode: str) -> str |
         return (
             f"target covariance has rank {r1} but the initial covariance has rank {r0}: "
             "every Transformer flow keeps the rank (Σ(t) = Φ(t) Σ0 Φ(t)ᵀ with Φ(t) invertible, "
-            "DESIGN.md §2), so a rank change is unreachable in any mode and any time"
+            "docs/theory.md §2), so a rank change is unreachable in any mode and any time"
         )
     if mode != "attention":
         return None
@@ -331,7 +331,7 @@ def ot_steering(initial: Gaussian, target: Gaussian, T: float = 1.0) -> OTSteeri
         A(t) = (C − I) G(s)⁻¹ / T,   b(t) = (m1 − m0)/T − A(t) m(s),   s = t/T,
 
     ``C = Σ0^{-1/2}(Σ0^{1/2} Σ1 Σ0^{1/2})^{1/2} Σ0^{-1/2}``, ``G(s) = (1 − s) I + s C``,
-    ``m(s) = (1 − s) m0 + s m1`` (DESIGN.md §5). For a singular Σ0 (same rank as Σ1) ``C`` is
+    ``m(s) = (1 − s) m0 + s m1`` (docs/steering.md). For a singular Σ0 (same rank as Σ1) ``C`` is
     replaced by the Procrustes transport map and ``G(s)⁻¹`` by a pseudo-inverse on the support
     (see :class:`OTSteering`).
 
@@ -385,7 +385,7 @@ def kinetic_energy(
 ) -> float:
     """Kinetic energy ``∫₀ᵀ E|v|² dt`` of a control started at ``initial``.
 
-    For ``N(m, Σ)`` under ``v(x) = M x + c``, ``E|v|² = tr(M Σ Mᵀ) + |M m + c|²`` (DESIGN.md §5).
+    For ``N(m, Σ)`` under ``v(x) = M x + c``, ``E|v|² = tr(M Σ Mᵀ) + |M m + c|²`` (steering.md).
     The moments come from :func:`gtcontrol.moments.simulate` (adaptive, ``rtol = 1e-11``) recorded
     on about ``n_points`` depths; the integral is Simpson's rule on every segment between
     breakpoints (the integrand is smooth there), accurate to about ``1e-10`` relative with the
@@ -537,7 +537,7 @@ def _min_norm_split(
 def realize(M: Any, c: Any, state: Gaussian, mode: str = "full") -> Layer:
     """Layer parameters in ``mode`` whose affine field at ``state = N(m, Σ)`` is ``x ↦ M x + c``.
 
-    A layer acts on ``N(m, Σ)`` through ``M = A + V Σ B`` and ``c = b + V m`` (DESIGN.md §2):
+    A layer acts on ``N(m, Σ)`` through ``M = A + V Σ B`` and ``c = b + V m`` (docs/theory.md §2):
 
     * ``"ffn"``: ``A = M``, ``b = c``, ``V = B = 0``.
     * ``"attention"`` (``A = 0``, ``b = 0``): ``V = (|c|/|m|) R`` with ``R`` the rotation taking
@@ -785,7 +785,7 @@ def exact_layer_steering(
     ``M_k = log(C_k)/h``, ``h = T/L``, with ``C_k`` the transport map from node k to node k+1
     (symmetric positive definite for Σ0 ≻ 0, so the logarithm is real), hence ``e^{M_k h} = C_k``
     and ``Σ_{k+1} = C_k Σ_k C_kᵀ``; the constant shift ``c_k`` solves
-    ``m_{k+1} = e^{M_k h} m_k + (∫₀ʰ e^{M_k s} ds) c_k`` (DESIGN.md §5). The kinetic energy tends
+    ``m_{k+1} = e^{M_k h} m_k + (∫₀ʰ e^{M_k s} ds) c_k`` (steering.md). The kinetic energy tends
     to ``W2²/T`` as ``L`` grows. Degenerate end points whose supports are not in general position
     go through an intermediate Gaussian (:func:`ot_steering` refuses them), with ``⌊L/2⌋`` layers
     per leg (``L ≥ 2``).
@@ -1222,7 +1222,7 @@ def steer(
     """Optimal ``L``-layer steering of ``initial`` to ``target`` in depth ``T``, verified.
 
     Parameters are constant on each layer ``[kh, (k+1)h)``, ``h = T/L``; the moment dynamics
-    ``dm/dt = M m + c``, ``dΣ/dt = M Σ + Σ Mᵀ`` (``M = A + V Σ B``, ``c = b + V m``, DESIGN.md §2)
+    ``dm/dt = M m + c``, ``dΣ/dt = M Σ + Σ Mᵀ`` (``M = A + V Σ B``, ``c = b + V m``, theory.md §2)
     are transcribed for IPOPT through CasADi by Gauss–Legendre collocation (degree 3 per interval,
     one interval per layer by default; states ``(m, vech Σ)`` with each entry of Σ stored once;
     the layer function ``map``-ped over the layers; exact first and second derivatives). The
@@ -1567,7 +1567,7 @@ def _result(
 
 # ============================================================================ JSON form
 def schedule_to_dict(schedule: Schedule) -> dict[str, Any]:
-    """The JSON-ready form of a schedule (DESIGN.md §8).
+    """The JSON-ready form of a schedule (docs/designs.md).
 
     ``{"T": T, "layers": [{"A": [[...]], "B": [[...]], "V": [[...]], "b": [...],
     "duration": h}, ...]}``. A layer without heads has ``V = B = 0``; a multi-head layer has

@@ -1,4 +1,4 @@
-"""The tasks a design file can run (DESIGN.md §8) and their options.
+"""The tasks a design file can run (docs/designs.md) and their options.
 
 Each task reads a validated :class:`~gtcontrol.designs.Design`, writes its figures into the
 (temporary) output directory and returns the outputs that go into ``result.json``.

@@ -1,6 +1,6 @@
 """Token-level simulation of the continuous-depth Transformer: the ground truth of the moment model.
 
-``N`` tokens ``x_i ∈ R^d`` with empirical measure ``μ = (1/N) Σ_j δ_{x_j}`` move by (DESIGN.md §1)
+``N`` tokens ``x_i ∈ R^d`` with empirical measure ``μ = (1/N) Σ_j δ_{x_j}`` move by (theory.md §1)
 
     dx_i/dt = A x_i + b [+ W σ(U x_i + c)] + Σ_h V_h Attn_h(x_i; μ),
     Attn_h(x; μ) = Σ_j x_j e^{x_jᵀ B_h x} / Σ_j e^{x_jᵀ B_h x},
@@ -344,7 +344,7 @@ def token_velocity(layer: Layer, tokens: Any, *, block_size: int | None = None) 
 
     ``v(x_i) = A x_i + b + W σ(U x_i + c) + Σ_h V_h Attn_h(x_i; μ)`` with
     ``Attn_h(x; μ) = Σ_j x_j e^{x_jᵀ B_h x} / Σ_j e^{x_jᵀ B_h x}`` over the empirical measure
-    ``μ`` of ``tokens`` (DESIGN.md §1; Alcalde, Ji, Zuazua, arXiv:2606.07600 (2026)). Softmax is
+    ``μ`` of ``tokens`` (theory.md §1; Alcalde, Ji, Zuazua, arXiv:2606.07600 (2026)). Softmax is
     evaluated by blocks of queries with the log-sum-exp shift, so it is finite for any finite
     logits; ``O(N² d)`` work per head, ``O(N d + block_size · N)`` memory.
 
@@ -634,8 +634,8 @@ def simulate_tokens(
 
     Each token follows ``dx/dt = A x + b [+ W σ(U x + c)] + Σ_h V_h Attn_h(x; μ_t)`` with ``μ_t``
     the empirical measure of the tokens and ``Attn_h(x; μ) = Σ_j x_j e^{x_jᵀB_h x} / Σ_j
-    e^{x_jᵀB_h x}`` (DESIGN.md §1). With ``noise = G`` and ``method="euler"`` it is the noisy
-    model ``dx = v(x) dt + G dW`` (independent Brownian motions per token, DESIGN.md §6), whose
+    e^{x_jᵀB_h x}`` (docs/theory.md §1). With ``noise = G`` and ``method="euler"`` it is the noisy
+    model ``dx = v(x) dt + G dW`` (independent Brownian motions per token, docs/theory.md §6), whose
     Gaussian counterpart is ``dΣ/dt = MΣ + ΣMᵀ + GGᵀ``. Fixed-step methods step exactly onto
     every breakpoint of a piecewise-constant model.
 

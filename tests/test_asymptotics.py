@@ -1,6 +1,6 @@
 """Tests of gtcontrol.asymptotics: equilibria (slycot and Newton), regimes, interop, figure data.
 
-Expected values come from closed forms (DESIGN.md §3–§4), constructions with a known equilibrium,
+Expected values come from closed forms (theory.md §2–4), constructions with a known equilibrium,
 finite differences of the moment field, and the independent integrator gtcontrol.moments.simulate.
 """
 
@@ -89,7 +89,7 @@ def test_covariance_jacobian_matches_finite_differences():
 
 
 def test_scalar_equilibrium_and_its_stability():
-    # σ* = −a/c; DF(σ*) = 2a + 4cσ* = −2a: stable iff a > 0 (DESIGN.md §3).
+    # σ* = −a/c; DF(σ*) = 2a + 4cσ* = −2a: stable iff a > 0 (docs/theory.md §2–3).
     for a, v, b in ((1.0, -1.0, 2.0), (-1.0, 1.0, 2.0)):
         c = v * b
         res = equilibria(Layer(A=[[a]], B=[[b]], v=v))
@@ -241,7 +241,7 @@ def _table() -> list[Case]:
         arg = 1 + a / (c * s0)
         return math.log(arg) / (2 * a)
 
-    # d = 1, σ' = 2aσ + 2cσ² with c = vB (DESIGN.md §3)
+    # d = 1, σ' = 2aσ + 2cσ² with c = vB (docs/theory.md §2–3)
     cases.append(
         Case(
             "d1-stable-sigma*",
@@ -328,7 +328,7 @@ def _table() -> list[Case]:
             limit=np.zeros((2, 2)),
         )
     )
-    # d = 3: the DESIGN.md §4 recipe, A = aI + SΣ*⁻¹, R = 2aΩ*, B = R/(−2v): converges to Σ*
+    # d = 3: the docs/theory.md §3–5 recipe, A = aI + SΣ*⁻¹, R = 2aΩ*, B = R/(−2v): converges to Σ*
     d = 3
     q, _ = np.linalg.qr(rng.standard_normal((d, d)))
     sig = (q * np.array([0.5, 1.0, 2.0])) @ q.T
@@ -487,7 +487,7 @@ def test_regime_table(case: Case):
         ratio_end = lam_end[rank - 1] / lam_end[0] if lam_end[0] > 0 else 0
         assert lam_end[0] < 1e-3 * lam0[0] or ratio_end < 1e-3 * max(ratio_mid, 1e-300)
         if case.id == "d4-A0-opposite-sign":
-            # Exact algebraic collapse Σ(t) = (Ω0 + tR)⁻¹ (DESIGN.md §3 with A = 0).
+            # Exact algebraic collapse Σ(t) = (Ω0 + tR)⁻¹ (docs/theory.md §2–3 with A = 0).
             r = riccati_form(case.layer).R
             exact = np.linalg.inv(np.linalg.inv(case.cov0) + case.t_confirm * r)
             assert np.linalg.norm(traj.cov[-1] - exact) <= 1e-8 * np.linalg.norm(exact)
@@ -508,7 +508,7 @@ def test_mean_limit_and_state_space_interop():
     assert reg.kind == "converges" and reg.certificate == "global"
     assert reg.mean_limit is not None and reg.equilibrium is not None
     k = reg.equilibrium.mean_matrix
-    # DESIGN.md §4: K = vI + ½(A − Σ*AᵀΣ*⁻¹) has every eigenvalue with real part v = −1.
+    # docs/theory.md §3–5: K = vI + ½(A − Σ*AᵀΣ*⁻¹) has every eigenvalue with real part v = −1.
     np.testing.assert_allclose(np.linalg.eigvals(k).real, -1.0, atol=1e-12)
     sys = mean_dynamics_ss(case.layer, reg.equilibrium)
     assert sys.ninputs == sys.noutputs == sys.nstates == 3

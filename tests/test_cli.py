@@ -235,7 +235,7 @@ v = 1.0
     )
     assert converging["status"] == "converges"
     poles = np.array(converging["outputs"]["mean_dynamics"]["poles_real"])
-    np.testing.assert_allclose(poles, -0.8, rtol=1e-9)  # real parts equal v (DESIGN.md §4)
+    np.testing.assert_allclose(poles, -0.8, rtol=1e-9)  # real parts equal v (docs/theory.md §3–5)
 
 
 def test_cli_experiment_task_refuses_bad_options(tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
 """Tests of gtcontrol.design: constructive and CasADi mean-matching designs, certificates,
 robustness. Evidence is independent of the construction: the adaptive moment integrator
-(gtcontrol.moments.simulate), the closed forms of DESIGN.md §4, slycot's equilibria, and
+(gtcontrol.moments.simulate), the closed forms of docs/theory.md §3–5, slycot's equilibria, and
 brute-force frequency sweeps."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Tests of gtcontrol.riccati: structure, exact flows, certified blow-up, Bernoulli solves.
 
-Every expected value comes from a closed form (DESIGN.md §3), an independent integrator
+Every expected value comes from a closed form (docs/theory.md §2–3), an independent integrator
 (gtcontrol.moments.simulate, DOP853 at rtol 1e-11) or a brute-force scan.
 """
 
@@ -41,7 +41,7 @@ def _g(cov: np.ndarray) -> Gaussian:
 
 
 def _scalar_tstar(a: float, c: float, s0: float) -> float:
-    """DESIGN.md §3: dσ/dt = 2aσ + 2cσ², T* = ln(1 + a/(cσ0))/(2a), or 1/(2cσ0) for a = 0."""
+    """docs/theory.md §2–3: dσ/dt = 2aσ + 2cσ², T* = ln(1 + a/(cσ0))/(2a), or 1/(2cσ0) for a = 0."""
     if c <= 0:
         return math.inf
     if a == 0:
@@ -115,7 +115,7 @@ def test_gramian_van_loan_doubling_matches_quadrature():
 
 
 SCALAR_CASES = [
-    # (a, v, B, σ0): every sign case of DESIGN.md §3 with c = vB
+    # (a, v, B, σ0): every sign case of docs/theory.md §2–3 with c = vB
     (1.0, 1.0, 0.5, 0.3),  # c > 0, a > 0: always blows up
     (0.0, 1.0, 0.5, 0.3),  # c > 0, a = 0: T* = 1/(2cσ0)
     (-1.0, 1.0, 1.0, 2.0),  # c > 0, a < 0, above σ* = 1: blows up

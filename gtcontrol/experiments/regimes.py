@@ -7,7 +7,7 @@ gtcontrol's moment model:
   ``B ≻ 0`` (``A = 0`` unless stated): with opposite definiteness (``v < 0``) the covariance stays
   bounded (``Σ(t) = (Σ0⁻¹ + R t)⁻¹ → 0`` with ``R = −v(B + Bᵀ) ≻ 0``; adding ``A = aI``, ``a > 0``,
   it converges to ``Σ* = 2a R⁻¹``); with the same sign (``v > 0``) it blows up at
-  ``T* = 1/λ_max(Σ0^{1/2}(−R)Σ0^{1/2})`` (DESIGN.md §3–§4). A real L-layer residual network
+  ``T* = 1/λ_max(Σ0^{1/2}(−R)Σ0^{1/2})`` (docs/theory.md §2–4). A real L-layer residual network
   (``x ← x + h v(x)``, ``h = T/L``, :func:`~gtcontrol.tokens.simulate_tokens` with ``"discrete"``)
   is run on N Gaussian tokens; its empirical covariance is compared with the exact Gaussian
   recursion of the same stack (:func:`~gtcontrol.moments.simulate_discrete`) and the layer where

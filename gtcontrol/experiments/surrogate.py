@@ -9,7 +9,7 @@ depend on ``y`` (they cancel in the softmax) leaves ``exp(yᵀ B_h x + yᵀ u_h)
 
     B_h = W_K,hᵀ W_Q,h / sqrt(d_h),   u_h = W_K,hᵀ b_Q,h / sqrt(d_h),   V_h = W_O,h W_V,h,
 
-and the sublayer output is ``Σ_h V_h Attn_h(x) + Σ_h W_O,h b_V,h + b_O`` (DESIGN.md §1). The
+and the sublayer output is ``Σ_h V_h Attn_h(x) + Σ_h W_O,h b_V,h + b_O`` (docs/theory.md §1). The
 key-bias tilt ``u_h`` is made part of gtcontrol's model exactly by an affine coordinate: with
 ``x̃ = (x, 1)``, ``B̃_h = [[B_h, u_h], [0, 0]]`` and ``Ṽ_h = [[V_h, 0], [0, 0]]`` one has
 ``ỹᵀ B̃_h x̃ = yᵀ B_h x + yᵀ u_h`` and the last coordinate never moves. So one sublayer *is* a

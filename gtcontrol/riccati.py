@@ -641,45 +641,38 @@ def blowup_time(layer: Layer, initial: Gaussian, **options: Any) -> float:
 
 def _integrator_blowup(layer: Layer, g0: Gaussian, hz: float) -> BlowupResult:
     clock = time.perf_counter()
+
+    def result(t_star: float, message: str, stats: dict[str, Any]) -> BlowupResult:
+        return BlowupResult(
+            time=t_star,
+            lower=0.0,
+            upper=math.inf,
+            status="blowup" if math.isfinite(t_star) else "none_before_horizon",
+            certified=False,
+            method="integrator",
+            message=message,
+            stats={**stats, "horizon": hz, "seconds": time.perf_counter() - clock},
+        )
+
     try:
         traj = simulate(layer, g0, hz, n_points=2)
     except SolverError as exc:
         if exc.status != "overflow":
             raise
-        return BlowupResult(
-            time=math.inf,
-            lower=0.0,
-            upper=math.inf,
-            status="none_before_horizon",
-            certified=False,
-            method="integrator",
-            message=f"adaptive integrator: {exc} (no finite-time singularity detected)",
-            stats={"horizon": hz, "seconds": time.perf_counter() - clock},
+        return result(
+            math.inf, f"adaptive integrator: {exc} (no finite-time singularity detected)", {}
         )
-    stats = {**traj.stats, "horizon": hz, "seconds": time.perf_counter() - clock}
     if traj.status == "blowup":
-        return BlowupResult(
-            time=traj.blowup_time,
-            lower=0.0,
-            upper=math.inf,
-            status="blowup",
-            certified=False,
-            method="integrator",
-            message=(
-                f"outside the Riccati class: adaptive integrator (DOP853, rtol 1e-11) detected "
-                f"blow-up at T* ≈ {traj.blowup_time:.12g}"
-            ),
-            stats=stats,
+        return result(
+            traj.blowup_time,
+            "outside the Riccati class: adaptive integrator (DOP853, rtol 1e-11) detected "
+            f"blow-up at T* ≈ {traj.blowup_time:.12g}",
+            dict(traj.stats),
         )
-    return BlowupResult(
-        time=math.inf,
-        lower=0.0,
-        upper=math.inf,
-        status="none_before_horizon",
-        certified=False,
-        method="integrator",
-        message=f"outside the Riccati class: no blow-up before the horizon {hz:g} (integrator)",
-        stats=stats,
+    return result(
+        math.inf,
+        f"outside the Riccati class: no blow-up before the horizon {hz:g} (integrator)",
+        dict(traj.stats),
     )
 
 

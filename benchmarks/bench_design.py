@@ -1,4 +1,4 @@
-"""Design time of gtcontrol.design (issue 5), candidate and baseline in one process.
+"""Design time of gtcontrol.control.design (issue 5), candidate and baseline in one process.
 
 (a) ``design_mean_matching`` at d = 10 and d = 50, constructive route (closed form plus the
     independent certificate: slycot equilibrium, spectra): candidate. Baseline: the same call
@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from gtcontrol import Gaussian, Layer
-from gtcontrol.design import DesignOptions, design_certificate, design_mean_matching
+from gtcontrol.control.design import DesignOptions, design_certificate, design_mean_matching
 
 NO_ROB = DesignOptions(robustness=False)
 

@@ -2,7 +2,7 @@
 
 Issue items 8a and 8b, in one process:
 
-(a) ``gtcontrol.moments.simulate`` to T = 1 at d = 16 (a seeded, contracting single-head layer)
+(a) ``gtcontrol.simulate`` to T = 1 at d = 16 (a seeded, contracting single-head layer)
     against ``simulate_tokens`` with N = 4096 tokens at the same T with its defaults (RK4, 20
     steps, 80 field evaluations). Target ratio tokens/moments ≥ 1000.
 (b) One ``moment_field`` evaluation at d = 512 against the three d×d products it needs
@@ -23,7 +23,7 @@ from collections.abc import Callable
 import numpy as np
 
 from gtcontrol import Gaussian, Layer, moment_field, simulate
-from gtcontrol.tokens import simulate_tokens
+from gtcontrol.model.tokens import simulate_tokens
 
 
 def _once(fn: Callable[[], object]) -> float:

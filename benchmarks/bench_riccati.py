@@ -25,8 +25,8 @@ import control
 import numpy as np
 
 from gtcontrol import Gaussian, Layer, simulate
-from gtcontrol.asymptotics import NewtonOptions, equilibria, newton_equilibrium
-from gtcontrol.riccati import blowup_analysis, riccati_form
+from gtcontrol.analysis.asymptotics import NewtonOptions, equilibria, newton_equilibrium
+from gtcontrol.analysis.riccati import blowup_analysis, riccati_form
 
 REPEATS = 7
 

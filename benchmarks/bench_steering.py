@@ -1,4 +1,4 @@
-"""Benchmark of gtcontrol.steering.steer (plain script; timings on a shared 2-core machine are
+"""Benchmark of gtcontrol.steer (plain script; timings on a shared 2-core machine are
 noisy: repeat and read the medians).
 
 1. d = 3, L = 10 and d = 8, L = 16, kinetic objective, exact terminal: wall time of ``steer``
@@ -32,8 +32,8 @@ from typing import Any
 import numpy as np
 
 from gtcontrol import Gaussian, Layer, simulate
-from gtcontrol.moments import affine_velocity, moment_field
-from gtcontrol.steering import kinetic_energy, ot_steering, steer
+from gtcontrol.control.steering import kinetic_energy, ot_steering, steer
+from gtcontrol.model.moments import affine_velocity, moment_field
 
 
 def _problem(d: int, seed: int) -> tuple[Gaussian, Gaussian]:

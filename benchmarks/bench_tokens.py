@@ -32,7 +32,7 @@ from functools import partial
 import numpy as np
 
 from gtcontrol import Layer
-from gtcontrol.tokens import token_velocity
+from gtcontrol.model.tokens import token_velocity
 
 
 def _median_time(fn: Callable[[], object], repeats: int) -> float:

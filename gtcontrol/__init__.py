@@ -6,7 +6,9 @@ arXiv:2606.07600 (2026).
 
 from __future__ import annotations
 
-from .asymptotics import (
+from ._status import Result, Status
+from ._version import __version__
+from .analysis.asymptotics import (
     EquilibriaResult,
     Equilibrium,
     NewtonOptions,
@@ -19,29 +21,8 @@ from .asymptotics import (
     mean_matrix,
     newton_equilibrium,
 )
-from .compare import TokenComparison, compare_tokens
-from .design import (
-    Certificate as DesignCertificate,
-)
-from .design import (
-    ConvergenceData,
-    DesignOptions,
-    MeanMatchingDesign,
-    Robustness,
-    design_certificate,
-    design_convergence,
-    design_mean_matching,
-    design_robustness,
-)
-from .errors import (
-    DesignFileError,
-    GTControlError,
-    InvalidGaussianError,
-    InvalidParametersError,
-    SolverError,
-    UnreachableTargetError,
-)
-from .filtering import (
+from .analysis.compare import TokenComparison, compare_tokens
+from .analysis.filtering import (
     FilterComparison,
     KalmanData,
     SteadyState,
@@ -51,17 +32,7 @@ from .filtering import (
     kalman_steady_state,
     to_kalman,
 )
-from .gaussian import Gaussian
-from .moments import (
-    IntegratorOptions,
-    Trajectory,
-    affine_velocity,
-    moment_field,
-    simulate,
-    simulate_discrete,
-)
-from .params import Control, FeedForward, Layer, Schedule
-from .riccati import (
+from .analysis.riccati import (
     BernoulliSolution,
     BlowupOptions,
     BlowupResult,
@@ -72,7 +43,20 @@ from .riccati import (
     riccati_form,
     solve_bernoulli,
 )
-from .steering import (
+from .control.design import (
+    Certificate as DesignCertificate,
+)
+from .control.design import (
+    ConvergenceData,
+    DesignOptions,
+    MeanMatchingDesign,
+    Robustness,
+    design_certificate,
+    design_convergence,
+    design_mean_matching,
+    design_robustness,
+)
+from .control.steering import (
     MODES,
     OTSteering,
     SteeringResult,
@@ -86,9 +70,25 @@ from .steering import (
     schedule_to_dict,
     steer,
 )
-from .tokens import TokenOptions, TokenTrajectory, simulate_tokens, token_velocity
-
-__version__ = "0.1.0"
+from .errors import (
+    DesignFileError,
+    GTControlError,
+    InvalidGaussianError,
+    InvalidParametersError,
+    SolverError,
+    UnreachableTargetError,
+)
+from .model.gaussian import Gaussian
+from .model.moments import (
+    IntegratorOptions,
+    Trajectory,
+    affine_velocity,
+    moment_field,
+    simulate,
+    simulate_discrete,
+)
+from .model.params import Control, FeedForward, Layer, Schedule
+from .model.tokens import TokenOptions, TokenTrajectory, simulate_tokens, token_velocity
 
 __all__ = [
     "MODES",
@@ -116,10 +116,12 @@ __all__ = [
     "NewtonResult",
     "OTSteering",
     "Regime",
+    "Result",
     "RiccatiForm",
     "Robustness",
     "Schedule",
     "SolverError",
+    "Status",
     "SteadyState",
     "SteerOptions",
     "SteeringResult",

@@ -112,7 +112,7 @@ def write_run(
     """
     import time
 
-    from . import __version__
+    from ._version import __version__
 
     out = Path(outdir)
     clock = time.perf_counter()

@@ -1,7 +1,7 @@
-"""Tests of gtcontrol.asymptotics: equilibria (slycot and Newton), regimes, interop, figure data.
+"""Tests of equilibria and regimes: equilibria (slycot and Newton), regimes, interop, figure data.
 
 Expected values come from closed forms (theory.md §2–4), constructions with a known equilibrium,
-finite differences of the moment field, and the independent integrator gtcontrol.moments.simulate.
+finite differences of the moment field, and the independent integrator gtcontrol.simulate.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 from scipy.optimize import linear_sum_assignment
 
 from gtcontrol import Gaussian, Layer, moment_field, simulate
-from gtcontrol.asymptotics import (
+from gtcontrol.analysis.asymptotics import (
     EquilibriaResult,
     NewtonOptions,
     analyze,
@@ -27,9 +27,9 @@ from gtcontrol.asymptotics import (
     newton_equilibrium,
     regime_figure_data,
 )
+from gtcontrol.analysis.riccati import riccati_form
 from gtcontrol.errors import InvalidParametersError
-from gtcontrol.plots_analysis import plot_cone, plot_covariance_eigenvalues
-from gtcontrol.riccati import riccati_form
+from gtcontrol.plotting.analysis import plot_cone, plot_covariance_eigenvalues
 
 
 def _spd(rng: np.random.Generator, d: int, lo: float = 0.3, hi: float = 2.0) -> np.ndarray:

@@ -12,7 +12,7 @@ import pytest
 
 from gtcontrol import DesignFileError, Layer, Schedule
 from gtcontrol.cli import main
-from gtcontrol.designs import load_design, parse_design
+from gtcontrol.cli.schema import load_design, parse_design
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -159,7 +159,7 @@ def test_cli_help_and_usage_errors() -> None:
 
 
 def test_docs_cover_every_task_and_option() -> None:
-    from gtcontrol.tasks import TASKS
+    from gtcontrol.cli.tasks import TASKS
 
     doc = (ROOT / "docs" / "designs.md").read_text()
     for name, spec in TASKS.items():

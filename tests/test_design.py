@@ -1,6 +1,6 @@
-"""Tests of gtcontrol.design: constructive and CasADi mean-matching designs, certificates,
+"""Tests of gtcontrol.control.design: constructive and CasADi mean-matching designs, certificates,
 robustness. Evidence is independent of the construction: the adaptive moment integrator
-(gtcontrol.moments.simulate), the closed forms of docs/theory.md §3–5, slycot's equilibria, and
+(gtcontrol.simulate), the closed forms of docs/theory.md §3–5, slycot's equilibria, and
 brute-force frequency sweeps."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gtcontrol.asymptotics import equilibria, equilibrium_at
-from gtcontrol.design import (
+from gtcontrol.analysis.asymptotics import equilibria, equilibrium_at
+from gtcontrol.control.design import (
     DesignOptions,
     design_certificate,
     design_convergence,
@@ -24,9 +24,9 @@ from gtcontrol.errors import (
     InvalidParametersError,
     UnreachableTargetError,
 )
-from gtcontrol.gaussian import Gaussian
-from gtcontrol.moments import simulate
-from gtcontrol.params import Layer
+from gtcontrol.model.gaussian import Gaussian
+from gtcontrol.model.moments import simulate
+from gtcontrol.model.params import Layer
 
 NO_ROB = DesignOptions(robustness=False)
 
@@ -421,7 +421,7 @@ def test_certificate_of_layers_that_do_not_match() -> None:
 
 
 def test_convergence_figure_is_written(tmp_path: Path) -> None:
-    from gtcontrol.plots_design import plot_design_convergence
+    from gtcontrol.plotting.design import plot_design_convergence
 
     res = design_mean_matching([1.0, -1.0], rate=1.0, options=NO_ROB)
     data = design_convergence(res, n_starts=2, n_points=21)

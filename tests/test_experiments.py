@@ -26,7 +26,7 @@ from gtcontrol.experiments import (
     sliced_wasserstein,
 )
 from gtcontrol.experiments.gaussianity import _expected_distance, _pair_means, _whiten
-from gtcontrol.tokens import simulate_tokens
+from gtcontrol.model.tokens import simulate_tokens
 
 
 def _spd(rng: np.random.Generator, d: int) -> np.ndarray:

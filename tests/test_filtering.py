@@ -1,9 +1,9 @@
-"""Tests of gtcontrol.filtering: the Kalman–Bucy ↔ Transformer covariance correspondence.
+"""Tests of gtcontrol.analysis.filtering: the Kalman–Bucy ↔ Transformer covariance correspondence.
 
-Evidence: the adaptive moment integrator (gtcontrol.moments.simulate) against the filter
+Evidence: the adaptive moment integrator (gtcontrol.simulate) against the filter
 Riccati ODE integrated in filter variables and against the exact Radon solution
-(gtcontrol.riccati.riccati_flow); python-control's care/lqe against the Transformer's equilibria
-(gtcontrol.asymptotics) and the moment field; softmax tokens with Euler–Maruyama noise against
+(gtcontrol.riccati_flow); python-control's care/lqe against the Transformer's equilibria
+(gtcontrol.equilibria) and the moment field; softmax tokens with Euler–Maruyama noise against
 the exact discrete moment recursion."""
 
 from __future__ import annotations
@@ -13,10 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gtcontrol.asymptotics import equilibria
-from gtcontrol.design import DesignOptions, design_mean_matching
-from gtcontrol.errors import InvalidParametersError
-from gtcontrol.filtering import (
+from gtcontrol.analysis.asymptotics import equilibria
+from gtcontrol.analysis.filtering import (
     KalmanData,
     compare_filter,
     from_kalman,
@@ -24,11 +22,13 @@ from gtcontrol.filtering import (
     kalman_steady_state,
     to_kalman,
 )
-from gtcontrol.gaussian import Gaussian
-from gtcontrol.moments import moment_field, simulate, simulate_discrete
-from gtcontrol.params import Layer
-from gtcontrol.riccati import riccati_flow, riccati_form
-from gtcontrol.tokens import simulate_tokens
+from gtcontrol.analysis.riccati import riccati_flow, riccati_form
+from gtcontrol.control.design import DesignOptions, design_mean_matching
+from gtcontrol.errors import InvalidParametersError
+from gtcontrol.model.gaussian import Gaussian
+from gtcontrol.model.moments import moment_field, simulate, simulate_discrete
+from gtcontrol.model.params import Layer
+from gtcontrol.model.tokens import simulate_tokens
 
 
 def _filter_problem(seed: int, d: int = 3, p: int = 2) -> tuple[np.ndarray, ...]:
@@ -198,7 +198,7 @@ def test_noisy_tokens_match_the_noisy_moment_recursion_within_sampling_error() -
 
 
 def test_filter_figure_is_written(tmp_path: Path) -> None:
-    from gtcontrol.plots_design import plot_filter_covariance
+    from gtcontrol.plotting.design import plot_filter_covariance
 
     f, h, r, q = _filter_problem(5, d=2, p=1)
     cmp = compare_filter(from_kalman(f, h, r, q), Gaussian([0.0, 0.0], np.eye(2)), 1.0, n_points=11)

@@ -1,7 +1,7 @@
-"""Tests of gtcontrol.riccati: structure, exact flows, certified blow-up, Bernoulli solves.
+"""Tests of gtcontrol.analysis.riccati: structure, exact flows, certified blow-up, Bernoulli solves.
 
 Every expected value comes from a closed form (docs/theory.md §2–3), an independent integrator
-(gtcontrol.moments.simulate, DOP853 at rtol 1e-11) or a brute-force scan.
+(gtcontrol.model.moments.simulate, DOP853 at rtol 1e-11) or a brute-force scan.
 """
 
 from __future__ import annotations
@@ -13,14 +13,7 @@ import pytest
 from scipy.optimize import brentq
 
 from gtcontrol import Gaussian, Layer, moment_field, simulate
-from gtcontrol.errors import (
-    GTControlError,
-    InvalidGaussianError,
-    InvalidParametersError,
-    SolverError,
-)
-from gtcontrol.params import FeedForward
-from gtcontrol.riccati import (
+from gtcontrol.analysis.riccati import (
     BlowupOptions,
     _gramian,
     blowup_analysis,
@@ -29,6 +22,13 @@ from gtcontrol.riccati import (
     riccati_form,
     solve_bernoulli,
 )
+from gtcontrol.errors import (
+    GTControlError,
+    InvalidGaussianError,
+    InvalidParametersError,
+    SolverError,
+)
+from gtcontrol.model.params import FeedForward
 
 
 def _spd(rng: np.random.Generator, d: int, lo: float = 0.3, hi: float = 2.0) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""Tests of gtcontrol.steering: reachability, the OT closed form, realization, exact and optimal
+"""Steering tests: reachability, the OT closed form, realization, exact and optimal
 steering (CasADi/IPOPT), verified against independent evidence: the adaptive moment integrator,
 Gauss–Legendre quadrature of the kinetic energy along the analytic geodesic, the
 Bures–Wasserstein distance in Procrustes form, and the Benamou–Brenier lower bound."""
@@ -12,11 +12,8 @@ import numpy as np
 import pytest
 
 from gtcontrol import Gaussian, Layer, Schedule, simulate
-from gtcontrol._ocp import _collocation_coefficients, field_function, n_params, pack
-from gtcontrol.errors import InvalidGaussianError, InvalidParametersError, UnreachableTargetError
-from gtcontrol.moments import affine_velocity, moment_field
-from gtcontrol.plots_steering import plot_parameter_norms, plot_steering_moments
-from gtcontrol.steering import (
+from gtcontrol.control._ocp import _collocation_coefficients, field_function, n_params, pack
+from gtcontrol.control.steering import (
     OTSteering,
     SteerOptions,
     _curvature_split,
@@ -29,6 +26,9 @@ from gtcontrol.steering import (
     schedule_to_dict,
     steer,
 )
+from gtcontrol.errors import InvalidGaussianError, InvalidParametersError, UnreachableTargetError
+from gtcontrol.model.moments import affine_velocity, moment_field
+from gtcontrol.plotting.steering import plot_parameter_norms, plot_steering_moments
 
 TIGHT = {"rtol": 1e-12, "atol": 1e-15}
 

@@ -20,7 +20,7 @@ from gtcontrol import (
     simulate,
     simulate_discrete,
 )
-from gtcontrol.tokens import TokenOptions, TokenTrajectory, simulate_tokens, token_velocity
+from gtcontrol.model.tokens import TokenOptions, TokenTrajectory, simulate_tokens, token_velocity
 
 
 def _spd(rng: np.random.Generator, d: int) -> np.ndarray:

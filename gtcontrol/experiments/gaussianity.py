@@ -42,9 +42,10 @@ import numpy as np
 from scipy import stats as _st
 from scipy.special import gammaln
 
-from .._arrays import RANK_RTOL, FloatArray, as_float_array, as_positive_float, as_positive_int
+from .._linalg import RANK_RTOL, FloatArray
+from .._validation import as_float_array, as_positive_float, as_positive_int
 from ..errors import InvalidParametersError
-from ..gaussian import Gaussian
+from ..model.gaussian import Gaussian
 
 __all__ = [
     "STATISTICS",

@@ -36,7 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from .._arrays import FloatArray, as_positive_int
+from .._linalg import FloatArray
+from .._validation import as_positive_int
 from ..errors import InvalidParametersError
 from ._deps import minilm_path, require_torch, require_transformers, single_threaded_blas
 from .gaussianity import STATISTICS, GaussianityResult, gaussianity

@@ -33,12 +33,13 @@ import numpy as np
 from scipy.integrate import solve_ivp
 from scipy.special import ndtr
 
-from .._arrays import FloatArray, as_positive_float, as_positive_int, sym_to_vec, vec_to_sym
+from .._linalg import FloatArray, unvech, vech
+from .._validation import as_positive_float, as_positive_int
 from ..errors import InvalidParametersError, SolverError
-from ..gaussian import Gaussian
-from ..moments import moment_field, simulate, simulate_discrete
-from ..params import FeedForward, Layer, Schedule
-from ..tokens import simulate_tokens
+from ..model.gaussian import Gaussian
+from ..model.moments import moment_field, simulate, simulate_discrete
+from ..model.params import FeedForward, Layer, Schedule
+from ..model.tokens import simulate_tokens
 from .gaussianity import gaussianity, sliced_wasserstein
 from .surrogate import gelu_moments
 
@@ -323,15 +324,15 @@ def closure_flow(
     iu = np.triu_indices(d)
 
     def rhs(_t: float, y: FloatArray) -> FloatArray:
-        m, s = y[:d], vec_to_sym(y[d:], d)
+        m, s = y[:d], unvech(y[d:], d)
         dm, ds = moment_field(_linearized(layer, m, s), m, s)
         return np.concatenate([dm, ds[iu]])
 
-    y0 = np.concatenate([initial.mean, sym_to_vec(initial.cov)])
+    y0 = np.concatenate([initial.mean, vech(initial.cov)])
     sol = solve_ivp(rhs, (0.0, T), y0, method="DOP853", t_eval=t_eval, rtol=rtol, atol=1e-12)
     if sol.status != 0:
         raise SolverError(f"closure flow failed: {sol.message}", status="integrator_error")
-    covs = np.array([vec_to_sym(col[d:], d) for col in sol.y.T])
+    covs = np.array([unvech(col[d:], d) for col in sol.y.T])
     return sol.t, sol.y[:d].T.copy(), covs
 
 

@@ -29,10 +29,10 @@ from typing import Any
 import numpy as np
 from scipy import stats as _st
 
-from .._arrays import as_positive_int
 from .._output import write_run
+from .._validation import as_positive_int
 from ..errors import InvalidParametersError
-from ..plots import new_figure, save_figure
+from ..plotting.core import new_figure, save_figure
 from .gaussianity import STATISTICS, _whiten
 from .pretrained import MODELS, GaussianityTable, pretrained_gaussianity
 from .regimes import (

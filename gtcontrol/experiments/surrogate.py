@@ -59,12 +59,13 @@ from typing import Any
 import numpy as np
 from scipy.special import ndtr
 
-from .._arrays import FloatArray, as_positive_int
+from .._linalg import FloatArray
+from .._validation import as_positive_int
 from ..errors import InvalidParametersError
-from ..gaussian import Gaussian
-from ..moments import simulate_discrete
-from ..params import FeedForward, Layer
-from ..tokens import token_velocity
+from ..model.gaussian import Gaussian
+from ..model.moments import simulate_discrete
+from ..model.params import FeedForward, Layer
+from ..model.tokens import token_velocity
 from ._deps import require_torch, single_threaded_blas
 from .pretrained import MODELS, encoder_states, load_model
 

@@ -12,10 +12,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import __version__
-from ._output import write_run
-from .designs import load_design
-from .errors import GTControlError
+from .._output import write_run
+from .._version import __version__
+from ..errors import GTControlError
+from .schema import load_design
 
 
 class _Parser(argparse.ArgumentParser):
@@ -86,7 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         if args.command == "reproduce":
-            from .experiments.report import reproduce
+            from ..experiments.report import reproduce
 
             out = reproduce(
                 args.outdir, n_tokens=args.n_tokens, seed=args.seed, quick=args.quick

@@ -13,8 +13,8 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from ._arrays import FloatArray
-from .moments import Trajectory
+from .._linalg import FloatArray
+from ..model.moments import Trajectory
 
 __all__ = [
     "new_figure",

@@ -17,12 +17,13 @@ from typing import Any
 
 import numpy as np
 
-from ._arrays import FloatArray, as_positive_int
-from .errors import InvalidParametersError
-from .gaussian import Gaussian
-from .moments import Trajectory, simulate
-from .params import Control, Layer, Schedule, as_control
-from .tokens import TokenTrajectory, simulate_tokens
+from .._linalg import FloatArray
+from .._validation import as_positive_int
+from ..errors import InvalidParametersError
+from ..model.gaussian import Gaussian
+from ..model.moments import Trajectory, simulate
+from ..model.params import Control, Layer, Schedule, as_control
+from ..model.tokens import TokenTrajectory, simulate_tokens
 
 __all__ = ["TokenComparison", "compare_tokens"]
 

@@ -13,11 +13,11 @@ from typing import Any
 
 import numpy as np
 
-from ._arrays import as_float_array
-from .designs import Design, Option
-from .errors import DesignFileError
-from .moments import Trajectory, simulate, simulate_discrete
-from .params import Layer
+from .._validation import as_float_array
+from ..errors import DesignFileError
+from ..model.moments import Trajectory, simulate, simulate_discrete
+from ..model.params import Layer
+from .schema import Design, Option
 
 __all__ = ["TASKS", "TaskSpec", "trajectory_summary"]
 
@@ -65,7 +65,7 @@ def trajectory_summary(traj: Trajectory) -> dict[str, Any]:
 
 
 def _run_simulate(design: Design, out: Path) -> dict[str, Any]:
-    from .plots import plot_moments
+    from ..plotting.core import plot_moments
 
     o = design.options
     traj = simulate(
@@ -102,9 +102,9 @@ def _token_cloud_figure(design: Design, traj: Trajectory, n: int, out: Path) -> 
     After a blow-up only a single layer can be cut short (at 90 % of the blow-up time); a
     schedule that blows up gets no cloud figure.
     """
-    from .params import Schedule
-    from .plots import plot_token_clouds
-    from .tokens import simulate_tokens
+    from ..model.params import Schedule
+    from ..model.tokens import simulate_tokens
+    from ..plotting.core import plot_token_clouds
 
     assert design.initial is not None and design.model is not None
     if traj.status == "completed":
@@ -138,8 +138,8 @@ def _token_cloud_figure(design: Design, traj: Trajectory, n: int, out: Path) -> 
 
 
 def _run_compare_tokens(design: Design, out: Path) -> dict[str, Any]:
-    from .compare import compare_tokens
-    from .plots import plot_convergence, plot_moments, plot_token_clouds
+    from ..analysis.compare import compare_tokens
+    from ..plotting.core import plot_convergence, plot_moments, plot_token_clouds
 
     o = design.options
     cmp = compare_tokens(
@@ -200,8 +200,8 @@ def _equilibrium_summary(eq: Any) -> dict[str, Any]:
 
 
 def _run_analyze(design: Design, out: Path) -> dict[str, Any]:
-    from .asymptotics import analyze, equilibria, mean_dynamics_ss, regime_figure_data
-    from .plots_analysis import plot_cone, plot_covariance_eigenvalues
+    from ..analysis.asymptotics import analyze, equilibria, mean_dynamics_ss, regime_figure_data
+    from ..plotting.analysis import plot_cone, plot_covariance_eigenvalues
 
     layer, g0 = design.model, design.initial
     if not isinstance(layer, Layer):
@@ -248,10 +248,10 @@ def _run_analyze(design: Design, out: Path) -> dict[str, Any]:
 
 
 def _run_steer(design: Design, out: Path) -> dict[str, Any]:
-    from .plots import plot_token_clouds
-    from .plots_steering import plot_parameter_norms, plot_steering_moments
-    from .steering import steer
-    from .tokens import simulate_tokens
+    from ..control.steering import steer
+    from ..model.tokens import simulate_tokens
+    from ..plotting.core import plot_token_clouds
+    from ..plotting.steering import plot_parameter_norms, plot_steering_moments
 
     o = design.options
     assert design.initial is not None and design.target is not None and design.T is not None
@@ -321,8 +321,8 @@ def _run_steer(design: Design, out: Path) -> dict[str, Any]:
 
 
 def _run_design(design: Design, out: Path) -> dict[str, Any]:
-    from .design import DesignOptions, design_convergence, design_mean_matching
-    from .plots_design import plot_design_convergence
+    from ..control.design import DesignOptions, design_convergence, design_mean_matching
+    from ..plotting.design import plot_design_convergence
 
     o = design.options
     assert design.target is not None
@@ -423,8 +423,8 @@ def _run_design(design: Design, out: Path) -> dict[str, Any]:
 
 
 def _run_filter(design: Design, out: Path) -> dict[str, Any]:
-    from .filtering import compare_filter, from_kalman
-    from .plots_design import plot_filter_covariance
+    from ..analysis.filtering import compare_filter, from_kalman
+    from ..plotting.design import plot_filter_covariance
 
     o = design.options
     assert design.initial is not None and design.T is not None
@@ -488,7 +488,7 @@ def _run_filter(design: Design, out: Path) -> dict[str, Any]:
 
 
 def _run_experiment(design: Design, out: Path) -> dict[str, Any]:
-    from .experiments.report import experiment_outputs, run_experiments
+    from ..experiments.report import experiment_outputs, run_experiments
 
     o = design.options
     res = run_experiments(out, n_tokens=o["n_tokens"], seed=design.seed, quick=o["quick"])

@@ -43,20 +43,12 @@ import scipy.linalg as sla
 from scipy.linalg import lapack
 from scipy.sparse.linalg import ArpackNoConvergence, LinearOperator, eigs, gmres
 
-from ._arrays import (
-    FloatArray,
-    as_float_array,
-    as_positive_float,
-    as_positive_int,
-    frozen,
-    sym,
-    sym_to_vec,
-    vec_to_sym,
-)
-from .errors import InvalidParametersError, SolverError
-from .gaussian import Gaussian, check_gaussian
-from .moments import Trajectory, affine_velocity, moment_field, simulate
-from .params import Layer
+from .._linalg import FloatArray, sym, unvech, vech
+from .._validation import as_float_array, as_positive_float, as_positive_int, frozen
+from ..errors import InvalidParametersError, SolverError
+from ..model.gaussian import Gaussian, check_gaussian
+from ..model.moments import Trajectory, affine_velocity, moment_field, simulate
+from ..model.params import Layer
 from .riccati import (
     BlowupResult,
     RiccatiForm,
@@ -157,7 +149,7 @@ def _sym_indices(d: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _kron_sym(m_mat: FloatArray, pairs: Sequence[tuple[FloatArray, FloatArray]]) -> FloatArray:
-    """Matrix of DF(Σ) on symmetric H in the coordinates of :func:`sym_to_vec`.
+    """Matrix of DF(Σ) on symmetric H in the coordinates of :func:`vech`.
 
     Row-major ``vec(X Y Z) = (X ⊗ Zᵀ) vec(Y)``, so ``DF = M⊗I + I⊗M + Σ_h (V_h⊗(B_hΣ)ᵀ +
     (B_hΣ)ᵀ⊗V_h)``; the columns of ``H_ij = E_ij + E_ji`` are summed and the upper rows kept.
@@ -177,7 +169,7 @@ def covariance_jacobian(layer: Layer, cov: Any) -> FloatArray:
     """The Fréchet derivative ``DF(Σ)`` on symmetric matrices, as a dense matrix.
 
     ``DF(Σ)[H] = M H + H Mᵀ + Σ_h (V_h H B_h Σ + Σ B_hᵀ H V_hᵀ)``, ``M = A + Σ_h V_h Σ B_h``
-    (docs/theory.md §3–5), in the coordinates of ``gtcontrol._arrays.sym_to_vec`` (upper triangle,
+    (docs/theory.md §3–5), in the coordinates of ``gtcontrol._arrays.vech`` (upper triangle,
     row-major; each off-diagonal pair ``H_ij = H_ji`` is one coordinate). Its eigenvalues are
     the linearization spectrum of the covariance dynamics at Σ. Size ``d(d+1)/2``.
 
@@ -304,7 +296,7 @@ def _newton_step(
     """Solve ``DF(Σ)[H] = −F(Σ)`` on Sym; return ``(H, gmres_iterations, solver)``."""
     m_mat, pairs = _jacobian_parts(layer, cov)
     d = layer.dim
-    rhs = -sym_to_vec(f)
+    rhs = -vech(f)
     if d <= opts.kron_max_dim:
         lmat = _kron_sym(m_mat, pairs)
         try:
@@ -313,7 +305,7 @@ def _newton_step(
             raise SolverError("Newton: DF(Σ) is singular", status="singular") from None
         if not np.all(np.isfinite(x)):
             raise SolverError("Newton: DF(Σ) is singular", status="singular")
-        return vec_to_sym(x, d), 0, "kronecker"
+        return unvech(x, d), 0, "kronecker"
     # Lyapunov preconditioner with N = M + Σ_h v̄_h Σ B_hᵀ, v̄_h = tr V_h / d: DF(Σ)[H] equals
     # NH + HNᵀ exactly when every V_h = v̄_h I. (H ↦ MH + HMᵀ itself is singular at every
     # positive-definite equilibrium: MΣ* + Σ*Mᵀ = 0 makes M similar to a skew matrix.)
@@ -324,7 +316,7 @@ def _newton_step(
     n = rhs.size
 
     def matvec(y: FloatArray) -> FloatArray:
-        return sym_to_vec(_df_apply(m_mat, pairs, pre(vec_to_sym(np.asarray(y).ravel(), d))))
+        return vech(_df_apply(m_mat, pairs, pre(unvech(np.asarray(y).ravel(), d))))
 
     count = [0]
 
@@ -352,7 +344,7 @@ def _newton_step(
             "λ_i + λ_j = 0)",
             status="singular",
         )
-    return pre(vec_to_sym(y, d)), count[0], "gmres"
+    return pre(unvech(y, d)), count[0], "gmres"
 
 
 def newton_equilibrium(
@@ -608,9 +600,7 @@ def _spectrum(
         n = d * (d + 1) // 2
         op = LinearOperator(
             (n, n),
-            matvec=lambda x: sym_to_vec(
-                _df_apply(m_mat, pairs, vec_to_sym(np.asarray(x).ravel(), d))
-            ),
+            matvec=lambda x: vech(_df_apply(m_mat, pairs, unvech(np.asarray(x).ravel(), d))),
             dtype=float,
         )
         try:

@@ -19,8 +19,9 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from ._arrays import FloatArray, as_float_array, as_positive_float, frozen
-from .errors import InvalidParametersError
+from .._linalg import FloatArray
+from .._validation import as_float_array, as_positive_float, frozen
+from ..errors import InvalidParametersError
 
 __all__ = ["Control", "FeedForward", "Layer", "Schedule", "as_control"]
 

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .gaussian import Gaussian
-from .moments import Trajectory
-from .params import Schedule
-from .plots import new_figure, save_figure
+from ..model.gaussian import Gaussian
+from ..model.moments import Trajectory
+from ..model.params import Schedule
+from .core import new_figure, save_figure
 
 __all__ = ["plot_parameter_norms", "plot_steering_moments"]
 

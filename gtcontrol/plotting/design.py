@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ._arrays import FloatArray
-from .plots import new_figure, save_figure
+from .._linalg import FloatArray
+from .core import new_figure, save_figure
 
 __all__ = ["plot_design_convergence", "plot_filter_covariance"]
 

@@ -38,24 +38,17 @@ import numpy as np
 import scipy.linalg
 from scipy.integrate import simpson
 
-from ._arrays import (
-    FloatArray,
-    as_float_array,
-    as_positive_float,
-    as_positive_int,
-    frozen,
-    psd_sqrt,
-    sym,
-)
-from .errors import (
+from .._linalg import FloatArray, psd_sqrt, sym
+from .._validation import as_float_array, as_positive_float, as_positive_int, frozen
+from ..errors import (
     InvalidGaussianError,
     InvalidParametersError,
     SolverError,
     UnreachableTargetError,
 )
-from .gaussian import Gaussian
-from .moments import Trajectory, affine_velocity, simulate
-from .params import Control, Layer, Schedule, as_control
+from ..model.gaussian import Gaussian
+from ..model.moments import Trajectory, affine_velocity, simulate
+from ..model.params import Control, Layer, Schedule, as_control
 
 __all__ = [
     "MODES",
@@ -1518,7 +1511,7 @@ def _result(
         stats["regularization"] * par_energy if opts.objective == "kinetic" else 0.0
     )
     if opts.verify_tokens and traj is not None:
-        from .tokens import simulate_tokens
+        from ..model.tokens import simulate_tokens
 
         x = initial.sample(int(opts.verify_tokens), np.random.default_rng(opts.seed))
         tok = simulate_tokens(schedule, x)

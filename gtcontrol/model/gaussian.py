@@ -17,15 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from ._arrays import (
-    RANK_RTOL,
-    SYM_RTOL,
-    FloatArray,
-    as_float_array,
-    frozen,
-    psd_factor,
-)
-from .errors import InvalidGaussianError, InvalidParametersError
+from .._linalg import RANK_RTOL, SYM_RTOL, FloatArray, psd_factor
+from .._validation import as_float_array, frozen
+from ..errors import InvalidGaussianError, InvalidParametersError
 
 __all__ = ["Gaussian", "check_gaussian"]
 

@@ -29,16 +29,9 @@ from typing import Any
 import numpy as np
 from scipy.integrate import solve_ivp
 
-from ._arrays import (
-    FloatArray,
-    _sym_index,
-    as_positive_float,
-    as_positive_int,
-    frozen,
-    numerical_ranks,
-    sym_to_vec,
-)
-from .errors import InvalidParametersError, SolverError
+from .._linalg import FloatArray, numerical_ranks, vech, vech_index
+from .._validation import as_positive_float, as_positive_int, frozen
+from ..errors import InvalidParametersError, SolverError
 from .gaussian import Gaussian, check_gaussian
 from .params import Control, Layer, Schedule, as_control
 
@@ -268,11 +261,11 @@ def simulate(
     piecewise = bool(getattr(ctrl, "piecewise_constant", False))
     n_m = d
 
-    y = np.concatenate([g0.mean, sym_to_vec(g0.cov)])
+    y = np.concatenate([g0.mean, vech(g0.cov)])
     scale = max(float(np.max(np.abs(y))), 1.0)
     tr0 = max(float(np.trace(g0.cov)), 1.0)
     atol_abs = opts.atol * scale
-    iu, full_pos = _sym_index(d)
+    iu, full_pos = vech_index(d)
     flat_iu = iu[0] * d + iu[1]
 
     def unpack(yv: FloatArray) -> tuple[FloatArray, FloatArray]:
@@ -367,7 +360,7 @@ def simulate(
     keep = np.concatenate([[True], np.diff(t_all) > 0])
     t_all, y_all = t_all[keep], y_all[keep]
     means = y_all[:, :n_m]
-    covs = y_all[:, n_m:][:, _sym_index(d)[1]].reshape(-1, d, d)
+    covs = y_all[:, n_m:][:, vech_index(d)[1]].reshape(-1, d, d)
     ranks = numerical_ranks(covs)
     stats = {"nfev": nfev, "seconds": time.perf_counter() - clock}
     return Trajectory(

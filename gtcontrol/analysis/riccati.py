@@ -55,20 +55,12 @@ import numpy as np
 import scipy.linalg as sla
 from scipy.optimize import brentq
 
-from ._arrays import (
-    RANK_RTOL,
-    FloatArray,
-    as_float_array,
-    as_positive_float,
-    as_positive_int,
-    frozen,
-    identity_multiple,
-    sym,
-)
-from .errors import InvalidGaussianError, InvalidParametersError, SolverError
-from .gaussian import Gaussian, check_gaussian
-from .moments import simulate
-from .params import Layer
+from .._linalg import RANK_RTOL, FloatArray, identity_multiple, sym
+from .._validation import as_float_array, as_positive_float, as_positive_int, frozen
+from ..errors import InvalidGaussianError, InvalidParametersError, SolverError
+from ..model.gaussian import Gaussian, check_gaussian
+from ..model.moments import simulate
+from ..model.params import Layer
 
 __all__ = [
     "BernoulliSolution",

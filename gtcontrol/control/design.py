@@ -78,32 +78,25 @@ from typing import Any
 
 import numpy as np
 
-from ._arrays import (
-    FloatArray,
-    as_float_array,
-    as_positive_float,
-    as_positive_int,
-    frozen,
-    identity_multiple,
-    sym,
-)
-from .asymptotics import (
+from .._linalg import FloatArray, identity_multiple, sym
+from .._validation import as_float_array, as_positive_float, as_positive_int, frozen
+from ..analysis.asymptotics import (
     covariance_jacobian,
     equilibria,
     equilibrium_at,
     mean_matrix,
     newton_equilibrium,
 )
-from .errors import (
+from ..analysis.riccati import riccati_form
+from ..errors import (
     InvalidGaussianError,
     InvalidParametersError,
     SolverError,
     UnreachableTargetError,
 )
-from .gaussian import Gaussian
-from .moments import moment_field, simulate
-from .params import Layer
-from .riccati import riccati_form
+from ..model.gaussian import Gaussian
+from ..model.moments import moment_field, simulate
+from ..model.params import Layer
 
 __all__ = [
     "Certificate",

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .asymptotics import RegimeFigureData
-from .errors import InvalidParametersError
-from .plots import new_figure, save_figure
+from ..analysis.asymptotics import RegimeFigureData
+from ..errors import InvalidParametersError
+from .core import new_figure, save_figure
 
 __all__ = ["plot_cone", "plot_covariance_eigenvalues"]
 

@@ -29,10 +29,10 @@ import casadi as ca
 import numpy as np
 from numpy.typing import NDArray
 
-from ._arrays import FloatArray
-from .errors import InvalidParametersError
-from .moments import affine_velocity, moment_field
-from .params import Layer
+from .._linalg import FloatArray
+from ..errors import InvalidParametersError
+from ..model.moments import affine_velocity, moment_field
+from ..model.params import Layer
 
 __all__: list[str] = []
 
@@ -122,7 +122,7 @@ def symbolic_layer(p: Any, mode: str, d: int) -> _SymbolicLayer:
 
 
 def vech_index(d: int) -> NDArray[np.intp]:
-    """``idx[i, j]``: position of ``Σ_ij`` in the row-major upper triangle (``sym_to_vec``)."""
+    """``idx[i, j]``: position of ``Σ_ij`` in the row-major upper triangle (``vech``)."""
     iu = np.triu_indices(d)
     idx = np.zeros((d, d), dtype=int)
     idx[iu] = np.arange(len(iu[0]))

@@ -45,8 +45,9 @@ from numpy.typing import NDArray
 from scipy.integrate import solve_ivp
 from scipy.special import erf
 
-from ._arrays import FloatArray, as_float_array, as_positive_float, as_positive_int, frozen
-from .errors import InvalidParametersError, SolverError
+from .._linalg import FloatArray
+from .._validation import as_float_array, as_positive_float, as_positive_int, frozen
+from ..errors import InvalidParametersError, SolverError
 from .gaussian import Gaussian
 from .params import Control, Layer, Schedule, as_control
 

@@ -25,10 +25,10 @@ from typing import Any
 
 import numpy as np
 
-from ._arrays import as_float_array
-from .errors import DesignFileError, GTControlError
-from .gaussian import Gaussian
-from .params import FeedForward, Layer, Schedule
+from .._validation import as_float_array
+from ..errors import DesignFileError, GTControlError
+from ..model.gaussian import Gaussian
+from ..model.params import FeedForward, Layer, Schedule
 
 __all__ = ["Design", "Option", "load_design", "parse_design"]
 

@@ -44,21 +44,12 @@ from typing import Any
 import numpy as np
 from scipy.integrate import solve_ivp
 
-from ._arrays import (
-    SYM_RTOL,
-    FloatArray,
-    as_float_array,
-    as_positive_float,
-    frozen,
-    psd_sqrt,
-    sym,
-    sym_to_vec,
-    vec_to_sym,
-)
-from .errors import InvalidGaussianError, InvalidParametersError, SolverError
-from .gaussian import Gaussian
-from .moments import Trajectory, simulate
-from .params import Layer
+from .._linalg import SYM_RTOL, FloatArray, psd_sqrt, sym, unvech, vech
+from .._validation import as_float_array, as_positive_float, frozen
+from ..errors import InvalidGaussianError, InvalidParametersError, SolverError
+from ..model.gaussian import Gaussian
+from ..model.moments import Trajectory, simulate
+from ..model.params import Layer
 from .riccati import riccati_form
 
 __all__ = [
@@ -395,11 +386,11 @@ def kalman_covariance(
     iu = np.triu_indices(d)
 
     def rhs(_: float, y: FloatArray) -> FloatArray:
-        p = vec_to_sym(y, d)
+        p = unvech(y, d)
         fp = f @ p
         return (fp + fp.T + q - p @ info @ p)[iu]
 
-    y0 = sym_to_vec(sym(p0))
+    y0 = vech(sym(p0))
     scale = max(float(np.max(np.abs(y0))), 1.0)
     out = np.empty((t.size, d, d))
     start = 0
@@ -421,7 +412,7 @@ def kalman_covariance(
                 f"Kalman–Bucy integration failed: {sol.message}", status="integrator_error"
             )
         for i in range(sol.y.shape[1]):
-            out[start + i] = vec_to_sym(sol.y[:, i], d)
+            out[start + i] = unvech(sol.y[:, i], d)
     return out
 
 

@@ -1,0 +1,128 @@
+"""Private linear-algebra helpers shared by every module (no other gtcontrol imports).
+
+The half-vectorization (vech), symmetric parts, PSD square roots and factors, numerical
+ranks, the positive-definiteness test and the polar factor live here and only here.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+__all__ = [
+    "RANK_RTOL",
+    "SCALAR_RTOL",
+    "SYM_RTOL",
+    "FloatArray",
+    "identity_multiple",
+    "is_spd",
+    "numerical_rank",
+    "numerical_ranks",
+    "polar",
+    "psd_factor",
+    "psd_sqrt",
+    "sym",
+    "unvech",
+    "vech",
+    "vech_index",
+]
+
+FloatArray = NDArray[np.float64]
+
+#: Relative tolerance for symmetry and positive semi-definiteness checks (relative to the norm).
+SYM_RTOL = 1e-9
+#: Eigenvalues below ``RANK_RTOL * lambda_max`` count as zero when reporting rank.
+RANK_RTOL = 1e-9
+#: ``V`` counts as ``vI`` when it deviates from it by at most this, relative to ``|v|``.
+SCALAR_RTOL = 1e-12
+
+
+def sym(a: FloatArray) -> FloatArray:
+    """Symmetric part ``(a + aᵀ)/2``."""
+    return 0.5 * (a + a.T)
+
+
+def psd_sqrt(a: FloatArray) -> FloatArray:
+    """Symmetric square root of a symmetric positive semi-definite matrix (eigenvalues clipped)."""
+    w, u = np.linalg.eigh(sym(a))
+    return (u * np.sqrt(np.clip(w, 0.0, None))) @ u.T
+
+
+def psd_factor(a: FloatArray) -> FloatArray:
+    """A square factor ``S`` with ``S Sᵀ = a`` for symmetric PSD ``a`` (eigen-based, any rank)."""
+    w, u = np.linalg.eigh(sym(a))
+    return u * np.sqrt(np.clip(w, 0.0, None))
+
+
+def polar(a: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """Polar decomposition ``a = U P`` via the SVD: ``U`` orthogonal (or with orthonormal
+    columns), ``P = (aᵀa)^{1/2}`` symmetric PSD. Backward stable; no square roots of squares."""
+    u, s, vt = np.linalg.svd(a, full_matrices=False)
+    return u @ vt, (vt.T * s) @ vt
+
+
+def is_spd(a: FloatArray) -> bool:
+    """Whether the symmetric matrix ``a`` is numerically positive definite (Cholesky succeeds)."""
+    if a.size == 0 or not np.all(np.isfinite(a)):
+        return False
+    try:
+        np.linalg.cholesky(sym(a))
+    except np.linalg.LinAlgError:
+        return False
+    return True
+
+
+def numerical_rank(a: FloatArray, rtol: float = RANK_RTOL) -> int:
+    """Rank of a symmetric PSD matrix: eigenvalues above ``rtol * lambda_max`` (0 if zero)."""
+    w = np.linalg.eigvalsh(sym(a))
+    top = float(np.max(np.abs(w))) if w.size else 0.0
+    if top == 0.0:
+        return 0
+    return int(np.sum(w > rtol * top))
+
+
+def numerical_ranks(stack: FloatArray, rtol: float = RANK_RTOL) -> NDArray[np.int_]:
+    """:func:`numerical_rank` of every matrix in a ``(n, d, d)`` stack (one batched eigensolve)."""
+    w = np.linalg.eigvalsh(0.5 * (stack + np.swapaxes(stack, -1, -2)))
+    top = np.max(np.abs(w), axis=-1, keepdims=True)
+    return np.sum((w > rtol * top) & (top > 0), axis=-1)
+
+
+@lru_cache(maxsize=64)
+def vech_index(d: int) -> tuple[tuple[NDArray[np.intp], NDArray[np.intp]], NDArray[np.intp]]:
+    """Upper-triangle indices of a d×d matrix and, for every full entry, its packed position.
+
+    Cached: computing ``triu_indices`` on every right-hand-side call dominated small-d runs.
+    """
+    iu = np.triu_indices(d)
+    pos = np.empty((d, d), dtype=np.intp)
+    pos[iu] = np.arange(iu[0].size)
+    pos[(iu[1], iu[0])] = pos[iu]
+    return iu, pos.ravel()
+
+
+def vech(a: FloatArray) -> FloatArray:
+    """Upper triangle (row-major) of a symmetric matrix: each distinct entry stored once.
+
+    Examples
+    --------
+    >>> vech(np.array([[1.0, 2.0], [2.0, 3.0]]))
+    array([1., 2., 3.])
+    """
+    return a[vech_index(a.shape[0])[0]]
+
+
+def unvech(v: Any, d: int) -> FloatArray:
+    """Inverse of :func:`vech` (one gather; the result is exactly symmetric)."""
+    return np.asarray(v)[vech_index(d)[1]].reshape(d, d)
+
+
+def identity_multiple(m: FloatArray) -> float | None:
+    """``v`` if the square matrix ``m`` is ``vI`` (to ``1e-12 |v|`` entrywise), else ``None``."""
+    d = m.shape[0]
+    v = float(np.trace(m)) / d
+    dev = float(np.max(np.abs(m - v * np.eye(d))))
+    return v if dev <= SCALAR_RTOL * max(abs(v), np.finfo(float).tiny) else None

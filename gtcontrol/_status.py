@@ -1,0 +1,165 @@
+"""The one result protocol of gtcontrol: :class:`Status`, :class:`Result` and :class:`Budget`.
+
+Every public result object carries ``.success`` (bool), ``.status`` (a :class:`Status`),
+``.message`` (str) and ``.stats`` (a mapping of solver statistics). A finite-time blow-up is a
+result with ``Status.BLOWUP``, never an exception; running out of time or of the iteration cap
+is ``Status.BUDGET_EXHAUSTED`` with the best iterate; only bad input raises.
+
+Every solver entry point takes a keyword-only ``time_limit`` (seconds, ``None`` for no
+wall-clock limit) and turns it into a :class:`Budget`, which its loops consult.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import time
+from collections.abc import Mapping
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from .errors import InvalidParametersError
+
+__all__ = ["Budget", "BudgetExhausted", "Result", "Status", "as_time_limit"]
+
+
+class Status(enum.StrEnum):
+    """How a computation ended (one enum for every result of gtcontrol).
+
+    Members compare equal to their lower-case string values (``Status.BLOWUP == "blowup"``).
+
+    Attributes
+    ----------
+    SUCCESS
+        The question was answered to the requested tolerance.
+    BLOWUP
+        The covariance diverges in finite time; the result carries ``blowup_time``. For
+        simulations and blow-up/regime analyses this *is* the answer (``success`` is true).
+    BUDGET_EXHAUSTED
+        The ``time_limit`` or a finite iteration/step cap ran out; the result holds the best
+        iterate reached so far.
+    INFEASIBLE
+        The request has no solution (e.g. no positive-definite equilibrium, an unreachable
+        target, a constraint that cannot hold); ``message`` says which condition fails.
+    FAILED
+        A numerical method failed for another reason, given in ``message``.
+    """
+
+    SUCCESS = "success"
+    BLOWUP = "blowup"
+    BUDGET_EXHAUSTED = "budget_exhausted"
+    INFEASIBLE = "infeasible"
+    FAILED = "failed"
+
+
+@runtime_checkable
+class Result(Protocol):
+    """What every public result object of gtcontrol provides."""
+
+    @property
+    def success(self) -> bool: ...
+
+    @property
+    def status(self) -> Status: ...
+
+    @property
+    def message(self) -> str: ...
+
+    @property
+    def stats(self) -> Mapping[str, Any]: ...
+
+
+def as_time_limit(value: Any, name: str = "time_limit") -> float | None:
+    """Validate a wall-clock limit in seconds: ``None`` (no limit) or a positive number."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise InvalidParametersError(
+            f"{name}: expected None or a positive number of seconds, got {value!r}"
+        )
+    x = float(value)
+    if math.isnan(x) or x <= 0:
+        raise InvalidParametersError(
+            f"{name}: expected None or a positive number of seconds, got {value!r}"
+        )
+    return x
+
+
+class BudgetExhausted(Exception):
+    """Raised inside a solver loop when its :class:`Budget` runs out (never leaves gtcontrol)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class Budget:
+    """A wall-clock deadline plus an evaluation counter with a finite cap.
+
+    Parameters
+    ----------
+    time_limit
+        Seconds from now, or ``None`` for no wall-clock limit.
+    max_evals
+        Finite cap on :meth:`tick` calls (right-hand-side evaluations, iterations), or ``None``.
+
+    Examples
+    --------
+    >>> b = Budget(None, max_evals=2)
+    >>> b.tick(); b.tick(); b.exhausted
+    False
+    >>> try:
+    ...     b.tick()
+    ... except BudgetExhausted as exc:
+    ...     print(exc.reason)
+    the cap of 2 evaluations was reached
+    """
+
+    __slots__ = ("_deadline", "count", "max_evals", "start", "time_limit")
+
+    def __init__(self, time_limit: float | None = None, *, max_evals: int | None = None) -> None:
+        self.time_limit = as_time_limit(time_limit)
+        self.start = time.perf_counter()
+        self._deadline = math.inf if self.time_limit is None else self.start + self.time_limit
+        self.max_evals = max_evals
+        self.count = 0
+
+    @property
+    def elapsed(self) -> float:
+        """Seconds since the budget was created."""
+        return time.perf_counter() - self.start
+
+    def remaining(self) -> float:
+        """Seconds left before the deadline (``inf`` without a time limit, never negative)."""
+        return max(self._deadline - time.perf_counter(), 0.0)
+
+    @property
+    def exhausted(self) -> bool:
+        """Whether the deadline has passed or the evaluation cap was reached."""
+        if self.max_evals is not None and self.count > self.max_evals:
+            return True
+        return time.perf_counter() > self._deadline
+
+    def reason(self) -> str:
+        """Why the budget is exhausted, in words (for ``message``)."""
+        if self.max_evals is not None and self.count > self.max_evals:
+            return f"the cap of {self.max_evals} evaluations was reached"
+        return f"the time limit of {self.time_limit:g} s was reached"
+
+    def tick(self, n: int = 1) -> None:
+        """Count ``n`` evaluations; raise :class:`BudgetExhausted` when the budget is spent."""
+        self.count += n
+        if self.exhausted:
+            raise BudgetExhausted(self.reason())
+
+    def check(self) -> None:
+        """Raise :class:`BudgetExhausted` if the budget is spent (does not count)."""
+        if self.exhausted:
+            raise BudgetExhausted(self.reason())
+
+    def sub(self, time_limit: float | None = None, *, max_evals: int | None = None) -> Budget:
+        """A child budget that ends no later than this one (for per-start budgets)."""
+        rem = self.remaining()
+        limit = rem if time_limit is None else min(rem, time_limit)
+        return Budget(None if math.isinf(limit) else max(limit, 1e-9), max_evals=max_evals)

@@ -150,7 +150,7 @@ def _bench_python_control(d: int, n: int, variant: str) -> dict[str, Any]:
     elapsed = time.perf_counter() - t0
     ctrl = _Interpolated(timepts, np.asarray(out.inputs), d)
     traj = simulate(ctrl, g0)
-    ok = traj.status == "completed"
+    ok = traj.status == "success"
     return {
         "time": elapsed,
         "success": bool(out.success),

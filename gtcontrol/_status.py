@@ -42,6 +42,9 @@ class Status(enum.StrEnum):
     INFEASIBLE
         The request has no solution (e.g. no positive-definite equilibrium, an unreachable
         target, a constraint that cannot hold); ``message`` says which condition fails.
+    OVERFLOW
+        The state left the floating-point range without a finite-time singularity (e.g. fast
+        exponential growth, or non-finite tokens); the result holds the last finite state.
     FAILED
         A numerical method failed for another reason, given in ``message``.
     """
@@ -50,6 +53,7 @@ class Status(enum.StrEnum):
     BLOWUP = "blowup"
     BUDGET_EXHAUSTED = "budget_exhausted"
     INFEASIBLE = "infeasible"
+    OVERFLOW = "overflow"
     FAILED = "failed"
 
 

@@ -474,7 +474,7 @@ def test_regime_table(case: Case):
         scale = max(np.linalg.norm(case.limit), 1.0)
         assert np.linalg.norm(reg.limit_cov - case.limit) <= 1e-9 * scale
     traj = simulate(case.layer, g0, case.t_confirm, n_points=201)
-    assert traj.status == "completed"
+    assert traj.status == "success"
     lam0, lam_mid, lam_end = _eigs(traj.cov[0]), _eigs(traj.cov[100]), _eigs(traj.cov[-1])
     if case.kind == "converges":
         limit = reg.limit_cov

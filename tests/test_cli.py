@@ -92,7 +92,7 @@ def test_cli_run_writes_result_and_figures(tmp_path: Path) -> None:
     out = tmp_path / "out"
     assert main(["run", str(design), "-o", str(out)]) == 0
     res = json.loads((out / "result.json").read_text())
-    assert res["task"] == "simulate" and res["status"] == "completed"
+    assert res["task"] == "simulate" and res["status"] == "success"
     assert res["inputs"]["layer"]["v"] == -0.5
     assert res["outputs"]["trajectory"]["blowup_time"] == "inf"
     for fig in res["figures"]:
@@ -181,7 +181,7 @@ def test_cli_compare_tokens_report(tmp_path: Path) -> None:
     out = tmp_path / "out"
     assert main(["run", str(design), "-o", str(out)]) == 0
     res = json.loads((out / "result.json").read_text())
-    assert res["task"] == "compare-tokens" and res["status"] == "completed"
+    assert res["task"] == "compare-tokens" and res["status"] == "success"
     assert [r["n_tokens"] for r in res["outputs"]["table"]] == [64, 256]
     assert set(res["outputs"]["slopes"]) == {"mean_error", "cov_error", "bures_wasserstein"}
     assert set(res["figures"]) == {"moments.png", "convergence.png", "token_clouds.png"}

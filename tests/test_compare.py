@@ -24,7 +24,7 @@ def test_errors_fall_like_inverse_sqrt_n() -> None:
         # 16x range of N is known to about ±0.2 around the theoretical -1/2.
         assert -0.8 < slope < -0.25, (name, slope)
     # the predicted trajectory is the moment ODE from the exact initial Gaussian
-    assert cmp.predicted.status == "completed" and cmp.predicted.t[-1] == pytest.approx(0.6)
+    assert cmp.predicted.status == "success" and cmp.predicted.t[-1] == pytest.approx(0.6)
     # errors are real distances, decreasing overall and comparable to the sampling error
     assert np.all(cmp.bures_wasserstein > 0)
     assert cmp.bures_wasserstein[-1] < cmp.bures_wasserstein[0] / 2

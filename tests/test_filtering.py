@@ -107,7 +107,7 @@ def test_kalman_bucy_covariance_equals_transformer_covariance_along_trajectories
         np.array([0.3, -0.2, 0.1]), np.array([[1.0, 0.2, 0.0], [0.2, 0.6, 0.1], [0.0, 0.1, 0.8]])
     )
     traj = simulate(layer, g0, 4.0, n_points=41)
-    assert traj.status == "completed"
+    assert traj.status == "success"
     # The filter ODE in filter variables (its own field and integrator).
     p = kalman_covariance(KalmanData(f, h, r, q if noisy else None), g0.cov, traj.t)
     assert _rel(traj.cov, p) < 1e-9

@@ -48,7 +48,7 @@ def _omega(t: np.ndarray, a: float, c: float, s0: float) -> np.ndarray:
 def test_scalar_trajectory_matches_closed_form(a, v, B, s0, T) -> None:
     c = v * B
     traj = simulate(Layer([[a]], [[B]], v=v), Gaussian([0.0], [[s0]]), T=T)
-    assert traj.status == "completed" and traj.blowup_time == math.inf
+    assert traj.status == "success" and traj.blowup_time == math.inf
     sigma = 1.0 / _omega(traj.t, a, c, s0)
     np.testing.assert_allclose(traj.cov[:, 0, 0], sigma, rtol=1e-9, atol=0)
 
@@ -74,7 +74,7 @@ def test_unstable_equilibrium_above_and_below() -> None:
     lay = Layer([[a]], [[c]], v=1.0)
     below = simulate(lay, Gaussian([0.0], [[0.45]]), T=20.0)
     above = simulate(lay, Gaussian([0.0], [[0.55]]), T=20.0)
-    assert below.status == "completed" and below.cov[-1, 0, 0] < 1e-8
+    assert below.status == "success" and below.cov[-1, 0, 0] < 1e-8
     assert above.status == "blowup"
     t_star = math.log(1 + a / (c * 0.55)) / (2 * a)
     assert above.blowup_time == pytest.approx(t_star, rel=1e-9)
@@ -82,7 +82,7 @@ def test_unstable_equilibrium_above_and_below() -> None:
 
 def test_exponential_growth_is_not_reported_as_blowup() -> None:
     traj = simulate(Layer([[3.0]]), Gaussian([1.0], [[1.0]]), T=10.0)
-    assert traj.status == "completed"
+    assert traj.status == "success"
     assert traj.cov[-1, 0, 0] == pytest.approx(math.exp(60.0), rel=1e-8)
     assert traj.mean[-1, 0] == pytest.approx(math.exp(30.0), rel=1e-8)
 
@@ -172,7 +172,7 @@ def test_general_v_matches_independent_high_accuracy_integration() -> None:
     lay = Layer(rng.standard_normal((d, d)) * 0.3, b=rng.standard_normal(d), heads=heads)
     g0 = Gaussian(rng.standard_normal(d), _spd(rng, d))
     traj = simulate(lay, g0, T=1.0)
-    assert traj.status == "completed"
+    assert traj.status == "success"
     y0 = np.concatenate([g0.mean, g0.cov.ravel()])
     ref = solve_ivp(
         _independent_rhs(lay, d),

@@ -230,7 +230,7 @@ def test_tail_certificates_and_horizon():
     res2 = blowup_analysis(lay2, _g(s0))
     assert res2.status == "never" and res2.certified
     traj = simulate(lay2, _g(s0), 40.0 / np.linalg.norm(a, 2), n_points=3)
-    assert traj.status == "completed"
+    assert traj.status == "success"
     # Rank-1 Σ0 with −A Hurwitz and indefinite R: no tail applies; the search stops at the
     # horizon with [0, horizon] certified.
     lay3 = Layer(A=np.eye(2), B=np.diag([1.0, -0.5]), v=-1.0)

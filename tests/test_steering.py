@@ -127,7 +127,7 @@ def test_attention_invariants_hold_under_random_attention_schedules() -> None:
             Schedule([Layer(V=[[v]], B=[[b]]), Layer(V=[[-v]], B=[[b]])], 0.4),
             Gaussian([0.7], [[0.3]]),
         )
-        assert traj.status != "completed" or np.all(traj.mean[:, 0] > 0)
+        assert traj.status != "success" or np.all(traj.mean[:, 0] > 0)
 
 
 def test_reachability_input_validation() -> None:
@@ -152,7 +152,7 @@ def test_ot_steering_reaches_target_with_energy_w2_over_t(d: int) -> None:
     lay = ctrl.layer_at(0.3)
     assert isinstance(lay, Layer) and lay.heads == ()
     traj = simulate(ctrl, g0, **TIGHT)
-    assert traj.status == "completed"
+    assert traj.status == "success"
     assert traj.final.bures_wasserstein(g1) <= 1e-9
     assert np.max(np.abs(traj.final.cov - g1.cov)) <= 1e-9
     bound = _w2sq(g0, g1) / T

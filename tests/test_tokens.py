@@ -265,8 +265,8 @@ def test_recording_snapshots_and_result_object() -> None:
     sched = Schedule([_attention_layer(), _attention_layer().replace(b=[1.0, 0.0])], T=1.0)
     tr = simulate_tokens(sched, x, steps_per_layer=4, snapshot_times=[0.0, 0.3, 1.0])
     np.testing.assert_array_equal(x, x_in)  # input untouched
-    assert isinstance(tr, TokenTrajectory) and tr.status == "completed"
-    assert tr.overflow_time == math.inf
+    assert isinstance(tr, TokenTrajectory) and tr.status == "success"
+    assert tr.blowup_time == math.inf
     np.testing.assert_allclose(tr.t, np.linspace(0, 1, 9), rtol=0, atol=1e-15)
     assert [s[0] for s in tr.snapshots] == [0.0, 0.25, 1.0]  # 0.3 -> nearest step depth 0.25
     np.testing.assert_array_equal(tr.snapshots[0][1], x)
@@ -323,9 +323,9 @@ def test_overflow_is_a_status_not_a_crash() -> None:
         tr = simulate_tokens(layer, x, 1.0)
         ad = simulate_tokens(layer, x, 1.0, method="adaptive")
     for r in (tr, ad):
-        assert r.status == "overflow" and 0 < r.overflow_time < 1.0
+        assert r.status == "overflow" and 0 < r.blowup_time < 1.0
         assert np.all(np.isfinite(r.final_tokens)) and np.all(np.isfinite(r.cov))
-    assert tr.t[-1] < tr.overflow_time
+    assert tr.t[-1] < tr.blowup_time
 
 
 # ---------------------------------------------------------------- noisy tokens (§6)

@@ -44,6 +44,7 @@ from scipy.linalg import lapack
 from scipy.sparse.linalg import ArpackNoConvergence, LinearOperator, eigs, gmres
 
 from .._linalg import FloatArray, sym, unvech, vech
+from .._status import Status
 from .._validation import as_float_array, as_positive_float, as_positive_int, frozen
 from ..errors import InvalidParametersError, SolverError
 from ..model.gaussian import Gaussian, check_gaussian
@@ -848,7 +849,7 @@ def _flow_start(layer: Layer, start: FloatArray) -> FloatArray | None:
         traj = simulate(layer, g, 20.0 / rate, n_points=2, rtol=1e-5, atol=1e-10, method="RK45")
     except (SolverError, InvalidParametersError, ValueError):
         return None
-    if traj.status != "completed":
+    if traj.status is not Status.SUCCESS:
         return None
     end = np.asarray(traj.cov[-1])
     top = float(np.linalg.eigvalsh(end)[-1])
@@ -1416,15 +1417,17 @@ def _general_regime(
     eqs = equilibria(layer, options=options) if form is None else equilibria(layer)
     # Brownian forcing can raise the rank; without it the rank of Σ0 is invariant.
     rank = d if layer.noise is not None and np.any(layer.noise) else g0.rank
-    try:
-        traj = simulate(layer, g0, hz, n_points=401)
-    except SolverError as exc:
-        if exc.status != "overflow":
-            raise
+    traj = simulate(layer, g0, hz, n_points=401)
+    if traj.status is Status.OVERFLOW:
         return _regime(
-            layer, "unbounded", f"integration to depth {hz:g}: {exc}", "integrator", blow, eqs=eqs
+            layer,
+            "unbounded",
+            f"integration to depth {hz:g}: {traj.message}",
+            "integrator",
+            blow,
+            eqs=eqs,
         )
-    if traj.status == "blowup":
+    if traj.status is Status.BLOWUP:
         return _regime(
             layer,
             "blowup",

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from .._linalg import FloatArray
+from .._status import Status
 from .._validation import as_positive_int
 from ..errors import InvalidParametersError
 from ..model.gaussian import Gaussian
@@ -110,7 +111,7 @@ def compare_tokens(
     ctrl = as_control(model, T)
     clock = time.perf_counter()
     predicted = simulate(ctrl, initial)
-    if predicted.status != "completed":
+    if predicted.status is not Status.SUCCESS:
         raise InvalidParametersError(
             f"model: the moments blow up at t = {predicted.blowup_time:.6g} < T = {ctrl.T:g}; "
             "choose a shorter horizon to compare with tokens"

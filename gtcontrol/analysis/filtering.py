@@ -45,6 +45,7 @@ import numpy as np
 from scipy.integrate import solve_ivp
 
 from .._linalg import SYM_RTOL, FloatArray, psd_sqrt, sym, unvech, vech
+from .._status import Status
 from .._validation import as_float_array, as_positive_float, frozen
 from ..errors import InvalidGaussianError, InvalidParametersError, SolverError
 from ..model.gaussian import Gaussian
@@ -478,7 +479,7 @@ def compare_filter(
 
     kd = to_kalman(layer)
     traj = simulate(layer, initial, T, n_points=n_points)
-    if traj.status != "completed":
+    if traj.status is not Status.SUCCESS:
         raise SolverError(
             f"the Transformer's covariance blew up at depth {traj.blowup_time:.6g}",
             status="blowup",

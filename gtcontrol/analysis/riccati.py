@@ -56,6 +56,7 @@ import scipy.linalg as sla
 from scipy.optimize import brentq
 
 from .._linalg import RANK_RTOL, FloatArray, identity_multiple, sym
+from .._status import Status
 from .._validation import as_float_array, as_positive_float, as_positive_int, frozen
 from ..errors import InvalidGaussianError, InvalidParametersError, SolverError
 from ..model.gaussian import Gaussian, check_gaussian
@@ -646,15 +647,14 @@ def _integrator_blowup(layer: Layer, g0: Gaussian, hz: float) -> BlowupResult:
             stats={**stats, "horizon": hz, "seconds": time.perf_counter() - clock},
         )
 
-    try:
-        traj = simulate(layer, g0, hz, n_points=2)
-    except SolverError as exc:
-        if exc.status != "overflow":
-            raise
+    traj = simulate(layer, g0, hz, n_points=2)
+    if traj.status is Status.OVERFLOW:
         return result(
-            math.inf, f"adaptive integrator: {exc} (no finite-time singularity detected)", {}
+            math.inf,
+            f"adaptive integrator: {traj.message} (no finite-time singularity detected)",
+            dict(traj.stats),
         )
-    if traj.status == "blowup":
+    if traj.status is Status.BLOWUP:
         return result(
             traj.blowup_time,
             "outside the Riccati class: adaptive integrator (DOP853, rtol 1e-11) detected "

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from .._status import Status
 from .._validation import as_float_array
 from ..errors import DesignFileError
 from ..model.moments import Trajectory, simulate, simulate_discrete
@@ -107,13 +108,13 @@ def _token_cloud_figure(design: Design, traj: Trajectory, n: int, out: Path) -> 
     from ..plotting.core import plot_token_clouds
 
     assert design.initial is not None and design.model is not None
-    if traj.status == "completed":
+    if traj.status is Status.SUCCESS:
         model, horizon = design.model, design.T
     elif isinstance(design.model, Layer):
         model, horizon = design.model, 0.9 * traj.blowup_time
     else:
         return []
-    pred = traj if traj.status == "completed" else simulate(model, design.initial, horizon)
+    pred = traj if traj.status is Status.SUCCESS else simulate(model, design.initial, horizon)
     t_end = float(pred.t[-1])
     layers = model.layers if isinstance(model, Schedule) else (model,)
     noisy = any(lay.noise is not None for lay in layers)
@@ -180,7 +181,7 @@ def _run_compare_tokens(design: Design, out: Path) -> dict[str, Any]:
         "trajectory": trajectory_summary(cmp.predicted),
         "seconds": cmp.stats["seconds"],
     }
-    return {"status": "completed", "outputs": outputs, "figures": figures}
+    return {"status": "success", "outputs": outputs, "figures": figures}
 
 
 def _nonneg(x: Any) -> str | None:
@@ -289,7 +290,7 @@ def _run_steer(design: Design, out: Path) -> dict[str, Any]:
     plot_parameter_norms(sched, out / "parameter_norms.png", title="parameter norms per layer")
     figures.append("parameter_norms.png")
     token_w2 = None
-    if o["tokens"] > 0 and res.trajectory is not None and res.trajectory.status == "completed":
+    if o["tokens"] > 0 and res.trajectory is not None and res.trajectory.status is Status.SUCCESS:
         x0 = design.initial.sample(o["tokens"], design.seed)
         snaps = np.linspace(0.0, sched.T, 4)
         tok = simulate_tokens(sched, x0, snapshot_times=snaps, steps_per_layer=8)
@@ -484,7 +485,7 @@ def _run_filter(design: Design, out: Path) -> dict[str, Any]:
         "steady_rel_diff": cmp.steady_rel_diff,
         "trajectory": trajectory_summary(cmp.trajectory),
     }
-    return {"status": "completed", "outputs": outputs, "figures": ["filter.png"]}
+    return {"status": "success", "outputs": outputs, "figures": ["filter.png"]}
 
 
 def _run_experiment(design: Design, out: Path) -> dict[str, Any]:

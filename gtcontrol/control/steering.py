@@ -39,6 +39,7 @@ import scipy.linalg
 from scipy.integrate import simpson
 
 from .._linalg import FloatArray, psd_sqrt, sym
+from .._status import Status
 from .._validation import as_float_array, as_positive_float, as_positive_int, frozen
 from ..errors import (
     InvalidGaussianError,
@@ -392,7 +393,7 @@ def kinetic_energy(
     ctrl = as_control(control, T)
     n = as_positive_int("n_points", n_points)
     traj = simulate(ctrl, initial, n_points=n)
-    if traj.status != "completed":
+    if traj.status is not Status.SUCCESS:
         raise SolverError(
             f"kinetic_energy: the moments blow up at depth {traj.blowup_time:g}",
             status="blowup",
@@ -1172,7 +1173,7 @@ def _states_of(control: Control, initial: Gaussian, times: FloatArray) -> FloatA
     iu = np.triu_indices(initial.dim)
     n_seg = len(control.breakpoints) - 1
     traj = simulate(control, initial, n_points=32 * n_seg + 1)
-    if traj.status != "completed":
+    if traj.status is not Status.SUCCESS:
         raise SolverError("the starting control blows up", status="warm_start_blowup")
     data = np.concatenate([traj.mean, traj.cov[:, iu[0], iu[1]]], axis=1)
     cols = [np.interp(flat, traj.t, data[:, j]) for j in range(data.shape[1])]
@@ -1466,7 +1467,7 @@ def _verify(schedule: Schedule, initial: Gaussian) -> Trajectory | None:
         traj = simulate(schedule, initial, rtol=_VERIFY_RTOL, atol=_VERIFY_ATOL)
     except SolverError:
         return None
-    return traj if traj.status == "completed" else None
+    return traj if traj.status is Status.SUCCESS else None
 
 
 def _finish(result: SteeringResult, clock: float, notes: list[str]) -> SteeringResult:
@@ -1516,7 +1517,7 @@ def _result(
         x = initial.sample(int(opts.verify_tokens), np.random.default_rng(opts.seed))
         tok = simulate_tokens(schedule, x)
         stats["token_terminal_error"] = (
-            tok.final.bures_wasserstein(target) if tok.status == "completed" else math.inf
+            tok.final.bures_wasserstein(target) if tok.status is Status.SUCCESS else math.inf
         )
     # Coincident end points (W2 at rounding level): the bound is 0 and the gap is absolute.
     coincident = lower * T <= (1e-12 * _scale(initial, target)) ** 2

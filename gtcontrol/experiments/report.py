@@ -528,7 +528,7 @@ def reproduce(
 def experiment_outputs(res: ReproduceResult) -> dict[str, Any]:
     """The ``status``/``outputs``/``figures`` of a run, for ``result.json``."""
     return {
-        "status": "completed",
+        "status": "success",
         "outputs": {"tables": res.tables, "seconds": res.stats},
         "figures": list(res.figures),
     }

@@ -30,6 +30,7 @@ import numpy as np
 from scipy.integrate import solve_ivp
 
 from .._linalg import FloatArray, numerical_ranks, vech, vech_index
+from .._status import Status
 from .._validation import as_positive_float, as_positive_int, frozen
 from ..errors import InvalidParametersError, SolverError
 from .gaussian import Gaussian, check_gaussian
@@ -141,20 +142,32 @@ class Trajectory:
     rank
         Numerical rank of each covariance, ``(n,)``.
     status
-        ``"completed"`` or ``"blowup"`` (the covariance diverged in finite time).
+        :class:`~gtcontrol.Status`: ``SUCCESS`` (integrated to the horizon), ``BLOWUP`` (the
+        covariance diverges in finite time, at ``blowup_time``), ``OVERFLOW`` (it left the
+        floating-point range by exponential growth) or ``BUDGET_EXHAUSTED``.
     blowup_time
-        Estimated blow-up time, ``math.inf`` when completed.
+        Estimated blow-up time, ``math.inf`` when there is none.
     stats
         Integrator statistics (``nfev``, ``seconds``).
+    message
+        How the integration ended, in words.
+    success
+        True for ``SUCCESS`` and ``BLOWUP`` (a blow-up is the answer, not a failure).
     """
 
     t: FloatArray
     mean: FloatArray
     cov: FloatArray
     rank: NDArrayInt
-    status: str
+    status: Status
     blowup_time: float = math.inf
     stats: Mapping[str, Any] = field(default_factory=dict)
+    message: str = ""
+
+    @property
+    def success(self) -> bool:
+        """Whether the trajectory answers the question (reached T, or found the blow-up)."""
+        return self.status in (Status.SUCCESS, Status.BLOWUP)
 
     @property
     def dim(self) -> int:
@@ -235,7 +248,7 @@ def simulate(
     Trajectory
         ``status="blowup"`` with ``blowup_time`` when Σ diverges in finite time (located to
         ~1e-10 relative in the quadratic regime by extrapolating ``1/tr Σ``, which is linear
-        near a Riccati singularity); otherwise ``"completed"``.
+        near a Riccati singularity); otherwise ``SUCCESS``.
 
     Raises
     ------
@@ -274,7 +287,8 @@ def simulate(
     ts: list[FloatArray] = []
     ys: list[FloatArray] = []
     nfev = 0
-    status, t_blow = "completed", math.inf
+    status, t_blow = Status.SUCCESS, math.inf
+    message = "integrated to the horizon"
     clock = time.perf_counter()
     grids = _record_grid(breaks, opts.n_points)
     diag_idx = np.flatnonzero(iu[0] == iu[1])
@@ -341,19 +355,21 @@ def simulate(
             ts.append(np.array([t_e]))
             ys.append(y_e[None, :])
             if remaining <= 1e-6 * max(t_e, 1e-300) or remaining <= 1e-9:
-                status, t_blow = "blowup", t_e + remaining
+                status, t_blow = Status.BLOWUP, t_e + remaining
                 break
             if tr_e > 1e250:
-                raise SolverError(
+                status = Status.OVERFLOW
+                message = (
                     f"the covariance exceeded 1e250 at depth {t_e:g} without a finite-time "
-                    "singularity (exponential growth); shorten T",
-                    status="overflow",
-                    stats={"nfev": nfev, "t": t_e},
+                    "singularity (exponential growth); the trajectory stops there"
                 )
+                break
             seg_start, y, threshold = t_e, y_e, threshold * opts.blowup_factor
-        if status == "blowup":
+        if status is not Status.SUCCESS:
             break
 
+    if status is Status.BLOWUP:
+        message = f"finite-time blow-up at depth {t_blow:.12g}"
     t_all = np.concatenate(ts)
     y_all = np.concatenate(ys)
     # Drop duplicated depths at segment joins (keep the first: continuity of the state).
@@ -371,6 +387,7 @@ def simulate(
         status=status,
         blowup_time=t_blow,
         stats=stats,
+        message=message,
     )
 
 
@@ -410,7 +427,7 @@ def simulate_discrete(
     breaks = np.asarray(ctrl.breakpoints, dtype=float)
     m, s = g0.mean.copy(), g0.cov.copy()
     ts, means, covs = [0.0], [m], [s]
-    status, t_blow = "completed", math.inf
+    status, t_blow = Status.SUCCESS, math.inf
     eye = np.eye(d)
     clock = time.perf_counter()
     with np.errstate(over="ignore", invalid="ignore"):
@@ -428,12 +445,12 @@ def simulate_discrete(
                     s = s + h * (lay.noise @ lay.noise.T)
                 s = 0.5 * (s + s.T)
                 if not (np.all(np.isfinite(s)) and np.all(np.isfinite(m))):
-                    status, t_blow = "blowup", t + h
+                    status, t_blow = Status.BLOWUP, t + h
                     break
                 ts.append(t + h if j < steps - 1 else t1)
                 means.append(m)
                 covs.append(s)
-            if status == "blowup":
+            if status is Status.BLOWUP:
                 break
     cov_arr = np.array(covs)
     return Trajectory(
@@ -444,4 +461,9 @@ def simulate_discrete(
         status=status,
         blowup_time=t_blow,
         stats={"steps": len(ts) - 1, "seconds": time.perf_counter() - clock},
+        message=(
+            f"the moments became non-finite at depth {t_blow:.12g}"
+            if status is Status.BLOWUP
+            else "recursion completed"
+        ),
     )

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,6 +47,7 @@ from scipy.integrate import solve_ivp
 from scipy.special import erf
 
 from .._linalg import FloatArray
+from .._status import Status
 from .._validation import as_float_array, as_positive_float, as_positive_int, frozen
 from ..errors import InvalidParametersError, SolverError
 from .gaussian import Gaussian
@@ -167,10 +169,11 @@ class TokenTrajectory:
     final_tokens
         Tokens ``(N, d)`` at the last recorded depth (the last finite state after an overflow).
     status
-        ``"completed"``, or ``"overflow"`` when the tokens became non-finite.
-    overflow_time
+        :class:`~gtcontrol.Status`: ``SUCCESS``, or ``OVERFLOW`` when the tokens became
+        non-finite.
+    blowup_time
         Depth of the step that produced non-finite tokens (for ``"adaptive"``: where the
-        integrator stopped); ``math.inf`` when completed.
+        integrator stopped); ``math.inf`` when completed. (Formerly ``overflow_time``.)
     stats
         ``method``, ``steps`` (steps taken), ``n_velocity`` (field evaluations over all tokens),
         ``n_attention`` (softmax-head evaluations, the ``O(N² d)`` passes), ``block_size``,
@@ -182,9 +185,25 @@ class TokenTrajectory:
     cov: FloatArray
     snapshots: tuple[tuple[float, AnyArray], ...]
     final_tokens: AnyArray
-    status: str
-    overflow_time: float = math.inf
+    status: Status
+    blowup_time: float = math.inf
     stats: Mapping[str, Any] = field(default_factory=dict)
+    message: str = ""
+
+    @property
+    def success(self) -> bool:
+        """Whether the tokens were carried to the horizon."""
+        return self.status is Status.SUCCESS
+
+    @property
+    def overflow_time(self) -> float:
+        """Deprecated alias of :attr:`blowup_time` (removed in 0.3)."""
+        warnings.warn(
+            "TokenTrajectory.overflow_time is deprecated; use blowup_time",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.blowup_time
 
     @property
     def dim(self) -> int:
@@ -486,7 +505,7 @@ def _run_fixed(
     snap_times: FloatArray,
     noise: FloatArray | None,
     gen: np.random.Generator | None,
-) -> tuple[AnyArray, str, float, int]:
+) -> tuple[AnyArray, Status, float, int]:
     breaks = np.asarray(ctrl.breakpoints, dtype=float)
     steps = opts.steps
     get = _layer_source(ctrl, opts.dtype)
@@ -531,7 +550,7 @@ def _run_fixed(
                     xi = gen.standard_normal((x.shape[0], g_step.shape[0]), dtype=opts.dtype)
                     x_new += math.sqrt(h) * (xi @ g_step)
             if not _finite(x_new):
-                return x, "overflow", t + h, idx
+                return x, Status.OVERFLOW, t + h, idx
             x = x_new
             idx += 1
             t_now = t + h if j < steps - 1 else t1
@@ -539,7 +558,7 @@ def _run_fixed(
                 rec.add(t_now, x)
             if idx in snap_idx:
                 rec.snapshot(t_now, x)
-    return x, "completed", math.inf, idx
+    return x, Status.SUCCESS, math.inf, idx
 
 
 def _run_adaptive(
@@ -549,7 +568,7 @@ def _run_adaptive(
     work: _Workspace,
     rec: _Recorder,
     snap_times: FloatArray,
-) -> tuple[AnyArray, str, float, int, int]:
+) -> tuple[AnyArray, Status, float, int, int]:
     breaks = np.asarray(ctrl.breakpoints, dtype=float)
     get = _layer_source(ctrl, opts.dtype)
     n, d = x.shape
@@ -593,7 +612,7 @@ def _run_adaptive(
             for ti, yi in zip(sol.t[1:], ys[1:]):
                 xi = yi.reshape(n, d)
                 if not _finite(xi):
-                    return x.copy(), "overflow", float(ti), nfev, n_steps
+                    return x.copy(), Status.OVERFLOW, float(ti), nfev, n_steps
                 x = xi
                 n_steps += 1
                 if opts.record == "steps" or ti == t1:
@@ -601,7 +620,7 @@ def _run_adaptive(
             if sol.status == -1:
                 if nonfinite[0]:
                     t_last = float(sol.t[-1]) if len(sol.t) else start
-                    return x.copy(), "overflow", t_last, nfev, n_steps
+                    return x.copy(), Status.OVERFLOW, t_last, nfev, n_steps
                 raise SolverError(
                     f"token integration failed at depth {start:g}: {sol.message}",
                     status="integrator_error",
@@ -611,7 +630,7 @@ def _run_adaptive(
             if end != t1 or (snap_times.size and np.any(snap_times == t1)):
                 rec.snapshot(end, x)
             start = end
-    return x, "completed", math.inf, nfev, n_steps
+    return x, Status.SUCCESS, math.inf, nfev, n_steps
 
 
 def simulate_tokens(
@@ -739,6 +758,11 @@ def simulate_tokens(
         snapshots=tuple(rec.snaps),
         final_tokens=frozen(x),
         status=status,
-        overflow_time=t_over,
+        blowup_time=t_over,
         stats=stats,
+        message=(
+            f"the tokens became non-finite at depth {t_over:.12g}"
+            if status is Status.OVERFLOW
+            else "tokens carried to the horizon"
+        ),
     )

@@ -30,9 +30,9 @@ from typing import Any
 import numpy as np
 
 from gtcontrol import Gaussian, Layer
-from gtcontrol.control.design import DesignOptions, design_certificate, design_mean_matching
+from gtcontrol.control.design import design_certificate, design_mean_matching
 
-NO_ROB = DesignOptions(robustness=False)
+NO_ROB: dict[str, Any] = {"robustness": False}
 
 
 def _once(fn: Callable[[], Any]) -> tuple[float, Any]:
@@ -74,7 +74,7 @@ def bench_a(repeats: int) -> None:
         )
         _compare(
             f"    constructive design (candidate) vs + robustness report (baseline), d = {d}",
-            lambda g=g: design_mean_matching(g.mean, g.cov, rate=1.0, options=NO_ROB),
+            lambda g=g: design_mean_matching(g.mean, g.cov, rate=1.0, **NO_ROB),
             lambda g=g: design_mean_matching(g.mean, g.cov, rate=1.0),
             repeats,
         )
@@ -83,16 +83,16 @@ def bench_a(repeats: int) -> None:
 def bench_b(repeats: int) -> None:
     d = 10
     g = _target(d, 1)
-    ref = design_mean_matching(g.mean, g.cov, rate=1.0, options=NO_ROB)
-    nlp = design_mean_matching(g.mean, g.cov, rate=1.0, minimum_norm=True, options=NO_ROB)
+    ref = design_mean_matching(g.mean, g.cov, rate=1.0, **NO_ROB)
+    nlp = design_mean_matching(g.mean, g.cov, rate=1.0, minimum_norm=True, **NO_ROB)
     print(
         f"(b) d = {d}: whitened norms constructive {ref.whitened_norm:.6g}, NLP "
         f"{nlp.whitened_norm:.6g} ({nlp.status}, {nlp.stats['iterations']} IPOPT iterations)"
     )
     _compare(
         "    constructive (candidate) vs CasADi minimum-norm NLP (baseline)",
-        lambda: design_mean_matching(g.mean, g.cov, rate=1.0, options=NO_ROB),
-        lambda: design_mean_matching(g.mean, g.cov, rate=1.0, minimum_norm=True, options=NO_ROB),
+        lambda: design_mean_matching(g.mean, g.cov, rate=1.0, **NO_ROB),
+        lambda: design_mean_matching(g.mean, g.cov, rate=1.0, minimum_norm=True, **NO_ROB),
         repeats,
     )
 
@@ -127,7 +127,7 @@ def bench_c(repeats: int) -> None:
     y = rng.standard_normal((d, d))
     s = rng.standard_normal((d, d))
     b_fixed = y @ y.T / d + 0.2 * np.eye(d) + 0.2 * (s - s.T)
-    res = design_mean_matching(g.mean, g.cov, rate=1.0, fixed_B=b_fixed, options=NO_ROB)
+    res = design_mean_matching(g.mean, g.cov, rate=1.0, fixed_B=b_fixed, **NO_ROB)
     layer, cert = _closed_form_fixed_b(g, b_fixed, 1.0, 2.0)
     base_norm = _whitened_norm(layer, g)
     print(
@@ -138,7 +138,7 @@ def bench_c(repeats: int) -> None:
     )
     _compare(
         "    CasADi fixed-B design (candidate) vs closed-form fixed-B design (baseline)",
-        lambda: design_mean_matching(g.mean, g.cov, rate=1.0, fixed_B=b_fixed, options=NO_ROB),
+        lambda: design_mean_matching(g.mean, g.cov, rate=1.0, fixed_B=b_fixed, **NO_ROB),
         lambda: _closed_form_fixed_b(g, b_fixed, 1.0, 2.0),
         repeats,
     )

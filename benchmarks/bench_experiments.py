@@ -21,7 +21,8 @@ import numpy as np
 
 from gtcontrol.experiments import gaussianity, mardia, pretrained_gaussianity
 from gtcontrol.experiments._deps import single_threaded_blas
-from gtcontrol.experiments.gaussianity import _invariant_null, _whiten
+from gtcontrol.experiments.gaussianity import clear_null_cache
+from gtcontrol.experiments.sample_statistics import _whiten
 
 
 def _median_time(fn, repeats: int) -> tuple[float, list[float]]:  # type: ignore[no-untyped-def]
@@ -70,7 +71,7 @@ def main() -> None:
         pretrained_gaussianity(n, 0)  # warm: model loaded, nulls for (n, rank) cached
         med, ts = _median_time(lambda n=n: pretrained_gaussianity(n, 0), reps)
         print(f"n_tokens={n}: median {med:.2f} s over {reps} warm runs {[f'{t:.2f}' for t in ts]}")
-        _invariant_null.cache_clear()
+        clear_null_cache()
         med, ts = _median_time(lambda n=n: pretrained_gaussianity(n, 0), 1)
         print(f"n_tokens={n}: cold nulls {med:.2f} s")
 
@@ -81,11 +82,11 @@ def main() -> None:
     y = np.random.default_rng(1).standard_normal((1024, 384))
 
     def plain() -> None:
-        _invariant_null.cache_clear()
+        clear_null_cache()
         gaussianity(y, n_null=8)
 
     def guarded() -> None:
-        _invariant_null.cache_clear()
+        clear_null_cache()
         with single_threaded_blas():
             gaussianity(y, n_null=8)
 

@@ -22,8 +22,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from gtcontrol import Gaussian, Layer, moment_field, simulate
-from gtcontrol.model.tokens import simulate_tokens
+from gtcontrol import Gaussian, Layer, moment_field, simulate, simulate_tokens
 
 
 def _once(fn: Callable[[], object]) -> float:
@@ -56,7 +55,10 @@ def bench_a(repeats: int) -> None:
         t_mom.append(_once(lambda: simulate(layer, g0, T)))
     mm, mt = statistics.median(t_mom), statistics.median(t_tok)
     traj = simulate_tokens(layer, x, T)
-    w2 = traj.final.bures_wasserstein(simulate(layer, g0, T).final)
+    mom = simulate(layer, g0, T)
+    if not (traj.success and mom.success):  # a status, never an exception
+        raise SystemExit(f"unexpected status: tokens {traj.message}; moments {mom.message}")
+    w2 = traj.final.bures_wasserstein(mom.final)
     print(f"(a) d={d}, T={T}: moments (DOP853, rtol 1e-11) vs tokens (N={n}, RK4 x 20 steps)")
     print(f"    moments median {mm * 1e3:.2f} ms over {len(t_mom)} runs")
     print(

@@ -24,9 +24,11 @@ from typing import Any
 import control
 import numpy as np
 
-from gtcontrol import Gaussian, Layer, simulate
-from gtcontrol.analysis.asymptotics import NewtonOptions, equilibria, newton_equilibrium
-from gtcontrol.analysis.riccati import blowup_analysis, riccati_form
+from gtcontrol import Gaussian, Layer, Status, simulate
+from gtcontrol.analysis.blowup import blowup_analysis
+from gtcontrol.analysis.equilibria import equilibria
+from gtcontrol.analysis.newton import newton_equilibrium
+from gtcontrol.analysis.riccati import riccati_form
 
 REPEATS = 7
 
@@ -94,7 +96,7 @@ def bench_blowup() -> None:
         ti, traj = _median_time(
             lambda lay=lay, g0=g0, t_cf=t_cf: simulate(lay, g0, 1.5 * t_cf, n_points=2)
         )
-        err_e = abs(res.time - t_cf) / t_cf
+        err_e = abs(res.blowup_time - t_cf) / t_cf
         err_i = abs(traj.blowup_time - t_cf) / t_cf
         print(
             f"{name:24s} {te * 1e3:11.2f} {ti * 1e3:13.2f} {te / ti:7.2f} "
@@ -120,7 +122,7 @@ def bench_bernoulli(d: int = 200) -> None:
         res = equilibria(lay, cross_check=False)
         t_eq.append(time.perf_counter() - t)
     m_eq, m_ly = statistics.median(t_eq), statistics.median(t_ly)
-    assert res is not None and res.status == "ok"
+    assert res is not None and res.status is Status.SUCCESS
     ly_res = np.linalg.norm(a.T @ x + x @ a - r) / (2 * np.linalg.norm(a.T @ x))
     print(
         f"equilibria(cross_check=False) {m_eq * 1e3:8.1f} ms   control.lyap {m_ly * 1e3:8.1f} ms"
@@ -151,7 +153,7 @@ def bench_newton(d: int = 50) -> None:
     for label, kmax in (("GMRES + Lyapunov precond.", 40), ("dense Kronecker", 60)):
         reps = 5 if kmax == 40 else 2
         t, res = _median_time(
-            lambda kmax=kmax: newton_equilibrium(lay, s, options=NewtonOptions(kron_max_dim=kmax)),
+            lambda kmax=kmax: newton_equilibrium(lay, s, kron_max_dim=kmax),
             repeats=reps,
         )
         hist = ", ".join(f"{x:.1e}" for x in res.residuals)

@@ -31,8 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from gtcontrol import Gaussian, Layer, simulate
-from gtcontrol.control.steering import kinetic_energy, ot_steering, steer
+from gtcontrol import Gaussian, Layer, Status, kinetic_energy, ot_steering, simulate, steer
 from gtcontrol.model.moments import affine_velocity, moment_field
 
 
@@ -64,6 +63,7 @@ def _bench_ours(d: int, n: int, mode: str, repeats: int) -> dict[str, Any]:
         "cold": statistics.median(cold),
         "warm": statistics.median(warm),
         "success": res.success,
+        "status": str(res.status),
         "gap": res.gap,
         "cost": res.kinetic_energy,
         "bound": res.lower_bound,
@@ -150,7 +150,7 @@ def _bench_python_control(d: int, n: int, variant: str) -> dict[str, Any]:
     elapsed = time.perf_counter() - t0
     ctrl = _Interpolated(timepts, np.asarray(out.inputs), d)
     traj = simulate(ctrl, g0)
-    ok = traj.status == "success"
+    ok = traj.status is Status.SUCCESS
     return {
         "time": elapsed,
         "success": bool(out.success),

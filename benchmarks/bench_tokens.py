@@ -31,8 +31,7 @@ from functools import partial
 
 import numpy as np
 
-from gtcontrol import Layer
-from gtcontrol.model.tokens import token_velocity
+from gtcontrol import Layer, token_velocity
 
 
 def _median_time(fn: Callable[[], object], repeats: int) -> float:

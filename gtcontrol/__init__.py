@@ -8,20 +8,10 @@ from __future__ import annotations
 
 from ._status import Result, Status
 from ._version import __version__
-from .analysis.asymptotics import (
-    EquilibriaResult,
-    Equilibrium,
-    NewtonOptions,
-    NewtonResult,
-    Regime,
-    analyze,
-    covariance_jacobian,
-    equilibria,
-    mean_dynamics_ss,
-    mean_matrix,
-    newton_equilibrium,
-)
+from .analysis.bernoulli import BernoulliSolution, solve_bernoulli
+from .analysis.blowup import BlowupResult, blowup_analysis, blowup_time
 from .analysis.compare import TokenComparison, compare_tokens
+from .analysis.equilibria import EquilibriaResult, Equilibrium, equilibria, mean_matrix
 from .analysis.filtering import (
     FilterComparison,
     KalmanData,
@@ -32,23 +22,14 @@ from .analysis.filtering import (
     kalman_steady_state,
     to_kalman,
 )
-from .analysis.riccati import (
-    BernoulliSolution,
-    BlowupOptions,
-    BlowupResult,
-    RiccatiForm,
-    blowup_analysis,
-    blowup_time,
-    riccati_flow,
-    riccati_form,
-    solve_bernoulli,
-)
+from .analysis.newton import NewtonResult, covariance_jacobian, newton_equilibrium
+from .analysis.regimes import Regime, analyze, mean_dynamics_ss
+from .analysis.riccati import RiccatiForm, riccati_flow, riccati_form
 from .control.design import (
     Certificate as DesignCertificate,
 )
 from .control.design import (
     ConvergenceData,
-    DesignOptions,
     MeanMatchingDesign,
     Robustness,
     design_certificate,
@@ -56,20 +37,10 @@ from .control.design import (
     design_mean_matching,
     design_robustness,
 )
-from .control.steering import (
-    MODES,
-    OTSteering,
-    SteeringResult,
-    SteerOptions,
-    check_reachable,
-    exact_layer_steering,
-    is_reachable,
-    kinetic_energy,
-    ot_steering,
-    realize,
-    schedule_to_dict,
-    steer,
-)
+from .control.ot import OTSteering, kinetic_energy, ot_steering
+from .control.reachability import MODES, check_reachable, is_reachable
+from .control.realization import exact_layer_steering, realize
+from .control.steering import SteeringResult, schedule_to_dict, steer
 from .errors import (
     DesignFileError,
     GTControlError,
@@ -78,9 +49,9 @@ from .errors import (
     SolverError,
     UnreachableTargetError,
 )
+from .model.attention import token_velocity
 from .model.gaussian import Gaussian
 from .model.moments import (
-    IntegratorOptions,
     Trajectory,
     affine_velocity,
     moment_field,
@@ -88,31 +59,27 @@ from .model.moments import (
     simulate_discrete,
 )
 from .model.params import Control, FeedForward, Layer, Schedule
-from .model.tokens import TokenOptions, TokenTrajectory, simulate_tokens, token_velocity
+from .model.tokens import TokenTrajectory, simulate_tokens
 
 __all__ = [
     "MODES",
     "BernoulliSolution",
-    "BlowupOptions",
     "BlowupResult",
     "Control",
     "ConvergenceData",
     "DesignCertificate",
     "DesignFileError",
-    "DesignOptions",
     "EquilibriaResult",
     "Equilibrium",
     "FeedForward",
     "FilterComparison",
     "GTControlError",
     "Gaussian",
-    "IntegratorOptions",
     "InvalidGaussianError",
     "InvalidParametersError",
     "KalmanData",
     "Layer",
     "MeanMatchingDesign",
-    "NewtonOptions",
     "NewtonResult",
     "OTSteering",
     "Regime",
@@ -123,10 +90,8 @@ __all__ = [
     "SolverError",
     "Status",
     "SteadyState",
-    "SteerOptions",
     "SteeringResult",
     "TokenComparison",
-    "TokenOptions",
     "TokenTrajectory",
     "Trajectory",
     "UnreachableTargetError",
@@ -167,3 +132,30 @@ __all__ = [
     "to_kalman",
     "token_velocity",
 ]
+
+# Options objects of 0.1: the API now takes keyword-only arguments (docs/architecture.md).
+# The old names still resolve, with a DeprecationWarning, until 0.3.
+_DEPRECATED_OPTIONS = {
+    "IntegratorOptions": ("gtcontrol.model.moment_integrator", "_IntegratorOptions", "simulate"),
+    "TokenOptions": ("gtcontrol.model.token_integrators", "_TokenOptions", "simulate_tokens"),
+    "BlowupOptions": ("gtcontrol.analysis.blowup", "BlowupOptions", "blowup_analysis"),
+    "NewtonOptions": ("gtcontrol.analysis.newton", "NewtonOptions", "equilibria"),
+    "SteerOptions": ("gtcontrol.control._steer_options", "_SteerOptions", "steer"),
+    "DesignOptions": ("gtcontrol.control.design.options", "_DesignOptions", "design_mean_matching"),
+}
+
+
+def __getattr__(name: str) -> object:
+    if name in _DEPRECATED_OPTIONS:
+        import importlib
+        import warnings
+
+        module, attr, func = _DEPRECATED_OPTIONS[name]
+        warnings.warn(
+            f"gtcontrol.{name} is deprecated and will be removed in 0.3: pass the options as "
+            f"keyword arguments of gtcontrol.{func}",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(importlib.import_module(module), attr)
+    raise AttributeError(f"module 'gtcontrol' has no attribute {name!r}")

@@ -24,10 +24,13 @@ __all__ = [
     "polar",
     "psd_factor",
     "psd_sqrt",
+    "spd_sqrt_pair",
     "sym",
+    "sym_basis",
     "unvech",
     "vech",
     "vech_index",
+    "vech_scale",
 ]
 
 FloatArray = NDArray[np.float64]
@@ -48,13 +51,15 @@ def sym(a: FloatArray) -> FloatArray:
 def psd_sqrt(a: FloatArray) -> FloatArray:
     """Symmetric square root of a symmetric positive semi-definite matrix (eigenvalues clipped)."""
     w, u = np.linalg.eigh(sym(a))
-    return (u * np.sqrt(np.clip(w, 0.0, None))) @ u.T
+    root: FloatArray = (u * np.sqrt(np.clip(w, 0.0, None))) @ u.T
+    return root
 
 
 def psd_factor(a: FloatArray) -> FloatArray:
     """A square factor ``S`` with ``S Sᵀ = a`` for symmetric PSD ``a`` (eigen-based, any rank)."""
     w, u = np.linalg.eigh(sym(a))
-    return u * np.sqrt(np.clip(w, 0.0, None))
+    factor: FloatArray = u * np.sqrt(np.clip(w, 0.0, None))
+    return factor
 
 
 def polar(a: FloatArray) -> tuple[FloatArray, FloatArray]:
@@ -88,7 +93,8 @@ def numerical_ranks(stack: FloatArray, rtol: float = RANK_RTOL) -> NDArray[np.in
     """:func:`numerical_rank` of every matrix in a ``(n, d, d)`` stack (one batched eigensolve)."""
     w = np.linalg.eigvalsh(0.5 * (stack + np.swapaxes(stack, -1, -2)))
     top = np.max(np.abs(w), axis=-1, keepdims=True)
-    return np.sum((w > rtol * top) & (top > 0), axis=-1)
+    ranks: NDArray[np.int_] = np.sum((w > rtol * top) & (top > 0), axis=-1)
+    return ranks
 
 
 @lru_cache(maxsize=64)
@@ -126,3 +132,46 @@ def identity_multiple(m: FloatArray) -> float | None:
     v = float(np.trace(m)) / d
     dev = float(np.max(np.abs(m - v * np.eye(d))))
     return v if dev <= SCALAR_RTOL * max(abs(v), np.finfo(float).tiny) else None
+
+
+@lru_cache(maxsize=64)
+def vech_scale(d: int) -> FloatArray:
+    """Weights that make :func:`vech` orthonormal: 1 on the diagonal, ``√2`` off it.
+
+    ``vech_scale(d) * vech(H)`` are the coordinates of a symmetric ``H`` in the orthonormal
+    (Frobenius) basis :func:`sym_basis` of Sym(d). The returned array is read-only (cached).
+    """
+    iu = vech_index(d)[0]
+    out = np.where(iu[0] == iu[1], 1.0, np.sqrt(2.0))
+    out.setflags(write=False)
+    return out
+
+
+@lru_cache(maxsize=64)
+def sym_basis(d: int) -> FloatArray:
+    """Orthonormal basis of Sym(d) (Frobenius product), in :func:`vech` order.
+
+    Column ``k`` is ``vec`` of the k-th basis matrix (``e_i e_iᵀ`` or ``(e_i e_jᵀ + e_j e_iᵀ)/√2``;
+    symmetric, so row- and column-major ``vec`` agree), shape ``(d², d(d+1)/2)``. A linear map
+    ``L`` on Sym(d) with ``d²``-square matrix ``J`` (``vec L(H) = J vec H``) has the matrix
+    ``sym_basis(d).T @ J @ sym_basis(d)`` in this basis. Read-only (cached).
+
+    Examples
+    --------
+    >>> p = sym_basis(3)
+    >>> p.shape, bool(np.allclose(p.T @ p, np.eye(6)))
+    ((9, 6), True)
+    """
+    n = d * (d + 1) // 2
+    out = np.zeros((d * d, n))
+    pos = vech_index(d)[1]
+    scale = vech_scale(d)
+    out[np.arange(d * d), pos] = 1.0 / scale[pos]
+    out.setflags(write=False)
+    return out
+
+
+def spd_sqrt_pair(a: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """``(a^{1/2}, a^{-1/2})`` of a symmetric positive-definite matrix from one eigensolve."""
+    w, u = np.linalg.eigh(sym(a))
+    return (u * np.sqrt(w)) @ u.T, (u / np.sqrt(w)) @ u.T

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import enum
 import json
 import math
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -14,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ._version import __version__
 from .errors import GTControlError
 
 __all__ = ["atomic_outdir", "jsonable", "write_json", "write_run"]
@@ -27,8 +30,11 @@ def jsonable(obj: Any) -> Any:
     """Convert numpy values, tuples and non-finite floats into strict-JSON-ready objects.
 
     ``inf`` becomes the string ``"inf"`` (``"-inf"``) and NaN becomes ``null``, so the file is
-    valid JSON for every reader.
+    valid JSON for every reader. Enum members (e.g. :class:`~gtcontrol.Status`) become their
+    values.
     """
+    if isinstance(obj, enum.Enum):
+        return jsonable(obj.value)
     if isinstance(obj, Mapping):
         return {str(k): jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
@@ -106,14 +112,28 @@ def write_run(
     """Run ``run(tmpdir)`` and write the standard ``result.json`` beside its figures, atomically.
 
     ``run`` writes its figures into the temporary directory and returns ``{"status", "outputs",
-    "figures"}``. ``result.json`` then holds ``gtcontrol_version``, ``task``, ``title``,
-    ``design`` (the source), ``inputs``, ``options``, ``status``, ``outputs``, ``figures`` and
-    ``seconds`` (docs/designs.md). Nothing replaces ``outdir`` unless all of it succeeded.
+    "figures"}`` (``status`` a :class:`~gtcontrol.Status`, written as its string value).
+    ``result.json`` then holds ``gtcontrol_version``, ``task``, ``title``, ``design`` (the
+    source), ``inputs``, ``options``, ``status``, ``outputs``, ``figures`` and ``seconds``
+    (docs/designs.md). Nothing replaces ``outdir`` unless all of it succeeded.
+
+    Parameters
+    ----------
+    outdir
+        The output directory (see :func:`atomic_outdir`).
+    task
+        The task name.
+    run
+        ``run(tmpdir) -> {"status", "outputs", "figures"}``.
+    title, source, inputs, options
+        Echoed into ``result.json``: the design's title, its file, its TOML document and the
+        task options with defaults filled in.
+
+    Returns
+    -------
+    pathlib.Path
+        ``outdir``.
     """
-    import time
-
-    from ._version import __version__
-
     out = Path(outdir)
     clock = time.perf_counter()
     with atomic_outdir(out) as tmp:
@@ -127,7 +147,7 @@ def write_run(
                 "design": source,
                 "inputs": inputs,
                 "options": dict(options),
-                "status": res["status"],
+                "status": str(res["status"]),  # a Status member: its string value
                 "outputs": res["outputs"],
                 "figures": res["figures"],
                 "seconds": time.perf_counter() - clock,

@@ -13,20 +13,16 @@ import numpy as np
 import pytest
 from scipy.optimize import linear_sum_assignment
 
-from gtcontrol import Gaussian, Layer, moment_field, simulate
-from gtcontrol.analysis.asymptotics import (
+from gtcontrol import Gaussian, Layer, Result, Status, moment_field, simulate
+from gtcontrol.analysis.equilibria import (
     EquilibriaResult,
-    NewtonOptions,
-    analyze,
-    cone_coordinates,
-    covariance_jacobian,
     equilibria,
     equilibrium_at,
-    mean_dynamics_ss,
     mean_matrix,
-    newton_equilibrium,
-    regime_figure_data,
 )
+from gtcontrol.analysis.newton import NewtonOptions, covariance_jacobian, newton_equilibrium
+from gtcontrol.analysis.regime_figures import cone_coordinates, regime_figure_data
+from gtcontrol.analysis.regimes import analyze, mean_dynamics_ss
 from gtcontrol.analysis.riccati import riccati_form
 from gtcontrol.errors import InvalidParametersError
 from gtcontrol.plotting.analysis import plot_cone, plot_covariance_eigenvalues
@@ -93,7 +89,7 @@ def test_scalar_equilibrium_and_its_stability():
     for a, v, b in ((1.0, -1.0, 2.0), (-1.0, 1.0, 2.0)):
         c = v * b
         res = equilibria(Layer(A=[[a]], B=[[b]], v=v))
-        assert res.status == "ok" and len(res) == 1
+        assert res.status is Status.SUCCESS and len(res) == 1 and res.proved
         eq = res[0]
         assert eq.cov[0, 0] == pytest.approx(-a / c, rel=1e-14)
         assert eq.spectral_abscissa == pytest.approx(-2 * a, rel=1e-14)
@@ -111,10 +107,11 @@ def test_three_ways_agree(sign):
     by_lyap = equilibria(lay, method="lyapunov", cross_check=True)
     by_care = equilibria(lay, method="care")
     by_newton = equilibria(lay, method="newton")
-    assert by_lyap.status == "ok" and by_lyap.stats["cross_check"]["rel_diff"] <= 1e-12
+    assert by_lyap.status is Status.SUCCESS
+    assert by_lyap.stats["cross_check"]["rel_diff"] <= 1e-12
     covs = []
     for res in (by_lyap, by_care, by_newton):
-        assert res.status == "ok" and len(res) == 1
+        assert res.status is Status.SUCCESS and len(res) == 1
         assert res[0].residual <= 1e-10
         covs.append(np.asarray(res[0].cov))
         assert res[0].stable == (sign > 0)  # stable iff −A Hurwitz
@@ -132,7 +129,7 @@ def test_general_v_newton_finds_the_constructed_equilibrium():
     lay, s = _known_general_equilibrium(rng, 4)
     assert riccati_form(lay) is None
     res = equilibria(lay)
-    assert res.status == "ok" and res.method == "newton"
+    assert res.status is Status.SUCCESS and res.method == "newton" and not res.proved
     stable = res.stable
     assert len(stable) == 1
     eq = stable[0]
@@ -149,7 +146,7 @@ def test_newton_converges_quadratically(kron_max_dim):
     # quadratically: r_{k+1} ≤ C r_k² on the final steps.
     rng = np.random.default_rng(3)
     lay, s = _known_general_equilibrium(rng, 6)
-    res = newton_equilibrium(lay, 0.6 * s, options=NewtonOptions(kron_max_dim=kron_max_dim))
+    res = newton_equilibrium(lay, 0.6 * s, kron_max_dim=kron_max_dim)
     assert res.success and res.residuals[-1] <= 1e-12
     assert res.stats["linear_solver"] == ("kronecker" if kron_max_dim >= 6 else "gmres")
     r = np.array(res.residuals)
@@ -178,7 +175,7 @@ def test_deflation_collects_distinct_positive_definite_equilibria():
         roots.append(sorted([(-2 * ai - disc) / (4 * ci), (-2 * ai + disc) / (4 * ci)]))
     mirror = np.diag([1.0, -1.0])
     res = equilibria(lay)
-    assert res.status == "ok"
+    assert res.status is Status.SUCCESS
     for r0 in roots[0]:
         for r1 in roots[1]:
             e = np.diag([r0, r1])
@@ -186,7 +183,7 @@ def test_deflation_collects_distinct_positive_definite_equilibria():
             k = int(np.argmin(dists))
             assert dists[k] <= 1e-12
             assert res[k].stable == (r0 == roots[0][0] and r1 == roots[1][0])
-    wide = equilibria(lay, options=NewtonOptions(n_random=20, seed=1))
+    wide = equilibria(lay, n_random=20, seed=1)
     assert len(wide) == 6 and len(wide.stable) == 1
     for eq in wide:
         assert eq.residual <= 1e-12
@@ -202,19 +199,19 @@ def test_deflation_collects_distinct_positive_definite_equilibria():
 def test_equilibria_ill_posed_and_options():
     rot = Layer(A=np.array([[0.0, 1.0], [-1.0, 0.0]]), B=np.eye(2), v=-1.0)
     res = equilibria(rot)
-    assert res.status == "degenerate" and not res.success and len(res) == 0
+    assert res.status is Status.FAILED and res.degenerate and not res.success and len(res) == 0
     assert "imaginary axis" in res.message
     none = equilibria(Layer(A=-np.eye(2), B=np.eye(2), v=-1.0))
-    assert none.status == "none" and none.success and len(none) == 0
+    assert none.status is Status.INFEASIBLE and none.success and none.proved and len(none) == 0
     assert isinstance(none, EquilibriaResult) and list(none) == []
     with pytest.raises(InvalidParametersError, match="method"):
         equilibria(rot, method="magic")
     with pytest.raises(InvalidParametersError, match="Riccati class"):
         equilibria(Layer(A=np.eye(2), B=np.eye(2), V=np.diag([1.0, 2.0])), method="lyapunov")
     with pytest.raises(InvalidParametersError, match="tol"):
-        NewtonOptions(tol=2.0)
+        equilibria(rot, tol=2.0)
     with pytest.raises(InvalidParametersError, match="n_random"):
-        NewtonOptions(n_random=-1)
+        equilibria(rot, n_random=-1)
     eq = equilibrium_at(Layer(A=[[1.0]], B=[[1.0]], v=-1.0), [[1.0]])
     assert eq.residual <= 1e-16 and eq.stable
 
@@ -458,8 +455,9 @@ def _eigs(c: np.ndarray) -> np.ndarray:
 def test_regime_table(case: Case):
     g0 = _g(case.cov0)
     reg = analyze(case.layer, g0)
-    assert reg.kind == case.kind, reg.reason
-    assert reg.reason
+    assert reg.kind == case.kind, reg.message
+    assert reg.message and reg.success
+    assert reg.status is (Status.BLOWUP if case.kind == "blowup" else Status.SUCCESS)
     rank = g0.rank
     if case.kind == "blowup":
         t_star = reg.blowup_time
@@ -543,15 +541,15 @@ def test_headline_conditions_with_their_spectral_conditions():
     rot = np.array([[0.0, 0.4], [-0.4, 0.0]])
     # Opposite sign (v < 0 ⇒ R ≻ 0): converges iff every eigenvalue of A has Re > 0 …
     reg = analyze(Layer(A=np.eye(d) + rot, B=b, v=-1.0), _g(s0))
-    assert reg.kind == "converges" and reg.certificate == "global" and "opposite" in reg.reason
+    assert reg.kind == "converges" and reg.certificate == "global" and "opposite" in reg.message
     # … and collapses as soon as one eigenvalue has Re ≤ 0.
     for a in (-np.eye(d) + rot, np.diag([1.0, -0.5]), np.zeros((d, d))):
         reg = analyze(Layer(A=a, B=b, v=-1.0, dim=d), _g(s0))
-        assert reg.kind == "collapses" and reg.certificate == "exact", reg.reason
+        assert reg.kind == "collapses" and reg.certificate == "exact", reg.message
     # Same sign (v > 0 ⇒ R ≺ 0): Σ0 ≻ 0 blows up whenever A is not Hurwitz …
     for a in (np.zeros((d, d)), rot, np.diag([0.3, -2.0])):
         reg = analyze(Layer(A=a, B=b, v=1.0, dim=d), _g(s0))
-        assert reg.kind == "blowup" and "same sign" in reg.reason
+        assert reg.kind == "blowup" and "same sign" in reg.message
     # … and, for A Hurwitz, iff Σ0 ⋠ Σ* (the unstable equilibrium).
     lay = Layer(A=-np.eye(d), B=b, v=1.0)
     eq = equilibria(lay)[0]
@@ -603,3 +601,81 @@ def test_regime_figure_data_and_plots(tmp_path):
         plot_cone(three, tmp_path / "x.png")
     with pytest.raises(InvalidParametersError, match="2×2"):
         cone_coordinates(np.eye(3))
+
+
+# --------------------------------------------------------------------------- result protocol
+
+
+def test_result_protocol_of_equilibria_newton_and_regimes():
+    rng = np.random.default_rng(11)
+    lay, s = _known_general_equilibrium(rng, 3)
+    res = equilibria(lay)
+    newton = newton_equilibrium(lay, 0.8 * s)
+    reg = analyze(lay, _g(0.8 * s))
+    for r in (res, newton, reg):
+        assert isinstance(r, Result)
+        assert r.success and r.status is Status.SUCCESS and r.message
+        assert "seconds" in r.stats
+    assert newton.stats["termination"] == "converged"
+    assert "outcomes" in res.stats and res.stats["starts"] >= 3
+    # max_iter is a budget, not an error: the best iterate comes back.
+    capped = newton_equilibrium(lay, 0.2 * s, max_iter=1)
+    assert capped.status is Status.BUDGET_EXHAUSTED and not capped.success
+    assert capped.stats["termination"] == "max_iter"
+    assert capped.iterations == 1 and np.all(np.isfinite(capped.cov))
+    blow = analyze(Layer(A=[[1.0]], B=[[0.5]], v=1.0), _g(np.array([[0.3]])))
+    assert blow.status is Status.BLOWUP and blow.success and blow.kind == "blowup"
+
+
+def test_deprecated_options_horizon_and_reason():
+    rng = np.random.default_rng(12)
+    lay, s = _known_general_equilibrium(rng, 3)
+    with pytest.warns(DeprecationWarning, match="NewtonOptions"):
+        opts = NewtonOptions(kron_max_dim=2)
+    with pytest.warns(DeprecationWarning, match="options"):
+        old = newton_equilibrium(lay, 0.6 * s, options=opts)
+    assert old.success and old.stats["linear_solver"] == "gmres"
+    with pytest.warns(DeprecationWarning, match="options"):
+        eqs = equilibria(lay, options={"n_random": 0})
+    assert eqs.status is Status.SUCCESS
+    with pytest.warns(DeprecationWarning):
+        with pytest.raises(InvalidParametersError, match="tol"):
+            NewtonOptions(tol=2.0)
+    one = Layer(A=[[1.0]], B=[[2.0]], v=-1.0)
+    g0 = _g(np.array([[0.2]]))
+    with pytest.warns(DeprecationWarning, match="horizon"):
+        reg = analyze(one, g0, horizon=10.0)
+    assert reg.kind == "converges"
+    with pytest.warns(DeprecationWarning, match="reason"):
+        assert reg.reason == reg.message
+    with pytest.warns(DeprecationWarning, match="deprecated"):
+        assert analyze(lay, _g(0.8 * s), options=NewtonOptions(n_random=0)).kind == "converges"
+    with pytest.raises(TypeError):
+        equilibria(lay, "newton")  # type: ignore[misc]
+
+
+def test_time_limit_returns_budget_exhausted_quickly():
+    import time
+
+    rng = np.random.default_rng(13)
+    lay, s = _known_general_equilibrium(rng, 4)
+    t0 = time.perf_counter()
+    res = equilibria(lay, n_random=50, time_limit=1e-3)
+    assert time.perf_counter() - t0 < 2.0
+    assert res.status is Status.BUDGET_EXHAUSTED and not res.success
+    assert "time limit" in res.message
+    # A per-start limit abandons slow starts but keeps searching.
+    per = equilibria(lay, start_time_limit=1e-6)
+    assert per.status in (Status.SUCCESS, Status.INFEASIBLE)
+    assert per.stats["outcomes"].get("time_limit", 0) >= 1
+    t0 = time.perf_counter()
+    nr = newton_equilibrium(lay, 0.2 * s, time_limit=1e-6)
+    assert nr.status is Status.BUDGET_EXHAUSTED and nr.stats["termination"] == "time_limit"
+    assert np.all(np.isfinite(nr.cov))
+    t0 = time.perf_counter()
+    reg = analyze(lay, _g(0.8 * s), time_limit=1e-3)
+    assert time.perf_counter() - t0 < 2.0
+    assert reg.status is Status.BUDGET_EXHAUSTED and not reg.success
+    assert reg.certificate == "none" and reg.kind in ("converges", "bounded")
+    with pytest.raises(InvalidParametersError, match="time_limit"):
+        equilibria(lay, time_limit=-1.0)

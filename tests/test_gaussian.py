@@ -132,3 +132,22 @@ def test_kl_divergence() -> None:
         g1.kl_divergence(deg)
     with pytest.raises(InvalidGaussianError, match="dimension"):
         g1.kl_divergence(Gaussian.standard(2))
+
+
+@pytest.mark.parametrize("n", [0, -3, 2.5, True, "10"])
+def test_sample_size_is_a_positive_integer(n) -> None:
+    from gtcontrol import InvalidParametersError
+
+    with pytest.raises(InvalidParametersError, match=r"^n: expected a positive integer"):
+        Gaussian.standard(2).sample(n)
+
+
+def test_check_gaussian_names_the_input() -> None:
+    from gtcontrol.model.gaussian import check_gaussian
+
+    g = Gaussian.standard(2)
+    assert check_gaussian(g, 2) is g
+    with pytest.raises(InvalidGaussianError, match="target: dimension 2 does not match"):
+        check_gaussian(g, 3, "target")
+    with pytest.raises(InvalidGaussianError, match="initial: expected a Gaussian"):
+        check_gaussian([0.0, 1.0], 2)

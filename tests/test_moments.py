@@ -326,3 +326,110 @@ def test_bad_input_names_the_input() -> None:
         simulate(Schedule([lay], 1.0), g, T=2.0)
     with pytest.raises(InvalidParametersError, match="steps_per_layer"):
         simulate_discrete(lay, g, T=1.0, steps_per_layer=0)
+
+
+# ---------------------------------------------------------------- result protocol and budgets
+def test_trajectory_follows_the_result_protocol() -> None:
+    from gtcontrol import Result, Status
+
+    traj = simulate(Layer([[-0.5]], [[1.0]], v=-1.0), Gaussian([1.0], [[0.5]]), T=1.0)
+    assert isinstance(traj, Result)
+    assert traj.status is Status.SUCCESS and traj.success is True
+    assert traj.message == "integrated to the horizon"
+    assert traj.stats["nfev"] > 0 and traj.stats["seconds"] >= 0
+    blow = simulate(Layer(B=[[1.0]], v=1.0), Gaussian([0.0], [[0.5]]), T=2.0)
+    assert blow.status is Status.BLOWUP and blow.success  # a blow-up is the answer
+    assert "blow-up" in blow.message and blow.blowup_time == pytest.approx(1.0, rel=1e-9)
+
+
+def test_tiny_time_limit_returns_budget_exhausted_quickly() -> None:
+    import time
+
+    from gtcontrol import Status
+
+    lay = Layer(np.eye(2) * 0.1, np.eye(2), v=-0.5)
+    clock = time.perf_counter()
+    traj = simulate(lay, Gaussian.standard(2), T=50.0, time_limit=1e-6)
+    assert time.perf_counter() - clock < 0.5
+    assert traj.status is Status.BUDGET_EXHAUSTED and not traj.success
+    assert "time limit" in traj.message
+    # the partial trajectory: at least the initial state, finite
+    assert len(traj) >= 1 and traj.t[0] == 0.0 and np.all(np.isfinite(traj.cov))
+    np.testing.assert_array_equal(traj.cov[0], np.eye(2))
+    disc = simulate_discrete(
+        lay, Gaussian.standard(2), T=1.0, steps_per_layer=10**6, time_limit=1e-3
+    )
+    assert disc.status is Status.BUDGET_EXHAUSTED and "time limit" in disc.message
+    assert 1 <= len(disc) < 10**6 + 1
+
+
+def test_evaluation_cap_keeps_an_accurate_partial_trajectory() -> None:
+    from gtcontrol import Status
+
+    a, c, s0 = 0.3, -1.0, 0.5  # converges to σ* = -a/c
+    lay = Layer([[a]], [[c]], v=1.0)
+    traj = simulate(lay, Gaussian([1.0], [[s0]]), T=2.0, max_evals=100)
+    assert traj.status is Status.BUDGET_EXHAUSTED
+    assert "cap of 100 evaluations" in traj.message
+    assert traj.stats["nfev"] == 101  # the 101st evaluation is refused
+    assert 2 < len(traj) and 0.0 < traj.t[-1] < 2.0
+    assert np.all(np.diff(traj.t) > 0)
+    # every state kept is a state of the true trajectory
+    sigma = 1.0 / _omega(traj.t, a, c, s0)
+    np.testing.assert_allclose(traj.cov[:, 0, 0], sigma, rtol=1e-9)
+    # the default cap is finite and generous
+    assert simulate(lay, Gaussian([1.0], [[s0]]), T=2.0).status == "success"
+
+
+def test_integrator_failure_is_a_status_with_the_partial_trajectory() -> None:
+    from gtcontrol import Status
+
+    # blowup_factor so large that the event never fires: the step size collapses at T* = 1
+    traj = simulate(Layer(B=[[1.0]], v=1.0), Gaussian([0.0], [[0.5]]), T=2.0, blowup_factor=1e300)
+    assert traj.status is Status.FAILED and not traj.success
+    assert "step size" in traj.message
+    assert traj.t[-1] == pytest.approx(1.0, rel=1e-6) and len(traj) > 50
+    early = traj.t < 0.99  # away from the singularity the kept states are accurate
+    sigma = 1.0 / _omega(traj.t[early], 0.0, 1.0, 0.5)
+    np.testing.assert_allclose(traj.cov[early, 0, 0], sigma, rtol=1e-8)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"n_points": 10**7}, r"n_points: expected a positive integer at most 1000000"),
+        ({"n_points": 0}, "n_points"),
+        ({"max_evals": 10**10}, r"max_evals: .*at most 1000000000"),
+        ({"max_evals": 0}, "max_evals"),
+        ({"max_evals": 2.5}, "max_evals"),
+        ({"time_limit": 0.0}, "time_limit"),
+        ({"time_limit": -1.0}, "time_limit"),
+        ({"time_limit": "soon"}, "time_limit"),
+        ({"blowup_factor": 1.0}, "blowup_factor"),
+        ({"max_step": 0.0}, "max_step"),
+        ({"atol": float("nan")}, "atol"),
+    ],
+)
+def test_absurd_options_are_refused_up_front(kwargs, match) -> None:
+    with pytest.raises(InvalidParametersError, match=match):
+        simulate(Layer(np.eye(2)), Gaussian.standard(2), T=1.0, **kwargs)
+
+
+def test_absurd_discrete_options_are_refused() -> None:
+    g = Gaussian.standard(2)
+    with pytest.raises(InvalidParametersError, match=r"steps_per_layer.*at most 1000000"):
+        simulate_discrete(Layer(np.eye(2)), g, T=1.0, steps_per_layer=10**7)
+    with pytest.raises(InvalidParametersError, match="time_limit"):
+        simulate_discrete(Layer(np.eye(2)), g, T=1.0, time_limit=0)
+
+
+def test_options_are_keyword_only_and_the_validator_is_private() -> None:
+    import gtcontrol
+    from gtcontrol.model.moment_integrator import _IntegratorOptions
+
+    with pytest.raises(TypeError):
+        simulate(Layer(np.eye(2)), Gaussian.standard(2), 1.0, 1e-8)  # type: ignore[misc]
+    assert "IntegratorOptions" not in gtcontrol.__all__
+    assert _IntegratorOptions().n_points == 201
+    with pytest.raises(InvalidParametersError, match="method"):
+        _IntegratorOptions(method="euler")

@@ -1,4 +1,4 @@
-"""Tests of gtcontrol.analysis.riccati: structure, exact flows, certified blow-up, Bernoulli solves.
+"""Tests of the Riccati tools: structure, exact flows, certified blow-up, Bernoulli solves.
 
 Every expected value comes from a closed form (docs/theory.md §2–3), an independent integrator
 (gtcontrol.model.moments.simulate, DOP853 at rtol 1e-11) or a brute-force scan.
@@ -7,21 +7,17 @@ Every expected value comes from a closed form (docs/theory.md §2–3), an indep
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 import pytest
 from scipy.optimize import brentq
 
-from gtcontrol import Gaussian, Layer, moment_field, simulate
-from gtcontrol.analysis.riccati import (
-    BlowupOptions,
-    _gramian,
-    blowup_analysis,
-    blowup_time,
-    riccati_flow,
-    riccati_form,
-    solve_bernoulli,
-)
+from gtcontrol import Gaussian, Layer, Result, Status, moment_field, simulate
+from gtcontrol.analysis._core import gramian as _gramian
+from gtcontrol.analysis.bernoulli import solve_bernoulli
+from gtcontrol.analysis.blowup import BlowupOptions, blowup_analysis, blowup_time
+from gtcontrol.analysis.riccati import riccati_flow, riccati_form
 from gtcontrol.errors import (
     GTControlError,
     InvalidGaussianError,
@@ -134,11 +130,11 @@ def test_scalar_blowup_time_closed_form(a, v, b, s0):
     res = blowup_analysis(lay, Gaussian([0.0], [[s0]]))
     expected = _scalar_tstar(a, v * b, s0)
     if math.isinf(expected):
-        assert res.time == math.inf
-        assert res.status == "never" and res.certified
+        assert res.blowup_time == math.inf
+        assert res.status is Status.SUCCESS and res.proved_never and res.certified
     else:
-        assert res.status == "blowup" and res.certified
-        assert res.time == pytest.approx(expected, rel=1e-12)
+        assert res.status is Status.BLOWUP and res.certified and res.success
+        assert res.blowup_time == pytest.approx(expected, rel=1e-12)
         assert res.lower <= expected * (1 + 1e-14)
         assert res.upper >= expected * (1 - 1e-14)
         assert res.upper - res.lower <= 1e-12 * res.upper
@@ -189,8 +185,8 @@ def test_first_root_certified_against_a_short_dip():
     assert k > 0 and vals[k:].min() < 0 and vals[-1] > 0  # a dip that closes again
     first = brentq(gmin, grid[k - 1], grid[k], xtol=1e-15, rtol=1e-15)
     res = blowup_analysis(lay, _g(s0))
-    assert res.status == "blowup" and res.certified
-    assert res.time == pytest.approx(first, rel=1e-10)
+    assert res.status is Status.BLOWUP and res.certified
+    assert res.blowup_time == pytest.approx(first, rel=1e-10)
     traj = simulate(lay, _g(s0), 1.0, n_points=3)
     assert traj.status == "blowup"
     assert traj.blowup_time == pytest.approx(first, rel=1e-8)  # integrator event estimate
@@ -204,18 +200,19 @@ def test_blowup_matches_integrator_random_and_rank_deficient():
     f = rng.standard_normal((d, 2))
     for s0 in (_spd(rng, d), f @ f.T):
         res = blowup_analysis(lay, _g(s0))
-        assert res.status == "blowup" and res.certified
-        traj = simulate(lay, _g(s0), 2 * res.time, n_points=3)
+        assert res.status is Status.BLOWUP and res.certified
+        traj = simulate(lay, _g(s0), 2 * res.blowup_time, n_points=3)
         assert traj.status == "blowup"
         # The integrator extrapolates 1/tr Σ from tr Σ ≈ 1e12 tr Σ0: ~1e-10 relative.
-        assert traj.blowup_time == pytest.approx(res.time, rel=1e-8)
+        assert traj.blowup_time == pytest.approx(res.blowup_time, rel=1e-8)
 
 
 def test_tail_certificates_and_horizon():
     # Indefinite R on decoupled modes: collapses along e2, e4 and converges along e1, e3.
     lay = Layer(A=np.diag([1.0, -1.0, 0.5, -0.3]), B=np.diag([1.0, -1.0, 0.5, -2.0]), v=-1.0)
     res = blowup_analysis(lay, _g(0.1 * np.eye(4)))
-    assert res.status == "never" and res.certified and "W₋(∞)" in res.message
+    assert res.status is Status.SUCCESS and res.proved_never and res.certified
+    assert "W₋(∞)" in res.message
     # −A Hurwitz, Σ0 ≻ 0, indefinite R with Ω* ≻ 0: the precision tail certificate.
     rng = np.random.default_rng(5)
     for _ in range(50):
@@ -228,16 +225,16 @@ def test_tail_certificates_and_horizon():
     lay2 = Layer(A=a, B=r / 2, v=-1.0)
     s0 = np.linalg.inv(om) * 1.05
     res2 = blowup_analysis(lay2, _g(s0))
-    assert res2.status == "never" and res2.certified
+    assert res2.status is Status.SUCCESS and res2.proved_never and res2.certified
     traj = simulate(lay2, _g(s0), 40.0 / np.linalg.norm(a, 2), n_points=3)
     assert traj.status == "success"
     # Rank-1 Σ0 with −A Hurwitz and indefinite R: no tail applies; the search stops at the
     # horizon with [0, horizon] certified.
     lay3 = Layer(A=np.eye(2), B=np.diag([1.0, -0.5]), v=-1.0)
     f = np.array([[1.0], [0.5]])
-    res3 = blowup_analysis(lay3, _g(f @ f.T), horizon=20.0)
-    assert res3.status == "none_before_horizon" and not res3.certified
-    assert res3.time == math.inf and res3.lower >= 20.0
+    res3 = blowup_analysis(lay3, _g(f @ f.T), T=20.0)
+    assert res3.status is Status.SUCCESS and not res3.proved_never and not res3.certified
+    assert res3.blowup_time == math.inf and res3.lower >= 20.0
 
 
 def test_outside_class_uses_integrator_with_closed_form():
@@ -250,7 +247,8 @@ def test_outside_class_uses_integrator_with_closed_form():
     res = blowup_analysis(lay, _g(0.5 * np.eye(4)))
     expected = min(_scalar_tstar(ai, pi * qi, 0.5) for ai, pi, qi in zip(a, p, q))
     assert res.method == "integrator" and not res.certified
-    assert res.time == pytest.approx(expected, rel=1e-8)
+    assert res.status is Status.BLOWUP
+    assert res.blowup_time == pytest.approx(expected, rel=1e-8)
 
 
 # --------------------------------------------------------------------------- exact flows
@@ -316,6 +314,8 @@ def test_flow_errors():
     with pytest.raises(InvalidParametersError, match="times"):
         riccati_flow(lay, g0, [-1.0])
     with pytest.raises(InvalidParametersError, match="rtol"):
+        blowup_analysis(lay, g0, rtol=0.5)
+    with pytest.warns(DeprecationWarning), pytest.raises(InvalidParametersError, match="rtol"):
         BlowupOptions(rtol=0.5)
 
 
@@ -333,7 +333,8 @@ def test_bernoulli_lyapunov_and_care_agree_both_signs():
         assert form is not None
         lyap = solve_bernoulli(form, method="lyapunov")
         care = solve_bernoulli(form, method="care")
-        assert lyap.status == care.status == "ok"
+        assert lyap.status is care.status is Status.SUCCESS
+        assert lyap.success and lyap.message and "seconds" in lyap.stats
         s1, s2 = np.asarray(lyap.cov), np.asarray(care.cov)
         for s in (s1, s2):
             res = a @ s + s @ a.T - s @ form.R @ s
@@ -353,21 +354,24 @@ def test_bernoulli_ill_posed_cases_answer_clearly():
         assert form is not None
         for method in ("lyapunov", "care"):
             sol = solve_bernoulli(form, method=method)
-            assert sol.status == "degenerate" and not sol.success and sol.cov is None
+            assert sol.status is Status.FAILED and sol.degenerate
+            assert not sol.success and sol.cov is None
             assert "imaginary axis" in sol.message
     # A Hurwitz with R ≻ 0: the Lyapunov solution is negative definite — no equilibrium.
     form = riccati_form(Layer(A=-np.eye(2), B=b, v=-1.0))
     sol = solve_bernoulli(form, method="lyapunov")
-    assert sol.status == "none" and sol.success and "no positive-definite" in sol.message
-    assert solve_bernoulli(form, method="care").status == "none"
+    assert sol.status is Status.INFEASIBLE and sol.success
+    assert "no positive-definite" in sol.message
+    assert solve_bernoulli(form, method="care").status is Status.INFEASIBLE
     # Mixed spectrum: the CARE route does not apply (but says so).
     form = riccati_form(Layer(A=np.diag([1.0, -2.0]), B=np.diag([1.0, -1.0]), v=-1.0))
     sol = solve_bernoulli(form, method="care")
-    assert sol.status == "not_applicable" and "both sides" in sol.message
-    assert solve_bernoulli(form, method="lyapunov").status == "ok"
+    assert sol.status is Status.FAILED and sol.stats["not_applicable"] and not sol.degenerate
+    assert "both sides" in sol.message
+    assert solve_bernoulli(form, method="lyapunov").status is Status.SUCCESS
     # Eigenvalue pairs λ, −λ (1 and −1): singular Lyapunov operator, reported, never a raw error.
     form = riccati_form(Layer(A=np.diag([1.0, -1.0, 0.5]), B=np.eye(3), v=-1.0))
-    assert solve_bernoulli(form, method="lyapunov").status == "degenerate"
+    assert solve_bernoulli(form, method="lyapunov").degenerate
     with pytest.raises(InvalidParametersError, match="Q = G Gᵀ"):
         solve_bernoulli(riccati_form(Layer(A=np.eye(2), B=b, v=-1.0, noise=np.eye(2))))
 
@@ -382,10 +386,58 @@ def test_no_raw_exception_on_ill_posed_layers():
     for lay in cases:
         for s0 in (np.eye(2), np.diag([1.0, 0.0])):
             try:
-                res = blowup_analysis(lay, _g(s0), horizon=30.0)
+                res = blowup_analysis(lay, _g(s0), T=30.0)
             except GTControlError:
                 continue
-            assert res.status in ("blowup", "never", "none_before_horizon")
+            assert res.status in (Status.BLOWUP, Status.SUCCESS)
     with pytest.raises(SolverError) as info:
         raise SolverError("x", status="s", stats={"a": 1})
     assert info.value.status == "s" and info.value.stats == {"a": 1}
+
+
+# --------------------------------------------------------------------------- result protocol
+
+
+def test_blowup_result_protocol_and_deprecated_aliases():
+    lay = Layer(A=[[1.0]], B=[[0.5]], v=1.0)
+    g0 = Gaussian([0.0], [[0.3]])
+    res = blowup_analysis(lay, g0)
+    assert isinstance(res, Result)
+    assert res.status is Status.BLOWUP and res.success and res.message
+    assert {"steps", "gramians", "seconds", "T"} <= set(res.stats)
+    with pytest.warns(DeprecationWarning, match="blowup_time"):
+        assert res.time == res.blowup_time
+    with pytest.warns(DeprecationWarning, match="horizon"):
+        old = blowup_analysis(lay, g0, horizon=5.0)
+    assert old.blowup_time == res.blowup_time and old.stats["T"] == 5.0
+    with pytest.warns(DeprecationWarning, match="horizon"):
+        assert blowup_time(lay, g0, horizon=5.0) == res.blowup_time
+    with pytest.warns(DeprecationWarning), pytest.raises(InvalidParametersError, match="not both"):
+        blowup_analysis(lay, g0, T=1.0, horizon=5.0)
+    with pytest.warns(DeprecationWarning):
+        opts = BlowupOptions(horizon=3.0)
+    assert opts.T == 3.0
+    with pytest.raises(TypeError):
+        blowup_time(lay, g0, 5.0)  # type: ignore[misc]
+    with pytest.raises(InvalidParametersError, match="time_limit"):
+        blowup_analysis(lay, g0, time_limit=0.0)
+
+
+def test_blowup_time_limit_and_step_cap_return_budget_exhausted():
+    # A rotation with an indefinite R and a rank-1 Σ0: no tail certificate applies, so the
+    # march runs to the depth T; a tiny budget stops it early with [0, lower] certified.
+    lay = Layer(A=np.array([[0.0, 2.0], [-2.0, 0.0]]), B=np.diag([1.5, -0.5]), v=-1.0)
+    g0 = _g(np.diag([1.0, 0.0]))
+    t0 = time.perf_counter()
+    res = blowup_analysis(lay, g0, T=1e6, time_limit=1e-3)
+    assert time.perf_counter() - t0 < 1.0
+    assert res.status is Status.BUDGET_EXHAUSTED and not res.success and not res.certified
+    assert "time limit" in res.message and res.blowup_time == math.inf
+    capped = blowup_analysis(lay, g0, T=1e6, max_steps=3)
+    assert capped.status is Status.BUDGET_EXHAUSTED and "max_steps" in capped.message
+    assert capped.lower > 0
+    assert blowup_time(lay, g0, T=1e6, max_steps=3) == math.inf  # the float, never an error
+    # The integrator path (general V) is budgeted too.
+    gen = Layer(A=np.eye(2), B=np.eye(2), V=np.diag([-1.0, -2.0]))
+    res_i = blowup_analysis(gen, _g(np.eye(2)), T=1e6, time_limit=1e-3)
+    assert res_i.status is Status.BUDGET_EXHAUSTED and res_i.method == "integrator"

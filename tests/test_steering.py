@@ -7,16 +7,20 @@ from __future__ import annotations
 
 import json
 import math
+import time
 
 import numpy as np
 import pytest
 
-from gtcontrol import Gaussian, Layer, Schedule, simulate
-from gtcontrol.control._ocp import _collocation_coefficients, field_function, n_params, pack
-from gtcontrol.control.steering import (
+import gtcontrol.control.steering as steering_module
+from gtcontrol import (
+    Gaussian,
+    Layer,
     OTSteering,
-    SteerOptions,
-    _curvature_split,
+    Result,
+    Schedule,
+    Status,
+    SteeringResult,
     check_reachable,
     exact_layer_steering,
     is_reachable,
@@ -24,8 +28,13 @@ from gtcontrol.control.steering import (
     ot_steering,
     realize,
     schedule_to_dict,
+    simulate,
     steer,
 )
+from gtcontrol.control._ocp import _collocation_coefficients, field_function, n_params, pack
+from gtcontrol.control._steer_options import _SteerOptions, make_plan
+from gtcontrol.control._transcription import STOPPED, transcription
+from gtcontrol.control._warm_starts import _curvature_split, states_of, warm_starts
 from gtcontrol.errors import InvalidGaussianError, InvalidParametersError, UnreachableTargetError
 from gtcontrol.model.moments import affine_velocity, moment_field
 from gtcontrol.plotting.steering import plot_parameter_norms, plot_steering_moments
@@ -403,7 +412,7 @@ def test_collocation_coefficients_are_exact_on_polynomials() -> None:
 # ============================================================================ optimal steering
 def _check_result(res, g0: Gaussian, g1: Gaussian, T: float, n: int) -> None:
     assert res.success, res.message
-    assert res.status == "success"
+    assert res.status is Status.SUCCESS
     assert isinstance(res.controls, Schedule) and res.controls.n_layers == n
     # Independent re-simulation and energy.
     traj = simulate(res.controls, g0, **TIGHT)
@@ -514,8 +523,9 @@ def test_steer_bounds_and_infeasibility_are_reported() -> None:
     assert res.kinetic_energy >= free.kinetic_energy * (1 - 1e-9)
     bad = steer(g0, g1, 1.0, layers=6, mode="ffn", entry_bounds={"A": 1e-3, "b": 1e-3})
     assert not bad.success
-    assert bad.status == "not_converged"
-    assert "IPOPT" in bad.message
+    assert bad.status is Status.INFEASIBLE
+    assert bad.stats["ipopt_status"] == "Infeasible_Problem_Detected"
+    assert "IPOPT" in bad.message and "Infeasible_Problem_Detected" in bad.message
     assert isinstance(bad.controls, Schedule)
 
 
@@ -585,8 +595,9 @@ def test_steer_unconverged_returns_best_iterate_with_reason() -> None:
     g0, g1 = _gauss(rng, 2, mean=[1.0, 0.0]), _gauss(rng, 2, mean=[0.0, 1.0])
     res = steer(g0, g1, 1.0, layers=6, mode="attention", max_iter=1, max_corrections=0)
     assert not res.success
-    assert res.status in ("not_converged", "blowup")
-    assert "IPOPT" in res.message
+    # The iteration cap is a budget: the best iterate comes back with BUDGET_EXHAUSTED.
+    assert res.status in (Status.BUDGET_EXHAUSTED, Status.BLOWUP, Status.OVERFLOW)
+    assert "IPOPT" in res.message and "Maximum_Iterations_Exceeded" in res.message
     assert isinstance(res.controls, Schedule)
 
 
@@ -608,7 +619,11 @@ def test_steer_initial_guess_tokens_and_options() -> None:
     with pytest.raises(InvalidParametersError, match="initial_guess"):
         steer(g0, g1, layers=4, initial_guess=guess)
     with pytest.raises(InvalidParametersError, match="terminal_tol"):
-        SteerOptions(terminal_tol=0.0)
+        steer(g0, g1, terminal_tol=0.0)
+    with pytest.raises(InvalidParametersError, match="time_limit"):
+        steer(g0, g1, time_limit=-1.0)
+    with pytest.raises(TypeError):
+        steer(g0, g1, 1.0, 5)  # type: ignore[misc]  # options are keyword-only
 
 
 # ============================================================================ outputs
@@ -650,3 +665,103 @@ def test_steering_figures(tmp_path) -> None:
     for name in ("moments.png", "norms.png"):
         data = (tmp_path / name).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+
+
+# ============================================================================ result protocol
+def test_results_follow_the_protocol() -> None:
+    rng = np.random.default_rng(200)
+    g0, g1 = _gauss(rng, 2), _gauss(rng, 2)
+    geo = ot_steering(g0, g1, 1.0)
+    assert isinstance(geo, Result)
+    assert geo.success and geo.status is Status.SUCCESS and "geodesic" in geo.message
+    assert geo.stats["kinetic_energy"] == pytest.approx(geo.stats["lower_bound"], rel=1e-12)
+    res = steer(g0, g1, 1.0, layers=4, mode="ffn")
+    assert isinstance(res, SteeringResult) and isinstance(res, Result)
+    assert isinstance(res.status, Status) and res.status is Status.SUCCESS
+    assert res.success is True and isinstance(res.message, str) and res.message
+    assert res.stats["ipopt_status"] == "Solve_Succeeded" and res.stats["converged"] is True
+    assert res.stats["time_limit"] is None
+    assert "Solve_Succeeded" in res.message
+
+
+def test_steer_status_strings_compare_equal() -> None:
+    """Status members are str: code that compared with the old strings keeps working for
+    the statuses that kept their name."""
+    rng = np.random.default_rng(201)
+    g0, g1 = _gauss(rng, 2), _gauss(rng, 2)
+    res = steer(g0, g1, 1.0, layers=3, mode="ffn")
+    assert res.status == "success"
+    assert json.loads(json.dumps({"status": res.status})) == {"status": "success"}
+
+
+# ============================================================================ time limit
+def test_steer_tiny_time_limit_returns_the_starting_control_quickly() -> None:
+    rng = np.random.default_rng(210)
+    g0, g1 = _gauss(rng, 3), _gauss(rng, 3)
+    t0 = time.perf_counter()
+    res = steer(g0, g1, 1.0, layers=6, mode="full", time_limit=1e-9)
+    assert time.perf_counter() - t0 < 5.0
+    assert res.status is Status.BUDGET_EXHAUSTED and not res.success
+    assert "time limit" in res.message
+    assert res.stats["iterations"] == 0 and res.stats["ipopt_status"] is None
+    assert res.stats["time_limit"] == 1e-9
+    # The best iterate is the closed-form start (curvature-matched attention, close to the
+    # target but not on it): a 6-layer schedule, measured like any result.
+    assert isinstance(res.controls, Schedule) and res.controls.n_layers == 6
+    assert res.stats["warm_start"] == "closed form with curvature-matched attention"
+    assert 0.0 < res.terminal_error < 0.05
+    assert res.kinetic_energy >= res.lower_bound
+    assert res.trajectory is not None
+
+
+def test_steer_time_limit_stops_ipopt_with_its_iterate() -> None:
+    """A deadline inside an IPOPT solve stops it (User_Requested_Stop); the transcription
+    returns the iterate, and steer maps it onto BUDGET_EXHAUSTED."""
+    rng = np.random.default_rng(211)
+    g0, g1 = _gauss(rng, 2), _gauss(rng, 2)
+    plan = make_plan(g0, g1, 1.0, 4, "ffn", _SteerOptions())
+    nlp, _ = transcription(plan.problem)
+    layers0, _ = next(warm_starts(g0, g1, 1.0, 4, "ffn", "fixed"))
+    start = Schedule(layers0, 1.0)
+    iu = np.triu_indices(2)
+    sol = nlp.solve(
+        np.concatenate([g0.mean, g0.cov[iu]]),
+        np.concatenate([g1.mean, g1.cov[iu]]),
+        np.array([pack(lay, "ffn") for lay in layers0]),
+        states_of(start, g0, nlp.collocation_times()).reshape(4, -1),
+        states_of(start, g0, np.arange(1, 5) / 4.0),
+        max_wall_time=0.0,
+    )
+    assert sol.status == STOPPED and sol.timed_out and not sol.success
+    assert sol.params.shape == (4, n_params("ffn", 2))
+    # The next solve has no deadline again.
+    again = nlp.solve(
+        np.concatenate([g0.mean, g0.cov[iu]]),
+        np.concatenate([g1.mean, g1.cov[iu]]),
+        sol.params,
+        sol.colloc,
+        sol.states,
+    )
+    assert again.success and not again.timed_out
+
+
+def test_kinetic_energy_of_a_blowup_is_infinite() -> None:
+    """dσ/dt = 2σ² (v = B = 1, d = 1) blows up at 1/(2σ0) = 0.5 < T: infinite energy."""
+    assert kinetic_energy(Layer(V=[[1.0]], B=[[1.0]]), Gaussian([0.0], [[1.0]]), 1.0) == math.inf
+
+
+# ============================================================================ deprecations
+def test_steer_options_is_a_deprecated_alias() -> None:
+    with pytest.warns(DeprecationWarning, match="keyword"):
+        cls = steering_module.SteerOptions
+    with pytest.raises(InvalidParametersError, match="terminal_tol"):
+        cls(terminal_tol=0.0)
+    assert "SteerOptions" not in steering_module.__all__
+    with pytest.raises(AttributeError):
+        steering_module.NoSuchName
+
+
+def test_schedule_to_dict_is_schedule_to_dict_method() -> None:
+    rng = np.random.default_rng(220)
+    sched = exact_layer_steering(_gauss(rng, 2), _gauss(rng, 2), 1.0, 3)
+    assert schedule_to_dict(sched) == sched.to_dict()

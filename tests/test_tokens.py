@@ -20,7 +20,9 @@ from gtcontrol import (
     simulate,
     simulate_discrete,
 )
-from gtcontrol.model.tokens import TokenOptions, TokenTrajectory, simulate_tokens, token_velocity
+from gtcontrol.model.attention import token_velocity
+from gtcontrol.model.token_integrators import _TokenOptions
+from gtcontrol.model.tokens import TokenTrajectory, simulate_tokens
 
 
 def _spd(rng: np.random.Generator, d: int) -> np.ndarray:
@@ -408,7 +410,7 @@ def test_bad_input_token_velocity_and_options() -> None:
         token_velocity(Layer(dim=2), np.zeros((3, 4)))
     with pytest.raises(InvalidParametersError, match="block_size"):
         token_velocity(Layer(dim=2), np.zeros((3, 2)), block_size=-1)
-    assert TokenOptions().steps == 20 and TokenOptions(method="discrete").steps == 1
+    assert _TokenOptions().steps == 20 and _TokenOptions(method="discrete").steps == 1
     with pytest.raises(InvalidParametersError, match="T"):
         simulate_tokens(Schedule([Layer(dim=2)], T=1.0), np.zeros((3, 2)), T=2.0)
 
@@ -425,3 +427,82 @@ def test_layer_noise_drives_euler_maruyama_tokens() -> None:
     np.testing.assert_array_equal(via_layer.final_tokens, explicit.final_tokens)
     with pytest.raises(InvalidParametersError, match="noise"):
         simulate_tokens(lay, x0, 1.0, method="rk4")
+
+
+# ---------------------------------------------------------------- result protocol and budgets
+def test_token_trajectory_follows_the_result_protocol() -> None:
+    from gtcontrol import Result, Status
+
+    x = np.random.default_rng(20).standard_normal((40, 2))
+    tr = simulate_tokens(_attention_layer(), x, 0.5, steps_per_layer=4)
+    assert isinstance(tr, Result)
+    assert tr.status is Status.SUCCESS and tr.success is True
+    assert tr.message == "tokens carried to the horizon"
+    assert tr.stats["n_velocity"] == 16 and tr.blowup_time == math.inf
+    over = simulate_tokens(Layer([[1e4]], [[1.0]], v=1.0), np.array([[1.0], [2.0]]), 1.0)
+    assert over.status is Status.OVERFLOW and not over.success and "non-finite" in over.message
+
+
+def test_overflow_time_is_a_deprecated_alias_of_blowup_time() -> None:
+    over = simulate_tokens(Layer([[1e4]], [[1.0]], v=1.0), np.array([[1.0], [2.0]]), 1.0)
+    with pytest.warns(DeprecationWarning, match="blowup_time"):
+        assert over.overflow_time == over.blowup_time
+
+
+@pytest.mark.parametrize("method", ["rk4", "euler", "adaptive"])
+def test_tiny_time_limit_returns_budget_exhausted_quickly(method: str) -> None:
+    import time
+
+    from gtcontrol import Status
+
+    x = np.random.default_rng(21).standard_normal((200, 2))
+    clock = time.perf_counter()
+    tr = simulate_tokens(_attention_layer(), x, 50.0, method=method, time_limit=1e-6)
+    assert time.perf_counter() - clock < 0.5
+    assert tr.status is Status.BUDGET_EXHAUSTED and not tr.success
+    assert "time limit" in tr.message and tr.blowup_time == math.inf
+    # the partial trajectory holds at least the initial cloud
+    assert len(tr) >= 1 and tr.t[0] == 0.0
+    np.testing.assert_allclose(tr.mean[0], x.mean(axis=0), rtol=1e-14)
+
+
+def test_evaluation_cap_stops_after_whole_steps() -> None:
+    from gtcontrol import Status
+
+    layer = _attention_layer()
+    x = np.random.default_rng(22).standard_normal((60, 2))
+    tr = simulate_tokens(layer, x, 1.0, steps_per_layer=20, max_evals=10)  # RK4: 4 per step
+    assert tr.status is Status.BUDGET_EXHAUSTED and "cap of 10 evaluations" in tr.message
+    assert tr.stats["n_velocity"] == 10 and tr.stats["steps"] == 2
+    np.testing.assert_allclose(tr.t, [0.0, 0.05, 0.1])
+    # the tokens kept are exactly those of two whole steps
+    ref = simulate_tokens(layer, x, 0.1, steps_per_layer=2)
+    np.testing.assert_array_equal(tr.final_tokens, ref.final_tokens)
+    ad = simulate_tokens(layer, x, 1.0, method="adaptive", max_evals=40)
+    assert ad.status is Status.BUDGET_EXHAUSTED and ad.stats["n_velocity"] == 40
+    assert np.all(np.isfinite(ad.final_tokens)) and ad.t[-1] < 1.0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"steps_per_layer": 10**7}, r"steps_per_layer: .*at most 1000000"),
+        ({"block_size": 10**8}, r"block_size: .*at most 10000000"),
+        ({"max_evals": 10**10}, r"max_evals: .*at most 1000000000"),
+        ({"max_evals": 0}, "max_evals"),
+        ({"time_limit": 0.0}, "time_limit"),
+        ({"time_limit": float("nan")}, "time_limit"),
+    ],
+)
+def test_absurd_options_are_refused_up_front(kwargs, match) -> None:
+    with pytest.raises(InvalidParametersError, match=match):
+        simulate_tokens(Layer(dim=2), np.zeros((5, 2)), 1.0, **kwargs)
+
+
+def test_options_are_keyword_only_and_the_validator_is_private() -> None:
+    import gtcontrol
+
+    with pytest.raises(TypeError):
+        simulate_tokens(Layer(dim=2), np.zeros((5, 2)), 1.0, "euler")  # type: ignore[misc]
+    assert "TokenOptions" not in gtcontrol.__all__
+    assert gtcontrol.token_velocity is token_velocity

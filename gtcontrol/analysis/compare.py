@@ -10,7 +10,9 @@ Reference: Alcalde, Ji, Zuazua, arXiv:2606.07600 (2026), §2.
 
 from __future__ import annotations
 
+import math
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,13 +20,14 @@ from typing import Any
 import numpy as np
 
 from .._linalg import FloatArray
-from .._status import Status
-from .._validation import as_positive_int
+from .._status import Budget, BudgetExhausted, Status
+from .._validation import as_positive_int, as_time_limit
 from ..errors import InvalidParametersError
 from ..model.gaussian import Gaussian
 from ..model.moments import Trajectory, simulate
 from ..model.params import Control, Layer, Schedule, as_control
 from ..model.tokens import TokenTrajectory, simulate_tokens
+from ._core import remaining_limit
 
 __all__ = ["TokenComparison", "compare_tokens"]
 
@@ -48,11 +51,23 @@ class TokenComparison:
     initial_bures_wasserstein
         The same distance at depth 0 (pure sampling error, for reference).
     slopes
-        Least-squares slope of ``log(error)`` against ``log(N)`` per metric (theory: −1/2).
+        Least-squares slope of ``log(error)`` against ``log(N)`` per metric (theory: −1/2;
+        ``nan`` with fewer than two completed token counts).
     predicted
         The moment trajectory.
     example
-        The token trajectory of the largest N (first repeat), for figures.
+        The token trajectory of the largest N (first repeat), for figures (``None`` when the
+        budget ran out before it).
+    repeats
+        Repeats per token count.
+    status
+        ``Status.SUCCESS``, or ``Status.BUDGET_EXHAUSTED`` when ``time_limit`` ran out (the
+        errors of the runs not done are ``nan``), or the status of a token run that did not
+        reach T (e.g. ``Status.OVERFLOW``).
+    message
+        What was compared, or what stopped it.
+    stats
+        ``seconds``, ``completed_runs``.
     """
 
     n_tokens: tuple[int, ...]
@@ -62,9 +77,16 @@ class TokenComparison:
     initial_bures_wasserstein: FloatArray
     slopes: dict[str, float]
     predicted: Trajectory
-    example: TokenTrajectory
+    example: TokenTrajectory | None
     repeats: int
+    status: Status = Status.SUCCESS
+    message: str = ""
     stats: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def success(self) -> bool:
+        """True when every run reached depth T."""
+        return self.status is Status.SUCCESS
 
     def table(self) -> list[dict[str, float]]:
         """One row per N (for reports and ``result.json``)."""
@@ -91,69 +113,130 @@ def compare_tokens(
     method: str = "rk4",
     steps_per_layer: int = 20,
     snapshots: int = 4,
+    time_limit: float | None = None,
 ) -> TokenComparison:
     """Run the moment ODE and the token-level Transformer from the same Gaussian; measure errors.
 
     For each N and repeat, N tokens are sampled from ``initial`` with a seeded generator, moved by
-    :func:`~gtcontrol.tokens.simulate_tokens`, and their empirical Gaussian at depth T is compared
-    with :func:`~gtcontrol.moments.simulate` from ``initial``. The time-discretization error of
+    :func:`gtcontrol.simulate_tokens`, and their empirical Gaussian at depth T is compared
+    with :func:`gtcontrol.simulate` from ``initial``. The time-discretization error of
     the token integrator (RK4: O(h⁴)) is far below the sampling error for the defaults.
+
+    Parameters
+    ----------
+    model
+        A :class:`~gtcontrol.Layer`, :class:`~gtcontrol.Schedule` or any control.
+    initial
+        ``N(m0, Σ0)``.
+    T
+        Depth (optional for controls that carry their own).
+    n_tokens
+        At least two distinct token counts N.
+    repeats
+        Repeats per N (independent samples).
+    seed
+        Seed of the token samples.
+    method
+        Token integrator (see :func:`gtcontrol.simulate_tokens`).
+    steps_per_layer
+        Token integrator steps per layer.
+    snapshots
+        Recorded depths of the example run (≥ 2).
+    time_limit
+        Wall-clock limit in seconds (``None``: none); running out returns the errors of the
+        runs done so far with ``Status.BUDGET_EXHAUSTED``.
+
+    Returns
+    -------
+    TokenComparison
 
     Raises
     ------
     InvalidParametersError
-        On fewer than two token counts, a non-positive count, or the usual model/initial errors.
+        On fewer than two token counts, a non-positive count, moments that blow up before T,
+        or the usual model/initial errors.
     """
     ns = sorted({as_positive_int("n_tokens", n) for n in n_tokens})
     if len(ns) < 2:
         raise InvalidParametersError("n_tokens: expected at least two distinct token counts")
     reps = as_positive_int("repeats", repeats)
     ctrl = as_control(model, T)
+    budget = Budget(as_time_limit(time_limit))
     clock = time.perf_counter()
-    predicted = simulate(ctrl, initial)
-    if predicted.status is not Status.SUCCESS:
+    predicted = simulate(ctrl, initial, time_limit=remaining_limit(budget))
+    if predicted.status is Status.BLOWUP:
         raise InvalidParametersError(
             f"model: the moments blow up at t = {predicted.blowup_time:.6g} < T = {ctrl.T:g}; "
             "choose a shorter horizon to compare with tokens"
         )
     target = predicted.final
     snap_t = np.linspace(0.0, ctrl.T, max(as_positive_int("snapshots", snapshots), 2))
-    errs = np.zeros((3, len(ns), reps))
-    err0 = np.zeros((len(ns), reps))
+    errs = np.full((3, len(ns), reps), np.nan)
+    err0 = np.full((len(ns), reps), np.nan)
     rng = np.random.default_rng(seed)
     example: TokenTrajectory | None = None
-    for i, n in enumerate(ns):
-        for r in range(reps):
-            x0 = initial.sample(n, rng)
-            err0[i, r] = Gaussian.from_samples(x0).bures_wasserstein(initial)
-            traj = simulate_tokens(
-                ctrl,
-                x0,
-                method=method,
-                steps_per_layer=steps_per_layer,
-                snapshot_times=snap_t if (i == len(ns) - 1 and r == 0) else None,
-            )
-            emp = traj.empirical(-1)
-            errs[0, i, r] = float(np.linalg.norm(emp.mean - target.mean))
-            errs[1, i, r] = float(np.linalg.norm(emp.cov - target.cov) / np.linalg.norm(target.cov))
-            errs[2, i, r] = emp.bures_wasserstein(target)
-            if i == len(ns) - 1 and r == 0:
-                example = traj
-    rms = np.sqrt(np.mean(errs**2, axis=2))
-    logn = np.log(np.asarray(ns, dtype=float))
-    slopes = {
-        name: float(np.polyfit(logn, np.log(rms[k]), 1)[0]) for k, name in enumerate(_METRICS)
-    }
-    assert example is not None
+    stop: Status = predicted.status
+    done = 0
+    try:
+        if predicted.status is not Status.SUCCESS:
+            raise BudgetExhausted(f"moment ODE: {predicted.message}")
+        for i, n in enumerate(ns):
+            for r in range(reps):
+                x0 = initial.sample(n, rng)
+                e0 = Gaussian.from_samples(x0).bures_wasserstein(initial)
+                last = i == len(ns) - 1 and r == 0
+                traj = simulate_tokens(
+                    ctrl,
+                    x0,
+                    method=method,
+                    steps_per_layer=steps_per_layer,
+                    snapshot_times=snap_t if last else None,
+                    time_limit=remaining_limit(budget),
+                )
+                if traj.status is not Status.SUCCESS:
+                    stop = traj.status
+                    raise BudgetExhausted(f"tokens (N = {n}): {traj.message}")
+                emp = traj.empirical(-1)
+                errs[0, i, r] = float(np.linalg.norm(emp.mean - target.mean))
+                errs[1, i, r] = float(
+                    np.linalg.norm(emp.cov - target.cov) / np.linalg.norm(target.cov)
+                )
+                errs[2, i, r] = emp.bures_wasserstein(target)
+                err0[i, r] = e0
+                done += 1
+                if last:
+                    example = traj
+        status, message = Status.SUCCESS, f"{done} token runs compared with the moment ODE"
+    except BudgetExhausted as exc:
+        status = Status.BUDGET_EXHAUSTED if stop is Status.SUCCESS else stop
+        message = f"stopped after {done} token runs: {exc.reason}"
+    with warnings.catch_warnings():  # token counts without a completed run give nan
+        warnings.simplefilter("ignore", RuntimeWarning)
+        rms = np.sqrt(np.nanmean(errs**2, axis=2))
+        rms0 = np.sqrt(np.nanmean(err0**2, axis=1))
     return TokenComparison(
         n_tokens=tuple(ns),
         mean_error=rms[0],
         cov_error=rms[1],
         bures_wasserstein=rms[2],
-        initial_bures_wasserstein=np.sqrt(np.mean(err0**2, axis=1)),
-        slopes=slopes,
+        initial_bures_wasserstein=rms0,
+        slopes=_slopes(ns, rms),
         predicted=predicted,
         example=example,
         repeats=reps,
-        stats={"seconds": time.perf_counter() - clock},
+        status=status,
+        message=message,
+        stats={"seconds": time.perf_counter() - clock, "completed_runs": done},
     )
+
+
+def _slopes(ns: Sequence[int], rms: FloatArray) -> dict[str, float]:
+    """Least-squares slope of ``log(error)`` against ``log(N)`` over the completed counts."""
+    out: dict[str, float] = {}
+    logn = np.log(np.asarray(ns, dtype=float))
+    for k, name in enumerate(_METRICS):
+        ok = np.isfinite(rms[k]) & (rms[k] > 0)
+        out[name] = (
+            float(np.polyfit(logn[ok], np.log(rms[k][ok]), 1)[0]) if ok.sum() >= 2 else math.nan
+        )
+    return out

@@ -44,13 +44,21 @@ from typing import Any
 import numpy as np
 from scipy.integrate import solve_ivp
 
-from .._linalg import SYM_RTOL, FloatArray, psd_sqrt, sym, unvech, vech
-from .._status import Status
-from .._validation import as_float_array, as_positive_float, frozen
+from .._linalg import SYM_RTOL, FloatArray, psd_sqrt, sym, unvech, vech, vech_index
+from .._status import Budget, BudgetExhausted, Status
+from .._validation import (
+    as_float_array,
+    as_positive_float,
+    as_positive_int,
+    as_time_limit,
+    frozen,
+)
 from ..errors import InvalidGaussianError, InvalidParametersError, SolverError
 from ..model.gaussian import Gaussian
-from ..model.moments import Trajectory, simulate
+from ..model.moments import Trajectory
 from ..model.params import Layer
+from ._core import ComplexArray, remaining_limit, simulate_within
+from .equilibria import equilibria
 from .riccati import riccati_form
 
 __all__ = [
@@ -232,7 +240,8 @@ class SteadyState:
     Attributes
     ----------
     cov
-        ``P`` with ``FP + PFᵀ + Q − PHᵀR_n⁻¹HP = 0`` and ``F − KH`` Hurwitz.
+        ``P`` with ``FP + PFᵀ + Q − PHᵀR_n⁻¹HP = 0`` and ``F − KH`` Hurwitz (NaN when the solve
+        failed).
     gain
         Kalman gain ``K = PHᵀR_n⁻¹``.
     poles
@@ -241,22 +250,33 @@ class SteadyState:
         ``‖ARE(P)‖_F / (2‖FP‖_F + ‖Q‖_F + ‖PHᵀR_n⁻¹HP‖_F)``.
     method
         ``"care"`` (``control.care(Fᵀ, Hᵀ, Q, R_n)``) or ``"lqe"`` (``control.lqe``).
-    success, status, message
-        ``status`` ``"ok"`` or ``"not_positive_definite"`` (P singular: the Transformer then
-        has no positive-definite equilibrium, e.g. ``Q = 0`` with a stable mode of F).
+    status
+        ``Status.SUCCESS`` (the stabilizing solution), or ``Status.FAILED`` when python-control
+        finds none (e.g. an unobservable unstable mode, or Hamiltonian eigenvalues on the
+        imaginary axis); the message is python-control's.
+    message
+        What was found.
+    positive_definite
+        False when P is singular (the old status ``"not_positive_definite"``): the Transformer
+        then has no positive-definite equilibrium, e.g. ``Q = 0`` with a stable mode of F.
     stats
         ``seconds``.
     """
 
     cov: FloatArray
     gain: FloatArray
-    poles: np.ndarray
+    poles: ComplexArray
     residual: float
     method: str
-    success: bool
-    status: str
+    status: Status
     message: str
+    positive_definite: bool = True
     stats: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def success(self) -> bool:
+        """True when the filter ARE was solved."""
+        return self.status is Status.SUCCESS
 
 
 def _are_residual(data: KalmanData, p: FloatArray) -> float:
@@ -285,14 +305,12 @@ def kalman_steady_state(data: KalmanData | Layer, *, method: str = "care") -> St
     Returns
     -------
     SteadyState
+        A python-control failure is ``Status.FAILED`` with its message, never an exception.
 
     Raises
     ------
     InvalidParametersError
         For an unknown method or a layer without a filter counterpart.
-    SolverError
-        When python-control fails (no stabilizing solution: e.g. an unobservable unstable mode,
-        or Hamiltonian eigenvalues on the imaginary axis); the message is python-control's.
     """
     import control
 
@@ -302,23 +320,30 @@ def kalman_steady_state(data: KalmanData | Layer, *, method: str = "care") -> St
         raise InvalidParametersError(
             f"data: expected KalmanData or a Layer, got {type(data).__name__}"
         )
+    if method not in ("care", "lqe"):
+        raise InvalidParametersError(f"method: expected 'care' or 'lqe', got {method!r}")
     d = kd.dim
     try:
         if method == "care":
             x, _, _ = control.care(kd.F.T, kd.H.T, kd.Q, kd.R)
-        elif method == "lqe":
-            _, x, _ = control.lqe(kd.F, np.eye(d), kd.H, kd.Q, kd.R)
         else:
-            raise InvalidParametersError(f"method: expected 'care' or 'lqe', got {method!r}")
-    except InvalidParametersError:
-        raise
+            _, x, _ = control.lqe(kd.F, np.eye(d), kd.H, kd.Q, kd.R)
+        p = sym(np.asarray(x, dtype=float))
+        if not np.all(np.isfinite(p)):
+            raise ValueError("non-finite solution")
     except Exception as exc:  # python-control/slycot raise several types; never leak them
-        raise SolverError(
-            f"filter ARE (python-control {method}) failed: {exc}", status="no_solution"
-        ) from None
-    p = sym(np.asarray(x, dtype=float))
-    if not np.all(np.isfinite(p)):
-        raise SolverError(f"filter ARE ({method}) returned a non-finite solution", status="nan")
+        nan = np.full((d, d), np.nan)
+        return SteadyState(
+            cov=frozen(nan),
+            gain=frozen(np.full((d, kd.n_outputs), np.nan)),
+            poles=np.full(d, np.nan, dtype=complex),
+            residual=math.nan,
+            method=method,
+            status=Status.FAILED,
+            message=f"filter ARE (python-control {method}) failed: {exc}",
+            positive_definite=False,
+            stats={"seconds": time.perf_counter() - clock},
+        )
     gain = p @ np.linalg.solve(kd.R, kd.H).T
     poles = np.linalg.eigvals(kd.F - gain @ kd.H)
     w = np.linalg.eigvalsh(p)
@@ -329,12 +354,12 @@ def kalman_steady_state(data: KalmanData | Layer, *, method: str = "care") -> St
         poles=poles,
         residual=_are_residual(kd, p),
         method=method,
-        success=True,
-        status="ok" if pd else "not_positive_definite",
+        status=Status.SUCCESS,
         message=(
             f"stabilizing solution of the filter ARE (python-control {method}); max Re pole "
             f"{np.max(poles.real):.6g}" + ("" if pd else f"; P is singular (λ_min = {w[0]:.3g})")
         ),
+        positive_definite=pd,
         stats={"seconds": time.perf_counter() - clock},
     )
 
@@ -346,6 +371,8 @@ def kalman_covariance(
     *,
     rtol: float = 1e-12,
     atol: float = 1e-15,
+    max_evals: int = 1_000_000,
+    time_limit: float | None = None,
 ) -> FloatArray:
     """Integrate the Kalman–Bucy Riccati ODE ``dP/dt = FP + PFᵀ + Q − PHᵀR_n⁻¹HP``.
 
@@ -362,6 +389,10 @@ def kalman_covariance(
         Increasing depths ``≥ 0``; the first may be 0.
     rtol, atol
         Integrator tolerances (``atol`` scaled by ``max(‖P0‖_max, 1)``).
+    max_evals
+        Cap on right-hand-side evaluations.
+    time_limit
+        Wall-clock limit in seconds (``None``: none).
 
     Returns
     -------
@@ -373,7 +404,9 @@ def kalman_covariance(
     InvalidParametersError, InvalidGaussianError
         On malformed input.
     SolverError
-        If the integration fails.
+        If the integration fails, or with ``status=Status.BUDGET_EXHAUSTED`` when ``max_evals``
+        or ``time_limit`` runs out (an array has no status; :func:`compare_filter` turns this
+        into a result).
     """
     if not isinstance(data, KalmanData):
         raise InvalidParametersError(f"data: expected KalmanData, got {type(data).__name__}")
@@ -383,10 +416,12 @@ def kalman_covariance(
     t = as_float_array("times", np.atleast_1d(np.asarray(times, dtype=float)), ndim=1)
     if t.size == 0 or t[0] < 0 or np.any(np.diff(t) <= 0):
         raise InvalidParametersError("times: expected increasing depths ≥ 0")
+    budget = Budget(as_time_limit(time_limit), max_evals=as_positive_int("max_evals", max_evals))
     f, q, info = data.F, data.Q, data.information
-    iu = np.triu_indices(d)
+    iu, _ = vech_index(d)
 
     def rhs(_: float, y: FloatArray) -> FloatArray:
+        budget.tick()
         p = unvech(y, d)
         fp = f @ p
         return (fp + fp.T + q - p @ info @ p)[iu]
@@ -399,15 +434,22 @@ def kalman_covariance(
         out[0] = sym(p0)
         start = 1
     if start < t.size:
-        sol = solve_ivp(
-            rhs,
-            (0.0, float(t[-1])),
-            y0,
-            method="DOP853",
-            t_eval=t[start:],
-            rtol=rtol,
-            atol=atol * scale,
-        )
+        try:
+            sol = solve_ivp(
+                rhs,
+                (0.0, float(t[-1])),
+                y0,
+                method="DOP853",
+                t_eval=t[start:],
+                rtol=rtol,
+                atol=atol * scale,
+            )
+        except BudgetExhausted as exc:
+            raise SolverError(
+                f"Kalman–Bucy integration stopped: {exc.reason}",
+                status=Status.BUDGET_EXHAUSTED,
+                stats={"evaluations": budget.count},
+            ) from None
         if sol.status != 0 or sol.y.shape[1] != t.size - start:
             raise SolverError(
                 f"Kalman–Bucy integration failed: {sol.message}", status="integrator_error"
@@ -426,18 +468,27 @@ class FilterComparison:
     kalman
         The filter data (:func:`to_kalman` of the layer).
     trajectory
-        The Transformer's moment trajectory (:func:`gtcontrol.moments.simulate`).
+        The Transformer's moment trajectory (:func:`gtcontrol.simulate`).
     filter_cov
-        ``P(t)`` at ``trajectory.t`` from :func:`kalman_covariance`.
+        ``P(t)`` at ``trajectory.t`` from :func:`kalman_covariance` (NaN where not computed).
     max_rel_diff
-        ``max_t ‖P(t) − Σ(t)‖_F / max_t ‖Σ(t)‖_F``.
+        ``max_t ‖P(t) − Σ(t)‖_F / max_t ‖Σ(t)‖_F`` (``nan`` when not computed).
     steady_care, steady_lqe
         :func:`kalman_steady_state` by both python-control routes.
     equilibrium
-        The Transformer's stable positive-definite equilibrium
-        (:func:`gtcontrol.asymptotics.equilibria`), or ``None`` when there is none.
+        The Transformer's stable positive-definite equilibrium (:func:`gtcontrol.equilibria`),
+        or ``None`` when there is none.
     steady_rel_diff
         ``‖P_care − Σ*‖_F / ‖Σ*‖_F`` (``nan`` without an equilibrium).
+    status
+        ``Status.SUCCESS``; ``Status.BUDGET_EXHAUSTED`` when ``time_limit`` ran out (the parts
+        not computed are NaN/``None``); otherwise the trajectory's status when the moments did
+        not reach T (e.g. ``Status.OVERFLOW``) or ``Status.FAILED`` (the filter integration
+        failed).
+    message
+        What was compared, or what stopped it.
+    stats
+        ``seconds``.
     """
 
     kalman: KalmanData
@@ -448,10 +499,23 @@ class FilterComparison:
     steady_lqe: SteadyState
     equilibrium: FloatArray | None
     steady_rel_diff: float
+    status: Status = Status.SUCCESS
+    message: str = ""
+    stats: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def success(self) -> bool:
+        """True when both covariances were computed over the whole depth."""
+        return self.status is Status.SUCCESS
 
 
 def compare_filter(
-    layer: Layer, initial: Gaussian, T: float, *, n_points: int = 101
+    layer: Layer,
+    initial: Gaussian,
+    T: float,
+    *,
+    n_points: int = 101,
+    time_limit: float | None = None,
 ) -> FilterComparison:
     """Run the layer's moment ODE and its Kalman–Bucy filter side by side.
 
@@ -465,33 +529,44 @@ def compare_filter(
         Depth.
     n_points
         Recorded depths.
+    time_limit
+        Wall-clock limit in seconds for the whole comparison (``None``: none).
 
     Returns
     -------
     FilterComparison
+        ``status`` says whether everything was computed.
 
     Raises
     ------
-    InvalidParametersError, InvalidGaussianError, SolverError
-        As :func:`to_kalman`, :func:`gtcontrol.moments.simulate`, :func:`kalman_covariance`.
+    InvalidParametersError, InvalidGaussianError
+        As :func:`to_kalman`, :func:`gtcontrol.simulate`.
     """
-    from .asymptotics import equilibria
-
+    clock = time.perf_counter()
+    budget = Budget(as_time_limit(time_limit))
     kd = to_kalman(layer)
-    traj = simulate(layer, initial, T, n_points=n_points)
-    if traj.status is not Status.SUCCESS:
-        raise SolverError(
-            f"the Transformer's covariance blew up at depth {traj.blowup_time:.6g}",
-            status="blowup",
-        )
-    p = kalman_covariance(kd, initial.cov, traj.t)
-    denom = float(np.max(np.linalg.norm(traj.cov, axis=(1, 2))))
-    diff = float(np.max(np.linalg.norm(p - traj.cov, axis=(1, 2)))) / denom
     care = kalman_steady_state(kd, method="care")
     lqe = kalman_steady_state(kd, method="lqe")
-    eqs = equilibria(layer)
-    stable = [e for e in eqs if e.stable]
-    eq_cov = np.asarray(stable[0].cov) if stable else None
+    traj = simulate_within(layer, initial, T, budget, n_points=n_points)
+    status, message = traj.status, traj.message
+    p = np.full(traj.cov.shape, np.nan)
+    eq_cov: FloatArray | None = None
+    try:
+        if traj.status is Status.SUCCESS:
+            p = kalman_covariance(kd, initial.cov, traj.t, time_limit=remaining_limit(budget))
+            status, message = Status.SUCCESS, "filter and Transformer integrated to depth T"
+        eqs = equilibria(layer, time_limit=remaining_limit(budget))
+        stable = [e for e in eqs if e.stable]
+        eq_cov = np.asarray(stable[0].cov) if stable else None
+        budget.check()
+    except BudgetExhausted as exc:
+        status, message = Status.BUDGET_EXHAUSTED, exc.reason
+    except SolverError as exc:
+        exhausted = exc.status == Status.BUDGET_EXHAUSTED
+        status = Status.BUDGET_EXHAUSTED if exhausted else Status.FAILED
+        message = str(exc)
+    denom = float(np.max(np.linalg.norm(traj.cov, axis=(1, 2))))
+    diff = float(np.max(np.linalg.norm(p - traj.cov, axis=(1, 2)))) / denom
     sdiff = (
         float(np.linalg.norm(care.cov - eq_cov) / np.linalg.norm(eq_cov))
         if eq_cov is not None
@@ -506,4 +581,7 @@ def compare_filter(
         steady_lqe=lqe,
         equilibrium=None if eq_cov is None else frozen(eq_cov.copy()),
         steady_rel_diff=sdiff,
+        status=status,
+        message=message,
+        stats={"seconds": time.perf_counter() - clock},
     )

@@ -16,6 +16,7 @@ from .._output import write_run
 from .._version import __version__
 from ..errors import GTControlError
 from .schema import load_design
+from .tasks import TASKS
 
 
 class _Parser(argparse.ArgumentParser):
@@ -25,8 +26,6 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    from .tasks import TASKS
-
     tasks = "\n".join(f"  {name:15s} {spec.summary}" for name, spec in TASKS.items())
     p = _Parser(
         prog="gtcontrol",
@@ -61,9 +60,25 @@ def _build_parser() -> argparse.ArgumentParser:
 
 
 def run_design(design_path: Path, outdir: Path | None = None) -> Path:
-    """Run a design file and write ``result.json`` and figures into ``outdir``; return it."""
-    from .tasks import TASKS
+    """Run a design file and write ``result.json`` and figures into ``outdir``; return it.
 
+    Parameters
+    ----------
+    design_path
+        The design file (TOML).
+    outdir
+        Output directory; ``out/<design name>`` by default. Replaced atomically on success.
+
+    Returns
+    -------
+    pathlib.Path
+        The output directory.
+
+    Raises
+    ------
+    GTControlError
+        If the design is invalid or the task refuses its inputs (nothing is written then).
+    """
     design = load_design(design_path)
     out = outdir if outdir is not None else Path("out") / design_path.stem
     return write_run(
@@ -78,7 +93,18 @@ def run_design(design_path: Path, outdir: Path | None = None) -> Path:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``gtcontrol`` command."""
+    """Entry point of the ``gtcontrol`` command.
+
+    Parameters
+    ----------
+    argv
+        Command-line arguments (``sys.argv[1:]`` when ``None``).
+
+    Returns
+    -------
+    int
+        Exit status: 0 on success, 2 on an error (one line on stderr), 130 when interrupted.
+    """
     parser = _build_parser()
     args = parser.parse_args(argv)
     if args.command is None:

@@ -1,4 +1,4 @@
-"""Design files: a strict TOML schema for gtcontrol runs (docs/designs.md, docs/designs.md).
+"""Design files: a strict TOML schema for gtcontrol runs (docs/designs.md).
 
 A design names a ``task`` and gives the inputs it needs::
 
@@ -10,8 +10,9 @@ A design names a ``task`` and gives the inputs it needs::
     [horizon]            # T, layers
     [<task>]             # the task's own options
 
-Every key is checked: an unknown key, a ragged or non-numeric matrix, a wrong size or a missing
-file raises :class:`~gtcontrol.errors.DesignFileError` whose one-line message names the key.
+The options each task accepts are :data:`gtcontrol.cli.specs.SPECS`. Every key is checked: an
+unknown key, a ragged or non-numeric matrix, a wrong size or a missing file raises
+:class:`~gtcontrol.errors.DesignFileError` whose one-line message names the key.
 """
 
 from __future__ import annotations
@@ -21,16 +22,19 @@ import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
-from .._validation import as_float_array
-from ..errors import DesignFileError, GTControlError
+from .._validation import as_float_array, as_positive_int
+from ..errors import DesignFileError, GTControlError, InvalidParametersError
 from ..model.gaussian import Gaussian
 from ..model.params import FeedForward, Layer, Schedule
+from .specs import SPECS, Option
 
 __all__ = ["Design", "Option", "load_design", "parse_design"]
+
+_T = TypeVar("_T")
 
 _TOP_KEYS = {"task", "title", "seed", "initial", "target", "layer", "schedule", "horizon"}
 _GAUSSIAN_KEYS = {"mean", "cov"}
@@ -38,16 +42,8 @@ _LAYER_KEYS = {"A", "B", "V", "b", "v", "heads", "ffn", "noise"}
 _HEAD_KEYS = {"V", "B", "v"}
 _FFN_KEYS = {"W", "U", "c", "activation"}
 _HORIZON_KEYS = {"T", "layers"}
-
-
-@dataclass(frozen=True)
-class Option:
-    """One task option: its type, default and an optional check returning an error text."""
-
-    kind: type | tuple[type, ...]
-    default: Any
-    check: Callable[[Any], str | None] | None = None
-    help: str = ""
+#: Largest integer accepted for counts such as ``horizon.layers`` (larger is absurd).
+_MAX_INT = 10**6
 
 
 @dataclass(frozen=True, eq=False)
@@ -98,6 +94,16 @@ class Design:
 def load_design(path: str | Path) -> Design:
     """Read and validate a design file.
 
+    Parameters
+    ----------
+    path
+        The design file (TOML).
+
+    Returns
+    -------
+    Design
+        The validated design.
+
     Raises
     ------
     DesignFileError
@@ -114,19 +120,35 @@ def load_design(path: str | Path) -> Design:
 
 
 def parse_design(text: str, *, source: str = "<string>") -> Design:
-    """Parse a design from TOML text (see :func:`load_design`)."""
-    from .tasks import TASKS  # the task registry knows each task's options
+    """Parse a design from TOML text (see :func:`load_design`).
 
+    Parameters
+    ----------
+    text
+        The TOML document.
+    source
+        Where it came from (prefixes every error message).
+
+    Returns
+    -------
+    Design
+        The validated design, task options filled in with their defaults.
+
+    Raises
+    ------
+    DesignFileError
+        If the text is not valid TOML or breaks the schema; the one-line message names the key.
+    """
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise DesignFileError(f"{source}: invalid TOML ({exc})") from None
     task = doc.get("task")
     if not isinstance(task, str):
-        raise DesignFileError(f"{source}: key 'task' is required, one of {sorted(TASKS)}")
-    if task not in TASKS:
-        raise DesignFileError(f"{source}: task {task!r} is not one of {sorted(TASKS)}")
-    spec = TASKS[task]
+        raise DesignFileError(f"{source}: key 'task' is required, one of {sorted(SPECS)}")
+    if task not in SPECS:
+        raise DesignFileError(f"{source}: task {task!r} is not one of {sorted(SPECS)}")
+    spec = SPECS[task]
     unknown = set(doc) - _TOP_KEYS - {task}
     if unknown:
         raise DesignFileError(
@@ -190,7 +212,7 @@ class _Ctx:
     def fail(self, msg: str) -> DesignFileError:
         return DesignFileError(f"{self.source}: {msg}")
 
-    def wrap(self, build: Callable[[], Any], where: str) -> Any:
+    def wrap(self, build: Callable[[], _T], where: str) -> _T:
         try:
             return build()
         except GTControlError as exc:
@@ -228,9 +250,12 @@ class _Ctx:
         return x
 
     def positive_int(self, value: Any, where: str) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise self.fail(f"'{where}' must be a positive integer, got {value!r}")
-        return value
+        try:
+            return as_positive_int(where, value, maximum=_MAX_INT)
+        except InvalidParametersError:
+            raise self.fail(
+                f"'{where}' must be a positive integer at most {_MAX_INT}, got {value!r}"
+            ) from None
 
     def gaussian(self, value: Any, where: str) -> Gaussian:
         t = self.table(value, where, _GAUSSIAN_KEYS)

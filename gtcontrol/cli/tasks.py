@@ -1,60 +1,112 @@
-"""The tasks a design file can run (docs/designs.md) and their options.
+"""The task runners of design files (docs/designs.md): one function per task.
 
-Each task reads a validated :class:`~gtcontrol.designs.Design`, writes its figures into the
-(temporary) output directory and returns the outputs that go into ``result.json``.
+Each runner reads a validated :class:`~gtcontrol.cli.schema.Design`, writes its figures into the
+(temporary) output directory and returns ``{"status", "outputs", "figures"}`` for
+``result.json``; ``status`` is a :class:`~gtcontrol.Status` (written as its string value). What
+each task needs and accepts is :data:`gtcontrol.cli.specs.SPECS`; :data:`TASKS` pairs every
+spec with its runner.
+
+The runners call the public API of :mod:`gtcontrol` (and the plotting / experiments modules).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from .. import (
+    Layer,
+    Schedule,
+    Trajectory,
+    analyze,
+    compare_filter,
+    compare_tokens,
+    design_convergence,
+    design_mean_matching,
+    equilibria,
+    from_kalman,
+    mean_dynamics_ss,
+    simulate,
+    simulate_discrete,
+    simulate_tokens,
+    steer,
+)
 from .._status import Status
 from .._validation import as_float_array
 from ..errors import DesignFileError
-from ..model.moments import Trajectory, simulate, simulate_discrete
-from ..model.params import Layer
-from .schema import Design, Option
+from .schema import Design
+from .specs import SPECS, Option, TaskSpec
 
-__all__ = ["TASKS", "TaskSpec", "trajectory_summary"]
+__all__ = ["TASKS", "Task", "trajectory_summary"]
+
+Runner = Callable[[Design, Path], dict[str, Any]]
 
 
 @dataclass(frozen=True)
-class TaskSpec:
-    """A task: the design sections it needs, its options and the function that runs it."""
+class Task:
+    """A task: its :class:`~gtcontrol.cli.specs.TaskSpec` and the function that runs it.
 
-    run: Callable[[Design, Path], dict[str, Any]]
-    needs: tuple[str, ...]
-    options: Mapping[str, Option] = field(default_factory=dict)
-    summary: str = ""
+    Attributes
+    ----------
+    spec
+        What the task needs from a design and which options it accepts.
+    run
+        ``run(design, outdir) -> {"status", "outputs", "figures"}``.
+    """
+
+    spec: TaskSpec
+    run: Runner
+
+    @property
+    def needs(self) -> tuple[str, ...]:
+        """Design sections the task needs."""
+        return self.spec.needs
+
+    @property
+    def options(self) -> Mapping[str, Option]:
+        """The task's options by name."""
+        return self.spec.options
+
+    @property
+    def summary(self) -> str:
+        """One line for ``gtcontrol --help``."""
+        return self.spec.summary
 
 
-def _positive(x: Any) -> str | None:
-    return None if x > 0 else "must be positive"
+def _message(result: Any) -> str:
+    """The result's ``message`` (formerly ``reason`` on some results)."""
+    text = getattr(result, "message", None)
+    return str(text if text is not None else getattr(result, "reason", ""))
 
 
-def _int_list(x: Any) -> str | None:
-    if not x or not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in x):
-        return "must be a non-empty list of positive integers"
-    return None
-
-
-_INTEGRATOR_OPTIONS: dict[str, Option] = {
-    "rtol": Option(float, 1e-11, _positive, "relative tolerance of the moment integrator"),
-    "atol": Option(float, 1e-14, _positive, "absolute tolerance (scaled by the initial state)"),
-    "n_points": Option(int, 201, _positive, "number of recorded depths"),
-    "method": Option(str, "DOP853", None, "scipy solve_ivp method"),
-}
+def _status(result: Any, default: Status = Status.SUCCESS) -> Status:
+    """The :class:`Status` of a result (the one result protocol), ``default`` without one."""
+    status = getattr(result, "status", None)
+    return status if isinstance(status, Status) else default
 
 
 def trajectory_summary(traj: Trajectory) -> dict[str, Any]:
-    """What ``result.json`` records of a moment trajectory."""
+    """What ``result.json`` records of a moment trajectory.
+
+    Parameters
+    ----------
+    traj
+        A moment trajectory (:func:`gtcontrol.simulate`, :func:`gtcontrol.simulate_discrete`).
+
+    Returns
+    -------
+    dict
+        ``status`` (its string value), ``success``, ``message``, ``blowup_time``, ``t``,
+        ``mean``, ``cov_eigenvalues``, ``rank``, ``final`` and ``stats``.
+    """
     return {
-        "status": traj.status,
+        "status": str(traj.status),
+        "success": traj.success,
+        "message": traj.message,
         "blowup_time": traj.blowup_time,
         "t": traj.t,
         "mean": traj.mean,
@@ -66,7 +118,7 @@ def trajectory_summary(traj: Trajectory) -> dict[str, Any]:
 
 
 def _run_simulate(design: Design, out: Path) -> dict[str, Any]:
-    from ..plotting.core import plot_moments
+    from ..plotting.core import plot_moments  # matplotlib: loaded only when drawing
 
     o = design.options
     traj = simulate(
@@ -101,20 +153,22 @@ def _token_cloud_figure(design: Design, traj: Trajectory, n: int, out: Path) -> 
     """Move ``n`` sampled tokens with the same model and draw them against the predicted ellipses.
 
     After a blow-up only a single layer can be cut short (at 90 % of the blow-up time); a
-    schedule that blows up gets no cloud figure.
+    schedule that blows up, or a trajectory that stopped for another reason (overflow, a failed
+    or exhausted integration), gets no cloud figure.
     """
-    from ..model.params import Schedule
-    from ..model.tokens import simulate_tokens
     from ..plotting.core import plot_token_clouds
 
     assert design.initial is not None and design.model is not None
     if traj.status is Status.SUCCESS:
         model, horizon = design.model, design.T
-    elif isinstance(design.model, Layer):
+        pred = traj
+    elif traj.status is Status.BLOWUP and isinstance(design.model, Layer):
         model, horizon = design.model, 0.9 * traj.blowup_time
+        pred = simulate(model, design.initial, horizon)
+        if pred.status is not Status.SUCCESS:
+            return []
     else:
         return []
-    pred = traj if traj.status is Status.SUCCESS else simulate(model, design.initial, horizon)
     t_end = float(pred.t[-1])
     layers = model.layers if isinstance(model, Schedule) else (model,)
     noisy = any(lay.noise is not None for lay in layers)
@@ -139,7 +193,6 @@ def _token_cloud_figure(design: Design, traj: Trajectory, n: int, out: Path) -> 
 
 
 def _run_compare_tokens(design: Design, out: Path) -> dict[str, Any]:
-    from ..analysis.compare import compare_tokens
     from ..plotting.core import plot_convergence, plot_moments, plot_token_clouds
 
     o = design.options
@@ -165,7 +218,7 @@ def _run_compare_tokens(design: Design, out: Path) -> dict[str, Any]:
         out / "convergence.png",
         title="tokens vs moments at depth T",
     )
-    if design.initial is not None and design.initial.dim >= 2:
+    if design.initial is not None and design.initial.dim >= 2 and cmp.example is not None:
         snaps = list(cmp.example.snapshots)
         plot_token_clouds(
             snaps,
@@ -181,11 +234,7 @@ def _run_compare_tokens(design: Design, out: Path) -> dict[str, Any]:
         "trajectory": trajectory_summary(cmp.predicted),
         "seconds": cmp.stats["seconds"],
     }
-    return {"status": "success", "outputs": outputs, "figures": figures}
-
-
-def _nonneg(x: Any) -> str | None:
-    return None if x >= 0 else "must be >= 0"
+    return {"status": _status(cmp), "outputs": outputs, "figures": figures}
 
 
 def _equilibrium_summary(eq: Any) -> dict[str, Any]:
@@ -201,7 +250,7 @@ def _equilibrium_summary(eq: Any) -> dict[str, Any]:
 
 
 def _run_analyze(design: Design, out: Path) -> dict[str, Any]:
-    from ..analysis.asymptotics import analyze, equilibria, mean_dynamics_ss, regime_figure_data
+    from ..analysis.regime_figures import regime_figure_data
     from ..plotting.analysis import plot_cone, plot_covariance_eigenvalues
 
     layer, g0 = design.model, design.initial
@@ -209,7 +258,7 @@ def _run_analyze(design: Design, out: Path) -> dict[str, Any]:
         raise DesignFileError(f"{design.source}: task 'analyze' needs a single [layer]")
     assert g0 is not None
     o = design.options
-    regime = analyze(layer, g0, horizon=o["horizon"] or None)
+    regime = analyze(layer, g0, T=o["horizon"] or None)
     eqs = equilibria(layer)
     data = regime_figure_data(
         layer, g0, T=o["plot_T"] or None, n_points=o["n_points"], regime=regime
@@ -223,7 +272,7 @@ def _run_analyze(design: Design, out: Path) -> dict[str, Any]:
         "regime": {
             "kind": regime.kind,
             "certificate": regime.certificate,
-            "reason": regime.reason,
+            "message": _message(regime),
             "blowup_time": regime.blowup_time,
             "limit_cov": regime.limit_cov,
             "mean_limit": regime.mean_limit,
@@ -245,12 +294,13 @@ def _run_analyze(design: Design, out: Path) -> dict[str, Any]:
             "poles_imag": poles.imag,
             "dc_gain": ss.dcgain() if np.all(poles.real < 0) else None,
         }
-    return {"status": regime.kind, "outputs": outputs, "figures": figures}
+    # The regime's kind ("converges", "blowup", ...) is in outputs.regime.kind; the status is the
+    # result protocol's (a blow-up is the answer, not a failure).
+    kind_status = Status.BLOWUP if regime.kind == "blowup" else Status.SUCCESS
+    return {"status": _status(regime, kind_status), "outputs": outputs, "figures": figures}
 
 
 def _run_steer(design: Design, out: Path) -> dict[str, Any]:
-    from ..control.steering import steer
-    from ..model.tokens import simulate_tokens
     from ..plotting.core import plot_token_clouds
     from ..plotting.steering import plot_parameter_norms, plot_steering_moments
 
@@ -318,49 +368,76 @@ def _run_steer(design: Design, out: Path) -> dict[str, Any]:
     }
     if res.trajectory is not None:
         outputs["trajectory"] = trajectory_summary(res.trajectory)
-    return {"status": res.status, "outputs": outputs, "figures": figures}
+    return {"status": _status(res, Status.FAILED), "outputs": outputs, "figures": figures}
+
+
+_CERTIFICATE_KEYS = (
+    "kind",
+    "valid",
+    "mean_rate",
+    "cov_rate",
+    "rate",
+    "residual",
+    "riccati",
+    "r_min",
+    "uniqueness_gap",
+    "message",
+)
+_ROBUSTNESS_KEYS = (
+    "mean_radius",
+    "cov_radius",
+    "radius",
+    "binding",
+    "parameter_radius",
+    "parameter_stable_fraction",
+    "linear_stable_fraction",
+    "worst_case_abscissa",
+)
+
+
+def _design_fixed_parts(design: Design) -> dict[str, Any]:
+    """The ``fixed_A`` / ``fixed_B`` / ``fixed_V`` keywords given by the design's ``[layer]``."""
+    fixed: dict[str, Any] = {}
+    given = design.raw.get("layer", {})
+    lay = design.model
+    if lay is None:
+        return fixed
+    if not isinstance(lay, Layer) or len(lay.heads) > 1 or lay.ffn is not None:
+        raise DesignFileError(
+            f"{design.source}: task 'design' takes at most one [layer] with one head whose "
+            "given A, B, V or v are kept fixed"
+        )
+    extra = set(given) - {"A", "B", "V", "v"}
+    if extra:
+        raise DesignFileError(
+            f"{design.source}: 'layer.{sorted(extra)[0]}' cannot be fixed in task 'design' "
+            "(only A, B, V, v)"
+        )
+    if "A" in given:
+        fixed["fixed_A"] = lay.A
+    if "B" in given:
+        fixed["fixed_B"] = lay.heads[0][1]
+    if "V" in given or "v" in given:
+        fixed["fixed_V"] = given["v"] if "v" in given else lay.heads[0][0]
+    return fixed
 
 
 def _run_design(design: Design, out: Path) -> dict[str, Any]:
-    from ..control.design import DesignOptions, design_convergence, design_mean_matching
     from ..plotting.design import plot_design_convergence
 
     o = design.options
     assert design.target is not None
-    fixed: dict[str, Any] = {}
-    given = design.raw.get("layer", {})
-    lay = design.model
-    if lay is not None:
-        if not isinstance(lay, Layer) or len(lay.heads) > 1 or lay.ffn is not None:
-            raise DesignFileError(
-                f"{design.source}: task 'design' takes at most one [layer] with one head whose "
-                "given A, B, V or v are kept fixed"
-            )
-        extra = set(given) - {"A", "B", "V", "v"}
-        if extra:
-            raise DesignFileError(
-                f"{design.source}: 'layer.{sorted(extra)[0]}' cannot be fixed in task 'design' "
-                "(only A, B, V, v)"
-            )
-        if "A" in given:
-            fixed["fixed_A"] = lay.A
-        if "B" in given:
-            fixed["fixed_B"] = lay.heads[0][1]
-        if "V" in given or "v" in given:
-            fixed["fixed_V"] = given["v"] if "v" in given else lay.heads[0][0]
     res = design_mean_matching(
         design.target.mean,
         design.target.cov,
         rate=o["rate"],
         cov_rate=o["cov_rate"] or None,
         minimum_norm=o["minimum_norm"],
-        options=DesignOptions(
-            V_structure=o["V_structure"],
-            max_condition=o["max_condition"],
-            robustness=o["robustness"],
-            seed=design.seed,
-        ),
-        **fixed,
+        V_structure=o["V_structure"],
+        max_condition=o["max_condition"],
+        robustness=o["robustness"],
+        seed=design.seed,
+        **_design_fixed_parts(design),
     )
     data = design_convergence(res, n_starts=o["n_starts"], T=o["T"] or None, seed=design.seed)
     plot_design_convergence(
@@ -372,8 +449,6 @@ def _run_design(design: Design, out: Path) -> dict[str, Any]:
         cov_rate=data.cov_rate,
         title=design.title,
     )
-    cert = res.certificate
-    rob = res.robustness
     outputs: dict[str, Any] = {
         "layer": res.layer.to_dict(),
         "success": res.success,
@@ -384,21 +459,7 @@ def _run_design(design: Design, out: Path) -> dict[str, Any]:
         "whitened_norm": res.whitened_norm,
         "rate": res.rate,
         "cov_rate": res.cov_rate,
-        "certificate": {
-            k: getattr(cert, k)
-            for k in (
-                "kind",
-                "valid",
-                "mean_rate",
-                "cov_rate",
-                "rate",
-                "residual",
-                "riccati",
-                "r_min",
-                "uniqueness_gap",
-                "message",
-            )
-        },
+        "certificate": {k: getattr(res.certificate, k) for k in _CERTIFICATE_KEYS},
         "convergence": {
             "t": data.t,
             "max_final_mean_error": float(np.max(data.mean_error[:, -1])),
@@ -406,25 +467,13 @@ def _run_design(design: Design, out: Path) -> dict[str, Any]:
         },
         "stats": dict(res.stats),
     }
-    if rob is not None:
-        outputs["robustness"] = {
-            k: getattr(rob, k)
-            for k in (
-                "mean_radius",
-                "cov_radius",
-                "radius",
-                "binding",
-                "parameter_radius",
-                "parameter_stable_fraction",
-                "linear_stable_fraction",
-                "worst_case_abscissa",
-            )
-        }
-    return {"status": res.status, "outputs": outputs, "figures": ["convergence.png"]}
+    if res.robustness is not None:
+        outputs["robustness"] = {k: getattr(res.robustness, k) for k in _ROBUSTNESS_KEYS}
+    status = _status(res, Status.FAILED)
+    return {"status": status, "outputs": outputs, "figures": ["convergence.png"]}
 
 
 def _run_filter(design: Design, out: Path) -> dict[str, Any]:
-    from ..analysis.filtering import compare_filter, from_kalman
     from ..plotting.design import plot_filter_covariance
 
     o = design.options
@@ -485,7 +534,7 @@ def _run_filter(design: Design, out: Path) -> dict[str, Any]:
         "steady_rel_diff": cmp.steady_rel_diff,
         "trajectory": trajectory_summary(cmp.trajectory),
     }
-    return {"status": "success", "outputs": outputs, "figures": ["filter.png"]}
+    return {"status": _status(cmp), "outputs": outputs, "figures": ["filter.png"]}
 
 
 def _run_experiment(design: Design, out: Path) -> dict[str, Any]:
@@ -496,91 +545,17 @@ def _run_experiment(design: Design, out: Path) -> dict[str, Any]:
     return experiment_outputs(res)
 
 
-TASKS: dict[str, TaskSpec] = {
-    "simulate": TaskSpec(
-        run=_run_simulate,
-        needs=("initial", "model", "T"),
-        options={
-            **_INTEGRATOR_OPTIONS,
-            "discrete": Option(bool, False, None, "also run the exact discrete-layer recursion"),
-            "steps_per_layer": Option(int, 1, _positive, "residual steps per layer (discrete)"),
-            "tokens": Option(
-                int,
-                2000,
-                lambda n: None if n >= 0 else "must be >= 0",
-                "tokens drawn for the cloud figure (0: none)",
-            ),
-        },
-        summary="integrate the moment ODE",
-    ),
-    "compare-tokens": TaskSpec(
-        run=_run_compare_tokens,
-        needs=("initial", "model", "T"),
-        options={
-            "n_tokens": Option(list, [256, 1024, 4096], _int_list, "token counts N"),
-            "repeats": Option(int, 3, _positive, "independent samples per N"),
-            "method": Option(str, "rk4", None, "token integrator: rk4, discrete, adaptive"),
-            "steps_per_layer": Option(int, 20, _positive, "token steps per layer"),
-        },
-        summary="token-level Transformer vs moment ODE, error against N",
-    ),
-    "analyze": TaskSpec(
-        run=_run_analyze,
-        needs=("initial", "model"),
-        options={
-            "horizon": Option(float, 0.0, _nonneg, "blow-up search depth (0: automatic)"),
-            "plot_T": Option(float, 0.0, _nonneg, "depth shown in the figures (0: automatic)"),
-            "n_points": Option(int, 401, _positive, "recorded depths for the figures"),
-        },
-        summary="regime of a fixed layer: equilibria, stability, exact blow-up",
-    ),
-    "steer": TaskSpec(
-        run=_run_steer,
-        needs=("initial", "target", "T"),
-        options={
-            "mode": Option(str, "full", None, "'full', 'ffn' (V = 0) or 'attention' (A = b = 0)"),
-            "objective": Option(str, "kinetic", None, "'kinetic' or 'parameter'"),
-            "terminal": Option(str, "exact", None, "'exact', 'bw' or 'kl' (penalty)"),
-            "cov_bound": Option(float, 0.0, _nonneg, "bound on ‖Σ(t)‖ (0: none)"),
-            "max_iter": Option(int, 500, _positive, "IPOPT iterations"),
-            "tokens": Option(int, 2000, _nonneg, "tokens run through the result (0: none)"),
-        },
-        summary="optimal L-layer steering between Gaussians (CasADi/IPOPT), verified",
-    ),
-    "design": TaskSpec(
-        run=_run_design,
-        needs=("target",),
-        options={
-            "rate": Option(float, 1.0, _positive, "mean convergence rate |v|"),
-            "cov_rate": Option(float, 0.0, _nonneg, "covariance rate (0: twice the rate)"),
-            "minimum_norm": Option(bool, False, None, "minimum-norm parameters (CasADi)"),
-            "V_structure": Option(str, "scalar", None, "'scalar' (V = vI) or 'general'"),
-            "max_condition": Option(float, 100.0, _positive, "conditioning bound (CasADi)"),
-            "robustness": Option(bool, True, None, "report the distance to instability"),
-            "n_starts": Option(int, 5, _positive, "random starts in the convergence figure"),
-            "T": Option(float, 0.0, _nonneg, "depth of the convergence figure (0: automatic)"),
-        },
-        summary="design a stable layer carrying every Gaussian to a target mean/covariance",
-    ),
-    "filter": TaskSpec(
-        run=_run_filter,
-        needs=("initial", "T"),
-        options={
-            "F": Option(list, None, None, "filter drift (instead of [layer])"),
-            "H": Option(list, None, None, "observation matrix"),
-            "R": Option(list, None, None, "observation noise covariance R_n"),
-            "Q": Option(list, None, None, "process noise covariance (optional)"),
-            "n_points": Option(int, 101, _positive, "recorded depths"),
-        },
-        summary="Kalman–Bucy filter vs the corresponding Transformer",
-    ),
-    "experiment": TaskSpec(
-        run=_run_experiment,
-        needs=(),
-        options={
-            "n_tokens": Option(int, 1024, _positive, "Gaussian tokens fed to the encoders"),
-            "quick": Option(bool, False, None, "reduced smoke run (MiniLM only, < 60 s)"),
-        },
-        summary="the paper's evidence on real pretrained models (extra 'experiments')",
-    ),
+_RUNNERS: dict[str, Runner] = {
+    "simulate": _run_simulate,
+    "compare-tokens": _run_compare_tokens,
+    "analyze": _run_analyze,
+    "steer": _run_steer,
+    "design": _run_design,
+    "filter": _run_filter,
+    "experiment": _run_experiment,
 }
+if set(_RUNNERS) != set(SPECS):  # pragma: no cover - a programming error, caught by the tests
+    raise RuntimeError(f"task runners {sorted(_RUNNERS)} do not match specs {sorted(SPECS)}")
+
+#: Every task a design file can name: its spec and its runner.
+TASKS: dict[str, Task] = {name: Task(spec, _RUNNERS[name]) for name, spec in SPECS.items()}

@@ -1,35 +1,31 @@
-"""CasADi transcription of the finite-time steering problem (private; used by ``steer``).
+"""Building blocks of the CasADi steering NLP (private; assembled by :mod:`._transcription`).
 
-Decision variables, per layer ``k = 0..L-1``: the layer parameters ``p_k`` (mode-dependent:
-``A, b`` / ``V, B`` / ``A, b, V, B``; some may be held fixed as NLP data), the moment states at
-the collocation points, and the state ``x_{k+1} = (m, vech Σ)`` at the end of the layer (each
+Per layer ``k = 0..L-1`` the NLP has the layer parameters ``p_k`` (mode-dependent:
+``A, b`` / ``V, B`` / ``A, b, V, B``, packed by :func:`pack`), the moment states at the
+collocation points, and the state ``x_{k+1} = (m, vech Σ)`` at the end of the layer (each
 entry of the symmetric Σ stored once). Every layer is Gauss–Legendre collocation of degree 3
 (order 6 at the interval ends) on one or more intervals; the energy ``∫ tr(MΣMᵀ) + |Mm + c|² dt``
 and ``∫ 2 tr M dt = Δ ln det Σ`` are Gauss quadratures at the same points. The field is
 evaluated by one CasADi function ``map``-ped over the collocation points of a layer, and the layer
 function is ``map``-ped over the layers.
 
-The right-hand side is *not* re-implemented here: it is :func:`gtcontrol.moments.moment_field`
-and :func:`gtcontrol.moments.affine_velocity`, evaluated on numpy object arrays whose entries are
-CasADi ``SX`` scalars, so the symbolic graph is built by the very code that ``simulate``
-integrates. CasADi then supplies exact first and second derivatives to IPOPT.
+The right-hand side is *not* re-implemented here: it is
+:func:`gtcontrol.model.moments.moment_field` and :func:`gtcontrol.model.moments.affine_velocity`,
+evaluated on numpy object arrays whose entries are CasADi ``SX`` scalars, so the symbolic graph
+is built by the very code that ``simulate`` integrates. CasADi then supplies exact first and
+second derivatives to IPOPT.
 
 Reference: Alcalde, Ji, Zuazua, arXiv:2606.07600 (2026), §5.
 """
 
 from __future__ import annotations
 
-import time
-from collections import OrderedDict
-from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import casadi as ca
 import numpy as np
-from numpy.typing import NDArray
 
-from .._linalg import FloatArray
+from .._linalg import FloatArray, unvech, vech, vech_index
 from ..errors import InvalidParametersError
 from ..model.moments import affine_velocity, moment_field
 from ..model.params import Layer
@@ -121,13 +117,15 @@ def symbolic_layer(p: Any, mode: str, d: int) -> _SymbolicLayer:
     return _SymbolicLayer(a, b, heads)
 
 
-def vech_index(d: int) -> NDArray[np.intp]:
-    """``idx[i, j]``: position of ``Σ_ij`` in the row-major upper triangle (``vech``)."""
-    iu = np.triu_indices(d)
-    idx = np.zeros((d, d), dtype=int)
-    idx[iu] = np.arange(len(iu[0]))
-    idx[(iu[1], iu[0])] = np.arange(len(iu[0]))
-    return idx
+def ca_unvech(v: Any, d: int) -> Any:
+    """The symmetric ``d × d`` CasADi matrix of a packed vector (inverse of :func:`ca_vech`)."""
+    return ca.reshape(v[vech_index(d)[1].tolist()], d, d)
+
+
+def ca_vech(mat: Any, d: int) -> Any:
+    """Upper triangle (row-major, as :func:`gtcontrol._linalg.vech`) of a CasADi matrix."""
+    iu = vech_index(d)[0]
+    return ca.vec(mat)[(iu[0] + d * iu[1]).tolist()]
 
 
 def field_function(mode: str, d: int) -> ca.Function:
@@ -137,12 +135,11 @@ def field_function(mode: str, d: int) -> ca.Function:
     p = ca.SX.sym("p", n_params(mode, d))
     xo = _objects(x, d + nv)
     mean = xo[:d]
-    cov = xo[d:][vech_index(d)]
+    cov = unvech(xo[d:], d)
     layer = symbolic_layer(p, mode, d)
     dm, dcov = moment_field(layer, mean, cov)  # type: ignore[arg-type]
     m_mat, _ = affine_velocity(layer, mean, cov)  # type: ignore[arg-type]
-    iu = np.triu_indices(d)
-    xdot = ca.vertcat(*dm, *dcov[iu])
+    xdot = ca.vertcat(*dm, *vech(dcov))
     # E|v|² = tr(M Σ Mᵀ) + |M m + c|², and M m + c is dm/dt.
     energy = ca.sum1(ca.vertcat(*((m_mat @ cov) * m_mat).ravel())) + ca.sumsqr(ca.vertcat(*dm))
     trace = ca.times(2.0, ca.sum1(ca.vertcat(*np.diag(m_mat))))
@@ -201,7 +198,7 @@ def layer_function(mode: str, d: int, h: float, n_int: int) -> ca.Function:
     xd_all, e_all, tr_all = f.map(n_pts)(pts_all, ca.repmat(p, 1, n_pts))
     dt = h / n_int
     quad = np.tile(dt * bvec, n_int)
-    iu = np.triu_indices(d)
+    iu = vech_index(d)[0]
     weights = ca.DM(np.where(iu[0] == iu[1], 1.0, 2.0)).T  # |Σ|_F² from the upper triangle
     res = []
     start = x
@@ -222,317 +219,3 @@ def layer_function(mode: str, d: int, h: float, n_int: int) -> ca.Function:
             ca.mtimes(weights, pts_all[d:, :] ** 2).T,
         ],
     )
-
-
-@dataclass(frozen=True, kw_only=True)
-class Problem:
-    """Everything the transcription needs (validated by ``steer``)."""
-
-    mode: str
-    d: int
-    T: float
-    L: int
-    intervals: int
-    fixed: tuple[str, ...]
-    cov1: FloatArray
-    rank1: int
-    objective: str
-    terminal: str
-    terminal_weight: float
-    regularization: float
-    entry_bounds: Mapping[str, float]
-    norm_bounds: Mapping[str, float]
-    cov_bound: float | None
-    logdet0: float
-    parallelization: str
-    ipopt: Mapping[str, Any]
-
-    def key(self) -> tuple[Any, ...]:
-        """Everything the symbolic NLP depends on (the data enter as NLP parameters)."""
-        cov_key = b"" if self.terminal == "exact" and self.rank1 == self.d else self.cov1.tobytes()
-        return (
-            self.mode,
-            self.d,
-            self.T,
-            self.L,
-            self.intervals,
-            self.fixed,
-            cov_key,
-            self.rank1,
-            self.objective,
-            self.terminal,
-            self.terminal_weight,
-            self.regularization,
-            tuple(sorted(self.entry_bounds.items())),
-            tuple(sorted(self.norm_bounds.items())),
-            self.cov_bound,
-            self.parallelization,
-            tuple(sorted(self.ipopt.items())),
-        )
-
-
-@dataclass(frozen=True)
-class Solution:
-    """Raw NLP result: parameters ``(L, n_params)``, node states ``(L, n_state)`` and IPOPT data."""
-
-    params: FloatArray
-    states: FloatArray
-    colloc: FloatArray
-    aux: FloatArray
-    objective: float
-    status: str
-    success: bool
-    iterations: int
-    seconds: float
-
-
-def _sym_from_vech(v: Any, d: int) -> Any:
-    idx = vech_index(d)
-    return ca.vertcat(*[ca.horzcat(*[v[int(idx[i, j])] for j in range(d)]) for i in range(d)])
-
-
-def _vech(mat: Any, d: int) -> Any:
-    return ca.vertcat(*[mat[i, j] for i in range(d) for j in range(i, d)])
-
-
-class Transcription:
-    """The NLP of one steering problem; :meth:`solve` may be called again with a new target.
-
-    Variables: per layer the parameters ``p_k``, the collocation states ``Z_k`` and the end
-    state ``x_{k+1}``; the initial state and the terminal data are NLP parameters.
-    """
-
-    def __init__(self, prob: Problem) -> None:
-        clock = time.perf_counter()
-        self.prob = prob
-        d, L = prob.d, prob.L
-        nv = d * (d + 1) // 2
-        nx = d + nv
-        npar = n_params(prob.mode, d)
-        nz = nx * DEGREE * prob.intervals
-        shapes = param_shapes(prob.mode, d)
-        names = [n for n, _ in shapes]
-        offsets = np.cumsum([0] + [int(np.prod(sh)) for _, sh in shapes])
-        free_rows = np.concatenate(
-            [
-                np.arange(offsets[i], offsets[i + 1])
-                for i, n in enumerate(names)
-                if n not in prob.fixed
-            ]
-        ).astype(int)
-        fixed_rows = np.setdiff1d(np.arange(npar), free_rows)
-        self.free_rows, self.fixed_rows = free_rows, fixed_rows
-        nfree = len(free_rows)
-        self.nx, self.npar, self.nz, self.nfree = nx, npar, nz, nfree
-        h = prob.T / L
-        self.layer = layer_function(prob.mode, d, h, prob.intervals)
-        mapped = self.layer.map(L, prob.parallelization)
-
-        P = ca.MX.sym("P", nfree, L)
-        Z = ca.MX.sym("Z", nz, L)
-        X = ca.MX.sym("X", nx, L)
-        x0 = ca.MX.sym("x0", nx)
-        target = ca.MX.sym("target", nx)  # terminal (m1, vech Σ1), shifted by corrections
-        pfix = ca.MX.sym("pfix", len(fixed_rows), L)  # parameters held fixed (NLP data)
-        # Full parameter matrix: free and fixed rows interleaved back into packing order.
-        perm = np.argsort(np.concatenate([free_rows, fixed_rows]))
-        p_all = ca.vertcat(P, pfix)[perm.tolist(), :] if len(fixed_rows) else P
-        xin = ca.horzcat(x0, X[:, : L - 1]) if L > 1 else x0
-        res, xend, energy, logdet, norms = mapped(xin, Z, p_all)
-        g = [ca.vec(res), ca.vec(xend - X)]
-        lbg = [np.zeros((nz + nx) * L)]
-        ubg = [np.zeros((nz + nx) * L)]
-        w = [ca.vec(P), ca.vec(Z), ca.vec(X)]  # column-major: layer by layer
-
-        par_energy = h * ca.sumsqr(P)
-        if prob.objective == "kinetic":
-            f = ca.sum2(energy) + prob.regularization * par_energy
-        else:
-            f = par_energy
-
-        x_end = X[:, L - 1]
-        m_end = x_end[:d]
-        cov_end = _sym_from_vech(x_end[d:], d)
-        m1 = target[:d]
-        cov1 = _sym_from_vech(target[d:], d)
-        w1, u1 = np.linalg.eigh(prob.cov1)
-        order = np.argsort(w1)[::-1]
-        u1, w1 = u1[:, order], w1[order]
-        r = prob.rank1
-        ur, uk = u1[:, :r], u1[:, r:]
-        if prob.terminal == "exact" and r == d:
-            ur = np.eye(d)  # any orthonormal basis; the identity keeps the NLP target-independent
-        self.n_aux = 0
-        self.k_mat = np.zeros((0, d))
-        if prob.terminal == "exact":
-            # Reduced conditions for a rank-r target: U1ᵀ(Σ − Σ1)U1 = 0 and Q1ᵀ(Σ − Σ1)U1 = 0
-            # (Q1 spans ker Σ1). Q1ᵀΣQ1 = 0 then follows from rank Σ = r; imposing it too would
-            # make the constraint Jacobian rank-deficient (LICQ fails).
-            diff = cov_end - cov1
-            g.append(m_end - m1)
-            if r > 0:
-                g.append(_vech(ca.mtimes([ur.T, diff, ur]), r))
-                if r < d:
-                    g.append(ca.vec(ca.mtimes([uk.T, diff, ur])))
-            n_term = d + r * (r + 1) // 2 + (d - r) * r
-            lbg.append(np.zeros(n_term))
-            ubg.append(np.zeros(n_term))
-        elif prob.terminal == "bw":
-            # W2² = |Δm|² + tr Σ + tr Σ1 − 2 tr (K Σ Kᵀ)^{1/2}, K = D1^{1/2} U1ᵀ (r × d); the square
-            # root is an auxiliary symmetric Y with Y² = K Σ Kᵀ, warm-started on the principal
-            # root (minimizing −2 tr Y keeps it there).
-            pen = ca.sumsqr(m_end - m1) + ca.trace(cov_end) + ca.trace(cov1)
-            if r > 0:
-                self.k_mat = (ur * np.sqrt(w1[:r])).T
-                self.n_aux = r * (r + 1) // 2
-                y_vech = ca.MX.sym("Y", self.n_aux)
-                y = _sym_from_vech(y_vech, r)
-                w.append(y_vech)
-                g.append(_vech(ca.mtimes(y, y) - ca.mtimes([self.k_mat, cov_end, self.k_mat.T]), r))
-                lbg.append(np.zeros(self.n_aux))
-                ubg.append(np.zeros(self.n_aux))
-                pen = pen - 2.0 * ca.trace(y)
-            f = f + prob.terminal_weight * pen
-        else:  # "kl": KL(N(m_T, Σ_T) ‖ N(m1, Σ1)) with ln det Σ_T = ln det Σ0 + ∫ 2 tr M dt
-            prec1 = np.linalg.inv(prob.cov1)
-            dm = m1 - m_end
-            kl = 0.5 * (
-                ca.trace(ca.mtimes(prec1, cov_end))
-                + ca.dot(dm, ca.mtimes(prec1, dm))
-                - d
-                + float(np.linalg.slogdet(prob.cov1)[1])
-                - (prob.logdet0 + ca.sum2(logdet))
-            )
-            f = f + prob.terminal_weight * kl
-
-        free_pos = {int(r): j for j, r in enumerate(free_rows)}
-        for name, bound in prob.norm_bounds.items():
-            i = names.index(name)
-            rows = [free_pos[int(r)] for r in range(int(offsets[i]), int(offsets[i + 1]))]
-            block = P[rows, :]
-            g.append(ca.sum1(block**2).T)
-            lbg.append(np.full(L, -np.inf))
-            ubg.append(np.full(L, bound**2))
-        if prob.cov_bound is not None:
-            g.append(ca.vec(norms))
-            n_norms = DEGREE * prob.intervals * L
-            lbg.append(np.full(n_norms, -np.inf))
-            ubg.append(np.full(n_norms, prob.cov_bound**2))
-
-        lbx = np.full((npar, L), -np.inf)
-        ubx = np.full((npar, L), np.inf)
-        for name, bound in prob.entry_bounds.items():
-            i = names.index(name)
-            lbx[offsets[i] : offsets[i + 1], :] = -bound
-            ubx[offsets[i] : offsets[i + 1], :] = bound
-        lbx, ubx = lbx[free_rows], ubx[free_rows]
-        n_free = (nz + nx) * L + self.n_aux
-        self.lbx = np.concatenate([lbx.ravel(order="F"), np.full(n_free, -np.inf)])
-        self.ubx = np.concatenate([ubx.ravel(order="F"), np.full(n_free, np.inf)])
-        self.lbg = np.concatenate(lbg)
-        self.ubg = np.concatenate(ubg)
-        nlp = {
-            "x": ca.vertcat(*w),
-            "p": ca.vertcat(x0, target, ca.vec(pfix)),
-            "f": f,
-            "g": ca.vertcat(*g),
-        }
-        opts: dict[str, Any] = {
-            "ipopt.print_level": 0,
-            "ipopt.sb": "yes",
-            "print_time": False,
-            "show_eval_warnings": False,
-            "ipopt.tol": 1e-8,
-            "ipopt.constr_viol_tol": 1e-10,
-            "ipopt.max_iter": 500,
-            "expand": d <= EXPAND_MAX_DIM,
-        }
-        for key, value in prob.ipopt.items():
-            opts[key if key == "expand" or "." in key else f"ipopt.{key}"] = value
-        self.solver = ca.nlpsol("steer", "ipopt", nlp, opts)
-        self.build_seconds = time.perf_counter() - clock
-
-    def solve(
-        self,
-        x0: FloatArray,
-        target: FloatArray,
-        params0: FloatArray,
-        colloc0: FloatArray,
-        states0: FloatArray,
-        aux0: FloatArray | None = None,
-    ) -> Solution:
-        """Solve from ``x0 = (m0, vech Σ0)`` to ``target = (m1, vech Σ1)``.
-
-        Guesses: parameters ``(L, npar)`` (the fixed rows are held at these values), collocation
-        states ``(L, nz)``, end states ``(L, nx)``; ``aux0`` the BW square-root variable.
-        """
-        prob = self.prob
-        L = prob.L
-        parts = [params0[:, self.free_rows].ravel(), colloc0.ravel(), states0.ravel()]
-        if self.n_aux:
-            if aux0 is None:
-                cov_end = states0[-1, prob.d :][vech_index(prob.d)]
-                inner = self.k_mat @ cov_end @ self.k_mat.T
-                wv, uv = np.linalg.eigh(0.5 * (inner + inner.T))
-                y0 = (uv * np.sqrt(np.clip(wv, 0.0, None))) @ uv.T
-                aux0 = y0[np.triu_indices(prob.rank1)]
-            parts.append(np.asarray(aux0, dtype=float))
-        clock = time.perf_counter()
-        sol = self.solver(
-            x0=np.concatenate(parts),
-            p=np.concatenate([x0, target, params0[:, self.fixed_rows].ravel()]),
-            lbx=self.lbx,
-            ubx=self.ubx,
-            lbg=self.lbg,
-            ubg=self.ubg,
-        )
-        seconds = time.perf_counter() - clock
-        st = self.solver.stats()
-        wopt = np.asarray(sol["x"]).ravel()
-        nfree, nz, nx = self.nfree, self.nz, self.nx
-        i1, i2, i3 = nfree * L, (nfree + nz) * L, (nfree + nz + nx) * L
-        params = params0.copy()
-        params[:, self.free_rows] = wopt[:i1].reshape(L, nfree)
-        return Solution(
-            params=params,
-            colloc=wopt[i1:i2].reshape(L, nz),
-            states=wopt[i2:i3].reshape(L, nx),
-            aux=wopt[i3:],
-            objective=float(sol["f"]),
-            status=str(st.get("return_status", "unknown")),
-            success=bool(st.get("success", False)),
-            iterations=int(st.get("iter_count", -1)),
-            seconds=seconds,
-        )
-
-    def collocation_times(self) -> FloatArray:
-        """Depths of the collocation points, shape ``(L, intervals·DEGREE)``, in ``Z`` order."""
-        prob = self.prob
-        h = prob.T / prob.L
-        dt = h / prob.intervals
-        tau = _collocation_coefficients(DEGREE)[0][1:]
-        local = np.concatenate([i * dt + dt * tau for i in range(prob.intervals)])
-        return np.arange(prob.L)[:, None] * h + local[None, :]
-
-
-_CACHE: OrderedDict[tuple[Any, ...], Transcription] = OrderedDict()
-_CACHE_SIZE = 8
-
-
-def transcription(prob: Problem, *, cache: bool = True) -> tuple[Transcription, bool]:
-    """The NLP of ``prob``, reused from a small LRU cache when its structure was built before.
-
-    Returns the transcription and whether it came from the cache. Building one (symbolic
-    derivatives included) dominates the cost of small solves, and repeated solves with the same
-    shapes and options but other end points share it.
-    """
-    key = prob.key()
-    if cache and key in _CACHE:
-        _CACHE.move_to_end(key)
-        return _CACHE[key], True
-    built = Transcription(prob)
-    if cache:
-        _CACHE[key] = built
-        while len(_CACHE) > _CACHE_SIZE:
-            _CACHE.popitem(last=False)
-    return built, False

@@ -7,8 +7,13 @@
 * :func:`moment_surrogate` — the Gaussian moment model of the real network (exactly extracted
   ``B_h``, ``V_h``), predicted against measured moments.
 * :func:`prescribed_attention_regimes`, :func:`feedforward_closeness` — token-level Transformers
-  against the moment predictions (bounded vs blow-up; identity vs ReLU feed-forward).
+  against the moment predictions (collapse, convergence and blow-up; identity vs ReLU
+  feed-forward, with the Gaussian closure :func:`closure_flow`).
 * :func:`reproduce` — all of it, with figures, ``report.md`` and ``report.html``.
+
+Every result carries ``success``, ``status`` (a :class:`~gtcontrol.Status`), ``message`` and
+``stats``; every entry point that loops takes a keyword-only ``time_limit`` (seconds) and, when
+it runs out, returns what is done with ``Status.BUDGET_EXHAUSTED``.
 
 Importing this package never imports torch; the functions that need torch, transformers or the
 MiniLM files raise :class:`ExperimentDependencyError` when the ``experiments`` extra is missing.
@@ -20,14 +25,19 @@ arXiv:2606.07600 (2026).
 from __future__ import annotations
 
 from ._deps import ExperimentDependencyError
+from .closure import (
+    ClosenessCurve,
+    ClosureFlow,
+    FeedForwardCloseness,
+    closure_flow,
+    feedforward_closeness,
+)
+from .extraction import ExtractedLayer, extract_layers, gelu_moments
 from .gaussianity import (
     STATISTICS,
     GaussianityResult,
-    MardiaStatistics,
     NullStatistic,
     gaussianity,
-    mardia,
-    sliced_wasserstein,
 )
 from .pretrained import (
     MODELS,
@@ -37,29 +47,16 @@ from .pretrained import (
     load_model,
     pretrained_gaussianity,
 )
-from .regimes import (
-    ClosenessCurve,
-    FeedForwardCloseness,
-    RegimeResult,
-    RegimeRow,
-    closure_flow,
-    feedforward_closeness,
-    prescribed_attention_regimes,
-)
+from .regimes import RegimeResult, RegimeRow, prescribed_attention_regimes
 from .report import ReproduceResult, reproduce
-from .surrogate import (
-    ExtractedLayer,
-    SurrogateComparison,
-    SurrogateRow,
-    extract_layers,
-    gelu_moments,
-    moment_surrogate,
-)
+from .sample_statistics import MardiaStatistics, mardia, sliced_wasserstein
+from .surrogate import SurrogateComparison, SurrogateRow, moment_surrogate
 
 __all__ = [
     "MODELS",
     "STATISTICS",
     "ClosenessCurve",
+    "ClosureFlow",
     "ExperimentDependencyError",
     "ExtractedLayer",
     "FeedForwardCloseness",

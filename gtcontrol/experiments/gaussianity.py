@@ -3,22 +3,10 @@
 The paper's first piece of evidence is that tokens of a pretrained Transformer fed Gaussian
 inputs stay close to moment-matched Gaussians through early and middle layers (Alcalde, Ji,
 Zuazua, arXiv:2606.07600 (2026), numerical section). :func:`gaussianity` measures that with five
-statistics of a sample ``x_1..x_N ∈ R^d``:
-
-* Mardia's multivariate skewness ``b1 = N⁻² Σ_ij (z_iᵀ z_j)³`` and kurtosis ``b2 = N⁻¹ Σ_i |z_i|⁴``
-  of the whitened sample ``z_i = Σ̂^{-1/2}(x_i − m̂)`` (1/N covariance, restricted to its numerical
-  range of rank ``r``). ``b1`` needs all ``N²`` inner products: they are formed block by block
-  (upper triangle only), so ``N = 10⁴`` at ``d = 384`` needs 40 MB and a few seconds, not the
-  800 MB Gram matrix.
-* The Székely–Rizzo energy statistic ``N (2 E|z − G| − E|G − G'| − E|z − z'|)`` against
-  ``G ~ N(0, I_r)``: an omnibus, consistent test that, unlike Mardia's, has power against a mixture
-  separated along a single direction. Its pairwise distances come from the same Gram blocks.
-* The sliced 2-Wasserstein distance between the whitened sample and ``N(0, I_r)`` — the
-  moment-matched Gaussian in whitened coordinates — averaged over random directions θ:
-  ``SW² = mean_θ W2²(θᵀz, N(0, 1))``, each 1-D term in closed form
-  ``W2² = mean(y²) − 2 Σ_i y_(i) (φ(q_{i−1}) − φ(q_i)) + 1`` with ``q_i = Φ⁻¹(i/N)``.
-* The fraction of coordinates (in the original basis) whose D'Agostino–Pearson normality test
-  rejects at ``coord_level``.
+statistics of a sample ``x_1..x_N ∈ R^d`` (:mod:`~gtcontrol.experiments.sample_statistics`):
+Mardia's skewness and kurtosis, the Székely–Rizzo energy statistic, the sliced 2-Wasserstein
+distance to the moment-matched Gaussian, and the fraction of coordinates whose
+D'Agostino–Pearson test rejects.
 
 Mardia's statistics and the energy statistic are affine invariant, and so is the distribution
 of the whitened sliced distance (whitening is unique up to a rotation; the directions are
@@ -34,18 +22,28 @@ from __future__ import annotations
 
 import math
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
 from scipy import stats as _st
-from scipy.special import gammaln
 
 from .._linalg import RANK_RTOL, FloatArray
-from .._validation import as_float_array, as_positive_float, as_positive_int
+from .._status import Budget, Status
+from .._validation import as_float_array, as_positive_float, as_positive_int, as_time_limit
 from ..errors import InvalidParametersError
-from ..model.gaussian import Gaussian
+from ._common import as_seed
+from .sample_statistics import (
+    MAX_PROJECTIONS,
+    MardiaStatistics,
+    _coordinate_fraction,
+    _directions,
+    _invariant_statistics,
+    _whiten,
+    mardia,
+    sliced_wasserstein,
+)
 
 __all__ = [
     "STATISTICS",
@@ -67,19 +65,8 @@ STATISTICS = (
 )
 _LOG_SCALE = {"mardia_skewness": True, "energy": True, "sliced_wasserstein": True}
 _TWO_SIDED = {"mardia_kurtosis": True}
-
-
-@dataclass(frozen=True)
-class MardiaStatistics:
-    """Mardia's multivariate skewness ``b1`` and kurtosis ``b2`` of a sample of rank ``rank``.
-
-    For a Gaussian sample of size N in rank r, ``E b2 = r(r+2)(N−1)/(N+1)`` exactly and
-    ``E b1 → r(r+1)(r+2)/N``.
-    """
-
-    skewness: float
-    kurtosis: float
-    rank: int
+#: Finite cap on the Monte Carlo replicates of each null.
+MAX_NULL = 10_000
 
 
 @dataclass(frozen=True)
@@ -94,7 +81,8 @@ class NullStatistic:
         The statistic of the sample.
     null_mean, null_std
         Mean and standard deviation of the statistic over the null replicates (on the scale the
-        z-score uses: log for skewness and sliced Wasserstein).
+        z-score uses: log for skewness and sliced Wasserstein); ``nan`` with fewer than two
+        replicates (a run cut short by its ``time_limit``).
     z
         ``(value − null_mean)/null_std`` on that scale.
     p_value
@@ -126,11 +114,19 @@ class GaussianityResult:
     level
         Family-wise level of the verdict.
     p_value
-        Bonferroni-adjusted p-value ``min(1, 5 min_k p_k)``.
+        Bonferroni-adjusted p-value ``min(1, 5 min_k p_k)`` (``nan`` when a null has fewer than
+        two replicates).
     rejected
         ``p_value < level``: the sample is declared non-Gaussian.
+    status
+        ``Status.SUCCESS`` (the test ran; the verdict is ``rejected``), or
+        ``Status.BUDGET_EXHAUSTED`` when the ``time_limit`` ran out during the Monte Carlo
+        nulls: the p-values then use the replicates done (``stats["n_null_done"]``).
+    message
+        The verdict in words, or why the run was cut short.
     stats
-        ``n_null`` replicates, ``seconds``.
+        ``n_null`` (requested), ``n_null_done`` (fewest replicates of the two nulls),
+        ``seconds``.
     """
 
     n: int
@@ -140,10 +136,32 @@ class GaussianityResult:
     level: float
     p_value: float
     rejected: bool
+    status: Status = Status.SUCCESS
+    message: str = ""
     stats: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def success(self) -> bool:
+        """Whether the test ran to the end (``status is Status.SUCCESS``)."""
+        return self.status is Status.SUCCESS
+
     def statistic(self, name: str) -> NullStatistic:
-        """The statistic called ``name`` (one of :data:`STATISTICS`)."""
+        """The statistic called ``name``.
+
+        Parameters
+        ----------
+        name
+            One of :data:`STATISTICS`.
+
+        Returns
+        -------
+        NullStatistic
+
+        Raises
+        ------
+        InvalidParametersError
+            On an unknown name.
+        """
         for s in self.statistics:
             if s.name == name:
                 return s
@@ -160,199 +178,76 @@ class GaussianityResult:
         return out
 
 
-# ---------------------------------------------------------------------------- building blocks
-def _whiten(x: FloatArray, rtol: float) -> FloatArray:
-    """``Σ̂^{-1/2}(x − m̂)`` in the eigenbasis of the 1/N covariance, restricted to its range."""
-    xc = x - x.mean(axis=0)
-    cov = (xc.T @ xc) / x.shape[0]
-    w, u = np.linalg.eigh(0.5 * (cov + cov.T))
-    top = float(w[-1])
-    if top <= 0.0:
-        raise InvalidParametersError("samples: all rows are equal (zero covariance)")
-    keep = w > rtol * top
-    return np.asarray((xc @ u[:, keep]) / np.sqrt(w[keep]))
+_NULL_CACHE: OrderedDict[tuple[int, ...], FloatArray] = OrderedDict()
+_NULL_CACHE_SIZE = 64
 
 
-def _pair_means(z: FloatArray, block: int, *, distances: bool = True) -> tuple[float, float]:
-    """``N⁻² Σ_ij (z_iᵀz_j)³`` and ``N⁻² Σ_ij |z_i − z_j|`` from one pass over the Gram matrix.
-
-    Only the upper triangle is formed, ``block`` rows at a time (memory ``block × N``).
-    """
-    n = z.shape[0]
-    sq_norms = np.einsum("ij,ij->i", z, z)
-    cubes = dist = 0.0
-    for i0 in range(0, n, block):
-        i1 = min(i0 + block, n)
-        k = i1 - i0
-        g = z[i0:i1] @ z[i0:].T  # rows i0..i1 against columns i0..N: (block, N − i0)
-        # Within the diagonal block every ordered pair appears once; beyond it, once for two.
-        sq = g * g
-        cubes += float(np.vdot(sq[:, :k], g[:, :k])) + 2.0 * float(np.vdot(sq[:, k:], g[:, k:]))
-        if distances:
-            d2 = sq_norms[i0:i1, None] + sq_norms[None, i0:] - 2.0 * g
-            dd = np.sqrt(np.maximum(d2, 0.0, out=d2), out=d2)
-            dd[np.arange(k), np.arange(k)] = 0.0  # |z_i − z_i| = 0 exactly (not √roundoff)
-            dist += float(dd[:, :k].sum()) + 2.0 * float(dd[:, k:].sum())
-    return cubes / (n * n), dist / (n * n)
+def clear_null_cache() -> None:
+    """Forget the cached Monte Carlo nulls (for benchmarks of the cold path)."""
+    _NULL_CACHE.clear()
 
 
-def _expected_distance(sq_norms: FloatArray, r: int) -> FloatArray:
-    """``E|a − G|`` for ``G ~ N(0, I_r)`` and each ``|a|² = sq_norms``.
-
-    ``|a − G|²`` is noncentral χ²_r(λ = |a|²), a Poisson(λ/2) mixture of central χ²_{r+2k}, and
-    ``E sqrt(χ²_ν) = √2 Γ((ν+1)/2)/Γ(ν/2)``. (The closed form ``√2 Γ((r+1)/2)/Γ(r/2)
-    ₁F₁(−½; r/2; −λ/2)`` overflows in scipy at r ≈ 384, λ ≈ r, so the series is summed instead.)
-    """
-    half = 0.5 * np.asarray(sq_norms, dtype=float)
-    top = float(half.max()) if half.size else 0.0
-    k = np.arange(int(top + 12.0 * math.sqrt(top) + 40.0))
-    nu = r + 2.0 * k
-    chi_mean = math.sqrt(2.0) * np.exp(gammaln((nu + 1.0) / 2.0) - gammaln(nu / 2.0))
-    pmf = _st.poisson.pmf(k[None, :], half[:, None])
-    return np.asarray(pmf @ chi_mean)
-
-
-def mardia(
-    samples: Any, *, block_size: int = 512, rank_rtol: float = RANK_RTOL
-) -> MardiaStatistics:
-    """Mardia's multivariate skewness and kurtosis, computed in row blocks.
-
-    ``b1 = N⁻² Σ_ij (z_iᵀ z_j)³``, ``b2 = N⁻¹ Σ_i |z_i|⁴`` with ``z_i = Σ̂^{-1/2}(x_i − m̂)``, the
-    1/N covariance restricted to its numerical range (eigenvalues above ``rank_rtol λ_max``).
-    The ``N²`` Gram entries are formed ``block_size`` rows at a time (upper triangle only):
-    memory ``O(block_size · N)``, about ``N² r`` flops (Mardia, Biometrika 57 (1970) 519–530).
-
-    Raises
-    ------
-    InvalidParametersError
-        On a non-2-d or non-finite sample, fewer than 2 rows, or zero covariance.
-    """
-    x = as_float_array("samples", samples, ndim=2)
-    if x.shape[0] < 2:
-        raise InvalidParametersError(f"samples: expected at least 2 rows, got {x.shape[0]}")
-    z = _whiten(x, as_positive_float("rank_rtol", rank_rtol))
-    b1, _ = _pair_means(z, as_positive_int("block_size", block_size), distances=False)
-    r2 = np.einsum("ij,ij->i", z, z)
-    return MardiaStatistics(float(b1), float(np.mean(r2 * r2)), int(z.shape[1]))
-
-
-@lru_cache(maxsize=32)
-def _quantile_weights(n: int) -> FloatArray:
-    """``φ(q_{i−1}) − φ(q_i)`` with ``q_i = Φ⁻¹(i/n)``, ``φ(±∞) = 0`` (= ``∫ Φ⁻¹`` on each cell)."""
-    q = _st.norm.ppf(np.arange(n + 1) / n)
-    dens = _st.norm.pdf(q)  # pdf(±inf) = 0
-    w = dens[:-1] - dens[1:]
-    w.setflags(write=False)
-    return w
-
-
-def _sliced_w2_squared(
-    z: FloatArray, directions: FloatArray, mu: Any = 0.0, sd: Any = 1.0
-) -> FloatArray:
-    """``W2²(θᵀz, N(μ_θ, σ_θ²))`` for each row θ of ``directions`` (exact for the empirical law).
-
-    ``Σ_i w_i = 0``, so the shift ``μ`` enters only through ``mean((y − μ)²)``.
-    """
-    y = np.sort(z @ directions.T, axis=0)
-    w = _quantile_weights(z.shape[0])
-    dev = y - mu
-    return np.asarray(np.mean(dev * dev, axis=0) - 2.0 * sd * (w @ y) + sd * sd)
-
-
-def _directions(rank: int, k: int, seed: int) -> FloatArray:
-    rng = np.random.default_rng([seed, rank, k, 7919])
-    th = rng.standard_normal((k, rank))
-    return np.asarray(th / np.linalg.norm(th, axis=1, keepdims=True))
-
-
-def sliced_wasserstein(
-    samples: Any,
-    target: Gaussian | None = None,
-    *,
-    n_projections: int = 128,
-    seed: int = 0,
-    rank_rtol: float = RANK_RTOL,
-) -> float:
-    """Sliced 2-Wasserstein distance from the empirical law of ``samples`` to a Gaussian.
-
-    ``SW = sqrt(mean_θ W2²(θᵀx, θ_# N(m, Σ)))`` over ``n_projections`` seeded uniform directions;
-    each 1-D term is exact for the empirical law: with sorted projections ``y_(i)``, ``μ = θᵀm``,
-    ``σ² = θᵀΣθ``, ``W2² = mean((y − μ)²) − 2σ Σ_i y_(i) (φ(q_{i−1}) − φ(q_i)) + σ²``,
-    ``q_i = Φ⁻¹(i/N)``.
-
-    Parameters
-    ----------
-    samples
-        Array ``(N, d)``.
-    target
-        The Gaussian to compare with, in the original units. ``None``: the moment-matched
-        Gaussian, in whitened units (the sample is whitened by its 1/N covariance restricted to
-        its range and compared with ``N(0, I_r)``): an affine-invariant distance.
-    n_projections, seed
-        Number of directions and their seed.
-    rank_rtol
-        Rank threshold of the whitening (``target=None`` only).
-    """
-    x = as_float_array("samples", samples, ndim=2)
-    k = as_positive_int("n_projections", n_projections)
-    if target is None:
-        z = _whiten(x, as_positive_float("rank_rtol", rank_rtol))
-        th = _directions(z.shape[1], k, seed)
-        return math.sqrt(max(float(np.mean(_sliced_w2_squared(z, th))), 0.0))
-    if not isinstance(target, Gaussian) or target.dim != x.shape[1]:
-        raise InvalidParametersError(
-            f"target: expected a Gaussian of dimension {x.shape[1]}, got {target!r}"
-        )
-    th = _directions(x.shape[1], k, seed)
-    mu = th @ target.mean
-    sd = np.sqrt(np.maximum(np.einsum("ij,jk,ik->i", th, target.cov, th), 0.0))
-    w2 = _sliced_w2_squared(x, th, mu, sd)
-    return math.sqrt(max(float(np.mean(w2)), 0.0))
-
-
-def _coordinate_fraction(x: FloatArray, level: float) -> float:
-    # Constant coordinates (e.g. a frozen feature) carry no evidence; test the others.
-    sd = x.std(axis=0)
-    cols = x[:, sd > 1e-12 * max(float(sd.max()), 1e-300)]
-    if cols.shape[1] == 0:
-        return 0.0
-    p = _st.normaltest(cols, axis=0).pvalue
-    return float(np.mean(p < level))
-
-
-def _invariant_statistics(z: FloatArray, th: FloatArray, block: int) -> FloatArray:
-    """Skewness, kurtosis, energy and sliced distance of a whitened sample ``z`` (N, r)."""
-    n, r = z.shape
-    b1, mean_dist = _pair_means(z, block)
-    r2 = np.einsum("ij,ij->i", z, z)
-    # Székely–Rizzo energy statistic N (2 E|z−G| − E|G−G'| − E|z−z'|) against N(0, I_r).
-    e_gg = 2.0 * math.exp(gammaln((r + 1.0) / 2.0) - gammaln(r / 2.0))
-    energy = n * (2.0 * float(np.mean(_expected_distance(r2, r))) - e_gg - mean_dist)
-    sw = math.sqrt(max(float(np.mean(_sliced_w2_squared(z, th))), 0.0))
-    return np.array([b1, float(np.mean(r2 * r2)), energy, sw])
-
-
-@lru_cache(maxsize=64)
 def _invariant_null(
-    n: int, rank: int, n_null: int, n_projections: int, seed: int, block: int
+    n: int, rank: int, n_null: int, n_projections: int, seed: int, block: int, budget: Budget
 ) -> FloatArray:
-    """Invariant statistics of ``n_null`` standard Gaussian samples ``(n, rank)``.
+    """Invariant statistics of up to ``n_null`` standard Gaussian samples ``(n, rank)``.
 
-    Affine invariance makes this the null of every Gaussian of rank ``rank``; cached per process.
+    Affine invariance makes this the null of every Gaussian of rank ``rank``. Complete nulls are
+    cached per process (at most 64); the replicates stop early, uncached, when ``budget`` runs
+    out (the rows done are returned).
     """
+    key = (n, rank, n_null, n_projections, seed, block)
+    hit = _NULL_CACHE.get(key)
+    if hit is not None:
+        _NULL_CACHE.move_to_end(key)
+        return hit
     rng = np.random.default_rng([seed, n, rank, 104729])
     th = _directions(rank, n_projections, seed)
-    out = np.empty((n_null, 4))
-    for k in range(n_null):
+    rows: list[FloatArray] = []
+    for _ in range(n_null):
+        if budget.exhausted:
+            return np.array(rows).reshape(len(rows), 4)
         g = rng.standard_normal((n, rank))
-        out[k] = _invariant_statistics(_whiten(g, RANK_RTOL), th, block)
+        rows.append(_invariant_statistics(_whiten(g, RANK_RTOL), th, block))
+    out = np.array(rows)
     out.setflags(write=False)
+    _NULL_CACHE[key] = out
+    while len(_NULL_CACHE) > _NULL_CACHE_SIZE:
+        _NULL_CACHE.popitem(last=False)
     return out
+
+
+def _coordinate_null(
+    x: FloatArray, rank: int, opts: _Options, budget: Budget
+) -> tuple[FloatArray, float]:
+    """Parametric bootstrap of the coordinate fraction from ``N(m̂, Σ̂)`` (correlations matter).
+
+    Returns the replicates done before ``budget`` ran out and the binomial floor
+    ``sqrt(α(1−α)/d)`` of the null's spread.
+    """
+    n, d = x.shape
+    mean = x.mean(axis=0)
+    xc = x - mean
+    w, u = np.linalg.eigh((xc.T @ xc) / n)
+    keep = w > opts.rank_rtol * float(w[-1])
+    factor = u[:, keep] * np.sqrt(w[keep])
+    rng = np.random.default_rng([opts.seed, n, d, 15485863])
+    reps = []
+    for _ in range(opts.n_null):
+        if budget.exhausted:
+            break
+        sample = mean + rng.standard_normal((n, rank)) @ factor.T
+        reps.append(_coordinate_fraction(sample, opts.coord_level))
+    return np.array(reps), math.sqrt(opts.coord_level * (1.0 - opts.coord_level) / d)
 
 
 def _compare(
     name: str, value: float, null: FloatArray, level: float, floor: float
 ) -> NullStatistic:
+    n = null.shape[0]
+    if n < 2:  # a null cut short by the time limit: no reference distribution
+        nan = math.nan
+        return NullStatistic(name, float(value), nan, nan, nan, nan, False)
     log = _LOG_SCALE.get(name, False)
     obs = math.log(max(value, 1e-300)) if log else value
     ref = np.log(np.maximum(null, 1e-300)) if log else null
@@ -361,11 +256,70 @@ def _compare(
     z = (obs - mu) / sd if sd > 0 else (0.0 if obs == mu else math.copysign(math.inf, obs - mu))
     # Prediction interval for one new draw from a normal null whose mean and spread are estimated
     # from n replicates: (obs − mean)/(sd sqrt(1 + 1/n)) ~ Student t with n − 1 dof.
-    n = ref.shape[0]
     t = z / math.sqrt(1.0 + 1.0 / n)
     tail = _st.t.sf(abs(t) if _TWO_SIDED.get(name, False) else t, n - 1)
     p = float(2.0 * tail) if _TWO_SIDED.get(name, False) else float(tail)
     return NullStatistic(name, float(value), mu, sd, float(z), min(p, 1.0), bool(p < level))
+
+
+@dataclass(frozen=True)
+class _Options:
+    """The validated options of :func:`gaussianity`."""
+
+    level: float
+    n_null: int
+    n_projections: int
+    coord_level: float
+    seed: int
+    block_size: int
+    rank_rtol: float
+
+
+def _check_options(
+    level: Any,
+    n_null: Any,
+    n_projections: Any,
+    coord_level: Any,
+    seed: Any,
+    block_size: Any,
+    rank_rtol: Any,
+) -> _Options:
+    lvl = as_positive_float("level", level)
+    clvl = as_positive_float("coord_level", coord_level)
+    if lvl >= 1 or clvl >= 1:
+        raise InvalidParametersError(
+            f"level, coord_level: expected numbers in (0, 1), got {level!r}, {coord_level!r}"
+        )
+    reps = as_positive_int("n_null", n_null, maximum=MAX_NULL)
+    if reps < 8:
+        raise InvalidParametersError(f"n_null: expected at least 8 replicates, got {n_null!r}")
+    return _Options(
+        level=lvl,
+        n_null=reps,
+        n_projections=as_positive_int("n_projections", n_projections, maximum=MAX_PROJECTIONS),
+        coord_level=clvl,
+        seed=as_seed(seed),
+        block_size=as_positive_int("block_size", block_size),
+        rank_rtol=as_positive_float("rank_rtol", rank_rtol),
+    )
+
+
+def _check_samples(samples: Any) -> FloatArray:
+    x = as_float_array("samples", samples, ndim=2)
+    n, d = x.shape
+    if n < max(20, d + 2):
+        raise InvalidParametersError(
+            f"samples: expected at least max(20, d + 2) = {max(20, d + 2)} rows for d = {d}, "
+            f"got {n}"
+        )
+    return x
+
+
+def _verdict(p_adj: float, level: float, rank: int) -> str:
+    if math.isnan(p_adj):
+        return "no verdict (a Gaussian null has fewer than 2 replicates)"
+    word = "rejected" if p_adj < level else "not rejected"
+    return f"Gaussianity {word} at level {level:g} (Bonferroni p = {p_adj:.3g}, rank {rank})"
 
 
 def gaussianity(
@@ -378,6 +332,7 @@ def gaussianity(
     seed: int = 0,
     block_size: int = 512,
     rank_rtol: float = RANK_RTOL,
+    time_limit: float | None = None,
 ) -> GaussianityResult:
     """Test whether ``samples`` (N, d) look like a draw from a Gaussian, with five statistics.
 
@@ -388,9 +343,9 @@ def gaussianity(
     level
         Family-wise level of the verdict (Bonferroni over the five statistics).
     n_null
-        Monte Carlo replicates of each null (at least 8).
+        Monte Carlo replicates of each null (at least 8, at most 10 000).
     n_projections
-        Random directions of the sliced Wasserstein distance.
+        Random directions of the sliced Wasserstein distance (at most 100 000).
     coord_level
         Level of the per-coordinate D'Agostino–Pearson test.
     seed
@@ -401,6 +356,9 @@ def gaussianity(
         Eigenvalues of the sample covariance below ``rank_rtol λ_max`` are treated as zero (a
         LayerNorm output lies in a hyperplane: rank ``d − 1``); the invariant statistics and their
         null live in the remaining ``r`` dimensions.
+    time_limit
+        Wall-clock limit in seconds (``None``: none). The statistics of the sample are always
+        computed; the Monte Carlo nulls stop when the limit is reached.
 
     Returns
     -------
@@ -412,7 +370,9 @@ def gaussianity(
         0.5–2 % over 200 Gaussian samples (N = 1000, d = 8) depending on the null's seed. The
         standard deviation of the coordinate fraction is floored at the binomial value
         ``sqrt(α(1−α)/d)`` of independent coordinates, so that a degenerate null (all zeros at
-        small d) cannot make a single rejection look infinitely significant.
+        small d) cannot make a single rejection look infinitely significant. When the
+        ``time_limit`` cuts the nulls short the status is ``Status.BUDGET_EXHAUSTED`` and the
+        p-values use the replicates done (``nan`` below two).
 
     Raises
     ------
@@ -424,67 +384,61 @@ def gaussianity(
     Alcalde, Ji, Zuazua, arXiv:2606.07600 (2026); Mardia, Biometrika 57 (1970) 519–530;
     Székely & Rizzo, J. Multivariate Anal. 93 (2005) 58–80; D'Agostino & Pearson,
     Biometrika 60 (1973) 613–622.
+
+    Examples
+    --------
+    >>> x = np.random.default_rng(0).standard_normal((200, 3))
+    >>> res = gaussianity(x, n_null=8)
+    >>> res.status, res.rejected, res.rank
+    (<Status.SUCCESS: 'success'>, False, 3)
     """
     clock = time.perf_counter()
-    x = as_float_array("samples", samples, ndim=2)
+    x = _check_samples(samples)
+    opts = _check_options(level, n_null, n_projections, coord_level, seed, block_size, rank_rtol)
+    budget = Budget(as_time_limit(time_limit))
     n, d = x.shape
-    if n < max(20, d + 2):
-        raise InvalidParametersError(
-            f"samples: expected at least max(20, d + 2) = {max(20, d + 2)} rows for d = {d}, "
-            f"got {n}"
-        )
-    lvl = as_positive_float("level", level)
-    clvl = as_positive_float("coord_level", coord_level)
-    if lvl >= 1 or clvl >= 1:
-        raise InvalidParametersError(
-            f"level, coord_level: expected numbers in (0, 1), got {level!r}, {coord_level!r}"
-        )
-    reps = as_positive_int("n_null", n_null)
-    if reps < 8:
-        raise InvalidParametersError(f"n_null: expected at least 8 replicates, got {n_null!r}")
-    k = as_positive_int("n_projections", n_projections)
-    block = as_positive_int("block_size", block_size)
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise InvalidParametersError(f"seed: expected a non-negative integer, got {seed!r}")
-    rtol = as_positive_float("rank_rtol", rank_rtol)
-
-    z = _whiten(x, rtol)
+    z = _whiten(x, opts.rank_rtol)
     r = int(z.shape[1])
-    th = _directions(r, k, int(seed))
-    observed = _invariant_statistics(z, th, block)
-    null = _invariant_null(n, r, reps, k, int(seed), block)
-
-    # Parametric bootstrap of the coordinate fraction from N(m̂, Σ̂): correlations matter here.
-    frac = _coordinate_fraction(x, clvl)
-    mean = x.mean(axis=0)
-    xc = x - mean
-    w, u = np.linalg.eigh((xc.T @ xc) / n)
-    keep = w > rtol * float(w[-1])
-    factor = u[:, keep] * np.sqrt(w[keep])
-    rng = np.random.default_rng([int(seed), n, d, 15485863])
-    frac_null = np.array(
-        [
-            _coordinate_fraction(mean + rng.standard_normal((n, r)) @ factor.T, clvl)
-            for _ in range(reps)
-        ]
+    th = _directions(r, opts.n_projections, opts.seed)
+    observed = _invariant_statistics(z, th, opts.block_size)
+    null = _invariant_null(
+        n, r, opts.n_null, opts.n_projections, opts.seed, opts.block_size, budget
     )
-    binom_sd = math.sqrt(clvl * (1.0 - clvl) / d)
-
+    frac_null, binom_sd = _coordinate_null(x, r, opts, budget)
     stats_ = (
         *(
-            _compare(name, float(observed[j]), null[:, j], lvl, 0.0)
+            _compare(name, float(observed[j]), null[:, j], opts.level, 0.0)
             for j, name in enumerate(STATISTICS[:4])
         ),
-        _compare("coordinate_rejections", frac, frac_null, lvl, binom_sd),
+        _compare(
+            "coordinate_rejections",
+            _coordinate_fraction(x, opts.coord_level),
+            frac_null,
+            opts.level,
+            binom_sd,
+        ),
     )
-    p_adj = min(1.0, len(stats_) * min(s.p_value for s in stats_))
+    p_min = min(s.p_value for s in stats_)
+    p_adj = math.nan if math.isnan(p_min) else min(1.0, len(stats_) * p_min)
+    done = min(null.shape[0], frac_null.shape[0])
+    verdict = _verdict(p_adj, opts.level, r)
+    if done < opts.n_null:
+        status = Status.BUDGET_EXHAUSTED
+        message = (
+            f"{budget.reason()}: the Gaussian nulls hold {done} of {opts.n_null} replicates; "
+            f"{verdict}"
+        )
+    else:
+        status, message = Status.SUCCESS, verdict
     return GaussianityResult(
         n=n,
         dim=d,
         rank=r,
         statistics=stats_,
-        level=lvl,
+        level=opts.level,
         p_value=p_adj,
-        rejected=bool(p_adj < lvl),
-        stats={"n_null": reps, "seconds": time.perf_counter() - clock},
+        rejected=bool(p_adj < opts.level),
+        status=status,
+        message=message,
+        stats={"n_null": opts.n_null, "n_null_done": done, "seconds": time.perf_counter() - clock},
     )

@@ -37,10 +37,17 @@ from typing import Any
 import numpy as np
 
 from .._linalg import FloatArray
-from .._validation import as_positive_int
+from .._status import Budget, Status
+from .._validation import as_positive_int, as_time_limit
 from ..errors import InvalidParametersError
+from ._common import as_seed, stop_reason, time_left
 from ._deps import minilm_path, require_torch, require_transformers, single_threaded_blas
-from .gaussianity import STATISTICS, GaussianityResult, gaussianity
+from .gaussianity import (
+    STATISTICS,
+    GaussianityResult,
+    _check_options,
+    gaussianity,
+)
 
 __all__ = [
     "MODELS",
@@ -57,6 +64,8 @@ MODELS: dict[str, str] = {
     "random-bert": "random BERT, same shape as MiniLM (6 layers, d = 384, 12 heads, post-LN)",
     "random-vit": "random ViT/DeiT-tiny shape (12 layers, d = 192, 3 heads, pre-LN)",
 }
+#: Finite cap on the sequence length (the Gaussianity statistics cost ``N²`` per layer).
+MAX_TOKENS = 200_000
 
 
 def _check_model_name(model: str) -> str:
@@ -91,6 +100,18 @@ def load_model(model: str = "minilm", *, seed: int = 0) -> Any:
     The result is cached per ``(model, seed)`` (``seed`` is ignored for the pretrained model); do
     not modify it.
 
+    Parameters
+    ----------
+    model
+        ``"minilm"``, ``"random-bert"`` or ``"random-vit"`` (see :data:`MODELS`).
+    seed
+        Seed of the random weights (random models only).
+
+    Returns
+    -------
+    torch.nn.Module
+        The encoder (a Hugging Face ``BertModel`` or ``ViTModel``), in eval mode.
+
     Raises
     ------
     ExperimentDependencyError
@@ -99,7 +120,7 @@ def load_model(model: str = "minilm", *, seed: int = 0) -> Any:
         On an unknown model name.
     """
     _check_model_name(model)
-    return _load(model, 0 if model == "minilm" else int(seed))
+    return _load(model, 0 if model == "minilm" else as_seed(seed))
 
 
 @lru_cache(maxsize=8)
@@ -156,6 +177,18 @@ def encoder_states(net: Any, tokens: Any) -> list[FloatArray]:
     The embedding layer is bypassed and no attention mask is used. Entry 0 is the input, entry
     ``k`` the output of encoder layer ``k`` (float64 copies).
 
+    Parameters
+    ----------
+    net
+        An encoder from :func:`load_model` (or any Hugging Face BERT/ViT encoder).
+    tokens
+        Array ``(N, d)``, ``d`` the model's width: one sequence of N tokens.
+
+    Returns
+    -------
+    list of numpy.ndarray
+        ``L + 1`` arrays ``(N, d)``: the input and every layer's output.
+
     Raises
     ------
     InvalidParametersError
@@ -204,6 +237,26 @@ class LayerGaussianity:
     cov_trace: float
     effective_rank: float
 
+    @property
+    def success(self) -> bool:
+        """Whether this layer's test ran to the end (that of :attr:`result`)."""
+        return self.result.success
+
+    @property
+    def status(self) -> Status:
+        """The status of :attr:`result`."""
+        return self.result.status
+
+    @property
+    def message(self) -> str:
+        """The message of :attr:`result`."""
+        return self.result.message
+
+    @property
+    def stats(self) -> dict[str, Any]:
+        """The statistics of :attr:`result`."""
+        return self.result.stats
+
     def row(self) -> dict[str, Any]:
         """Flat dictionary for tables."""
         out: dict[str, Any] = {"layer": self.layer}
@@ -229,11 +282,19 @@ class GaussianityTable:
     n_tokens, seed
         Number of tokens and the seed of the input (and of random weights and nulls).
     rows
-        One :class:`LayerGaussianity` per depth, input first.
+        One :class:`LayerGaussianity` per depth diagnosed, input first (all ``L + 1`` unless the
+        run was cut short).
     states
-        The token clouds ``(L + 1)`` arrays ``(N, d)``, for figures and the surrogate.
+        The token clouds, ``L + 1`` arrays ``(N, d)``, for figures and the surrogate.
+    status
+        ``Status.SUCCESS``; ``Status.BUDGET_EXHAUSTED`` when the ``time_limit`` ran out (the
+        rows done are kept, the last one possibly with a partial null); ``Status.OVERFLOW``
+        when a layer's tokens are not finite (the rows stop before it).
+    message
+        What was diagnosed, or why the run stopped.
     stats
-        ``seconds_forward``, ``seconds_diagnostics``, ``seconds``.
+        ``seconds_forward``, ``seconds_diagnostics``, ``seconds``, ``layers_done``,
+        ``statistics``, ``finite``, ``max_abs``, ``log10_max_abs``.
     """
 
     model: str
@@ -242,7 +303,14 @@ class GaussianityTable:
     seed: int
     rows: tuple[LayerGaussianity, ...]
     states: tuple[FloatArray, ...] = field(repr=False)
+    status: Status = Status.SUCCESS
+    message: str = ""
     stats: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def success(self) -> bool:
+        """Whether every depth was diagnosed (``status is Status.SUCCESS``)."""
+        return self.status is Status.SUCCESS
 
     def table(self) -> list[dict[str, Any]]:
         """One flat row per layer (for reports and JSON)."""
@@ -274,6 +342,7 @@ def pretrained_gaussianity(
     level: float = 0.01,
     n_null: int = 32,
     n_projections: int = 128,
+    time_limit: float | None = None,
 ) -> GaussianityTable:
     """Feed ``n_tokens`` Gaussian tokens through an encoder and test Gaussianity at every depth.
 
@@ -285,8 +354,17 @@ def pretrained_gaussianity(
         Seeds the input tokens, the random weights of the random models and the nulls.
     model
         ``"minilm"`` (pretrained), ``"random-bert"`` or ``"random-vit"`` (see :data:`MODELS`).
-    level, n_null, n_projections
-        Passed to :func:`~gtcontrol.experiments.gaussianity.gaussianity`.
+    level
+        Family-wise level of each layer's verdict (see
+        :func:`~gtcontrol.experiments.gaussianity.gaussianity`).
+    n_null
+        Monte Carlo replicates of each null (8 to 10 000).
+    n_projections
+        Directions of the sliced Wasserstein distance.
+    time_limit
+        Wall-clock limit in seconds for the diagnostics (``None``: none); the model is loaded
+        and run in any case. When it runs out the layers diagnosed so far are returned with
+        ``Status.BUDGET_EXHAUSTED``.
 
     Returns
     -------
@@ -298,51 +376,98 @@ def pretrained_gaussianity(
     ExperimentDependencyError
         Without the ``experiments`` extra.
     InvalidParametersError
-        On an unknown model or too few tokens.
+        On an unknown model, too few tokens or bad options.
 
     Notes
     -----
     The embedding layer is bypassed (see the module docstring); the tokens form one sequence, so
     they interact through attention as the mean-field theory assumes (Alcalde, Ji, Zuazua,
     arXiv:2606.07600 (2026)).
+
+    Examples
+    --------
+    >>> tab = pretrained_gaussianity(256, model="random-vit", n_null=8)  # doctest: +SKIP
+    >>> len(tab.rows), tab.status  # doctest: +SKIP
+    (13, <Status.SUCCESS: 'success'>)
     """
     clock = time.perf_counter()
     name = _check_model_name(model)
-    n = as_positive_int("n_tokens", n_tokens)
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise InvalidParametersError(f"seed: expected a non-negative integer, got {seed!r}")
-    net = load_model(name, seed=int(seed))
+    n = as_positive_int("n_tokens", n_tokens, maximum=MAX_TOKENS)
+    sd = as_seed(seed)
+    _check_options(level, n_null, n_projections, 0.05, sd, 512, 1e-9)
+    budget = Budget(as_time_limit(time_limit))
+    net = load_model(name, seed=sd)
     d = int(net.config.hidden_size)
     if n < d + 2:
         raise InvalidParametersError(
             f"n_tokens: expected at least d + 2 = {d + 2} tokens for {name} (width {d}), got {n}"
         )
-    rng = np.random.default_rng([int(seed), 20260607])
-    x0 = rng.standard_normal((n, d))
+    rng = np.random.default_rng([sd, 20260607])
     t_fwd = time.perf_counter()
-    states = encoder_states(net, x0)
+    states = encoder_states(net, rng.standard_normal((n, d)))
     t_fwd = time.perf_counter() - t_fwd
-    rows = []
     with single_threaded_blas():
-        for k, x in enumerate(states):
-            res = gaussianity(x, level=level, n_null=n_null, n_projections=n_projections, seed=seed)
-            mn, tr, er = _describe(x)
-            rows.append(LayerGaussianity(k, res, mn, tr, er))
+        rows, status, message = _diagnose(
+            states, budget, level=level, n_null=n_null, n_projections=n_projections, seed=sd
+        )
     total = time.perf_counter() - clock
+    finite = [s for s in states if np.all(np.isfinite(s))]
+    max_abs = max((float(np.max(np.abs(s))) for s in finite), default=math.nan)
     return GaussianityTable(
         model=name,
         description=MODELS[name],
         n_tokens=n,
-        seed=int(seed),
+        seed=sd,
         rows=tuple(rows),
         states=tuple(states),
+        status=status,
+        message=message,
         stats={
             "seconds_forward": t_fwd,
             "seconds_diagnostics": total - t_fwd,
             "seconds": total,
+            "layers_done": len(rows),
             "statistics": STATISTICS,
-            "finite": all(bool(np.all(np.isfinite(s))) for s in states),
-            "max_abs": max(float(np.max(np.abs(s))) for s in states),
-            "log10_max_abs": math.log10(max(float(np.max(np.abs(s))) for s in states) + 1e-300),
+            "finite": len(finite) == len(states),
+            "max_abs": max_abs,
+            "log10_max_abs": math.log10(max_abs + 1e-300),
         },
     )
+
+
+def _diagnose(
+    states: list[FloatArray],
+    budget: Budget,
+    *,
+    level: float,
+    n_null: int,
+    n_projections: int,
+    seed: int,
+) -> tuple[list[LayerGaussianity], Status, str]:
+    """Test every depth in turn until the budget runs out or the tokens stop being finite."""
+    rows: list[LayerGaussianity] = []
+    for k, x in enumerate(states):
+        if not np.all(np.isfinite(x)):
+            return rows, Status.OVERFLOW, f"the tokens after layer {k} are not finite"
+        if budget.exhausted:
+            return rows, Status.BUDGET_EXHAUSTED, _cut_short(budget, k, len(states))
+        res = gaussianity(
+            x,
+            level=level,
+            n_null=n_null,
+            n_projections=n_projections,
+            seed=seed,
+            time_limit=time_left(budget),
+        )
+        mn, tr, er = _describe(x)
+        rows.append(LayerGaussianity(k, res, mn, tr, er))
+        if res.status is Status.BUDGET_EXHAUSTED:
+            return rows, res.status, _cut_short(budget, k + 1, len(states), partial=True)
+    first = next((r.layer for r in rows if r.result.rejected), None)
+    where = "no depth" if first is None else f"first at depth {first}"
+    return rows, Status.SUCCESS, f"{len(rows)} depths diagnosed; Gaussianity rejected at {where}"
+
+
+def _cut_short(budget: Budget, done: int, total: int, *, partial: bool = False) -> str:
+    last = " (the last with a partial null)" if partial else ""
+    return f"{stop_reason(budget)}: {done} of {total} depths diagnosed{last}"

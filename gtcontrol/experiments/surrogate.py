@@ -1,48 +1,13 @@
-"""A Gaussian moment surrogate of a real BERT encoder, and how well it predicts the network.
+"""How well the Gaussian moment surrogate of a real BERT encoder predicts the network.
 
-Extraction (exact)
-------------------
-For head ``h`` of a BERT self-attention with query/key/value/output weights ``W_Q, W_K, W_V, W_O``
-(biases ``b_Q, b_K, b_V, b_O``) and head width ``d_h``, the attention weight of key ``y`` for query
-``x`` is ``∝ exp((W_Q,h x + b_Q,h)ᵀ(W_K,h y + b_K,h)/sqrt(d_h))``. Dropping the factors that do not
-depend on ``y`` (they cancel in the softmax) leaves ``exp(yᵀ B_h x + yᵀ u_h)`` with
-
-    B_h = W_K,hᵀ W_Q,h / sqrt(d_h),   u_h = W_K,hᵀ b_Q,h / sqrt(d_h),   V_h = W_O,h W_V,h,
-
-and the sublayer output is ``Σ_h V_h Attn_h(x) + Σ_h W_O,h b_V,h + b_O`` (docs/theory.md §1). The
-key-bias tilt ``u_h`` is made part of gtcontrol's model exactly by an affine coordinate: with
-``x̃ = (x, 1)``, ``B̃_h = [[B_h, u_h], [0, 0]]`` and ``Ṽ_h = [[V_h, 0], [0, 0]]`` one has
-``ỹᵀ B̃_h x̃ = yᵀ B_h x + yᵀ u_h`` and the last coordinate never moves. So one sublayer *is* a
-:class:`~gtcontrol.params.Layer` on ``R^{d+1}`` acting on a Gaussian with a singular covariance,
-and both the token-level recomputation (:func:`~gtcontrol.tokens.token_velocity`) and the moment
-step (:func:`~gtcontrol.moments.simulate_discrete`, one residual step ``h = 1``) are gtcontrol's
-own.
-
-The surrogate (approximate where the theory is)
------------------------------------------------
-A BERT layer is ``y = x + Attn(x)``, ``z = LN₁(y)``, ``w = z + W₂ GELU(W₁ z + c₁) + c₂``,
-``out = LN₂(w)``. The surrogate carries a Gaussian ``N(m, Σ)`` through it:
-
-1. **Attention, exact in the mean-field limit.** For Gaussian tokens and ``N → ∞`` the attention
-   is the affine map ``x ↦ m + Σ(B_h x + u_h)`` (Gaussian tilting); the residual step is exact
-   (:func:`~gtcontrol.moments.simulate_discrete`). At finite ``N`` the softmax sees ``N`` keys only;
-   the measured effective sample size of the attention weights tells how far that is from the limit.
-2. **LayerNorm, linearized by concentration.** ``LN(y) = γ ⊙ P y / s(y) + β`` with ``P = I − 11ᵀ/d``
-   and the per-token scale ``s(y)² = |P y|²/d + ε``. The surrogate replaces ``s(y)`` by the constant
-   ``s̄² = (tr(P Σ P) + |P m|²)/d + ε`` (its Gaussian mean), which makes LN affine. It is exact when
-   the token norm concentrates (large effective rank); the measured coefficient of variation of
-   ``s(y)`` across tokens is reported.
-3. **GELU, by Gaussian moment matching.** With ``a = W₁ z + c₁ ~ N(μ_a, S_a)`` the surrogate keeps
-   the exact mean ``E GELU(a_i) = μΦ(κ) + s²φ(κ)/sqrt(1+s²)``, ``κ = μ/sqrt(1+s²)``, the exact cross
-   covariance ``Cov(z, GELU(a)) = Cov(z, a) D`` (Stein's lemma, ``D_i = E GELU'(a_i) = Φ(κ) +
-   μφ(κ)/(1+s²)^{3/2}``), so the feed-forward becomes the affine layer ``A = W₂ D W₁`` of the
-   statistical linearization, and adds the variance that the linearization misses,
-   ``W₂ diag(Var GELU(a_i) − D_i² s_i²) W₂ᵀ`` (Gauss–Hermite quadrature), treating the hidden units'
-   nonlinear residuals as uncorrelated — the one approximation of this step.
-
-The comparison runs the real network on Gaussian tokens and reports, per layer, the predicted and
-measured moments both **propagated** from the input and **local** (one layer, from the measured
-moments of that layer's input), next to the sampling noise floor of the measured covariance.
+:mod:`~gtcontrol.experiments.extraction` extracts every layer's matrices exactly (``B_h``,
+``V_h``, the key-bias tilt, LayerNorms, the GELU feed-forward) and carries a Gaussian through the
+layer: attention exact in the mean-field limit, LayerNorm linearized by concentration, GELU by
+Gaussian moment matching. :func:`moment_surrogate` runs the real network on Gaussian tokens and
+reports, per layer, the predicted and measured moments both **propagated** from the input and
+**local** (one layer, from the measured moments of that layer's input), next to what the layer
+changes (the do-nothing prediction), the spread of the LayerNorm scale and the effective sample
+size of the attention weights.
 
 Reference: Alcalde, Ji, Zuazua, *Reachability and asymptotics of Gaussian Transformer dynamics*,
 arXiv:2606.07600 (2026), §1–§2.
@@ -53,21 +18,19 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any
 
 import numpy as np
-from scipy.special import ndtr
 
 from .._linalg import FloatArray
-from .._validation import as_positive_int
+from .._status import Budget, Status
+from .._validation import as_positive_int, as_time_limit
 from ..errors import InvalidParametersError
 from ..model.gaussian import Gaussian
-from ..model.moments import simulate_discrete
-from ..model.params import FeedForward, Layer
-from ..model.tokens import token_velocity
-from ._deps import require_torch, single_threaded_blas
-from .pretrained import MODELS, encoder_states, load_model
+from ._common import as_seed, stop_reason
+from ._deps import single_threaded_blas
+from .extraction import ExtractedLayer, extract_layers, gelu_moments
+from .pretrained import MAX_TOKENS, MODELS, encoder_states, load_model
 
 __all__ = [
     "ExtractedLayer",
@@ -78,201 +41,11 @@ __all__ = [
     "moment_surrogate",
 ]
 
-_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
-_HERMITE = np.polynomial.hermite_e.hermegauss(80)
 
-
-def gelu_moments(mean: Any, var: Any) -> tuple[FloatArray, FloatArray, FloatArray]:
-    """``E g(a)``, ``E g'(a)``, ``Var g(a)`` for ``g(a) = a Φ(a)`` (exact GELU), ``a ~ N(μ, s²)``.
-
-    The first two in closed form (``κ = μ/sqrt(1+s²)``): ``E g = μΦ(κ) + s²φ(κ)/sqrt(1+s²)``,
-    ``E g' = Φ(κ) + μφ(κ)/(1+s²)^{3/2}``; the variance by 80-point Gauss–Hermite quadrature
-    (GELU is smooth and grows linearly, so the rule is accurate to ~1e-12 relative).
-    """
-    mu = np.asarray(mean, dtype=float)
-    s2 = np.asarray(var, dtype=float)
-    q = 1.0 + s2
-    kappa = mu / np.sqrt(q)
-    phi = _INV_SQRT_2PI * np.exp(-0.5 * kappa * kappa)
-    big_phi = ndtr(kappa)
-    e_g = mu * big_phi + s2 * phi / np.sqrt(q)
-    e_dg = big_phi + mu * phi / q**1.5
-    nodes, weights = _HERMITE
-    a = mu[..., None] + np.sqrt(s2)[..., None] * nodes
-    g = a * ndtr(a)
-    e_g2 = (g * g) @ weights * _INV_SQRT_2PI
-    return e_g, e_dg, np.maximum(e_g2 - e_g * e_g, 0.0)
-
-
-# ---------------------------------------------------------------------------- extraction
-def _layer_norm(x: FloatArray, gamma: FloatArray, beta: FloatArray, eps: float) -> FloatArray:
-    mu = x.mean(axis=-1, keepdims=True)
-    var = x.var(axis=-1, keepdims=True)
-    return np.asarray((x - mu) / np.sqrt(var + eps) * gamma + beta)
-
-
-@dataclass(frozen=True, eq=False)
-class ExtractedLayer:
-    """The matrices of one post-LayerNorm BERT layer, in gtcontrol's conventions.
-
-    Attributes
-    ----------
-    heads
-        ``((V_h, B_h), ...)``, each ``(d, d)``.
-    key_tilt
-        ``u_h`` per head, ``(H, d)``.
-    attention_bias
-        ``Σ_h W_O,h b_V,h + b_O``, ``(d,)``.
-    ln1, ln2
-        ``(γ, β, ε)`` of the two LayerNorms.
-    ffn
-        ``(W₁ (k, d), c₁ (k,), W₂ (d, k), c₂ (d,))`` of the GELU feed-forward.
-    """
-
-    heads: tuple[tuple[FloatArray, FloatArray], ...]
-    key_tilt: FloatArray
-    attention_bias: FloatArray
-    ln1: tuple[FloatArray, FloatArray, float]
-    ln2: tuple[FloatArray, FloatArray, float]
-    ffn: tuple[FloatArray, FloatArray, FloatArray, FloatArray]
-
-    @property
-    def dim(self) -> int:
-        return int(self.attention_bias.shape[0])
-
-    @cached_property
-    def attention_layer(self) -> Layer:
-        """The attention sublayer as a :class:`Layer` on ``R^{d+1}`` (affine coordinate last)."""
-        d = self.dim
-        heads = []
-        for (v, b), u in zip(self.heads, self.key_tilt, strict=True):
-            bt = np.zeros((d + 1, d + 1))
-            bt[:d, :d] = b
-            bt[:d, d] = u
-            vt = np.zeros((d + 1, d + 1))
-            vt[:d, :d] = v
-            heads.append((vt, bt))
-        return Layer(heads=heads, b=np.append(self.attention_bias, 0.0))
-
-    @cached_property
-    def ffn_layer(self) -> Layer:
-        """The GELU feed-forward ``W₂ GELU(W₁ z + c₁) + c₂`` as a token-level :class:`Layer`."""
-        w1, c1, w2, c2 = self.ffn
-        return Layer(b=c2, ffn=FeedForward(w2, w1, c1, activation="gelu"))
-
-    def attention(self, tokens: Any) -> FloatArray:
-        """Token-level attention sublayer output ``Σ_h V_h Attn_h(x) + bias`` (without residual)."""
-        x = np.asarray(tokens, dtype=float)
-        xt = np.hstack([x, np.ones((x.shape[0], 1))])
-        return token_velocity(self.attention_layer, xt)[:, : self.dim]
-
-    def forward(self, tokens: Any) -> dict[str, FloatArray]:
-        """The whole layer at token level from the extracted matrices, with its intermediates.
-
-        Returns ``{"attention", "ln1_in", "ln1_out", "ln2_in", "out"}``.
-        """
-        x = np.asarray(tokens, dtype=float)
-        att = self.attention(x)
-        y = x + att
-        z = _layer_norm(y, *self.ln1)
-        w = z + token_velocity(self.ffn_layer, z)
-        return {
-            "attention": att,
-            "ln1_in": y,
-            "ln1_out": z,
-            "ln2_in": w,
-            "out": _layer_norm(w, *self.ln2),
-        }
-
-    def propagate(self, mean: FloatArray, cov: FloatArray) -> tuple[FloatArray, FloatArray]:
-        """The surrogate's Gaussian ``N(mean, cov)`` after this layer (see the module docstring)."""
-        d = self.dim
-        # 1. attention residual step on R^{d+1}: exact Gaussian recursion, h = 1.
-        m_aug = np.append(mean, 1.0)
-        s_aug = np.zeros((d + 1, d + 1))
-        s_aug[:d, :d] = cov
-        traj = simulate_discrete(self.attention_layer, Gaussian(m_aug, s_aug), T=1.0)
-        m, s = traj.mean[-1, :d].copy(), traj.cov[-1, :d, :d].copy()
-        # 2. LayerNorm with the per-token scale frozen at its Gaussian mean.
-        m, s = _ln_moments(m, s, *self.ln1)
-        # 3. feed-forward: statistical linearization + independent residual variances.
-        w1, c1, w2, c2 = self.ffn
-        w1s = w1 @ s
-        mu_a = w1 @ m + c1
-        var_a = np.einsum("ij,ij->i", w1s, w1)
-        e_g, e_dg, var_g = gelu_moments(mu_a, var_a)
-        lin = Layer(A=(w2 * e_dg) @ w1, b=w2 @ (e_g - e_dg * (w1 @ m)) + c2)
-        step = simulate_discrete(lin, Gaussian(m, s), T=1.0)
-        m = step.mean[-1].copy()
-        s = step.cov[-1] + (w2 * np.maximum(var_g - e_dg**2 * var_a, 0.0)) @ w2.T
-        # 4. second LayerNorm.
-        return _ln_moments(m, 0.5 * (s + s.T), *self.ln2)
-
-
-def _ln_moments(
-    m: FloatArray, s: FloatArray, gamma: FloatArray, beta: FloatArray, eps: float
-) -> tuple[FloatArray, FloatArray]:
-    d = m.shape[0]
-    pm = m - m.mean()
-    ps = s - s.mean(axis=0, keepdims=True)
-    ps = ps - ps.mean(axis=1, keepdims=True)  # P Σ P
-    scale = math.sqrt((float(np.trace(ps)) + float(pm @ pm)) / d + eps)
-    g = gamma / scale
-    return g * pm + beta, (g[:, None] * ps) * g[None, :]
-
-
-def _np(t: Any) -> FloatArray:
-    return np.asarray(t.detach().to(require_torch().float64).cpu().numpy(), dtype=float)
-
-
-def extract_layers(net: Any) -> tuple[ExtractedLayer, ...]:
-    """Extract every layer of a Hugging Face BERT encoder (post-LayerNorm) as ExtractedLayer.
-
-    Raises
-    ------
-    InvalidParametersError
-        If ``net`` is not a BERT-style encoder (``encoder.layer[k].attention.self.query`` ...) or
-        its activation is not the exact (erf) GELU.
-    """
-    try:
-        layers = list(net.encoder.layer)
-        act = str(net.config.hidden_act)
-    except AttributeError:
-        raise InvalidParametersError(
-            f"net: expected a BERT encoder (encoder.layer[...]), got {type(net).__name__}"
-        ) from None
-    if act != "gelu":
-        raise InvalidParametersError(f"net: expected the exact 'gelu' activation, got {act!r}")
-    out = []
-    for lay in layers:
-        att, so = lay.attention.self, lay.attention.output
-        nh, dh = int(att.num_attention_heads), int(att.attention_head_size)
-        wq, bq = _np(att.query.weight), _np(att.query.bias)
-        wk = _np(att.key.weight)
-        wv, bv = _np(att.value.weight), _np(att.value.bias)
-        wo, bo = _np(so.dense.weight), _np(so.dense.bias)
-        heads, tilt = [], []
-        for h in range(nh):
-            sl = slice(h * dh, (h + 1) * dh)
-            heads.append((wo[:, sl] @ wv[sl], wk[sl].T @ wq[sl] / math.sqrt(dh)))
-            tilt.append(wk[sl].T @ bq[sl] / math.sqrt(dh))
-        ln1 = (_np(so.LayerNorm.weight), _np(so.LayerNorm.bias), float(so.LayerNorm.eps))
-        ln2m = lay.output.LayerNorm
-        ln2 = (_np(ln2m.weight), _np(ln2m.bias), float(ln2m.eps))
-        ffn = (
-            _np(lay.intermediate.dense.weight),
-            _np(lay.intermediate.dense.bias),
-            _np(lay.output.dense.weight),
-            _np(lay.output.dense.bias),
-        )
-        out.append(ExtractedLayer(tuple(heads), np.array(tilt), wo @ bv + bo, ln1, ln2, ffn))
-    return tuple(out)
-
-
-# ---------------------------------------------------------------------------- comparison
 @dataclass(frozen=True)
 class SurrogateRow:
-    """Predicted against measured moments after one layer.
+    """Predicted against measured moments after one layer (a row of
+    :class:`SurrogateComparison`).
 
     Errors are relative: the mean error to the cloud's RMS radius ``sqrt(tr Σ)``, the covariance
     error in Frobenius norm to ``‖Σ‖_F``, the Bures–Wasserstein distance to ``sqrt(tr Σ)`` (Σ the
@@ -285,6 +58,23 @@ class SurrogateRow:
     ``ln_scale_cv`` is the measured coefficient of variation of the per-token LayerNorm scale
     (both LayerNorms, the larger), ``attention_ess`` the median over queries and heads of the
     softmax effective sample size ``1/Σ_j p_ij²`` as a fraction of N.
+
+    Attributes
+    ----------
+    layer
+        Encoder layer ``k ≥ 1``.
+    mean_error, cov_error, bures_wasserstein
+        Propagated errors of the mean, the covariance and the Bures–Wasserstein distance.
+    trace_ratio
+        ``tr Σ_predicted / tr Σ_measured`` (propagated).
+    local_mean_error, local_cov_error, local_bures_wasserstein
+        The same errors for one layer from the measured input moments.
+    layer_change
+        Covariance error of the do-nothing prediction.
+    ln_scale_cv
+        Coefficient of variation of the per-token LayerNorm scale.
+    attention_ess
+        Median effective sample size of the attention weights, over N.
     """
 
     layer: int
@@ -302,7 +92,30 @@ class SurrogateRow:
 
 @dataclass(frozen=True, eq=False)
 class SurrogateComparison:
-    """Result of :func:`moment_surrogate`: one :class:`SurrogateRow` per encoder layer."""
+    """Result of :func:`moment_surrogate`: one :class:`SurrogateRow` per encoder layer.
+
+    Attributes
+    ----------
+    model
+        Model key (``"minilm"`` or ``"random-bert"``).
+    n_tokens, seed
+        Sequence length and seed of the input.
+    rows
+        One :class:`SurrogateRow` per encoder layer compared.
+    predicted_mean, predicted_cov
+        The surrogate's propagated moments, input first: ``(k + 1, d)`` and ``(k + 1, d, d)``
+        for ``k`` rows.
+    measured_mean, measured_cov
+        The network's measured moments at every depth, input first.
+    status
+        ``Status.SUCCESS``; ``Status.BUDGET_EXHAUSTED`` when the ``time_limit`` ran out (the
+        layers compared so far are kept); ``Status.OVERFLOW`` when the network's tokens or the
+        surrogate's moments are not finite (the rows stop before that layer).
+    message
+        What was compared, or why the comparison stopped.
+    stats
+        ``seconds``, ``layers_done``.
+    """
 
     model: str
     n_tokens: int
@@ -312,7 +125,14 @@ class SurrogateComparison:
     predicted_cov: FloatArray = field(repr=False)
     measured_mean: FloatArray = field(repr=False)
     measured_cov: FloatArray = field(repr=False)
+    status: Status = Status.SUCCESS
+    message: str = ""
     stats: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def success(self) -> bool:
+        """Whether every layer was compared (``status is Status.SUCCESS``)."""
+        return self.status is Status.SUCCESS
 
     def table(self) -> list[dict[str, Any]]:
         """One flat row per layer."""
@@ -343,7 +163,7 @@ def _attention_ess(ex: ExtractedLayer, x: FloatArray) -> float:
         p = np.exp(logits)
         p /= p.sum(axis=1, keepdims=True)
         out.append(1.0 / np.sum(p * p, axis=1))
-    return float(np.median(np.concatenate(out))) / x.shape[0]
+    return float(np.median(np.concatenate(out))) / int(x.shape[0])
 
 
 def _scale_cv(y: FloatArray, eps: float) -> float:
@@ -352,7 +172,11 @@ def _scale_cv(y: FloatArray, eps: float) -> float:
 
 
 def moment_surrogate(
-    n_tokens: int = 1024, seed: int = 0, *, model: str = "minilm"
+    n_tokens: int = 1024,
+    seed: int = 0,
+    *,
+    model: str = "minilm",
+    time_limit: float | None = None,
 ) -> SurrogateComparison:
     """Run a BERT encoder on Gaussian tokens and compare every layer with the moment surrogate.
 
@@ -365,6 +189,10 @@ def moment_surrogate(
         Seed of the input tokens (and of the weights of ``"random-bert"``).
     model
         ``"minilm"`` or ``"random-bert"`` (the surrogate handles post-LayerNorm BERT layers).
+    time_limit
+        Wall-clock limit in seconds for the layer-by-layer comparison (``None``: none); the
+        model is loaded and run in any case. When it runs out the layers compared so far are
+        returned with ``Status.BUDGET_EXHAUSTED``.
 
     Returns
     -------
@@ -374,9 +202,15 @@ def moment_surrogate(
     Raises
     ------
     InvalidParametersError
-        On a model the surrogate does not handle, or too few tokens.
+        On a model the surrogate does not handle, too few tokens or a bad seed.
     ExperimentDependencyError
         Without the ``experiments`` extra.
+
+    Examples
+    --------
+    >>> res = moment_surrogate(400, model="random-bert")  # doctest: +SKIP
+    >>> len(res.rows), res.status  # doctest: +SKIP
+    (6, <Status.SUCCESS: 'success'>)
     """
     clock = time.perf_counter()
     if model not in ("minilm", "random-bert"):
@@ -384,61 +218,96 @@ def moment_surrogate(
             f"model: the surrogate handles post-LayerNorm BERT encoders ('minilm', "
             f"'random-bert'), got {model!r} (known models: {tuple(MODELS)})"
         )
-    n = as_positive_int("n_tokens", n_tokens)
-    net = load_model(model, seed=int(seed))
+    n = as_positive_int("n_tokens", n_tokens, maximum=MAX_TOKENS)
+    sd = as_seed(seed)
+    budget = Budget(as_time_limit(time_limit))
+    net = load_model(model, seed=sd)
     d = int(net.config.hidden_size)
     if n < d + 2:
         raise InvalidParametersError(f"n_tokens: expected at least {d + 2}, got {n}")
     extracted = extract_layers(net)
-    rng = np.random.default_rng([int(seed), 20260607])  # the input of pretrained_gaussianity
+    rng = np.random.default_rng([sd, 20260607])  # the input of pretrained_gaussianity
     states = encoder_states(net, rng.standard_normal((n, d)))
     with single_threaded_blas():
-        rows, pm, ps, meas = _compare_layers(extracted, states)
+        rows, pm, ps, meas, status, message = _compare_layers(extracted, states, budget)
     return SurrogateComparison(
         model=model,
         n_tokens=n,
-        seed=int(seed),
+        seed=sd,
         rows=tuple(rows),
         predicted_mean=np.array(pm),
         predicted_cov=np.array(ps),
         measured_mean=np.array([a for a, _ in meas]),
         measured_cov=np.array([b for _, b in meas]),
-        stats={"seconds": time.perf_counter() - clock},
+        status=status,
+        message=message,
+        stats={"seconds": time.perf_counter() - clock, "layers_done": len(rows)},
+    )
+
+
+def _compare_layer(
+    k: int,
+    ex: ExtractedLayer,
+    propagated: tuple[FloatArray, FloatArray],
+    meas: list[tuple[FloatArray, FloatArray]],
+    x_in: FloatArray,
+) -> SurrogateRow:
+    """Row ``k``: the propagated and the local prediction of layer ``k`` against its measurement."""
+    m, s = propagated
+    lm, ls = ex.propagate(*meas[k - 1])
+    m_meas, s_meas = meas[k]
+    me, ce, bw = _errors(m, s, m_meas, s_meas)
+    lme, lce, lbw = _errors(lm, ls, m_meas, s_meas)
+    change = float(np.linalg.norm(s_meas - meas[k - 1][1]) / np.linalg.norm(s_meas))
+    inter = ex.forward(x_in)
+    cv = max(_scale_cv(inter["ln1_in"], ex.ln1[2]), _scale_cv(inter["ln2_in"], ex.ln2[2]))
+    return SurrogateRow(
+        layer=k,
+        mean_error=me,
+        cov_error=ce,
+        bures_wasserstein=bw,
+        trace_ratio=float(np.trace(s)) / float(np.trace(s_meas)),
+        local_mean_error=lme,
+        local_cov_error=lce,
+        local_bures_wasserstein=lbw,
+        layer_change=change,
+        ln_scale_cv=cv,
+        attention_ess=_attention_ess(ex, x_in),
     )
 
 
 def _compare_layers(
-    extracted: tuple[ExtractedLayer, ...], states: list[FloatArray]
-) -> tuple[list[SurrogateRow], list[FloatArray], list[FloatArray], list[Any]]:
+    extracted: tuple[ExtractedLayer, ...], states: list[FloatArray], budget: Budget
+) -> tuple[
+    list[SurrogateRow],
+    list[FloatArray],
+    list[FloatArray],
+    list[tuple[FloatArray, FloatArray]],
+    Status,
+    str,
+]:
+    total = len(extracted)
+    for k, x in enumerate(states):
+        if not np.all(np.isfinite(x)):
+            states = states[:k]
+            break
     meas = [_moments(x) for x in states]
     m, s = meas[0]
     pm, ps = [m], [s]
-    rows = []
+    rows: list[SurrogateRow] = []
     for k, ex in enumerate(extracted, start=1):
+        if k >= len(states):
+            return rows, pm, ps, meas, Status.OVERFLOW, f"the tokens after layer {k} are not finite"
+        if budget.exhausted:
+            msg = f"{stop_reason(budget)}: {k - 1} of {total} layers compared"
+            return rows, pm, ps, meas, Status.BUDGET_EXHAUSTED, msg
         m, s = ex.propagate(m, s)
+        if not (np.all(np.isfinite(m)) and np.all(np.isfinite(s))):
+            msg = f"the surrogate's moments after layer {k} are not finite"
+            return rows, pm, ps, meas, Status.OVERFLOW, msg
         pm.append(m)
         ps.append(s)
-        lm, ls = ex.propagate(*meas[k - 1])
-        m_meas, s_meas = meas[k]
-        me, ce, bw = _errors(m, s, m_meas, s_meas)
-        lme, lce, lbw = _errors(lm, ls, m_meas, s_meas)
-        tr = float(np.trace(s_meas))
-        change = float(np.linalg.norm(s_meas - meas[k - 1][1]) / np.linalg.norm(s_meas))
-        inter = ex.forward(states[k - 1])
-        cv = max(_scale_cv(inter["ln1_in"], ex.ln1[2]), _scale_cv(inter["ln2_in"], ex.ln2[2]))
-        rows.append(
-            SurrogateRow(
-                layer=k,
-                mean_error=me,
-                cov_error=ce,
-                bures_wasserstein=bw,
-                trace_ratio=float(np.trace(s)) / tr,
-                local_mean_error=lme,
-                local_cov_error=lce,
-                local_bures_wasserstein=lbw,
-                layer_change=change,
-                ln_scale_cv=cv,
-                attention_ess=_attention_ess(ex, states[k - 1]),
-            )
-        )
-    return rows, pm, ps, meas
+        rows.append(_compare_layer(k, ex, (m, s), meas, states[k - 1]))
+    worst = max(r.local_cov_error for r in rows) if rows else math.nan
+    msg = f"{len(rows)} layers compared; largest local covariance error {worst:.3g}"
+    return rows, pm, ps, meas, Status.SUCCESS, msg

@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from .._linalg import RANK_RTOL, SYM_RTOL, FloatArray, psd_factor
-from .._validation import as_float_array, frozen
-from ..errors import InvalidGaussianError, InvalidParametersError
+from .._linalg import RANK_RTOL, SYM_RTOL, FloatArray, psd_factor, sym
+from .._validation import as_float_array, as_positive_int, frozen
+from ..errors import InvalidGaussianError
 
 __all__ = ["Gaussian", "check_gaussian"]
 
@@ -35,6 +35,8 @@ class Gaussian:
     cov
         Covariance, shape ``(d, d)``: finite, symmetric and positive semi-definite, both up to a
         tolerance of ``1e-9`` relative to its norm. It is stored exactly symmetrized.
+    name
+        How error messages call this Gaussian (e.g. ``"initial"``, ``"target"``).
 
     Raises
     ------
@@ -47,6 +49,10 @@ class Gaussian:
     >>> g = Gaussian([0.0, 1.0], [[2.0, 0.0], [0.0, 1.0]])
     >>> g.dim, g.rank
     (2, 2)
+    >>> Gaussian([0.0, 0.0], [[1.0, 1.0], [1.0, 1.0]]).rank  # singular covariances are allowed
+    1
+    >>> round(g.bures_wasserstein(Gaussian([0.0, 1.0], [[2.0, 0.0], [0.0, 4.0]])), 12)
+    1.0
     """
 
     mean: FloatArray
@@ -66,7 +72,7 @@ class Gaussian:
                 f"{name}.cov: expected a symmetric matrix, max |cov - cov.T| = {asym:.3g} "
                 f"exceeds {SYM_RTOL:g} relative to its norm {scale:.3g}"
             )
-        s = 0.5 * (s + s.T)
+        s = sym(s)
         w, u = np.linalg.eigh(s)
         if w[0] < -SYM_RTOL * scale:
             raise InvalidGaussianError(
@@ -140,9 +146,18 @@ class Gaussian:
             Number of samples (positive).
         rng
             A ``numpy.random.Generator`` or a seed; pass one for reproducible results.
+
+        Returns
+        -------
+        numpy.ndarray
+            Samples ``(n, d)``.
+
+        Raises
+        ------
+        InvalidParametersError
+            If ``n`` is not a positive integer.
         """
-        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n <= 0:
-            raise InvalidParametersError(f"n: expected a positive integer, got {n!r}")
+        n = as_positive_int("n", n)
         gen = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
         w, u = self._eig
         # Eigenvalues below the rank threshold are round-off of a singular covariance: drop
@@ -157,6 +172,21 @@ class Gaussian:
         ``W2² = |m0 − m1|² + tr(Σ0 + Σ1 − 2 (Σ0^{1/2} Σ1 Σ0^{1/2})^{1/2})``, evaluated as
         ``|m0 − m1|² + ‖S0 − S1 P Wᵀ‖_F²`` where ``S1ᵀ S0 = P D Wᵀ`` (SVD): the orthogonal
         Procrustes form, accurate to machine precision relative to the distance itself.
+
+        Parameters
+        ----------
+        other
+            A Gaussian of the same dimension (either covariance may be singular).
+
+        Returns
+        -------
+        float
+            The distance ``W2``.
+
+        Raises
+        ------
+        InvalidGaussianError
+            If ``other`` is not a Gaussian of the same dimension.
         """
         self._check_same_dim(other, "other")
         s0 = psd_factor(self.cov)
@@ -172,10 +202,21 @@ class Gaussian:
         Defined for a non-singular ``other``; ``math.inf`` when ``self`` is singular (it is then
         not absolutely continuous with respect to ``other``).
 
+        Parameters
+        ----------
+        other
+            The reference Gaussian, of the same dimension, with a non-singular covariance.
+
+        Returns
+        -------
+        float
+            The divergence (``math.inf`` for a singular ``self``).
+
         Raises
         ------
         InvalidGaussianError
-            If ``other`` has a singular covariance (the divergence is not defined by a density).
+            If ``other`` is not a Gaussian of the same dimension or has a singular covariance (the
+            divergence is not defined by a density).
         """
         self._check_same_dim(other, "other")
         if other.rank < other.dim:
@@ -205,6 +246,20 @@ class Gaussian:
 
 def check_gaussian(value: Any, dim: int, name: str = "initial") -> Gaussian:
     """Validate that ``value`` is a :class:`Gaussian` of dimension ``dim``.
+
+    Parameters
+    ----------
+    value
+        The object to check.
+    dim
+        The expected dimension.
+    name
+        How the error message calls ``value``.
+
+    Returns
+    -------
+    Gaussian
+        ``value`` itself.
 
     Raises
     ------

@@ -20,7 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from .._linalg import FloatArray
-from .._validation import as_float_array, as_positive_float, frozen
+from .._validation import as_float_array, as_positive_float, as_positive_int, frozen
 from ..errors import InvalidParametersError
 
 __all__ = ["Control", "FeedForward", "Layer", "Schedule", "as_control"]
@@ -45,7 +45,12 @@ class FeedForward:
     c
         Hidden bias, shape ``(k,)``; zero when omitted.
     activation
-        ``"identity"``, ``"relu"`` or ``"gelu"``.
+        ``"identity"``, ``"relu"`` (default) or ``"gelu"``.
+
+    Raises
+    ------
+    InvalidParametersError
+        On NaN/inf, inconsistent shapes or an unknown activation.
     """
 
     W: FloatArray
@@ -112,6 +117,21 @@ class Layer:
     InvalidParametersError
         On NaN/inf, inconsistent dimensions (the message names the matrix and both shapes), or
         conflicting arguments.
+
+    Examples
+    --------
+    One head ``V = vI`` with a feed-forward ``A``; omitted parts are zero.
+
+    >>> import numpy as np
+    >>> from gtcontrol import Layer
+    >>> layer = Layer(A=-np.eye(2), B=np.eye(2), v=-0.5)
+    >>> layer.dim, len(layer.heads)
+    (2, 1)
+    >>> V, B = layer.heads[0]
+    >>> bool(np.array_equal(V, -0.5 * np.eye(2)))
+    True
+    >>> Layer(dim=3).b
+    array([0., 0., 0.])
     """
 
     A: FloatArray
@@ -148,7 +168,7 @@ class Layer:
                 pairs.append((V, B))
             names = [("V", "B")] * len(pairs)
         else:
-            pairs = [tuple(h) for h in heads]  # type: ignore[misc]
+            pairs = [tuple(h) for h in heads]
             names = [(f"heads[{i}].V", f"heads[{i}].B") for i in range(len(pairs))]
         hs = []
         for (vh, bh), (nv, nb) in zip(pairs, names, strict=True):
@@ -282,9 +302,7 @@ def _infer_dim(
     if ffn is not None and isinstance(ffn, FeedForward):
         candidates.append(("ffn.U", ffn.dim))
     if dim is not None:
-        if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim <= 0:
-            raise InvalidParametersError(f"dim: expected a positive integer, got {dim!r}")
-        candidates.insert(0, ("dim", int(dim)))
+        candidates.insert(0, ("dim", as_positive_int("dim", dim)))
     if not candidates:
         raise InvalidParametersError("Layer: give at least one matrix or dim to fix the dimension")
     first_name, first = candidates[0]
@@ -324,6 +342,19 @@ class Schedule:
         One or more :class:`Layer` of equal dimension.
     T
         Total depth, positive.
+
+    Raises
+    ------
+    InvalidParametersError
+        If ``layers`` is empty, holds something else than :class:`Layer`, or mixes dimensions,
+        or if ``T`` is not a positive number.
+
+    Examples
+    --------
+    >>> from gtcontrol import Layer, Schedule
+    >>> sched = Schedule([Layer(v=-1.0, dim=2), Layer(dim=2)], T=2.0)
+    >>> sched.duration, sched.layer_at(1.5) is sched.layers[1]
+    (1.0, True)
     """
 
     layers: tuple[Layer, ...]
@@ -410,6 +441,24 @@ def as_control(model: Any, T: float | None) -> Control:
 
     A :class:`Layer` needs ``T``; a control with its own ``T`` accepts ``T=None`` or its own ``T``
     (a different value is an error rather than a silent rescaling).
+
+    Parameters
+    ----------
+    model
+        A :class:`Layer`, a :class:`Schedule` or any :class:`Control`.
+    T
+        The horizon, or ``None`` to use the control's own.
+
+    Returns
+    -------
+    Control
+        The control to integrate (a single layer held for ``T``, or ``model`` itself).
+
+    Raises
+    ------
+    InvalidParametersError
+        If ``T`` is missing for a Layer, not positive, or differs from the control's own, or if
+        ``model`` is not a control.
     """
     if isinstance(model, Layer):
         if T is None:

@@ -1,7 +1,7 @@
 """Figures of the ``analyze`` task: covariance eigenvalues against depth and the 2×2 cone.
 
-Both take a :class:`gtcontrol.asymptotics.RegimeFigureData` (from
-:func:`gtcontrol.asymptotics.regime_figure_data`) and a PNG path; they draw on detached
+Both take a :class:`gtcontrol.analysis.regime_figures.RegimeFigureData` (from
+:func:`gtcontrol.analysis.regime_figures.regime_figure_data`) and a PNG path; they draw on detached
 matplotlib figures (Agg canvas, no pyplot state) and return nothing.
 
 Reference: Alcalde, Ji, Zuazua, arXiv:2606.07600 (2026), §4.
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..analysis.asymptotics import RegimeFigureData
+from ..analysis.regime_figures import RegimeFigureData
 from ..errors import InvalidParametersError
 from .core import new_figure, save_figure
 
@@ -26,6 +26,13 @@ def plot_covariance_eigenvalues(data: RegimeFigureData, path: str | Path) -> Non
 
     The equilibrium/limit eigenvalues are dotted horizontal lines, the blow-up time a dashed
     vertical line; the title states the regime kind and certificate.
+
+    Parameters
+    ----------
+    data
+        The figure data of :func:`gtcontrol.analysis.regime_figures.regime_figure_data`.
+    path
+        Where to write the PNG.
     """
     fig = new_figure(6.4, 4.0)
     ax = fig.subplots()
@@ -53,6 +60,13 @@ def plot_cone(data: RegimeFigureData, path: str | Path) -> None:
     Left: the trajectory in the cone (its boundary ``z = √(x² + y²)`` drawn as a wireframe);
     for a blow-up the normalized trajectory ``Σ/tr Σ`` is drawn on the slice ``z = 1`` instead.
     Right: ``Σ/tr Σ`` in the unit disk (the circle is the singular matrices, the centre ``I/2``).
+
+    Parameters
+    ----------
+    data
+        The figure data of a 2-dimensional layer.
+    path
+        Where to write the PNG.
 
     Raises
     ------

@@ -13,7 +13,8 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from .._linalg import FloatArray
+from .._linalg import FloatArray, psd_factor
+from .._status import Status
 from ..model.moments import Trajectory
 
 __all__ = [
@@ -26,14 +27,33 @@ __all__ = [
 
 
 def new_figure(width: float = 8.0, height: float = 3.4) -> Figure:
-    """A detached figure (attached to an Agg canvas, never to pyplot)."""
+    """A detached figure (attached to an Agg canvas, never to pyplot).
+
+    Parameters
+    ----------
+    width, height
+        Size in inches.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure, with a constrained layout.
+    """
     fig = Figure(figsize=(width, height), layout="constrained")
     FigureCanvasAgg(fig)
     return fig
 
 
 def save_figure(fig: Figure, path: str | Path) -> None:
-    """Save ``fig`` as a PNG."""
+    """Save ``fig`` as a PNG.
+
+    Parameters
+    ----------
+    fig
+        The figure.
+    path
+        Where to write the PNG.
+    """
     fig.savefig(path, dpi=110)
 
 
@@ -48,7 +68,21 @@ def plot_moments(
     """Mean components and covariance eigenvalues against depth.
 
     Marks the blow-up time (dashed red), optional equilibrium eigenvalues (dotted) and layer
-    switches (grey ticks).
+    switches (grey ticks). A trajectory that stopped early for another reason (overflow, a
+    failed integration, a spent budget) says so in the title.
+
+    Parameters
+    ----------
+    traj
+        The moment trajectory.
+    path
+        Where to write the PNG.
+    title
+        Figure title.
+    equilibrium_eigs
+        Eigenvalues of an equilibrium covariance, drawn as dotted lines.
+    breakpoints
+        Layer switches (the first and last entries, 0 and T, are not drawn).
     """
     fig = new_figure()
     ax_m, ax_s = fig.subplots(1, 2)
@@ -72,6 +106,8 @@ def plot_moments(
     ax_s.set_title("covariance eigenvalues")
     if traj.dim <= 6 or math.isfinite(traj.blowup_time):
         ax_m.legend(fontsize=7, loc="best")
+    if traj.status not in (Status.SUCCESS, Status.BLOWUP):
+        title = f"{title} (stopped early: {traj.status})" if title else f"stopped: {traj.status}"
     if title:
         fig.suptitle(title, fontsize=10)
     save_figure(fig, path)
@@ -79,10 +115,9 @@ def plot_moments(
 
 def _ellipse(mean: FloatArray, cov: FloatArray, n_std: float = 2.0) -> FloatArray:
     """Points of the ``n_std`` ellipse of a 2-d Gaussian (degenerate ones become segments)."""
-    w, u = np.linalg.eigh(0.5 * (cov + cov.T))
     th = np.linspace(0.0, 2.0 * np.pi, 200)
     circle = np.stack([np.cos(th), np.sin(th)], axis=1)
-    return mean + n_std * (circle * np.sqrt(np.clip(w, 0.0, None))) @ u.T
+    return mean + n_std * circle @ psd_factor(cov).T
 
 
 def plot_token_clouds(
@@ -95,8 +130,18 @@ def plot_token_clouds(
 ) -> None:
     """Token clouds (first two coordinates) at a few depths with the predicted 2σ ellipse.
 
-    ``snapshots`` holds ``(t, tokens)`` pairs; the ellipse comes from the moment trajectory at the
-    recorded depth closest to ``t``.
+    Parameters
+    ----------
+    snapshots
+        ``(t, tokens)`` pairs (e.g. :attr:`gtcontrol.TokenTrajectory.snapshots`).
+    predicted
+        The moment trajectory; the ellipse comes from its recorded depth closest to ``t``.
+    path
+        Where to write the PNG.
+    max_points
+        Tokens drawn per panel (the first ones).
+    title
+        Figure title.
     """
     n = len(snapshots)
     fig = new_figure(3.0 * n, 3.2)
@@ -121,7 +166,19 @@ def plot_convergence(
     *,
     title: str = "",
 ) -> None:
-    """Log-log errors against the number of tokens with an ``N^(-1/2)`` reference line."""
+    """Log-log errors against the number of tokens with an ``N^(-1/2)`` reference line.
+
+    Parameters
+    ----------
+    n_tokens
+        The token counts ``N``.
+    errors
+        Error curves by label, one value per ``N``.
+    path
+        Where to write the PNG.
+    title
+        Axes title.
+    """
     fig = new_figure(5.0, 3.8)
     ax = fig.subplots()
     ns = np.asarray(n_tokens, dtype=float)

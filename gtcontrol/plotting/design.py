@@ -29,7 +29,7 @@ def plot_design_convergence(
     """Mean and covariance errors of a designed layer from several starts (log scale).
 
     ``mean_error`` and ``cov_error`` have shape ``(starts, len(t))`` (e.g. from
-    :func:`gtcontrol.design.design_convergence`); dashed lines show ``e^{−rate·t}`` and
+    :func:`gtcontrol.control.design.design_convergence`); dashed lines show ``e^{−rate·t}`` and
     ``e^{−cov_rate·t}`` scaled to the largest initial error.
     """
     tt = np.asarray(t, dtype=float)

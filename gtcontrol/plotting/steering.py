@@ -1,7 +1,7 @@
 """Figures for steering runs (matplotlib, Agg, no global pyplot state).
 
 Each function draws one figure from result data and saves it as PNG to ``path``. Token clouds
-against the predicted ellipses are drawn by :func:`gtcontrol.plots.plot_token_clouds`.
+against the predicted ellipses are drawn by :func:`gtcontrol.plotting.core.plot_token_clouds`.
 
 Reference: Alcalde, Ji, Zuazua, arXiv:2606.07600 (2026), §5.
 """
@@ -34,6 +34,19 @@ def plot_steering_moments(
     Three panels: mean components (target values dotted), covariance eigenvalues (target
     eigenvalues dotted, log scale) and the Bures–Wasserstein distance to the target (log scale).
     Layer switches are grey ticks.
+
+    Parameters
+    ----------
+    traj
+        The moments along depth (e.g. ``SteeringResult.trajectory``).
+    target
+        The Gaussian steered to.
+    path
+        Where the PNG is written.
+    breakpoints
+        Layer switches ``0, h, ..., T`` (e.g. ``schedule.breakpoints``); the inner ones are drawn.
+    title
+        Figure title (none when empty).
     """
     fig = new_figure(11.0, 3.4)
     ax_m, ax_s, ax_w = fig.subplots(1, 3)
@@ -66,7 +79,17 @@ def plot_steering_moments(
 
 
 def plot_parameter_norms(schedule: Schedule, path: str | Path, *, title: str = "") -> None:
-    """Frobenius norms of ``A``, ``b``, ``V``, ``B`` per layer (heads summed in quadrature)."""
+    """Frobenius norms of ``A``, ``b``, ``V``, ``B`` per layer (heads summed in quadrature).
+
+    Parameters
+    ----------
+    schedule
+        The layers (e.g. ``SteeringResult.controls``).
+    path
+        Where the PNG is written.
+    title
+        Figure title (none when empty).
+    """
     layers = schedule.layers
     idx = np.arange(1, len(layers) + 1)
     norms = {

@@ -1,0 +1,310 @@
+"""Private numerics shared by the analysis modules (no public API).
+
+Gramians ``W(h) = ∫₀ʰ e^{Aᵀs} Q e^{As} ds`` (Van Loan), their limits, Krylov bases, the slycot
+Lyapunov solve (SB03MD), the sign split of R, range factors, SPD inverses, and the one home of
+the rate scale of a layer's covariance field (:func:`field_rate`, :func:`default_horizon`).
+
+Reference: Alcalde, Ji, Zuazua, *Reachability and asymptotics of Gaussian Transformer dynamics*,
+arXiv:2606.07600 (2026), §3–§4.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any
+
+import numpy as np
+import scipy.linalg as sla
+from numpy.typing import NDArray
+
+from .._linalg import RANK_RTOL, FloatArray, sym
+from .._status import Budget
+from ..errors import InvalidParametersError, SolverError
+from ..model.gaussian import Gaussian
+from ..model.moments import Trajectory, simulate
+from ..model.params import Layer
+
+__all__ = [
+    "CERT_MARGIN",
+    "PD_RTOL",
+    "SEP_RTOL",
+    "SIGN_RTOL",
+    "deprecated_keyword",
+    "field_rate",
+    "gramian",
+    "gramian_limit",
+    "inv_spd",
+    "is_pd",
+    "krylov_basis",
+    "lmax",
+    "lmin",
+    "lyapunov_sep",
+    "range_factor",
+    "remaining_limit",
+    "sign_split",
+    "simulate_within",
+    "slycot_lyapunov",
+]
+
+#: Eigenvalues (complex, or real when numpy returns a real array).
+ComplexArray = NDArray[np.inexact[Any]]
+
+#: Eigenvalues of R below this fraction of ``‖R‖`` are treated as zero in its sign split.
+SIGN_RTOL = 1e-14
+
+
+#: Relative margin kept by every positivity certificate (guards against rounding).
+CERT_MARGIN = 1e-9
+
+
+#: ``min |λ_i + λ_j|`` of A below this fraction of ``‖A‖`` makes the Lyapunov operator singular.
+SEP_RTOL = 1e-10
+
+
+def gramian(a: FloatArray, q: FloatArray, h: float) -> tuple[FloatArray, FloatArray]:
+    """``(e^{Ah}, W(h))`` with ``W(h) = ∫₀ʰ e^{Aᵀs} Q e^{As} ds`` (Van Loan, then doubling).
+
+    The block exponential ``expm([[−Aᵀ, Q], [0, A]] h0)`` gives ``e^{−Aᵀh0} W(h0)`` over a short
+    step ``‖A‖₁ h0 ≤ 1/2`` (well conditioned); ``W(2s) = W(s) + e^{Aᵀs} W(s) e^{As}`` doubles it
+    up to h without ever forming ``e^{−Aᵀh}``.
+    """
+    d = a.shape[0]
+    if h <= 0.0:
+        return np.eye(d), np.zeros((d, d))
+    na = float(np.linalg.norm(a, 1))
+    k = 0 if na * h <= 0.5 else math.ceil(math.log2(na * h / 0.5))
+    h0 = h / 2.0**k
+    c = np.zeros((2 * d, 2 * d))
+    c[:d, :d] = -a.T * h0
+    c[:d, d:] = q * h0
+    c[d:, d:] = a * h0
+    phi = sla.expm(c)
+    e = phi[d:, d:]
+    w = sym(e.T @ phi[:d, d:])
+    for _ in range(k):
+        w = sym(w + e.T @ w @ e)
+        e = e @ e
+    return e, w
+
+
+def krylov_basis(m: FloatArray, v0: FloatArray, rtol: float = 1e-10) -> FloatArray:
+    """Orthonormal basis of the smallest ``M``-invariant subspace containing ``range(v0)``.
+
+    Built by alternating ``V ← orth([V, M V])`` until the dimension stops growing; singular
+    values below ``rtol`` times the largest count as zero (M is scaled to unit norm first, which
+    leaves every invariant subspace unchanged).
+    """
+    d = m.shape[0]
+    nm = float(np.linalg.norm(m, 2))
+    ms = m / nm if nm > 0 else m
+    v = _orth(v0, rtol)
+    while v.shape[1] < d:
+        w = _orth(np.hstack([v, ms @ v]), rtol)
+        if w.shape[1] == v.shape[1]:
+            break
+        v = w
+    return v
+
+
+def _orth(x: FloatArray, rtol: float) -> FloatArray:
+    if x.size == 0:
+        return np.zeros((x.shape[0], 0))
+    u, sv, _ = np.linalg.svd(x, full_matrices=False)
+    if sv.size == 0 or sv[0] == 0:
+        return np.zeros((x.shape[0], 0))
+    return u[:, sv > rtol * sv[0]]
+
+
+def gramian_limit(a: FloatArray, q: FloatArray) -> FloatArray | None:
+    """``W(∞) = ∫₀^∞ e^{Aᵀs} Q e^{As} ds`` for ``Q ⪰ 0``, or ``None`` if it diverges.
+
+    ``W(t)`` lives on the observable subspace of ``(Q^{1/2}, A)``, the smallest Aᵀ-invariant
+    subspace containing ``range Q`` (basis ``Q_o``); there ``A_o = Q_oᵀ A Q_o`` and the integral
+    converges iff ``A_o`` is Hurwitz, to the solution of ``A_oᵀ X + X A_o = −Q_oᵀ Q Q_o``.
+    """
+    qo = krylov_basis(a.T, q)
+    if qo.shape[1] == 0:
+        return np.zeros_like(q)
+    ao = qo.T @ a @ qo
+    if not np.all(np.linalg.eigvals(ao).real < 0):
+        return None
+    try:
+        x, _, _ = slycot_lyapunov(ao, -(qo.T @ q @ qo))
+    except SolverError:
+        return None
+    return sym(qo @ x @ qo.T)
+
+
+def range_factor(cov: FloatArray) -> FloatArray:
+    """``F`` (d×r, full column rank) with ``F Fᵀ = Σ`` on its numerical range."""
+    w, u = np.linalg.eigh(sym(cov))
+    top = float(w[-1]) if w.size else 0.0
+    if top <= 0.0:
+        return np.zeros((cov.shape[0], 0))
+    keep = w > RANK_RTOL * top
+    factor: FloatArray = u[:, keep] * np.sqrt(w[keep])
+    return factor
+
+
+def lmin(g: FloatArray) -> float:
+    return float(np.linalg.eigvalsh(g)[0]) if g.size else 1.0
+
+
+def lmax(g: FloatArray) -> float:
+    return float(np.linalg.eigvalsh(g)[-1]) if g.size else 0.0
+
+
+def _schur_eigvals(t: FloatArray) -> ComplexArray:
+    """Eigenvalues of a real quasi-triangular Schur form, in float64 (1×1 and 2×2 blocks)."""
+    n = t.shape[0]
+    out = np.empty(n, dtype=complex)
+    i = 0
+    while i < n:
+        if i + 1 < n and t[i + 1, i] != 0.0:
+            out[i : i + 2] = np.linalg.eigvals(t[i : i + 2, i : i + 2])
+            i += 2
+        else:
+            out[i] = t[i, i]
+            i += 1
+    return out
+
+
+def lyapunov_sep(eig: ComplexArray) -> float:
+    """``min_{i,j} |λ_i + λ_j|``: zero iff ``X ↦ AᵀX + XA`` is singular."""
+    return float(np.min(np.abs(eig[:, None] + eig[None, :])))
+
+
+def slycot_lyapunov(a: FloatArray, c: FloatArray) -> tuple[FloatArray, ComplexArray, float]:
+    """Solve ``AᵀX + XA = C`` with slycot SB03MD; return ``(X, eig(A), scale)``.
+
+    Raises
+    ------
+    SolverError
+        If SB03MD fails (``status="slycot"``) or A and −Aᵀ have (numerically) common eigenvalues
+        (``status="singular_lyapunov"``).
+    """
+    import slycot
+    from slycot.exceptions import SlycotError, SlycotResultWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SlycotResultWarning)
+        try:
+            t_schur, _, x, scale, _, _, _ = slycot.sb03md57(
+                np.asfortranarray(a.copy()),
+                C=np.asfortranarray(sym(c).copy()),
+                dico="C",
+                job="X",
+                fact="N",
+                trana="N",
+            )
+        except SlycotResultWarning as exc:
+            raise SolverError(
+                f"Lyapunov solve (slycot SB03MD) for AᵀΩ + ΩA = R: A and -Aᵀ have common or "
+                f"very close eigenvalues, so the solution is not unique ({exc})",
+                status="singular_lyapunov",
+            ) from None
+        except (SlycotError, ValueError, ArithmeticError) as exc:
+            # SB03MD reports A and −Aᵀ with (nearly) common eigenvalues as INFO = n+1.
+            eig = np.linalg.eigvals(a)
+            sep = lyapunov_sep(eig)
+            if sep <= 1e3 * SEP_RTOL * max(float(np.linalg.norm(a, 1)), 1e-300):
+                raise SolverError(
+                    "Lyapunov solve (slycot SB03MD) for AᵀX + XA = C: A and -Aᵀ have common or "
+                    f"very close eigenvalues (min |λ_i + λ_j| = {sep:.3g}), so the solution is "
+                    f"not unique ({exc})",
+                    status="singular_lyapunov",
+                ) from None
+            raise SolverError(
+                f"Lyapunov solve (slycot SB03MD) failed: {exc}", status="slycot"
+            ) from None
+    if not (scale > 0 and np.all(np.isfinite(x))):
+        raise SolverError(
+            "Lyapunov solve (slycot SB03MD) returned a non-finite solution", status="slycot"
+        )
+    return sym(np.asarray(x) / scale), _schur_eigvals(np.asarray(t_schur)), float(scale)
+
+
+def sign_split(r: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """``(R₊, R₋)`` with ``R = R₊ − R₋``, both PSD; eigenvalues below 1e-14‖R‖ dropped."""
+    w, u = np.linalg.eigh(r)
+    cut = SIGN_RTOL * float(np.max(np.abs(w))) if w.size else 0.0
+    wp = np.where(w > cut, w, 0.0)
+    wm = np.where(w < -cut, -w, 0.0)
+    return sym((u * wp) @ u.T), sym((u * wm) @ u.T)
+
+
+def inv_spd(omega: FloatArray) -> FloatArray:
+    try:
+        c = sla.cho_factor(omega)
+    except np.linalg.LinAlgError:
+        raise SolverError(
+            "the precision Ω(t) lost positive definiteness", status="blowup"
+        ) from None
+    return sym(sla.cho_solve(c, np.eye(omega.shape[0])))
+
+
+#: A covariance counts as positive definite (relative test) when λ_min > this × λ_max.
+PD_RTOL = 1e-10
+
+
+def is_pd(cov: FloatArray, rtol: float = PD_RTOL) -> bool:
+    """Whether ``cov`` is positive definite *relative to its scale*: ``λ_min > rtol λ_max``.
+
+    Stricter than :func:`gtcontrol._linalg.is_spd` (Cholesky succeeds): equilibria and Newton
+    starts with condition number above ``1/rtol`` count as singular.
+    """
+    w = np.linalg.eigvalsh(sym(cov))
+    return bool(w.size and w[-1] > 0 and w[0] > rtol * w[-1])
+
+
+def field_rate(layer: Layer, cov: FloatArray) -> float:
+    """Rate scale of the covariance field: ``‖A‖₂ + 2 Σ_h ‖V_h‖₂‖B_h‖₂ ‖Σ‖₂`` (1 if that is 0).
+
+    ``1/field_rate`` is one time constant; the default search/integration depths, the first
+    step of the certified march and the flow starts of the Newton search are multiples of it.
+    """
+    a, _ = layer.affine_ffn()
+    s = float(np.linalg.norm(cov, 2))
+    rate = float(np.linalg.norm(a, 2))
+    for v_h, b_h in layer.heads:
+        rate += 2.0 * float(np.linalg.norm(v_h, 2) * np.linalg.norm(b_h, 2)) * s
+    return rate if rate > 0 else 1.0
+
+
+def simulate_within(
+    model: Layer, initial: Gaussian, T: float, budget: Budget | None, **kw: Any
+) -> Trajectory:
+    """:func:`gtcontrol.simulate` with the time left in ``budget`` as its ``time_limit``.
+
+    A spent budget gives a tiny limit (the trajectory then reports ``BUDGET_EXHAUSTED``).
+    """
+    if budget is not None:
+        rem = budget.remaining()
+        if math.isfinite(rem):
+            kw["time_limit"] = max(rem, 1e-6)
+    return simulate(model, initial, T, **kw)
+
+
+def remaining_limit(budget: Budget) -> float | None:
+    """The time left in ``budget`` as a ``time_limit`` argument (``None`` without a deadline).
+
+    Raises :class:`~gtcontrol._status.BudgetExhausted` when the budget is already spent.
+    """
+    budget.check()
+    rem = budget.remaining()
+    return None if math.isinf(rem) else max(rem, 1e-9)
+
+
+def deprecated_keyword(func: str, old: str, new: str, old_value: Any, new_value: Any) -> Any:
+    """Map the deprecated keyword ``old`` onto ``new`` (``None`` means not given)."""
+    if old_value is None:
+        return new_value
+    warnings.warn(
+        f"{func}({old}=...) is deprecated and will be removed in 0.3; use {new}=...",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    if new_value is not None:
+        raise InvalidParametersError(f"{old}: give {new} or the deprecated {old}, not both")
+    return old_value

@@ -1,0 +1,303 @@
+"""Exact regime rules of the Riccati class (private; :func:`gtcontrol.analyze` applies them).
+
+Each rule returns a :class:`Verdict` (kind, message, certificate, limit) when a certificate of
+docs/theory.md §3–§4 applies, or ``None``; :mod:`gtcontrol.analysis.regimes` turns verdicts into
+:class:`~gtcontrol.Regime` results. The rules: blow-up explained by the sign of R and the spectrum
+of A; ``R = 0`` (``Σ(t) = e^{At}Σ0e^{Aᵀt}``, classified on the invariant subspace of range Σ0);
+``A = 0`` (``Σ(t) = F(I + tFᵀRF)⁻¹Fᵀ``); −A Hurwitz (``Ω(t) → Ω*``); R ≻ 0 with an eigenvalue of
+A in the closed left half-plane (collapse); A Hurwitz without blow-up (``G(t) → G(∞)``).
+
+Reference: Alcalde, Ji, Zuazua, *Reachability and asymptotics of Gaussian Transformer dynamics*,
+arXiv:2606.07600 (2026), §3–§4.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import scipy.linalg as sla
+
+from .._linalg import FloatArray, psd_sqrt, sym
+from .._status import Status
+from ..errors import SolverError
+from ..model.gaussian import Gaussian
+from ..model.params import Layer
+from ._core import ComplexArray, krylov_basis, range_factor, sign_split, slycot_lyapunov
+from .blowup import BlowupResult
+from .equilibria import EquilibriaResult, Equilibrium, equilibria
+from .riccati import RiccatiForm
+
+__all__ = ["Verdict", "blowup_verdict", "fmt_eigs", "hurwitz", "riccati_verdict"]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A decided regime: what :func:`gtcontrol.analyze` reports, before the mean is added.
+
+    ``blowup`` replaces the blow-up search result when the verdict found a blow-up itself.
+    """
+
+    kind: str
+    message: str
+    certificate: str
+    limit: FloatArray | None = None
+    equilibrium: Equilibrium | None = None
+    eqs: EquilibriaResult | None = None
+    stats: Mapping[str, Any] = field(default_factory=dict)
+    blowup: BlowupResult | None = None
+
+
+def hurwitz(eig: ComplexArray) -> bool:
+    """Whether every eigenvalue has a negative real part (False for none)."""
+    return bool(eig.size and np.all(eig.real < 0))
+
+
+def fmt_eigs(eig: ComplexArray) -> str:
+    """Eigenvalues for messages: ``[1, -0.5+2j]`` with 4 significant digits."""
+    parts = []
+    for x in np.asarray(eig, dtype=complex):
+        parts.append(f"{x.real:.4g}" + (f"{x.imag:+.4g}j" if x.imag != 0 else ""))
+    return "[" + ", ".join(parts) + "]"
+
+
+def blowup_verdict(form: RiccatiForm | None, g0: Gaussian, blow: BlowupResult) -> Verdict:
+    """The blow-up found by the search, explained by the sign of R and the spectrum of A."""
+    if form is None:
+        return Verdict("blowup", blow.message, "integrator")
+    reason = f"finite-time blow-up at T* = {blow.blowup_time:.12g} ({blow.message})"
+    w_r = np.linalg.eigvalsh(form.R)
+    if w_r[-1] < 0:
+        eig_a = np.linalg.eigvals(form.A)
+        head = "R = −Σ_h v_h(B_h + B_hᵀ) ≺ 0 (V and B of the same sign)"
+        if not np.any(form.A):
+            extra = ""
+            if g0.rank == g0.dim:
+                h = psd_sqrt(g0.cov)
+                t_cf = 1.0 / float(np.linalg.eigvalsh(sym(h @ (-form.R) @ h))[-1])
+                extra = f"; closed form 1/λ_max(Σ0^½(−R)Σ0^½) = {t_cf:.12g}"
+            reason = f"{head} and A = 0: Ω(t) = Ω0 + tR reaches singularity; {reason}{extra}"
+        elif not hurwitz(eig_a):
+            where = (
+                "so Σ0 ≻ 0 always blows up"
+                if g0.rank == g0.dim
+                else "and range Σ0 leaves the stable subspace of A"
+            )
+            reason = (
+                f"{head} and A is not Hurwitz (eigenvalues {fmt_eigs(eig_a)}): ∫|e^{{As}}x|²ds "
+                f"diverges off the stable subspace, {where}; {reason}"
+            )
+        else:
+            reason = f"{head}, A Hurwitz and Σ0 ⋠ Σ* (the unstable equilibrium); {reason}"
+    return Verdict("blowup", reason, "exact")
+
+
+def riccati_verdict(
+    layer: Layer, form: RiccatiForm, g0: Gaussian, blow: BlowupResult
+) -> Verdict | None:
+    """Exact classification in the Riccati class when a certificate applies, else ``None``.
+
+    ``blow`` is a finished search without blow-up (``proved_never`` says whether it is proved).
+    """
+    a, r = form.A, form.R
+    d = form.dim
+    f = range_factor(g0.cov)
+    rank = f.shape[1]
+    never = blow.proved_never
+    if rank == 0:
+        return Verdict(
+            "converges", "Σ0 = 0 is an equilibrium (Σ ≡ 0)", "exact", limit=np.zeros((d, d))
+        )
+    if not np.any(r):
+        return _linear_verdict(a, f)
+    if not np.any(a):
+        return _zero_a_verdict(r, f) if never else None
+    eig_a = np.linalg.eigvals(a)
+    _, rm = sign_split(r)
+    r_pd = not np.any(rm) and bool(np.linalg.eigvalsh(r)[0] > 0)
+    eqs = equilibria(layer)
+    if rank == d and np.all(eig_a.real > 0) and never:
+        return _anti_hurwitz_verdict(a, r, eig_a, r_pd, eqs)
+    if rank == d and r_pd:
+        return Verdict(
+            "collapses",
+            "R ≻ 0 (V and B of opposite sign) but A has eigenvalues with Re ≤ 0 "
+            f"({fmt_eigs(eig_a)}): along such an eigenvector Ω(t) grows without bound while "
+            "Ω(t) ⪰ ∫₀¹e^{−Aᵀs}Re^{−As}ds keeps Σ bounded, so λ_min Σ(t) → 0 (no positive-definite "
+            "limit; stabilization needs every eigenvalue of A in the right half-plane)",
+            "exact",
+            limit=np.zeros((d, d)) if hurwitz(eig_a) else None,
+            eqs=eqs,
+        )
+    if hurwitz(eig_a) and never:
+        return _hurwitz_verdict(a, r, f, eig_a, eqs)
+    return None
+
+
+def _zero_a_verdict(r: FloatArray, f: FloatArray) -> Verdict:
+    """A = 0 and no blow-up: ``Σ(t) = F(I + tFᵀRF)⁻¹Fᵀ`` with ``FᵀRF ⪰ 0``."""
+    rank = f.shape[1]
+    n = sym(f.T @ r @ f)
+    w, u = np.linalg.eigh(n)
+    ker = u[:, w <= 1e-12 * max(float(np.max(np.abs(w))), 1e-300)]
+    limit = sym(f @ ker @ ker.T @ f.T)
+    if ker.shape[1] == rank:
+        return Verdict(
+            "converges", "A = 0 and FᵀRF = 0: Σ(t) = Σ0 is constant", "exact", limit=limit
+        )
+    return Verdict(
+        "collapses",
+        f"A = 0: Σ(t) = F(I + tFᵀRF)⁻¹Fᵀ with FᵀRF ⪰ 0 of rank {rank - ker.shape[1]}, so "
+        f"Σ(t) → a limit of rank {ker.shape[1]} < {rank} at the algebraic rate 1/t",
+        "exact",
+        limit=limit,
+    )
+
+
+def _anti_hurwitz_verdict(
+    a: FloatArray, r: FloatArray, eig_a: ComplexArray, r_pd: bool, eqs: EquilibriaResult
+) -> Verdict | None:
+    """−A Hurwitz, Σ0 ≻ 0, no blow-up: ``Ω(t) → Ω*`` (converges if Ω* ≻ 0, else unbounded)."""
+    if eqs.status is Status.SUCCESS and eqs.equilibria:
+        eq = eqs.equilibria[0]
+        if r_pd:
+            reason = (
+                "global convergence: R = −Σ_h v_h(B_h + B_hᵀ) ≻ 0 (V and B of opposite sign) "
+                f"and −A is Hurwitz (eigenvalues of A {fmt_eigs(eig_a)}), so Ω(t) = "
+                "e^{−Aᵀt}(Ω0 − Ω*)e^{−At} + Ω* → Ω* ≻ 0 from every Σ0 ≻ 0 at rate "
+                f"{2 * float(np.min(eig_a.real)):.4g}"
+            )
+            cert = "global"
+        else:
+            reason = (
+                f"−A is Hurwitz (eigenvalues of A {fmt_eigs(eig_a)}), no blow-up is certified "
+                "and Ω(t) = e^{−Aᵀt}(Ω0 − Ω*)e^{−At} + Ω* → Ω* ≻ 0"
+            )
+            cert = "exact"
+        return Verdict("converges", reason, cert, limit=np.asarray(eq.cov), equilibrium=eq, eqs=eqs)
+    if eqs.status is not Status.INFEASIBLE:
+        return None
+    try:
+        omega, _, _ = slycot_lyapunov(a, r)
+    except SolverError:
+        return None
+    w_om = np.linalg.eigvalsh(omega)
+    if w_om[0] >= -1e-12 * max(abs(w_om[-1]), 1e-300):
+        return Verdict(
+            "unbounded",
+            f"−A is Hurwitz and Ω(t) → Ω* (AᵀΩ* + Ω*A = R) which is singular (λ_min = "
+            f"{w_om[0]:.3g}), with no blow-up certified: λ_max Σ(t) → ∞ exponentially",
+            "exact",
+            eqs=eqs,
+        )
+    return None
+
+
+def _hurwitz_verdict(
+    a: FloatArray, r: FloatArray, f: FloatArray, eig_a: ComplexArray, eqs: EquilibriaResult
+) -> Verdict | None:
+    """A Hurwitz, no blow-up: ``G(t) → G(∞) = I + FᵀW(∞)F``; ≻ 0 means Σ(t) → 0."""
+    try:
+        w_inf, _, _ = slycot_lyapunov(a, -r)
+    except SolverError:
+        return None
+    g_inf = np.linalg.eigvalsh(sym(np.eye(f.shape[1]) + f.T @ w_inf @ f))
+    if g_inf[0] > 1e-9:
+        d = a.shape[0]
+        return Verdict(
+            "collapses",
+            f"A is Hurwitz (abscissa {float(np.max(eig_a.real)):.4g}) and G(∞) = I + FᵀW(∞)F "
+            f"≻ 0 (λ_min {g_inf[0]:.4g}): Σ(t) = e^{{At}}F G(t)⁻¹Fᵀe^{{Aᵀt}} → 0 exponentially",
+            "exact",
+            limit=np.zeros((d, d)),
+            eqs=eqs,
+        )
+    return None
+
+
+def _linear_verdict(a: FloatArray, f: FloatArray) -> Verdict:
+    """R = 0: Σ(t) = e^{At} Σ0 e^{Aᵀt}; classify by A on the invariant subspace of range Σ0."""
+    d = a.shape[0]
+    q = krylov_basis(a, f)
+    ar = q.T @ a @ q
+    eig = np.linalg.eigvals(ar)
+    na = max(float(np.linalg.norm(a, 2)), 1e-300)
+    tol = 1e-10 * na
+    top = float(np.max(eig.real))
+    if top > tol:
+        return Verdict(
+            "unbounded",
+            f"no attention growth (R = 0): Σ(t) = e^{{At}}Σ0e^{{Aᵀt}} and A has the eigenvalue(s) "
+            f"with Re = {top:.4g} > 0 on the invariant subspace of range Σ0: exponential growth",
+            "exact",
+        )
+    if top < -tol:
+        return Verdict(
+            "collapses",
+            f"A is Hurwitz on the invariant subspace of range Σ0 (abscissa {top:.4g}) and R = 0: "
+            "Σ(t) = e^{At}Σ0e^{Aᵀt} → 0 exponentially",
+            "exact",
+            limit=np.zeros((d, d)),
+        )
+    return _centre_verdict(a, f, q, ar)
+
+
+def _centre_verdict(a: FloatArray, f: FloatArray, q: FloatArray, ar: FloatArray) -> Verdict:
+    """R = 0 with imaginary-axis eigenvalues of A on the invariant subspace ``range q``."""
+    rank = f.shape[1]
+    na = max(float(np.linalg.norm(a, 2)), 1e-300)
+    tol = 1e-10 * na
+    # Ordered real Schur form Zᵀ A_r Z = [[T_ss, T_sc], [0, T_cc]].
+    t_s, z, k = sla.schur(ar, output="real", sort=lambda x, y: x < -tol)
+    t_ss, t_sc, t_cc = t_s[:k, :k], t_s[:k, k:], t_s[k:, k:]
+    # e^{T_cc t} must stay bounded: a defective imaginary-axis eigenvalue grows polynomially.
+    probe = 1e3 / na
+    growth = float(np.linalg.norm(sla.expm(t_cc * probe), 2))
+    if growth > 10.0 * max(float(np.linalg.norm(sla.expm(t_cc * probe / 10), 2)), 1.0):
+        return Verdict(
+            "unbounded",
+            "R = 0 and A has defective eigenvalues on the imaginary axis on the invariant "
+            f"subspace of range Σ0: ‖e^{{At}}‖ grows polynomially ({growth:.3g} at t = "
+            f"{probe:.3g})",
+            "exact",
+        )
+    # The centre eigenspace is spanned by E = Q Z [X; I] with T_ss X − X T_cc = −T_sc; the part
+    # of Σ0 that persists is its oblique projection there: Σ(t) − E e^{T_cc t} Y e^{T_ccᵀ t} Eᵀ
+    # → 0 with Y = y_c y_cᵀ, y_c the centre Schur coordinates of F.
+    zq = q @ z
+    x = sla.solve_sylvester(t_ss, -t_cc, -t_sc) if k else np.zeros((0, t_cc.shape[0]))
+    e = zq[:, :k] @ x + zq[:, k:]
+    yc = (zq.T @ f)[k:, :]
+    y = yc @ yc.T
+    lost = np.linalg.matrix_rank(yc, tol=1e-9 * max(float(np.linalg.norm(f, 2)), 1e-300)) < rank
+    moving = float(np.linalg.norm(t_cc @ y + y @ t_cc.T)) > 1e-9 * na * max(
+        float(np.linalg.norm(y)), 1e-300
+    )
+    limit = None if moving else sym(e @ y @ e.T)
+    if lost:
+        return Verdict(
+            "collapses",
+            f"R = 0: A has {k} stable and {t_cc.shape[0]} imaginary-axis eigenvalues on the "
+            "invariant subspace of range Σ0; the stable part decays and the rest has rank "
+            f"{np.linalg.matrix_rank(yc)} < {rank}: rank is lost"
+            + ("" if moving else " (Σ(t) converges)"),
+            "exact",
+            limit=limit,
+        )
+    if moving:
+        return Verdict(
+            "bounded",
+            "R = 0 and A acts on range Σ0 through non-defective imaginary-axis eigenvalues "
+            f"{fmt_eigs(np.linalg.eigvals(t_cc))}: Σ(t) = e^{{At}}Σ0e^{{Aᵀt}} stays bounded, "
+            "keeps its rank and oscillates",
+            "exact",
+        )
+    return Verdict(
+        "converges",
+        "R = 0 and the persistent (imaginary-axis) part of Σ0 is invariant: Σ(t) converges "
+        "without rank loss",
+        "exact",
+        limit=limit,
+    )

@@ -1,0 +1,403 @@
+"""Finite-time blow-up of the covariance: exact, certified times and the integrator fallback.
+
+In the Riccati class (every head ``V_h = v_h I``, no noise; see :mod:`gtcontrol.analysis.riccati`)
+the covariance obeys ``dΣ/dt = AΣ + ΣAᵀ − ΣRΣ``. Write ``Σ0 = F Fᵀ`` with ``F`` of full column
+rank ``r = rank Σ0`` and ``W(t) = ∫₀ᵗ e^{Aᵀs} R e^{As} ds``. Then ``Y(t) = e^{−Aᵀt}(I + W(t) Σ0)``
+and
+
+    Σ(t) = e^{At} F G(t)⁻¹ Fᵀ e^{Aᵀt},        G(t) = I_r + Fᵀ W(t) F        (symmetric, G(0) = I),
+
+so Σ blows up exactly when ``λ_min(G(t))`` first reaches 0 (this also covers singular Σ0, whose
+rank is kept). The search marches in restarted coordinates (``F`` replaced by a factor of
+``Σ(t)`` at each accepted point, so G starts at I and stays well scaled) with steps ``h`` that are
+*proved* root-free by either of two bounds valid for ``s ∈ [0, h]``:
+
+* Loewner: ``G(s) ⪰ I − Fᵀ W₋(h) F`` where ``W₋`` is the Gramian of the negative part of R;
+* interpolation: ``λ_min G(s) ≥ min(1, λ_min G(h)) − ‖F‖² h²/8 ‖AᵀR + RA‖ e^{2 μ₊ h}``
+  (λ_min is concave along the chord; ``μ₊`` = positive part of the logarithmic norm of A).
+
+A point with ``λ_min G ≤ 0`` closes the bracket; the march then converges to the first root from
+below, and the root is reported once the certified bracket is narrower than ``rtol`` relative.
+Tail certificates prove that no blow-up ever happens: ``R ⪰ 0``; ``λ_max(Fᵀ W₋(∞) F) < 1``
+(when that Gramian converges, e.g. A Hurwitz); and, when −A is Hurwitz and Σ(t) ≻ 0,
+``κ(P) ‖Σ(t)⁻¹ − Ω*‖ < λ_min(Ω*)`` with ``AᵀP + PA = I`` and ``Ω*`` the Lyapunov solution.
+
+Outside the class (general V, or Brownian forcing) the adaptive integrator of
+:func:`gtcontrol.simulate` locates the blow-up event (not certified).
+
+Reference: Alcalde, Ji, Zuazua, *Reachability and asymptotics of Gaussian Transformer dynamics*,
+arXiv:2606.07600 (2026), §3–§4.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._status import Budget, BudgetExhausted, Status
+from .._validation import as_positive_float, as_positive_int, as_time_limit
+from ..errors import InvalidParametersError
+from ..model.gaussian import Gaussian, check_gaussian
+from ..model.params import Layer
+from ._core import deprecated_keyword, field_rate, simulate_within
+from ._march import march_blowup
+from .riccati import riccati_form
+
+__all__ = [
+    "BlowupOptions",
+    "BlowupResult",
+    "blowup_analysis",
+    "blowup_time",
+    "default_horizon",
+]
+
+#: Default relative width of the certified bracket around the first root.
+DEFAULT_RTOL = 1e-12
+#: Default cap on certified steps of the march.
+DEFAULT_MAX_STEPS = 100_000
+
+
+@dataclass(frozen=True, kw_only=True)
+class _BlowupOptions:
+    """Validated options of :func:`blowup_analysis` (private; the function takes keywords).
+
+    Attributes
+    ----------
+    T
+        Search depth (``None``: :func:`default_horizon`).
+    rtol
+        Relative width of the certified bracket, in ``(0, 1e-3)``.
+    max_steps
+        Cap on certified steps of the march.
+    """
+
+    T: float | None = None
+    rtol: float = DEFAULT_RTOL
+    max_steps: int = DEFAULT_MAX_STEPS
+
+    def __post_init__(self) -> None:
+        if self.T is not None:
+            as_positive_float("T", self.T)
+        if not 0 < as_positive_float("rtol", self.rtol) < 1e-3:
+            raise InvalidParametersError(f"rtol: expected a number in (0, 1e-3), got {self.rtol!r}")
+        as_positive_int("max_steps", self.max_steps)
+
+
+class BlowupOptions(_BlowupOptions):
+    """Deprecated (removed in 0.3): pass ``T``, ``rtol``, ``max_steps`` to :func:`blowup_analysis`.
+
+    Parameters
+    ----------
+    T
+        Search depth; ``horizon`` is its deprecated name.
+    rtol
+        Relative width of the certified bracket.
+    max_steps
+        Cap on certified steps of the march.
+    horizon
+        Deprecated alias of ``T``.
+    """
+
+    def __init__(
+        self,
+        *,
+        T: float | None = None,
+        rtol: float = DEFAULT_RTOL,
+        max_steps: int = DEFAULT_MAX_STEPS,
+        horizon: float | None = None,
+    ) -> None:
+        warnings.warn(
+            "BlowupOptions is deprecated and will be removed in 0.3; pass T=, rtol=, max_steps= "
+            "to blowup_analysis",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        T = deprecated_keyword("BlowupOptions", "horizon", "T", horizon, T)
+        super().__init__(T=T, rtol=rtol, max_steps=max_steps)
+
+    @property
+    def horizon(self) -> float | None:
+        """Deprecated alias of :attr:`T`."""
+        warnings.warn("BlowupOptions.horizon is deprecated; use T", DeprecationWarning, 2)
+        return self.T
+
+
+@dataclass(frozen=True, eq=False)
+class BlowupResult:
+    """Outcome of :func:`blowup_analysis`.
+
+    Attributes
+    ----------
+    blowup_time
+        First blow-up time T*, ``math.inf`` if none was found (``time`` is its deprecated name).
+    lower, upper
+        Certified bracket: no blow-up on ``[0, lower]``; Σ is already singular-or-past at
+        ``upper`` (``upper = inf`` when there is no blow-up).
+    status
+        ``Status.BLOWUP`` (finite-time blow-up at ``blowup_time``); ``Status.SUCCESS`` (no
+        blow-up: proved for every depth when ``proved_never``, else none up to the search depth
+        ``stats["T"]``); ``Status.BUDGET_EXHAUSTED`` (``time_limit`` or ``max_steps`` ran out;
+        ``[0, lower]`` is still certified); ``Status.FAILED`` (the march could not certify any
+        step: a tangential, non-crossing singularity).
+    certified
+        True when the statement is proved by the certificates (Riccati class); False for the
+        adaptive integrator, a depth-limited search or an unfinished one.
+    method
+        ``"riccati"`` (certified march) or ``"integrator"``.
+    message
+        The certificate or reason, in words with the numbers.
+    proved_never
+        True when a certificate proves that no blow-up happens at any depth (the old status
+        ``"never"``); False for a depth-limited answer (the old ``"none_before_horizon"``).
+    stats
+        ``steps``, ``gramians`` (matrix exponentials), ``seconds``, ``T``.
+    """
+
+    blowup_time: float
+    lower: float
+    upper: float
+    status: Status
+    certified: bool
+    method: str
+    message: str
+    proved_never: bool = False
+    stats: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def success(self) -> bool:
+        """True when the question was answered (a blow-up time, or none up to the depth)."""
+        return self.status is Status.SUCCESS or self.status is Status.BLOWUP
+
+    @property
+    def time(self) -> float:
+        """Deprecated alias of :attr:`blowup_time` (removed in 0.3)."""
+        warnings.warn(
+            "BlowupResult.time is deprecated; use blowup_time", DeprecationWarning, stacklevel=2
+        )
+        return self.blowup_time
+
+
+def default_horizon(layer: Layer, initial: Gaussian) -> float:
+    """Default search depth: ``200 / rate``, ``rate = ‖A‖₂ + 2 Σ_h ‖V_h‖₂‖B_h‖₂ ‖Σ0‖₂``.
+
+    Parameters
+    ----------
+    layer
+        The layer.
+    initial
+        ``N(m0, Σ0)``; only ``‖Σ0‖₂`` matters.
+
+    Returns
+    -------
+    float
+        A few hundred time constants (200 when the rate is 0).
+
+    Raises
+    ------
+    InvalidParametersError
+        If the layer has a ReLU/GELU feed-forward (outside the moment model).
+    """
+    return 200.0 / field_rate(layer, initial.cov)
+
+
+def blowup_analysis(
+    layer: Layer,
+    initial: Gaussian,
+    *,
+    T: float | None = None,
+    rtol: float = DEFAULT_RTOL,
+    max_steps: int = DEFAULT_MAX_STEPS,
+    time_limit: float | None = None,
+    horizon: float | None = None,
+) -> BlowupResult:
+    """First finite-time blow-up of the covariance, with a certificate.
+
+    Riccati class (every ``V_h = v_h I``): the blow-up time is the first root of
+    ``λ_min G(t)``, ``G(t) = I + Fᵀ W(t) F`` (module docstring), located to ``rtol`` relative
+    inside a bracket whose left part is proved root-free. Special cases with closed forms
+    (docs/theory.md §2–3): scalar ``T* = ln(1 + a/(cσ0))/(2a)``; ``A = 0``, ``R ≺ 0``:
+    ``T* = 1/λ_max(Σ0^{1/2}(−R)Σ0^{1/2})``. Blow-up is certain (and searched without depth
+    limit) when ``−A`` is Hurwitz, Σ0 ≻ 0 and the Lyapunov solution of ``AᵀΩ + ΩA = R`` is
+    indefinite, or when A is Hurwitz and ``I + Fᵀ W(∞) F`` is indefinite.
+
+    Other layers (general V, or Brownian forcing): the adaptive integrator of
+    :func:`gtcontrol.simulate` (rtol 1e-11), which reports ``tr Σ / (d tr Σ/dt)``-
+    extrapolated blow-up times; not certified.
+
+    Parameters
+    ----------
+    layer
+        The layer.
+    initial
+        ``N(m0, Σ0)`` (Σ0 may be singular; the rank is preserved).
+    T
+        Search depth; ``None`` picks :func:`default_horizon` (200 time constants). Beyond it the
+        answer is ``inf`` with ``proved_never=False`` unless a tail certificate proves more.
+        When blow-up is known to be certain the Riccati search ignores it.
+    rtol
+        Relative width of the certified bracket around the first root, in ``(0, 1e-3)``.
+    max_steps
+        Cap on certified steps of the march (``Status.BUDGET_EXHAUSTED`` when reached).
+    time_limit
+        Wall-clock limit in seconds (``None``: none); running out gives
+        ``Status.BUDGET_EXHAUSTED`` with the certified ``[0, lower]``.
+    horizon
+        Deprecated alias of ``T`` (``DeprecationWarning``).
+
+    Returns
+    -------
+    BlowupResult
+        ``status`` says which answer it is; a blow-up is ``Status.BLOWUP``, never an exception.
+
+    Raises
+    ------
+    InvalidParametersError, InvalidGaussianError
+        On malformed input.
+
+    References
+    ----------
+    Alcalde, Ji, Zuazua, arXiv:2606.07600 (2026), §3–§4.
+    """
+    T = deprecated_keyword("blowup_analysis", "horizon", "T", horizon, T)
+    opts = _BlowupOptions(T=T, rtol=rtol, max_steps=max_steps)
+    if not isinstance(layer, Layer):
+        raise InvalidParametersError(f"layer: expected a Layer, got {type(layer).__name__}")
+    g0 = check_gaussian(initial, layer.dim)
+    budget = Budget(as_time_limit(time_limit))
+    form = riccati_form(layer)
+    hz = opts.T if opts.T is not None else default_horizon(layer, g0)
+    clock = time.perf_counter()
+    if form is None or not form.is_bernoulli:
+        return _integrator_blowup(layer, g0, hz, budget)
+    out = march_blowup(
+        form.A, form.R, g0.cov, hz, rtol=opts.rtol, max_steps=opts.max_steps, budget=budget
+    )
+    return BlowupResult(
+        blowup_time=out.t_star,
+        lower=out.lower,
+        upper=out.upper,
+        status=out.status,
+        certified=out.certified,
+        method="riccati",
+        message=out.message,
+        proved_never=out.proved_never,
+        stats={
+            "steps": out.steps,
+            "gramians": out.gramians,
+            "T": hz,
+            "seconds": time.perf_counter() - clock,
+        },
+    )
+
+
+def blowup_time(
+    layer: Layer,
+    initial: Gaussian,
+    *,
+    T: float | None = None,
+    rtol: float = DEFAULT_RTOL,
+    max_steps: int = DEFAULT_MAX_STEPS,
+    time_limit: float | None = None,
+    horizon: float | None = None,
+) -> float:
+    """First blow-up time of Σ(t), ``math.inf`` if none (see :func:`blowup_analysis`).
+
+    Exact to ``rtol`` (1e-12 relative by default) in the Riccati class, from the adaptive
+    integrator otherwise. ``inf`` means: no blow-up found — proved for every depth, or none up
+    to ``T``, or the search ran out of ``time_limit``/``max_steps`` or could not certify a step.
+    This function never raises for those cases; :func:`blowup_analysis` gives the status.
+
+    Parameters
+    ----------
+    layer
+        The layer.
+    initial
+        ``N(m0, Σ0)``.
+    T
+        Search depth (``None``: :func:`default_horizon`).
+    rtol
+        Relative width of the certified bracket, in ``(0, 1e-3)``.
+    max_steps
+        Cap on certified steps of the march.
+    time_limit
+        Wall-clock limit in seconds (``None``: none).
+    horizon
+        Deprecated alias of ``T``.
+
+    Returns
+    -------
+    float
+        T*, or ``math.inf``.
+
+    Raises
+    ------
+    InvalidParametersError, InvalidGaussianError
+        On malformed input.
+
+    Examples
+    --------
+    Scalar layer ``dσ/dt = 2aσ + 2cσ²`` with ``a = 1``, ``c = vB = 0.5``, ``σ0 = 0.3``: the
+    closed form is ``T* = ln(1 + a/(cσ0))/(2a)``.
+
+    >>> import math
+    >>> from gtcontrol import Gaussian, Layer, blowup_time
+    >>> t = blowup_time(Layer(A=[[1.0]], B=[[0.5]], v=1.0), Gaussian([0.0], [[0.3]]))
+    >>> abs(t - math.log(1 + 1 / 0.15) / 2) < 1e-12
+    True
+    >>> blowup_time(Layer(A=[[1.0]], B=[[0.5]], v=-1.0), Gaussian([0.0], [[0.3]]))
+    inf
+    """
+    T = deprecated_keyword("blowup_time", "horizon", "T", horizon, T)
+    return blowup_analysis(
+        layer, initial, T=T, rtol=rtol, max_steps=max_steps, time_limit=time_limit
+    ).blowup_time
+
+
+def _integrator_blowup(layer: Layer, g0: Gaussian, hz: float, budget: Budget) -> BlowupResult:
+    clock = time.perf_counter()
+
+    def result(
+        t_star: float, status: Status, message: str, stats: Mapping[str, Any]
+    ) -> BlowupResult:
+        return BlowupResult(
+            blowup_time=t_star,
+            lower=0.0,
+            upper=math.inf,
+            status=status,
+            certified=False,
+            method="integrator",
+            message=message,
+            stats={**stats, "T": hz, "seconds": time.perf_counter() - clock},
+        )
+
+    try:
+        traj = simulate_within(layer, g0, hz, budget, n_points=2)
+    except BudgetExhausted as exc:
+        return result(math.inf, Status.BUDGET_EXHAUSTED, f"adaptive integrator: {exc.reason}", {})
+    if traj.status is Status.OVERFLOW:
+        return result(
+            math.inf,
+            Status.SUCCESS,
+            f"adaptive integrator: {traj.message} (no finite-time singularity detected)",
+            {**traj.stats, "overflow": True},
+        )
+    if traj.status is Status.BLOWUP:
+        return result(
+            traj.blowup_time,
+            Status.BLOWUP,
+            "outside the Riccati class: adaptive integrator (DOP853, rtol 1e-11) detected "
+            f"blow-up at T* ≈ {traj.blowup_time:.12g}",
+            traj.stats,
+        )
+    if traj.status is not Status.SUCCESS:
+        return result(math.inf, traj.status, f"adaptive integrator: {traj.message}", traj.stats)
+    return result(
+        math.inf,
+        Status.SUCCESS,
+        f"outside the Riccati class: no blow-up before the depth T = {hz:g} (integrator)",
+        traj.stats,
+    )

@@ -1,0 +1,582 @@
+"""Newton–Kantorovich for the covariance equilibria ``F(Σ) = 0`` of any layer.
+
+A time-invariant layer moves the covariance by ``dΣ/dt = F(Σ) = MΣ + ΣMᵀ [+ GGᵀ]``,
+``M = A + Σ_h V_h Σ B_h`` (docs/theory.md §2; F comes from :func:`gtcontrol.moment_field`). Its
+Fréchet derivative is
+
+    DF(Σ)[H] = M H + H Mᵀ + Σ_h (V_h H B_h Σ + Σ B_hᵀ H V_hᵀ),
+
+and each Newton step solves the generalized Sylvester equation ``DF(Σ_k)[H] = −F(Σ_k)``: a dense
+Kronecker solve on symmetric matrices for small d, matrix-free GMRES preconditioned by a
+Lyapunov operator beyond. Known roots are deflated (Farrell, Birkisson, Funke 2015).
+
+Reference: Alcalde, Ji, Zuazua, *Reachability and asymptotics of Gaussian Transformer dynamics*,
+arXiv:2606.07600 (2026), §4; P. E. Farrell, Á. Birkisson, S. W. Funke, *Deflation techniques for
+finding distinct solutions of nonlinear PDEs*, SIAM J. Sci. Comput. 37 (2015).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import scipy.linalg as sla
+from scipy.linalg import lapack
+from scipy.sparse.linalg import LinearOperator, gmres
+
+from .._linalg import FloatArray, sym, unvech, vech, vech_index
+from .._status import Budget, BudgetExhausted, Status
+from .._validation import as_float_array, as_positive_float, as_positive_int, as_time_limit, frozen
+from ..errors import InvalidParametersError, SolverError
+from ..model.moments import affine_velocity, moment_field
+from ..model.params import Layer
+
+__all__ = [
+    "NewtonOptions",
+    "NewtonResult",
+    "covariance_jacobian",
+    "newton_equilibrium",
+]
+
+#: A Newton run whose deflated merit has not halved in this many iterations stops ("stalled").
+_STALL_ITERATIONS = 12
+
+
+def _field(layer: Layer, cov: FloatArray) -> FloatArray:
+    """``F(Σ) = dΣ/dt`` from the one home of the moment field (independent of the mean)."""
+    return moment_field(layer, np.zeros(layer.dim), cov)[1]
+
+
+def _residual_scale(layer: Layer, cov: FloatArray) -> float:
+    """Size of the terms of F: ``2‖AΣ‖ + 2 Σ_h ‖V_h Σ B_h Σ‖ + ‖GGᵀ‖`` (Frobenius)."""
+    a, _ = layer.affine_ffn()
+    s = 2.0 * float(np.linalg.norm(a @ cov))
+    for v_h, b_h in layer.heads:
+        s += 2.0 * float(np.linalg.norm(v_h @ cov @ b_h @ cov))
+    if layer.noise is not None:
+        s += float(np.linalg.norm(layer.noise @ layer.noise.T))
+    return s
+
+
+def _rel_residual(layer: Layer, cov: FloatArray) -> tuple[FloatArray, float]:
+    f = _field(layer, cov)
+    nf = float(np.linalg.norm(f))
+    scale = _residual_scale(layer, cov)
+    return f, (nf / scale if scale > 0 else nf)
+
+
+def _jacobian_parts(
+    layer: Layer, cov: FloatArray
+) -> tuple[FloatArray, list[tuple[FloatArray, FloatArray]]]:
+    """``M = A + Σ_h V_h Σ B_h`` (from :func:`affine_velocity`) and the pairs ``(V_h, B_h Σ)``."""
+    m_mat, _ = affine_velocity(layer, np.zeros(layer.dim), cov)
+    return m_mat, [(v_h, b_h @ cov) for v_h, b_h in layer.heads]
+
+
+def _df_apply(
+    m_mat: FloatArray, pairs: Sequence[tuple[FloatArray, FloatArray]], h: FloatArray
+) -> FloatArray:
+    """``DF(Σ)[H] = MH + HMᵀ + Σ_h (V_h H B_hΣ + (V_h H B_hΣ)ᵀ)`` for symmetric H."""
+    p = m_mat @ h
+    out = p + p.T
+    for v_h, bs in pairs:
+        q = v_h @ h @ bs
+        out += q + q.T
+    return out
+
+
+def _kron_sym(m_mat: FloatArray, pairs: Sequence[tuple[FloatArray, FloatArray]]) -> FloatArray:
+    """Matrix of DF(Σ) on symmetric H in the coordinates of :func:`vech`.
+
+    Row-major ``vec(X Y Z) = (X ⊗ Zᵀ) vec(Y)``, so ``DF = M⊗I + I⊗M + Σ_h (V_h⊗(B_hΣ)ᵀ +
+    (B_hΣ)ᵀ⊗V_h)``; the columns of ``H_ij = E_ij + E_ji`` are summed and the upper rows kept.
+    """
+    d = m_mat.shape[0]
+    eye = np.eye(d)
+    k = np.kron(m_mat, eye) + np.kron(eye, m_mat)
+    for v_h, bs in pairs:
+        k += np.kron(v_h, bs.T) + np.kron(bs.T, v_h)
+    iu, _ = vech_index(d)
+    up, lo, off = iu[0] * d + iu[1], iu[1] * d + iu[0], iu[0] != iu[1]
+    kd = k[:, up]
+    kd[:, off] += k[:, lo[off]]
+    return kd[up, :]
+
+
+def covariance_jacobian(layer: Layer, cov: Any) -> FloatArray:
+    """The Fréchet derivative ``DF(Σ)`` on symmetric matrices, as a dense matrix.
+
+    ``DF(Σ)[H] = M H + H Mᵀ + Σ_h (V_h H B_h Σ + Σ B_hᵀ H V_hᵀ)``, ``M = A + Σ_h V_h Σ B_h``
+    (docs/theory.md §3–5), in the coordinates of ``gtcontrol._linalg.vech`` (upper triangle,
+    row-major; each off-diagonal pair ``H_ij = H_ji`` is one coordinate). Its eigenvalues are
+    the linearization spectrum of the covariance dynamics at Σ. Size ``d(d+1)/2``.
+
+    Parameters
+    ----------
+    layer
+        Any layer of the exact moment model.
+    cov
+        The symmetric ``d×d`` matrix Σ at which to differentiate.
+
+    Returns
+    -------
+    ndarray
+        ``(d(d+1)/2, d(d+1)/2)``.
+
+    Raises
+    ------
+    InvalidParametersError
+        If ``cov`` is not a finite ``d×d`` array.
+    """
+    c = sym(as_float_array("cov", cov, ndim=2, shape=(layer.dim, layer.dim)))
+    return _kron_sym(*_jacobian_parts(layer, c))
+
+
+class _LyapunovPreconditioner:
+    """``Y ↦ X`` solving ``N X + X Nᵀ = Y`` with one real Schur form of N (LAPACK trsyl)."""
+
+    def __init__(self, m_mat: FloatArray) -> None:
+        self.t, self.u = sla.schur(m_mat, output="real")
+        self.ok = True
+
+    def __call__(self, y: FloatArray) -> FloatArray:
+        c = self.u.T @ y @ self.u
+        x, scale, info = lapack.dtrsyl(self.t, self.t, c, trana="N", tranb="T", isgn=1)
+        if info < 0 or scale == 0 or not np.all(np.isfinite(x)):
+            self.ok = False
+            return y
+        return sym(self.u @ (x / scale) @ self.u.T)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _NewtonOptions:
+    """Validated options of the Newton–Kantorovich search (private; the functions take keywords).
+
+    Attributes
+    ----------
+    tol
+        Stop when the relative residual ``‖F(Σ)‖ / (2‖AΣ‖ + 2Σ_h‖V_hΣB_hΣ‖)`` is below it.
+    max_iter
+        Newton iterations per start.
+    n_random
+        Random positive-definite starts (in addition to three multiples of I).
+    seed
+        Seed of the random starts.
+    kron_max_dim
+        Up to this d each step is a dense Kronecker solve on Sym (``d(d+1)/2`` unknowns, cost
+        ``O(d⁶)``); beyond, matrix-free GMRES right-preconditioned by the Lyapunov operator
+        ``H ↦ NH + HNᵀ``, ``N = M + Σ_h (tr V_h / d) Σ B_hᵀ`` (exact in the Riccati class).
+        Measured crossover (benchmarks/bench_riccati.py): GMRES is faster from d ≈ 15 on
+        (d = 40: 85 ms vs 1.3 s per solve), hence the default 16.
+    deflation_power, deflation_shift
+        Deflation ``m(Σ) = Π_i (‖Σ − Σ_i‖^{−p}/s0^{−p} + shift)`` of the roots already found.
+    """
+
+    tol: float = 1e-12
+    max_iter: int = 60
+    n_random: int = 5
+    seed: int = 0
+    kron_max_dim: int = 16
+    deflation_power: float = 2.0
+    deflation_shift: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not 0 < as_positive_float("tol", self.tol) < 1:
+            raise InvalidParametersError(f"tol: expected a number in (0, 1), got {self.tol!r}")
+        as_positive_int("max_iter", self.max_iter)
+        if (
+            isinstance(self.n_random, bool)
+            or not isinstance(self.n_random, int)
+            or self.n_random < 0
+        ):
+            raise InvalidParametersError(
+                f"n_random: expected a non-negative integer, got {self.n_random!r}"
+            )
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise InvalidParametersError(f"seed: expected an integer, got {self.seed!r}")
+        as_positive_int("kron_max_dim", self.kron_max_dim)
+        as_positive_float("deflation_power", self.deflation_power)
+        as_positive_float("deflation_shift", self.deflation_shift)
+
+
+class NewtonOptions(_NewtonOptions):
+    """Deprecated (removed in 0.3): pass the same keywords to :func:`gtcontrol.equilibria` or
+    :func:`newton_equilibrium` (``tol``, ``max_iter``, ``n_random``, ``seed``, ``kron_max_dim``,
+    ``deflation_power``, ``deflation_shift``)."""
+
+    def __post_init__(self) -> None:
+        warnings.warn(
+            "NewtonOptions is deprecated and will be removed in 0.3; pass tol=, max_iter=, "
+            "n_random=, seed=, kron_max_dim=, deflation_power=, deflation_shift= directly",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        super().__post_init__()
+
+
+def newton_options(func: str, options: Any, **kw: Any) -> _NewtonOptions:
+    """Validate the Newton keywords; map the deprecated ``options=`` onto them (with a warning).
+
+    The fields of a given ``options`` (a :class:`NewtonOptions` or a mapping) take precedence.
+    """
+    if options is None:
+        return _NewtonOptions(**kw)
+    warnings.warn(
+        f"{func}(options=...) is deprecated and will be removed in 0.3; pass tol=, max_iter=, "
+        "n_random=, seed=, kron_max_dim=, deflation_power=, deflation_shift= directly",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    if isinstance(options, _NewtonOptions):
+        return options
+    if isinstance(options, Mapping):
+        try:
+            return _NewtonOptions(**{**kw, **options})
+        except TypeError as exc:
+            raise InvalidParametersError(f"options: {exc}") from None
+    raise InvalidParametersError(
+        f"options: expected NewtonOptions or a mapping, got {type(options).__name__}"
+    )
+
+
+@dataclass(frozen=True, eq=False)
+class NewtonResult:
+    """One Newton–Kantorovich run.
+
+    Attributes
+    ----------
+    cov
+        Last iterate (the equilibrium when ``success``; the best iterate otherwise).
+    status
+        ``Status.SUCCESS`` (converged), ``Status.BUDGET_EXHAUSTED`` (``max_iter`` or
+        ``time_limit`` ran out) or ``Status.FAILED`` (stalled, diverged or a singular DF);
+        ``stats["termination"]`` is one of ``"converged"``, ``"max_iter"``, ``"time_limit"``,
+        ``"stalled"``, ``"diverged"``, ``"singular"``.
+    message
+        How the run ended, with the numbers.
+    iterations
+        Newton steps taken.
+    residuals
+        Relative residual before each step and at the end (shows the quadratic convergence).
+    stats
+        ``termination``, ``linear_solver`` (``"kronecker"``/``"gmres"``), ``gmres_iterations``,
+        ``damped_steps``, ``seconds``.
+    """
+
+    cov: FloatArray
+    status: Status
+    message: str
+    iterations: int
+    residuals: tuple[float, ...]
+    stats: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def success(self) -> bool:
+        """True when the iteration converged to ``tol``."""
+        return self.status is Status.SUCCESS
+
+
+def _typical_scale(layer: Layer) -> float:
+    """A covariance size where the linear and quadratic terms of F balance."""
+    a, _ = layer.affine_ffn()
+    na = float(np.linalg.norm(a, 2))
+    q = sum(float(np.linalg.norm(v, 2) * np.linalg.norm(b, 2)) for v, b in layer.heads)
+    if q == 0 or na == 0:
+        return 1.0
+    return na / q
+
+
+def _newton_step(
+    layer: Layer, cov: FloatArray, f: FloatArray, rel: float, opts: _NewtonOptions, budget: Budget
+) -> tuple[FloatArray, int, str]:
+    """Solve ``DF(Σ)[H] = −F(Σ)`` on Sym; return ``(H, gmres_iterations, solver)``."""
+    m_mat, pairs = _jacobian_parts(layer, cov)
+    d = layer.dim
+    rhs = -vech(f)
+    if d <= opts.kron_max_dim:
+        lmat = _kron_sym(m_mat, pairs)
+        try:
+            x = sla.solve(lmat, rhs, check_finite=False)
+        except (np.linalg.LinAlgError, ValueError):
+            raise SolverError("Newton: DF(Σ) is singular", status="singular") from None
+        if not np.all(np.isfinite(x)):
+            raise SolverError("Newton: DF(Σ) is singular", status="singular")
+        return unvech(x, d), 0, "kronecker"
+    # Lyapunov preconditioner with N = M + Σ_h v̄_h Σ B_hᵀ, v̄_h = tr V_h / d: DF(Σ)[H] equals
+    # NH + HNᵀ exactly when every V_h = v̄_h I. (H ↦ MH + HMᵀ itself is singular at every
+    # positive-definite equilibrium: MΣ* + Σ*Mᵀ = 0 makes M similar to a skew matrix.)
+    n_mat = m_mat.copy()
+    for v_h, bs in pairs:
+        n_mat += (float(np.trace(v_h)) / d) * bs.T
+    pre = _LyapunovPreconditioner(n_mat)
+    n = rhs.size
+
+    def matvec(y: FloatArray) -> FloatArray:
+        budget.check()
+        return vech(_df_apply(m_mat, pairs, pre(unvech(np.asarray(y).ravel(), d))))
+
+    count = [0]
+
+    def cb(_: Any) -> None:
+        count[0] += 1
+
+    op = LinearOperator((n, n), matvec=matvec, dtype=float)
+    # Inexact Newton with forcing term ~ the residual keeps the convergence quadratic.
+    eta = min(1e-4, max(1e-14, 0.1 * rel))
+    y, info = gmres(
+        op,
+        rhs,
+        rtol=eta,
+        atol=0.0,
+        restart=min(n, 80),
+        maxiter=50,
+        callback=cb,
+        callback_type="pr_norm",
+    )
+    if info < 0 or not np.all(np.isfinite(y)):
+        raise SolverError(f"Newton: GMRES failed (info {info})", status="singular")
+    if not pre.ok:
+        raise SolverError(
+            "Newton: the Lyapunov preconditioner is singular (N has eigenvalues with "
+            "λ_i + λ_j = 0)",
+            status="singular",
+        )
+    return pre(unvech(y, d)), count[0], "gmres"
+
+
+def newton_equilibrium(
+    layer: Layer,
+    start: Any,
+    *,
+    deflate: Sequence[Any] = (),
+    tol: float = 1e-12,
+    max_iter: int = 60,
+    kron_max_dim: int = 16,
+    deflation_power: float = 2.0,
+    deflation_shift: float = 1.0,
+    time_limit: float | None = None,
+    options: Any = None,
+) -> NewtonResult:
+    """Newton–Kantorovich for ``F(Σ) = 0`` from ``start``, optionally deflating known roots.
+
+    Each step solves the generalized Sylvester equation ``DF(Σ_k)[H] = −F(Σ_k)`` (theory.md §3–5)
+    and sets ``Σ_{k+1} = Σ_k + τ H``, where ``τ = 1 / (1 − ⟨∇ log m, H⟩)`` is the exact Newton
+    step of the deflated system ``m(Σ) F(Σ) = 0`` (``τ = 1`` without deflation), so converged
+    iterates keep Newton's quadratic rate.
+
+    Parameters
+    ----------
+    layer
+        Any layer of the exact moment model.
+    start
+        Initial symmetric matrix.
+    deflate
+        Roots to deflate (e.g. ``0`` and equilibria already found).
+    tol
+        Stop when the relative residual ``‖F(Σ)‖ / (2‖AΣ‖ + 2Σ_h‖V_hΣB_hΣ‖)`` is below it, in
+        ``(0, 1)``.
+    max_iter
+        Cap on Newton iterations (``Status.BUDGET_EXHAUSTED`` when reached).
+    kron_max_dim
+        Up to this d each step is a dense Kronecker solve on Sym (``d(d+1)/2`` unknowns, cost
+        ``O(d⁶)``); beyond, matrix-free GMRES right-preconditioned by the Lyapunov operator
+        ``H ↦ NH + HNᵀ``, ``N = M + Σ_h (tr V_h / d) Σ B_hᵀ`` (exact in the Riccati class).
+        Measured crossover (benchmarks/bench_riccati.py): GMRES is faster from d ≈ 15 on.
+    deflation_power, deflation_shift
+        Deflation ``m(Σ) = Π_i ((‖Σ − Σ_i‖/s0)^{−p} + shift)`` of the roots in ``deflate``.
+    time_limit
+        Wall-clock limit in seconds (``None``: none); running out returns the best iterate
+        with ``Status.BUDGET_EXHAUSTED``.
+    options
+        Deprecated (``DeprecationWarning``): a ``NewtonOptions``; use the keywords above.
+
+    Returns
+    -------
+    NewtonResult
+        ``success=False`` with the best iterate when it does not converge.
+
+    Raises
+    ------
+    InvalidParametersError
+        On malformed input.
+    """
+    opts = newton_options(
+        "newton_equilibrium",
+        options,
+        tol=tol,
+        max_iter=max_iter,
+        kron_max_dim=kron_max_dim,
+        deflation_power=deflation_power,
+        deflation_shift=deflation_shift,
+    )
+    budget = Budget(as_time_limit(time_limit))
+    d = layer.dim
+    cov = sym(as_float_array("start", start, ndim=2, shape=(d, d)))
+    known = [sym(as_float_array("deflate[i]", k, ndim=2, shape=(d, d))) for k in deflate]
+    return newton_run(layer, cov, known, opts, budget)
+
+
+class _Run:
+    """State of one Newton run: iterate, residual history, best iterate, counters."""
+
+    def __init__(
+        self, layer: Layer, cov: FloatArray, known: Sequence[FloatArray], opts: _NewtonOptions
+    ) -> None:
+        self.layer = layer
+        self.known = known
+        self.opts = opts
+        self.s0 = max(float(np.linalg.norm(cov)), _typical_scale(layer))
+        self.cov = cov
+        self.f, self.rel = _rel_residual(layer, cov)
+        self.hist: list[float] = []
+        self.best = (self.rel, cov)
+        self.best_merit = (self.rel * self.weight(cov), 0)
+        self.gm_its = 0
+        self.solver = ""
+        self.damped = 0
+
+    def weight(self, cov: FloatArray) -> float:
+        return _deflation_weight(cov, self.known, self.s0, self.opts)
+
+    def line_search(self, h: FloatArray) -> tuple[float, FloatArray, FloatArray, float] | None:
+        """Backtracking (Armijo) on the deflated relative residual; the full step first."""
+        merit = self.rel * self.weight(self.cov)
+        alpha = 1.0
+        trial: tuple[float, FloatArray, FloatArray, float] | None = None
+        for _k in range(10):
+            cand = sym(self.cov + alpha * h)
+            if np.all(np.isfinite(cand)):
+                fc, rc = _rel_residual(self.layer, cand)
+                mc = rc * self.weight(cand)
+                if trial is None or mc < trial[0]:
+                    trial = (mc, cand, fc, rc)
+                if mc <= (1.0 - 1e-4 * alpha) * merit:
+                    break
+            alpha *= 0.5
+        self.damped += alpha < 1.0
+        return trial
+
+    def step(self, budget: Budget) -> tuple[str, str] | None:
+        """One Newton step; ``(termination, message)`` when the run ends, else ``None``."""
+        opts = self.opts
+        try:
+            h, its, self.solver = _newton_step(self.layer, self.cov, self.f, self.rel, opts, budget)
+        except SolverError as exc:
+            return "singular", str(exc)
+        self.gm_its += its
+        if self.known:
+            h = _deflation_factor(self.cov, h, self.known, self.s0, opts) * h
+        trial = self.line_search(h)
+        if trial is None:
+            return "diverged", "Newton step produced non-finite values"
+        step_norm = float(np.linalg.norm(trial[1] - self.cov))
+        mval, self.cov, self.f, self.rel = trial
+        if self.rel < self.best[0]:
+            self.best = (self.rel, self.cov)
+        # A deflated search that makes no progress for a while has no root nearby: give up.
+        if mval < 0.5 * self.best_merit[0]:
+            self.best_merit = (mval, len(self.hist))
+        elif len(self.hist) - self.best_merit[1] >= _STALL_ITERATIONS:
+            self.hist.append(self.rel)
+            return "stalled", f"no progress in {_STALL_ITERATIONS} iterations"
+        if float(np.linalg.norm(self.cov)) > 1e12 * self.s0:
+            return "diverged", "iterates diverged"
+        if step_norm <= 1e-15 * max(float(np.linalg.norm(self.cov)), 1e-300):
+            self.hist.append(self.rel)
+            ok = self.rel <= max(opts.tol, 1e-10)
+            return ("converged" if ok else "max_iter"), (
+                f"step stagnated at relative residual {self.rel:.3g}"
+            )
+        return None
+
+
+_TERMINATION_STATUS = {
+    "converged": Status.SUCCESS,
+    "max_iter": Status.BUDGET_EXHAUSTED,
+    "time_limit": Status.BUDGET_EXHAUSTED,
+    "stalled": Status.FAILED,
+    "diverged": Status.FAILED,
+    "singular": Status.FAILED,
+}
+
+
+def newton_run(
+    layer: Layer,
+    cov: FloatArray,
+    known: Sequence[FloatArray],
+    opts: _NewtonOptions,
+    budget: Budget,
+) -> NewtonResult:
+    """The Newton iteration on validated input (shared by :func:`gtcontrol.equilibria`)."""
+    clock = time.perf_counter()
+    run = _Run(layer, cov, known, opts)
+    term, message = "max_iter", f"no convergence in {opts.max_iter} iterations"
+    try:
+        for _ in range(opts.max_iter):
+            run.hist.append(run.rel)
+            if run.rel <= opts.tol:
+                term, message = "converged", f"relative residual {run.rel:.3g} ≤ tol {opts.tol:g}"
+                break
+            budget.check()
+            ended = run.step(budget)
+            if ended is not None:
+                term, message = ended
+                break
+        else:
+            run.hist.append(run.rel)
+            if run.rel <= opts.tol:
+                term = "converged"
+                message = f"relative residual {run.rel:.3g} ≤ tol {opts.tol:g}"
+    except BudgetExhausted as exc:
+        term, message = "time_limit", f"{exc.reason} after {len(run.hist)} iterations"
+    final = run.cov if term == "converged" else run.best[1]
+    return NewtonResult(
+        cov=frozen(np.array(final)),
+        status=_TERMINATION_STATUS[term],
+        message=message,
+        iterations=max(len(run.hist) - 1, 0),
+        residuals=tuple(run.hist),
+        stats={
+            "termination": term,
+            "linear_solver": run.solver,
+            "gmres_iterations": run.gm_its,
+            "damped_steps": run.damped,
+            "seconds": time.perf_counter() - clock,
+        },
+    )
+
+
+def _deflation_weight(
+    cov: FloatArray, known: Sequence[FloatArray], s0: float, opts: _NewtonOptions
+) -> float:
+    """``m(Σ) = Π_i ((‖Σ − Σ_i‖/s0)^{−p} + shift)`` (1 without known roots)."""
+    m = 1.0
+    for k in known:
+        x = float(np.linalg.norm(cov - k)) / s0
+        m *= (x ** (-opts.deflation_power) if x > 0 else math.inf) + opts.deflation_shift
+    return m
+
+
+def _deflation_factor(
+    cov: FloatArray, h: FloatArray, known: Sequence[FloatArray], s0: float, opts: _NewtonOptions
+) -> float:
+    """``τ = 1/(1 − ⟨∇ log m, H⟩)`` for ``m = Π_i ((‖Σ−Σ_i‖/s0)^{−p} + shift)``."""
+    p, shift = opts.deflation_power, opts.deflation_shift
+    g = 0.0
+    for k in known:
+        e = cov - k
+        ne = float(np.linalg.norm(e))
+        if ne == 0.0:
+            return 1.0
+        x = ne / s0
+        dlog = -p * x ** (-p - 1) / (x ** (-p) + shift)
+        g += dlog * float(np.sum(e * h)) / (ne * s0)
+    den = 1.0 - g
+    if abs(den) < 1e-12:
+        return 1.0
+    return 1.0 / den

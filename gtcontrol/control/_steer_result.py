@@ -1,0 +1,225 @@
+"""The result of :func:`gtcontrol.steer`: verification by re-simulation, status, measurements.
+
+Every control that ``steer`` returns is re-simulated with the adaptive moment integrator; its
+status combines IPOPT's verdict with that re-simulation (:func:`classify`), and every number of
+:class:`SteeringResult` is measured on it (:func:`measure`).
+
+Reference: Alcalde, Ji, Zuazua, arXiv:2606.07600 (2026), §5.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+
+from .._status import Status
+from ..errors import SolverError
+from ..model.gaussian import Gaussian
+from ..model.moments import Trajectory, simulate
+from ..model.params import Schedule
+from ..model.tokens import simulate_tokens
+from ._steer_options import Plan
+from ._transcription import Solution
+from .ot import kinetic_energy
+from .reachability import problem_scale
+
+__all__ = ["SteeringResult"]
+
+#: IPOPT return statuses that mean "stopped by a cap" (iterations, CPU or wall time, deadline).
+_IPOPT_BUDGET = frozenset(
+    {
+        "Maximum_Iterations_Exceeded",
+        "Maximum_CpuTime_Exceeded",
+        "Maximum_WallTime_Exceeded",
+        "User_Requested_Stop",
+    }
+)
+#: IPOPT return statuses that mean "the constraints cannot hold".
+_IPOPT_INFEASIBLE = frozenset({"Infeasible_Problem_Detected"})
+
+
+@dataclass(frozen=True, eq=False)
+class SteeringResult:
+    """Outcome of :func:`steer`; every number is measured on the re-simulated control.
+
+    Attributes
+    ----------
+    controls
+        The optimized ``L``-layer :class:`Schedule` (the best iterate when not successful).
+    status
+        ``Status.SUCCESS``: IPOPT converged, the re-simulation reached ``T`` and its terminal
+        Bures–Wasserstein error is at most ``terminal_tol``. ``BUDGET_EXHAUSTED``: the
+        ``time_limit`` or IPOPT's ``max_iter`` ran out (the best iterate is returned).
+        ``INFEASIBLE``: IPOPT found the constraints infeasible (e.g. tight bounds).
+        ``BLOWUP`` / ``OVERFLOW``: the re-simulated moments diverge. ``FAILED``: IPOPT failed
+        otherwise, or converged but the re-simulated terminal error exceeds ``terminal_tol``.
+        IPOPT's own return status is in ``stats["ipopt_status"]`` and in ``message``.
+    message
+        The reason, with IPOPT's return status.
+    cost
+        The objective (kinetic or parameter energy) of the re-simulated control, without the
+        regularization term or terminal penalty.
+    kinetic_energy
+        ``∫₀ᵀ E|v|² dt`` of the control (``inf`` after a blow-up).
+    parameter_energy
+        ``Σ_k h (|A_k|² + |b_k|² + |V_k|² + |B_k|²)``, ``h = T/L``.
+    lower_bound
+        ``W2²(initial, target) / T``.
+    gap
+        ``(kinetic_energy − lower_bound) / lower_bound`` (the kinetic energy itself when the end
+        points coincide to rounding, ``W2 ≤ 1e-12`` times the problem scale).
+    terminal_error
+        ``W2(N(T), target)`` of the re-simulated control.
+    trajectory
+        The re-simulated moments (:func:`gtcontrol.simulate`), ``None`` unless they reach ``T``.
+    stats
+        ``ipopt_status`` (``None`` when no solve ran), ``converged`` (IPOPT's own verdict),
+        ``iterations`` (all solves), ``corrections``, ``seconds`` (wall, total),
+        ``solve_seconds``, ``build_seconds``, ``cached``, ``nlp_objective``, ``mean_error``,
+        ``cov_error`` (Frobenius), ``cov_norm_max``, ``warm_start``, ``redundancy``,
+        ``regularization`` (the weight used), ``regularization_energy``, ``attempts``,
+        ``time_limit`` and, when requested, ``token_terminal_error``.
+    success
+        ``status is Status.SUCCESS``.
+    """
+
+    controls: Schedule
+    status: Status
+    message: str
+    cost: float
+    kinetic_energy: float
+    parameter_energy: float
+    lower_bound: float
+    gap: float
+    terminal_error: float
+    trajectory: Trajectory | None
+    stats: Mapping[str, Any]
+
+    @property
+    def success(self) -> bool:
+        """Whether the control is verified: ``status is Status.SUCCESS``."""
+        return self.status is Status.SUCCESS
+
+
+#: Tolerances of the verifying re-simulation: tighter than simulate's defaults because the
+#: Bures–Wasserstein distance to a singular target is only Hölder-1/2 in Σ (an integration
+#: error ε off the support shows up as sqrt(ε)).
+_VERIFY_RTOL, _VERIFY_ATOL = 1e-13, 1e-16
+
+
+def verify(schedule: Schedule, initial: Gaussian) -> Trajectory | None:
+    """Re-simulate with the adaptive integrator; ``None`` if the integrator fails."""
+    try:
+        return simulate(schedule, initial, rtol=_VERIFY_RTOL, atol=_VERIFY_ATOL)
+    except SolverError:
+        return None
+
+
+def reached(traj: Trajectory | None) -> bool:
+    return traj is not None and traj.status is Status.SUCCESS
+
+
+# ============================================================================ the result
+def _parameter_energy(schedule: Schedule) -> float:
+    h = schedule.duration
+    total = 0.0
+    for lay in schedule.layers:
+        total += float(np.sum(lay.A**2) + np.sum(lay.b**2))
+        for v, b_mat in lay.heads:
+            total += float(np.sum(v**2) + np.sum(b_mat**2))
+    return h * total
+
+
+def classify(plan: Plan, sol: Solution, traj: Trajectory | None) -> tuple[Status, str]:
+    """Status and message of a solve from IPOPT's verdict and the re-simulation."""
+    if not reached(traj):
+        status = Status.FAILED if traj is None else traj.status
+        return status, (
+            f"the re-simulated moments blow up or cannot be integrated (IPOPT: {sol.status})"
+        )
+    assert traj is not None
+    err = traj.final.bures_wasserstein(plan.target)
+    if not sol.success:
+        if sol.status in _IPOPT_BUDGET:
+            status = Status.BUDGET_EXHAUSTED
+        elif sol.status in _IPOPT_INFEASIBLE:
+            status = Status.INFEASIBLE
+        else:
+            status = Status.FAILED
+        why = "the time limit was reached" if sol.timed_out else f"IPOPT: {sol.status}"
+        return status, (
+            f"IPOPT did not converge ({why}); returning the last iterate, whose "
+            f"re-simulated terminal error is {err:.3g}"
+        )
+    if err > plan.opts.terminal_tol:
+        return Status.FAILED, (
+            f"IPOPT converged ({sol.status}) but the re-simulated terminal error "
+            f"{err:.3g} exceeds terminal_tol = {plan.opts.terminal_tol:g}"
+        )
+    return Status.SUCCESS, f"IPOPT converged ({sol.status}); re-simulated terminal error {err:.3g}"
+
+
+def measure(
+    plan: Plan,
+    schedule: Schedule,
+    traj: Trajectory | None,
+    status: Status,
+    message: str,
+    run_stats: dict[str, Any],
+) -> SteeringResult:
+    """Measure the re-simulated control: energies, terminal error, optional token check."""
+    initial, target, opts = plan.initial, plan.target, plan.opts
+    stats: dict[str, Any] = dict(run_stats)
+    lower = initial.bures_wasserstein(target) ** 2 / plan.T
+    par_energy = _parameter_energy(schedule)
+    reached = traj if traj is not None and traj.status is Status.SUCCESS else None
+    terminal_error, kin = math.inf, math.inf
+    if reached is not None:
+        final = reached.final
+        terminal_error = final.bures_wasserstein(target)
+        stats["mean_error"] = float(np.linalg.norm(final.mean - target.mean))
+        stats["cov_error"] = float(np.linalg.norm(final.cov - target.cov))
+        stats["cov_norm_max"] = float(np.max(np.linalg.norm(reached.cov, axis=(1, 2))))
+        kin = kinetic_energy(schedule, initial)
+        if opts.verify_tokens:
+            x = initial.sample(int(opts.verify_tokens), np.random.default_rng(opts.seed))
+            tok = simulate_tokens(schedule, x)
+            stats["token_terminal_error"] = (
+                tok.final.bures_wasserstein(target) if tok.status is Status.SUCCESS else math.inf
+            )
+    stats["regularization_energy"] = (
+        stats["regularization"] * par_energy if opts.objective == "kinetic" else 0.0
+    )
+    # Coincident end points (W2 at rounding level): the bound is 0 and the gap is absolute.
+    coincident = lower * plan.T <= (1e-12 * problem_scale(initial, target)) ** 2
+    return SteeringResult(
+        controls=schedule,
+        status=status,
+        message=message,
+        cost=kin if opts.objective == "kinetic" else par_energy,
+        kinetic_energy=kin,
+        parameter_energy=par_energy,
+        lower_bound=lower,
+        gap=kin if coincident else (kin - lower) / lower,
+        terminal_error=terminal_error,
+        trajectory=reached,
+        stats=MappingProxyType(stats),
+    )
+
+
+def finish(result: SteeringResult, clock: float, notes: list[str]) -> SteeringResult:
+    stats = dict(result.stats)
+    stats["seconds"] = time.perf_counter() - clock
+    stats["attempts"] = len(notes) + (1 if result.success else 0)
+    message = result.message
+    if notes and not result.success:
+        message += " [starts tried: " + "; ".join(notes) + "]"
+    elif notes:
+        message += " [after failed starts: " + "; ".join(notes) + "]"
+    return replace(result, message=message, stats=MappingProxyType(stats))

@@ -1,0 +1,227 @@
+"""The solve attempts of :func:`gtcontrol.steer`: starts, IPOPT solves, corrections, budget.
+
+``run`` builds (or reuses) the NLP and solves from each starting control in turn until one is
+verified, within a :class:`~gtcontrol._status.Budget`: each IPOPT solve gets the remaining wall
+time, and when the budget is spent the best iterate is returned with ``BUDGET_EXHAUSTED``.
+
+Reference: Alcalde, Ji, Zuazua, arXiv:2606.07600 (2026), §5.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from .._linalg import FloatArray, vech
+from .._status import Budget, Status
+from ..errors import SolverError
+from ..model.moments import Trajectory
+from ..model.params import Layer, Schedule
+from ._ocp import pack, to_layer
+from ._steer_options import Plan, make_plan
+from ._steer_result import SteeringResult, classify, finish, measure, reached, verify
+from ._transcription import Solution, Transcription, transcription
+from ._warm_starts import check_guess, states_of, warm_starts
+
+__all__: list[str] = []
+
+
+# ============================================================================ warm starts
+def starts(plan: Plan, budget: Budget) -> Iterator[tuple[list[Layer], str]]:
+    """The starting controls, lazily: the user's guess, or the closed forms of the mode.
+
+    A penalty problem starts from the exact-terminal solution (itself warm-started from the
+    closed form, within the same budget): far from the target the penalty's gradient dominates
+    and IPOPT tends to leave the region where Σ stays positive semi-definite.
+    """
+    opts = plan.opts
+    if opts.initial_guess is not None:
+        d = plan.initial.dim
+        yield check_guess(opts.initial_guess, plan.mode, plan.n, plan.T, d), "initial_guess"
+        return
+    if opts.terminal != "exact":
+        exact = replace(opts, terminal="exact")
+        pre_plan = make_plan(plan.initial, plan.target, plan.T, plan.n, plan.mode, exact)
+        pre = run(pre_plan, budget, time.perf_counter())
+        if math.isfinite(pre.terminal_error):
+            yield list(pre.controls.layers), "exact-terminal solution"
+    yield from warm_starts(plan.initial, plan.target, plan.T, plan.n, plan.mode, plan.redundancy)
+
+
+# ============================================================================ solve attempts
+def solve_from(
+    plan: Plan,
+    nlp: Transcription,
+    guess: tuple[FloatArray, FloatArray, FloatArray],
+    budget: Budget,
+) -> tuple[Schedule, Trajectory | None, Solution, dict[str, Any]]:
+    """One IPOPT solve plus discretization corrections, each within the remaining budget.
+
+    After a converged exact-terminal solve the control is re-simulated, and the NLP's terminal
+    data are shifted by the re-simulated terminal miss before re-solving from the last iterate
+    (at most ``max_corrections`` times).
+    """
+    initial, d = plan.initial, plan.initial.dim
+    x0 = np.concatenate([initial.mean, vech(initial.cov)])
+    x1 = np.concatenate([plan.target.mean, vech(plan.target.cov)])
+    params0, colloc, states = guess
+    shift, aux = x1.copy(), None
+    iterations, corrections, solve_seconds = 0, 0, 0.0
+    scale = max(1.0, float(np.max(np.abs(x1))))
+    while True:
+        sol = nlp.solve(x0, shift, params0, colloc, states, aux, max_wall_time=budget.remaining())
+        iterations += sol.iterations
+        solve_seconds += sol.seconds
+        schedule = Schedule([to_layer(p, plan.mode, d) for p in sol.params], plan.T)
+        traj = verify(schedule, initial)
+        if not reached(traj) or not sol.success or plan.opts.terminal != "exact":
+            break
+        assert traj is not None
+        miss = np.concatenate([traj.final.mean, vech(traj.final.cov)]) - x1
+        done = corrections >= plan.opts.max_corrections or budget.exhausted
+        if done or np.max(np.abs(miss)) <= 1e-11 * scale:
+            break
+        # The NLP's discretization error is a smooth function of the controls: aim the
+        # collocation at target − miss and re-solve from the last iterate.
+        shift = shift - miss
+        params0, colloc, states, aux = sol.params, sol.colloc, sol.states, sol.aux
+        corrections += 1
+    stats = {
+        "ipopt_status": sol.status,
+        "converged": sol.success,
+        "iterations": iterations,
+        "corrections": corrections,
+        "solve_seconds": solve_seconds,
+        "nlp_objective": sol.objective,
+    }
+    return schedule, traj, sol, stats
+
+
+def attempt(
+    plan: Plan,
+    nlp: Transcription,
+    layers0: list[Layer],
+    label: str,
+    budget: Budget,
+    common: dict[str, Any],
+) -> SteeringResult | str:
+    """Solve from one starting control; a note (str) when the start cannot be used."""
+    n = plan.n
+    start = Schedule(layers0, plan.T)
+    try:
+        colloc = states_of(start, plan.initial, nlp.collocation_times()).reshape(n, -1)
+        ends = np.arange(1, n + 1, dtype=float) * (plan.T / n)
+        states = states_of(start, plan.initial, ends)
+    except SolverError as exc:
+        return f"{label}: skipped ({exc})"
+    params0 = np.array([pack(lay, plan.mode) for lay in layers0])
+    try:
+        schedule, traj, sol, stats = solve_from(plan, nlp, (params0, colloc, states), budget)
+    except RuntimeError as exc:
+        return f"{label}: CasADi/IPOPT failed ({exc})"
+    status, message = classify(plan, sol, traj)
+    return measure(plan, schedule, traj, status, message, {**stats, **common, "warm_start": label})
+
+
+@dataclass
+class _Log:
+    """What the attempts produced so far."""
+
+    successes: list[SteeringResult]
+    failures: list[SteeringResult]
+    notes: list[str]
+
+
+def run(plan: Plan, budget: Budget, clock: float) -> SteeringResult:
+    """Build (or reuse) the NLP and solve from each start until one is verified."""
+    common: dict[str, Any] = {
+        "regularization": plan.reg_weight,
+        "redundancy": plan.redundancy if plan.mode == "full" else None,
+        "time_limit": budget.time_limit,
+        "build_seconds": 0.0,
+        "cached": False,
+    }
+    nlp: Transcription | None = None
+    stop = budget.reason() if budget.exhausted else ""
+    if not stop:
+        try:
+            nlp, cached = transcription(plan.problem, cache=plan.opts.cache)
+        except RuntimeError as exc:
+            stop = f"CasADi failed to build the NLP: {exc}"
+        else:
+            common.update(build_seconds=0.0 if cached else nlp.build_seconds, cached=cached)
+    log = _Log([], [], [])
+    first: tuple[list[Layer], str] | None = None
+    for layers0, label in starts(plan, budget):
+        first = first or (layers0, label)
+        if nlp is None or budget.exhausted:
+            log.notes.append(f"{label}: not solved ({stop or budget.reason()})")
+            break
+        outcome = attempt(plan, nlp, layers0, label, budget, common)
+        if isinstance(outcome, str):
+            log.notes.append(outcome)
+        elif outcome.success and not plan.best_of:
+            return finish(outcome, clock, log.notes)
+        elif outcome.success:
+            log.successes.append(outcome)
+        else:
+            log.notes.append(f"{label}: {outcome.message}")
+            log.failures.append(outcome)
+    return conclude(plan, log, first, budget, clock, common, stop)
+
+
+def conclude(
+    plan: Plan,
+    log: _Log,
+    first: tuple[list[Layer], str] | None,
+    budget: Budget,
+    clock: float,
+    common: dict[str, Any],
+    stop: str,
+) -> SteeringResult:
+    """The best verified result, else the best iterate with the reason the attempts ended."""
+    if log.successes:
+        best = min(log.successes, key=lambda r: r.cost)
+        labels = [r.stats["warm_start"] for r in log.successes if r is not best]
+        return finish(
+            best, clock, log.notes + [f"{lab}: also solved, higher cost" for lab in labels]
+        )
+    if log.failures:
+        best = min(log.failures, key=lambda r: (r.terminal_error, r.cost))
+        if budget.exhausted:
+            best = replace(
+                best,
+                status=Status.BUDGET_EXHAUSTED,
+                message=f"{budget.reason()}; best iterate: {best.message}",
+            )
+        return finish(best, clock, log.notes)
+    if first is None:  # unreachable: every mode has a closed-form start
+        raise SolverError("steer: no starting control", status="no_start")
+    # No solve ran (time limit, build failure) or every start was unusable: the first start.
+    if budget.exhausted:
+        status, why = Status.BUDGET_EXHAUSTED, budget.reason()
+    else:
+        status, why = Status.FAILED, stop or "no start could be integrated"
+    layers0, label = first
+    schedule = Schedule(layers0, plan.T)
+    traj = verify(schedule, plan.initial)
+    if status is Status.FAILED and not stop and not reached(traj):
+        status = traj.status if traj is not None else Status.FAILED
+    message = f"{why}; returning the starting control ({label}) without optimization"
+    stats: dict[str, Any] = {
+        "ipopt_status": None,
+        "converged": False,
+        "iterations": 0,
+        "corrections": 0,
+        "solve_seconds": 0.0,
+        "nlp_objective": math.nan,
+        "warm_start": label,
+        **common,
+    }
+    result = measure(plan, schedule, traj, status, message, stats)
+    return finish(result, clock, log.notes)

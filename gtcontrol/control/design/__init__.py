@@ -1,0 +1,54 @@
+"""Design of stable, time-invariant attention layers for asymptotic mean matching.
+
+Given a target ``N(m*, Σ*)`` (Σ* ≻ 0), find one layer ``(A, B, V, b)`` whose moment dynamics
+(docs/theory.md §2) converge to it from every Gaussian start, at a prescribed exponential rate,
+with a certificate (docs/theory.md §3–5).
+
+Modules:
+
+* :mod:`.mean_matching` — the entry point :func:`design_mean_matching` and its result;
+* :mod:`.constructive` — the closed-form Riccati-class design (``V = vI``, ``O(d³)``);
+* :mod:`.problem`, :mod:`.nlp`, :mod:`.nlp_solve` — designs with fixed parts (a pretrained
+  ``B``, a fixed ``V`` or ``A``) and minimum-norm designs: analytic prechecks, the CasADi
+  transcription in whitened coordinates, and the IPOPT attempts within a time budget;
+* :mod:`.certificate` — independent verification (:func:`design_certificate`);
+* :mod:`.robustness` — stability radii and parameter perturbations (:func:`design_robustness`);
+* :mod:`.convergence` — trajectories from random starts (:func:`design_convergence`).
+
+Reference: Alcalde, Ji, Zuazua, *Reachability and asymptotics of Gaussian Transformer dynamics*,
+arXiv:2606.07600 (2026), §4.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from .certificate import Certificate, design_certificate
+from .convergence import ConvergenceData, design_convergence
+from .mean_matching import MeanMatchingDesign, design_mean_matching
+from .options import _DesignOptions
+from .robustness import Robustness, design_robustness
+
+__all__ = [
+    "Certificate",
+    "ConvergenceData",
+    "MeanMatchingDesign",
+    "Robustness",
+    "design_certificate",
+    "design_convergence",
+    "design_mean_matching",
+    "design_robustness",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "DesignOptions":
+        warnings.warn(
+            "DesignOptions is deprecated and will be removed in the next release; pass its "
+            "fields as keyword arguments of design_mean_matching instead",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return _DesignOptions
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

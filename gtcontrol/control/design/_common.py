@@ -1,0 +1,157 @@
+"""Shared pieces of the mean-matching design: targets, whitening, residuals and spectra.
+
+Private to :mod:`gtcontrol.control.design`; every other module of the subpackage imports these.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..._linalg import FloatArray, spd_sqrt_pair, vech_scale
+from ..._validation import as_float_array
+from ...analysis.equilibria import mean_matrix
+from ...analysis.newton import covariance_jacobian
+from ...errors import InvalidGaussianError, InvalidParametersError
+from ...model.gaussian import Gaussian
+from ...model.moments import moment_field
+from ...model.params import Layer
+
+__all__ = [
+    "MARGIN_SLACK",
+    "RESIDUAL_TOL",
+    "Whitening",
+    "abscissa",
+    "as_target",
+    "check_layer",
+    "coerce_target",
+    "is_normal",
+    "orthonormal_cov_jacobian",
+    "param_norm",
+    "rel_residual",
+    "with_bias",
+]
+
+#: Relative inflation of the requested margins inside the NLP, so that the verified rates are
+#: never below the request after IPOPT's tolerance and the final rounding.
+MARGIN_SLACK = 1e-6
+#: Relative residual of the moment field at the target accepted by the certificate.
+RESIDUAL_TOL = 1e-9
+
+
+def as_target(target_mean: Any, target_cov: Any) -> Gaussian:
+    """The validated target ``N(m*, Σ*)`` (Σ* defaults to the identity and must be SPD)."""
+    m = as_float_array("target_mean", target_mean, ndim=1, error=InvalidGaussianError)
+    if m.shape[0] == 0:
+        raise InvalidGaussianError("target_mean: expected at least one dimension, got 0")
+    d = m.shape[0]
+    cov = np.eye(d) if target_cov is None else target_cov
+    g = Gaussian(m, cov, name="target")
+    if g.rank < d:
+        raise InvalidGaussianError(
+            f"target_cov: expected a positive-definite covariance (rank {g.rank} < {d}); the "
+            "design and its certificate are built on Σ*⁻¹"
+        )
+    return g
+
+
+def coerce_target(target: Any) -> Gaussian:
+    """A target given as a :class:`Gaussian` or a ``(mean, cov)`` pair."""
+    if isinstance(target, Gaussian):
+        return as_target(target.mean, target.cov)
+    if isinstance(target, (tuple, list)) and len(target) == 2:
+        return as_target(target[0], target[1])
+    raise InvalidGaussianError(
+        f"target: expected a Gaussian or a (mean, cov) pair, got {type(target).__name__}"
+    )
+
+
+def check_layer(layer: Any, target: Any) -> tuple[Layer, Gaussian]:
+    """Validate a ``(layer, target)`` pair of the same dimension."""
+    if not isinstance(layer, Layer):
+        raise InvalidParametersError(f"layer: expected a Layer, got {type(layer).__name__}")
+    tgt = coerce_target(target)
+    if tgt.dim != layer.dim:
+        raise InvalidGaussianError(
+            f"target: dimension {tgt.dim} does not match the layer dimension {layer.dim}"
+        )
+    return layer, tgt
+
+
+@dataclass(frozen=True)
+class Whitening:
+    """``x = T x̂`` with ``T = Σ*^{1/2}``: the target becomes ``N(T⁻¹m*, I)``."""
+
+    T: FloatArray
+    Ti: FloatArray
+
+    @classmethod
+    def of(cls, cov: FloatArray) -> Whitening:
+        t, ti = spd_sqrt_pair(cov)
+        return cls(T=t, Ti=ti)
+
+    def layer(self, layer: Layer) -> Layer:
+        """The same dynamics in whitened coordinates."""
+        a, b = layer.affine_ffn()
+        t, ti = self.T, self.Ti
+        heads = [(ti @ v_h @ t, t @ b_h @ t) for v_h, b_h in layer.heads]
+        g = None if layer.noise is None else ti @ layer.noise
+        return Layer(ti @ a @ t, b=ti @ b, heads=heads, noise=g, dim=layer.dim)
+
+
+def orthonormal_cov_jacobian(layer: Layer, cov: FloatArray) -> FloatArray:
+    """``DF(Σ)`` on Sym(d) in an orthonormal (Frobenius) basis.
+
+    :func:`gtcontrol.analysis.newton.covariance_jacobian` uses the :func:`vech`
+    coordinates ``H_ij`` (i ≤ j); the orthonormal coordinates scale the off-diagonal ones by
+    ``√2``: ``J_o = D J D⁻¹`` with ``D = vech_scale(d)``.
+    """
+    j = covariance_jacobian(layer, cov)
+    dvec = vech_scale(layer.dim)
+    return np.asarray((dvec[:, None] * j) / dvec[None, :])
+
+
+def abscissa(x: FloatArray) -> float:
+    """Spectral abscissa ``max Re λ(x)`` (``−inf`` for an empty matrix)."""
+    return float(np.max(np.linalg.eigvals(x).real)) if x.size else -math.inf
+
+
+def is_normal(x: FloatArray) -> bool:
+    """Whether ``x xᴴ = xᴴ x`` to a relative 1e-10."""
+    nx = float(np.linalg.norm(x))
+    return bool(np.linalg.norm(x @ x.conj().T - x.conj().T @ x) <= 1e-10 * max(nx * nx, 1e-300))
+
+
+def rel_residual(layer: Layer, target: Gaussian) -> float:
+    """Relative size of ``(dm/dt, dΣ/dt)`` at the target (the terms' sizes as the scale)."""
+    m, s = target.mean, target.cov
+    dm, ds = moment_field(layer, m, s)
+    a, b = layer.affine_ffn()
+    scale_s = 2.0 * float(np.linalg.norm(a @ s))
+    scale_m = float(np.linalg.norm(a @ m)) + float(np.linalg.norm(b))
+    for v_h, b_h in layer.heads:
+        scale_s += 2.0 * float(np.linalg.norm(v_h @ s @ b_h @ s))
+        scale_m += float(np.linalg.norm(v_h @ s @ b_h @ m)) + float(np.linalg.norm(v_h @ m))
+    if layer.noise is not None:
+        scale_s += float(np.linalg.norm(layer.noise @ layer.noise.T))
+    rs = float(np.linalg.norm(ds)) / scale_s if scale_s > 0 else float(np.linalg.norm(ds))
+    rm = float(np.linalg.norm(dm)) / scale_m if scale_m > 0 else float(np.linalg.norm(dm))
+    return max(rs, rm)
+
+
+def param_norm(layer: Layer) -> float:
+    """``sqrt(‖A‖² + ‖b‖² + Σ_h ‖V_h‖² + ‖B_h‖²)`` (Frobenius)."""
+    a, b = layer.affine_ffn()
+    s = float(np.sum(a * a) + np.sum(b * b))
+    for v_h, b_h in layer.heads:
+        s += float(np.sum(v_h * v_h) + np.sum(b_h * b_h))
+    return math.sqrt(s)
+
+
+def with_bias(layer: Layer, target: Gaussian) -> Layer:
+    """The layer with ``b = −K m*`` (K does not depend on b)."""
+    k = mean_matrix(layer, target.cov)
+    return layer.replace(b=-k @ target.mean)

@@ -1,0 +1,477 @@
+"""The entry point :func:`design_mean_matching` and its result :class:`MeanMatchingDesign`.
+
+Given a target ``N(m*, Σ*)`` (Σ* ≻ 0), find one time-invariant layer ``(A, B, V, b)`` whose moment
+dynamics (docs/theory.md §2) converge to it from every Gaussian start, at a prescribed
+exponential rate, with a certificate (docs/theory.md §3–5). Without fixed parts the design is the
+closed form of :mod:`.constructive`; with fixed parts (a pretrained ``B``, a fixed ``V`` or
+``A``) or for minimum-norm designs it is the CasADi/IPOPT problem of :mod:`.nlp`, after the
+analytic prechecks of :mod:`.problem`. Every design is verified independently
+(:func:`~.certificate.design_certificate`) and comes with a robustness report
+(:func:`~.robustness.design_robustness`).
+
+Reference: Alcalde, Ji, Zuazua, *Reachability and asymptotics of Gaussian Transformer dynamics*,
+arXiv:2606.07600 (2026), §4.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..._linalg import FloatArray, identity_multiple
+from ..._status import Budget, Status, as_time_limit
+from ..._validation import as_float_array, as_positive_float
+from ...errors import InvalidParametersError
+from ...model.gaussian import Gaussian
+from ...model.params import Layer
+from ._common import Whitening, as_target, param_norm, with_bias
+from .certificate import Certificate, design_certificate
+from .constructive import check_rotation, constructive_layer
+from .nlp_solve import Outcome, solve_nlp
+from .options import _DesignOptions, resolve_options
+from .problem import Problem, precheck
+from .robustness import Robustness, _robustness
+
+__all__ = ["MeanMatchingDesign", "design_mean_matching"]
+
+
+@dataclass(frozen=True, eq=False)
+class MeanMatchingDesign:
+    """Result of :func:`design_mean_matching`.
+
+    Attributes
+    ----------
+    layer
+        The designed time-invariant layer (single head); the best iterate when the design did
+        not succeed.
+    target
+        ``N(m*, Σ*)``: the equilibrium the layer drives every admissible start to.
+    status
+        ``Status.SUCCESS``: the layer is certified (``optimal`` says whether IPOPT also proved
+        norm-minimality). ``Status.BUDGET_EXHAUSTED``: ``time_limit`` or IPOPT's ``max_iter``
+        ran out before a certified optimal design was found; ``layer`` is the best iterate
+        (``certificate.valid`` says whether it verifies). ``Status.INFEASIBLE``: IPOPT
+        converged with a rate margin out of reach and the layer does not verify (``message``
+        names the margin and the best rate reached). ``Status.FAILED``: any other failure of
+        IPOPT or of the verification, named in ``message``.
+    message
+        The certificate's statement, or why the design is incomplete.
+    method
+        ``"constructive"`` or ``"casadi"``.
+    rate, cov_rate
+        The requested mean and covariance rates.
+    certificate
+        :class:`Certificate` (verified independently of the construction).
+    robustness
+        :class:`Robustness` or ``None`` (when disabled or when there is no certificate).
+    fixed
+        Names of the parts that were fixed (``"A"``, ``"B"``, ``"V"``).
+    norm
+        ``sqrt(‖A‖² + ‖B‖² + ‖V‖² + ‖b‖²)`` (Frobenius).
+    whitened_norm
+        The same in whitened coordinates (the norm the NLP minimizes):
+        ``sqrt(‖Â‖² + ‖B̂‖² + ‖V̂‖² + ‖b̂‖²)``, ``Â = Σ*^{-½}AΣ*^{½}``, ``B̂ = Σ*^{½}BΣ*^{½}``,
+        ``V̂ = Σ*^{-½}VΣ*^{½}``, ``b̂ = Σ*^{-½}b``.
+    optimal
+        The constructive design, or IPOPT ended optimal with every margin met (the norm is
+        locally minimal).
+    stats
+        ``seconds`` and, for CasADi designs, IPOPT's ``return_status``, ``iterations``,
+        ``attempts``, ``objective``, ``slack``, the certificate weights' condition numbers.
+    """
+
+    layer: Layer
+    target: Gaussian
+    status: Status
+    message: str
+    method: str
+    rate: float
+    cov_rate: float
+    certificate: Certificate
+    robustness: Robustness | None
+    fixed: tuple[str, ...]
+    norm: float
+    whitened_norm: float
+    optimal: bool = True
+    stats: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def success(self) -> bool:
+        """Whether the design is certified (``status is Status.SUCCESS``)."""
+        return self.status is Status.SUCCESS
+
+    @property
+    def equilibrium(self) -> Gaussian:
+        """The equilibrium ``N(m*, Σ*)`` (the target)."""
+        return self.target
+
+    def __repr__(self) -> str:
+        return (
+            f"MeanMatchingDesign(dim={self.target.dim}, method={self.method!r}, "
+            f"status={str(self.status)!r}, rate={self.certificate.rate:.6g}, "
+            f"kind={self.certificate.kind!r})"
+        )
+
+
+# ----------------------------------------------------------------------------- request
+
+
+@dataclass
+class _Request:
+    """Validated input of :func:`design_mean_matching`."""
+
+    target: Gaussian
+    r_m: float
+    r_c: float
+    rotation: FloatArray | None
+    fa: FloatArray | None
+    fb: FloatArray | None
+    fv: FloatArray | None
+    minimum_norm: bool
+    opts: _DesignOptions
+
+    @property
+    def fixed(self) -> tuple[str, ...]:
+        return tuple(
+            n for n, x in (("A", self.fa), ("B", self.fb), ("V", self.fv)) if x is not None
+        )
+
+    @property
+    def constructive(self) -> bool:
+        return not self.fixed and not self.minimum_norm and self.opts.V_structure == "scalar"
+
+
+def _as_fixed(name: str, value: Any, d: int) -> FloatArray | None:
+    if value is None:
+        return None
+    if name == "V" and np.ndim(value) == 0:
+        return float(as_float_array("fixed_V", value, ndim=0)) * np.eye(d)
+    return as_float_array(f"fixed_{name}", value, ndim=2, shape=(d, d))
+
+
+def _parse_request(
+    target_mean: Any,
+    target_cov: Any,
+    rate: Any,
+    cov_rate: Any,
+    rotation: Any,
+    fixed: tuple[Any, Any, Any],
+    minimum_norm: Any,
+    opts: _DesignOptions,
+) -> _Request:
+    tgt = as_target(target_mean, target_cov)
+    d = tgt.dim
+    r_m = as_positive_float("rate", rate)
+    r_c = 2.0 * r_m if cov_rate is None else as_positive_float("cov_rate", cov_rate)
+    rot = check_rotation(rotation, d)
+    fa, fb, fv = (_as_fixed(n, x, d) for n, x in zip("ABV", fixed))
+    if not isinstance(minimum_norm, bool):
+        raise InvalidParametersError(f"minimum_norm: expected a bool, got {minimum_norm!r}")
+    req = _Request(tgt, r_m, r_c, rot, fa, fb, fv, minimum_norm, opts)
+    if rot is not None and (req.fixed or minimum_norm):
+        raise InvalidParametersError(
+            "rotation: only the constructive design takes a rotation (no fixed parts, "
+            "minimum_norm=False)"
+        )
+    return req
+
+
+# ----------------------------------------------------------------------------- routes
+
+
+def _certify(req: _Request, layer: Layer, want_global: bool) -> Certificate:
+    return design_certificate(
+        layer,
+        req.target,
+        rate=req.r_m,
+        cov_rate=req.r_c,
+        require_global=want_global,
+        rate_rtol=req.opts.rate_rtol,
+    )
+
+
+def _design_constructive(req: _Request) -> Outcome:
+    layer = constructive_layer(req.target, req.r_m, req.r_c, req.rotation)
+    cert = _certify(req, layer, req.opts.require_global is not False)
+    return Outcome(layer, cert, {"optimal": True}, "", None, False)
+
+
+def _design_nlp(req: _Request, budget: Budget) -> Outcome:
+    opts, tgt = req.opts, req.target
+    fa, fb, fv = req.fa, req.fb, req.fv
+    wh = Whitening.of(tgt.cov)
+    v_scalar = None if fv is None else identity_multiple(fv)
+    riccati = (fv is None and opts.V_structure == "scalar") or v_scalar is not None
+    want_global = riccati if opts.require_global is None else opts.require_global
+    prob = Problem(
+        d=tgt.dim,
+        target=tgt,
+        wh=wh,
+        a_hat=None if fa is None else wh.Ti @ fa @ wh.T,
+        b_hat=None if fb is None else wh.T @ fb @ wh.T,
+        v_fixed=None if fv is None else wh.Ti @ fv @ wh.T,
+        riccati=riccati,
+        v_scalar=v_scalar,
+        r_m=req.r_m,
+        r_c=req.r_c,
+        require_global=want_global,
+        opts=opts,
+    )
+    precheck(prob)
+
+    def build(a_h: FloatArray, b_h: FloatArray, v_h: FloatArray) -> tuple[Layer, Certificate]:
+        # Fixed parts are used exactly as given; designed parts leave whitened form.
+        a_mat = fa if fa is not None else wh.T @ a_h @ wh.Ti
+        b_mat = fb if fb is not None else wh.Ti @ b_h @ wh.Ti
+        if fv is not None:
+            layer0 = Layer(a_mat, B=b_mat, V=fv)
+        elif riccati:
+            layer0 = Layer(a_mat, B=b_mat, v=float(v_h[0, 0]))
+        else:
+            layer0 = Layer(a_mat, B=b_mat, V=wh.T @ v_h @ wh.Ti)
+        lay = with_bias(layer0, tgt)
+        return lay, _certify(req, lay, want_global)
+
+    return solve_nlp(prob, build, budget)
+
+
+def _verdict(out: Outcome) -> tuple[Status, str]:
+    """Status and message of a design from its outcome (see :class:`MeanMatchingDesign`)."""
+    cert = out.certificate
+    diagnosis = out.diagnosis
+    if cert.valid and out.optimal:
+        return Status.SUCCESS, cert.message
+    if out.exhausted is not None:
+        best = "verifies" if cert.valid else "is not certified"
+        head = f"{diagnosis}; " if diagnosis else ""
+        return (
+            Status.BUDGET_EXHAUSTED,
+            f"{head}budget exhausted: {out.exhausted}; the best iterate {best}: {cert.message}",
+        )
+    if cert.valid:
+        # IPOPT stopped early at a point that verifies: certified, maybe not norm-minimal.
+        head = diagnosis or f"IPOPT: {out.stats.get('return_status')}"
+        return Status.SUCCESS, f"{head} (the norm may not be minimal); the design verifies: " + (
+            cert.message
+        )
+    status = Status.INFEASIBLE if out.short else Status.FAILED
+    return status, (f"{diagnosis}; " if diagnosis else "") + cert.message
+
+
+# ----------------------------------------------------------------------------- entry point
+
+
+def design_mean_matching(
+    target_mean: Any,
+    target_cov: Any = None,
+    *,
+    rate: float = 1.0,
+    cov_rate: float | None = None,
+    rotation: Any = None,
+    fixed_A: Any = None,
+    fixed_B: Any = None,
+    fixed_V: Any = None,
+    minimum_norm: bool = False,
+    require_global: bool | None = None,
+    V_structure: str = "scalar",
+    max_condition: float = 100.0,
+    tol: float = 1e-10,
+    max_iter: int = 3000,
+    rate_rtol: float = 1e-6,
+    symbolic: str = "SX",
+    ipopt: Mapping[str, Any] | None = None,
+    robustness: bool = True,
+    robustness_directions: int = 8,
+    robustness_samples: int = 16,
+    robustness_max: float = 1.0,
+    seed: int = 0,
+    time_limit: float | None = None,
+    options: Any = None,
+) -> MeanMatchingDesign:
+    """Design a time-invariant single-head layer that carries every Gaussian to a target.
+
+    The layer has ``N(m*, Σ*)`` as an exponentially stable equilibrium of the moment dynamics
+    (docs/theory.md §2), with mean rate ``≥ rate`` and covariance rate ``≥ cov_rate``: for
+    Riccati-class designs (``V = vI``, the default) globally — every ``N(m0, Σ0)`` with
+    ``Σ0 ≻ 0`` converges, and ``Σ(t)⁻¹ − Σ*⁻¹ = e^{−Aᵀt}(Σ0⁻¹ − Σ*⁻¹)e^{−At}``.
+
+    * No fixed parts, ``minimum_norm=False``: the constructive design ``A = aI + SΣ*⁻¹``,
+      ``v = −rate``, ``B = (a/rate)Σ*⁻¹``, ``b = −K m*`` with ``a = cov_rate/2``
+      (:mod:`gtcontrol.control.design.constructive`); exact, ``O(d³)``.
+    * Fixed parts (``fixed_A``, ``fixed_B``, ``fixed_V``) or ``minimum_norm=True``: CasADi/IPOPT
+      minimizes the parameter norm in the target's metric (``whitened_norm``: the Frobenius
+      norm after ``x̂ = Σ*^{-½}x``) over the designed parts subject to the equilibrium
+      equations and Lyapunov margin certificates (:mod:`gtcontrol.control.design.nlp`). Fixed
+      parts are used exactly as given. A designed V is ``vI`` unless ``V_structure="full"``;
+      a fixed V that is not a multiple of I makes the design local.
+
+    Parameters
+    ----------
+    target_mean
+        m*, shape ``(d,)``.
+    target_cov
+        Σ* ≻ 0; ``None`` means the identity (any SPD choice works; the mean is the target).
+    rate
+        Mean rate (``|v|`` in the Riccati class); the promised rate of the whole state is
+        ``min(rate, cov_rate)``.
+    cov_rate
+        Covariance rate, default ``2 × rate`` (then the mean converges at exactly ``rate``
+        without the resonance ``t e^{−rate·t}`` of equal rates).
+    rotation
+        Skew ``S`` for the constructive design (``A = aI + SΣ*⁻¹``); rotates without changing
+        the rates.
+    fixed_A
+        ``A`` to keep (original coordinates), shape ``(d, d)``.
+    fixed_B
+        ``B`` to keep (e.g. a pretrained head), shape ``(d, d)``.
+    fixed_V
+        ``V`` to keep, shape ``(d, d)``, or a scalar ``v`` (``V = vI``).
+    minimum_norm
+        Use the NLP even without fixed parts (minimum-norm parameters).
+    require_global
+        ``None`` (default): global certificate in the Riccati class (``V = vI``, ``R ⪰ 0``),
+        local otherwise. ``True``: fail unless a global certificate is possible (needs
+        ``V = vI``). ``False``: only the local margins (allows e.g. a fixed B with indefinite
+        symmetric part).
+    V_structure
+        How a *designed* V is parameterized: ``"scalar"`` (``V = vI``, Riccati class, default)
+        or ``"full"`` (any ``d×d`` matrix; local certificate; uses the NLP).
+    max_condition
+        κ ≥ 1: the Lyapunov weights P of the margin certificates (``(X + rI)ᵀP + P(X + rI) =
+        −2rI``) satisfy ``tr P ≤ κ n``. This bounds the transient growth
+        ``‖e^{Xt}‖ ≤ √cond(P) e^{−rt}`` and, for normal X, asks ``α(X) ≤ −r(1 + 1/κ)``.
+    tol
+        IPOPT tolerance (``< 1e-3``).
+    max_iter
+        IPOPT iteration limit per solve (a finite cap; at most 10⁶).
+    rate_rtol
+        Relative tolerance when the certificate compares verified and requested rates.
+    symbolic
+        CasADi expression type of the NLP: ``"SX"`` (scalar graphs, default) or ``"MX"``
+        (matrix graphs; builds faster for larger d).
+    ipopt
+        Extra IPOPT options (e.g. ``{"mu_strategy": "adaptive"}``). When given, they replace
+        the built-in sequence of attempts (default barrier strategy, then adaptive).
+    robustness
+        Compute :func:`design_robustness` for the result.
+    robustness_directions
+        ``directions`` of :func:`design_robustness`.
+    robustness_samples
+        ``samples`` of :func:`design_robustness`.
+    robustness_max
+        ``max_relative`` of :func:`design_robustness`.
+    seed
+        Seed of the robustness report.
+    time_limit
+        Wall-clock limit in seconds for the whole call (``None``: no limit; every loop has a
+        finite cap anyway). IPOPT gets the remaining time as ``max_wall_time`` and stops at
+        the next iteration once it is spent, the attempts stop, and the robustness search stops
+        early; running out before a certified optimal design gives
+        ``Status.BUDGET_EXHAUSTED`` with the best iterate. Setting up the NLP (CasADi
+        derivatives; about a second for a general V at d = 5) is not interrupted.
+    options
+        Deprecated: a ``DesignOptions`` object. Accepted for one release with a
+        :class:`DeprecationWarning`; pass its fields as the keywords above instead.
+
+    Returns
+    -------
+    MeanMatchingDesign
+        ``status`` says whether the design is certified (``Status.SUCCESS``) or why not
+        (``BUDGET_EXHAUSTED``, ``INFEASIBLE``, ``FAILED``; ``layer`` is then the best iterate
+        and ``message`` names the binding margin or the most violated constraint).
+
+    Raises
+    ------
+    InvalidGaussianError
+        If the target is malformed or Σ* is singular.
+    InvalidParametersError
+        On malformed rates, fixed parts, options or ``time_limit``.
+    UnreachableTargetError
+        When an analytic necessary condition fails (invalid request); the message names the
+        constraint (mean rate, covariance rate, equilibrium, global certificate) and the
+        numbers.
+
+    Examples
+    --------
+    >>> res = design_mean_matching(
+    ...     [1.0, -2.0], [[1.0, 0.3], [0.3, 0.5]], rate=0.5, robustness=False
+    ... )
+    >>> res.success, str(res.status), res.certificate.kind
+    (True, 'success', 'global')
+    >>> round(res.certificate.mean_rate, 12), round(res.certificate.cov_rate, 12)
+    (0.5, 1.0)
+
+    References
+    ----------
+    Alcalde, Ji, Zuazua, arXiv:2606.07600 (2026), §4; docs/theory.md §3–5.
+    """
+    clock = time.perf_counter()
+    opts = resolve_options(
+        options,
+        {
+            "require_global": require_global,
+            "V_structure": V_structure,
+            "max_condition": max_condition,
+            "tol": tol,
+            "max_iter": max_iter,
+            "rate_rtol": rate_rtol,
+            "symbolic": symbolic,
+            "ipopt": ipopt,
+            "robustness": robustness,
+            "robustness_directions": robustness_directions,
+            "robustness_samples": robustness_samples,
+            "robustness_max": robustness_max,
+            "seed": seed,
+        },
+    )
+    budget = Budget(as_time_limit(time_limit))
+    req = _parse_request(
+        target_mean,
+        target_cov,
+        rate,
+        cov_rate,
+        rotation,
+        (fixed_A, fixed_B, fixed_V),
+        minimum_norm,
+        opts,
+    )
+    if req.constructive:
+        method, out = "constructive", _design_constructive(req)
+    else:
+        method, out = "casadi", _design_nlp(req, budget)
+    status, message = _verdict(out)
+    rob = None
+    if opts.robustness and out.certificate.kind != "none":
+        rob = _robustness(
+            out.layer,
+            req.target,
+            directions=opts.robustness_directions,
+            samples=opts.robustness_samples,
+            max_relative=opts.robustness_max,
+            seed=int(opts.seed),
+            budget=budget,
+        )
+        if not rob.success:
+            message += f"; robustness report incomplete: {rob.message}"
+    stats = dict(out.stats)
+    stats["seconds"] = time.perf_counter() - clock
+    return MeanMatchingDesign(
+        layer=out.layer,
+        target=req.target,
+        status=status,
+        message=message,
+        method=method,
+        rate=req.r_m,
+        cov_rate=req.r_c,
+        certificate=out.certificate,
+        robustness=rob,
+        fixed=req.fixed,
+        norm=param_norm(out.layer),
+        whitened_norm=param_norm(Whitening.of(req.target.cov).layer(out.layer)),
+        optimal=out.optimal,
+        stats=stats,
+    )

@@ -1,0 +1,492 @@
+"""How far a design is from losing stability: :class:`Robustness`, :func:`design_robustness`.
+
+Two measures: the complex stability radii of the linearization blocks at the target (mean
+block ``K`` and covariance block ``DF(Σ*)``, in whitened coordinates), and the smallest relative
+perturbation of the parameters found to destabilize the layer along seeded random directions.
+
+Reference: Alcalde, Ji, Zuazua, *Reachability and asymptotics of Gaussian Transformer dynamics*,
+arXiv:2606.07600 (2026), §4; docs/theory.md §5.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..._linalg import FloatArray, identity_multiple, numerical_rank
+from ..._status import Budget, BudgetExhausted, Status, as_time_limit
+from ..._validation import as_positive_float, as_positive_int
+from ...analysis.equilibria import equilibria, equilibrium_at, mean_matrix
+from ...analysis.newton import newton_equilibrium
+from ...analysis.riccati import riccati_form
+from ...errors import InvalidParametersError, SolverError
+from ...model.gaussian import Gaussian
+from ...model.params import Layer
+from ._common import (
+    RESIDUAL_TOL,
+    Whitening,
+    abscissa,
+    check_layer,
+    is_normal,
+    orthonormal_cov_jacobian,
+    rel_residual,
+)
+
+__all__ = ["Robustness", "design_robustness"]
+
+#: Finite caps on the sampling loops (a default call can never run unbounded).
+_MAX_DIRECTIONS = 10_000
+_MAX_SAMPLES = 100_000
+#: Bisection steps along one direction (after the geometric bracket of 12 sizes).
+_BISECTIONS = 12
+
+
+@dataclass(frozen=True, eq=False)
+class Robustness:
+    """How far a design is from losing stability.
+
+    All linearization quantities are in whitened coordinates ``x̂ = Σ*^{-1/2} x`` (the target is
+    ``N(m̂*, I)``), where the constructive designs have normal linearizations, so that their radii
+    equal their rates.
+
+    Attributes
+    ----------
+    mean_radius
+        Distance to instability (complex stability radius) of the mean linearization ``K̂``:
+        ``min_ω σ_min(K̂ − iωI)`` — the smallest spectral-norm perturbation of ``K̂`` that puts
+        an eigenvalue on the imaginary axis.
+    cov_radius
+        The same for the covariance linearization ``DF(Σ*)`` as an operator on symmetric
+        matrices with the Frobenius norm.
+    radius
+        ``min(mean_radius, cov_radius)``: the distance to instability of the linearization.
+    binding
+        ``"mean"`` or ``"covariance"``: the block that attains ``radius``.
+    frequency
+        The ``ω`` where ``radius`` is attained.
+    linear_samples
+        Number of seeded random perturbations of each block, of norm ``0.999 × its radius``.
+    linear_stable_fraction
+        Fraction of them that left the block Hurwitz (1.0 by the theory: a check of the radius).
+    worst_case_abscissa
+        Spectral abscissa after the worst-case perturbation of norm ``radius`` (≈ 0: the radius
+        is attained), relative to ``radius``.
+    parameter_radius
+        Smallest relative perturbation of the parameters found to destabilize the layer: every
+        matrix ``X`` of the layer (``A``, each ``B_h``, each ``V_h`` — a scalar ``V_h = v_h I``
+        stays scalar) moves by ``δX`` with ``‖δX‖_F = ε ‖X‖_F`` along seeded random directions;
+        along each, the first ``ε`` at which the (continued) equilibrium loses local stability
+        or positive definiteness is bracketed and bisected. ``inf`` if none was found up to
+        ``max_relative``. An upper bound on the true distance (directions are sampled).
+    parameter_directions
+        Number of directions searched (fewer than requested when the time limit ran out).
+    parameter_stable_fraction
+        Fraction of fresh random perturbations of relative size ``0.5 × parameter_radius``
+        (``max_relative`` when none destabilized) that kept the layer stable (``nan`` when the
+        time limit left none checked).
+    destabilizing
+        A perturbed layer of relative size ``parameter_radius × (1 + 1e-3)`` that is not stable
+        (``None`` if none was found).
+    status
+        ``Status.SUCCESS``; ``Status.BUDGET_EXHAUSTED`` when ``time_limit`` ran out during the
+        parameter search (the fields hold what was found so far); ``Status.FAILED`` when a
+        stability radius could not be computed (slycot), with the reason in ``message``.
+    message
+        What was measured, or why it is incomplete.
+    stats
+        ``evaluations`` (perturbed equilibria computed), ``seconds``.
+    """
+
+    mean_radius: float
+    cov_radius: float
+    radius: float
+    binding: str
+    frequency: float
+    linear_samples: int
+    linear_stable_fraction: float
+    worst_case_abscissa: float
+    parameter_radius: float
+    parameter_directions: int
+    parameter_stable_fraction: float
+    destabilizing: Layer | None
+    stats: Mapping[str, Any] = field(default_factory=dict)
+    status: Status = Status.SUCCESS
+    message: str = ""
+
+    @property
+    def success(self) -> bool:
+        """Whether every measurement completed (``status is Status.SUCCESS``)."""
+        return self.status is Status.SUCCESS
+
+
+# ----------------------------------------------------------------------------- linearization
+
+
+def _stability_radius(x: FloatArray) -> tuple[float, float]:
+    """``(min_ω σ_min(X − iωI), ω*)`` for Hurwitz X: the complex stability radius.
+
+    Normal X: the distance of the spectrum to the imaginary axis. Otherwise slycot AB13DD
+    computes ``‖(sI − X)⁻¹‖_∞`` and its peak frequency (the radius is its inverse).
+    """
+    eig = np.linalg.eigvals(x)
+    if eig.size == 0:
+        return math.inf, 0.0
+    if np.max(eig.real) >= 0:
+        k = int(np.argmax(eig.real))
+        return 0.0, float(abs(eig[k].imag))
+    if is_normal(x):
+        k = int(np.argmax(eig.real))
+        return float(-eig[k].real), float(abs(eig[k].imag))
+    import slycot
+    from slycot.exceptions import SlycotError
+
+    n = x.shape[0]
+    eye = np.eye(n)
+    try:
+        gpeak, fpeak = slycot.ab13dd(
+            "C", "I", "N", "Z", n, n, n, x.copy(), eye, eye, eye, np.zeros((n, n))
+        )
+    except (SlycotError, ValueError, ArithmeticError) as exc:
+        raise SolverError(
+            f"H∞ norm of (sI − X)⁻¹ (slycot AB13DD) failed: {exc}", status="slycot"
+        ) from None
+    return 1.0 / float(gpeak), float(fpeak)
+
+
+class _Block:
+    """A block of the linearization and how to perturb it (explicit or Lyapunov-structured)."""
+
+    def __init__(self, name: str, x: FloatArray, lyapunov_of: FloatArray | None = None) -> None:
+        self.name = name
+        self.x = x
+        self.n_mat = lyapunov_of  # X = (H ↦ N H + H Nᵀ) with N normal
+        if lyapunov_of is not None:
+            eig, vec = np.linalg.eig(lyapunov_of)
+            k = int(np.argmax(eig.real))
+            self.radius = float(-2.0 * eig[k].real)
+            self.frequency = float(abs(2.0 * eig[k].imag))
+            self._worst = (eig[k], vec[:, k] / np.linalg.norm(vec[:, k]))
+        else:
+            self.radius, self.frequency = _stability_radius(x)
+
+    def abscissa(self, delta: np.ndarray) -> float:
+        if self.n_mat is not None:
+            return 2.0 * float(np.max(np.linalg.eigvals(self.n_mat + delta).real))
+        return float(np.max(np.linalg.eigvals(self.x + delta).real))
+
+    def random(self, size: float, rng: np.random.Generator) -> np.ndarray:
+        base = self.n_mat if self.n_mat is not None else self.x
+        n = base.shape[0]
+        z = rng.standard_normal((n, n)) + 1j * rng.standard_normal((n, n))
+        # The Lyapunov operator of ΔN has norm ≤ 2‖ΔN‖: size/2 keeps ‖ΔX‖ ≤ size.
+        scale = size / 2.0 if self.n_mat is not None else size
+        return scale * z / np.linalg.norm(z, 2)
+
+    def worst(self) -> np.ndarray:
+        if self.n_mat is not None:
+            lam, u = self._worst
+            return np.asarray(-lam.real * np.outer(u, u.conj()))
+        n = self.x.shape[0]
+        u, sv, wh = np.linalg.svd(self.x - 1j * self.frequency * np.eye(n))
+        return np.asarray(-sv[-1] * np.outer(u[:, -1], wh[-1, :]))
+
+
+def _cov_block(hat: Layer) -> _Block:
+    form = riccati_form(hat)
+    if form is not None and form.is_bernoulli:
+        # At Σ̂ = I: DF[H] = N H + H Nᵀ with N = A − R (the Riccati linearization A − ΣR).
+        n_mat = form.A - form.R
+        if is_normal(n_mat):
+            return _Block("covariance", np.zeros((0, 0)), lyapunov_of=n_mat)
+    return _Block("covariance", orthonormal_cov_jacobian(hat, np.eye(hat.dim)))
+
+
+@dataclass
+class _Linear:
+    """Stability radii of the two blocks, checked by sampling."""
+
+    blocks: list[_Block]
+    bind: _Block
+    stable_fraction: float
+    worst: float
+
+
+def _linear_radii(layer: Layer, tgt: Gaussian, n_samp: int, rng: np.random.Generator) -> _Linear:
+    hat = Whitening.of(tgt.cov).layer(layer)
+    blocks = [_Block("mean", mean_matrix(hat, np.eye(hat.dim))), _cov_block(hat)]
+    for blk in blocks:
+        if blk.radius <= 0:
+            raise InvalidParametersError(
+                f"layer: the {blk.name} linearization at the target is not Hurwitz"
+            )
+    bind = min(blocks, key=lambda b: b.radius)
+    stable_count = 0
+    for blk in blocks:
+        for _ in range(n_samp):
+            if blk.abscissa(blk.random(0.999 * blk.radius, rng)) < 0:
+                stable_count += 1
+    worst = bind.abscissa(bind.worst()) / bind.radius
+    return _Linear(blocks, bind, stable_count / (2 * n_samp), worst)
+
+
+# ----------------------------------------------------------------------------- parameters
+
+_Blocks = list[tuple[str, FloatArray, bool]]
+
+
+def _perturbable(layer: Layer) -> _Blocks:
+    """``(name, matrix, scalar)`` for A and every head's V and B (scalar V stays scalar)."""
+    a, _ = layer.affine_ffn()
+    out = [("A", a, False)]
+    for i, (v_h, b_h) in enumerate(layer.heads):
+        out.append((f"V{i}", v_h, identity_multiple(v_h) is not None))
+        out.append((f"B{i}", b_h, False))
+    return out
+
+
+def _perturbed(layer: Layer, blocks: _Blocks, dirs: list[FloatArray], eps: float) -> Layer:
+    mats = [x + eps * float(np.linalg.norm(x)) * z for (_, x, _), z in zip(blocks, dirs)]
+    heads = [(mats[1 + 2 * i], mats[2 + 2 * i]) for i in range(len(layer.heads))]
+    return Layer(mats[0], b=layer.affine_ffn()[1], heads=heads, noise=layer.noise, dim=layer.dim)
+
+
+def _random_direction(blocks: _Blocks, rng: np.random.Generator) -> list[FloatArray]:
+    out = []
+    for _, x, scalar in blocks:
+        d = x.shape[0]
+        z = np.eye(d) * rng.choice([-1.0, 1.0]) if scalar else rng.standard_normal(x.shape)
+        out.append(z / np.linalg.norm(z))
+    return out
+
+
+def _stable_at(layer: Layer, start: FloatArray) -> bool:
+    """Does ``layer`` have a positive-definite, locally stable equilibrium (continued from
+    ``start``) with a Hurwitz mean matrix?"""
+    form = riccati_form(layer)
+    try:
+        if form is not None and form.is_bernoulli:
+            eqs = equilibria(layer, cross_check=False)
+            if not eqs.success or len(eqs) != 1:
+                return False
+            eq = eqs[0]
+        else:
+            res = newton_equilibrium(layer, start)
+            if not res.success:
+                return False
+            cov = np.asarray(res.cov)
+            if numerical_rank(cov, rtol=1e-10) < layer.dim:
+                return False
+            eq = equilibrium_at(layer, cov)
+    except SolverError:
+        return False
+    return bool(eq.stable and abscissa(np.asarray(eq.mean_matrix)) < 0)
+
+
+class _ParameterSearch:
+    """Bracket and bisect the first loss of stability along random directions (budgeted)."""
+
+    def __init__(self, layer: Layer, start: FloatArray, budget: Budget) -> None:
+        self.layer = layer
+        self.start = start
+        self.budget = budget
+        self.blocks = _perturbable(layer)
+        self.evaluations = 0
+        self.best = math.inf
+        self.best_dirs: list[FloatArray] | None = None
+        self.directions = 0
+
+    def stable(self, dirs: list[FloatArray], eps: float) -> bool:
+        self.budget.check()
+        self.evaluations += 1
+        return _stable_at(_perturbed(self.layer, self.blocks, dirs, eps), self.start)
+
+    def along(self, dirs: list[FloatArray], eps_max: float) -> None:
+        """Search one direction; keep it if it destabilizes earlier than the best so far."""
+        lo, hi = 0.0, math.inf
+        for eps in eps_max * 2.0 ** -np.arange(11, -1, -1):
+            if eps >= self.best:
+                break
+            if self.stable(dirs, float(eps)):
+                lo = float(eps)
+            else:
+                hi = float(eps)
+                break
+        if not math.isinf(hi):
+            for _ in range(_BISECTIONS):
+                mid = 0.5 * (lo + hi)
+                if self.stable(dirs, mid):
+                    lo = mid
+                else:
+                    hi = mid
+            if hi < self.best:
+                self.best, self.best_dirs = hi, dirs
+        self.directions += 1
+
+    def destabilizing(self) -> Layer | None:
+        if self.best_dirs is None:
+            return None
+        bad = _perturbed(self.layer, self.blocks, self.best_dirs, self.best * (1 + 1e-3))
+        # A non-monotone direction: keep the bracket, report no layer.
+        return None if _stable_at(bad, self.start) else bad
+
+    def stable_fraction(self, eps: float, n_samp: int, rng: np.random.Generator) -> float:
+        ok = done = 0
+        for _ in range(n_samp):
+            dirs = _random_direction(self.blocks, rng)
+            try:
+                ok += self.stable(dirs, eps)
+            except BudgetExhausted:
+                break
+            done += 1
+        return ok / done if done else math.nan
+
+
+def _robustness(
+    layer: Layer,
+    tgt: Gaussian,
+    *,
+    directions: int,
+    samples: int,
+    max_relative: float,
+    seed: int,
+    budget: Budget,
+) -> Robustness:
+    """:func:`design_robustness` on validated input, within ``budget``."""
+    clock = time.perf_counter()
+    rng = np.random.default_rng(seed)
+    try:
+        lin = _linear_radii(layer, tgt, samples, rng)
+    except SolverError as exc:
+        nan = math.nan
+        return Robustness(
+            mean_radius=nan,
+            cov_radius=nan,
+            radius=nan,
+            binding="",
+            frequency=nan,
+            linear_samples=samples,
+            linear_stable_fraction=nan,
+            worst_case_abscissa=nan,
+            parameter_radius=nan,
+            parameter_directions=0,
+            parameter_stable_fraction=nan,
+            destabilizing=None,
+            stats={"evaluations": 0, "seconds": time.perf_counter() - clock},
+            status=Status.FAILED,
+            message=str(exc),
+        )
+    search = _ParameterSearch(layer, tgt.cov, budget)
+    exhausted: str | None = None
+    try:
+        for _ in range(directions):
+            search.along(_random_direction(search.blocks, rng), max_relative)
+    except BudgetExhausted as exc:
+        exhausted = exc.reason
+    check_eps = 0.5 * search.best if math.isfinite(search.best) else max_relative
+    fraction = search.stable_fraction(check_eps, samples, rng) if exhausted is None else math.nan
+    if exhausted is None and math.isnan(fraction):
+        exhausted = budget.reason()
+    message = (
+        f"stability radius {lin.bind.radius:.6g} ({lin.bind.name} block); parameter radius "
+        f"{search.best:.4g} over {search.directions} directions"
+    )
+    if exhausted is not None:
+        message += f"; incomplete: {exhausted}"
+    return Robustness(
+        mean_radius=lin.blocks[0].radius,
+        cov_radius=lin.blocks[1].radius,
+        radius=lin.bind.radius,
+        binding=lin.bind.name,
+        frequency=lin.bind.frequency,
+        linear_samples=samples,
+        linear_stable_fraction=lin.stable_fraction,
+        worst_case_abscissa=lin.worst,
+        parameter_radius=search.best,
+        parameter_directions=search.directions,
+        parameter_stable_fraction=fraction,
+        destabilizing=search.destabilizing(),
+        stats={"evaluations": search.evaluations, "seconds": time.perf_counter() - clock},
+        status=Status.SUCCESS if exhausted is None else Status.BUDGET_EXHAUSTED,
+        message=message,
+    )
+
+
+def design_robustness(
+    layer: Layer,
+    target: Gaussian | tuple[Any, Any],
+    *,
+    directions: int = 8,
+    samples: int = 16,
+    max_relative: float = 1.0,
+    seed: int = 0,
+    time_limit: float | None = None,
+) -> Robustness:
+    """Distance to instability of a design, confirmed by sampled perturbations.
+
+    1. The linearization of the moment dynamics at the target is block triangular: the mean
+       block ``K`` and the covariance block ``DF(Σ*)`` (on symmetric matrices). For each (in
+       whitened coordinates) the complex stability radius ``min_ω σ_min(X − iωI)`` is computed
+       (exactly for normal blocks; by slycot AB13DD's H∞ norm of ``(sI − X)⁻¹`` otherwise).
+       Seeded random perturbations of norm ``0.999 ×`` radius must leave the block Hurwitz, and
+       the worst-case rank-one perturbation ``−σ_min u wᴴ`` (at the peak frequency) puts an
+       eigenvalue on the imaginary axis.
+    2. Parameters: relative perturbations of every matrix (see :class:`Robustness`) along
+       ``directions`` seeded random directions; the first loss of stability along each is
+       bracketed on a geometric grid and bisected; ``samples`` fresh perturbations at half the
+       smallest such size are checked stable.
+
+    Parameters
+    ----------
+    layer
+        A layer with the target as equilibrium (e.g. a design).
+    target
+        ``N(m*, Σ*)`` (a :class:`Gaussian` or ``(mean, cov)``), Σ* ≻ 0.
+    directions
+        Number of parameter directions searched (at most 10 000).
+    samples
+        Number of sampled checks of each linearization block and of the parameter radius
+        (at most 100 000).
+    max_relative
+        Largest relative parameter perturbation searched.
+    seed
+        Seed of every random choice.
+    time_limit
+        Wall-clock limit in seconds for the parameter search (``None``: no limit; the loops
+        are finite anyway). When it runs out the result holds what was found so far, with
+        ``Status.BUDGET_EXHAUSTED``.
+
+    Returns
+    -------
+    Robustness
+
+    Raises
+    ------
+    InvalidParametersError
+        If the target is not a stable equilibrium of the layer (there is nothing to measure),
+        or on malformed counts, sizes or limits.
+    InvalidGaussianError
+        On a malformed target or a dimension mismatch.
+    """
+    layer, tgt = check_layer(layer, target)
+    n_dir = as_positive_int("directions", directions, maximum=_MAX_DIRECTIONS)
+    n_samp = as_positive_int("samples", samples, maximum=_MAX_SAMPLES)
+    eps_max = as_positive_float("max_relative", max_relative)
+    budget = Budget(as_time_limit(time_limit))
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise InvalidParametersError(f"seed: expected an integer, got {seed!r}")
+    if rel_residual(layer, tgt) > RESIDUAL_TOL:
+        raise InvalidParametersError("layer: the target is not an equilibrium of the layer")
+    return _robustness(
+        layer,
+        tgt,
+        directions=n_dir,
+        samples=n_samp,
+        max_relative=eps_max,
+        seed=int(seed),
+        budget=budget,
+    )

@@ -1,0 +1,146 @@
+"""The figures of the reproduction report (:func:`~gtcontrol.experiments.report.reproduce`)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+from scipy import stats as _st
+
+from ..plotting.core import new_figure, save_figure
+from .closure import FeedForwardCloseness
+from .gaussianity import STATISTICS
+from .pretrained import GaussianityTable
+from .regimes import RegimeResult
+from .sample_statistics import _whiten
+from .surrogate import SurrogateComparison
+
+__all__ = ["write_figures"]
+
+
+def _plot_gaussianity(tab: GaussianityTable, path: Path) -> None:
+    zs = np.array([[s.z for s in r.result.statistics] for r in tab.rows], dtype=float)
+    zs = zs[np.isfinite(zs)]
+    fig = new_figure(7.0, 3.6)
+    ax = fig.subplots()
+    layers = [r.layer for r in tab.rows]
+    for j, name in enumerate(STATISTICS):
+        z = np.array([r.result.statistics[j].z for r in tab.rows])
+        ax.plot(layers, z, "o-", lw=1.3, label=name)
+    ax.set_yscale("symlog", linthresh=3.0)
+    if zs.size:
+        ax.set_ylim(min(-4.0, 1.5 * float(zs.min())), max(4.0, 1.5 * float(zs.max())))
+    ax.axhspan(-3, 3, color="0.9", zorder=0, label="|z| < 3")
+    ax.set_xlabel("layer (0 = Gaussian input)")
+    ax.set_ylabel("z against the Gaussian null")
+    ax.set_title(tab.description, fontsize=9)
+    ax.legend(fontsize=7)
+    save_figure(fig, path)
+
+
+def _plot_projections(tab: GaussianityTable, path: Path, seed: int) -> None:
+    """Per layer diagnosed: a random 1-D projection of the whitened tokens against N(0, 1)."""
+    n = len(tab.rows)
+    cols = min(n, 7)
+    rows = math.ceil(n / cols)
+    fig = new_figure(2.2 * cols, 2.0 * rows)
+    axes = np.atleast_1d(fig.subplots(rows, cols)).ravel()
+    grid = np.linspace(-4.5, 4.5, 200)
+    for k, ax in enumerate(axes):
+        if k >= n:
+            ax.set_axis_off()
+            continue
+        z = _whiten(tab.states[k], 1e-9)
+        th = np.random.default_rng([seed, z.shape[1], 3]).standard_normal(z.shape[1])
+        y = z @ (th / np.linalg.norm(th))
+        ax.hist(y, bins=40, range=(-4.5, 4.5), density=True, color="tab:blue", alpha=0.6)
+        ax.plot(grid, _st.norm.pdf(grid), "k-", lw=1.0)
+        rej = tab.rows[k].result.rejected
+        ax.set_title(f"layer {k}{' (rejected)' if rej else ''}", fontsize=8)
+        ax.tick_params(labelsize=6)
+    fig.suptitle(f"{tab.model}: whitened tokens on a random direction vs N(0,1)", fontsize=9)
+    save_figure(fig, path)
+
+
+def _plot_surrogate(c: SurrogateComparison, path: Path) -> None:
+    fig = new_figure(7.0, 3.4)
+    ax = fig.subplots()
+    layers = [r.layer for r in c.rows]
+    for key, label in (
+        ("cov_error", "cov err (propagated)"),
+        ("local_cov_error", "cov err (local)"),
+        ("layer_change", "layer change (do-nothing)"),
+        ("mean_error", "mean err (propagated)"),
+        ("ln_scale_cv", "LN scale CV"),
+        ("attention_ess", "attention ESS/N"),
+    ):
+        ax.semilogy(layers, [getattr(r, key) for r in c.rows], "o-", lw=1.3, label=label)
+    ax.set_xlabel("layer")
+    ax.set_title(f"moment surrogate vs measured: {c.model}, N = {c.n_tokens}", fontsize=9)
+    ax.legend(fontsize=7)
+    save_figure(fig, path)
+
+
+def _plot_regimes(r: RegimeResult, path: Path) -> None:
+    fig = new_figure(3.3 * max(len(r.rows), 1), 3.2)
+    axes = np.atleast_1d(fig.subplots(1, max(len(r.rows), 1)))
+    for ax, row in zip(axes, r.rows, strict=False):
+        k, tr_tok, tr_mom = r.traces[row.name]
+        # Past the blow-up threshold the moments reach ~1e300: cut the curves there.
+        cap = 30.0 * r.threshold * float(tr_tok[0])
+        shown_tok = np.where(np.isfinite(tr_tok) & (tr_tok <= cap), tr_tok, np.nan)
+        shown_mom = np.where(np.isfinite(tr_mom) & (tr_mom <= cap), tr_mom, np.nan)
+        ax.semilogy(k, shown_tok, "o", ms=3, label="tokens (empirical)")
+        ax.semilogy(k, shown_mom, "-", label="moments")
+        if math.isfinite(row.blowup_layer_theory):
+            ax.axvline(row.blowup_layer_theory, color="tab:red", ls="--", lw=1, label="T*/h")
+        if math.isfinite(row.equilibrium_trace):
+            ax.axhline(row.equilibrium_trace, color="k", ls=":", lw=1, label="tr Σ*")
+        ax.set_title(f"{row.name}: {row.description}", fontsize=8)
+        ax.set_xlabel("layer")
+        ax.legend(fontsize=6)
+    axes[0].set_ylabel("tr Σ")
+    save_figure(fig, path)
+
+
+def _plot_feedforward(f: FeedForwardCloseness, path: Path) -> None:
+    fig = new_figure(6.5, 3.4)
+    ax = fig.subplots()
+    for c, color in zip(f.curves, ("tab:blue", "tab:red"), strict=True):
+        ax.plot(c.t, c.to_flow, "o-", color=color, label=f"{c.activation}: SW to moment flow")
+        ax.plot(
+            c.t, c.to_own, "s--", color=color, ms=3, label=f"{c.activation}: SW to own Gaussian"
+        )
+    ax.set_xlabel("depth t")
+    ax.set_ylabel("sliced W2")
+    ax.set_title("tokens vs the Gaussian moment flow (t = 0: sampling error)", fontsize=9)
+    ax.legend(fontsize=7)
+    save_figure(fig, path)
+
+
+def write_figures(
+    dest: Path,
+    tabs: Sequence[GaussianityTable],
+    surs: Sequence[SurrogateComparison],
+    reg: RegimeResult | None,
+    ff: FeedForwardCloseness | None,
+    seed: int,
+) -> list[str]:
+    """Write every figure of the results that have rows; return their file names."""
+    figures: list[str] = []
+    for t in (t for t in tabs if t.rows):
+        _plot_gaussianity(t, dest / f"gaussianity_{t.model}.png")
+        _plot_projections(t, dest / f"projections_{t.model}.png", seed)
+        figures += [f"gaussianity_{t.model}.png", f"projections_{t.model}.png"]
+    for c in (c for c in surs if c.rows):
+        _plot_surrogate(c, dest / f"surrogate_{c.model}.png")
+        figures.append(f"surrogate_{c.model}.png")
+    if reg is not None and reg.rows:
+        _plot_regimes(reg, dest / "regimes.png")
+        figures.append("regimes.png")
+    if ff is not None and ff.curves:
+        _plot_feedforward(ff, dest / "feedforward.png")
+        figures.append("feedforward.png")
+    return figures

@@ -1,0 +1,91 @@
+"""The moment vector field: the affine velocity a layer induces on a Gaussian.
+
+For ``μ = N(m, Σ)`` the tilted law ``∝ e^{yᵀBx} N(y; m, Σ)`` is ``N(m + ΣBx, Σ)``, so each head's
+attention is the affine map ``Attn_h(x) = m + Σ B_h x`` and the velocity is ``v(x) = M x + c`` with
+
+    M = A + Σ_h V_h Σ B_h,        c = b + Σ_h V_h m,
+
+and the moments move by ``dm/dt = M m + c``, ``dΣ/dt = M Σ + Σ Mᵀ`` (docs/theory.md §2). This is
+the one home of the field: everything in gtcontrol that needs it calls :func:`affine_velocity`
+or :func:`moment_field` (re-exported by :mod:`gtcontrol.model.moments`).
+
+Reference: Alcalde, Ji, Zuazua, *Reachability and asymptotics of Gaussian Transformer dynamics*,
+arXiv:2606.07600 (2026), §2.
+"""
+
+from __future__ import annotations
+
+from .._linalg import FloatArray
+from .params import Layer
+
+__all__ = ["affine_velocity", "moment_field"]
+
+
+def affine_velocity(
+    layer: Layer, mean: FloatArray, cov: FloatArray
+) -> tuple[FloatArray, FloatArray]:
+    """The affine velocity ``v(x) = M x + c`` that ``layer`` induces on ``N(mean, cov)``.
+
+    ``M = A + Σ_h V_h Σ B_h`` and ``c = b + Σ_h V_h m`` (docs/theory.md §2); ``A, b`` include an
+    identity-activation feed-forward. One head costs two ``d×d`` products.
+
+    Parameters
+    ----------
+    layer
+        The layer; its feed-forward, if any, must be affine (identity activation).
+    mean
+        The mean ``m``, shape ``(d,)``.
+    cov
+        The covariance ``Σ``, shape ``(d, d)`` (not checked: this is the inner loop).
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        ``(M, c)`` of shapes ``(d, d)`` and ``(d,)``.
+
+    Raises
+    ------
+    InvalidParametersError
+        If the layer has a ReLU/GELU feed-forward (outside the exact Gaussian theory).
+    """
+    a, b = layer.affine_ffn()
+    m_mat = a.copy()
+    c = b.copy()
+    for v_h, b_h in layer.heads:
+        m_mat += v_h @ (cov @ b_h)
+        c += v_h @ mean
+    return m_mat, c
+
+
+def moment_field(layer: Layer, mean: FloatArray, cov: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """Right-hand side of the moment ODE: ``(dm/dt, dΣ/dt) = (M m + c, M Σ + Σ Mᵀ [+ G Gᵀ])``.
+
+    The covariance derivative is formed as ``P + Pᵀ`` with ``P = M Σ``, so it is exactly symmetric
+    and costs one more ``d×d`` product (three in all for one head). A layer with Brownian forcing
+    ``G`` (``layer.noise``) adds ``G Gᵀ`` (docs/theory.md §6).
+
+    Parameters
+    ----------
+    layer
+        The layer; its feed-forward, if any, must be affine (identity activation).
+    mean
+        The mean ``m``, shape ``(d,)``.
+    cov
+        The covariance ``Σ``, shape ``(d, d)``.
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        ``(dm/dt, dΣ/dt)`` of shapes ``(d,)`` and ``(d, d)``; ``dΣ/dt`` is exactly symmetric.
+
+    Raises
+    ------
+    InvalidParametersError
+        If the layer has a ReLU/GELU feed-forward (outside the exact Gaussian theory).
+    """
+    m_mat, c = affine_velocity(layer, mean, cov)
+    p = m_mat @ cov
+    ds = p + p.T
+    if layer.noise is not None:
+        ds += layer.noise @ layer.noise.T
+    return m_mat @ mean + c, ds

@@ -1,0 +1,485 @@
+"""The token integrators behind :func:`gtcontrol.model.tokens.simulate_tokens` (private).
+
+Fixed steps (classical RK4, or the residual network ``x ← x + h v(x)`` with an Euler–Maruyama
+noise term) and the adaptive ``solve_ivp`` integrator on the flattened tokens, with the
+validation of their options, the recorder of empirical moments and snapshots, and the outcome
+of a run (reached the horizon, overflow, spent budget, integrator failure). The velocity field
+is :mod:`gtcontrol.model.attention`.
+
+Reference: Alcalde, Ji, Zuazua, *Reachability and asymptotics of Gaussian Transformer dynamics*,
+arXiv:2606.07600 (2026), §1 and §6.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+from scipy.integrate import solve_ivp
+
+from .._linalg import FloatArray, sym
+from .._status import BudgetExhausted, Status
+from .._validation import (
+    as_choice,
+    as_float_array,
+    as_positive_float,
+    as_positive_int,
+    as_time_limit,
+    frozen,
+)
+from ..errors import InvalidParametersError
+from .attention import _MAX_BLOCK, _prepare, _Prepared, _velocity, _Workspace
+from .params import Control, Schedule
+
+__all__: list[str] = []
+
+_METHODS = ("rk4", "euler", "discrete", "adaptive")
+_IVP_METHODS = ("RK45", "DOP853")
+_RECORDS = ("steps", "layers")
+_DTYPES = (np.dtype(np.float64), np.dtype(np.float32))
+_DEFAULT_RK4_STEPS = 20
+#: Default cap on velocity-field evaluations (each is ``O(N² d)`` per softmax head).
+_DEFAULT_MAX_EVALS = 10**6
+_MAX_EVALS_LIMIT = 10**9
+_MAX_STEPS_PER_LAYER = 10**6
+
+AnyArray = NDArray[Any]
+
+
+# ---------------------------------------------------------------------------- options and result
+@dataclass(frozen=True, kw_only=True)
+class _TokenOptions:
+    """Validator and defaults of the keywords of :func:`simulate_tokens` (private).
+
+    Attributes
+    ----------
+    method
+        ``"rk4"`` (classical fixed-step Runge–Kutta), ``"euler"`` / ``"discrete"`` (the residual
+        network ``x ← x + h v(x)``, Euler–Maruyama with noise), or ``"adaptive"``
+        (``scipy.integrate.solve_ivp`` on the flattened token array; fine for small ``N``).
+    steps_per_layer
+        Fixed steps per layer (per segment between breakpoints), at most ``10**6``. ``None``:
+        20 for ``"rk4"``, 1 for ``"euler"``/``"discrete"`` (a real L-layer network). Not used by
+        ``"adaptive"``.
+    block_size
+        Query rows per attention block; ``None`` picks ``max(1, 64 MiB / (N · itemsize))``.
+    record
+        ``"steps"``: empirical moments after every step (every accepted step for
+        ``"adaptive"``); ``"layers"``: only at the breakpoints.
+    rtol, atol, ivp_method
+        Error control of ``"adaptive"`` (``atol`` is scaled by ``max(max|x0|, 1)``); defaults
+        ``1e-8``, ``1e-10``, ``"DOP853"``. Refused with the fixed-step methods.
+    dtype
+        ``float64`` (default) or ``float32`` for the token arithmetic; moments are always
+        accumulated in float64.
+    max_evals
+        Cap on velocity-field evaluations (default ``10**6``, at most ``10**9``).
+    time_limit
+        Wall-clock limit in seconds, or ``None``.
+    """
+
+    method: str = "rk4"
+    steps_per_layer: int | None = None
+    block_size: int | None = None
+    record: str = "steps"
+    rtol: float | None = None
+    atol: float | None = None
+    ivp_method: str | None = None
+    dtype: Any = np.float64
+    max_evals: int = _DEFAULT_MAX_EVALS
+    time_limit: float | None = None
+
+    def __post_init__(self) -> None:
+        as_choice("method", self.method, _METHODS)
+        adaptive = self.method == "adaptive"
+        if self.steps_per_layer is not None:
+            as_positive_int("steps_per_layer", self.steps_per_layer, maximum=_MAX_STEPS_PER_LAYER)
+            if adaptive:
+                raise InvalidParametersError(
+                    "steps_per_layer: not used by method 'adaptive' (it picks its own steps)"
+                )
+        if self.block_size is not None:
+            as_positive_int("block_size", self.block_size, maximum=_MAX_BLOCK)
+        as_choice("record", self.record, _RECORDS)
+        for name in ("rtol", "atol", "ivp_method"):
+            if getattr(self, name) is not None and not adaptive:
+                raise InvalidParametersError(
+                    f"{name}: only used by method 'adaptive', got method {self.method!r}"
+                )
+        if self.rtol is not None:
+            as_positive_float("rtol", self.rtol)
+        if self.atol is not None:
+            as_positive_float("atol", self.atol)
+        if self.ivp_method is not None:
+            as_choice("ivp_method", self.ivp_method, _IVP_METHODS)
+        as_positive_int("max_evals", self.max_evals, maximum=_MAX_EVALS_LIMIT)
+        object.__setattr__(self, "time_limit", as_time_limit(self.time_limit))
+        try:
+            dt = np.dtype(self.dtype)
+        except TypeError:
+            dt = None
+        if dt not in _DTYPES:
+            raise InvalidParametersError(
+                f"dtype: expected numpy.float64 or numpy.float32, got {self.dtype!r}"
+            )
+        object.__setattr__(self, "dtype", dt)
+
+    @property
+    def steps(self) -> int:
+        """Resolved fixed steps per layer."""
+        if self.steps_per_layer is not None:
+            return int(self.steps_per_layer)
+        return _DEFAULT_RK4_STEPS if self.method == "rk4" else 1
+
+
+class _Recorder:
+    """Empirical moments (float64, 1/N covariance) and snapshots along depth."""
+
+    def __init__(self, record: str) -> None:
+        self.record = record
+        self.t: list[float] = []
+        self.mean: list[FloatArray] = []
+        self.cov: list[FloatArray] = []
+        self.snaps: list[tuple[float, AnyArray]] = []
+
+    def add(self, t: float, x: AnyArray) -> None:
+        x64 = np.asarray(x, dtype=np.float64)
+        m = x64.mean(axis=0)
+        xc = x64 - m
+        s = (xc.T @ xc) / x64.shape[0]
+        self.t.append(float(t))
+        self.mean.append(m)
+        self.cov.append(sym(s))
+
+    def snapshot(self, t: float, x: AnyArray) -> None:
+        if not self.snaps or self.snaps[-1][0] != t:
+            self.snaps.append((float(t), frozen(x.copy())))
+
+
+def _check_snapshot_times(snapshot_times: Any, t_end: float) -> FloatArray:
+    if snapshot_times is None:
+        return np.empty(0)
+    ts = as_float_array("snapshot_times", np.atleast_1d(np.asarray(snapshot_times)), ndim=1)
+    bad = ts[(ts < 0.0) | (ts > t_end * (1.0 + 1e-12))]
+    if bad.size:
+        raise InvalidParametersError(
+            f"snapshot_times: expected depths in [0, {t_end:g}], got {bad.tolist()}"
+        )
+    return np.unique(np.clip(ts, 0.0, t_end))
+
+
+def _check_noise(noise: Any, d: int, method: str) -> FloatArray | None:
+    if noise is None:
+        return None
+    if method not in ("euler", "discrete"):
+        raise InvalidParametersError(
+            f"noise: the noisy-token model dx = v(x) dt + G dW needs method 'euler' "
+            f"(Euler–Maruyama), got method {method!r}"
+        )
+    return as_float_array("noise", noise, ndim=2, shape=(d, None))
+
+
+def _has_layer_noise(ctrl: Control) -> bool:
+    """Whether any layer of ``ctrl`` carries Brownian forcing (sampled at its breakpoints)."""
+    if isinstance(ctrl, Schedule):
+        return any(lay.noise is not None for lay in ctrl.layers)
+    bps = np.asarray(ctrl.breakpoints, dtype=float)
+    mids = 0.5 * (bps[:-1] + bps[1:])
+    return any(ctrl.layer_at(float(t)).noise is not None for t in mids)
+
+
+def _as_generator(rng: Any) -> np.random.Generator:
+    if isinstance(rng, np.random.Generator):
+        return rng
+    if rng is None or (isinstance(rng, (int, np.integer)) and not isinstance(rng, bool)):
+        return np.random.default_rng(rng)
+    raise InvalidParametersError(
+        f"rng: expected a numpy.random.Generator, an integer seed or None, got {rng!r}"
+    )
+
+
+def _layer_source(
+    ctrl: Control, dtype: np.dtype[Any]
+) -> Callable[[float, float, float], _Prepared]:
+    """``get(t, t0, t1)``: the prepared layer at ``t`` within segment ``[t0, t1]``.
+
+    Piecewise-constant controls get the segment's layer (looked up once at its midpoint and
+    cached); others are looked up at every evaluation depth.
+    """
+    piecewise = bool(getattr(ctrl, "piecewise_constant", False))
+    cache: dict[tuple[float, float], _Prepared] = {}
+
+    def get(t: float, t0: float, t1: float) -> _Prepared:
+        if piecewise:
+            key = (t0, t1)
+            if key not in cache:
+                cache.clear()
+                cache[key] = _prepare(ctrl.layer_at(0.5 * (t0 + t1)), dtype)
+            return cache[key]
+        return _prepare(ctrl.layer_at(t), dtype)
+
+    return get
+
+
+def _finite(x: AnyArray) -> bool:
+    """True when the tokens and their second moments are finite.
+
+    A finite float64 sum of squares bounds every (centered) second moment, so the recorded
+    empirical covariance cannot overflow either.
+    """
+    x64 = np.asarray(x, dtype=np.float64).ravel()
+    return math.isfinite(float(np.dot(x64, x64)))
+
+
+@dataclass(frozen=True)
+class _End:
+    """Where and how a token integration stopped."""
+
+    status: Status
+    depth: float = math.inf
+    detail: str = ""
+
+    def message(self) -> str:
+        if self.status is Status.OVERFLOW:
+            return f"the tokens became non-finite at depth {self.depth:.12g}"
+        if self.status is Status.BUDGET_EXHAUSTED:
+            return f"{self.detail} at depth {self.depth:.6g}; the tokens stop there"
+        if self.status is Status.FAILED:
+            return f"token integration failed at depth {self.depth:.6g}: {self.detail}"
+        return "tokens carried to the horizon"
+
+
+_DONE = _End(Status.SUCCESS)
+
+
+def _step_grid(breaks: FloatArray, steps: int) -> FloatArray:
+    """Depth 0, then the end of every fixed step (every breakpoint is hit exactly)."""
+    grid = [float(breaks[0])]
+    for k in range(len(breaks) - 1):
+        t0, t1 = float(breaks[k]), float(breaks[k + 1])
+        h = (t1 - t0) / steps
+        grid += [t0 + j * h + h if j < steps - 1 else t1 for j in range(steps)]
+    return np.array(grid)
+
+
+@dataclass(frozen=True)
+class _Stepper:
+    """One fixed step of ``"rk4"`` or of the residual (Euler–Maruyama) network."""
+
+    get: Callable[[float, float, float], _Prepared]
+    work: _Workspace
+    rk4: bool
+    noise_t: AnyArray | None  # an explicit `noise` argument (overrides Layer.noise)
+    gen: np.random.Generator | None
+    dtype: np.dtype[Any]
+
+    def __call__(self, x: AnyArray, t: float, h: float, t0: float, t1: float) -> AnyArray:
+        get, work = self.get, self.work
+        if self.rk4:
+            k1 = _velocity(get(t, t0, t1), x, work)
+            pm = get(t + 0.5 * h, t0, t1)
+            k2 = _velocity(pm, x + (0.5 * h) * k1, work)
+            k3 = _velocity(pm, x + (0.5 * h) * k2, work)
+            k4 = _velocity(get(t + h, t0, t1), x + h * k3, work)
+            k2 += k3
+            k2 *= 2.0
+            k1 += k2
+            k1 += k4
+            return x + (h / 6.0) * k1
+        # Residual layer; the layer at the step midpoint, as simulate_discrete uses.
+        prep = get(t + 0.5 * h, t0, t1)
+        x_new = x + h * _velocity(prep, x, work)
+        g_step = self.noise_t if self.noise_t is not None else prep.noise_t
+        if g_step is not None and self.gen is not None:
+            xi = self.gen.standard_normal((x.shape[0], g_step.shape[0]), dtype=self.dtype)
+            x_new += math.sqrt(h) * (xi @ g_step)
+        return x_new
+
+
+def _run_fixed(
+    ctrl: Control,
+    x: AnyArray,
+    opts: _TokenOptions,
+    work: _Workspace,
+    rec: _Recorder,
+    snap_times: FloatArray,
+    noise: FloatArray | None,
+    gen: np.random.Generator | None,
+) -> tuple[AnyArray, _End, int]:
+    """Fixed steps over every segment: the final tokens, how it ended, the steps taken."""
+    breaks = np.asarray(ctrl.breakpoints, dtype=float)
+    steps = opts.steps
+    grid = _step_grid(breaks, steps)  # decides which steps are snapshotted
+    snap_idx = {int(np.argmin(np.abs(grid - s))) for s in snap_times}
+    g_t = None if noise is None else np.ascontiguousarray(noise.T, dtype=opts.dtype)
+    step = _Stepper(
+        _layer_source(ctrl, opts.dtype), work, opts.method == "rk4", g_t, gen, opts.dtype
+    )
+    rec.add(float(grid[0]), x)
+    if 0 in snap_idx:
+        rec.snapshot(float(grid[0]), x)
+    idx = 0
+    for k in range(len(breaks) - 1):
+        t0, t1 = float(breaks[k]), float(breaks[k + 1])
+        h = (t1 - t0) / steps
+        for j in range(steps):
+            t = t0 + j * h
+            try:
+                x_new = step(x, t, h, t0, t1)
+            except BudgetExhausted as exc:
+                t_now = float(grid[idx])
+                if rec.t[-1] < t_now:
+                    rec.add(t_now, x)
+                return x, _End(Status.BUDGET_EXHAUSTED, t_now, exc.reason), idx
+            if not _finite(x_new):
+                return x, _End(Status.OVERFLOW, t + h), idx
+            x = x_new
+            idx += 1
+            t_now = t + h if j < steps - 1 else t1
+            if opts.record == "steps" or j == steps - 1:
+                rec.add(t_now, x)
+            if idx in snap_idx:
+                rec.snapshot(t_now, x)
+    return x, _DONE, idx
+
+
+class _LastAccepted:
+    """A never-firing ``solve_ivp`` event that remembers the last accepted state.
+
+    ``solve_ivp`` evaluates events once per accepted step, so :attr:`last` is where the
+    integration stood when the budget ran out inside the right-hand side.
+    """
+
+    def __init__(self, t0: float, y0: AnyArray) -> None:
+        self.last: tuple[float, AnyArray] = (t0, y0)
+
+    def __call__(self, t: float, y: AnyArray) -> float:
+        if t >= self.last[0]:
+            self.last = (float(t), np.array(y))
+        return 1.0
+
+
+@dataclass
+class _Adaptive:
+    """The ``"adaptive"`` integrator: ``solve_ivp`` on the flattened tokens, piece by piece."""
+
+    ctrl: Control
+    opts: _TokenOptions
+    work: _Workspace
+    rec: _Recorder
+    shape: tuple[int, int]
+    rtol: float
+    atol: float
+    nfev: int = 0
+    n_steps: int = 0
+    nonfinite: bool = False
+
+    def fun(self, t0: float, t1: float) -> Callable[[float, AnyArray], AnyArray]:
+        get = _layer_source(self.ctrl, self.opts.dtype)
+
+        def fun(t: float, y: AnyArray) -> AnyArray:
+            xs = y.reshape(self.shape).astype(self.opts.dtype, copy=False)  # solve_ivp: float64
+            v = _velocity(get(t, t0, t1), xs, self.work).ravel()
+            if not _finite(v):
+                self.nonfinite = True
+            return v
+
+        return fun
+
+    def piece(
+        self, fun: Callable[[float, AnyArray], AnyArray], x: AnyArray, start: float, end: float
+    ) -> tuple[AnyArray, _End | None]:
+        """Integrate ``[start, end]``; record every accepted step (with ``record="steps"``)."""
+        last = _LastAccepted(start, x.ravel())
+        try:
+            sol = solve_ivp(
+                fun,
+                (start, end),
+                x.ravel(),
+                method=self.opts.ivp_method or "DOP853",
+                rtol=self.rtol,
+                atol=self.atol,
+                events=last,
+            )
+        except BudgetExhausted as exc:
+            t_last, y_last = last.last
+            x_last = y_last.reshape(self.shape).astype(self.opts.dtype, copy=False)
+            if _finite(x_last) and t_last > self.rec.t[-1]:
+                x = x_last
+                self.rec.add(t_last, x)
+            return x.copy(), _End(Status.BUDGET_EXHAUSTED, self.rec.t[-1], exc.reason)
+        except (ValueError, ArithmeticError, np.linalg.LinAlgError) as exc:
+            return x.copy(), _End(Status.FAILED, start, str(exc))
+        self.nfev += sol.nfev
+        ys = sol.y.T.astype(self.opts.dtype, copy=False)
+        for ti, yi in zip(sol.t[1:], ys[1:]):
+            xi = yi.reshape(self.shape)
+            if not _finite(xi):
+                return x.copy(), _End(Status.OVERFLOW, float(ti))
+            x = xi
+            self.n_steps += 1
+            if self.opts.record == "steps" or ti == end:
+                self.rec.add(float(ti), x)
+        if sol.status == -1:
+            t_last = float(sol.t[-1]) if len(sol.t) else start
+            if self.nonfinite:
+                return x.copy(), _End(Status.OVERFLOW, t_last)
+            return x.copy(), _End(Status.FAILED, t_last, str(sol.message))
+        return x.copy(), None  # copy: detach from sol.y
+
+
+def _run_adaptive(
+    ctrl: Control,
+    x: AnyArray,
+    opts: _TokenOptions,
+    work: _Workspace,
+    rec: _Recorder,
+    snap_times: FloatArray,
+) -> tuple[AnyArray, _End, int, int]:
+    """``solve_ivp`` over every segment, restarting at the snapshot depths so that they are
+    hit exactly: the final tokens, how it ended, ``nfev`` and the accepted steps."""
+    breaks = np.asarray(ctrl.breakpoints, dtype=float)
+    scale = max(float(np.max(np.abs(x))), 1.0)
+    run = _Adaptive(
+        ctrl,
+        opts,
+        work,
+        rec,
+        (x.shape[0], x.shape[1]),
+        rtol=1e-8 if opts.rtol is None else float(opts.rtol),
+        atol=(1e-10 if opts.atol is None else float(opts.atol)) * scale,
+    )
+    rec.add(float(breaks[0]), x)
+    if snap_times.size and snap_times[0] == breaks[0]:
+        rec.snapshot(float(breaks[0]), x)
+    for k in range(len(breaks) - 1):
+        t0, t1 = float(breaks[k]), float(breaks[k + 1])
+        inner = snap_times[(snap_times > t0) & (snap_times < t1)]
+        fun = run.fun(t0, t1)
+        start = t0
+        for end in [*inner.tolist(), t1]:
+            x, stop = run.piece(fun, x, start, end)
+            if stop is not None:
+                return x, stop, run.nfev, run.n_steps
+            if end != t1 or (snap_times.size and np.any(snap_times == t1)):
+                rec.snapshot(end, x)
+            start = end
+    return x, _DONE, run.nfev, run.n_steps
+
+
+def _check_noise_sources(
+    ctrl: Control, noise: Any, rng: Any, d: int, method: str
+) -> tuple[FloatArray | None, np.random.Generator | None]:
+    """The explicit noise matrix and the generator (``None`` when nothing is noisy)."""
+    g = _check_noise(noise, d, method)
+    layer_noise = _has_layer_noise(ctrl)
+    if layer_noise and method not in ("euler", "discrete"):
+        raise InvalidParametersError(
+            f"model: a layer with noise (dx = v(x) dt + G dW) needs method 'euler' "
+            f"(Euler–Maruyama), got method {method!r}"
+        )
+    return g, (_as_generator(rng) if (g is not None or layer_noise) else None)

@@ -15,13 +15,22 @@ import enum
 import math
 import time
 from collections.abc import Mapping
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
 from .errors import InvalidParametersError
 
-__all__ = ["Budget", "BudgetExhausted", "Result", "Status", "as_time_limit"]
+__all__ = [
+    "Budget",
+    "BudgetExhausted",
+    "Outcome",
+    "OutcomeOrBlowup",
+    "OutcomeOrInfeasible",
+    "Result",
+    "Status",
+    "as_time_limit",
+]
 
 
 class Status(enum.StrEnum):
@@ -72,6 +81,38 @@ class Result(Protocol):
 
     @property
     def stats(self) -> Mapping[str, Any]: ...
+
+
+class Outcome:
+    """Base of result classes: ``success`` is derived from ``status``.
+
+    A result is successful when its status is one of the class's ``ANSWERS`` (by default only
+    ``Status.SUCCESS``). Subclasses are frozen dataclasses with a ``status`` field.
+    """
+
+    __slots__ = ()
+    #: The statuses that answer the question the result was computed for.
+    ANSWERS: ClassVar[frozenset[Status]] = frozenset({Status.SUCCESS})
+    status: Status
+
+    @property
+    def success(self) -> bool:
+        """Whether ``status`` answers the question (one of the class's ``ANSWERS``)."""
+        return self.status in self.ANSWERS
+
+
+class OutcomeOrBlowup(Outcome):
+    """A result for which a finite-time blow-up is an answer (simulations, blow-up, regimes)."""
+
+    __slots__ = ()
+    ANSWERS: ClassVar[frozenset[Status]] = frozenset({Status.SUCCESS, Status.BLOWUP})
+
+
+class OutcomeOrInfeasible(Outcome):
+    """A result for which a proof that no solution exists is an answer (equilibria)."""
+
+    __slots__ = ()
+    ANSWERS: ClassVar[frozenset[Status]] = frozenset({Status.SUCCESS, Status.INFEASIBLE})
 
 
 def as_time_limit(value: Any, name: str = "time_limit") -> float | None:

@@ -21,7 +21,7 @@ import numpy as np
 import scipy.linalg as sla
 
 from .._linalg import RANK_RTOL, FloatArray, sym
-from .._status import Status
+from .._status import OutcomeOrInfeasible, Status
 from .._validation import frozen
 from ..errors import InvalidParametersError, SolverError
 from ._core import SEP_RTOL, ComplexArray, lyapunov_sep, slycot_lyapunov
@@ -31,7 +31,7 @@ __all__ = ["BernoulliSolution", "solve_bernoulli"]
 
 
 @dataclass(frozen=True, eq=False)
-class BernoulliSolution:
+class BernoulliSolution(OutcomeOrInfeasible):
     """Positive-definite solution of ``AΣ + ΣAᵀ − ΣRΣ = 0`` from one slycot solver.
 
     Attributes
@@ -67,11 +67,6 @@ class BernoulliSolution:
     eigvals_a: ComplexArray
     degenerate: bool = False
     stats: Mapping[str, Any] = field(default_factory=dict)
-
-    @property
-    def success(self) -> bool:
-        """True for a definite answer: the equilibrium, or the proof that there is none."""
-        return self.status is Status.SUCCESS or self.status is Status.INFEASIBLE
 
 
 def solve_bernoulli(form: RiccatiForm, *, method: str = "lyapunov") -> BernoulliSolution:

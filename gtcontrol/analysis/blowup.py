@@ -38,7 +38,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._status import Budget, BudgetExhausted, Status
+from .._status import Budget, BudgetExhausted, OutcomeOrBlowup, Status
 from .._validation import as_positive_float, as_positive_int, as_time_limit
 from ..errors import InvalidParametersError
 from ..model.gaussian import Gaussian, check_gaussian
@@ -127,7 +127,7 @@ class BlowupOptions(_BlowupOptions):
 
 
 @dataclass(frozen=True, eq=False)
-class BlowupResult:
+class BlowupResult(OutcomeOrBlowup):
     """Outcome of :func:`blowup_analysis`.
 
     Attributes
@@ -166,11 +166,6 @@ class BlowupResult:
     message: str
     proved_never: bool = False
     stats: Mapping[str, Any] = field(default_factory=dict)
-
-    @property
-    def success(self) -> bool:
-        """True when the question was answered (a blow-up time, or none up to the depth)."""
-        return self.status is Status.SUCCESS or self.status is Status.BLOWUP
 
     @property
     def time(self) -> float:

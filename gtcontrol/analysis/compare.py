@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from .._linalg import FloatArray
-from .._status import Budget, BudgetExhausted, Status
+from .._status import Budget, BudgetExhausted, Outcome, Status
 from .._validation import as_positive_int, as_time_limit
 from ..errors import InvalidParametersError
 from ..model.gaussian import Gaussian
@@ -35,7 +35,7 @@ _METRICS = ("mean_error", "cov_error", "bures_wasserstein")
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
-class TokenComparison:
+class TokenComparison(Outcome):
     """Errors between empirical token moments and the moment-ODE prediction at depth ``T``.
 
     Attributes
@@ -82,11 +82,6 @@ class TokenComparison:
     status: Status = Status.SUCCESS
     message: str = ""
     stats: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def success(self) -> bool:
-        """True when every run reached depth T."""
-        return self.status is Status.SUCCESS
 
     def table(self) -> list[dict[str, float]]:
         """One row per N (for reports and ``result.json``)."""

@@ -28,7 +28,7 @@ import numpy as np
 from scipy.sparse.linalg import ArpackNoConvergence, LinearOperator, eigs
 
 from .._linalg import FloatArray, sym, unvech, vech
-from .._status import Budget, BudgetExhausted, Status
+from .._status import Budget, BudgetExhausted, OutcomeOrInfeasible, Status
 from .._validation import as_float_array, as_time_limit, frozen
 from ..errors import InvalidParametersError, SolverError
 from ..model.gaussian import Gaussian
@@ -249,7 +249,7 @@ def _make_equilibrium(
 
 
 @dataclass(frozen=True, eq=False)
-class EquilibriaResult(Sequence[Equilibrium]):
+class EquilibriaResult(Sequence[Equilibrium], OutcomeOrInfeasible):
     """The positive-definite equilibria found, as a sequence of :class:`Equilibrium`.
 
     Attributes
@@ -282,11 +282,6 @@ class EquilibriaResult(Sequence[Equilibrium]):
     proved: bool = False
     degenerate: bool = False
     stats: Mapping[str, Any] = field(default_factory=dict)
-
-    @property
-    def success(self) -> bool:
-        """True for a definite answer: equilibria found, or none (proved or searched)."""
-        return self.status is Status.SUCCESS or self.status is Status.INFEASIBLE
 
     def __len__(self) -> int:
         return len(self.equilibria)

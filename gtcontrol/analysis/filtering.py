@@ -45,7 +45,7 @@ import numpy as np
 from scipy.integrate import solve_ivp
 
 from .._linalg import SYM_RTOL, FloatArray, psd_sqrt, sym, unvech, vech, vech_index
-from .._status import Budget, BudgetExhausted, Status
+from .._status import Budget, BudgetExhausted, Outcome, Status
 from .._validation import (
     as_float_array,
     as_positive_float,
@@ -234,7 +234,7 @@ def from_kalman(F: Any, H: Any, R: Any, Q: Any = None) -> Layer:
 
 
 @dataclass(frozen=True, eq=False)
-class SteadyState:
+class SteadyState(Outcome):
     """Steady state of the filter: the stabilizing solution of the filter ARE.
 
     Attributes
@@ -272,11 +272,6 @@ class SteadyState:
     message: str
     positive_definite: bool = True
     stats: Mapping[str, Any] = field(default_factory=dict)
-
-    @property
-    def success(self) -> bool:
-        """True when the filter ARE was solved."""
-        return self.status is Status.SUCCESS
 
 
 def _are_residual(data: KalmanData, p: FloatArray) -> float:
@@ -460,7 +455,7 @@ def kalman_covariance(
 
 
 @dataclass(frozen=True, eq=False)
-class FilterComparison:
+class FilterComparison(Outcome):
     """The Kalman–Bucy filter against the Transformer it corresponds to.
 
     Attributes
@@ -502,11 +497,6 @@ class FilterComparison:
     status: Status = Status.SUCCESS
     message: str = ""
     stats: Mapping[str, Any] = field(default_factory=dict)
-
-    @property
-    def success(self) -> bool:
-        """True when both covariances were computed over the whole depth."""
-        return self.status is Status.SUCCESS
 
 
 def compare_filter(

@@ -30,7 +30,7 @@ from scipy.linalg import lapack
 from scipy.sparse.linalg import LinearOperator, gmres
 
 from .._linalg import FloatArray, sym, unvech, vech, vech_index
-from .._status import Budget, BudgetExhausted, Status
+from .._status import Budget, BudgetExhausted, Outcome, Status
 from .._validation import as_float_array, as_positive_float, as_positive_int, as_time_limit, frozen
 from ..errors import InvalidParametersError, SolverError
 from ..model.moments import affine_velocity, moment_field
@@ -245,7 +245,7 @@ def newton_options(func: str, options: Any, **kw: Any) -> _NewtonOptions:
 
 
 @dataclass(frozen=True, eq=False)
-class NewtonResult:
+class NewtonResult(Outcome):
     """One Newton–Kantorovich run.
 
     Attributes
@@ -274,11 +274,6 @@ class NewtonResult:
     iterations: int
     residuals: tuple[float, ...]
     stats: Mapping[str, Any] = field(default_factory=dict)
-
-    @property
-    def success(self) -> bool:
-        """True when the iteration converged to ``tol``."""
-        return self.status is Status.SUCCESS
 
 
 def _typical_scale(layer: Layer) -> float:

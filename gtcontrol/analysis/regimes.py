@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from .._linalg import FloatArray, sym
-from .._status import Budget, BudgetExhausted, Status
+from .._status import Budget, BudgetExhausted, OutcomeOrBlowup, Status
 from .._validation import as_float_array, as_positive_float, as_time_limit, frozen
 from ..errors import InvalidParametersError, SolverError
 from ..model.gaussian import Gaussian, check_gaussian
@@ -52,7 +52,7 @@ KINDS = ("converges", "collapses", "blowup", "unbounded", "bounded")
 
 
 @dataclass(frozen=True, eq=False)
-class Regime:
+class Regime(OutcomeOrBlowup):
     """What a fixed layer does to ``N(m0, Σ0)`` as depth grows.
 
     Attributes
@@ -105,11 +105,6 @@ class Regime:
     equilibria: EquilibriaResult | None = None
     status: Status = Status.SUCCESS
     stats: Mapping[str, Any] = field(default_factory=dict)
-
-    @property
-    def success(self) -> bool:
-        """True when the regime was decided (``Status.SUCCESS`` or ``Status.BLOWUP``)."""
-        return self.status is Status.SUCCESS or self.status is Status.BLOWUP
 
     @property
     def reason(self) -> str:

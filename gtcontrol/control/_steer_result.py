@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .._status import Status
+from .._status import Outcome, Status
 from ..errors import SolverError
 from ..model.gaussian import Gaussian
 from ..model.moments import Trajectory, simulate
@@ -45,7 +45,7 @@ _IPOPT_INFEASIBLE = frozenset({"Infeasible_Problem_Detected"})
 
 
 @dataclass(frozen=True, eq=False)
-class SteeringResult:
+class SteeringResult(Outcome):
     """Outcome of :func:`steer`; every number is measured on the re-simulated control.
 
     Attributes
@@ -100,11 +100,6 @@ class SteeringResult:
     terminal_error: float
     trajectory: Trajectory | None
     stats: Mapping[str, Any]
-
-    @property
-    def success(self) -> bool:
-        """Whether the control is verified: ``status is Status.SUCCESS``."""
-        return self.status is Status.SUCCESS
 
 
 #: Tolerances of the verifying re-simulation: tighter than simulate's defaults because the

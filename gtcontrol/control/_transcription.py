@@ -27,6 +27,7 @@ import casadi as ca
 import numpy as np
 
 from .._linalg import FloatArray, psd_sqrt, unvech, vech
+from ._ipopt import STOPPED, IpoptDeadline
 from ._ocp import (
     DEGREE,
     EXPAND_MAX_DIM,
@@ -39,9 +40,6 @@ from ._ocp import (
 )
 
 __all__: list[str] = []
-
-#: IPOPT return status of a solve stopped by the deadline callback.
-STOPPED = "User_Requested_Stop"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -109,39 +107,6 @@ class Solution:
     iterations: int
     seconds: float
     timed_out: bool = False
-
-
-class _Deadline(ca.Callback):
-    """IPOPT iteration callback: asks IPOPT to stop once ``deadline`` (perf_counter) passed."""
-
-    def __init__(self, nx: int, ng: int, np_: int) -> None:
-        ca.Callback.__init__(self)
-        self._sizes = {"x": nx, "lam_x": nx, "g": ng, "lam_g": ng, "f": 1, "lam_p": np_}
-        self.deadline = math.inf
-        self.fired = False
-        self.construct("deadline", {})
-
-    def get_n_in(self) -> int:
-        return int(ca.nlpsol_n_out())
-
-    def get_n_out(self) -> int:
-        return 1
-
-    def get_name_in(self, i: int) -> str:
-        return str(ca.nlpsol_out(i))
-
-    def get_name_out(self, i: int) -> str:
-        return "stop"
-
-    def get_sparsity_in(self, i: int) -> Any:
-        n = self._sizes[str(ca.nlpsol_out(i))]
-        return ca.Sparsity.dense(n) if n else ca.Sparsity(0, 0)
-
-    def eval(self, arg: Any) -> list[int]:
-        if time.perf_counter() > self.deadline:
-            self.fired = True
-            return [1]
-        return [0]
 
 
 @dataclass
@@ -324,7 +289,7 @@ class Transcription:
         x = ca.vertcat(*self.w)
         p = ca.vertcat(self.x0, self.target, ca.vec(self.pfix))
         g = ca.vertcat(*cons.g)
-        self.deadline = _Deadline(int(x.numel()), int(g.numel()), int(p.numel()))
+        self.deadline = IpoptDeadline(int(x.numel()), int(g.numel()), int(p.numel()))
         opts: dict[str, Any] = {
             "ipopt.print_level": 0,
             "ipopt.sb": "yes",
@@ -369,8 +334,7 @@ class Transcription:
         if self.n_aux:
             parts.append(np.asarray(self._initial_aux(states0) if aux0 is None else aux0))
         clock = time.perf_counter()
-        self.deadline.deadline = clock + max_wall_time
-        self.deadline.fired = False
+        self.deadline.arm(max_wall_time)
         try:
             sol = self.solver(
                 x0=np.concatenate(parts),
@@ -381,7 +345,7 @@ class Transcription:
                 ubg=self.ubg,
             )
         finally:
-            self.deadline.deadline = math.inf
+            self.deadline.disarm()
         seconds = time.perf_counter() - clock
         st = self.solver.stats()
         wopt = np.asarray(sol["x"]).ravel()

@@ -26,7 +26,7 @@ from scipy.integrate import DOP853
 from scipy.special import ndtr
 
 from .._linalg import FloatArray, unvech, vech
-from .._status import Budget, BudgetExhausted, Status
+from .._status import Budget, BudgetExhausted, Outcome, Status
 from .._validation import as_float_array, as_positive_float, as_positive_int, as_time_limit
 from ..errors import InvalidParametersError
 from ..model.gaussian import Gaussian
@@ -87,7 +87,7 @@ def _linearized(layer: Layer, mean: FloatArray, cov: FloatArray) -> Layer:
 
 
 @dataclass(frozen=True, eq=False)
-class ClosureFlow:
+class ClosureFlow(Outcome):
     """Result of :func:`closure_flow`: the Gaussian-closure moments along depth.
 
     Attributes
@@ -115,11 +115,6 @@ class ClosureFlow:
     status: Status = Status.SUCCESS
     message: str = ""
     stats: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def success(self) -> bool:
-        """Whether the flow reached the horizon (``status is Status.SUCCESS``)."""
-        return self.status is Status.SUCCESS
 
     def __iter__(self) -> Iterator[FloatArray]:
         """Deprecated: unpack as ``(t, mean, cov)`` (the former return value)."""
@@ -280,7 +275,7 @@ def _integrate(
 
 
 @dataclass(frozen=True, eq=False)
-class ClosenessCurve:
+class ClosenessCurve(Outcome):
     """Distances along depth for one activation.
 
     All three distances are divided by the flow's RMS radius ``sqrt(tr Σ(t))``, so that a cloud
@@ -317,14 +312,9 @@ class ClosenessCurve:
     message: str = ""
     stats: dict[str, Any] = field(default_factory=dict)
 
-    @property
-    def success(self) -> bool:
-        """Whether the curve covers every depth (``status is Status.SUCCESS``)."""
-        return self.status is Status.SUCCESS
-
 
 @dataclass(frozen=True, eq=False)
-class FeedForwardCloseness:
+class FeedForwardCloseness(Outcome):
     """Result of :func:`feedforward_closeness`: one :class:`ClosenessCurve` per activation.
 
     Attributes
@@ -353,11 +343,6 @@ class FeedForwardCloseness:
     status: Status = Status.SUCCESS
     message: str = ""
     stats: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def success(self) -> bool:
-        """Whether both curves cover every depth (``status is Status.SUCCESS``)."""
-        return self.status is Status.SUCCESS
 
     def table(self) -> list[dict[str, Any]]:
         """Rows ``(activation, t, to_flow, to_own, moment_gap)``."""

@@ -30,7 +30,7 @@ import numpy as np
 from scipy import stats as _st
 
 from .._linalg import RANK_RTOL, FloatArray
-from .._status import Budget, Status
+from .._status import Budget, Outcome, Status
 from .._validation import as_float_array, as_positive_float, as_positive_int, as_time_limit
 from ..errors import InvalidParametersError
 from ._common import as_seed
@@ -102,7 +102,7 @@ class NullStatistic:
 
 
 @dataclass(frozen=True, eq=False)
-class GaussianityResult:
+class GaussianityResult(Outcome):
     """Outcome of :func:`gaussianity`.
 
     Attributes
@@ -139,11 +139,6 @@ class GaussianityResult:
     status: Status = Status.SUCCESS
     message: str = ""
     stats: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def success(self) -> bool:
-        """Whether the test ran to the end (``status is Status.SUCCESS``)."""
-        return self.status is Status.SUCCESS
 
     def statistic(self, name: str) -> NullStatistic:
         """The statistic called ``name``.

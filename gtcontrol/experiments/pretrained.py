@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from .._linalg import FloatArray
-from .._status import Budget, Status
+from .._status import Budget, Outcome, Status
 from .._validation import as_positive_int, as_time_limit
 from ..errors import InvalidParametersError
 from ._common import as_seed, stop_reason, time_left
@@ -272,7 +272,7 @@ class LayerGaussianity:
 
 
 @dataclass(frozen=True, eq=False)
-class GaussianityTable:
+class GaussianityTable(Outcome):
     """Per-layer Gaussianity of one model fed Gaussian tokens.
 
     Attributes
@@ -306,11 +306,6 @@ class GaussianityTable:
     status: Status = Status.SUCCESS
     message: str = ""
     stats: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def success(self) -> bool:
-        """Whether every depth was diagnosed (``status is Status.SUCCESS``)."""
-        return self.status is Status.SUCCESS
 
     def table(self) -> list[dict[str, Any]]:
         """One flat row per layer (for reports and JSON)."""

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from .._linalg import FloatArray
-from .._status import Budget, Status
+from .._status import Budget, Outcome, Status
 from .._validation import as_positive_float, as_positive_int, as_time_limit
 from ..model.gaussian import Gaussian
 from ..model.moments import simulate_discrete
@@ -101,7 +101,7 @@ class RegimeRow:
 
 
 @dataclass(frozen=True, eq=False)
-class RegimeResult:
+class RegimeResult(Outcome):
     """Result of :func:`prescribed_attention_regimes`.
 
     Attributes
@@ -137,11 +137,6 @@ class RegimeResult:
     status: Status = Status.SUCCESS
     message: str = ""
     stats: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def success(self) -> bool:
-        """Whether every configuration ran (``status is Status.SUCCESS``)."""
-        return self.status is Status.SUCCESS
 
     def table(self) -> list[dict[str, Any]]:
         """One flat row per configuration."""

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from .._linalg import FloatArray
-from .._status import Budget, Status
+from .._status import Budget, Outcome, Status
 from .._validation import as_positive_int, as_time_limit
 from ..errors import InvalidParametersError
 from ..model.gaussian import Gaussian
@@ -91,7 +91,7 @@ class SurrogateRow:
 
 
 @dataclass(frozen=True, eq=False)
-class SurrogateComparison:
+class SurrogateComparison(Outcome):
     """Result of :func:`moment_surrogate`: one :class:`SurrogateRow` per encoder layer.
 
     Attributes
@@ -128,11 +128,6 @@ class SurrogateComparison:
     status: Status = Status.SUCCESS
     message: str = ""
     stats: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def success(self) -> bool:
-        """Whether every layer was compared (``status is Status.SUCCESS``)."""
-        return self.status is Status.SUCCESS
 
     def table(self) -> list[dict[str, Any]]:
         """One flat row per layer."""

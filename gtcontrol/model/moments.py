@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from .._linalg import FloatArray, numerical_ranks, sym
-from .._status import Budget, BudgetExhausted, Status
+from .._status import Budget, BudgetExhausted, OutcomeOrBlowup, Status
 from .._validation import as_positive_int, as_time_limit, frozen
 from .field import affine_velocity, moment_field
 from .gaussian import Gaussian, check_gaussian
@@ -56,7 +56,7 @@ NDArrayInt = np.ndarray
 
 
 @dataclass(frozen=True, eq=False)
-class Trajectory:
+class Trajectory(OutcomeOrBlowup):
     """Moments along depth (the result of :func:`simulate` and :func:`simulate_discrete`).
 
     Attributes
@@ -92,11 +92,6 @@ class Trajectory:
     blowup_time: float = math.inf
     stats: Mapping[str, Any] = field(default_factory=dict)
     message: str = ""
-
-    @property
-    def success(self) -> bool:
-        """Whether the trajectory answers the question (reached T, or found the blow-up)."""
-        return self.status in (Status.SUCCESS, Status.BLOWUP)
 
     @property
     def dim(self) -> int:

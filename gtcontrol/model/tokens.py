@@ -32,7 +32,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .._linalg import FloatArray
-from .._status import Budget, Status
+from .._status import Budget, Outcome, Status
 from .._validation import frozen
 from .attention import _check_tokens, _Workspace
 from .gaussian import Gaussian
@@ -53,7 +53,7 @@ AnyArray = NDArray[Any]
 
 
 @dataclass(frozen=True, eq=False)
-class TokenTrajectory:
+class TokenTrajectory(Outcome):
     """Tokens moved through depth, summarized by their empirical moments.
 
     Attributes
@@ -98,11 +98,6 @@ class TokenTrajectory:
     blowup_time: float = math.inf
     stats: Mapping[str, Any] = field(default_factory=dict)
     message: str = ""
-
-    @property
-    def success(self) -> bool:
-        """Whether the tokens were carried to the horizon."""
-        return self.status is Status.SUCCESS
 
     @property
     def overflow_time(self) -> float:

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..._linalg import FloatArray
-from ..._status import Budget, Status, as_time_limit
+from ..._status import Budget, Outcome, Status, as_time_limit
 from ..._validation import as_positive_float, as_positive_int, frozen
 from ...errors import InvalidParametersError
 from ...model.gaussian import Gaussian
@@ -26,7 +26,7 @@ _MAX_STARTS = 10_000
 
 
 @dataclass(frozen=True, eq=False)
-class ConvergenceData:
+class ConvergenceData(Outcome):
     """Errors of a design's moment trajectories from several random starts.
 
     Attributes
@@ -60,11 +60,6 @@ class ConvergenceData:
     status: Status = Status.SUCCESS
     message: str = ""
     stats: Mapping[str, Any] = field(default_factory=dict)
-
-    @property
-    def success(self) -> bool:
-        """Whether every start was simulated successfully."""
-        return self.status is Status.SUCCESS
 
 
 def _random_start(tgt: Gaussian, wh: Whitening, rng: np.random.Generator) -> Gaussian:

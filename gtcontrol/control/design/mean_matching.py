@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from ..._linalg import FloatArray, identity_multiple
-from ..._status import Budget, Status, as_time_limit
+from ..._status import Budget, Outcome, Status, as_time_limit
 from ..._validation import as_float_array, as_positive_float
 from ...errors import InvalidParametersError
 from ...model.gaussian import Gaussian
@@ -31,7 +31,7 @@ from ...model.params import Layer
 from ._common import Whitening, as_target, param_norm, with_bias
 from .certificate import Certificate, design_certificate
 from .constructive import check_rotation, constructive_layer
-from .nlp_solve import Outcome, solve_nlp
+from .nlp_solve import DesignAttempt, solve_nlp
 from .options import _DesignOptions, resolve_options
 from .problem import Problem, precheck
 from .robustness import Robustness, _robustness
@@ -40,7 +40,7 @@ __all__ = ["MeanMatchingDesign", "design_mean_matching"]
 
 
 @dataclass(frozen=True, eq=False)
-class MeanMatchingDesign:
+class MeanMatchingDesign(Outcome):
     """Result of :func:`design_mean_matching`.
 
     Attributes
@@ -98,11 +98,6 @@ class MeanMatchingDesign:
     whitened_norm: float
     optimal: bool = True
     stats: Mapping[str, Any] = field(default_factory=dict)
-
-    @property
-    def success(self) -> bool:
-        """Whether the design is certified (``status is Status.SUCCESS``)."""
-        return self.status is Status.SUCCESS
 
     @property
     def equilibrium(self) -> Gaussian:
@@ -194,13 +189,13 @@ def _certify(req: _Request, layer: Layer, want_global: bool) -> Certificate:
     )
 
 
-def _design_constructive(req: _Request) -> Outcome:
+def _design_constructive(req: _Request) -> DesignAttempt:
     layer = constructive_layer(req.target, req.r_m, req.r_c, req.rotation)
     cert = _certify(req, layer, req.opts.require_global is not False)
-    return Outcome(layer, cert, {"optimal": True}, "", None, False)
+    return DesignAttempt(layer, cert, {"optimal": True}, "", None, False)
 
 
-def _design_nlp(req: _Request, budget: Budget) -> Outcome:
+def _design_nlp(req: _Request, budget: Budget) -> DesignAttempt:
     opts, tgt = req.opts, req.target
     fa, fb, fv = req.fa, req.fb, req.fv
     wh = Whitening.of(tgt.cov)
@@ -239,7 +234,7 @@ def _design_nlp(req: _Request, budget: Budget) -> Outcome:
     return solve_nlp(prob, build, budget)
 
 
-def _verdict(out: Outcome) -> tuple[Status, str]:
+def _verdict(out: DesignAttempt) -> tuple[Status, str]:
     """Status and message of a design from its outcome (see :class:`MeanMatchingDesign`)."""
     cert = out.certificate
     diagnosis = out.diagnosis

@@ -19,12 +19,13 @@ import numpy as np
 from ..._linalg import FloatArray, sym, unvech, vech
 from ..._status import Budget
 from ...model.params import Layer
+from .._ipopt import IpoptDeadline
 from ._common import MARGIN_SLACK
 from .certificate import Certificate
 from .nlp import NLP
 from .problem import Problem
 
-__all__ = ["Builder", "Outcome", "initial_guess", "polish", "solve_nlp"]
+__all__ = ["Builder", "DesignAttempt", "initial_guess", "polish", "solve_nlp"]
 
 Builder = Callable[[FloatArray, FloatArray, FloatArray], tuple[Layer, Certificate]]
 
@@ -180,47 +181,6 @@ class _Attempt:
         return (self.certificate.valid, bool(self.stats["optimal"]), -self.stats["objective"])
 
 
-def _budget_callback(nlp: NLP, budget: Budget) -> Any:
-    """A CasADi iteration callback that asks IPOPT to stop once ``budget`` is spent
-    (IPOPT then returns ``User_Requested_Stop`` with its current iterate)."""
-    ca = nlp.ca
-    sizes = {
-        "x": int(nlp.x.numel()),
-        "lam_x": int(nlp.x.numel()),
-        "g": int(nlp.g.numel()),
-        "lam_g": int(nlp.g.numel()),
-        "f": 1,
-        "p": 1,
-        "lam_p": 1,
-    }
-
-    class _Stop(ca.Callback):  # type: ignore[misc,name-defined]
-        def __init__(self) -> None:
-            ca.Callback.__init__(self)
-            self.construct("gtcontrol_design_budget", {})
-
-        def get_n_in(self) -> int:
-            return int(ca.nlpsol_n_out())
-
-        def get_n_out(self) -> int:
-            return 1
-
-        def get_name_in(self, i: int) -> str:
-            return str(ca.nlpsol_out(i))
-
-        def get_name_out(self, i: int) -> str:
-            return "stop"
-
-        def get_sparsity_in(self, i: int) -> Any:
-            n = sizes.get(str(ca.nlpsol_out(i)), 0)
-            return ca.Sparsity.dense(n) if n else ca.Sparsity(0, 0)
-
-        def eval(self, arg: Any) -> list[int]:
-            return [1 if budget.exhausted else 0]
-
-    return _Stop()
-
-
 class _Runner:
     """Runs IPOPT attempts on one NLP from one starting point."""
 
@@ -255,7 +215,14 @@ class _Runner:
             # max_wall_time bounds each solve by the time left now; the callback stops IPOPT
             # as soon as the shared budget is spent (later solves of the same solver included).
             base["ipopt.max_wall_time"] = max(budget.remaining(), 1e-3)
-            self._stop = _budget_callback(self.nlp, budget)
+            nlp = self.nlp
+            self._stop = IpoptDeadline(
+                int(nlp.x.numel()),
+                int(nlp.g.numel()),
+                1,
+                name="gtcontrol_design_budget",
+                stop=lambda: budget.exhausted,
+            )
             base["iteration_callback"] = self._stop
         user = {f"ipopt.{k}": v for k, v in opts.ipopt.items()}
         options = {**base, **extra, **user}
@@ -307,7 +274,7 @@ class _Runner:
 
 
 @dataclass
-class Outcome:
+class DesignAttempt:
     """What :func:`solve_nlp` returns."""
 
     layer: Layer
@@ -338,7 +305,7 @@ def _cap_reason(p: Problem, return_status: str, budget: Budget) -> str | None:
     return None
 
 
-def solve_nlp(p: Problem, build: Builder, budget: Budget) -> Outcome:
+def solve_nlp(p: Problem, build: Builder, budget: Budget) -> DesignAttempt:
     """Solve the NLP (with retries, within ``budget``) and verify the result.
 
     Attempts follow :data:`_ATTEMPTS` until one ends optimal (zero slacks) with a verified
@@ -397,4 +364,4 @@ def solve_nlp(p: Problem, build: Builder, budget: Budget) -> Outcome:
     stats["attempts"] = history
     stats["iterations"] = 0 if runner is None else runner.iterations
     stats["nlp_seconds"] = time.perf_counter() - clock
-    return Outcome(layer, cert, stats, diagnosis, exhausted, short)
+    return DesignAttempt(layer, cert, stats, diagnosis, exhausted, short)

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..._linalg import FloatArray, identity_multiple, numerical_rank
-from ..._status import Budget, BudgetExhausted, Status, as_time_limit
+from ..._status import Budget, BudgetExhausted, Outcome, Status, as_time_limit
 from ..._validation import as_positive_float, as_positive_int
 from ...analysis.equilibria import equilibria, equilibrium_at, mean_matrix
 from ...analysis.newton import newton_equilibrium
@@ -47,7 +47,7 @@ _BISECTIONS = 12
 
 
 @dataclass(frozen=True, eq=False)
-class Robustness:
+class Robustness(Outcome):
     """How far a design is from losing stability.
 
     All linearization quantities are in whitened coordinates ``x̂ = Σ*^{-1/2} x`` (the target is
@@ -117,11 +117,6 @@ class Robustness:
     stats: Mapping[str, Any] = field(default_factory=dict)
     status: Status = Status.SUCCESS
     message: str = ""
-
-    @property
-    def success(self) -> bool:
-        """Whether every measurement completed (``status is Status.SUCCESS``)."""
-        return self.status is Status.SUCCESS
 
 
 # ----------------------------------------------------------------------------- linearization

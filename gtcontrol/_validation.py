@@ -7,7 +7,8 @@ Every check names the offending input and says what was expected, and raises a
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import warnings
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
@@ -24,6 +25,7 @@ __all__ = [
     "as_positive_float",
     "as_positive_int",
     "as_time_limit",
+    "deprecated_module_attribute",
     "frozen",
 ]
 
@@ -115,3 +117,19 @@ def as_choice(name: str, value: _C, choices: Sequence[_C]) -> _C:
     if not ok:
         raise InvalidParametersError(f"{name}: expected one of {tuple(choices)}, got {value!r}")
     return value
+
+
+def deprecated_module_attribute(
+    module: str, name: str, aliases: Mapping[str, tuple[Any, str]]
+) -> Any:
+    """The body of a module ``__getattr__`` that serves deprecated names.
+
+    ``aliases`` maps a deprecated name to ``(object, warning message)``: the object is returned
+    with a :class:`DeprecationWarning` pointing at the caller; other names raise
+    :class:`AttributeError` as a module does.
+    """
+    if name in aliases:
+        obj, message = aliases[name]
+        warnings.warn(message, DeprecationWarning, stacklevel=3)
+        return obj
+    raise AttributeError(f"module {module!r} has no attribute {name!r}")

@@ -108,10 +108,7 @@ def test_reproduce_quick_writes_every_file(tmp_path) -> None:  # type: ignore[no
     def run(tmp):  # type: ignore[no-untyped-def]
         report_module._write_report(
             tmp,
-            res.gaussianity,
-            res.surrogate,
-            res.regimes,
-            res.feedforward,
+            report_figures.Evidence(res.gaussianity, res.surrogate, res.regimes, res.feedforward),
             seed=0,
             quick=True,
             n_null=16,

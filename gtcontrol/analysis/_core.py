@@ -4,8 +4,7 @@ Gramians ``W(h) = ∫₀ʰ e^{Aᵀs} Q e^{As} ds`` (Van Loan), their limits, Kry
 Lyapunov solve (SB03MD), the sign split of R, range factors, SPD inverses, and the one home of
 the rate scale of a layer's covariance field (:func:`field_rate`, :func:`default_horizon`).
 
-Reference: Alcalde, Ji, Zuazua, *Reachability and asymptotics of Gaussian Transformer dynamics*,
-arXiv:2606.07600 (2026), §3–§4.
+Reference: the paper cited in :mod:`gtcontrol`, §3–§4.
 """
 
 from __future__ import annotations

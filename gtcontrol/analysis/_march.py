@@ -8,8 +8,7 @@ proved root-free by a Loewner bound or an interpolation bound, closes a bracket 
 point with ``λ_min G ≤ 0`` and converges to the first root from below. Tail certificates prove
 that no blow-up ever happens. Details: the docstring of :mod:`gtcontrol.analysis.blowup`.
 
-Reference: Alcalde, Ji, Zuazua, *Reachability and asymptotics of Gaussian Transformer dynamics*,
-arXiv:2606.07600 (2026), §3–§4.
+Reference: the paper cited in :mod:`gtcontrol`, §3–§4.
 """
 
 from __future__ import annotations

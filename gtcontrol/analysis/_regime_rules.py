@@ -7,8 +7,7 @@ of A; ``R = 0`` (``Σ(t) = e^{At}Σ0e^{Aᵀt}``, classified on the invariant sub
 ``A = 0`` (``Σ(t) = F(I + tFᵀRF)⁻¹Fᵀ``); −A Hurwitz (``Ω(t) → Ω*``); R ≻ 0 with an eigenvalue of
 A in the closed left half-plane (collapse); A Hurwitz without blow-up (``G(t) → G(∞)``).
 
-Reference: Alcalde, Ji, Zuazua, *Reachability and asymptotics of Gaussian Transformer dynamics*,
-arXiv:2606.07600 (2026), §3–§4.
+Reference: the paper cited in :mod:`gtcontrol`, §3–§4.
 """
 
 from __future__ import annotations

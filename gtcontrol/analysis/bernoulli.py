@@ -6,8 +6,7 @@ equation ``AᵀΩ + ΩA = R`` (slycot SB03MD), or, equivalently, Σ is the (anti
 of the CARE ``AΣ + ΣAᵀ − ΣRΣ + 0 = 0`` with ``G = R`` (slycot SB02MD). :func:`solve_bernoulli`
 runs either route and says what it found.
 
-Reference: Alcalde, Ji, Zuazua, *Reachability and asymptotics of Gaussian Transformer dynamics*,
-arXiv:2606.07600 (2026), §4.
+Reference: the paper cited in :mod:`gtcontrol`, §4.
 """
 
 from __future__ import annotations

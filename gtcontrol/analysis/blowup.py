@@ -25,8 +25,7 @@ Tail certificates prove that no blow-up ever happens: ``R ⪰ 0``; ``λ_max(Fᵀ
 Outside the class (general V, or Brownian forcing) the adaptive integrator of
 :func:`gtcontrol.simulate` locates the blow-up event (not certified).
 
-Reference: Alcalde, Ji, Zuazua, *Reachability and asymptotics of Gaussian Transformer dynamics*,
-arXiv:2606.07600 (2026), §3–§4.
+Reference: the paper cited in :mod:`gtcontrol`, §3–§4.
 """
 
 from __future__ import annotations
@@ -308,20 +307,8 @@ def blowup_time(
 
     Parameters
     ----------
-    layer
-        The layer.
-    initial
-        ``N(m0, Σ0)``.
-    T
-        Search depth (``None``: :func:`default_horizon`).
-    rtol
-        Relative width of the certified bracket, in ``(0, 1e-3)``.
-    max_steps
-        Cap on certified steps of the march.
-    time_limit
-        Wall-clock limit in seconds (``None``: none).
-    horizon
-        Deprecated alias of ``T``.
+    layer, initial, T, rtol, max_steps, time_limit, horizon
+        As in :func:`blowup_analysis`.
 
     Returns
     -------

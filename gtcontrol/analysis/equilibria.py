@@ -11,9 +11,9 @@ flows, multiples of I, random matrices — with deflation of every root already 
 symmetric matrices, its spectral abscissa, ``stable`` and the mean matrix
 ``K = A + Σ_h V_h (I + Σ* B_h)`` (the mean obeys ``dm/dt = K m + b`` near Σ*).
 
-Reference: Alcalde, Ji, Zuazua, *Reachability and asymptotics of Gaussian Transformer dynamics*,
-arXiv:2606.07600 (2026), §4; P. E. Farrell, Á. Birkisson, S. W. Funke, *Deflation techniques for
-finding distinct solutions of nonlinear PDEs*, SIAM J. Sci. Comput. 37 (2015).
+Reference: the paper cited in :mod:`gtcontrol`, §4; P. E. Farrell, Á. Birkisson,
+S. W. Funke, *Deflation techniques for finding distinct solutions of nonlinear PDEs*,
+SIAM J. Sci. Comput. 37 (2015).
 """
 
 from __future__ import annotations
@@ -578,32 +578,25 @@ def _newton_equilibria(
         "seconds": time.perf_counter() - clock,
     }
     if stopped:
-        return EquilibriaResult(
-            equilibria=tuple(found),
-            status=Status.BUDGET_EXHAUSTED,
-            message=f"deflated Newton stopped ({stopped}) with {len(found)} positive-definite "
-            f"equilibria found (outcomes {outcomes})",
-            method="newton",
-            stats=stats,
+        status = Status.BUDGET_EXHAUSTED
+        message = (
+            f"deflated Newton stopped ({stopped}) with {len(found)} positive-definite "
+            f"equilibria found (outcomes {outcomes})"
         )
-    if found:
-        return EquilibriaResult(
-            equilibria=tuple(found),
-            status=Status.SUCCESS,
-            message=f"{len(found)} positive-definite equilibria found by deflated Newton from "
-            f"{len(start_list)} starts",
-            method="newton",
-            stats=stats,
+    elif found:
+        status = Status.SUCCESS
+        message = (
+            f"{len(found)} positive-definite equilibria found by deflated Newton from "
+            f"{len(start_list)} starts"
         )
-    return EquilibriaResult(
-        equilibria=(),
-        status=Status.INFEASIBLE,
-        message=(
+    else:
+        status = Status.INFEASIBLE
+        message = (
             f"no positive-definite equilibrium found by deflated Newton from {len(start_list)} "
             f"starts (outcomes {outcomes}); this is a search result, not a proof"
-        ),
-        method="newton",
-        stats=stats,
+        )
+    return EquilibriaResult(
+        equilibria=tuple(found), status=status, message=message, method="newton", stats=stats
     )
 
 

@@ -28,9 +28,8 @@ is the Transformer's stable equilibrium.
 Only the covariance corresponds: the Transformer's mean ``dm/dt = Km + b`` is not the filter's
 estimate equation (which is driven by the measurements).
 
-Reference: Alcalde, Ji, Zuazua, *Reachability and asymptotics of Gaussian Transformer dynamics*,
-arXiv:2606.07600 (2026), §6; R. E. Kalman, R. S. Bucy, *New results in linear filtering and
-prediction theory*, J. Basic Eng. 83 (1961).
+Reference: the paper cited in :mod:`gtcontrol`, §6; R. E. Kalman, R. S. Bucy,
+*New results in linear filtering and prediction theory*, J. Basic Eng. 83 (1961).
 """
 
 from __future__ import annotations

@@ -10,9 +10,9 @@ and each Newton step solves the generalized Sylvester equation ``DF(Σ_k)[H] = �
 Kronecker solve on symmetric matrices for small d, matrix-free GMRES preconditioned by a
 Lyapunov operator beyond. Known roots are deflated (Farrell, Birkisson, Funke 2015).
 
-Reference: Alcalde, Ji, Zuazua, *Reachability and asymptotics of Gaussian Transformer dynamics*,
-arXiv:2606.07600 (2026), §4; P. E. Farrell, Á. Birkisson, S. W. Funke, *Deflation techniques for
-finding distinct solutions of nonlinear PDEs*, SIAM J. Sci. Comput. 37 (2015).
+Reference: the paper cited in :mod:`gtcontrol`, §4; P. E. Farrell, Á. Birkisson,
+S. W. Funke, *Deflation techniques for finding distinct solutions of nonlinear PDEs*,
+SIAM J. Sci. Comput. 37 (2015).
 """
 
 from __future__ import annotations

@@ -4,8 +4,7 @@
 over a depth that shows the regime; :func:`cone_coordinates` maps 2×2 covariances into the PSD
 cone ``z ≥ √(x² + y²)``.
 
-Reference: Alcalde, Ji, Zuazua, *Reachability and asymptotics of Gaussian Transformer dynamics*,
-arXiv:2606.07600 (2026), §4.
+Reference: the paper cited in :mod:`gtcontrol`, §4.
 """
 
 from __future__ import annotations
@@ -106,10 +105,8 @@ def regime_figure_data(
 
     Parameters
     ----------
-    layer
-        The layer.
-    initial
-        ``N(m0, Σ0)``.
+    layer, initial
+        As in :func:`gtcontrol.analyze`.
     T
         Depth of the integration (``None``: as above).
     n_points

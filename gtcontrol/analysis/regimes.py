@@ -10,8 +10,7 @@ equilibria plus an integration of the moment ODE decide, with the numbers in ``m
 :func:`mean_dynamics_ss` gives the mean near an equilibrium, ``dm/dt = K m + b`` with
 ``K = A + Σ_h V_h (I + Σ* B_h)``, as a :class:`control.StateSpace` with input b.
 
-Reference: Alcalde, Ji, Zuazua, *Reachability and asymptotics of Gaussian Transformer dynamics*,
-arXiv:2606.07600 (2026), §3–§4.
+Reference: the paper cited in :mod:`gtcontrol`, §3–§4.
 """
 
 from __future__ import annotations

@@ -16,8 +16,7 @@ because ``V_h Σ B_h Σ + Σ B_hᵀ Σ V_hᵀ = v_h Σ (B_h + B_hᵀ) Σ``. This
 The certified blow-up search lives in :mod:`gtcontrol.analysis.blowup`, the algebraic equation
 ``AΣ + ΣAᵀ − ΣRΣ = 0`` in :mod:`gtcontrol.analysis.bernoulli`.
 
-Reference: Alcalde, Ji, Zuazua, *Reachability and asymptotics of Gaussian Transformer dynamics*,
-arXiv:2606.07600 (2026), §3–§4.
+Reference: the paper cited in :mod:`gtcontrol`, §3–§4.
 """
 
 from __future__ import annotations

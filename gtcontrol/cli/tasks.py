@@ -14,11 +14,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from .. import (
+    Gaussian,
     Layer,
     Schedule,
     Trajectory,
@@ -117,14 +118,17 @@ def trajectory_summary(traj: Trajectory) -> dict[str, Any]:
     }
 
 
+def _moment_problem(design: Design) -> tuple[Layer | Schedule, Gaussian, float | None]:
+    """``(model, initial, T)`` of a task whose schema requires a model and an initial law."""
+    return cast("Layer | Schedule", design.model), cast(Gaussian, design.initial), design.T
+
+
 def _run_simulate(design: Design, out: Path) -> dict[str, Any]:
     from ..plotting.core import plot_moments  # matplotlib: loaded only when drawing
 
     o = design.options
     traj = simulate(
-        design.model,  # type: ignore[arg-type]
-        design.initial,  # type: ignore[arg-type]
-        design.T,
+        *_moment_problem(design),
         rtol=o["rtol"],
         atol=o["atol"],
         n_points=o["n_points"],
@@ -138,9 +142,7 @@ def _run_simulate(design: Design, out: Path) -> dict[str, Any]:
         figures += _token_cloud_figure(design, traj, o["tokens"], out)
     if o["discrete"]:
         disc = simulate_discrete(
-            design.model,  # type: ignore[arg-type]
-            design.initial,  # type: ignore[arg-type]
-            design.T,
+            *_moment_problem(design),
             steps_per_layer=o["steps_per_layer"],
         )
         outputs["discrete"] = trajectory_summary(disc)
@@ -197,9 +199,7 @@ def _run_compare_tokens(design: Design, out: Path) -> dict[str, Any]:
 
     o = design.options
     cmp = compare_tokens(
-        design.model,  # type: ignore[arg-type]
-        design.initial,  # type: ignore[arg-type]
-        design.T,
+        *_moment_problem(design),
         n_tokens=o["n_tokens"],
         repeats=o["repeats"],
         seed=design.seed,

@@ -5,8 +5,7 @@ Every steering of ``N(m0, Σ0)`` to ``N(m1, Σ1)`` in time ``T`` has kinetic ene
 realized exactly by a time-varying affine feed-forward (:func:`ot_steering`, docs/steering.md §2).
 :func:`kinetic_energy` measures ``∫₀ᵀ E|v|² dt`` of any control.
 
-Reference: Alcalde, Ji, Zuazua, *Reachability and asymptotics of Gaussian Transformer dynamics*,
-arXiv:2606.07600 (2026), §5.
+Reference: the paper cited in :mod:`gtcontrol`, §5.
 """
 
 from __future__ import annotations

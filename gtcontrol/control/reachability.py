@@ -8,8 +8,7 @@ move ``N(m0, Σ0)`` to any ``N(m1, Σ1)`` with ``rank Σ1 = rank Σ0`` in any ti
 three parameter modes (``"full"``, ``"ffn"``: ``V = 0``, ``"attention"``: ``A = 0, b = 0``) have
 the reachable sets of :func:`is_reachable`; :func:`check_reachable` raises with the reason.
 
-Reference: Alcalde, Ji, Zuazua, *Reachability and asymptotics of Gaussian Transformer dynamics*,
-arXiv:2606.07600 (2026), §5.
+Reference: the paper cited in :mod:`gtcontrol`, §5.
 """
 
 from __future__ import annotations

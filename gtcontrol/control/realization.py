@@ -7,8 +7,7 @@ Bures–Wasserstein geodesic sampled at the layer switches (``"ffn"``/``"full"``
 phase and a mean phase (``"attention"``). Both are closed forms (no iteration, no
 ``time_limit``); they also serve as warm starts of :func:`gtcontrol.steer`.
 
-Reference: Alcalde, Ji, Zuazua, *Reachability and asymptotics of Gaussian Transformer dynamics*,
-arXiv:2606.07600 (2026), §5.
+Reference: the paper cited in :mod:`gtcontrol`, §5.
 """
 
 from __future__ import annotations

@@ -14,18 +14,17 @@ with the adaptive moment integrator. The parts, one idea each:
 * :mod:`._steer_solve`: the solve attempts within the time budget;
 * :mod:`._steer_result`: verification, status and :class:`SteeringResult`.
 
-Reference: Alcalde, Ji, Zuazua, *Reachability and asymptotics of Gaussian Transformer dynamics*,
-arXiv:2606.07600 (2026), §5.
+Reference: the paper cited in :mod:`gtcontrol`, §5.
 """
 
 from __future__ import annotations
 
 import time
-import warnings
 from collections.abc import Mapping
 from typing import Any
 
 from .._status import Budget, as_time_limit
+from .._validation import deprecated_module_attribute
 from ..errors import InvalidParametersError
 from ..model.gaussian import Gaussian
 from ..model.params import Schedule
@@ -242,12 +241,8 @@ def schedule_to_dict(schedule: Schedule) -> dict[str, Any]:
 
 def __getattr__(name: str) -> Any:
     """Deprecated names: ``SteerOptions`` (pass its fields as keywords of :func:`steer`)."""
-    if name == "SteerOptions":
-        warnings.warn(
-            "SteerOptions is deprecated and will be removed: pass the options as keyword "
-            "arguments of steer(...) (objective=, terminal=, max_iter=, time_limit=, ...)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return _SteerOptions
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    message = (
+        "SteerOptions is deprecated and will be removed: pass the options as keyword "
+        "arguments of steer(...) (objective=, terminal=, max_iter=, time_limit=, ...)"
+    )
+    return deprecated_module_attribute(__name__, name, {"SteerOptions": (_SteerOptions, message)})

@@ -18,8 +18,7 @@ it runs out, returns what is done with ``Status.BUDGET_EXHAUSTED``.
 Importing this package never imports torch; the functions that need torch, transformers or the
 MiniLM files raise :class:`ExperimentDependencyError` when the ``experiments`` extra is missing.
 
-Reference: Alcalde, Ji, Zuazua, *Reachability and asymptotics of Gaussian Transformer dynamics*,
-arXiv:2606.07600 (2026).
+Reference: the paper cited in :mod:`gtcontrol`.
 """
 
 from __future__ import annotations

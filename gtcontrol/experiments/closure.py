@@ -453,10 +453,8 @@ def feedforward_closeness(
 
     Parameters
     ----------
-    d
-        Dimension of the tokens.
-    n_tokens
-        Number of tokens (at least ``2d + 2``).
+    d, n_tokens
+        Token dimension and number of tokens (``n_tokens ≥ 2d + 2``).
     seed
         Seed of the matrices, the tokens and the projection directions.
     T

@@ -43,8 +43,7 @@ A BERT layer is ``y = x + Attn(x)``, ``z = LN₁(y)``, ``w = z + W₂ GELU(W₁ 
 How well the surrogate predicts the real network is measured by
 :func:`~gtcontrol.experiments.surrogate.moment_surrogate`.
 
-Reference: Alcalde, Ji, Zuazua, *Reachability and asymptotics of Gaussian Transformer dynamics*,
-arXiv:2606.07600 (2026), §1–§2.
+Reference: the paper cited in :mod:`gtcontrol`, §1–§2.
 """
 
 from __future__ import annotations
@@ -191,7 +190,7 @@ class ExtractedLayer:
         Parameters
         ----------
         tokens
-            Array ``(N, d)``: one sequence.
+            As in :meth:`attention`.
 
         Returns
         -------

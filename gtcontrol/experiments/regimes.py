@@ -272,10 +272,8 @@ def prescribed_attention_regimes(
 
     Parameters
     ----------
-    d
-        Dimension of the tokens.
-    n_tokens
-        Number of tokens (at least ``2d + 2``).
+    d, n_tokens
+        Token dimension and number of tokens (``n_tokens ≥ 2d + 2``).
     seed
         Seed of ``Σ0``, ``B`` and the tokens.
     n_layers

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -35,7 +35,7 @@ from ._common import as_seed, first_failure, time_left
 from .closure import FeedForwardCloseness, feedforward_closeness
 from .pretrained import MAX_TOKENS, MODELS, GaussianityTable, pretrained_gaussianity
 from .regimes import RegimeResult, prescribed_attention_regimes
-from .report_figures import write_figures
+from .report_figures import Evidence, write_figures
 from .report_tables import (
     feedforward_table,
     gaussianity_table,
@@ -117,10 +117,7 @@ def _intro_lines(*, seed: int, quick: bool, n_null: int, seconds: float, note: s
 
 def _write_report(
     dest: Path,
-    tabs: Sequence[GaussianityTable],
-    surs: Sequence[SurrogateComparison],
-    reg: RegimeResult | None,
-    ff: FeedForwardCloseness | None,
+    ev: Evidence,
     *,
     seed: int,
     quick: bool,
@@ -129,15 +126,15 @@ def _write_report(
     note: str = "",
 ) -> tuple[list[str], dict[str, Any]]:
     """Write figures, report.md and report.html into ``dest``; return figures and tables."""
-    tables = [gaussianity_table(t) for t in tabs]
-    tables += [surrogate_table(c) for c in surs]
-    if reg is not None:
-        tables.append(regime_table(reg))
-    if ff is not None:
-        tables.append(feedforward_table(ff))
+    tables = [gaussianity_table(t) for t in ev.tabs]
+    tables += [surrogate_table(c) for c in ev.surs]
+    if ev.reg is not None:
+        tables.append(regime_table(ev.reg))
+    if ev.ff is not None:
+        tables.append(feedforward_table(ev.ff))
     seconds = time.perf_counter() - clock
     intro_lines = _intro_lines(seed=seed, quick=quick, n_null=n_null, seconds=seconds, note=note)
-    figures = write_figures(dest, tabs, surs, reg, ff, seed)
+    figures = write_figures(dest, ev, seed)
     md_intro = "# gtcontrol: the paper's numerical evidence, reproduced\n\n" + "\n\n".join(
         intro_lines
     )
@@ -211,12 +208,8 @@ def run_experiments(
     ----------
     dest
         An existing directory to write into.
-    n_tokens
-        Tokens fed to the pretrained and random encoders (see :func:`reproduce`).
-    seed
-        Seed of every random draw.
-    quick
-        A reduced smoke run (see :func:`reproduce`).
+    n_tokens, seed, quick
+        As in :func:`reproduce`.
     time_limit
         Wall-clock limit in seconds for the computations, shared by all stages (``None``: none).
         The stages still to run when it is spent are skipped; the report is written in any case.
@@ -224,13 +217,12 @@ def run_experiments(
     Returns
     -------
     ReproduceResult
+        As :func:`reproduce` returns it, less the atomic directory and ``result.json``.
 
     Raises
     ------
-    ExperimentDependencyError
-        Without the ``experiments`` extra.
-    InvalidParametersError
-        On bad options.
+    ExperimentDependencyError, InvalidParametersError
+        As in :func:`reproduce`.
     """
     n_req, sd, quick, limit = _check_run_options(n_tokens, seed, quick, time_limit)
     clock = time.perf_counter()
@@ -259,7 +251,13 @@ def run_experiments(
     status, message = stages.outcome()
     note = "" if status is Status.SUCCESS else f"Incomplete run ({status}): {message}."
     figures, tables = _write_report(
-        dest, tabs, surs, reg, ff, seed=sd, quick=quick, n_null=n_null, clock=clock, note=note
+        dest,
+        Evidence(tabs, surs, reg, ff),
+        seed=sd,
+        quick=quick,
+        n_null=n_null,
+        clock=clock,
+        note=note,
     )
     timings: dict[str, Any] = dict(stages.timings)
     timings["total"] = time.perf_counter() - clock

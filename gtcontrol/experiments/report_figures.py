@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,7 @@ from .regimes import RegimeResult
 from .sample_statistics import _whiten
 from .surrogate import SurrogateComparison
 
-__all__ = ["write_figures"]
+__all__ = ["Evidence", "write_figures"]
 
 
 def _plot_gaussianity(tab: GaussianityTable, path: Path) -> None:
@@ -120,15 +121,19 @@ def _plot_feedforward(f: FeedForwardCloseness, path: Path) -> None:
     save_figure(fig, path)
 
 
-def write_figures(
-    dest: Path,
-    tabs: Sequence[GaussianityTable],
-    surs: Sequence[SurrogateComparison],
-    reg: RegimeResult | None,
-    ff: FeedForwardCloseness | None,
-    seed: int,
-) -> list[str]:
+@dataclass(frozen=True)
+class Evidence:
+    """The results of the stages of a run (``None``: the stage was skipped)."""
+
+    tabs: Sequence[GaussianityTable]
+    surs: Sequence[SurrogateComparison]
+    reg: RegimeResult | None
+    ff: FeedForwardCloseness | None
+
+
+def write_figures(dest: Path, ev: Evidence, seed: int) -> list[str]:
     """Write every figure of the results that have rows; return their file names."""
+    tabs, surs, reg, ff = ev.tabs, ev.surs, ev.reg, ev.ff
     figures: list[str] = []
     for t in (t for t in tabs if t.rows):
         _plot_gaussianity(t, dest / f"gaussianity_{t.model}.png")

@@ -16,9 +16,8 @@ tests against Gaussian nulls (numpy/scipy only).
 * The fraction of coordinates (in the original basis) whose D'Agostino–Pearson normality test
   rejects at ``coord_level``.
 
-Reference: Alcalde, Ji, Zuazua, *Reachability and asymptotics of Gaussian Transformer dynamics*,
-arXiv:2606.07600 (2026), numerical section; Mardia, Biometrika 57 (1970) 519–530; Székely &
-Rizzo, J. Multivariate Anal. 93 (2005) 58–80.
+Reference: the paper cited in :mod:`gtcontrol`, numerical section; Mardia, Biometrika 57
+(1970) 519–530; Székely & Rizzo, J. Multivariate Anal. 93 (2005) 58–80.
 """
 
 from __future__ import annotations

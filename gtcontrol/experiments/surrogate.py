@@ -9,8 +9,7 @@ reports, per layer, the predicted and measured moments both **propagated** from 
 changes (the do-nothing prediction), the spread of the LayerNorm scale and the effective sample
 size of the attention weights.
 
-Reference: Alcalde, Ji, Zuazua, *Reachability and asymptotics of Gaussian Transformer dynamics*,
-arXiv:2606.07600 (2026), §1–§2.
+Reference: the paper cited in :mod:`gtcontrol`, §1–§2.
 """
 
 from __future__ import annotations

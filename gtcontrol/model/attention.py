@@ -27,8 +27,7 @@ The ``N×N`` weights, let alone an ``N×N×d`` tensor, are never stored. Per hea
 1, so the denominator is ``≥ 1`` and nothing overflows for any finite logits),
 ``P = exp(L)``, ``Attn_blk = (P X) / (P 1)``. Memory is ``O(N d + block_size · N)``.
 
-Reference: Alcalde, Ji, Zuazua, *Reachability and asymptotics of Gaussian Transformer dynamics*,
-arXiv:2606.07600 (2026), §1.
+Reference: the paper cited in :mod:`gtcontrol`, §1.
 """
 
 from __future__ import annotations

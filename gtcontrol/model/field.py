@@ -9,8 +9,7 @@ and the moments move by ``dm/dt = M m + c``, ``dΣ/dt = M Σ + Σ Mᵀ`` (docs/t
 the one home of the field: everything in gtcontrol that needs it calls :func:`affine_velocity`
 or :func:`moment_field` (re-exported by :mod:`gtcontrol.model.moments`).
 
-Reference: Alcalde, Ji, Zuazua, *Reachability and asymptotics of Gaussian Transformer dynamics*,
-arXiv:2606.07600 (2026), §2.
+Reference: the paper cited in :mod:`gtcontrol`, §2.
 """
 
 from __future__ import annotations
@@ -66,12 +65,8 @@ def moment_field(layer: Layer, mean: FloatArray, cov: FloatArray) -> tuple[Float
 
     Parameters
     ----------
-    layer
-        The layer; its feed-forward, if any, must be affine (identity activation).
-    mean
-        The mean ``m``, shape ``(d,)``.
-    cov
-        The covariance ``Σ``, shape ``(d, d)``.
+    layer, mean, cov
+        As in :func:`affine_velocity`.
 
     Returns
     -------

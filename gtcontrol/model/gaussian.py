@@ -5,8 +5,7 @@ The Bures–Wasserstein distance is computed in Procrustes form,
 which subtracts factors rather than traces and so keeps full relative accuracy for nearby
 Gaussians (the trace formula loses about half the digits by cancellation).
 
-Reference: Alcalde, Ji, Zuazua, *Reachability and asymptotics of Gaussian Transformer dynamics*,
-arXiv:2606.07600 (2026), §2 and §5.
+Reference: the paper cited in :mod:`gtcontrol`, §2 and §5.
 """
 
 from __future__ import annotations

@@ -8,8 +8,7 @@ right-hand-side evaluation ticks a :class:`~gtcontrol._status.Budget`; a spent b
 integrator failure, a blow-up or an overflow ends the run with an :class:`_Outcome`, never an
 exception.
 
-Reference: Alcalde, Ji, Zuazua, *Reachability and asymptotics of Gaussian Transformer dynamics*,
-arXiv:2606.07600 (2026), §2–§3.
+Reference: the paper cited in :mod:`gtcontrol`, §2–§3.
 """
 
 from __future__ import annotations

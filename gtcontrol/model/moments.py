@@ -19,8 +19,7 @@ integrator live in :mod:`gtcontrol.model.moment_integrator`.
 failure or a spent budget (``time_limit``, ``max_evals``) is a :class:`Trajectory` whose
 ``status`` says which, holding the trajectory up to that point.
 
-Reference: Alcalde, Ji, Zuazua, *Reachability and asymptotics of Gaussian Transformer dynamics*,
-arXiv:2606.07600 (2026), §2.
+Reference: the paper cited in :mod:`gtcontrol`, §2.
 """
 
 from __future__ import annotations

@@ -6,8 +6,7 @@ validation of their options, the recorder of empirical moments and snapshots, an
 of a run (reached the horizon, overflow, spent budget, integrator failure). The velocity field
 is :mod:`gtcontrol.model.attention`.
 
-Reference: Alcalde, Ji, Zuazua, *Reachability and asymptotics of Gaussian Transformer dynamics*,
-arXiv:2606.07600 (2026), §1 and §6.
+Reference: the paper cited in :mod:`gtcontrol`, §1 and §6.
 """
 
 from __future__ import annotations
@@ -300,17 +299,22 @@ class _Stepper:
         return x_new
 
 
+@dataclass(frozen=True)
+class _Run:
+    """What both integrators work with: the control, options, workspace, recorder, snapshots."""
+
+    ctrl: Control
+    opts: _TokenOptions
+    work: _Workspace
+    rec: _Recorder
+    snap_times: FloatArray
+
+
 def _run_fixed(
-    ctrl: Control,
-    x: AnyArray,
-    opts: _TokenOptions,
-    work: _Workspace,
-    rec: _Recorder,
-    snap_times: FloatArray,
-    noise: FloatArray | None,
-    gen: np.random.Generator | None,
+    run: _Run, x: AnyArray, noise: FloatArray | None, gen: np.random.Generator | None
 ) -> tuple[AnyArray, _End, int]:
     """Fixed steps over every segment: the final tokens, how it ended, the steps taken."""
+    ctrl, opts, work, rec, snap_times = run.ctrl, run.opts, run.work, run.rec, run.snap_times
     breaks = np.asarray(ctrl.breakpoints, dtype=float)
     steps = opts.steps
     grid = _step_grid(breaks, steps)  # decides which steps are snapshotted
@@ -367,10 +371,7 @@ class _LastAccepted:
 class _Adaptive:
     """The ``"adaptive"`` integrator: ``solve_ivp`` on the flattened tokens, piece by piece."""
 
-    ctrl: Control
-    opts: _TokenOptions
-    work: _Workspace
-    rec: _Recorder
+    run: _Run
     shape: tuple[int, int]
     rtol: float
     atol: float
@@ -379,11 +380,11 @@ class _Adaptive:
     nonfinite: bool = False
 
     def fun(self, t0: float, t1: float) -> Callable[[float, AnyArray], AnyArray]:
-        get = _layer_source(self.ctrl, self.opts.dtype)
+        get = _layer_source(self.run.ctrl, self.run.opts.dtype)
 
         def fun(t: float, y: AnyArray) -> AnyArray:
-            xs = y.reshape(self.shape).astype(self.opts.dtype, copy=False)  # solve_ivp: float64
-            v = _velocity(get(t, t0, t1), xs, self.work).ravel()
+            xs = y.reshape(self.shape).astype(self.run.opts.dtype, copy=False)  # solve_ivp: float64
+            v = _velocity(get(t, t0, t1), xs, self.run.work).ravel()
             if not _finite(v):
                 self.nonfinite = True
             return v
@@ -400,30 +401,30 @@ class _Adaptive:
                 fun,
                 (start, end),
                 x.ravel(),
-                method=self.opts.ivp_method or "DOP853",
+                method=self.run.opts.ivp_method or "DOP853",
                 rtol=self.rtol,
                 atol=self.atol,
                 events=last,
             )
         except BudgetExhausted as exc:
             t_last, y_last = last.last
-            x_last = y_last.reshape(self.shape).astype(self.opts.dtype, copy=False)
-            if _finite(x_last) and t_last > self.rec.t[-1]:
+            x_last = y_last.reshape(self.shape).astype(self.run.opts.dtype, copy=False)
+            if _finite(x_last) and t_last > self.run.rec.t[-1]:
                 x = x_last
-                self.rec.add(t_last, x)
-            return x.copy(), _End(Status.BUDGET_EXHAUSTED, self.rec.t[-1], exc.reason)
+                self.run.rec.add(t_last, x)
+            return x.copy(), _End(Status.BUDGET_EXHAUSTED, self.run.rec.t[-1], exc.reason)
         except (ValueError, ArithmeticError, np.linalg.LinAlgError) as exc:
             return x.copy(), _End(Status.FAILED, start, str(exc))
         self.nfev += sol.nfev
-        ys = sol.y.T.astype(self.opts.dtype, copy=False)
+        ys = sol.y.T.astype(self.run.opts.dtype, copy=False)
         for ti, yi in zip(sol.t[1:], ys[1:]):
             xi = yi.reshape(self.shape)
             if not _finite(xi):
                 return x.copy(), _End(Status.OVERFLOW, float(ti))
             x = xi
             self.n_steps += 1
-            if self.opts.record == "steps" or ti == end:
-                self.rec.add(float(ti), x)
+            if self.run.opts.record == "steps" or ti == end:
+                self.run.rec.add(float(ti), x)
         if sol.status == -1:
             t_last = float(sol.t[-1]) if len(sol.t) else start
             if self.nonfinite:
@@ -432,23 +433,14 @@ class _Adaptive:
         return x.copy(), None  # copy: detach from sol.y
 
 
-def _run_adaptive(
-    ctrl: Control,
-    x: AnyArray,
-    opts: _TokenOptions,
-    work: _Workspace,
-    rec: _Recorder,
-    snap_times: FloatArray,
-) -> tuple[AnyArray, _End, int, int]:
+def _run_adaptive(run: _Run, x: AnyArray) -> tuple[AnyArray, _End, int, int]:
     """``solve_ivp`` over every segment, restarting at the snapshot depths so that they are
     hit exactly: the final tokens, how it ended, ``nfev`` and the accepted steps."""
-    breaks = np.asarray(ctrl.breakpoints, dtype=float)
+    opts, rec, snap_times = run.opts, run.rec, run.snap_times
+    breaks = np.asarray(run.ctrl.breakpoints, dtype=float)
     scale = max(float(np.max(np.abs(x))), 1.0)
-    run = _Adaptive(
-        ctrl,
-        opts,
-        work,
-        rec,
+    adaptive = _Adaptive(
+        run,
         (x.shape[0], x.shape[1]),
         rtol=1e-8 if opts.rtol is None else float(opts.rtol),
         atol=(1e-10 if opts.atol is None else float(opts.atol)) * scale,
@@ -459,16 +451,16 @@ def _run_adaptive(
     for k in range(len(breaks) - 1):
         t0, t1 = float(breaks[k]), float(breaks[k + 1])
         inner = snap_times[(snap_times > t0) & (snap_times < t1)]
-        fun = run.fun(t0, t1)
+        fun = adaptive.fun(t0, t1)
         start = t0
         for end in [*inner.tolist(), t1]:
-            x, stop = run.piece(fun, x, start, end)
+            x, stop = adaptive.piece(fun, x, start, end)
             if stop is not None:
-                return x, stop, run.nfev, run.n_steps
+                return x, stop, adaptive.nfev, adaptive.n_steps
             if end != t1 or (snap_times.size and np.any(snap_times == t1)):
                 rec.snapshot(end, x)
             start = end
-    return x, _DONE, run.nfev, run.n_steps
+    return x, _DONE, adaptive.nfev, adaptive.n_steps
 
 
 def _check_noise_sources(

@@ -16,8 +16,8 @@ stable softmax; its cost) lives in :mod:`gtcontrol.model.attention`.
 failure or a spent budget (``time_limit``, ``max_evals``) is a :class:`TokenTrajectory` whose
 ``status`` says which, holding the tokens' path up to that point.
 
-Reference: Alcalde, Ji, Zuazua, *Reachability and asymptotics of Gaussian Transformer dynamics*,
-arXiv:2606.07600 (2026), §1 (model), §2 (Gaussian invariance), §6 (noisy tokens).
+Reference: the paper cited in :mod:`gtcontrol`, §1 (model), §2 (Gaussian invariance),
+§6 (noisy tokens).
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from .token_integrators import (
     _check_noise_sources,
     _check_snapshot_times,
     _Recorder,
+    _Run,
     _run_adaptive,
     _run_fixed,
     _TokenOptions,
@@ -267,14 +268,15 @@ def simulate_tokens(
     budget = Budget(opts.time_limit, max_evals=opts.max_evals)
     work = _Workspace(x.shape[0], opts.dtype, opts.block_size, budget)
     rec = _Recorder(opts.record)
+    run = _Run(ctrl, opts, work, rec, snap_times)
     stats: dict[str, Any] = {"method": opts.method}
     # Overflow is detected and reported as a status; silence the intermediate inf/nan warnings.
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         if opts.method == "adaptive":
-            x, end, nfev, n_steps = _run_adaptive(ctrl, x, opts, work, rec, snap_times)
+            x, end, nfev, n_steps = _run_adaptive(run, x)
             stats["nfev"] = nfev
         else:
-            x, end, n_steps = _run_fixed(ctrl, x, opts, work, rec, snap_times, g, gen)
+            x, end, n_steps = _run_fixed(run, x, g, gen)
             stats["steps_per_layer"] = opts.steps
     stats.update(
         steps=n_steps,

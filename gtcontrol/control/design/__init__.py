@@ -15,15 +15,14 @@ Modules:
 * :mod:`.robustness` — stability radii and parameter perturbations (:func:`design_robustness`);
 * :mod:`.convergence` — trajectories from random starts (:func:`design_convergence`).
 
-Reference: Alcalde, Ji, Zuazua, *Reachability and asymptotics of Gaussian Transformer dynamics*,
-arXiv:2606.07600 (2026), §4.
+Reference: the paper cited in :mod:`gtcontrol`, §4.
 """
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
+from ..._validation import deprecated_module_attribute
 from .certificate import Certificate, design_certificate
 from .convergence import ConvergenceData, design_convergence
 from .mean_matching import MeanMatchingDesign, design_mean_matching
@@ -43,12 +42,8 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    if name == "DesignOptions":
-        warnings.warn(
-            "DesignOptions is deprecated and will be removed in the next release; pass its "
-            "fields as keyword arguments of design_mean_matching instead",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return _DesignOptions
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    message = (
+        "DesignOptions is deprecated and will be removed in the next release; pass its "
+        "fields as keyword arguments of design_mean_matching instead"
+    )
+    return deprecated_module_attribute(__name__, name, {"DesignOptions": (_DesignOptions, message)})

@@ -5,8 +5,7 @@ moment field at the target, the equilibria and spectra of
 :mod:`gtcontrol.analysis.equilibria`, and (Riccati class) the sign of ``R`` and slycot's unique
 positive-definite equilibrium.
 
-Reference: Alcalde, Ji, Zuazua, *Reachability and asymptotics of Gaussian Transformer dynamics*,
-arXiv:2606.07600 (2026), §4; docs/theory.md §3–5.
+Reference: the paper cited in :mod:`gtcontrol`, §4; docs/theory.md §3–5.
 """
 
 from __future__ import annotations

@@ -15,8 +15,7 @@ The precision ODE is linear, so ``Ω(t) − Ω* = e^{−Aᵀt}(Ω0 − Ω*)e^{�
 ``rate = r`` the defaults are ``v = −r`` and ``2a = 2r`` (so ``B = Σ*⁻¹``): mean rate ``r``,
 covariance rate ``2r``. Exact and ``O(d³)`` (milliseconds at d = 50).
 
-Reference: Alcalde, Ji, Zuazua, *Reachability and asymptotics of Gaussian Transformer dynamics*,
-arXiv:2606.07600 (2026), §4; docs/theory.md §5.
+Reference: the paper cited in :mod:`gtcontrol`, §4; docs/theory.md §5.
 """
 
 from __future__ import annotations

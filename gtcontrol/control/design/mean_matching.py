@@ -9,8 +9,7 @@ analytic prechecks of :mod:`.problem`. Every design is verified independently
 (:func:`~.certificate.design_certificate`) and comes with a robustness report
 (:func:`~.robustness.design_robustness`).
 
-Reference: Alcalde, Ji, Zuazua, *Reachability and asymptotics of Gaussian Transformer dynamics*,
-arXiv:2606.07600 (2026), §4.
+Reference: the paper cited in :mod:`gtcontrol`, §4.
 """
 
 from __future__ import annotations

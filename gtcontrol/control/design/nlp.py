@@ -32,8 +32,7 @@ elastic slack per margin. Constraints:
 Scale: ``O(d³)`` expression nodes for the ``V = vI`` class (a few seconds at d = 20) and
 ``O(d⁶)`` for a general V (the ``d(d+1)/2``-square covariance certificate: use d ≲ 6).
 
-Reference: Alcalde, Ji, Zuazua, *Reachability and asymptotics of Gaussian Transformer dynamics*,
-arXiv:2606.07600 (2026), §4.
+Reference: the paper cited in :mod:`gtcontrol`, §4.
 """
 
 from __future__ import annotations

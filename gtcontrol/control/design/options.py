@@ -31,32 +31,8 @@ _MAX_SAMPLES = 100_000
 class _DesignOptions:
     """Options of :func:`design_mean_matching` (validated when built; private).
 
-    Attributes
-    ----------
-    require_global
-        ``None`` (default): global certificate in the Riccati class (``V = vI``, ``R ⪰ 0``),
-        local otherwise. ``True``: fail unless a global certificate is possible (needs
-        ``V = vI``). ``False``: only the local margins (allows e.g. a fixed B with indefinite
-        symmetric part).
-    V_structure
-        How a *designed* V is parameterized: ``"scalar"`` (``V = vI``, Riccati class, default)
-        or ``"full"`` (any ``d×d`` matrix; local certificate).
-    max_condition
-        κ: the Lyapunov weights P of the margin certificates (``(X + rI)ᵀP + P(X + rI) =
-        −2rI``) satisfy ``tr P ≤ κ n``. This bounds the transient growth
-        ``‖e^{Xt}‖ ≤ √cond(P) e^{−rt}`` and, for normal X, asks ``α(X) ≤ −r(1 + 1/κ)``.
-    tol, max_iter
-        IPOPT tolerance and iteration limit (per attempt).
-    rate_rtol
-        Relative tolerance when the certificate compares verified and requested rates.
-    symbolic
-        CasADi expression type of the NLP: ``"SX"`` (default) or ``"MX"``.
-    ipopt
-        Extra IPOPT options; when given, they replace the built-in sequence of attempts.
-    robustness
-        Compute the robustness report.
-    robustness_directions, robustness_samples, robustness_max, seed
-        Passed to :func:`design_robustness`.
+    The fields are the keywords of the same names of :func:`design_mean_matching`, documented
+    there (one home for their meaning).
     """
 
     require_global: bool | None = None

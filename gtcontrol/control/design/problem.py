@@ -5,8 +5,7 @@ checked; a request that violates one is invalid input and raises
 :class:`~gtcontrol.errors.UnreachableTargetError` naming the constraint and its numbers (e.g. a
 fixed B whose symmetric part is indefinite cannot give ``R ⪰ 0`` with ``V = vI`` and ``v < 0``).
 
-Reference: Alcalde, Ji, Zuazua, *Reachability and asymptotics of Gaussian Transformer dynamics*,
-arXiv:2606.07600 (2026), §4; docs/theory.md §5.
+Reference: the paper cited in :mod:`gtcontrol`, §4; docs/theory.md §5.
 """
 
 from __future__ import annotations

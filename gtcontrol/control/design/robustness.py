@@ -4,8 +4,7 @@ Two measures: the complex stability radii of the linearization blocks at the tar
 block ``K`` and covariance block ``DF(Σ*)``, in whitened coordinates), and the smallest relative
 perturbation of the parameters found to destabilize the layer along seeded random directions.
 
-Reference: Alcalde, Ji, Zuazua, *Reachability and asymptotics of Gaussian Transformer dynamics*,
-arXiv:2606.07600 (2026), §4; docs/theory.md §5.
+Reference: the paper cited in :mod:`gtcontrol`, §4; docs/theory.md §5.
 """
 
 from __future__ import annotations

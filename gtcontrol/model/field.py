@@ -14,10 +14,12 @@ Reference: the paper cited in :mod:`gtcontrol`, §2.
 
 from __future__ import annotations
 
+import numpy as np
+
 from .._linalg import FloatArray
 from .params import Layer
 
-__all__ = ["affine_velocity", "moment_field"]
+__all__ = ["affine_velocity", "factor_field", "moment_field"]
 
 
 def affine_velocity(
@@ -84,3 +86,38 @@ def moment_field(layer: Layer, mean: FloatArray, cov: FloatArray) -> tuple[Float
     if layer.noise is not None:
         ds += layer.noise @ layer.noise.T
     return m_mat @ mean + c, ds
+
+
+def factor_field(
+    layer: Layer, mean: FloatArray, factor: FloatArray
+) -> tuple[FloatArray, FloatArray]:
+    """Right-hand side of the moment ODE in factor form: ``(dm/dt, dL/dt) = (M m + c, M L)``.
+
+    With ``Σ = L Lᵀ`` (``L`` of size ``d×r``), ``dL/dt = M(Σ) L`` reproduces ``dΣ/dt = MΣ + ΣMᵀ``
+    (a congruence), so an integrator on ``L`` keeps Σ positive semidefinite and of rank ``r``
+    by construction (docs/theory.md §2). Each head's ``V_h Σ B_h x`` is applied as
+    ``V_h (L (Lᵀ (B_h x)))``: O(d² r) per head, never a d×d×d product. Brownian forcing is
+    not expressible in factor form (it raises the rank).
+
+    Parameters
+    ----------
+    layer
+        The layer; affine feed-forward only, no noise.
+    mean
+        The mean ``m``, shape ``(d,)``.
+    factor
+        ``L``, shape ``(d, r)``.
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        ``(dm/dt, dL/dt)`` of shapes ``(d,)`` and ``(d, r)``.
+    """
+    a, b = layer.affine_ffn()
+    x = np.column_stack([mean, factor])  # apply M to m and L in one pass
+    mx = a @ x
+    c = b.copy()
+    for v_h, b_h in layer.heads:
+        mx += v_h @ (factor @ (factor.T @ (b_h @ x)))
+        c += v_h @ mean
+    return mx[:, 0] + c, mx[:, 1:]

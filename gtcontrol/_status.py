@@ -15,6 +15,7 @@ import enum
 import math
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
@@ -28,6 +29,7 @@ __all__ = [
     "OutcomeOrBlowup",
     "OutcomeOrInfeasible",
     "Result",
+    "ResultFields",
     "Status",
     "as_time_limit",
 ]
@@ -113,6 +115,19 @@ class OutcomeOrInfeasible(Outcome):
 
     __slots__ = ()
     ANSWERS: ClassVar[frozenset[Status]] = frozenset({Status.SUCCESS, Status.INFEASIBLE})
+
+
+@dataclass(frozen=True, eq=False)
+class ResultFields:
+    """The protocol's fields, defined once: ``status``, ``message``, ``stats`` (keyword-only).
+
+    Result dataclasses inherit them (with an :class:`Outcome` base for ``success``); being
+    keyword-only, they follow the class's own fields in ``__init__``.
+    """
+
+    status: Status = field(default=Status.SUCCESS, kw_only=True)
+    message: str = field(default="", kw_only=True)
+    stats: Mapping[str, Any] = field(default_factory=dict, kw_only=True)
 
 
 def as_time_limit(value: Any, name: str = "time_limit") -> float | None:

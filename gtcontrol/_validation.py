@@ -1,4 +1,4 @@
-"""Private validation of user input at the API boundary (no gtcontrol imports but errors).
+"""Private validation of user input at the API boundary (imports only private helpers, errors).
 
 Every check names the offending input and says what was expected, and raises a
 :class:`~gtcontrol.errors.GTControlError` subclass, never a raw numpy/Python exception.
@@ -6,6 +6,7 @@ Every check names the offending input and says what was expected, and raises a
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 from collections.abc import Mapping, Sequence
@@ -27,6 +28,7 @@ __all__ = [
     "as_time_limit",
     "deprecated_module_attribute",
     "frozen",
+    "option_values",
 ]
 
 _A = TypeVar("_A", bound=NDArray[Any])
@@ -133,3 +135,24 @@ def deprecated_module_attribute(
         warnings.warn(message, DeprecationWarning, stacklevel=3)
         return obj
     raise AttributeError(f"module {module!r} has no attribute {name!r}")
+
+
+def option_values(cls: type, values: Mapping[str, Any]) -> dict[str, Any]:
+    """The keyword arguments of an entry point that the options dataclass ``cls`` validates.
+
+    Entry points take their options as keyword-only arguments and build one frozen options
+    dataclass from them, which validates every value when built (docs/architecture.md):
+    ``opts = _Options(**option_values(_Options, locals()))`` passes each init field of ``cls``
+    by name, so the field list is written once, in the dataclass.
+
+    Examples
+    --------
+    >>> from dataclasses import dataclass
+    >>> @dataclass(frozen=True, kw_only=True)
+    ... class _Opts:
+    ...     rtol: float = 1e-9
+    >>> option_values(_Opts, {"rtol": 1e-6, "model": None})
+    {'rtol': 1e-06}
+    """
+    names = [f.name for f in dataclasses.fields(cls) if f.init]
+    return {name: values[name] for name in names if name in values}

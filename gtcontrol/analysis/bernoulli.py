@@ -12,15 +12,14 @@ Reference: the paper cited in :mod:`gtcontrol`, §4.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import scipy.linalg as sla
 
 from .._linalg import RANK_RTOL, FloatArray, sym
-from .._status import OutcomeOrInfeasible, Status
+from .._status import OutcomeOrInfeasible, ResultFields, Status
 from .._validation import frozen
 from ..errors import InvalidParametersError, SolverError
 from ._core import SEP_RTOL, ComplexArray, lyapunov_sep, slycot_lyapunov
@@ -30,7 +29,7 @@ __all__ = ["BernoulliSolution", "solve_bernoulli"]
 
 
 @dataclass(frozen=True, eq=False)
-class BernoulliSolution(OutcomeOrInfeasible):
+class BernoulliSolution(ResultFields, OutcomeOrInfeasible):
     """Positive-definite solution of ``AΣ + ΣAᵀ − ΣRΣ = 0`` from one slycot solver.
 
     Attributes
@@ -60,12 +59,9 @@ class BernoulliSolution(OutcomeOrInfeasible):
 
     cov: FloatArray | None
     omega: FloatArray | None
-    status: Status
-    message: str
     method: str
     eigvals_a: ComplexArray
     degenerate: bool = False
-    stats: Mapping[str, Any] = field(default_factory=dict)
 
 
 def solve_bernoulli(form: RiccatiForm, *, method: str = "lyapunov") -> BernoulliSolution:

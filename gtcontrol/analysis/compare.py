@@ -14,13 +14,12 @@ import math
 import time
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 
 from .._linalg import FloatArray
-from .._status import Budget, BudgetExhausted, Outcome, Status
+from .._status import Budget, BudgetExhausted, Outcome, ResultFields, Status
 from .._validation import as_positive_int, as_time_limit
 from ..errors import InvalidParametersError
 from ..model.gaussian import Gaussian
@@ -35,7 +34,7 @@ _METRICS = ("mean_error", "cov_error", "bures_wasserstein")
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
-class TokenComparison(Outcome):
+class TokenComparison(ResultFields, Outcome):
     """Errors between empirical token moments and the moment-ODE prediction at depth ``T``.
 
     Attributes
@@ -79,9 +78,6 @@ class TokenComparison(Outcome):
     predicted: Trajectory
     example: TokenTrajectory | None
     repeats: int
-    status: Status = Status.SUCCESS
-    message: str = ""
-    stats: dict[str, Any] = field(default_factory=dict)
 
     def table(self) -> list[dict[str, float]]:
         """One row per N (for reports and ``result.json``)."""

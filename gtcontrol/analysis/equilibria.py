@@ -20,16 +20,16 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from scipy.sparse.linalg import ArpackNoConvergence, LinearOperator, eigs
 
 from .._linalg import FloatArray, sym, unvech, vech
-from .._status import Budget, BudgetExhausted, OutcomeOrInfeasible, Status
-from .._validation import as_float_array, as_time_limit, frozen
+from .._status import Budget, BudgetExhausted, OutcomeOrInfeasible, ResultFields, Status
+from .._validation import as_float_array, as_time_limit, frozen, option_values
 from ..errors import InvalidParametersError, SolverError
 from ..model.gaussian import Gaussian
 from ..model.moments import affine_velocity
@@ -249,7 +249,7 @@ def _make_equilibrium(
 
 
 @dataclass(frozen=True, eq=False)
-class EquilibriaResult(Sequence[Equilibrium], OutcomeOrInfeasible):
+class EquilibriaResult(ResultFields, Sequence[Equilibrium], OutcomeOrInfeasible):
     """The positive-definite equilibria found, as a sequence of :class:`Equilibrium`.
 
     Attributes
@@ -276,12 +276,9 @@ class EquilibriaResult(Sequence[Equilibrium], OutcomeOrInfeasible):
     """
 
     equilibria: tuple[Equilibrium, ...]
-    status: Status
-    message: str
     method: str
     proved: bool = False
     degenerate: bool = False
-    stats: Mapping[str, Any] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.equilibria)
@@ -395,17 +392,7 @@ def equilibria(
         raise InvalidParametersError(
             f"method: expected 'auto', 'lyapunov', 'care' or 'newton', got {method!r}"
         )
-    opts = newton_options(
-        "equilibria",
-        options,
-        tol=tol,
-        max_iter=max_iter,
-        n_random=n_random,
-        seed=seed,
-        kron_max_dim=kron_max_dim,
-        deflation_power=deflation_power,
-        deflation_shift=deflation_shift,
-    )
+    opts = newton_options("equilibria", options, **option_values(_NewtonOptions, locals()))
     budget = Budget(as_time_limit(time_limit))
     per_start = as_time_limit(start_time_limit, "start_time_limit")
     form = _bernoulli_form(layer)

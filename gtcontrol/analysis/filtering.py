@@ -36,15 +36,14 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from scipy.integrate import solve_ivp
 
 from .._linalg import SYM_RTOL, FloatArray, psd_sqrt, sym, unvech, vech, vech_index
-from .._status import Budget, BudgetExhausted, Outcome, Status
+from .._status import Budget, BudgetExhausted, Outcome, ResultFields, Status
 from .._validation import (
     as_float_array,
     as_positive_float,
@@ -233,7 +232,7 @@ def from_kalman(F: Any, H: Any, R: Any, Q: Any = None) -> Layer:
 
 
 @dataclass(frozen=True, eq=False)
-class SteadyState(Outcome):
+class SteadyState(ResultFields, Outcome):
     """Steady state of the filter: the stabilizing solution of the filter ARE.
 
     Attributes
@@ -267,10 +266,7 @@ class SteadyState(Outcome):
     poles: ComplexArray
     residual: float
     method: str
-    status: Status
-    message: str
     positive_definite: bool = True
-    stats: Mapping[str, Any] = field(default_factory=dict)
 
 
 def _are_residual(data: KalmanData, p: FloatArray) -> float:
@@ -454,7 +450,7 @@ def kalman_covariance(
 
 
 @dataclass(frozen=True, eq=False)
-class FilterComparison(Outcome):
+class FilterComparison(ResultFields, Outcome):
     """The Kalman–Bucy filter against the Transformer it corresponds to.
 
     Attributes
@@ -493,9 +489,6 @@ class FilterComparison(Outcome):
     steady_lqe: SteadyState
     equilibrium: FloatArray | None
     steady_rel_diff: float
-    status: Status = Status.SUCCESS
-    message: str = ""
-    stats: Mapping[str, Any] = field(default_factory=dict)
 
 
 def compare_filter(

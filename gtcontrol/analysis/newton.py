@@ -21,7 +21,7 @@ import math
 import time
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -30,8 +30,15 @@ from scipy.linalg import lapack
 from scipy.sparse.linalg import LinearOperator, gmres
 
 from .._linalg import FloatArray, sym, unvech, vech, vech_index
-from .._status import Budget, BudgetExhausted, Outcome, Status
-from .._validation import as_float_array, as_positive_float, as_positive_int, as_time_limit, frozen
+from .._status import Budget, BudgetExhausted, Outcome, ResultFields, Status
+from .._validation import (
+    as_float_array,
+    as_positive_float,
+    as_positive_int,
+    as_time_limit,
+    frozen,
+    option_values,
+)
 from ..errors import InvalidParametersError, SolverError
 from ..model.moments import affine_velocity, moment_field
 from ..model.params import Layer
@@ -245,7 +252,7 @@ def newton_options(func: str, options: Any, **kw: Any) -> _NewtonOptions:
 
 
 @dataclass(frozen=True, eq=False)
-class NewtonResult(Outcome):
+class NewtonResult(ResultFields, Outcome):
     """One Newton–Kantorovich run.
 
     Attributes
@@ -269,11 +276,8 @@ class NewtonResult(Outcome):
     """
 
     cov: FloatArray
-    status: Status
-    message: str
     iterations: int
     residuals: tuple[float, ...]
-    stats: Mapping[str, Any] = field(default_factory=dict)
 
 
 def _typical_scale(layer: Layer) -> float:
@@ -400,15 +404,7 @@ def newton_equilibrium(
     InvalidParametersError
         On malformed input.
     """
-    opts = newton_options(
-        "newton_equilibrium",
-        options,
-        tol=tol,
-        max_iter=max_iter,
-        kron_max_dim=kron_max_dim,
-        deflation_power=deflation_power,
-        deflation_shift=deflation_shift,
-    )
+    opts = newton_options("newton_equilibrium", options, **option_values(_NewtonOptions, locals()))
     budget = Budget(as_time_limit(time_limit))
     d = layer.dim
     cov = sym(as_float_array("start", start, ndim=2, shape=(d, d)))

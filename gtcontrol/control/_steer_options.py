@@ -39,6 +39,8 @@ BOUNDED = ("A", "b", "V", "B")
 
 
 def _frozen_bounds(name: str, value: Any) -> Mapping[str, float]:
+    if value is None:
+        return MappingProxyType({})
     if not isinstance(value, Mapping):
         raise InvalidParametersError(f"{name}: expected a mapping of parameter name to bound")
     out: dict[str, float] = {}
@@ -110,7 +112,7 @@ class _SteerOptions:
             raise InvalidParametersError(
                 f"initial_guess: expected a Schedule, got {type(self.initial_guess).__name__}"
             )
-        ipopt = self.ipopt_options
+        ipopt = {} if self.ipopt_options is None else self.ipopt_options
         if not isinstance(ipopt, Mapping):
             raise InvalidParametersError("ipopt_options: expected a mapping of IPOPT options")
         object.__setattr__(self, "entry_bounds", _frozen_bounds("entry_bounds", self.entry_bounds))

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 
-from .._status import Outcome, Status
+from .._status import Outcome, ResultFields, Status
 from ..errors import SolverError
 from ..model.gaussian import Gaussian
 from ..model.moments import Trajectory, simulate
@@ -45,7 +44,7 @@ _IPOPT_INFEASIBLE = frozenset({"Infeasible_Problem_Detected"})
 
 
 @dataclass(frozen=True, eq=False)
-class SteeringResult(Outcome):
+class SteeringResult(ResultFields, Outcome):
     """Outcome of :func:`steer`; every number is measured on the re-simulated control.
 
     Attributes
@@ -90,8 +89,6 @@ class SteeringResult(Outcome):
     """
 
     controls: Schedule
-    status: Status
-    message: str
     cost: float
     kinetic_energy: float
     parameter_energy: float
@@ -99,7 +96,6 @@ class SteeringResult(Outcome):
     gap: float
     terminal_error: float
     trajectory: Trajectory | None
-    stats: Mapping[str, Any]
 
 
 #: Tolerances of the verifying re-simulation: tighter than simulate's defaults because the

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .._status import Budget, as_time_limit
-from .._validation import deprecated_module_attribute
+from .._validation import deprecated_module_attribute, option_values
 from ..errors import InvalidParametersError
 from ..model.gaussian import Gaussian
 from ..model.params import Schedule
@@ -184,26 +184,7 @@ def steer(
     (True, True)
     """
     clock = time.perf_counter()
-    opts = _SteerOptions(
-        objective=objective,
-        terminal=terminal,
-        terminal_weight=terminal_weight,
-        redundancy=redundancy,
-        regularization=regularization,
-        entry_bounds={} if entry_bounds is None else entry_bounds,
-        norm_bounds={} if norm_bounds is None else norm_bounds,
-        cov_bound=cov_bound,
-        intervals=intervals,
-        max_corrections=max_corrections,
-        terminal_tol=terminal_tol,
-        max_iter=max_iter,
-        ipopt_options={} if ipopt_options is None else ipopt_options,
-        parallelization=parallelization,
-        initial_guess=initial_guess,
-        verify_tokens=verify_tokens,
-        seed=seed,
-        cache=cache,
-    )
+    opts = _SteerOptions(**option_values(_SteerOptions, locals()))
     budget = Budget(as_time_limit(time_limit))
     return run(make_plan(initial, target, T, layers, mode, opts), budget, clock)
 

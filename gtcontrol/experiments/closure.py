@@ -18,7 +18,7 @@ import math
 import time
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -26,7 +26,7 @@ from scipy.integrate import DOP853
 from scipy.special import ndtr
 
 from .._linalg import FloatArray, unvech, vech
-from .._status import Budget, BudgetExhausted, Outcome, Status
+from .._status import Budget, BudgetExhausted, Outcome, ResultFields, Status
 from .._validation import as_float_array, as_positive_float, as_positive_int, as_time_limit
 from ..errors import InvalidParametersError
 from ..model.gaussian import Gaussian
@@ -87,7 +87,7 @@ def _linearized(layer: Layer, mean: FloatArray, cov: FloatArray) -> Layer:
 
 
 @dataclass(frozen=True, eq=False)
-class ClosureFlow(Outcome):
+class ClosureFlow(ResultFields, Outcome):
     """Result of :func:`closure_flow`: the Gaussian-closure moments along depth.
 
     Attributes
@@ -112,9 +112,6 @@ class ClosureFlow(Outcome):
     t: FloatArray
     mean: FloatArray
     cov: FloatArray
-    status: Status = Status.SUCCESS
-    message: str = ""
-    stats: dict[str, Any] = field(default_factory=dict)
 
     def __iter__(self) -> Iterator[FloatArray]:
         """Deprecated: unpack as ``(t, mean, cov)`` (the former return value)."""
@@ -275,7 +272,7 @@ def _integrate(
 
 
 @dataclass(frozen=True, eq=False)
-class ClosenessCurve(Outcome):
+class ClosenessCurve(ResultFields, Outcome):
     """Distances along depth for one activation.
 
     All three distances are divided by the flow's RMS radius ``sqrt(tr Σ(t))``, so that a cloud
@@ -308,13 +305,10 @@ class ClosenessCurve(Outcome):
     to_flow: FloatArray
     to_own: FloatArray
     moment_gap: FloatArray
-    status: Status = Status.SUCCESS
-    message: str = ""
-    stats: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, eq=False)
-class FeedForwardCloseness(Outcome):
+class FeedForwardCloseness(ResultFields, Outcome):
     """Result of :func:`feedforward_closeness`: one :class:`ClosenessCurve` per activation.
 
     Attributes
@@ -340,9 +334,6 @@ class FeedForwardCloseness(Outcome):
     seed: int
     T: float
     curves: tuple[ClosenessCurve, ...]
-    status: Status = Status.SUCCESS
-    message: str = ""
-    stats: dict[str, Any] = field(default_factory=dict)
 
     def table(self) -> list[dict[str, Any]]:
         """Rows ``(activation, t, to_flow, to_own, moment_gap)``."""

@@ -23,14 +23,14 @@ from __future__ import annotations
 import math
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from scipy import stats as _st
 
 from .._linalg import RANK_RTOL, FloatArray
-from .._status import Budget, Outcome, Status
+from .._status import Budget, Outcome, ResultFields, Status
 from .._validation import as_float_array, as_positive_float, as_positive_int, as_time_limit
 from ..errors import InvalidParametersError
 from ._common import as_seed
@@ -102,7 +102,7 @@ class NullStatistic:
 
 
 @dataclass(frozen=True, eq=False)
-class GaussianityResult(Outcome):
+class GaussianityResult(ResultFields, Outcome):
     """Outcome of :func:`gaussianity`.
 
     Attributes
@@ -136,9 +136,6 @@ class GaussianityResult(Outcome):
     level: float
     p_value: float
     rejected: bool
-    status: Status = Status.SUCCESS
-    message: str = ""
-    stats: dict[str, Any] = field(default_factory=dict)
 
     def statistic(self, name: str) -> NullStatistic:
         """The statistic called ``name``.

@@ -29,7 +29,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from .._linalg import FloatArray
-from .._status import Budget, Outcome, Status
+from .._status import Budget, Outcome, ResultFields, Status
 from .._validation import as_positive_int, as_time_limit
 from ..errors import InvalidParametersError
 from ._common import as_seed, stop_reason, time_left
@@ -253,7 +253,7 @@ class LayerGaussianity:
         return self.result.message
 
     @property
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> Mapping[str, Any]:
         """The statistics of :attr:`result`."""
         return self.result.stats
 
@@ -272,7 +272,7 @@ class LayerGaussianity:
 
 
 @dataclass(frozen=True, eq=False)
-class GaussianityTable(Outcome):
+class GaussianityTable(ResultFields, Outcome):
     """Per-layer Gaussianity of one model fed Gaussian tokens.
 
     Attributes
@@ -303,9 +303,6 @@ class GaussianityTable(Outcome):
     seed: int
     rows: tuple[LayerGaussianity, ...]
     states: tuple[FloatArray, ...] = field(repr=False)
-    status: Status = Status.SUCCESS
-    message: str = ""
-    stats: dict[str, Any] = field(default_factory=dict)
 
     def table(self) -> list[dict[str, Any]]:
         """One flat row per layer (for reports and JSON)."""

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from .._linalg import FloatArray
-from .._status import Budget, Outcome, Status
+from .._status import Budget, Outcome, ResultFields, Status
 from .._validation import as_positive_float, as_positive_int, as_time_limit
 from ..model.gaussian import Gaussian
 from ..model.moments import simulate_discrete
@@ -101,7 +101,7 @@ class RegimeRow:
 
 
 @dataclass(frozen=True, eq=False)
-class RegimeResult(Outcome):
+class RegimeResult(ResultFields, Outcome):
     """Result of :func:`prescribed_attention_regimes`.
 
     Attributes
@@ -134,9 +134,6 @@ class RegimeResult(Outcome):
     threshold: float
     rows: tuple[RegimeRow, ...]
     traces: dict[str, tuple[FloatArray, FloatArray, FloatArray]] = field(repr=False)
-    status: Status = Status.SUCCESS
-    message: str = ""
-    stats: dict[str, Any] = field(default_factory=dict)
 
     def table(self) -> list[dict[str, Any]]:
         """One flat row per configuration."""

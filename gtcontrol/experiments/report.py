@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from .._output import write_run
-from .._status import Budget, Outcome, Status
+from .._status import Budget, Outcome, ResultFields, Status
 from .._validation import as_positive_int, as_time_limit
 from ..errors import InvalidParametersError
 from ._common import as_seed, first_failure, time_left
@@ -50,7 +50,7 @@ __all__ = ["ReproduceResult", "experiment_outputs", "reproduce", "run_experiment
 
 
 @dataclass(frozen=True, eq=False)
-class ReproduceResult(Outcome):
+class ReproduceResult(ResultFields, Outcome):
     """What :func:`reproduce` wrote.
 
     Attributes
@@ -89,9 +89,6 @@ class ReproduceResult(Outcome):
     feedforward: FeedForwardCloseness | None
     tables: dict[str, Any] = field(default_factory=dict)
     figures: tuple[str, ...] = ()
-    status: Status = Status.SUCCESS
-    message: str = ""
-    stats: dict[str, Any] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------------- writing

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from .._linalg import FloatArray
-from .._status import Budget, Outcome, Status
+from .._status import Budget, Outcome, ResultFields, Status
 from .._validation import as_positive_int, as_time_limit
 from ..errors import InvalidParametersError
 from ..model.gaussian import Gaussian
@@ -90,7 +90,7 @@ class SurrogateRow:
 
 
 @dataclass(frozen=True, eq=False)
-class SurrogateComparison(Outcome):
+class SurrogateComparison(ResultFields, Outcome):
     """Result of :func:`moment_surrogate`: one :class:`SurrogateRow` per encoder layer.
 
     Attributes
@@ -124,9 +124,6 @@ class SurrogateComparison(Outcome):
     predicted_cov: FloatArray = field(repr=False)
     measured_mean: FloatArray = field(repr=False)
     measured_cov: FloatArray = field(repr=False)
-    status: Status = Status.SUCCESS
-    message: str = ""
-    stats: dict[str, Any] = field(default_factory=dict)
 
     def table(self) -> list[dict[str, Any]]:
         """One flat row per layer."""

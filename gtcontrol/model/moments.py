@@ -33,7 +33,7 @@ import numpy as np
 
 from .._linalg import FloatArray, numerical_ranks, sym
 from .._status import Budget, BudgetExhausted, OutcomeOrBlowup, Status
-from .._validation import as_positive_int, as_time_limit, frozen
+from .._validation import as_positive_int, as_time_limit, frozen, option_values
 from .field import affine_velocity, moment_field
 from .gaussian import Gaussian, check_gaussian
 from .moment_integrator import (
@@ -220,16 +220,7 @@ def simulate(
     >>> round(traj.blowup_time, 9)
     1.0
     """
-    opts = _IntegratorOptions(
-        rtol=rtol,
-        atol=atol,
-        method=method,
-        n_points=n_points,
-        blowup_factor=blowup_factor,
-        max_step=max_step,
-        max_evals=max_evals,
-        time_limit=time_limit,
-    )
+    opts = _IntegratorOptions(**option_values(_IntegratorOptions, locals()))
     setup = _setup(model, initial, T, opts)
     budget = Budget(opts.time_limit, max_evals=opts.max_evals)
     rec = _Record(float(setup.breaks[0]), setup.y0)

@@ -33,7 +33,7 @@ from numpy.typing import NDArray
 
 from .._linalg import FloatArray
 from .._status import Budget, Outcome, Status
-from .._validation import frozen
+from .._validation import frozen, option_values
 from .attention import _check_tokens, _Workspace
 from .gaussian import Gaussian
 from .params import Control, Layer, Schedule, as_control
@@ -246,18 +246,7 @@ def simulate_tokens(
     >>> bool(np.allclose(tr.final_tokens, np.exp(-1.0), rtol=1e-6))
     True
     """
-    opts = _TokenOptions(
-        method=method,
-        steps_per_layer=steps_per_layer,
-        block_size=block_size,
-        record=record,
-        rtol=rtol,
-        atol=atol,
-        ivp_method=ivp_method,
-        dtype=dtype,
-        max_evals=max_evals,
-        time_limit=time_limit,
-    )
+    opts = _TokenOptions(**option_values(_TokenOptions, locals()))
     ctrl = as_control(model, T)
     d = ctrl.layer_at(0.0).dim
     x = _check_tokens(tokens, d).astype(opts.dtype, copy=False)

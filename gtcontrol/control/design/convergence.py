@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 
 from ..._linalg import FloatArray
-from ..._status import Budget, Outcome, Status, as_time_limit
+from ..._status import Budget, Outcome, ResultFields, Status, as_time_limit
 from ..._validation import as_positive_float, as_positive_int, frozen
 from ...errors import InvalidParametersError
 from ...model.gaussian import Gaussian
@@ -26,7 +24,7 @@ _MAX_STARTS = 10_000
 
 
 @dataclass(frozen=True, eq=False)
-class ConvergenceData(Outcome):
+class ConvergenceData(ResultFields, Outcome):
     """Errors of a design's moment trajectories from several random starts.
 
     Attributes
@@ -57,9 +55,6 @@ class ConvergenceData(Outcome):
     rate: float
     cov_rate: float
     starts: tuple[Gaussian, ...]
-    status: Status = Status.SUCCESS
-    message: str = ""
-    stats: Mapping[str, Any] = field(default_factory=dict)
 
 
 def _random_start(tgt: Gaussian, wh: Whitening, rng: np.random.Generator) -> Gaussian:

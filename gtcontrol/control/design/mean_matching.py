@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ..._linalg import FloatArray, identity_multiple
-from ..._status import Budget, Outcome, Status, as_time_limit
+from ..._status import Budget, Outcome, ResultFields, Status, as_time_limit
 from ..._validation import as_float_array, as_positive_float
 from ...errors import InvalidParametersError
 from ...model.gaussian import Gaussian
@@ -39,7 +39,7 @@ __all__ = ["MeanMatchingDesign", "design_mean_matching"]
 
 
 @dataclass(frozen=True, eq=False)
-class MeanMatchingDesign(Outcome):
+class MeanMatchingDesign(ResultFields, Outcome):
     """Result of :func:`design_mean_matching`.
 
     Attributes
@@ -85,8 +85,6 @@ class MeanMatchingDesign(Outcome):
 
     layer: Layer
     target: Gaussian
-    status: Status
-    message: str
     method: str
     rate: float
     cov_rate: float
@@ -96,7 +94,6 @@ class MeanMatchingDesign(Outcome):
     norm: float
     whitened_norm: float
     optimal: bool = True
-    stats: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def equilibrium(self) -> Gaussian:

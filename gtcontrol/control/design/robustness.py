@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ..._linalg import FloatArray, identity_multiple, numerical_rank
-from ..._status import Budget, BudgetExhausted, Outcome, Status, as_time_limit
+from ..._status import Budget, BudgetExhausted, Outcome, ResultFields, Status, as_time_limit
 from ..._validation import as_positive_float, as_positive_int
 from ...analysis.equilibria import equilibria, equilibrium_at, mean_matrix
 from ...analysis.newton import newton_equilibrium
@@ -46,7 +45,7 @@ _BISECTIONS = 12
 
 
 @dataclass(frozen=True, eq=False)
-class Robustness(Outcome):
+class Robustness(ResultFields, Outcome):
     """How far a design is from losing stability.
 
     All linearization quantities are in whitened coordinates ``x̂ = Σ*^{-1/2} x`` (the target is
@@ -113,9 +112,6 @@ class Robustness(Outcome):
     parameter_directions: int
     parameter_stable_fraction: float
     destabilizing: Layer | None
-    stats: Mapping[str, Any] = field(default_factory=dict)
-    status: Status = Status.SUCCESS
-    message: str = ""
 
 
 # ----------------------------------------------------------------------------- linearization

@@ -146,6 +146,16 @@ def compare_tokens(
     InvalidParametersError
         On fewer than two token counts, a non-positive count, moments that blow up before T,
         or the usual model/initial errors.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from gtcontrol import Gaussian, Layer, compare_tokens
+    >>> layer = Layer(A=-0.5 * np.eye(2), B=0.5 * np.eye(2), v=-0.5)
+    >>> cmp = compare_tokens(layer, Gaussian(np.zeros(2), np.eye(2)), T=0.5,
+    ...                      n_tokens=(64, 256), repeats=2, steps_per_layer=4)
+    >>> cmp.status, sorted(cmp.slopes)
+    (<Status.SUCCESS: 'success'>, ['bures_wasserstein', 'cov_error', 'mean_error'])
     """
     ns = sorted({as_positive_int("n_tokens", n) for n in n_tokens})
     if len(ns) < 2:

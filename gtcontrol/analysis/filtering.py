@@ -178,6 +178,14 @@ def to_kalman(layer: Layer, *, rtol: float = 1e-10) -> KalmanData:
     References
     ----------
     Alcalde, Ji, Zuazua, arXiv:2606.07600 (2026), §6; docs/theory.md §6.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from gtcontrol import Layer, to_kalman
+    >>> data = to_kalman(Layer(A=-np.eye(2), B=np.eye(2), v=-0.5))  # R = −v(B + Bᵀ) = I
+    >>> np.allclose(data.H.T @ np.linalg.solve(data.R, data.H), np.eye(2))
+    True
     """
     if not isinstance(layer, Layer):
         raise InvalidParametersError(f"layer: expected a Layer, got {type(layer).__name__}")
@@ -225,6 +233,15 @@ def from_kalman(F: Any, H: Any, R: Any, Q: Any = None) -> Layer:
     ------
     InvalidParametersError
         On malformed data (see :class:`KalmanData`).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from gtcontrol import from_kalman
+    >>> layer = from_kalman(-np.eye(2), np.eye(2), 2 * np.eye(2))  # B = ½ HᵀR⁻¹H = I/4
+    >>> layer.heads[0][1]
+    array([[0.25, 0.  ],
+           [0.  , 0.25]])
     """
     data = F if isinstance(F, KalmanData) else KalmanData(F, H, R, Q)
     g = psd_sqrt(data.Q) if np.any(data.Q) else None
@@ -523,6 +540,15 @@ def compare_filter(
     ------
     InvalidParametersError, InvalidGaussianError
         As :func:`to_kalman`, :func:`gtcontrol.simulate`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from gtcontrol import Gaussian, compare_filter, from_kalman
+    >>> layer = from_kalman(-np.eye(2), np.eye(2), np.eye(2))
+    >>> cmp = compare_filter(layer, Gaussian(np.zeros(2), np.eye(2)), T=2.0)
+    >>> cmp.status, bool(cmp.max_rel_diff < 1e-9)
+    (<Status.SUCCESS: 'success'>, True)
     """
     clock = time.perf_counter()
     budget = Budget(as_time_limit(time_limit))

@@ -1,4 +1,4 @@
-"""Shared fixtures: seeded random generators and random matrices of the kinds tests need.
+"""Shared fixtures: a seeded random generator per test and random-matrix factories.
 
 Every random draw in the suite comes from a generator seeded explicitly (here from the test's
 own node id, so a test's numbers do not change when other tests are added or reordered).
@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
+from helpers import random_skew, random_spd, wishart_spd
 
 
 @pytest.fixture
@@ -19,22 +20,16 @@ def rng(request: pytest.FixtureRequest) -> np.random.Generator:
     return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
 
 
-def random_spd(rng: np.random.Generator, d: int, lo: float = 0.3, hi: float = 2.0) -> np.ndarray:
-    """A random symmetric positive-definite matrix with eigenvalues uniform in ``[lo, hi]``."""
-    q, _ = np.linalg.qr(rng.standard_normal((d, d)))
-    return (q * rng.uniform(lo, hi, d)) @ q.T
-
-
-def random_skew(rng: np.random.Generator, d: int) -> np.ndarray:
-    """A random skew-symmetric matrix with standard normal entries above the diagonal."""
-    x = rng.standard_normal((d, d))
-    return x - x.T
+@pytest.fixture
+def spd() -> Callable[..., np.ndarray]:
+    """Factory ``spd(rng, d, lo=0.3, hi=2.0)`` of random SPD matrices (helpers.random_spd)."""
+    return random_spd
 
 
 @pytest.fixture
-def spd() -> Callable[..., np.ndarray]:
-    """Factory ``spd(rng, d, lo=0.3, hi=2.0)`` of random SPD matrices (see :func:`random_spd`)."""
-    return random_spd
+def wishart() -> Callable[..., np.ndarray]:
+    """Factory ``wishart(rng, d, shift=0.5)`` of random SPD matrices (helpers.wishart_spd)."""
+    return wishart_spd
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
+from helpers import random_spd
 from scipy.optimize import linear_sum_assignment
 
 from gtcontrol import Gaussian, Layer, Result, Status, moment_field, simulate
@@ -26,11 +27,6 @@ from gtcontrol.analysis.regimes import analyze, mean_dynamics_ss
 from gtcontrol.analysis.riccati import riccati_form
 from gtcontrol.errors import InvalidParametersError
 from gtcontrol.plotting.analysis import plot_cone, plot_covariance_eigenvalues
-
-
-def _spd(rng: np.random.Generator, d: int, lo: float = 0.3, hi: float = 2.0) -> np.ndarray:
-    q, _ = np.linalg.qr(rng.standard_normal((d, d)))
-    return (q * rng.uniform(lo, hi, d)) @ q.T
 
 
 def _g(cov: np.ndarray, mean: np.ndarray | None = None) -> Gaussian:
@@ -51,8 +47,8 @@ def _known_general_equilibrium(rng: np.random.Generator, d: int) -> tuple[Layer,
     With V = −P (P ≻ 0, not a multiple of I), B = P Σ*⁻¹ and A = P Σ* P Σ*⁻¹ one gets
     M* = A + VΣ*B = 0, so F(Σ*) = 0, and DF(Σ*)[H] = −2 P H P (eigenvalues −2 p_i p_j < 0).
     """
-    s = _spd(rng, d, 0.5, 2.0)
-    p = _spd(rng, d, 0.4, 1.5)
+    s = random_spd(rng, d, 0.5, 2.0)
+    p = random_spd(rng, d, 0.4, 1.5)
     si = np.linalg.inv(s)
     return Layer(A=p @ s @ p @ si, B=p @ si, V=-p), s
 
@@ -67,7 +63,7 @@ def test_covariance_jacobian_matches_finite_differences():
         A=rng.standard_normal((d, d)),
         heads=[(rng.standard_normal((d, d)), rng.standard_normal((d, d))) for _ in range(2)],
     )
-    s = _spd(rng, d)
+    s = random_spd(rng, d)
     jac = covariance_jacobian(lay, s)
     iu = np.triu_indices(d)
     eps = 1e-6
@@ -103,7 +99,7 @@ def test_three_ways_agree(sign):
     rng = np.random.default_rng(1)
     d = 5
     a = 0.3 * rng.standard_normal((d, d)) + sign * 1.5 * np.eye(d)
-    lay = Layer(A=a, B=_spd(rng, d, 0.2, 1.0), v=-sign * 0.8)
+    lay = Layer(A=a, B=random_spd(rng, d, 0.2, 1.0), v=-sign * 0.8)
     by_lyap = equilibria(lay, method="lyapunov", cross_check=True)
     by_care = equilibria(lay, method="care")
     by_newton = equilibria(lay, method="newton")
@@ -526,7 +522,7 @@ def test_mean_matrix_formula_multi_head():
     d = 3
     heads = [(rng.standard_normal((d, d)), rng.standard_normal((d, d))) for _ in range(2)]
     a = rng.standard_normal((d, d))
-    s = _spd(rng, d)
+    s = random_spd(rng, d)
     k = mean_matrix(Layer(A=a, heads=heads), s)
     expected = a + sum(v @ (np.eye(d) + s @ b) for v, b in heads)
     np.testing.assert_allclose(k, expected, rtol=1e-13, atol=1e-13)

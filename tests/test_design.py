@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers import random_skew
 
 from gtcontrol._status import Result, Status
 from gtcontrol.analysis.equilibria import equilibria, equilibrium_at
@@ -40,11 +41,6 @@ def _spd(rng: np.random.Generator, d: int, lo: float = 0.3) -> np.ndarray:
     return x @ x.T / d + lo * np.eye(d)
 
 
-def _skew(rng: np.random.Generator, d: int) -> np.ndarray:
-    s = rng.standard_normal((d, d))
-    return s - s.T
-
-
 def _random_start(rng: np.random.Generator, target: Gaussian) -> Gaussian:
     d = target.dim
     q, _ = np.linalg.qr(rng.standard_normal((d, d)))
@@ -65,7 +61,7 @@ def test_constructive_design_converges_from_20_starts_at_the_promised_rate(d: in
     rng = np.random.default_rng(100 + d)
     target = Gaussian(rng.standard_normal(d), _spd(rng, d))
     rate = float(rng.uniform(0.5, 1.5))
-    rotation = 0.3 * _skew(rng, d) if d % 2 else None
+    rotation = 0.3 * random_skew(rng, d) if d % 2 else None
     res = design_mean_matching(target.mean, target.cov, rate=rate, rotation=rotation, **NO_ROB)
     assert res.success and res.status is Status.SUCCESS and res.method == "constructive"
     assert res.optimal
@@ -106,7 +102,7 @@ def test_constructive_design_closed_forms() -> None:
     d = 4
     target = Gaussian(rng.standard_normal(d), _spd(rng, d))
     omega = np.linalg.inv(target.cov)
-    s = _skew(rng, d)
+    s = random_skew(rng, d)
     res = design_mean_matching(target.mean, target.cov, rate=0.8, cov_rate=3.0, rotation=s)
     lay = res.layer
     (v_mat, b_mat) = lay.heads[0]
@@ -163,7 +159,7 @@ def test_robustness_of_constructive_design_equals_its_rates() -> None:
         target.cov,
         rate=0.6,
         cov_rate=2.0,
-        rotation=_skew(rng, d),
+        rotation=random_skew(rng, d),
         robustness_directions=4,
         robustness_samples=8,
     )
@@ -238,7 +234,7 @@ def test_casadi_design_with_fixed_pretrained_B_is_exact_global_and_converges() -
     rng = np.random.default_rng(21)
     d = 4
     target = Gaussian(rng.standard_normal(d), _spd(rng, d))
-    b_fixed = _spd(rng, d, 0.2) + 0.3 * _skew(rng, d)
+    b_fixed = _spd(rng, d, 0.2) + 0.3 * random_skew(rng, d)
     res = design_mean_matching(target.mean, target.cov, rate=1.0, fixed_B=b_fixed, **NO_ROB)
     assert res.success, res.message
     assert res.method == "casadi" and res.fixed == ("B",)
@@ -300,7 +296,7 @@ def test_casadi_design_with_full_designed_V_and_fixed_A_and_fixed_scalar_v() -> 
     )
     assert full.success and full.certificate.valid, full.message
     # fixed A with eigenvalues 0.8 ± i·…: covariance rate 1.6 ≥ 1.
-    a0 = 0.8 * np.eye(d) + 0.3 * _skew(rng, d)
+    a0 = 0.8 * np.eye(d) + 0.3 * random_skew(rng, d)
     a_fixed = target.cov @ a0 @ np.linalg.inv(target.cov)
     res_a = design_mean_matching(
         target.mean, target.cov, rate=0.5, cov_rate=1.0, fixed_A=a_fixed, **NO_ROB
@@ -478,7 +474,7 @@ def test_tiny_time_limit_returns_the_best_iterate_quickly() -> None:
     rng = np.random.default_rng(21)
     d = 4
     target = Gaussian(rng.standard_normal(d), _spd(rng, d))
-    b_fixed = _spd(rng, d, 0.2) + 0.3 * _skew(rng, d)
+    b_fixed = _spd(rng, d, 0.2) + 0.3 * random_skew(rng, d)
     t0 = time.perf_counter()
     res = design_mean_matching(target.mean, target.cov, rate=1.0, fixed_B=b_fixed, time_limit=1e-6)
     assert time.perf_counter() - t0 < 5.0

@@ -11,6 +11,7 @@ import time
 
 import numpy as np
 import pytest
+from helpers import random_spd
 from scipy.optimize import brentq
 
 from gtcontrol import Gaussian, Layer, Result, Status, moment_field, simulate
@@ -25,11 +26,6 @@ from gtcontrol.errors import (
     SolverError,
 )
 from gtcontrol.model.params import FeedForward
-
-
-def _spd(rng: np.random.Generator, d: int, lo: float = 0.3, hi: float = 2.0) -> np.ndarray:
-    q, _ = np.linalg.qr(rng.standard_normal((d, d)))
-    return (q * rng.uniform(lo, hi, d)) @ q.T
 
 
 def _g(cov: np.ndarray) -> Gaussian:
@@ -65,7 +61,7 @@ def test_riccati_form_matches_the_moment_field():
     np.testing.assert_array_equal(form.R, form.R.T)
     np.testing.assert_allclose(form.R, -0.7 * (b1 + b1.T) + 1.3 * (b2 + b2.T), rtol=1e-15)
     assert not form.is_bernoulli
-    s = _spd(rng, d)
+    s = random_spd(rng, d)
     _, ds = moment_field(lay, np.zeros(d), s)
     riccati = a @ s + s @ a.T - s @ form.R @ s + g @ g.T
     np.testing.assert_allclose(ds, riccati, rtol=1e-13, atol=1e-13 * np.abs(ds).max())
@@ -143,8 +139,8 @@ def test_scalar_blowup_time_closed_form(a, v, b, s0):
 def test_zero_A_blowup_closed_form():
     rng = np.random.default_rng(3)
     d = 3
-    b = _spd(rng, d)
-    s0 = _spd(rng, d)
+    b = random_spd(rng, d)
+    s0 = random_spd(rng, d)
     lay = Layer(B=b, heads=None, v=0.8)
     form = riccati_form(lay)
     assert form is not None
@@ -196,9 +192,9 @@ def test_blowup_matches_integrator_random_and_rank_deficient():
     rng = np.random.default_rng(4)
     d = 4
     a = 0.5 * rng.standard_normal((d, d))
-    lay = Layer(A=a, B=_spd(rng, d, 0.2, 1.0), v=0.7)
+    lay = Layer(A=a, B=random_spd(rng, d, 0.2, 1.0), v=0.7)
     f = rng.standard_normal((d, 2))
-    for s0 in (_spd(rng, d), f @ f.T):
+    for s0 in (random_spd(rng, d), f @ f.T):
         res = blowup_analysis(lay, _g(s0))
         assert res.status is Status.BLOWUP and res.certified
         traj = simulate(lay, _g(s0), 2 * res.blowup_time, n_points=3)
@@ -217,7 +213,7 @@ def test_tail_certificates_and_horizon():
     rng = np.random.default_rng(5)
     for _ in range(50):
         a = rng.standard_normal((3, 3)) + 2.5 * np.eye(3)
-        om = _spd(rng, 3)
+        om = random_spd(rng, 3)
         r = a.T @ om + om @ a
         w = np.linalg.eigvalsh(r)
         if np.all(np.linalg.eigvals(a).real > 0) and w[0] < 0 < w[-1]:
@@ -259,8 +255,8 @@ def test_exact_flow_matches_integrator(method):
     rng = np.random.default_rng(6)
     d = 4
     a = 0.5 * rng.standard_normal((d, d))
-    b = _spd(rng, d, 0.2, 1.0)
-    s0 = _spd(rng, d, 0.1, 0.6)
+    b = random_spd(rng, d, 0.2, 1.0)
+    s0 = random_spd(rng, d, 0.1, 0.6)
     for lay, horizon in (
         (Layer(A=a, B=b, v=0.7), None),
         (Layer(A=a + 2 * np.eye(d), B=b, v=-0.7), 8.0),
@@ -278,7 +274,7 @@ def test_radon_keeps_rank_and_handles_noise():
     rng = np.random.default_rng(7)
     d = 3
     a = 0.3 * rng.standard_normal((d, d))
-    b = _spd(rng, d, 0.2, 1.0)
+    b = random_spd(rng, d, 0.2, 1.0)
     f = rng.standard_normal((d, 1))
     g0 = _g(f @ f.T)
     lay = Layer(A=a, B=b, v=-0.5)
@@ -326,7 +322,7 @@ def test_bernoulli_lyapunov_and_care_agree_both_signs():
     rng = np.random.default_rng(8)
     d = 5
     base = 0.3 * rng.standard_normal((d, d))
-    b = _spd(rng, d, 0.2, 1.0)
+    b = random_spd(rng, d, 0.2, 1.0)
     # −A Hurwitz, R ≻ 0 (stable equilibrium; CARE sort 'S') and A Hurwitz, R ≺ 0 (unstable; 'U').
     for a, v in ((base + 1.5 * np.eye(d), -0.8), (base - 1.5 * np.eye(d), 0.8)):
         form = riccati_form(Layer(A=a, B=b, v=v))

@@ -51,6 +51,7 @@ from .errors import (
 )
 from .model.attention import token_velocity
 from .model.gaussian import Gaussian
+from .model.heads import FactoredHeads
 from .model.moments import (
     Trajectory,
     affine_velocity,
@@ -71,6 +72,7 @@ __all__ = [
     "DesignFileError",
     "EquilibriaResult",
     "Equilibrium",
+    "FactoredHeads",
     "FeedForward",
     "FilterComparison",
     "GTControlError",

@@ -381,14 +381,21 @@ def test_evaluation_cap_keeps_an_accurate_partial_trajectory() -> None:
     assert simulate(lay, Gaussian([1.0], [[s0]]), T=2.0).status == "success"
 
 
-def test_integrator_failure_is_a_status_with_the_partial_trajectory() -> None:
+def test_step_collapse_at_a_singularity_is_classified_as_blowup() -> None:
     from gtcontrol import Status
 
-    # blowup_factor so large that the event never fires: the step size collapses at T* = 1
+    # blowup_factor so large that the watch never samples: the step size collapses at T* = 1,
+    # which is evidence of the blow-up (issue 11), not a failure
     traj = simulate(Layer(B=[[1.0]], v=1.0), Gaussian([0.0], [[0.5]]), T=2.0, blowup_factor=1e300)
-    assert traj.status is Status.FAILED and not traj.success
-    assert "step size" in traj.message
-    assert traj.t[-1] == pytest.approx(1.0, rel=1e-6) and len(traj) > 50
+    assert traj.status is Status.BLOWUP and traj.success
+    assert "step size collapsed" in traj.message
+    assert traj.blowup_time == pytest.approx(1.0, rel=1e-10)
+    assert traj.blowup_bracket is not None
+    lower, upper = traj.blowup_bracket
+    # lower: the last depth reached; both ends within the integration error of T* = 1
+    assert lower == traj.t[-1] <= traj.blowup_time <= upper
+    assert abs(lower - 1.0) < 1e-10 and abs(upper - 1.0) < 1e-10
+    assert len(traj) > 50
     early = traj.t < 0.99  # away from the singularity the kept states are accurate
     sigma = 1.0 / _omega(traj.t[early], 0.0, 1.0, 0.5)
     np.testing.assert_allclose(traj.cov[early, 0, 0], sigma, rtol=1e-8)

@@ -135,7 +135,8 @@ class BlowupResult(OutcomeOrBlowup):
         First blow-up time T*, ``math.inf`` if none was found (``time`` is its deprecated name).
     lower, upper
         Certified bracket: no blow-up on ``[0, lower]``; Σ is already singular-or-past at
-        ``upper`` (``upper = inf`` when there is no blow-up).
+        ``upper`` (``upper = inf`` when there is no blow-up). From the integrator (not
+        certified): the last depth it reached and a verified over-estimate of T*.
     status
         ``Status.BLOWUP`` (finite-time blow-up at ``blowup_time``); ``Status.SUCCESS`` (no
         blow-up: proved for every depth when ``proved_never``, else none up to the search depth
@@ -219,8 +220,9 @@ def blowup_analysis(
     indefinite, or when A is Hurwitz and ``I + Fᵀ W(∞) F`` is indefinite.
 
     Other layers (general V, or Brownian forcing): the adaptive integrator of
-    :func:`gtcontrol.simulate` (rtol 1e-11), which reports ``tr Σ / (d tr Σ/dt)``-
-    extrapolated blow-up times; not certified.
+    :func:`gtcontrol.simulate` (rtol 1e-11), which detects the singularity from the growth of
+    ``‖Σ‖₂`` in any direction and extrapolates ``1/λ_max``; ``lower``/``upper`` are then its
+    bracket (the last depth reached and a verified over-estimate); not certified.
 
     Parameters
     ----------
@@ -343,12 +345,16 @@ def _integrator_blowup(layer: Layer, g0: Gaussian, hz: float, budget: Budget) ->
     clock = time.perf_counter()
 
     def result(
-        t_star: float, status: Status, message: str, stats: Mapping[str, Any]
+        t_star: float,
+        status: Status,
+        message: str,
+        stats: Mapping[str, Any],
+        bracket: tuple[float, float] = (0.0, math.inf),
     ) -> BlowupResult:
         return BlowupResult(
             blowup_time=t_star,
-            lower=0.0,
-            upper=math.inf,
+            lower=bracket[0],
+            upper=bracket[1],
             status=status,
             certified=False,
             method="integrator",
@@ -368,12 +374,15 @@ def _integrator_blowup(layer: Layer, g0: Gaussian, hz: float, budget: Budget) ->
             {**traj.stats, "overflow": True},
         )
     if traj.status is Status.BLOWUP:
+        bracket = traj.blowup_bracket or (traj.blowup_time, traj.blowup_time)
         return result(
             traj.blowup_time,
             Status.BLOWUP,
-            "outside the Riccati class: adaptive integrator (DOP853, rtol 1e-11) detected "
-            f"blow-up at T* ≈ {traj.blowup_time:.12g}",
+            "outside the Riccati class: the adaptive integrator (factor form, rtol 1e-11) "
+            f"detected blow-up at T* ≈ {traj.blowup_time:.12g} in [{bracket[0]:.15g}, "
+            f"{bracket[1]:.15g}] from the growth of ‖Σ‖₂ ({traj.message})",
             traj.stats,
+            bracket,
         )
     if traj.status is not Status.SUCCESS:
         return result(math.inf, traj.status, f"adaptive integrator: {traj.message}", traj.stats)

@@ -442,14 +442,18 @@ def _stationary_verdict(
 
 
 def _integrator_blow(traj: Trajectory) -> BlowupResult:
+    lower, upper = traj.blowup_bracket or (0.0, math.inf)
     return BlowupResult(
         blowup_time=traj.blowup_time,
-        lower=0.0,
-        upper=math.inf,
+        lower=lower,
+        upper=upper,
         status=Status.BLOWUP,
         certified=False,
         method="integrator",
-        message=f"adaptive integrator detected blow-up at T* ≈ {traj.blowup_time:.12g}",
+        message=(
+            f"adaptive integrator detected blow-up at T* ≈ {traj.blowup_time:.12g} in "
+            f"[{lower:.15g}, {upper:.15g}] ({traj.message})"
+        ),
         stats=dict(traj.stats),
     )
 

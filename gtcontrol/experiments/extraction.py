@@ -16,7 +16,10 @@ key-bias tilt ``u_h`` is made part of gtcontrol's model exactly by an affine coo
 :class:`~gtcontrol.params.Layer` on ``R^{d+1}`` acting on a Gaussian with a singular covariance,
 and both the token-level recomputation (:func:`~gtcontrol.tokens.token_velocity`) and the moment
 step (:func:`~gtcontrol.moments.simulate_discrete`, one residual step ``h = 1``) are gtcontrol's
-own.
+own. The layer keeps the heads factored (:meth:`~gtcontrol.model.params.Layer.from_projections`)
+with the augmented projections ``W̃_Q = [W_Q, b_Q]``, ``W̃_K = [W_K, 0]``, ``W̃_V = [W_V, 0]``,
+``W̃_O = [W_O; 0]`` (then ``s W̃_K,hᵀ W̃_Q,h = B̃_h`` and ``W̃_O,h W̃_V,h = Ṽ_h``), so neither
+field forms a ``d×d×d`` product per head.
 
 The surrogate (approximate where the theory is)
 -----------------------------------------------
@@ -133,6 +136,11 @@ class ExtractedLayer:
         ``(γ, β, ε)`` of the two LayerNorms.
     ffn
         ``(W₁ (k, d), c₁ (k,), W₂ (d, k), c₂ (d,))`` of the GELU feed-forward.
+    projections
+        ``(W_Q, b_Q, W_K, W_V, W_O)`` of the self-attention (nn.Linear shapes), or ``None``.
+        When set, :attr:`attention_layer` keeps the heads factored
+        (:meth:`~gtcontrol.model.params.Layer.from_projections`); ``heads`` and ``key_tilt``
+        must be the matrices they define.
     """
 
     heads: tuple[tuple[FloatArray, FloatArray], ...]
@@ -141,6 +149,7 @@ class ExtractedLayer:
     ln1: tuple[FloatArray, FloatArray, float]
     ln2: tuple[FloatArray, FloatArray, float]
     ffn: tuple[FloatArray, FloatArray, FloatArray, FloatArray]
+    projections: tuple[FloatArray, FloatArray, FloatArray, FloatArray, FloatArray] | None = None
 
     @property
     def dim(self) -> int:
@@ -149,8 +158,24 @@ class ExtractedLayer:
 
     @cached_property
     def attention_layer(self) -> Layer:
-        """The attention sublayer as a :class:`Layer` on ``R^{d+1}`` (affine coordinate last)."""
+        """The attention sublayer as a :class:`Layer` on ``R^{d+1}`` (affine coordinate last).
+
+        Factored (:meth:`Layer.from_projections`) when :attr:`projections` is set, else dense.
+        """
         d = self.dim
+        bias = np.append(self.attention_bias, 0.0)
+        if self.projections is not None:
+            wq, bq, wk, wv, wo = self.projections
+            zero = np.zeros((wq.shape[0], 1))
+            return Layer.from_projections(
+                np.hstack([wq, bq[:, None]]),
+                np.hstack([wk, zero]),
+                np.hstack([wv, zero]),
+                np.vstack([wo, zero.T]),
+                len(self.heads),
+                b=bias,
+                scale=1.0 / math.sqrt(wq.shape[0] // len(self.heads)),
+            )
         heads = []
         for (v, b), u in zip(self.heads, self.key_tilt, strict=True):
             bt = np.zeros((d + 1, d + 1))
@@ -159,7 +184,7 @@ class ExtractedLayer:
             vt = np.zeros((d + 1, d + 1))
             vt[:d, :d] = v
             heads.append((vt, bt))
-        return Layer(heads=heads, b=np.append(self.attention_bias, 0.0))
+        return Layer(heads=heads, b=bias)
 
     @cached_property
     def ffn_layer(self) -> Layer:
@@ -315,5 +340,15 @@ def extract_layers(net: Any) -> tuple[ExtractedLayer, ...]:
             _np(lay.output.dense.weight),
             _np(lay.output.dense.bias),
         )
-        out.append(ExtractedLayer(tuple(heads), np.array(tilt), wo @ bv + bo, ln1, ln2, ffn))
+        out.append(
+            ExtractedLayer(
+                tuple(heads),
+                np.array(tilt),
+                wo @ bv + bo,
+                ln1,
+                ln2,
+                ffn,
+                projections=(wq, bq, wk, wv, wo),
+            )
+        )
     return tuple(out)

@@ -27,6 +27,15 @@ The ``N×N`` weights, let alone an ``N×N×d`` tensor, are never stored. Per hea
 1, so the denominator is ``≥ 1`` and nothing overflows for any finite logits),
 ``P = exp(L)``, ``Attn_blk = (P X) / (P 1)``. Memory is ``O(N d + block_size · N)``.
 
+Factored heads
+--------------
+For a layer with factored heads (:meth:`~gtcontrol.model.params.Layer.from_projections`) keys,
+queries and values are projected to ``d_head`` first, all heads in one product each:
+``Q = s X W_Qᵀ``, ``K = X W_Kᵀ``, ``U = X W_Vᵀ`` (``N × H d_head``). Head ``h`` then runs the same
+blocked softmax on its ``d_head`` columns, ``logit_ij = q_i · k_j = s (W_K,h x_j)ᵀ(W_Q,h x_i) =
+x_jᵀ B_h x_i``, with values ``U_h``, and one product ``[Attn_1 … Attn_H] W_Oᵀ`` applies the
+output projections. A head costs ``O(N² d_head)`` instead of ``O(N² d)``.
+
 Reference: the paper cited in :mod:`gtcontrol`, §1.
 """
 
@@ -45,6 +54,7 @@ from .._linalg import FloatArray
 from .._status import Budget
 from .._validation import as_float_array, as_positive_int
 from ..errors import InvalidParametersError
+from .heads import FactoredHeads
 from .params import Layer
 
 __all__ = ["token_velocity"]
@@ -92,6 +102,9 @@ class _Prepared:
     mean_v_t: AnyArray | None  # (Σ_h V_h)ᵀ over heads with B_h = 0: they attend to the mean
     softmax_heads: tuple[tuple[AnyArray, AnyArray], ...]  # (B_hᵀ, V_hᵀ) with B_h ≠ 0, V_h ≠ 0
     noise_t: AnyArray | None  # Gᵀ of the layer's Brownian forcing (Layer.noise)
+    # Factored softmax heads: (s W_Qᵀ, W_Kᵀ, W_Vᵀ) of shape (d, H' d_head), W_Oᵀ (H' d_head, d)
+    # and d_head, over the H' heads with W_Q,h, W_K,h, W_V,h, W_O,h all non-zero.
+    factored: tuple[AnyArray, AnyArray, AnyArray, AnyArray, int] | None = None
 
 
 def _prepare(layer: Layer, dtype: np.dtype[Any]) -> _Prepared:
@@ -102,9 +115,13 @@ def _prepare(layer: Layer, dtype: np.dtype[Any]) -> _Prepared:
     if layer.ffn is not None:
         f = layer.ffn
         ffn = (cast(f.U.T), cast(f.c), cast(f.W.T), _ACTIVATION_FUNCS[f.activation])
-    mean_v = None
+    mean_v: FloatArray | None = None
     soft = []
-    for v_h, b_h in layer.heads:
+    factored = None
+    fh = layer.factored_heads
+    if fh is not None:
+        mean_v, factored = _prepare_factored(fh, cast)
+    for v_h, b_h in () if fh is not None else layer.heads:
         if not np.any(v_h):
             continue  # V_h = 0: the head contributes nothing
         if not np.any(b_h):
@@ -119,7 +136,37 @@ def _prepare(layer: Layer, dtype: np.dtype[Any]) -> _Prepared:
         mean_v_t=None if mean_v is None else cast(mean_v.T),
         softmax_heads=tuple(soft),
         noise_t=None if layer.noise is None else cast(layer.noise.T),
+        factored=factored,
     )
+
+
+def _prepare_factored(
+    fh: FactoredHeads, cast: Callable[[FloatArray], AnyArray]
+) -> tuple[FloatArray | None, tuple[AnyArray, AnyArray, AnyArray, AnyArray, int] | None]:
+    """``(Σ V_h over uniform heads, (s W_Qᵀ, W_Kᵀ, W_Vᵀ, W_Oᵀ, d_head))`` of factored heads.
+
+    A head with ``W_V,h = 0`` or ``W_O,h = 0`` contributes nothing; one with ``W_Q,h = 0`` or
+    ``W_K,h = 0`` (``B_h = 0``) attends uniformly, to the empirical mean.
+    """
+    mean_v: FloatArray | None = None
+    keep = []
+    for h in range(fh.n_heads):
+        if not (np.any(fh.v[h]) and np.any(fh.o[h])):
+            continue
+        if np.any(fh.q[h]) and np.any(fh.k[h]):
+            keep.append(h)
+        else:
+            v_h = fh.o[h] @ fh.v[h]
+            mean_v = v_h if mean_v is None else mean_v + v_h
+    if not keep:
+        return mean_v, None
+    d, dh = fh.dim, fh.head_dim
+
+    def stacked_t(a: FloatArray) -> AnyArray:  # (H', d_head, d) -> (d, H' d_head)
+        return cast(a[keep].reshape(len(keep) * dh, d).T)
+
+    o_t = cast(fh.o[keep].transpose(0, 2, 1).reshape(len(keep) * dh, d))
+    return mean_v, (stacked_t(fh.q * fh.scale), stacked_t(fh.k), stacked_t(fh.v), o_t, dh)
 
 
 class _Workspace:
@@ -156,21 +203,42 @@ class _Workspace:
 
 def _attention(x: AnyArray, b_t: AnyArray, work: _Workspace) -> AnyArray:
     """Softmax attention of every token over all tokens, blocked over queries (stable)."""
-    n = x.shape[0]
-    q = x @ b_t  # row i is B x_i, so (q xᵀ)_ij = x_jᵀ B x_i
-    out = np.empty_like(x)
+    # Row i of the queries is B x_i, so (q xᵀ)_ij = x_jᵀ B x_i; the values are the tokens.
+    return _softmax(x @ b_t, x.T, x, work)
+
+
+def _softmax(q: AnyArray, k_t: AnyArray, values: AnyArray, work: _Workspace) -> AnyArray:
+    """``softmax_j(q_i · k_j)``-weighted rows of ``values``, blocked over queries (stable)."""
+    n = q.shape[0]
+    out = np.empty((n, values.shape[1]), dtype=values.dtype)
     buf = work.buffer
-    x_t = x.T
     for s in range(0, n, work.block):
         e = min(s + work.block, n)
         logits = buf[: e - s]
-        np.matmul(q[s:e], x_t, out=logits)
+        np.matmul(q[s:e], k_t, out=logits)
         logits -= logits.max(axis=1, keepdims=True)
         np.exp(logits, out=logits)
         den = logits.sum(axis=1)
-        np.matmul(logits, x, out=out[s:e])
+        np.matmul(logits, values, out=out[s:e])
         out[s:e] /= den[:, None]
     work.n_attention += 1
+    return out
+
+
+def _factored_attention(
+    x: AnyArray, fac: tuple[AnyArray, AnyArray, AnyArray, AnyArray, int], work: _Workspace
+) -> AnyArray:
+    """``Σ_h W_O,h W_V,h Attn_h(x_i)`` for factored heads: softmax in ``d_head`` dimensions."""
+    q_t, k_t, v_t, o_t, dh = fac
+    xq, xk, xv = x @ q_t, x @ k_t, x @ v_t  # (N, H' d_head): every head in one product
+    att = np.empty_like(xv)
+    for s in range(0, xq.shape[1], dh):
+        cols = slice(s, s + dh)
+        keys_t = np.ascontiguousarray(xk[:, cols].T)
+        att[:, cols] = _softmax(
+            np.ascontiguousarray(xq[:, cols]), keys_t, np.ascontiguousarray(xv[:, cols]), work
+        )
+    out: AnyArray = att @ o_t
     return out
 
 
@@ -188,6 +256,8 @@ def _velocity(p: _Prepared, x: AnyArray, work: _Workspace) -> AnyArray:
         out += x.mean(axis=0) @ p.mean_v_t
     for b_t, v_t in p.softmax_heads:
         out += _attention(x, b_t, work) @ v_t
+    if p.factored is not None:
+        out += _factored_attention(x, p.factored, work)
     work.n_velocity += 1
     return out
 
@@ -209,7 +279,8 @@ def token_velocity(layer: Layer, tokens: Any, *, block_size: int | None = None) 
     ``Attn_h(x; μ) = Σ_j x_j e^{x_jᵀ B_h x} / Σ_j e^{x_jᵀ B_h x}`` over the empirical measure
     ``μ`` of ``tokens`` (docs/theory.md §1; Alcalde, Ji, Zuazua, arXiv:2606.07600 (2026)).
     Softmax is evaluated by blocks of queries with the log-sum-exp shift, so it is finite for
-    any finite logits; ``O(N² d)`` work per head, ``O(N d + block_size · N)`` memory.
+    any finite logits; ``O(N² d)`` work per head (``O(N² d_head)`` for factored heads, whose keys
+    and queries are projected first), ``O(N d + block_size · N)`` memory.
 
     Parameters
     ----------

@@ -9,6 +9,20 @@ and the moments move by ``dm/dt = M m + c``, ``dΣ/dt = M Σ + Σ Mᵀ`` (docs/t
 the one home of the field: everything in gtcontrol that needs it calls :func:`affine_velocity`
 or :func:`moment_field` (re-exported by :mod:`gtcontrol.model.moments`).
 
+Factored heads
+--------------
+A layer built by :meth:`~gtcontrol.model.params.Layer.from_projections` keeps ``B_h = s W_K,hᵀ
+W_Q,h`` and ``V_h = W_O,h W_V,h`` as rank-``d_head`` factors, and the field never forms a
+``d×d×d`` product per head:
+
+    M Σ = A Σ + s Σ_h W_O,h (W_V,h Σ W_K,hᵀ)(W_Q,h Σ),        c = b + Σ_h W_O,h W_V,h m.
+
+The heads are batched: ``W_V Σ`` and ``W_Q Σ`` are single ``(H d_head × d)·(d × d)`` products, the
+``d_head × d_head`` cores ``C_h = s W_V,h Σ W_K,hᵀ`` one batched product, and the sum over heads
+one ``(d × H d_head)·(H d_head × d)`` product: ``3 d² H d_head`` multiply-adds (plus ``d³`` for a
+non-zero ``A``) against ``(2H + 1) d³`` for dense heads. In factor form (``Σ = L Lᵀ``) the cores
+are ``(W_V,h L)(W_K,h L)ᵀ``, so ``dL/dt = M L`` costs ``O(H d_head d r)``.
+
 Reference: the paper cited in :mod:`gtcontrol`, §2.
 """
 
@@ -17,6 +31,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._linalg import FloatArray
+from .heads import FactoredHeads
 from .params import Layer
 
 __all__ = ["affine_velocity", "factor_field", "moment_field"]
@@ -28,7 +43,9 @@ def affine_velocity(
     """The affine velocity ``v(x) = M x + c`` that ``layer`` induces on ``N(mean, cov)``.
 
     ``M = A + Σ_h V_h Σ B_h`` and ``c = b + Σ_h V_h m`` (docs/theory.md §2); ``A, b`` include an
-    identity-activation feed-forward. One head costs two ``d×d`` products.
+    identity-activation feed-forward. One head costs two ``d×d`` products; factored heads
+    (``layer.factored_heads``) cost ``2 d² H d_head`` in all (``M = A + s Σ_h W_O,h (W_V,h Σ
+    W_K,hᵀ) W_Q,h``).
 
     Parameters
     ----------
@@ -50,6 +67,11 @@ def affine_velocity(
         If the layer has a ReLU/GELU feed-forward (outside the exact Gaussian theory).
     """
     a, b = layer.affine_ffn()
+    fh = _factored(layer)
+    if fh is not None:
+        cores = _cores(fh, fh.flat("v") @ cov, fh.k)
+        m_fac = fh.o_cat @ np.matmul(cores, fh.q).reshape(-1, fh.dim)
+        return a + m_fac, b + fh.o_cat @ (fh.flat("v") @ mean)
     m_mat = a.copy()
     c = b.copy()
     for v_h, b_h in layer.heads:
@@ -58,12 +80,61 @@ def affine_velocity(
     return m_mat, c
 
 
+def _factored(layer: Layer) -> FactoredHeads | None:
+    """The layer's factored heads; ``None`` for dense heads and for duck-typed layers (the
+    symbolic layer of :mod:`gtcontrol.control._ocp` has ``affine_ffn``, ``heads``, ``noise``)."""
+    fh: FactoredHeads | None = getattr(layer, "factored_heads", None)
+    return fh
+
+
+def _cores(fh: FactoredHeads, v_x: FloatArray, k_y: FloatArray) -> FloatArray:
+    """The ``(H, d_head, d_head)`` cores ``s (W_V,h X)(W_K,h Y)ᵀ`` from ``W_V X`` and ``W_K Y``.
+
+    ``v_x`` is ``W_V X`` with the heads as rows, ``(H d_head, n)``; ``k_y`` is ``W_K Y`` stacked
+    per head, ``(H, d_head, n)`` (``fh.k`` itself for ``Y = I``).
+    """
+    vx = v_x.reshape(fh.n_heads, fh.head_dim, -1)
+    cores: FloatArray = np.matmul(vx, k_y.transpose(0, 2, 1))
+    cores *= fh.scale
+    return cores
+
+
+def _factored_apply(
+    fh: FactoredHeads, a: FloatArray, b: FloatArray, mean: FloatArray, x: FloatArray, *, gram: bool
+) -> tuple[FloatArray, FloatArray]:
+    """``(M m + c, M X)`` for factored heads, with ``Σ = X`` (``gram=False``) or ``X Xᵀ``.
+
+    ``M X = A X + s Σ_h W_O,h C_h (W_Q,h X)`` with the cores ``C_h = W_V,h Σ W_K,hᵀ``, which are
+    ``(W_V,h X)(W_K,h X)ᵀ`` in factor form. The projections of ``X`` onto every head come from one
+    product with the stacked ``[W_V; W_Q; W_K]``, the head sum from one product with ``W_O``.
+    """
+    inner, n = fh.n_heads * fh.head_dim, x.shape[1]
+    vqk = fh.vqk
+    if gram:
+        proj = vqk @ x
+        cores = _cores(fh, proj[:inner], proj[2 * inner :].reshape(fh.n_heads, fh.head_dim, n))
+    else:
+        proj = vqk[: 2 * inner] @ x
+        cores = _cores(fh, proj[:inner], fh.k)
+    qx = proj[inner : 2 * inner].reshape(fh.n_heads, fh.head_dim, n)
+    mx: FloatArray = fh.o_cat @ np.matmul(cores, qx).reshape(inner, n)
+    vm_qm = vqk[: 2 * inner] @ mean
+    qm = vm_qm[inner:].reshape(fh.n_heads, fh.head_dim, 1)
+    dm: FloatArray = fh.o_cat @ (np.matmul(cores, qm).reshape(inner) + vm_qm[:inner]) + b
+    if np.any(a):
+        mx += a @ x
+        dm += a @ mean
+    return dm, mx
+
+
 def moment_field(layer: Layer, mean: FloatArray, cov: FloatArray) -> tuple[FloatArray, FloatArray]:
     """Right-hand side of the moment ODE: ``(dm/dt, dΣ/dt) = (M m + c, M Σ + Σ Mᵀ [+ G Gᵀ])``.
 
     The covariance derivative is formed as ``P + Pᵀ`` with ``P = M Σ``, so it is exactly symmetric
-    and costs one more ``d×d`` product (three in all for one head). A layer with Brownian forcing
-    ``G`` (``layer.noise``) adds ``G Gᵀ`` (docs/theory.md §6).
+    and costs one more ``d×d`` product (three in all for one head). With factored heads ``P`` is
+    formed directly, ``P = A Σ + s Σ_h W_O,h (W_V,h Σ W_K,hᵀ)(W_Q,h Σ)``, never ``M``:
+    ``3 d² H d_head`` multiply-adds (module docstring). A layer with Brownian forcing ``G``
+    (``layer.noise``) adds ``G Gᵀ`` (docs/theory.md §6).
 
     Parameters
     ----------
@@ -80,12 +151,18 @@ def moment_field(layer: Layer, mean: FloatArray, cov: FloatArray) -> tuple[Float
     InvalidParametersError
         If the layer has a ReLU/GELU feed-forward (outside the exact Gaussian theory).
     """
-    m_mat, c = affine_velocity(layer, mean, cov)
-    p = m_mat @ cov
+    fh = _factored(layer)
+    if fh is not None:
+        a, b = layer.affine_ffn()
+        dm, p = _factored_apply(fh, a, b, mean, cov, gram=False)
+    else:
+        m_mat, c = affine_velocity(layer, mean, cov)
+        p = m_mat @ cov
+        dm = m_mat @ mean + c
     ds = p + p.T
     if layer.noise is not None:
         ds += layer.noise @ layer.noise.T
-    return m_mat @ mean + c, ds
+    return dm, ds
 
 
 def factor_field(
@@ -96,7 +173,8 @@ def factor_field(
     With ``Σ = L Lᵀ`` (``L`` of size ``d×r``), ``dL/dt = M(Σ) L`` reproduces ``dΣ/dt = MΣ + ΣMᵀ``
     (a congruence), so an integrator on ``L`` keeps Σ positive semidefinite and of rank ``r``
     by construction (docs/theory.md §2). Each head's ``V_h Σ B_h x`` is applied as
-    ``V_h (L (Lᵀ (B_h x)))``: O(d² r) per head, never a d×d×d product. Brownian forcing is
+    ``V_h (L (Lᵀ (B_h x)))``: O(d² r) per head, never a d×d×d product. Factored heads apply
+    ``s W_O,h ((W_V,h L)(W_K,h L)ᵀ)(W_Q,h x)``: O(H d_head d r) in all. Brownian forcing is
     not expressible in factor form (it raises the rank).
 
     Parameters
@@ -114,6 +192,9 @@ def factor_field(
         ``(dm/dt, dL/dt)`` of shapes ``(d,)`` and ``(d, r)``.
     """
     a, b = layer.affine_ffn()
+    fh = _factored(layer)
+    if fh is not None:
+        return _factored_apply(fh, a, b, mean, factor, gram=True)
     x = np.column_stack([mean, factor])  # apply M to m and L in one pass
     mx = a @ x
     c = b.copy()

@@ -1,11 +1,22 @@
 """The adaptive integrator behind :func:`gtcontrol.model.moments.simulate` (private).
 
 Its parts, each named: the validated options (:class:`_IntegratorOptions`), the setup of the
-packed state ``[m, vech Σ]`` and its recording grid (:func:`_setup`), one segment's integration
-between two breakpoints of the control (:func:`_integrate_segment`) and the classification of a
-large covariance as finite-time blow-up, overflow or neither (:func:`_classify_event`). Every
-right-hand-side evaluation ticks a :class:`~gtcontrol._status.Budget`; a spent budget, an
-integrator failure, a blow-up or an overflow ends the run with an :class:`_Outcome`, never an
+control and its recording grid (:func:`_setup`), and one segment's integration between two
+breakpoints of the control (:func:`_integrate_segment`), a step-by-step loop over a
+``scipy.integrate`` solver that
+
+* integrates the factor form ``Σ = e^{2s} K Kᵀ`` for noise-free layers and the entry-wise form
+  for noisy ones (:mod:`gtcontrol.model.factor_form`), restarting (renormalizing ``K``)
+  whenever its scale drifts;
+* watches ``‖Σ‖₂`` for a finite-time singularity (:mod:`gtcontrol.model.blowup_detection`) and
+  classifies a step-size collapse the same way;
+* detects stiffness (the explicit step is stability-limited: ``h ρ(∂f/∂y) ≳ 1`` while the
+  projected number of steps is large) and switches to a rotating frame ``e^{Sτ}`` when the skew
+  part ``S`` of ``A`` explains it (an exponential integrator for the rotation), otherwise to
+  Radau with the exact dense Jacobian of the (polynomial) field.
+
+Every right-hand-side evaluation ticks a :class:`~gtcontrol._status.Budget`; a spent budget, an
+integrator failure, a blow-up or an overflow ends the run with an :class:`Outcome`, never an
 exception.
 
 Reference: the paper cited in :mod:`gtcontrol`, §2–§3.
@@ -15,24 +26,32 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from numpy.typing import NDArray
-from scipy.integrate import solve_ivp
+from scipy.integrate import BDF, DOP853, LSODA, RK45, OdeSolver, Radau
 
-from .._linalg import FloatArray, vech, vech_index
+from .._linalg import FloatArray
 from .._status import Budget, BudgetExhausted, Status
 from .._validation import as_choice, as_positive_float, as_positive_int, as_time_limit
 from ..errors import InvalidParametersError
-from .field import moment_field
+from .blowup_detection import OVERFLOW_LEVEL, BlowupWatch, Outcome
+from .factor_form import Form, _FactorForm, exact_jacobian, initial_factor, make_form
 from .gaussian import check_gaussian
 from .params import Control, Layer, Schedule, as_control
 
 __all__: list[str] = []
 
-_METHODS = ("DOP853", "RK45", "Radau", "LSODA", "BDF")
+_SOLVERS: dict[str, type[OdeSolver]] = {
+    "DOP853": DOP853,
+    "RK45": RK45,
+    "Radau": Radau,
+    "LSODA": LSODA,
+    "BDF": BDF,
+}
+_METHODS = tuple(_SOLVERS)
+_EXPLICIT = ("DOP853", "RK45")
 #: Most recorded depths :func:`simulate` accepts (each holds a d×d covariance).
 _MAX_POINTS = 10**6
 #: Default cap on right-hand-side evaluations of :func:`simulate` (DOP853: 12 per step).
@@ -41,8 +60,17 @@ _DEFAULT_MAX_EVALS = 10**6
 _MAX_EVALS_LIMIT = 10**9
 #: Largest ``steps_per_layer`` of :func:`simulate_discrete`.
 _MAX_STEPS_PER_LAYER = 10**6
-#: ``tr Σ`` past this without a finite-time singularity is reported as ``Status.OVERFLOW``.
-_OVERFLOW_TRACE = 1e250
+#: Stiffness probe: every this many explicit steps ...
+_PROBE = 50
+#: ... if the projected number of steps to the segment's end exceeds this ...
+_STIFF_STEPS = 5000
+#: ... and the step times the Jacobian's spectral radius is at least this, the step is
+#: stability-limited (DOP853's stability region reaches |hλ| ≈ 3–6).
+_STIFF_H_RHO = 1.0
+#: ... or the step resolves the rotation of ``A``'s skew part (``h ‖S‖₂`` at least this).
+_ROTATION_H = 0.01
+#: Largest packed state for which implicit methods get a dense Jacobian.
+_MAX_DENSE_JACOBIAN = 2000
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,18 +80,23 @@ class _IntegratorOptions:
     Attributes
     ----------
     rtol, atol
-        Relative and absolute error tolerances of the Runge–Kutta error control; ``atol`` is
-        scaled by the size of the initial state. The defaults give about 1e-8 relative accuracy
-        or better on smooth trajectories.
+        Relative and absolute error tolerances of the error control. In factor form ``atol``
+        applies to the normalized factor ``K`` (unit Frobenius norm, so it is relative to Σ's
+        own scale; per entry ``atol/√(dr)``) and to the mean scaled by ``max(|m0|, 1)``; in
+        the entry-wise form it is scaled by the size of the initial state. The defaults give
+        about 1e-8 relative accuracy or better on smooth trajectories.
     method
-        A ``scipy.integrate.solve_ivp`` method; the explicit 8th-order ``"DOP853"`` by default.
+        A ``scipy.integrate`` method; the explicit 8th-order ``"DOP853"`` by default. An explicit
+        method switches to a rotating frame or to Radau when it detects stiffness.
     n_points
         Number of recorded depths (spread over the layers, always including every layer
         switch); at most ``10**6``.
     blowup_factor
-        The integrator stops when ``tr Σ`` exceeds ``blowup_factor × max(tr Σ0, 1)``. It then tells
-        finite-time blow-up (``tr Σ / (d tr Σ/dt)``, the remaining time, is tiny) from
-        exponential growth (it is not) and goes on in the second case.
+        Growth of ``‖Σ‖₂`` over ``max(‖Σ0‖₂, 1)`` at which the blow-up watch starts: from there,
+        at every tenfold growth, it extrapolates ``1/λ_max`` to tell a finite-time blow-up
+        (the extrapolations agree and the remaining time shrinks) from exponential growth
+        (it goes on; past 1e250 it is an overflow). See
+        :mod:`gtcontrol.model.blowup_detection`.
     max_step
         Largest step; ``inf`` lets the error control decide.
     max_evals
@@ -76,7 +109,7 @@ class _IntegratorOptions:
     atol: float = 1e-14
     method: str = "DOP853"
     n_points: int = 201
-    blowup_factor: float = 1e12
+    blowup_factor: float = 1e4
     max_step: float = math.inf
     max_evals: int = _DEFAULT_MAX_EVALS
     time_limit: float | None = None
@@ -119,31 +152,23 @@ def _record_grid(breaks: FloatArray, n_points: int) -> list[FloatArray]:
 # ---------------------------------------------------------------------------- simulate's parts
 @dataclass(frozen=True, eq=False)
 class _Setup:
-    """Everything :func:`simulate` integrates, validated: the control, the packed initial
-    state ``[m, vech Σ]``, the recording grid and the index maps of the packed state."""
+    """Everything :func:`simulate` integrates, validated: the control, the initial moments and
+    the recording grid."""
 
     ctrl: Control
     d: int
     breaks: FloatArray
     piecewise: bool
-    y0: FloatArray
-    atol: float
-    tr0: float
+    mean0: FloatArray
+    cov0: FloatArray
     grids: list[FloatArray]
-    flat_iu: NDArray[np.intp]
-    diag_idx: NDArray[np.intp]
-    full_pos: NDArray[np.intp]
 
-    def unpack(self, y: FloatArray) -> tuple[FloatArray, FloatArray]:
-        """``(m, Σ)`` of a packed state."""
-        d = self.d
-        return y[:d], y[d:][self.full_pos].reshape(d, d)
-
-    def fixed_layer(self, k: int) -> Layer | None:
-        """The layer of segment ``k`` of a piecewise-constant control (else ``None``)."""
+    def layer_at(self, k: int) -> Callable[[float], Layer]:
+        """The layer lookup of segment ``k`` (one fixed layer for piecewise-constant controls)."""
         if not self.piecewise:
-            return None
-        return self.ctrl.layer_at(0.5 * float(self.breaks[k] + self.breaks[k + 1]))
+            return self.ctrl.layer_at
+        fixed = self.ctrl.layer_at(0.5 * float(self.breaks[k] + self.breaks[k + 1]))
+        return lambda _t: fixed
 
 
 def _setup(model: Any, initial: Any, T: float | None, opts: _IntegratorOptions) -> _Setup:
@@ -152,177 +177,274 @@ def _setup(model: Any, initial: Any, T: float | None, opts: _IntegratorOptions) 
     g0 = check_gaussian(initial, d)
     _check_exact(ctrl)
     breaks = np.asarray(ctrl.breakpoints, dtype=float)
-    y0 = np.concatenate([g0.mean, vech(g0.cov)])
-    iu, full_pos = vech_index(d)
     return _Setup(
         ctrl=ctrl,
         d=d,
         breaks=breaks,
         # Piecewise-constant controls get one fixed layer per segment (no per-call lookup).
         piecewise=bool(getattr(ctrl, "piecewise_constant", False)),
-        y0=y0,
-        atol=opts.atol * max(float(np.max(np.abs(y0))), 1.0),
-        tr0=max(float(np.trace(g0.cov)), 1.0),
+        mean0=np.asarray(g0.mean, dtype=float),
+        cov0=np.asarray(g0.cov, dtype=float),
         grids=_record_grid(breaks, opts.n_points),
-        flat_iu=iu[0] * d + iu[1],
-        diag_idx=d + np.flatnonzero(iu[0] == iu[1]),  # positions of diag Σ in the packed state
-        full_pos=full_pos,
     )
 
 
-@dataclass(frozen=True)
-class _Outcome:
-    """How an integration ended (anything but reaching the horizon)."""
-
-    status: Status
-    message: str
-    blowup_time: float = math.inf
-
-
 class _Record:
-    """The recorded depths and packed states, in increasing depth."""
-
-    def __init__(self, t0: float, y0: FloatArray) -> None:
-        self.ts: list[FloatArray] = [np.array([t0])]
-        self.ys: list[FloatArray] = [y0[None, :]]
-        self.last_t = t0
-
-    def add(self, t: FloatArray, y: FloatArray) -> None:
-        """Append states ``y`` (rows) at depths ``t``; a depth already passed is dropped later."""
-        if t.size:
-            self.ts.append(t)
-            self.ys.append(y)
-            self.last_t = float(t[-1])
-
-    def add_point(self, t: float, y: FloatArray) -> None:
-        """Append one state if it lies beyond the last recorded depth."""
-        if t > self.last_t:
-            self.add(np.array([t]), y[None, :])
-
-
-class _TraceEvent:
-    """Terminal event ``tr Σ = threshold`` (rising) that also remembers accepted states.
-
-    ``solve_ivp`` evaluates events once per accepted step, so :attr:`last` is where the
-    integration stood when a budget ran out inside the right-hand side (then ``solve_ivp``
-    returns nothing). :attr:`passed` keeps the first accepted state past each recording depth,
-    so that such an interrupted call still leaves a trajectory at about the grid's resolution
-    (at most one state per recording depth: bounded memory).
-    """
-
-    terminal = True
-    direction = 1.0
+    """The recorded depths and moments (and factors, in factor form), in increasing depth."""
 
     def __init__(
-        self, diag: NDArray[np.intp], threshold: float, t0: float, y0: FloatArray, grid: FloatArray
+        self, t0: float, mean: FloatArray, cov: FloatArray, factor: FloatArray | None
     ) -> None:
-        self.diag = diag
-        self.threshold = threshold
-        self.last: tuple[float, FloatArray] = (t0, y0)
-        self.grid = grid
-        self.next = int(np.searchsorted(grid, t0, side="right"))
-        self.passed: list[tuple[float, FloatArray]] = []
+        self.ts: list[float] = [t0]
+        self.means: list[FloatArray] = [mean]
+        self.covs: list[FloatArray] = [cov]
+        self.factors: list[FloatArray | None] = [factor]
 
-    def __call__(self, t: float, y: FloatArray) -> float:
-        if t > self.last[0]:  # root finding revisits earlier depths: keep the furthest
-            self.last = (float(t), np.array(y, dtype=float))
-            if self.next < self.grid.size and t >= self.grid[self.next]:
-                self.passed.append(self.last)
-                self.next = int(np.searchsorted(self.grid, t, side="right"))
-        return float(np.sum(y[self.diag])) - self.threshold
+    @property
+    def last_t(self) -> float:
+        return self.ts[-1]
 
-    def record_into(self, rec: _Record) -> tuple[float, FloatArray]:
-        """Record the remembered states into ``rec``; return the last one."""
-        for t, y in self.passed:
-            rec.add_point(t, y)
-        rec.add_point(*self.last)
-        return self.last
+    def add(self, t: float, form: Form, y: FloatArray) -> None:
+        """Record the state ``y`` of ``form`` at depth ``t`` if it lies beyond the last one."""
+        if t > self.ts[-1]:
+            m, s, lf = form.moments(t, y)
+            self.ts.append(t)
+            self.means.append(np.array(m))
+            self.covs.append(0.5 * (s + s.T))
+            self.factors.append(None if lf is None else np.array(lf))
 
 
-def _rhs(setup: _Setup, fixed: Layer | None, budget: Budget) -> Callable[..., FloatArray]:
-    """The packed right-hand side ``[dm/dt, vech dΣ/dt]``; every call ticks ``budget``."""
-    ctrl, flat_iu = setup.ctrl, setup.flat_iu
+@dataclass
+class _Run:
+    """The mutable state of one :func:`simulate` run shared by its segments."""
 
-    def rhs(t: float, y: FloatArray) -> FloatArray:
-        budget.tick()
-        m, s = setup.unpack(y)
-        dm, ds = moment_field(fixed if fixed is not None else ctrl.layer_at(t), m, s)
-        return np.concatenate([dm, ds.ravel()[flat_iu]])
+    opts: _IntegratorOptions
+    budget: Budget
+    rec: _Record
+    watch: BlowupWatch
+    nsteps: int = 0
+    njev: int = 0
+    restarts: int = 0
+    forms: set[str] = field(default_factory=set)
+    switches: list[str] = field(default_factory=list)
 
-    return rhs
+
+class _Segment:
+    """One segment's solver: its form, method, frame and the stiffness probe's window."""
+
+    def __init__(self, run: _Run, form: Form, t: float, t1: float) -> None:
+        self.run, self.form, self.t1 = run, form, t1
+        self.method = run.opts.method
+        self.skew: FloatArray | None = None
+        self.solver = self._solver(t, form.y0)
+        self.window = (t, 0)
+
+    def _solver(self, t: float, y: FloatArray) -> OdeSolver:
+        opts, form = self.run.opts, self.form
+        kw: dict[str, Any] = {
+            "rtol": opts.rtol,
+            "atol": form.atol(opts.atol, y[: form.d]),
+            "max_step": opts.max_step,
+        }
+        if self.method not in _EXPLICIT and form.n <= _MAX_DENSE_JACOBIAN:
+            kw["jac"] = self._jacobian
+        return _SOLVERS[self.method](form.rhs, t, y, self.t1, **kw)
+
+    def _jacobian(self, t: float, y: FloatArray) -> FloatArray:
+        self.run.njev += 1
+        return exact_jacobian(self.form.rhs, t, y, self.form.scales(y))
+
+    def restart(self, t: float, y: FloatArray) -> None:
+        """Renormalize the form at ``(t, y)`` and start a fresh solver there."""
+        self.form = self.form.restart(t, y, self.skew)
+        self.solver = self._solver(t, self.form.y0)
+        self.run.restarts += 1
+
+    def derivative(self) -> FloatArray:
+        """The field at the solver's current state (cached by the explicit methods)."""
+        f = getattr(self.solver, "f", None)
+        if isinstance(f, np.ndarray):
+            return f
+        return self.form.rhs(self.solver.t, self.solver.y)
+
+    def spectral_radius(self, t: float, y: FloatArray) -> float:
+        """Power-iteration estimate of ``ρ(∂f/∂y)`` with exact (five-point) directional
+        derivatives, in coordinates scaled by the components' typical sizes."""
+        scale = self.form.scales(y)
+        w = np.random.default_rng(0).standard_normal(y.size)
+        rho = 0.0
+        for _ in range(8):
+            w /= np.linalg.norm(w)
+            v = 0.25 * scale * w
+            f = self.form.rhs
+            jv = (-f(t, y + 2 * v) + 8 * f(t, y + v) - 8 * f(t, y - v) + f(t, y - 2 * v)) / 3.0
+            w = jv / scale
+            rho = float(np.linalg.norm(w))
+            if rho == 0.0:
+                break
+        return rho
+
+    def probe_stiffness(self, t: float, y: FloatArray) -> None:
+        """Every :data:`_PROBE` explicit steps: switch method when the step is stability-limited."""
+        t_w, n_w = self.window
+        steps = self.run.nsteps - n_w
+        if self.method not in _EXPLICIT or steps < _PROBE:
+            return
+        self.window = (t, self.run.nsteps)
+        h = (t - t_w) / steps
+        if h <= 0 or (self.t1 - t) / h < _STIFF_STEPS:
+            return
+        layer = self.form.layer_at(t)
+        a, _ = layer.affine_ffn()
+        skew = 0.5 * (a - a.T)
+        fixed = self.form.layer_at(0.5 * (t + self.t1)) is layer
+        if (
+            isinstance(self.form, _FactorForm)
+            and self.skew is None
+            and fixed
+            and h * float(np.linalg.norm(skew, 2)) >= _ROTATION_H
+        ):
+            # the rotation limits the step: the rotating frame integrates it exactly
+            self.skew = skew
+            self.run.switches.append(f"rotating frame (exponential for skew A) at {t:.6g}")
+        elif self.form.n <= _MAX_DENSE_JACOBIAN:
+            rho = self.spectral_radius(t, y)
+            smooth = self.form.rate(y, self.derivative()) <= 0.01 * rho
+            if h * rho < _STIFF_H_RHO or not smooth:
+                return  # accuracy-limited: the moments themselves move that fast
+            self.method = "Radau"
+            self.run.switches.append(f"Radau at {t:.6g}")
+        else:
+            return
+        self.restart(t, y)
 
 
-def _classify_event(setup: _Setup, layer: Layer, t_e: float, y_e: FloatArray) -> _Outcome | None:
-    """At ``tr Σ = threshold``: finite-time blow-up, overflow, or neither (go on)?
+def _stop_at(seg: _Segment, t: float, y: FloatArray, outcome: Outcome) -> tuple[Any, Outcome]:
+    seg.run.rec.add(t, seg.form, y)
+    return _state(seg.form, t, y), outcome
 
-    Near a Riccati singularity ``1/tr Σ`` is linear in depth, so the remaining time is
-    ``tr Σ / (d tr Σ/dt)``; when it is tiny compared with the depth, the blow-up time is
-    ``t_e`` plus it (accurate to ~1e-10 relative). Otherwise the growth is exponential.
-    """
-    m_e, s_e = setup.unpack(y_e)
-    _, ds_e = moment_field(layer, m_e, s_e)
-    tr_e, dtr_e = float(np.trace(s_e)), float(np.trace(ds_e))
-    remaining = tr_e / dtr_e if dtr_e > 0 else math.inf
-    if remaining <= 1e-6 * max(t_e, 1e-300) or remaining <= 1e-9:
-        t_blow = t_e + remaining
-        return _Outcome(Status.BLOWUP, f"finite-time blow-up at depth {t_blow:.12g}", t_blow)
-    if tr_e > _OVERFLOW_TRACE:
-        return _Outcome(
-            Status.OVERFLOW,
-            f"the covariance exceeded {_OVERFLOW_TRACE:g} at depth {t_e:g} without a finite-time "
-            "singularity (exponential growth); the trajectory stops there",
-        )
-    return None
+
+def _state(form: Form, t: float, y: FloatArray) -> tuple[FloatArray, FloatArray, Any]:
+    m, s, lf = form.moments(t, y)
+    return m, s, lf
+
+
+def _collapse(seg: _Segment, t: float, y: FloatArray, why: str) -> tuple[Any, Outcome]:
+    """The integrator cannot go on at ``(t, y)``: a blow-up (classified) or a failure."""
+    outcome = None
+    if np.all(np.isfinite(y)):
+        try:
+            f = seg.form.rhs(t, y)
+            lam, dlam = seg.form.top(y, f)
+            outcome = seg.run.watch.collapse(t, lam, dlam, why)
+        except (BudgetExhausted, ValueError, ArithmeticError, np.linalg.LinAlgError):
+            outcome = None
+    if outcome is None:
+        outcome = Outcome(Status.FAILED, f"moment integration failed at depth {t:.6g}: {why}")
+    return _stop_at(seg, t, y, outcome)
+
+
+def _record_step(seg: _Segment, grid: FloatArray, t_old: float, t: float, y: FloatArray) -> None:
+    """Record the grid depths in ``(t_old, t]`` from the step's dense output."""
+    rec = seg.run.rec
+    pts = grid[(grid > max(t_old, rec.last_t)) & (grid < t)]
+    if pts.size:
+        dense = seg.solver.dense_output()
+        for tp in pts:
+            rec.add(float(tp), seg.form, np.asarray(dense(tp)))
+    if t in grid or t >= seg.t1:
+        rec.add(t, seg.form, y)
+
+
+def _after_step(seg: _Segment, t: float, y: FloatArray) -> Outcome | None:
+    """The blow-up watch and the overflow test at an accepted state."""
+    form, watch = seg.form, seg.run.watch
+    log_tr = form.log_scale(y)
+    if not watch.due(math.exp(min(log_tr, 700.0))):
+        return None
+    lam, dlam = form.top(y, seg.derivative())
+    outcome = watch.observe(t, lam, dlam)
+    if outcome is None and log_tr > math.log(OVERFLOW_LEVEL):
+        return watch.overflow(t)
+    return outcome
 
 
 def _integrate_segment(
-    setup: _Setup, k: int, y: FloatArray, opts: _IntegratorOptions, budget: Budget, rec: _Record
-) -> tuple[FloatArray, _Outcome | None]:
-    """Integrate segment ``k`` of the control from state ``y``, recording into ``rec``.
+    run: _Run, setup: _Setup, k: int, state: tuple[FloatArray, FloatArray, Any]
+) -> tuple[tuple[FloatArray, FloatArray, Any], Outcome | None]:
+    """Integrate segment ``k`` of the control from ``state = (m, Σ, L or None)``.
 
     Returns the state at the segment's end and ``None``, or the last state and the outcome
     that stopped the integration (blow-up, overflow, integrator failure, spent budget).
     """
     t0, t1 = float(setup.breaks[k]), float(setup.breaks[k + 1])
-    fixed = setup.fixed_layer(k)
-    rhs = _rhs(setup, fixed, budget)
+    layer_at = setup.layer_at(k)
+    m, s, lf = state
+    noisy = layer_at(0.5 * (t0 + t1)).noise is not None
     grid = setup.grids[k]
-    start, threshold = t0, opts.blowup_factor * setup.tr0
-    while True:
-        t_eval = grid[grid >= start]
-        event = _TraceEvent(setup.diag_idx, threshold, start, y, t_eval)
+    try:
+        form = make_form(layer_at, run.budget, t0, m, s, None if noisy else lf, noisy=noisy)
+        run.forms.add(form.kind)
+        seg = _Segment(run, form, t0, t1)
+    except BudgetExhausted as exc:
+        return state, Outcome(Status.BUDGET_EXHAUSTED, f"{exc.reason} at depth {t0:.6g}")
+    while seg.solver.status == "running":
+        t_prev, y_prev = float(seg.solver.t), np.array(seg.solver.y)
         try:
-            sol = solve_ivp(
-                rhs,
-                (start, t1),
-                y,
-                method=opts.method,
-                t_eval=t_eval,
-                rtol=opts.rtol,
-                atol=setup.atol,
-                events=event,
-                max_step=opts.max_step,
-            )
+            message = seg.solver.step()
+            if seg.solver.status == "failed":
+                return _collapse(seg, t_prev, y_prev, str(message))
+            t, y = float(seg.solver.t), np.asarray(seg.solver.y)
+            if not np.all(np.isfinite(y)):
+                return _collapse(seg, t_prev, y_prev, "the state became non-finite")
+            run.nsteps += 1
+            _record_step(seg, grid, t_prev, t, y)
+            outcome = _after_step(seg, t, y)
+            if outcome is not None:
+                return _stop_at(seg, t, y, outcome)
+            if seg.solver.status == "running":
+                if seg.form.needs_restart(y):
+                    seg.restart(t, y)
+                else:
+                    seg.probe_stiffness(t, y)
         except BudgetExhausted as exc:
-            t_s, y_s = event.record_into(rec)
+            t_s, y_s = float(seg.solver.t), np.array(seg.solver.y)
             msg = f"{exc.reason} at depth {t_s:.6g}; the trajectory stops there"
-            return y_s, _Outcome(Status.BUDGET_EXHAUSTED, msg)
+            return _stop_at(seg, t_s, y_s, Outcome(Status.BUDGET_EXHAUSTED, msg))
         except (ValueError, ArithmeticError, np.linalg.LinAlgError) as exc:
-            t_s, y_s = event.record_into(rec)
-            return y_s, _Outcome(
-                Status.FAILED, f"moment integration failed at depth {t_s:.6g}: {exc}"
-            )
-        rec.add(sol.t, sol.y.T)
-        if sol.status == -1:  # e.g. "Required step size is less than spacing between numbers"
-            rec.add_point(*event.last)
-            msg = f"moment integration failed at depth {event.last[0]:.6g}: {sol.message}"
-            return event.last[1], _Outcome(Status.FAILED, msg)
-        if sol.status != 1:  # reached t1 (the grid always holds t1)
-            return (np.asarray(sol.y[:, -1]) if sol.t.size else y), None
-        t_e, y_e = float(sol.t_events[0][0]), np.asarray(sol.y_events[0][0])
-        rec.add_point(t_e, y_e)
-        layer = fixed if fixed is not None else setup.ctrl.layer_at(t_e)
-        outcome = _classify_event(setup, layer, t_e, y_e)
-        if outcome is not None:
-            return y_e, outcome
-        start, y, threshold = t_e, y_e, threshold * opts.blowup_factor
+            return _collapse(seg, t_prev, y_prev, f"{type(exc).__name__}: {exc}")
+    y_end = np.asarray(seg.solver.y)
+    seg.run.rec.add(t1, seg.form, y_end)
+    return _state(seg.form, t1, y_end), None
+
+
+def integrate(setup: _Setup, opts: _IntegratorOptions) -> tuple[_Record, Outcome, dict[str, Any]]:
+    """Integrate every segment of the control; return the record, the outcome and the stats."""
+    budget = Budget(opts.time_limit, max_evals=opts.max_evals)
+    lam_ref = max(float(np.linalg.eigvalsh(setup.cov0)[-1]), 1.0)
+    lf0 = initial_factor(setup.cov0)
+    run = _Run(
+        opts=opts,
+        budget=budget,
+        rec=_Record(float(setup.breaks[0]), setup.mean0, setup.cov0, lf0),
+        watch=BlowupWatch(lam_ref, opts.blowup_factor, max(0.01 * opts.rtol, 1e-15)),
+    )
+    state: tuple[FloatArray, FloatArray, Any] = (setup.mean0, setup.cov0, lf0)
+    outcome = Outcome(Status.SUCCESS, "integrated to the horizon")
+    with np.errstate(over="ignore", invalid="ignore"):
+        for k in range(len(setup.grids)):
+            state, stop = _integrate_segment(run, setup, k, state)
+            if stop is not None:
+                outcome = stop
+                break
+    stats: dict[str, Any] = {
+        "nfev": budget.count,
+        "njev": run.njev,
+        "nsteps": run.nsteps,
+        "method": opts.method,
+        "switched_to": list(run.switches),
+        "form": "+".join(sorted(run.forms)) or "factor",
+        "restarts": run.restarts,
+        "seconds": budget.elapsed,
+    }
+    return run.rec, outcome, stats

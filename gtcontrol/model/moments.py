@@ -34,18 +34,17 @@ import numpy as np
 from .._linalg import FloatArray, numerical_ranks, sym
 from .._status import Budget, BudgetExhausted, OutcomeOrBlowup, Status
 from .._validation import as_positive_int, as_time_limit, frozen, option_values
+from .blowup_detection import Outcome as _Outcome
 from .field import affine_velocity, moment_field
 from .gaussian import Gaussian, check_gaussian
 from .moment_integrator import (
     _DEFAULT_MAX_EVALS,
     _MAX_STEPS_PER_LAYER,
     _check_exact,
-    _integrate_segment,
     _IntegratorOptions,
-    _Outcome,
     _Record,
-    _Setup,
     _setup,
+    integrate,
 )
 from .params import Control, Layer, Schedule, as_control
 
@@ -75,10 +74,23 @@ class Trajectory(OutcomeOrBlowup):
     blowup_time
         Estimated blow-up time, ``math.inf`` when there is none.
     stats
-        Integrator statistics: ``nfev`` (right-hand-side evaluations) and ``seconds`` for
-        :func:`simulate`, ``steps`` and ``seconds`` for :func:`simulate_discrete`.
+        Integrator statistics. :func:`simulate`: ``nfev`` (right-hand-side evaluations, the
+        Jacobians' included), ``njev`` (dense Jacobians), ``nsteps`` (accepted steps),
+        ``method`` (the requested method), ``switched_to`` (the switches made on detected
+        stiffness, in words with the depth), ``form`` (``"factor"`` and/or ``"entrywise"``),
+        ``restarts`` (renormalizations of the factor) and ``seconds``.
+        :func:`simulate_discrete`: ``steps`` and ``seconds``.
     message
         How the computation ended, in words.
+    blowup_bracket
+        For ``BLOWUP`` from :func:`simulate`: ``(lower, upper)`` with ``lower`` the last depth the
+        integration reached (Σ is finite there) and ``upper`` an over-estimate of the blow-up
+        time verified by two agreeing extrapolations of ``1/λ_max`` (or, after a step-size
+        collapse, widened by the remaining time); ``None`` otherwise.
+    factor
+        In factor form (noise-free layers): factors ``L`` with ``cov[i] = L[i] L[i]ᵀ``, shape
+        ``(n, d, r)`` with ``r = rank Σ0`` (Σ is positive semidefinite and of rank ``r`` by
+        construction); ``None`` when any part was integrated entry-wise.
     success
         True for ``SUCCESS`` and ``BLOWUP`` (a blow-up is the answer, not a failure).
     """
@@ -91,6 +103,8 @@ class Trajectory(OutcomeOrBlowup):
     blowup_time: float = math.inf
     stats: Mapping[str, Any] = field(default_factory=dict)
     message: str = ""
+    blowup_bracket: tuple[float, float] | None = None
+    factor: FloatArray | None = None
 
     @property
     def dim(self) -> int:
@@ -116,24 +130,24 @@ class Trajectory(OutcomeOrBlowup):
         )
 
 
-def _assemble(setup: _Setup, rec: _Record, outcome: _Outcome, budget: Budget) -> Trajectory:
+def _assemble(rec: _Record, outcome: _Outcome, stats: Mapping[str, Any]) -> Trajectory:
     """The :class:`Trajectory` of the recorded states."""
-    d = setup.d
-    t_all = np.concatenate(rec.ts)
-    y_all = np.concatenate(rec.ys)
-    # Drop duplicated depths at segment joins (keep the first: continuity of the state).
-    keep = np.concatenate([[True], np.diff(t_all) > 0])
-    t_all, y_all = t_all[keep], y_all[keep]
-    covs = y_all[:, d:][:, setup.full_pos].reshape(-1, d, d)
+    covs = np.array(rec.covs)
+    factor = None
+    shapes = {f.shape if f is not None else None for f in rec.factors}
+    if len(shapes) == 1 and None not in shapes:
+        factor = frozen(np.array(rec.factors))
     return Trajectory(
-        t=frozen(t_all),
-        mean=frozen(np.ascontiguousarray(y_all[:, :d])),
+        t=frozen(np.array(rec.ts)),
+        mean=frozen(np.array(rec.means)),
         cov=frozen(covs),
         rank=frozen(numerical_ranks(covs)),
         status=outcome.status,
         blowup_time=outcome.blowup_time,
-        stats={"nfev": budget.count, "seconds": budget.elapsed},
+        stats=stats,
         message=outcome.message,
+        blowup_bracket=outcome.bracket,
+        factor=factor,
     )
 
 
@@ -222,16 +236,8 @@ def simulate(
     """
     opts = _IntegratorOptions(**option_values(_IntegratorOptions, locals()))
     setup = _setup(model, initial, T, opts)
-    budget = Budget(opts.time_limit, max_evals=opts.max_evals)
-    rec = _Record(float(setup.breaks[0]), setup.y0)
-    y = setup.y0
-    outcome = _Outcome(Status.SUCCESS, "integrated to the horizon")
-    for k in range(len(setup.grids)):
-        y, stop = _integrate_segment(setup, k, y, opts, budget, rec)
-        if stop is not None:
-            outcome = stop
-            break
-    return _assemble(setup, rec, outcome, budget)
+    rec, outcome, stats = integrate(setup, opts)
+    return _assemble(rec, outcome, stats)
 
 
 # ---------------------------------------------------------------------------- discrete layers

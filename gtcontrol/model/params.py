@@ -5,7 +5,9 @@ A layer is the time-invariant velocity field (docs/theory.md §1)
     v(x; μ) = A x + b + Σ_h V_h Attn_h(x; μ) [+ W σ(U x + c)]
 
 with attention ``Attn_h(x; μ) = ∫ y e^{yᵀB_h x} dμ(y) / ∫ e^{yᵀB_h x} dμ(y)``. In Transformer terms
-``B_h = K_hᵀ Q_h / sqrt(d_head)`` and ``V_h = W_O,h W_V,h``. An L-layer network of depth T is a
+``B_h = K_hᵀ Q_h / sqrt(d_head)`` and ``V_h = W_O,h W_V,h``; :meth:`Layer.from_projections` keeps
+those rank-``d_head`` factors (:class:`~gtcontrol.model.heads.FactoredHeads`) so that the moment and
+token fields never form a ``d×d×d`` product per head. An L-layer network of depth T is a
 :class:`Schedule`: L layers, each active for ``T/L``.
 
 Reference: Alcalde, Ji, Zuazua, arXiv:2606.07600 (2026), §1.
@@ -22,6 +24,7 @@ import numpy as np
 from .._linalg import FloatArray
 from .._validation import as_float_array, as_positive_float, as_positive_int, frozen
 from ..errors import InvalidParametersError
+from .heads import FactoredHeads
 
 __all__ = ["Control", "FeedForward", "Layer", "Schedule", "as_control"]
 
@@ -96,8 +99,9 @@ class Layer:
     v
         Shorthand for ``V = v I`` (scalar). Exclusive with ``V``.
     heads
-        Several heads as a sequence of ``(V_h, B_h)`` pairs; exclusive with ``B``, ``V``, ``v``.
-        A scalar ``V_h`` means ``V_h I``.
+        Several heads as a sequence of ``(V_h, B_h)`` pairs, or a
+        :class:`~gtcontrol.model.heads.FactoredHeads` (see :meth:`from_projections`); exclusive
+        with ``B``, ``V``, ``v``. A scalar ``V_h`` means ``V_h I``.
     ffn
         Optional non-affine token-level feed-forward term (see :class:`FeedForward`).
     noise
@@ -110,7 +114,12 @@ class Layer:
     Attributes
     ----------
     A, b, heads
-        Always set: zero matrices for omitted parts, ``heads`` a tuple of ``(V_h, B_h)``.
+        Always set: zero matrices for omitted parts, ``heads`` a tuple of ``(V_h, B_h)``. For a
+        layer with factored heads the dense pairs are computed on first access and cached.
+    factored_heads
+        The :class:`~gtcontrol.model.heads.FactoredHeads` the layer was built with, else ``None``.
+        The moment and token fields use it when set; the layer equals the dense layer built from
+        ``heads`` in every computation (to round-off).
 
     Raises
     ------
@@ -136,9 +145,11 @@ class Layer:
 
     A: FloatArray
     b: FloatArray
-    heads: tuple[tuple[FloatArray, FloatArray], ...]
+    factored_heads: FactoredHeads | None
     ffn: FeedForward | None
     noise: FloatArray | None
+    # ``heads`` is a property: dense pairs, or computed once from ``factored_heads``.
+    _dense_heads: tuple[tuple[FloatArray, FloatArray], ...] | None
 
     def __init__(
         self,
@@ -148,7 +159,7 @@ class Layer:
         b: Any = None,
         *,
         v: float | None = None,
-        heads: Sequence[tuple[Any, Any]] | None = None,
+        heads: Sequence[tuple[Any, Any]] | FactoredHeads | None = None,
         ffn: FeedForward | None = None,
         noise: Any = None,
         dim: int | None = None,
@@ -160,17 +171,19 @@ class Layer:
         d = _infer_dim(A, B, V, b, heads, ffn, dim)
         a = np.zeros((d, d)) if A is None else as_float_array("A", A, ndim=2, shape=(d, d))
         bb = np.zeros(d) if b is None else as_float_array("b", b, ndim=1, shape=(d,))
+        factored = heads if isinstance(heads, FactoredHeads) else None
+        pairs: list[tuple[Any, Any]] = []
+        names: list[tuple[str, str]] = []
         if heads is None:
-            pairs: list[tuple[Any, Any]] = []
             if v is not None:
                 V = _scalar_times_identity("v", v, d)
             if B is not None or V is not None:
                 pairs.append((V, B))
             names = [("V", "B")] * len(pairs)
-        else:
+        elif not isinstance(heads, FactoredHeads):
             pairs = [tuple(h) for h in heads]
             names = [(f"heads[{i}].V", f"heads[{i}].B") for i in range(len(pairs))]
-        hs = []
+        hs: list[tuple[FloatArray, FloatArray]] = []
         for (vh, bh), (nv, nb) in zip(pairs, names, strict=True):
             if vh is None:
                 vm = np.zeros((d, d))
@@ -188,7 +201,8 @@ class Layer:
             )
         object.__setattr__(self, "A", frozen(a))
         object.__setattr__(self, "b", frozen(bb))
-        object.__setattr__(self, "heads", tuple(hs))
+        object.__setattr__(self, "factored_heads", factored)
+        object.__setattr__(self, "_dense_heads", None if factored is not None else tuple(hs))
         object.__setattr__(self, "ffn", ffn)
         g = (
             None
@@ -196,6 +210,84 @@ class Layer:
             else frozen(as_float_array("noise", noise, ndim=2, shape=(d, None)))
         )
         object.__setattr__(self, "noise", g)
+
+    @classmethod
+    def from_projections(
+        cls,
+        W_Q: Any,
+        W_K: Any,
+        W_V: Any,
+        W_O: Any,
+        n_heads: int,
+        *,
+        A: Any = None,
+        b: Any = None,
+        ffn: FeedForward | None = None,
+        noise: Any = None,
+        scale: float | None = None,
+    ) -> Layer:
+        """A layer whose heads are kept as the projection factors of a Transformer layer.
+
+        With nn.Linear weights and ``d_head = rows(W_Q) / n_heads``, head ``h`` is
+        ``B_h = scale · W_K,hᵀ W_Q,h`` and ``V_h = W_O,h W_V,h`` (docs/theory.md §2), so the
+        attention weight of key ``y`` for query ``x`` is ``exp(yᵀ B_h x)``. The layer keeps the
+        rank-``d_head`` factors (:attr:`factored_heads`): the moment field then costs
+        ``O(H d² d_head)`` and token attention projects to ``d_head`` first. ``heads`` (dense
+        pairs) stays available, computed on first access.
+
+        Parameters
+        ----------
+        W_Q, W_K, W_V
+            Query, key and value weights, each of shape ``(n_heads·d_head, d)``.
+        W_O
+            Output weight, shape ``(d, n_heads·d_head)``.
+        n_heads
+            Number of heads; it must divide the rows of ``W_Q``.
+        A, b, ffn, noise
+            Feed-forward ``(A, b)``, token-level ``ffn`` and Brownian forcing, as in :class:`Layer`.
+        scale
+            Logit scale; ``None`` (default) means ``1/sqrt(d_head)``.
+
+        Returns
+        -------
+        Layer
+            The layer, equal to ``Layer(A, b=b, heads=layer.heads, ...)`` in every computation.
+
+        Raises
+        ------
+        InvalidParametersError
+            If a weight is not a finite real matrix or does not fit the others (the message
+            names it), if ``n_heads`` does not divide ``W_Q``'s rows, or as in :class:`Layer`.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from gtcontrol import Layer
+        >>> rng = np.random.default_rng(0)
+        >>> wq, wk, wv = (rng.standard_normal((4, 3)) for _ in range(3))
+        >>> layer = Layer.from_projections(wq, wk, wv, rng.standard_normal((3, 4)), n_heads=2)
+        >>> layer.n_heads, layer.factored_heads.head_dim, len(layer.heads)
+        (2, 2, 2)
+        """
+        fh = FactoredHeads.from_projections(W_Q, W_K, W_V, W_O, n_heads, scale=scale)
+        return cls(A, b=b, heads=fh, ffn=ffn, noise=noise, dim=fh.dim)
+
+    @property
+    def heads(self) -> tuple[tuple[FloatArray, FloatArray], ...]:
+        """The heads as dense ``(V_h, B_h)`` pairs (computed once for factored heads)."""
+        dense = self._dense_heads
+        if dense is None:
+            assert self.factored_heads is not None
+            dense = self.factored_heads.dense()
+            object.__setattr__(self, "_dense_heads", dense)
+        return dense
+
+    @property
+    def n_heads(self) -> int:
+        """Number of attention heads (without forming dense factored heads)."""
+        if self.factored_heads is not None:
+            return self.factored_heads.n_heads
+        return len(self.heads)
 
     @property
     def dim(self) -> int:
@@ -225,11 +317,30 @@ class Layer:
         return self.A + self.ffn.W @ self.ffn.U, self.b + self.ffn.W @ self.ffn.c
 
     def replace(self, **changes: Any) -> Layer:
-        """A copy with some of ``A``, ``b``, ``heads``, ``ffn``, ``noise`` replaced."""
+        """A copy with some of ``A``, ``b``, ``heads``, ``ffn``, ``noise`` replaced.
+
+        Factored heads are kept unless ``heads`` is replaced (by dense pairs or another
+        :class:`~gtcontrol.model.heads.FactoredHeads`).
+
+        Parameters
+        ----------
+        **changes
+            New values for some of ``A``, ``b``, ``heads``, ``ffn``, ``noise``.
+
+        Returns
+        -------
+        Layer
+            The new layer.
+
+        Raises
+        ------
+        InvalidParametersError
+            On an unknown field or an invalid value.
+        """
         kw: dict[str, Any] = {
             "A": self.A,
             "b": self.b,
-            "heads": self.heads,
+            "heads": self.factored_heads if self.factored_heads is not None else self.heads,
             "ffn": self.ffn,
             "noise": self.noise,
         }
@@ -246,7 +357,9 @@ class Layer:
 
         ``A``, ``b`` always; one head as ``V``, ``B`` (zero matrices when there is none),
         several as ``heads = [{V, B}, ...]``; ``ffn`` and ``noise`` when set. Feeding the dict
-        back to a design file rebuilds the same layer.
+        back to a design file rebuilds the same layer. Factored heads are written as their dense
+        pairs (design files hold dense heads only), so the rebuilt layer is dense and equal to
+        this one.
         """
         d = self.dim
         out: dict[str, Any] = {"A": self.A.tolist(), "b": self.b.tolist()}
@@ -272,8 +385,10 @@ class Layer:
         return self
 
     def __repr__(self) -> str:
+        fh = self.factored_heads
+        factored = "" if fh is None else f", factored=True, head_dim={fh.head_dim}"
         return (
-            f"Layer(dim={self.dim}, heads={len(self.heads)}, ffn={self.ffn is not None}, "
+            f"Layer(dim={self.dim}, heads={self.n_heads}{factored}, ffn={self.ffn is not None}, "
             f"noise={self.noise is not None})"
         )
 
@@ -290,9 +405,13 @@ def _infer_dim(
     for name, val in (("A", A), ("B", B), ("V", V), ("b", b)):
         if val is not None and np.ndim(val) >= 1:
             candidates.append((name, int(np.shape(val)[0])))
-    if heads is not None:
+    if isinstance(heads, FactoredHeads):
+        candidates.append(("heads", heads.dim))
+    elif heads is not None:
         if isinstance(heads, (str, bytes)) or not isinstance(heads, Sequence):
-            raise InvalidParametersError("heads: expected a sequence of (V_h, B_h) pairs")
+            raise InvalidParametersError(
+                "heads: expected a sequence of (V_h, B_h) pairs or a FactoredHeads"
+            )
         for i, h in enumerate(heads):
             if not isinstance(h, Sequence) or len(h) != 2:
                 raise InvalidParametersError(f"heads[{i}]: expected a pair (V_h, B_h)")
@@ -408,8 +527,17 @@ class Schedule:
         }
 
     def index_at(self, t: float) -> int:
-        """Index of the layer active at ``t`` (right-continuous; ``t = T`` maps to the last)."""
-        k = int(np.floor(t / self.duration + 1e-12))
+        """Index of the layer active at ``t`` (right-continuous; ``t = T`` maps to the last).
+
+        A non-numeric or NaN ``t`` raises :class:`InvalidParametersError`.
+        """
+        try:
+            tf = float(t)
+        except (TypeError, ValueError, OverflowError):
+            tf = float("nan")
+        if tf != tf or isinstance(t, (str, bytes, bool)):
+            raise InvalidParametersError(f"t: expected a real depth, got {t!r}")
+        k = int(np.floor(tf / self.duration + 1e-12)) if abs(tf) < 1e300 else (-1 if tf < 0 else len(self.layers))
         return min(max(k, 0), len(self.layers) - 1)
 
     def layer_at(self, t: float) -> Layer:

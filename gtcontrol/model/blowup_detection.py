@@ -1,0 +1,148 @@
+"""Telling a finite-time blow-up of Σ from exponential growth, and locating it (private).
+
+Near a quadratic singularity the top eigenvalue grows like ``λ_max(t) ≈ c/(t* − t)``, so its
+reciprocal is near-linear in depth and the tangent extrapolation ``t + λ/λ̇`` (the *remaining
+time* ``ρ = λ/λ̇`` added to the depth) has an error ``O(ρ²)``. Under exponential growth ``ρ`` stays
+constant instead. The watch (:class:`BlowupWatch`) samples ``(t, λ, λ̇)`` each time ``‖Σ‖₂ = λ_max``
+has grown tenfold past ``blowup_factor × max(‖Σ0‖₂, 1)`` and declares a blow-up when
+
+* the remaining time shrank (``ρ_k ≤ ρ_{k−1}/3``, as the quadratic law predicts: ×1/10), and
+* two successive extrapolations agree (``|t*_k − t*_{k−1}| ≤ 10⁻³ ρ_{k−1}``), and
+* the predicted error of the last one, ``|t*_k − t*_{k−1}| (ρ_k/ρ_{k−1})²``, is below the target
+  (``tol``, relative to ``t*``), or ``λ_max`` reached the end of its useful range.
+
+The answer is ``t*_k`` with the bracket ``(t_k, t*_k + max(|t*_k − t*_{k−1}|, 8 ε t*_k))``: the
+lower end is the last depth the integration reached, the upper end an over-estimate verified by
+the agreement of two extrapolations (its margin is the difference of the two, which exceeds the
+predicted error of ``t*_k`` by the factor ``(ρ_{k−1}/ρ_k)² ≥ 9``). A collapse of the step size
+(the integrator cannot go on) with ``λ_max`` growing fast is classified the same way
+(:meth:`BlowupWatch.collapse`), with the bracket widened to the remaining time.
+
+Reference: the paper cited in :mod:`gtcontrol`, §3.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .._status import Status
+
+__all__: list[str] = []
+
+#: λ_max past this without a finite-time singularity is ``Status.OVERFLOW``.
+OVERFLOW_LEVEL = 1e250
+#: Growth of λ_max between two samples of the watch.
+_LEVEL_STEP = 10.0
+#: Largest growth (over the reference) at which the watch still asks for a better estimate.
+_LAST_LEVEL = 1e15
+_EPS = float(2.0**-52)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How an integration ended (anything but reaching the horizon)."""
+
+    status: Status
+    message: str
+    blowup_time: float = math.inf
+    bracket: tuple[float, float] | None = None
+
+
+@dataclass(frozen=True)
+class _Sample:
+    t: float
+    lam: float
+    remaining: float
+
+    @property
+    def estimate(self) -> float:
+        return self.t + self.remaining
+
+
+def _blowup(t_star: float, lower: float, upper: float, how: str) -> Outcome:
+    return Outcome(
+        Status.BLOWUP,
+        f"finite-time blow-up at depth {t_star:.12g} (bracket [{lower:.15g}, {upper:.15g}]; {how})",
+        t_star,
+        (lower, upper),
+    )
+
+
+class BlowupWatch:
+    """Samples ``(t, λ_max, λ̇_max)`` as ‖Σ‖₂ grows and classifies the growth (module doc).
+
+    Parameters
+    ----------
+    lam_ref
+        Reference size ``max(‖Σ0‖₂, 1)``.
+    factor
+        Growth over ``lam_ref`` at which sampling starts (``blowup_factor``).
+    tol
+        Target relative accuracy of the blow-up time.
+    """
+
+    def __init__(self, lam_ref: float, factor: float, tol: float) -> None:
+        self.lam_ref = lam_ref
+        self.level = lam_ref * factor
+        self.tol = tol
+        self.samples: list[_Sample] = []
+
+    def due(self, trace: float) -> bool:
+        """Whether a sample is due (``tr Σ ≥ λ_max`` is a cheap pre-test)."""
+        return trace >= self.level or not math.isfinite(trace)
+
+    def observe(self, t: float, lam: float, dlam: float) -> Outcome | None:
+        """Record a sample if ``λ_max`` passed the next level; return a blow-up or ``None``."""
+        if lam < self.level:
+            return None
+        self.level = lam * _LEVEL_STEP
+        remaining = lam / dlam if dlam > 0 else math.inf
+        new = _Sample(t, lam, remaining)
+        prev = self.samples[-1] if self.samples else None
+        self.samples.append(new)
+        if prev is None or not math.isfinite(remaining) or not math.isfinite(prev.remaining):
+            return None
+        gap = abs(new.estimate - prev.estimate)
+        shrinking = remaining <= prev.remaining / 3.0
+        agree = gap <= 1e-3 * prev.remaining
+        if not (shrinking and agree):
+            return None
+        predicted = gap * (remaining / prev.remaining) ** 2
+        t_star = new.estimate
+        if predicted <= self.tol * abs(t_star) or lam >= self.lam_ref * _LAST_LEVEL:
+            upper = t_star + max(gap, 8 * _EPS * abs(t_star))
+            how = (
+                f"two extrapolations of 1/λ_max agree to {gap:.2g}; λ_max = {lam:.3g}, "
+                f"remaining time {remaining:.3g}"
+            )
+            return _blowup(t_star, t, upper, how)
+        return None
+
+    def collapse(self, t: float, lam: float, dlam: float, why: str) -> Outcome | None:
+        """Classify a step-size collapse at ``(t, λ, λ̇)``: a blow-up, or ``None`` (a failure).
+
+        It is a blow-up when ``λ_max`` grew well past its reference and is still growing with a
+        remaining time ``λ/λ̇`` far below the depth scale (at most ``10⁻⁶ max(|t|, 1e-300)`` or
+        ``10⁻⁹``) — the step collapsed because the singularity is that close.
+        """
+        if not (lam > 1e3 * self.lam_ref and dlam > 0 and math.isfinite(lam)):
+            return None
+        remaining = lam / dlam
+        if not (remaining <= 1e-6 * max(abs(t), 1e-300) or remaining <= 1e-9):
+            return None
+        t_star = t + remaining
+        margin = remaining
+        if self.samples and math.isfinite(self.samples[-1].remaining):
+            margin = max(margin, abs(t_star - self.samples[-1].estimate))
+        upper = t_star + max(margin, 8 * _EPS * abs(t_star))
+        how = f"the step size collapsed ({why}) with λ_max = {lam:.3g} growing"
+        return _blowup(t_star, t, upper, how)
+
+    def overflow(self, t: float) -> Outcome:
+        """The outcome for λ_max past :data:`OVERFLOW_LEVEL` without a singularity."""
+        return Outcome(
+            Status.OVERFLOW,
+            f"the covariance exceeded {OVERFLOW_LEVEL:g} at depth {t:g} without a finite-time "
+            "singularity (exponential growth); the trajectory stops there",
+        )

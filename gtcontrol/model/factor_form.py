@@ -1,0 +1,298 @@
+"""State formulations of the moment ODE for the adaptive integrator (private).
+
+Two packed states, each valid for one *chunk* of the integration (between restarts):
+
+* :class:`_FactorForm` (noise-free layers, docs/theory.md §2): ``y = [m, vec K]`` with
+  ``Σ = e^{2s} K Kᵀ``, ``K`` of size ``d×r`` (``r = rank Σ0``) and a log-scale ``s`` fixed for
+  the chunk. ``dK/dt = M(Σ) K`` (:func:`~gtcontrol.model.field.factor_field`), so Σ is positive
+  semidefinite and of rank ``r`` by construction. At every restart ``K`` is renormalized to unit
+  Frobenius norm (``s`` absorbs the scale) and re-gauged to orthogonal columns, so the error
+  control is relative to Σ's own scale: decaying (1e-50) and growing covariances keep relative
+  accuracy. Optionally the chunk runs in a rotating frame ``X = e^{S τ} Z`` (``S`` the skew part
+  of the layer's ``A``), an exponential integrator for the rotation that makes a stiff skew ``A``
+  harmless: ``e^{Sτ}`` is orthogonal, so norms and eigenvalues are unchanged.
+* :class:`_EntryForm` (layers with Brownian forcing, whose ``G Gᵀ`` raises the rank):
+  ``y = [m, vech Σ]``, integrated entry-wise as before.
+
+Both forms expose the same small interface: ``rhs`` (ticks the budget), ``moments`` (the
+physical ``m, Σ`` and factor), ``top`` (``λ_max Σ`` and its rate from the Gram matrix, the
+input of :mod:`gtcontrol.model.blowup_detection`), ``trace`` (a cheap upper bound of
+``λ_max``), ``log_scale`` and ``jacobian`` (dense, for implicit methods: the field is a cubic
+polynomial in the packed state, so a five-point central difference is exact up to rounding).
+
+Reference: the paper cited in :mod:`gtcontrol`, §2.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+from numpy.typing import NDArray
+
+from .._linalg import FloatArray, vech, vech_index
+from .._status import Budget
+from .field import factor_field, moment_field
+from .params import Layer
+
+__all__: list[str] = []
+
+#: ``K`` is renormalized when its Frobenius norm leaves ``[1/_WINDOW, _WINDOW]``.
+_WINDOW = 10.0
+LayerAt = Callable[[float], Layer]
+
+
+def _ratio(num: FloatArray, den: FloatArray) -> float:
+    """``‖num‖/‖den‖`` (0 when both vanish, inf when only ``den`` does)."""
+    a, b = float(np.linalg.norm(num)), float(np.linalg.norm(den))
+    if a == 0.0:
+        return 0.0
+    return a / b if b > 0.0 else math.inf
+
+
+def initial_factor(cov: FloatArray) -> FloatArray:
+    """An eigen-factor ``L0`` (``d×r``) of ``cov`` spanning its range (round-off dropped)."""
+    w, u = np.linalg.eigh(0.5 * (cov + cov.T))
+    top = float(w[-1]) if w.size else 0.0
+    keep = w > max(cov.shape[0], 1) * np.finfo(float).eps * top
+    if top <= 0.0:
+        keep[:] = False
+    factor: FloatArray = u[:, keep] * np.sqrt(w[keep])
+    return factor[:, ::-1]  # largest first
+
+
+def exact_jacobian(
+    rhs: Callable[[float, FloatArray], FloatArray], t: float, y: FloatArray, scale: FloatArray
+) -> FloatArray:
+    """Dense Jacobian of a field that is a polynomial of degree ≤ 4 in ``y``.
+
+    The five-point central difference ``(−f(y+2h) + 8f(y+h) − 8f(y−h) + f(y−2h)) / 12h`` is exact
+    for such polynomials, so the result is the analytic Jacobian up to rounding (``h`` only
+    sets the rounding level; ``scale`` is the typical size of each component).
+    """
+    n = y.size
+    jac = np.empty((n, n))
+    for j in range(n):
+        h = 0.25 * max(abs(float(y[j])), float(scale[j]))
+        e = np.zeros(n)
+        e[j] = h
+        jac[:, j] = (
+            -rhs(t, y + 2 * e) + 8 * rhs(t, y + e) - 8 * rhs(t, y - e) + rhs(t, y - 2 * e)
+        ) / (12 * h)
+    return jac
+
+
+class _FactorForm:
+    """``y = [m, vec K]``, ``Σ = e^{2s} K Kᵀ``, optionally in a rotating frame (module doc)."""
+
+    kind = "factor"
+
+    def __init__(
+        self,
+        layer_at: LayerAt,
+        budget: Budget,
+        t0: float,
+        mean: FloatArray,
+        factor: FloatArray,
+        *,
+        skew: FloatArray | None = None,
+    ) -> None:
+        self.layer_at, self.budget = layer_at, budget
+        self.d, self.r = factor.shape
+        self.t_ref, self.skew = t0, skew
+        if skew is not None:  # S = −i U diag(μ) Uᴴ, so e^{Sτ} = U diag(e^{−iμτ}) Uᴴ (orthogonal)
+            self._mu, self._u = np.linalg.eigh(1j * skew)
+        # re-gauge to orthogonal columns (K = U diag(σ)) and normalize to unit Frobenius norm
+        u, sv, _ = np.linalg.svd(factor, full_matrices=False)
+        norm = float(np.linalg.norm(sv))
+        self.s = math.log(norm) if norm > 0 else 0.0
+        k = u * (sv / norm) if norm > 0 else factor
+        self.y0: FloatArray = np.concatenate([mean, k.ravel()])
+        self.n = self.y0.size
+
+    def _frame(self, t: float) -> FloatArray | None:
+        if self.skew is None:
+            return None
+        phase = np.exp(-1j * self._mu * (t - self.t_ref))
+        e: FloatArray = ((self._u * phase) @ self._u.conj().T).real
+        return e
+
+    def _split(self, y: FloatArray) -> tuple[FloatArray, FloatArray]:
+        return y[: self.d], y[self.d :].reshape(self.d, self.r)
+
+    def rhs(self, t: float, y: FloatArray) -> FloatArray:
+        """``[dm/dt, vec dK/dt]`` (in the rotating frame when one is set); ticks the budget."""
+        self.budget.tick()
+        m, k = self._split(y)
+        e = self._frame(t)
+        if e is not None:
+            m, k = e @ m, e @ k
+        dm, dl = factor_field(self.layer_at(t), m, math.exp(self.s) * k)
+        dk = dl * math.exp(-self.s)
+        if e is not None and self.skew is not None:
+            dm = e.T @ (dm - self.skew @ m)
+            dk = e.T @ (dk - self.skew @ k)
+        return np.concatenate([dm, dk.ravel()])
+
+    def moments(self, t: float, y: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
+        """Physical ``(m, Σ, L)`` with ``Σ = L Lᵀ``."""
+        m, k = self._split(y)
+        e = self._frame(t)
+        if e is not None:
+            m, k = e @ m, e @ k
+        lf = math.exp(self.s) * k
+        return m, lf @ lf.T, lf
+
+    def trace(self, y: FloatArray) -> float:
+        """``tr Σ = e^{2s} ‖K‖_F²`` (≥ λ_max Σ; frame-invariant)."""
+        return math.exp(2 * self.s) * float(np.sum(y[self.d :] ** 2))
+
+    def log_scale(self, y: FloatArray) -> float:
+        """``log tr Σ`` (finite even when ``tr Σ`` under- or overflows)."""
+        k2 = float(np.sum(y[self.d :] ** 2))
+        return 2 * self.s + (math.log(k2) if k2 > 0 else -math.inf)
+
+    def needs_restart(self, y: FloatArray) -> bool:
+        """True when ``‖K‖_F`` left the renormalization window (or a frame drifted far)."""
+        k2 = float(np.sum(y[self.d :] ** 2))
+        return not (_WINDOW**-2 <= k2 <= _WINDOW**2)
+
+    def restart(self, t: float, y: FloatArray, skew: FloatArray | None) -> _FactorForm:
+        """A new chunk at ``(t, y)``: renormalized, re-gauged, frame reset to ``t``."""
+        m, _, lf = self.moments(t, y)
+        return _FactorForm(self.layer_at, self.budget, t, m, lf, skew=skew)
+
+    def top(self, y: FloatArray, f: FloatArray) -> tuple[float, float]:
+        """``(λ_max Σ, dλ_max/dt)`` from the Gram matrix ``KᵀK`` and the derivative ``f``.
+
+        ``λ̇ = uᵀ Σ̇ u = 2 e^{2s} (uᵀ K̇)(Kᵀ u)`` with ``u`` the top eigenvector; the rotating
+        frame leaves both unchanged (its generator is skew).
+        """
+        _, k = self._split(y)
+        _, dk = self._split(f)
+        w, q = np.linalg.eigh(k.T @ k)
+        g, qv = float(w[-1]), q[:, -1]
+        if g <= 0:
+            return 0.0, 0.0
+        u = k @ qv / math.sqrt(g)
+        scale = math.exp(2 * self.s)
+        return scale * g, 2 * scale * float((u @ dk) @ (k.T @ u))
+
+    def rate(self, y: FloatArray, f: FloatArray) -> float:
+        """Relative speed of the moments, ``max(‖Σ̇‖/‖Σ‖, ‖ṁ‖/‖m‖)`` (gauge-invariant)."""
+        m, k = self._split(y)
+        dm, dk = self._split(f)
+        p = dk @ k.T
+        return max(_ratio(dm, m), _ratio(p + p.T, k @ k.T))
+
+    def scales(self, y: FloatArray) -> FloatArray:
+        """Typical size of each component (for the Jacobian's differences)."""
+        m_scale = max(float(np.max(np.abs(y[: self.d]), initial=0.0)), 1.0)
+        k_scale = 1.0 / math.sqrt(max(self.d * self.r, 1))
+        return np.concatenate([np.full(self.d, m_scale), np.full(self.d * self.r, k_scale)])
+
+    def atol(self, atol: float, mean0: FloatArray) -> FloatArray:
+        """Absolute tolerances: ``atol·max(|m0|, 1)`` for the mean, ``atol/√(dr)`` for ``K``."""
+        m_tol = atol * max(float(np.max(np.abs(mean0), initial=0.0)), 1.0)
+        return np.concatenate(
+            [np.full(self.d, m_tol), np.full(self.d * self.r, atol / math.sqrt(self.d * self.r))]
+        )
+
+
+class _EntryForm:
+    """``y = [m, vech Σ]`` (the entry-wise form, for layers with Brownian forcing)."""
+
+    kind = "entrywise"
+    skew = None
+
+    def __init__(
+        self, layer_at: LayerAt, budget: Budget, t0: float, mean: FloatArray, cov: FloatArray
+    ) -> None:
+        self.layer_at, self.budget = layer_at, budget
+        self.d = mean.shape[0]
+        iu, self.full_pos = vech_index(self.d)
+        self.flat_iu: NDArray[np.intp] = iu[0] * self.d + iu[1]
+        self.diag: NDArray[np.intp] = self.d + np.flatnonzero(iu[0] == iu[1])
+        self.y0: FloatArray = np.concatenate([mean, vech(cov)])
+        self.n = self.y0.size
+        self.s = 0.0
+
+    def _split(self, y: FloatArray) -> tuple[FloatArray, FloatArray]:
+        d = self.d
+        return y[:d], y[d:][self.full_pos].reshape(d, d)
+
+    def rhs(self, t: float, y: FloatArray) -> FloatArray:
+        """``[dm/dt, vech dΣ/dt]``; ticks the budget."""
+        self.budget.tick()
+        m, s = self._split(y)
+        dm, ds = moment_field(self.layer_at(t), m, s)
+        return np.concatenate([dm, ds.ravel()[self.flat_iu]])
+
+    def moments(self, t: float, y: FloatArray) -> tuple[FloatArray, FloatArray, None]:
+        """Physical ``(m, Σ, None)``."""
+        m, s = self._split(y)
+        return m, s, None
+
+    def trace(self, y: FloatArray) -> float:
+        """``tr Σ``."""
+        return float(np.sum(y[self.diag]))
+
+    def log_scale(self, y: FloatArray) -> float:
+        """``log tr Σ``."""
+        tr = self.trace(y)
+        return math.log(tr) if tr > 0 else -math.inf
+
+    def needs_restart(self, y: FloatArray) -> bool:
+        """Never: the entry-wise state has no scale to renormalize."""
+        return False
+
+    def restart(self, t: float, y: FloatArray, skew: FloatArray | None) -> _EntryForm:
+        """The same form at ``(t, y)`` (no frame: the entry-wise form never rotates)."""
+        m, s, _ = self.moments(t, y)
+        return _EntryForm(self.layer_at, self.budget, t, m, s)
+
+    def top(self, y: FloatArray, f: FloatArray) -> tuple[float, float]:
+        """``(λ_max Σ, uᵀ Σ̇ u)`` from a symmetric eigensolve."""
+        _, s = self._split(y)
+        _, ds = self._split(f)
+        w, q = np.linalg.eigh(s)
+        u = q[:, -1]
+        return float(w[-1]), float(u @ ds @ u)
+
+    def rate(self, y: FloatArray, f: FloatArray) -> float:
+        """Relative speed of the moments, ``max(‖Σ̇‖/‖Σ‖, ‖ṁ‖/‖m‖)``."""
+        d = self.d
+        return max(_ratio(f[:d], y[:d]), _ratio(f[d:], y[d:]))
+
+    def scales(self, y: FloatArray) -> FloatArray:
+        """Typical size of each component (for the Jacobian's differences)."""
+        m_scale = max(float(np.max(np.abs(y[: self.d]), initial=0.0)), 1.0)
+        s_scale = max(float(np.max(np.abs(y[self.d :]), initial=0.0)), 1e-300)
+        return np.concatenate([np.full(self.d, m_scale), np.full(self.n - self.d, s_scale)])
+
+    def atol(self, atol: float, mean0: FloatArray) -> FloatArray:
+        """Absolute tolerance ``atol·max(max|y0|, 1)`` (the historical scaling)."""
+        return np.full(self.n, atol * max(float(np.max(np.abs(self.y0))), 1.0))
+
+
+Form = _FactorForm | _EntryForm
+
+
+def make_form(
+    layer_at: LayerAt,
+    budget: Budget,
+    t0: float,
+    mean: FloatArray,
+    cov: FloatArray,
+    factor: FloatArray | None,
+    *,
+    noisy: bool,
+) -> Form:
+    """The form for a segment: factor form unless the layer is noisy or Σ is zero."""
+    if noisy:
+        return _EntryForm(layer_at, budget, t0, mean, cov)
+    lf = factor if factor is not None else initial_factor(cov)
+    if lf.shape[1] == 0:
+        return _EntryForm(layer_at, budget, t0, mean, cov)
+    return _FactorForm(layer_at, budget, t0, mean, lf)

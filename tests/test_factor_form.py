@@ -1,0 +1,236 @@
+"""The factor-form moment integrator, blow-up in any direction and stiffness (issue 11)."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.integrate import solve_ivp
+from scipy.linalg import expm, sqrtm
+
+from gtcontrol import Gaussian, Layer, Schedule, Status, blowup_analysis, simulate
+
+
+def _spd(rng: np.random.Generator, d: int, lo: float = 0.5) -> np.ndarray:
+    x = rng.standard_normal((d, d))
+    return x @ x.T / d + lo * np.eye(d)
+
+
+def _random_layer(rng: np.random.Generator, d: int, scale: float = 0.3) -> Layer:
+    heads = [
+        (rng.standard_normal((d, d)) * scale, rng.standard_normal((d, d)) * scale) for _ in range(2)
+    ]
+    return Layer(rng.standard_normal((d, d)) * scale, b=rng.standard_normal(d), heads=heads)
+
+
+# ------------------------------------------------------------- factor form vs entry-wise
+def test_factor_form_matches_entrywise_on_well_conditioned_cases() -> None:
+    rng = np.random.default_rng(1)
+    for d in (2, 4, 6):
+        lay = _random_layer(rng, d, 0.15)
+        g0 = Gaussian(rng.standard_normal(d), _spd(rng, d))
+        fac = simulate(lay, g0, T=1.0, rtol=1e-13, atol=1e-16)
+        # a zero noise matrix sends the same layer through the entry-wise path
+        ent = simulate(lay.replace(noise=np.zeros((d, d))), g0, T=1.0, rtol=1e-13, atol=1e-16)
+        assert fac.stats["form"] == "factor" and ent.stats["form"] == "entrywise"
+        assert fac.status is Status.SUCCESS and ent.status is Status.SUCCESS
+        np.testing.assert_array_equal(fac.t, ent.t)
+        for i in range(len(fac)):
+            scale = np.linalg.norm(ent.cov[i])
+            assert np.linalg.norm(fac.cov[i] - ent.cov[i]) <= 1e-10 * scale
+            assert np.linalg.norm(fac.mean[i] - ent.mean[i]) <= 1e-10 * max(
+                np.linalg.norm(ent.mean[i]), 1.0
+            )
+        assert fac.factor is not None and ent.factor is None
+        np.testing.assert_allclose(
+            np.einsum("nij,nkj->nik", fac.factor, fac.factor), fac.cov, rtol=0, atol=1e-13
+        )
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    d=st.integers(2, 6),
+    rank_gap=st.integers(1, 4),
+)
+def test_low_rank_stays_psd_with_exact_rank(seed: int, d: int, rank_gap: int) -> None:
+    rng = np.random.default_rng(seed)
+    r = max(1, d - rank_gap)
+    f0 = rng.standard_normal((d, r))
+    g0 = Gaussian(rng.standard_normal(d), f0 @ f0.T)
+    traj = simulate(_random_layer(rng, d, 0.4), g0, T=0.5, n_points=21)
+    assert traj.status in (Status.SUCCESS, Status.BLOWUP)
+    assert traj.factor is not None and traj.factor.shape[1:] == (d, r)
+    for i in range(len(traj)):
+        w = np.linalg.eigvalsh(traj.cov[i])
+        assert w[0] >= -1e-13 * w[-1]  # PSD to round-off
+        sv = np.linalg.svd(traj.factor[i], compute_uv=False)
+        assert np.all(sv > 0)  # rank exactly r: a d×r factor with r positive singular values
+        if sv[0] < 1e4 * sv[-1]:  # the numerical rank (relative 1e-9) sees all r directions
+            assert traj.rank[i] == r
+
+
+def test_decaying_covariance_keeps_relative_accuracy() -> None:
+    rng = np.random.default_rng(3)
+    d, T = 4, 3.0
+    a = -20.0 * np.eye(d) + 0.5 * rng.standard_normal((d, d))
+    s0 = _spd(rng, d)
+    traj = simulate(Layer(A=a), Gaussian(np.zeros(d), s0), T=T)
+    assert traj.status is Status.SUCCESS
+    e = expm(a * T)
+    exact = e @ s0 @ e.T
+    w_exact, w = np.linalg.eigvalsh(exact), np.linalg.eigvalsh(traj.cov[-1])
+    assert w_exact[-1] < 1e-45  # Σ ~ 1e-50
+    np.testing.assert_allclose(w, w_exact, rtol=1e-8, atol=0)
+    # along the way as well
+    for i in range(0, len(traj), 20):
+        e = expm(a * traj.t[i])
+        np.testing.assert_allclose(
+            np.linalg.eigvalsh(traj.cov[i]), np.linalg.eigvalsh(e @ s0 @ e.T), rtol=1e-8, atol=0
+        )
+
+
+# ------------------------------------------------------------------------------ blow-up
+@pytest.mark.parametrize(
+    ("a", "c", "s0"), [(0.0, 1.0, 0.5), (1.0, 0.5, 0.3), (-0.5, 2.0, 1.0), (2.0, 0.1, 4.0)]
+)
+def test_scalar_blowup_time_matches_closed_form(a: float, c: float, s0: float) -> None:
+    t_star = 1 / (2 * c * s0) if a == 0 else math.log(1 + a / (c * s0)) / (2 * a)
+    traj = simulate(Layer(A=[[a]], B=[[c]], v=1.0), Gaussian([0.0], [[s0]]), T=2 * t_star + 1)
+    assert traj.status is Status.BLOWUP and traj.success
+    assert abs(traj.blowup_time - t_star) <= 1e-10 * t_star
+    assert traj.blowup_bracket is not None
+    lower, upper = traj.blowup_bracket
+    assert lower == traj.t[-1] <= traj.blowup_time <= upper
+    assert upper - lower <= 1e-4 * t_star
+
+
+def test_isotropic_v_blowup_matches_closed_form() -> None:
+    rng = np.random.default_rng(5)
+    d = 4
+    heads, r = [], np.zeros((d, d))
+    for v in (0.7, 0.3):
+        b = _spd(rng, d, 0.2) + 0.3 * (lambda x: x - x.T)(rng.standard_normal((d, d)))
+        heads.append((v, b))
+        r -= v * (b + b.T)
+    s0 = _spd(rng, d)
+    h = np.real(sqrtm(s0))
+    t_star = 1 / np.linalg.eigvalsh(h @ (-r) @ h)[-1]
+    traj = simulate(Layer(heads=heads), Gaussian(np.zeros(d), s0), T=3 * t_star)
+    assert traj.status is Status.BLOWUP
+    assert abs(traj.blowup_time - t_star) <= 1e-10 * t_star
+
+
+def _reference_blowup(layer: Layer, g0: Gaussian, T: float) -> float:
+    """Independent: Radau on the full (m, Σ) at rtol 1e-12 to ‖Σ‖₂ = 1e8, then 1/λ tangent."""
+    d = layer.dim
+
+    def rhs(t: float, y: np.ndarray) -> np.ndarray:
+        m, s = y[:d], y[d:].reshape(d, d)
+        mm = layer.A + sum(v @ s @ b for v, b in layer.heads)
+        c = layer.b + sum(v @ m for v, _ in layer.heads)
+        return np.concatenate([mm @ m + c, (mm @ s + s @ mm.T).ravel()])
+
+    def big(t: float, y: np.ndarray) -> float:
+        return float(np.linalg.eigvalsh(y[d:].reshape(d, d))[-1]) - 1e8
+
+    big.terminal = True  # type: ignore[attr-defined]
+    y0 = np.concatenate([g0.mean, g0.cov.ravel()])
+    sol = solve_ivp(rhs, (0, T), y0, method="Radau", rtol=1e-12, atol=1e-14, events=big)
+    t_e, y_e = sol.t_events[0][0], sol.y_events[0][0]
+    w, q = np.linalg.eigh(y_e[d:].reshape(d, d))
+    ds = rhs(t_e, y_e)[d:].reshape(d, d)
+    return float(t_e + w[-1] / (q[:, -1] @ ds @ q[:, -1]))
+
+
+def test_general_v_blowup_matches_independent_integration() -> None:
+    rng = np.random.default_rng(7)
+    d = 3
+    b = _spd(rng, d, 1.0)
+    v = np.eye(d) + 0.3 * rng.standard_normal((d, d))  # not a multiple of I
+    lay = Layer(A=0.2 * rng.standard_normal((d, d)), B=b, V=v)
+    g0 = Gaussian(rng.standard_normal(d), _spd(rng, d))
+    traj = simulate(lay, g0, T=10.0)
+    assert traj.status is Status.BLOWUP
+    ref = _reference_blowup(lay, g0, 10.0)
+    assert abs(traj.blowup_time - ref) <= 1e-8 * ref
+    res = blowup_analysis(lay, g0, T=10.0)
+    assert res.status is Status.BLOWUP and res.method == "integrator"
+    assert res.lower < res.upper < math.inf and res.lower <= res.blowup_time <= res.upper
+    assert abs(res.blowup_time - ref) <= 1e-8 * ref
+
+
+def test_blowup_inside_the_third_layer_of_a_schedule() -> None:
+    # scalar layers dσ/dt = 2aσ + 2cσ²; layers 1, 2 bounded over their unit depth, 3 blows up
+    params = [(-1.0, 0.5), (0.3, 0.2), (0.5, 3.0), (0.0, 1.0)]
+    layers = [Layer(A=[[a]], B=[[c]], v=1.0) for a, c in params]
+    sigma = 0.4
+    for a, c in params[:2]:  # ω(t) = (ω0 + c/a) e^{−2at} − c/a over one unit of depth
+        omega = (1 / sigma + c / a) * math.exp(-2 * a) - c / a
+        sigma = 1 / omega
+    a, c = params[2]
+    t_star = 2.0 + math.log(1 + a / (c * sigma)) / (2 * a)
+    assert 2.0 < t_star < 3.0
+    traj = simulate(Schedule(layers, T=4.0), Gaussian([1.0], [[0.4]]))
+    assert traj.status is Status.BLOWUP
+    assert abs(traj.blowup_time - t_star) <= 1e-10 * t_star
+    assert traj.blowup_bracket is not None and 2.0 < traj.blowup_bracket[0] <= t_star
+
+
+def test_step_collapse_in_several_dimensions_is_classified() -> None:
+    rng = np.random.default_rng(9)
+    d = 3
+    b = _spd(rng, d)
+    s0 = _spd(rng, d)
+    h = np.real(sqrtm(s0))
+    t_star = 1 / np.linalg.eigvalsh(h @ (b + b.T) @ h)[-1]
+    traj = simulate(Layer(B=b, v=1.0), Gaussian(np.zeros(d), s0), T=2 * t_star, blowup_factor=1e300)
+    assert traj.status is Status.BLOWUP and "step size collapsed" in traj.message
+    assert abs(traj.blowup_time - t_star) <= 1e-9 * t_star
+    assert traj.blowup_bracket is not None and traj.blowup_bracket[0] < traj.blowup_bracket[1]
+
+
+def test_exponential_growth_is_not_a_blowup() -> None:
+    traj = simulate(Layer(A=[[200.0]]), Gaussian([0.0], [[1.0]]), T=5.0)
+    assert traj.status is Status.OVERFLOW and traj.blowup_bracket is None
+    assert math.isinf(traj.blowup_time)
+
+
+# ---------------------------------------------------------------------------- stiffness
+def test_stiff_rotation_returns_quickly_and_matches_closed_forms() -> None:
+    w = 1e6
+    a = np.array([[-1.0, w], [-w, -1.0]])
+    c, s = math.cos(w), math.sin(w)
+    e = math.exp(-1.0) * np.array([[c, s], [-s, c]])  # e^{A·1}, exactly
+    m0 = np.array([1.0, 0.0])
+    # attention off: Σ(1) = e^{A}Σ0e^{Aᵀ} for an anisotropic Σ0
+    s0 = np.diag([2.0, 0.5])
+    clock = time.perf_counter()
+    traj = simulate(Layer(A=a), Gaussian(m0, s0), T=1.0)
+    assert time.perf_counter() - clock < 5.0
+    assert traj.status is Status.SUCCESS and traj.stats["switched_to"]
+    assert traj.stats["nfev"] < 20_000
+    np.testing.assert_allclose(traj.cov[-1], e @ s0 @ e.T, rtol=0, atol=1e-8 * np.exp(-2) * 2)
+    np.testing.assert_allclose(traj.mean[-1], e @ m0, rtol=0, atol=1e-9)
+    # weak isotropic attention V = vI, B = I from Σ0 = I: Σ = σI, dσ/dt = −2σ + 2vσ²
+    v = 0.01
+    clock = time.perf_counter()
+    traj = simulate(Layer(A=a, B=np.eye(2), v=v), Gaussian(m0, np.eye(2)), T=1.0)
+    assert time.perf_counter() - clock < 5.0
+    assert traj.status is Status.SUCCESS and traj.stats["switched_to"]
+    sigma = 1 / ((1 - v) * math.exp(2.0) + v)
+    np.testing.assert_allclose(traj.cov[-1], sigma * np.eye(2), rtol=0, atol=1e-9 * sigma)
+    growth = math.exp(v * ((1 - 0.5 * math.log((1 - v) * math.exp(2.0) + v)) / v + 1))
+    np.testing.assert_allclose(traj.mean[-1], growth * (e @ m0), rtol=0, atol=1e-8)
+
+
+def test_dissipative_stiffness_switches_to_radau() -> None:
+    a = np.diag([-1e5, -1.0])
+    traj = simulate(Layer(A=a, B=0.1 * np.eye(2), v=0.1), Gaussian([1.0, 1.0], np.eye(2)), T=2.0)
+    assert traj.status is Status.SUCCESS
+    assert any("Radau" in s for s in traj.stats["switched_to"]) and traj.stats["njev"] >= 1
+    assert traj.stats["nfev"] < 200_000

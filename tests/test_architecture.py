@@ -270,3 +270,38 @@ def test_status_is_one_str_enum() -> None:
         Status.__members__
     )
     assert Status.BLOWUP == "blowup" and str(Status.SUCCESS) == "success"
+
+
+SOLVERS = [
+    "simulate",
+    "simulate_discrete",
+    "simulate_tokens",
+    "blowup_analysis",
+    "blowup_time",
+    "newton_equilibrium",
+    "equilibria",
+    "analyze",
+    "steer",
+    "design_mean_matching",
+    "design_robustness",
+    "design_convergence",
+    "compare_tokens",
+    "compare_filter",
+    "kalman_covariance",
+]
+
+
+@pytest.mark.parametrize("name", SOLVERS)
+def test_every_solver_takes_a_keyword_only_time_limit(name: str) -> None:
+    param = inspect.signature(getattr(gtcontrol, name)).parameters.get("time_limit")
+    assert param is not None, f"{name} has no time_limit"
+    assert param.kind is param.KEYWORD_ONLY and param.default is None
+
+
+@pytest.mark.parametrize("name", SOLVERS)
+def test_no_solver_takes_an_options_object_or_arbitrary_keywords(name: str) -> None:
+    params = inspect.signature(getattr(gtcontrol, name)).parameters.values()
+    assert not any(p.kind is p.VAR_KEYWORD for p in params), name
+    for p in params:  # `options=` survives only as a deprecated alias that defaults to None
+        if p.name == "options":
+            assert p.kind is p.KEYWORD_ONLY and p.default is None

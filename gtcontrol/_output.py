@@ -1,13 +1,29 @@
-"""Atomic output directories and JSON encoding of results (docs/designs.md)."""
+"""Atomic output directories and JSON encoding of results (docs/designs.md).
+
+An output directory ``OUT`` is built in a hidden sibling ``.OUT.tmp-<pid>-<random>`` (same file
+system) and put in place with **one** atomic step: on Linux ``renameat2(RENAME_EXCHANGE)``
+swaps the new folder with the previous ``OUT`` (so ``OUT`` is never absent), then the previous
+output, now under the hidden name, is removed. Where the exchange is not available (another
+operating system, a file system without it) the fallback is two renames, with a short window in
+which ``OUT`` is absent. The hidden folders carry the id of the process that made them; a later
+run removes those whose process is dead (a run killed with ``kill -9``). A previous output is
+replaced only if it holds nothing but the files that gtcontrol wrote (listed in its
+``result.json``); folders are created with the permissions the umask gives.
+"""
 
 from __future__ import annotations
 
+import ctypes
 import enum
+import errno
+import hashlib
 import json
 import math
 import os
+import re
+import secrets
 import shutil
-import tempfile
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -19,7 +35,17 @@ import numpy as np
 from ._version import __version__
 from .errors import GTControlError
 
-__all__ = ["atomic_outdir", "jsonable", "write_json", "write_run"]
+__all__ = ["OutputError", "atomic_outdir", "jsonable", "write_json", "write_run"]
+
+#: Longest file-name component and path (bytes) accepted for an output directory (Linux limits).
+NAME_MAX = 255
+PATH_MAX = 4096
+#: Longest part of ``OUT``'s name kept in the hidden sibling names (the rest is hashed).
+_STEM_MAX = 120
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
+#: Names gtcontrol wrote before ``result.json`` listed its files (older outputs).
+_LEGACY_NAMES = ("report.md", "report.html")
 
 
 class OutputError(GTControlError, OSError):
@@ -32,6 +58,21 @@ def jsonable(obj: Any) -> Any:
     ``inf`` becomes the string ``"inf"`` (``"-inf"``) and NaN becomes ``null``, so the file is
     valid JSON for every reader. Enum members (e.g. :class:`~gtcontrol.Status`) become their
     values.
+
+    Parameters
+    ----------
+    obj
+        A mapping, sequence, numpy array or scalar, enum member, string or ``None``.
+
+    Returns
+    -------
+    Any
+        The same data built from dicts, lists, ints, floats, strings, bools and ``None``.
+
+    Raises
+    ------
+    TypeError
+        For an object of another type.
     """
     if isinstance(obj, enum.Enum):
         return jsonable(obj.value)
@@ -58,42 +99,245 @@ def jsonable(obj: Any) -> Any:
 
 
 def write_json(path: Path, data: Mapping[str, Any]) -> None:
-    """Write strict JSON (no NaN/Infinity tokens)."""
+    """Write strict JSON (no NaN/Infinity tokens).
+
+    Parameters
+    ----------
+    path
+        The file to write.
+    data
+        The data (see :func:`jsonable`).
+    """
     path.write_text(json.dumps(jsonable(data), indent=2, allow_nan=False) + "\n", "utf-8")
+
+
+def _show(path: Path | str, limit: int = 80) -> str:
+    """``path`` for a one-line message: shortened in the middle when long."""
+    text = str(path)
+    return text if len(text) <= limit else f"{text[: limit // 2]}…{text[-limit // 2 :]}"
+
+
+def _check_length(out: Path) -> None:
+    """Refuse an output path whose name or whole path the file system cannot hold."""
+    full = os.path.abspath(out)
+    size = len(os.fsencode(full))
+    if size >= PATH_MAX:
+        raise OutputError(
+            f"output: the path {_show(out)} is too long ({size} bytes; the limit is {PATH_MAX - 1})"
+        )
+    for part in Path(full).parts:
+        n = len(os.fsencode(part))
+        if n > NAME_MAX:
+            raise OutputError(
+                f"output: the name {_show(part)} in {_show(out)} is too long ({n} bytes; "
+                f"the limit is {NAME_MAX})"
+            )
+
+
+def _stem(out: Path) -> str:
+    """The part of ``out``'s name used in its hidden siblings (short enough for NAME_MAX)."""
+    name = out.name
+    raw = name.encode("utf-8", "surrogateescape")
+    if len(raw) <= _STEM_MAX:
+        return name
+    digest = hashlib.sha1(raw).hexdigest()[:12]
+    head = raw[: _STEM_MAX - 13].decode("utf-8", "ignore")
+    return f"{head}~{digest}"
+
+
+def _scratch_pattern(out: Path) -> re.Pattern[str]:
+    """Names of the hidden siblings of ``out`` made by a run: the pid is group 1."""
+    return re.compile(rf"\.{re.escape(_stem(out))}\.(?:tmp|old)-(\d+)(?:-[0-9a-f]+)?")
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (a process of another user counts as alive)."""
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, OSError):
+        return True
+    return True
+
+
+def _remove_stale(out: Path) -> None:
+    """Remove the hidden siblings of ``out`` left by runs whose process is dead (``kill -9``)."""
+    pattern = _scratch_pattern(out)
+    try:
+        entries = list(out.parent.iterdir())
+    except OSError:
+        return
+    for entry in entries:
+        match = pattern.fullmatch(entry.name)
+        if match is None or _alive(int(match.group(1))):
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+
+
+def _make_scratch(out: Path, kind: str) -> Path:
+    """Create the hidden sibling ``.OUT.<kind>-<pid>-<random>`` (permissions from the umask)."""
+    for _ in range(100):
+        path = out.parent / f".{_stem(out)}.{kind}-{os.getpid()}-{secrets.token_hex(4)}"
+        try:
+            path.mkdir()  # mode 0o777 & ~umask (tempfile.mkdtemp would give 0o700)
+        except FileExistsError:
+            continue
+        return path
+    raise OutputError(f"output: cannot create a temporary folder beside {_show(out)}")
+
+
+def _listed_files(out: Path) -> set[str] | None:
+    """The files a previous gtcontrol run wrote into ``out``; ``None`` if it is no such output."""
+    try:
+        data = json.loads((out / "result.json").read_text("utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or "gtcontrol_version" not in data:
+        return None
+    names = {"result.json"}
+    for key in ("files", "figures"):
+        listed = data.get(key)
+        if isinstance(listed, list):
+            names.update(n for n in listed if isinstance(n, str))
+    if "files" not in data:
+        names.update(_LEGACY_NAMES)
+    return names
+
+
+def _relative_files(root: Path) -> list[str]:
+    """Every file (and symlink) under ``root``, as sorted POSIX paths relative to it."""
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        base = Path(dirpath)
+        links = [d for d in dirnames if (base / d).is_symlink()]
+        for name in [*filenames, *links]:
+            found.append((base / name).relative_to(root).as_posix())
+    return sorted(found)
+
+
+def _foreign_files(out: Path) -> list[str]:
+    """Entries of an existing ``out`` that gtcontrol did not write (they must not be deleted)."""
+    present = _relative_files(out)
+    ours = _listed_files(out)
+    if ours is None:
+        if present:
+            return present
+        # empty folders only: nothing to lose
+        return []
+    return [name for name in present if name not in ours]
+
+
+def _check_replaceable(out: Path) -> None:
+    """Raise :class:`OutputError` unless ``out`` is absent, empty or a previous output."""
+    if not os.path.lexists(out):
+        return
+    if not out.is_dir():
+        raise OutputError(f"output: {_show(out)} exists and is not a directory")
+    foreign = _foreign_files(out)
+    if foreign:
+        shown = ", ".join(repr(name) for name in foreign[:3])
+        more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
+        raise OutputError(
+            f"output: {_show(out)} holds files gtcontrol did not write ({shown}{more}); "
+            "move them away or choose another -o directory"
+        )
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap the directories ``a`` and ``b`` atomically; ``False`` where that is unsupported.
+
+    Linux ``renameat2(..., RENAME_EXCHANGE)`` (glibc ≥ 2.28, kernel ≥ 3.15, most local file
+    systems). Other errors raise :class:`OSError`.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    renameat2.argtypes = [
+        ctypes.c_int,
+        ctypes.c_char_p,
+        ctypes.c_int,
+        ctypes.c_char_p,
+        ctypes.c_uint,
+    ]
+    renameat2.restype = ctypes.c_int
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def _put_in_place(tmp: Path, out: Path) -> None:
+    """Move the finished ``tmp`` to ``out`` with one atomic step where the system allows."""
+    if not os.path.lexists(out):
+        os.rename(tmp, out)
+        return
+    _check_replaceable(out)  # again: files may have been added while the run was working
+    if _exchange(tmp, out):
+        shutil.rmtree(tmp, ignore_errors=True)  # tmp now holds the previous output
+        return
+    # fallback: two renames; ``out`` is absent between them (documented in docs/designs.md)
+    old = out.parent / f".{_stem(out)}.old-{os.getpid()}-{secrets.token_hex(4)}"
+    os.replace(out, old)
+    os.replace(tmp, out)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 @contextmanager
 def atomic_outdir(outdir: str | Path) -> Iterator[Path]:
     """Yield a fresh temporary directory that replaces ``outdir`` only if the block succeeds.
 
-    The temporary directory is a sibling of ``outdir`` (same file system, so the final
-    ``rename`` is atomic). An existing ``outdir`` is replaced only if it is empty or a previous
-    gtcontrol output (it holds ``result.json``); anything else is refused so no user file is lost.
-    On any exception the temporary directory is removed and ``outdir`` is left untouched.
+    The temporary directory ``.OUT.tmp-<pid>-<random>`` is a sibling of ``outdir`` (same file
+    system) and is swapped into place with one atomic ``renameat2(RENAME_EXCHANGE)`` on Linux
+    (elsewhere: two renames). An existing ``outdir`` is replaced only if it is empty or a
+    previous gtcontrol output holding only the files listed in its ``result.json``; anything
+    else is refused, naming the files, so no user file is lost. Hidden siblings left by runs
+    whose process is dead are removed first. On any exception the temporary directory is
+    removed and ``outdir`` is left untouched. A symbolic link ``outdir`` is followed.
+
+    Parameters
+    ----------
+    outdir
+        The output directory.
+
+    Yields
+    ------
+    pathlib.Path
+        The temporary directory to write into.
+
+    Raises
+    ------
+    OutputError
+        If ``outdir`` is too long, is not a directory, holds foreign files or cannot be created.
     """
     out = Path(outdir)
-    if out.exists():
-        if not out.is_dir():
-            raise OutputError(f"output: {out} exists and is not a directory")
-        if any(out.iterdir()) and not (out / "result.json").is_file():
-            raise OutputError(
-                f"output: {out} exists, is not empty and holds no result.json; "
-                "choose another -o directory"
-            )
+    _check_length(out)
+    if out.is_symlink():
+        out = out.resolve()
+        _check_length(out)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+        _remove_stale(out)
+        _check_replaceable(out)
+        tmp = _make_scratch(out, "tmp")
+    except OutputError:
+        raise
     except OSError as exc:
-        raise OutputError(f"output: cannot create {out} ({exc.strerror or exc})") from None
+        raise OutputError(f"output: cannot create {_show(out)} ({exc.strerror or exc})") from None
     try:
         yield tmp
-        old = None
-        if out.exists():
-            old = out.parent / f".{out.name}.old-{os.getpid()}"
-            os.replace(out, old)
-        os.replace(tmp, out)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        _put_in_place(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -114,7 +358,8 @@ def write_run(
     ``run`` writes its figures into the temporary directory and returns ``{"status", "outputs",
     "figures"}`` (``status`` a :class:`~gtcontrol.Status`, written as its string value).
     ``result.json`` then holds ``gtcontrol_version``, ``task``, ``title``, ``design`` (the
-    source), ``inputs``, ``options``, ``status``, ``outputs``, ``figures`` and ``seconds``
+    source), ``inputs``, ``options``, ``status``, ``outputs``, ``figures``, ``files`` (every file
+    of the folder, so a later run knows what it may replace) and ``seconds``
     (docs/designs.md). Nothing replaces ``outdir`` unless all of it succeeded.
 
     Parameters
@@ -125,19 +370,30 @@ def write_run(
         The task name.
     run
         ``run(tmpdir) -> {"status", "outputs", "figures"}``.
-    title, source, inputs, options
-        Echoed into ``result.json``: the design's title, its file, its TOML document and the
-        task options with defaults filled in.
+    title
+        The design's title, echoed into ``result.json``.
+    source
+        The design file, echoed into ``result.json``.
+    inputs
+        The design's TOML document, echoed into ``result.json``.
+    options
+        The task options with defaults filled in, echoed into ``result.json``.
 
     Returns
     -------
     pathlib.Path
         ``outdir``.
+
+    Raises
+    ------
+    OutputError
+        If ``outdir`` cannot be written or would lose files gtcontrol did not write.
     """
     out = Path(outdir)
     clock = time.perf_counter()
     with atomic_outdir(out) as tmp:
         res = run(tmp)
+        files = sorted({*_relative_files(tmp), "result.json"})
         write_json(
             tmp / "result.json",
             {
@@ -150,6 +406,7 @@ def write_run(
                 "status": str(res["status"]),  # a Status member: its string value
                 "outputs": res["outputs"],
                 "figures": res["figures"],
+                "files": files,
                 "seconds": time.perf_counter() - clock,
             },
         )

@@ -20,11 +20,16 @@ from ._status import as_time_limit
 from .errors import InvalidParametersError
 
 __all__ = [
+    "MAX_DIM",
+    "MAX_ENTRY",
+    "MAX_SAMPLES",
     "as_choice",
+    "as_dim",
     "as_float_array",
     "as_nonnegative_float",
     "as_positive_float",
     "as_positive_int",
+    "as_rng",
     "as_time_limit",
     "deprecated_module_attribute",
     "frozen",
@@ -40,6 +45,63 @@ def frozen(a: _A) -> _A:
     return a
 
 
+#: Largest accepted magnitude of an entry of a user array. The solvers form products of up to
+#: two entries (``ΣBΣ``, ``S Sᵀ``, ``m mᵀ``, Gram matrices), so entries above ``1e150`` would
+#: overflow float64 (``1e308``) and turn into ``inf``; such input is refused up front.
+MAX_ENTRY = 1e150
+
+#: Largest accepted dimension of a Gaussian: its dense eigen-decomposition costs ``O(d³)``
+#: (d = 2048: a few seconds; d = 10,000 would take minutes), so larger inputs are refused
+#: rather than left to hang.
+MAX_DIM = 2048
+
+#: Largest number of samples or tokens generated in one call (``n × d`` floats are allocated).
+MAX_SAMPLES = 10**7
+
+
+def _to_float64(name: str, value: Any, ndim: int, error: type[ValueError]) -> FloatArray:
+    """``value`` as a new float64 array; refuse complex, object, string and ragged input."""
+    try:
+        raw = np.asarray(value)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise error(
+            f"{name}: expected a real {ndim}-d array, got {_short(value)} "
+            f"(ragged or not numeric: {exc})"
+        ) from None
+    kind = raw.dtype.kind
+    if kind == "c":
+        raise error(
+            f"{name}: expected real numbers, got a complex array (dtype {raw.dtype}); "
+            "pass the real part explicitly if the imaginary part is zero"
+        )
+    if kind == "O":
+        for x in raw.ravel().tolist():
+            if isinstance(x, int) and not isinstance(x, bool) and abs(x) > MAX_ENTRY:
+                raise error(
+                    f"{name}: entry of magnitude ~1e{len(str(abs(x))) - 1} exceeds the bound "
+                    f"{MAX_ENTRY:g} (gtcontrol._validation.MAX_ENTRY): products formed by the "
+                    "solvers would overflow float64"
+                )
+            if not isinstance(x, (int, float, np.integer, np.floating)) or isinstance(x, complex):
+                raise error(
+                    f"{name}: expected real numbers, got an entry {_short(x)} of type "
+                    f"{type(x).__name__}"
+                )
+    elif kind not in "biuf":
+        raise error(f"{name}: expected a real numeric array, got dtype {raw.dtype}")
+    try:
+        return np.array(raw, dtype=np.float64, copy=True)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise error(
+            f"{name}: expected a real {ndim}-d array, got {_short(value)} ({exc})"
+        ) from None
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def as_float_array(
     name: str,
     value: Any,
@@ -47,15 +109,42 @@ def as_float_array(
     ndim: int,
     shape: tuple[int | None, ...] | None = None,
     error: type[ValueError] = InvalidParametersError,
+    max_abs: float = MAX_ENTRY,
 ) -> FloatArray:
-    """Convert ``value`` to a finite float64 array of ``ndim`` dimensions, or raise ``error``.
+    """Convert ``value`` to a finite real float64 array of ``ndim`` dimensions, or raise ``error``.
 
-    ``shape`` entries that are ``None`` are free. The message names ``name`` and both shapes.
+    Refused, with a message that names ``name``: complex input (never silently cast to real),
+    object arrays of non-numbers, strings, ragged nesting, Python integers too large for float64,
+    NaN/inf entries, entries above ``max_abs`` in magnitude (default :data:`MAX_ENTRY`, beyond
+    which the products the solvers form overflow), a wrong number of dimensions, and shapes that
+    differ from ``shape`` (whose ``None`` entries are free).
+
+    Parameters
+    ----------
+    name
+        How the message calls the input.
+    value
+        Anything array-like.
+    ndim
+        The required number of dimensions (a scalar is accepted for shape ``(1,)``/``(1, 1)``).
+    shape
+        The required shape; ``None`` entries are free.
+    error
+        The :class:`~gtcontrol.errors.GTControlError` subclass to raise.
+    max_abs
+        Largest accepted ``|entry|``.
+
+    Returns
+    -------
+    numpy.ndarray
+        A new float64 array (the caller owns it).
+
+    Raises
+    ------
+    GTControlError
+        ``error``, naming ``name`` and what was expected.
     """
-    try:
-        arr = np.array(value, dtype=np.float64, copy=True)
-    except (TypeError, ValueError, OverflowError) as exc:
-        raise error(f"{name}: expected a numeric {ndim}-d array, got {value!r} ({exc})") from None
+    arr = _to_float64(name, value, ndim, error)
     if ndim == 2 and arr.ndim == 0 and shape is not None and shape[0] == shape[1] == 1:
         arr = arr.reshape(1, 1)
     if ndim == 1 and arr.ndim == 0 and shape is not None and shape[0] == 1:
@@ -69,12 +158,47 @@ def as_float_array(
                 raise error(f"{name}: expected shape {expected}, got shape {arr.shape}")
     if not np.all(np.isfinite(arr)):
         raise error(f"{name}: contains NaN or infinite entries")
+    if arr.size:
+        top = float(np.max(np.abs(arr)))
+        if top > max_abs:
+            raise error(
+                f"{name}: an entry of magnitude {top:.3g} exceeds the bound {max_abs:g} "
+                "(gtcontrol._validation.MAX_ENTRY): products formed by the solvers would "
+                "overflow float64"
+            )
     return arr
+
+
+def as_dim(name: str, d: int) -> int:
+    """Refuse a dimension above :data:`MAX_DIM` (the dense factorizations would not end)."""
+    if d > MAX_DIM:
+        raise InvalidParametersError(
+            f"{name}: dimension {d} exceeds the supported maximum {MAX_DIM} "
+            "(gtcontrol._validation.MAX_DIM; the dense O(d³) factorizations would run for "
+            "minutes or exhaust memory)"
+        )
+    return d
+
+
+def as_rng(name: str, value: Any) -> np.random.Generator:
+    """``None``, a non-negative integer seed or a :class:`numpy.random.Generator`: a Generator."""
+    if isinstance(value, np.random.Generator):
+        return value
+    if value is None:
+        return np.random.default_rng()
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise InvalidParametersError(
+            f"{name}: expected None, a non-negative integer seed or a numpy Generator, "
+            f"got {_short(value)}"
+        )
+    return np.random.default_rng(int(value))
 
 
 def as_positive_float(name: str, value: Any, *, allow_inf: bool = False) -> float:
     """Validate a strictly positive (finite unless ``allow_inf``) real number."""
     try:
+        if isinstance(value, (str, bytes)):
+            raise TypeError
         x = float(value)
     except (TypeError, ValueError, OverflowError):
         raise InvalidParametersError(f"{name}: expected a positive number, got {value!r}") from None
@@ -86,6 +210,8 @@ def as_positive_float(name: str, value: Any, *, allow_inf: bool = False) -> floa
 def as_nonnegative_float(name: str, value: Any) -> float:
     """Validate a finite real number ``>= 0``."""
     try:
+        if isinstance(value, (str, bytes)):
+            raise TypeError
         x = float(value)
     except (TypeError, ValueError, OverflowError):
         raise InvalidParametersError(

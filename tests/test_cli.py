@@ -144,7 +144,8 @@ def test_cli_refuses_to_overwrite_foreign_directory(tmp_path: Path, capsys) -> N
     (foreign / "thesis.tex").write_text("precious")
     assert main(["run", str(design), "-o", str(foreign)]) == 2
     assert (foreign / "thesis.tex").read_text() == "precious"
-    assert "not empty" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "did not write" in err and "'thesis.tex'" in err and len(err.splitlines()) == 1
 
 
 def test_cli_help_and_usage_errors() -> None:
@@ -407,3 +408,315 @@ def test_absurd_task_options_are_refused(option: str, match: str) -> None:
         parse_design(BASE + f"\n[simulate]\n{option}\n")
     with pytest.raises(DesignFileError, match=r"'horizon\.layers' must be a positive integer"):
         parse_design(BASE.replace("T = 1.0", "T = 1.0\nlayers = 10000000"))
+
+
+# --- issue 12: outputs that lose nothing, errors that never hang or trace back ----------------
+
+
+def _one_error_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+def test_replacing_an_output_never_leaves_it_absent(tmp_path: Path, monkeypatch) -> None:
+    import os
+    import shutil
+
+    from gtcontrol import _output
+
+    design = tmp_path / "d.toml"
+    design.write_text(BASE + "\n[simulate]\ntokens = 0\n")
+    out = tmp_path / "out"
+    assert main(["run", str(design), "-o", str(out)]) == 0
+    absent: list[str] = []
+
+    def watch(name: str, real):  # check OUTDIR around every rename and removal of the swap
+        def wrapped(*args, **kwargs):
+            result = real(*args, **kwargs)
+            if not (out / "result.json").is_file():
+                absent.append(name)
+            return result
+
+        return wrapped
+
+    monkeypatch.setattr(_output.os, "replace", watch("replace", os.replace))
+    monkeypatch.setattr(_output.os, "rename", watch("rename", os.rename))
+    monkeypatch.setattr(_output.shutil, "rmtree", watch("rmtree", shutil.rmtree))
+    for _ in range(3):
+        assert main(["run", str(design), "-o", str(out)]) == 0
+    assert absent == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.toml", "out"]
+
+
+def test_output_folders_follow_the_umask(tmp_path: Path) -> None:
+    import os
+    import stat
+
+    design = tmp_path / "d.toml"
+    design.write_text(BASE + "\n[simulate]\ntokens = 0\n")
+    old = os.umask(0o022)
+    try:
+        assert main(["run", str(design), "-o", str(tmp_path / "a" / "out")]) == 0
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "a" / "out").stat().st_mode) == 0o755
+    assert stat.S_IMODE((tmp_path / "a").stat().st_mode) == 0o755
+
+
+def test_rerun_never_deletes_user_files(tmp_path: Path, capsys) -> None:
+    design = tmp_path / "d.toml"
+    design.write_text(BASE + "\n[simulate]\ntokens = 0\n")
+    out = tmp_path / "out"
+    assert main(["run", str(design), "-o", str(out)]) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    (out / "notes.txt").write_text("mine")
+    capsys.readouterr()
+    assert main(["run", str(design), "-o", str(out)]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert "'notes.txt'" in line and "did not write" in line
+    assert (out / "notes.txt").read_text() == "mine"
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.name != "notes.txt"} == before
+    # the files of a run are listed in result.json: a rerun replaces exactly those
+    (out / "notes.txt").unlink()
+    assert main(["run", str(design), "-o", str(out)]) == 0
+    listed = json.loads((out / "result.json").read_text())["files"]
+    assert sorted(listed) == sorted(p.name for p in out.iterdir())
+
+
+def test_stale_temporaries_of_dead_runs_are_removed(tmp_path: Path) -> None:
+    design = tmp_path / "d.toml"
+    design.write_text(BASE + "\n[simulate]\ntokens = 0\n")
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        text=True,
+        capture_output=True,
+        check=True,
+    )
+    dead_pid = int(dead.stdout)
+    stale = tmp_path / f".out.tmp-{dead_pid}-0badcafe"
+    stale.mkdir()
+    (stale / "moments.png").write_bytes(b"half")
+    (tmp_path / f".out.old-{dead_pid}").mkdir()
+    alive = tmp_path / ".out.tmp-1-00000000"  # pid 1 is alive: another run may own it
+    alive.mkdir()
+    assert main(["run", str(design), "-o", str(tmp_path / "out")]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == [alive.name, "d.toml", "out"]
+
+
+_SLOW_RUN = """
+import os, sys, time, shutil
+from gtcontrol import _output
+from gtcontrol.cli import main, tasks
+
+moment, marker = sys.argv[1], sys.argv[2]
+
+def pause():
+    open(marker, "w").close()
+    time.sleep(60)
+
+real = tasks.TASKS["simulate"].run
+def slow(design, out):
+    if moment == "start":
+        pause()
+    res = real(design, out)
+    if moment == "figures":
+        pause()
+    return res
+tasks.TASKS["simulate"] = tasks.Task(tasks.TASKS["simulate"].spec, slow)
+
+real_rmtree = shutil.rmtree
+class _Shutil:
+    @staticmethod
+    def rmtree(path, ignore_errors=False):
+        if moment == "swapped":
+            pause()
+        real_rmtree(path, ignore_errors=ignore_errors)
+_output.shutil = _Shutil
+sys.exit(main(sys.argv[3:]))
+"""
+
+
+@pytest.mark.parametrize("moment", ["start", "figures", "swapped"])
+def test_kill_9_keeps_the_output_and_the_next_run_cleans_up(tmp_path: Path, moment) -> None:
+    import os
+    import signal
+    import time
+
+    design = tmp_path / "d.toml"
+    design.write_text(BASE + "\n[simulate]\ntokens = 0\n")
+    out = tmp_path / "out"
+    assert main(["run", str(design), "-o", str(out)]) == 0
+    marker = tmp_path / "marker"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _SLOW_RUN, moment, str(marker), "run", str(design), "-o", str(out)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not marker.exists():
+            assert proc.poll() is None, "the slow run ended before the pause"
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    marker.unlink()
+    # OUTDIR holds a complete output (the previous one, or after the swap the new one)
+    res = json.loads((out / "result.json").read_text())
+    assert sorted(res["files"]) == sorted(p.name for p in out.iterdir())
+    assert any(p.name.startswith(".out.") for p in tmp_path.iterdir()), "the kill left a temp"
+    assert main(["run", str(design), "-o", str(out)]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.toml", "out"]
+
+
+def test_long_output_names(tmp_path: Path, capsys) -> None:
+    design = tmp_path / "d.toml"
+    design.write_text(BASE + "\n[simulate]\ntokens = 0\n")
+    fits = tmp_path / ("o" * 250)  # fits NAME_MAX, but a '.NAME.tmp-…' sibling would not
+    assert main(["run", str(design), "-o", str(fits)]) == 0
+    assert (fits / "result.json").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["d.toml", fits.name])
+    capsys.readouterr()
+    for bad in (tmp_path / ("o" * 300), tmp_path.joinpath(*["p" * 200] * 25)):
+        assert main(["run", str(design), "-o", str(bad)]) == 2
+        line = _one_error_line(capsys.readouterr().err)
+        assert "too long" in line and len(line) < 400
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["d.toml", fits.name])
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "directory", "huge", "binary"])
+def test_design_file_that_is_no_regular_text_file(tmp_path: Path, kind: str) -> None:
+    import os
+
+    path = tmp_path / "d.toml"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "dev-zero":
+        path = Path("/dev/zero")
+    elif kind == "directory":
+        path.mkdir()
+    elif kind == "huge":
+        path.write_text(BASE + "#" * (11 * 2**20) + "\n")
+    else:
+        path.write_bytes(b"\xff\xfe" + BASE.encode())
+    proc = subprocess.run(
+        [sys.executable, "-m", "gtcontrol", "run", str(path), "-o", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,  # a FIFO used to block forever, /dev/zero to exhaust the memory
+    )
+    assert proc.returncode == 2
+    line = _one_error_line(proc.stderr)
+    expected = {
+        "fifo": "not a regular file",
+        "dev-zero": "not a regular file",
+        "directory": "directory",
+        "huge": "bytes",
+        "binary": "UTF-8",
+    }[kind]
+    assert expected in line
+    assert not (tmp_path / "out").exists()
+
+
+def test_titles_with_mathtext_specials_are_drawn_as_text(tmp_path: Path) -> None:
+    # even dollar counts: matplotlib would parse '\frac{x' and '^_' as (invalid) mathtext
+    text = 'title = "costs $\\\\frac{x$ and $^_$ {} % # & ~"\n' + BASE
+    text += "\n[simulate]\ntokens = 50\ndiscrete = true\n"
+    design = tmp_path / "d.toml"
+    design.write_text(text)
+    assert parse_design(text).title == "costs $\\frac{x$ and $^_$ {} % # & ~"
+    assert main(["run", str(design), "-o", str(tmp_path / "o")]) == 0
+    filt = (ROOT / "designs" / "filter.toml").read_text()
+    filt = filt.replace('title = "Kalman', 'title = "$\\\\sqrt{$ $x^$ Kalman')
+    design.write_text(filt.replace("T = 5.0", "T = 0.5"))
+    assert main(["run", str(design), "-o", str(tmp_path / "f")]) == 0
+
+
+@pytest.mark.parametrize(
+    ("exc", "code", "words"),
+    [
+        (DesignFileError("bad\nkey"), 2, "gtcontrol: error: bad key"),
+        (OSError(28, "No space left on device"), 2, "No space left on device"),
+        (MemoryError(), 2, "out of memory"),
+        (RecursionError("deep"), 2, "nested too deeply"),
+        (ZeroDivisionError("boom"), 3, "internal error: ZeroDivisionError: boom"),
+        (ValueError("x\ny"), 3, "internal error: ValueError: x y"),
+    ],
+)
+def test_every_exception_is_one_line(tmp_path: Path, monkeypatch, capsys, exc, code, words):
+    from gtcontrol.cli import tasks
+
+    def boom(design, out):
+        raise exc
+
+    monkeypatch.setitem(tasks.TASKS, "simulate", tasks.Task(tasks.TASKS["simulate"].spec, boom))
+    design = tmp_path / "d.toml"
+    design.write_text(BASE)
+    assert main(["run", str(design), "-o", str(tmp_path / "o")]) == code
+    captured = capsys.readouterr()
+    assert words in _one_error_line(captured.err) and captured.out == ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.toml"]
+
+
+def test_compare_tokens_adaptive_runs(tmp_path: Path) -> None:
+    text = BASE.replace('task = "simulate"', 'task = "compare-tokens"').replace(
+        "T = 1.0", "T = 0.3"
+    )
+    design = tmp_path / "d.toml"
+    design.write_text(
+        text + '\n[compare-tokens]\nmethod = "adaptive"\nn_tokens = [16, 64]\nrepeats = 1\n'
+    )
+    assert main(["run", str(design), "-o", str(tmp_path / "o")]) == 0
+    res = json.loads((tmp_path / "o" / "result.json").read_text())
+    assert res["status"] == "success" and res["options"]["method"] == "adaptive"
+    with pytest.raises(DesignFileError, match="not used by method 'adaptive'"):
+        design.write_text(
+            text + '\n[compare-tokens]\nmethod = "adaptive"\nn_tokens = [16, 64]\n'
+            "steps_per_layer = 4\n"
+        )
+        from gtcontrol.cli.main import run_design
+
+        run_design(design, tmp_path / "x")
+
+
+def test_choices_in_docs_schema_and_code_agree() -> None:
+    from gtcontrol.control.design.options import _DesignOptions  # noqa: F401  (exists)
+
+    doc = (ROOT / "docs" / "designs.md").read_text()
+    row = next(line for line in doc.splitlines() if line.startswith("| `V_structure` |"))
+    assert '"full"' in row and "general" not in row
+    text = 'task = "design"\n[target]\nmean = [0.0, 0.0]\ncov = [[1.0, 0.0], [0.0, 1.0]]\n'
+    assert parse_design(text + '[design]\nV_structure = "full"\n').options["V_structure"] == "full"
+    with pytest.raises(DesignFileError, match=r"'design\.V_structure' must be one of"):
+        parse_design(text + '[design]\nV_structure = "general"\n')
+    with pytest.raises(DesignFileError, match=r"'compare-tokens\.method' must be one of"):
+        parse_design(
+            BASE.replace('"simulate"', '"compare-tokens"') + '[compare-tokens]\nmethod = "x"\n'
+        )
+    for f in (ROOT / "designs").glob("*.toml"):
+        assert "DESIGN.md" not in f.read_text(), f"{f.name} cites a file users do not have"
+
+
+def test_huge_and_non_finite_numbers_are_refused() -> None:
+    big = "1" + "0" * 400
+    for edit, match in [
+        (lambda s: s.replace("mean = [0.0, 1.0]", f"mean = [{big}, 1.0]"), "floating-point"),
+        (lambda s: s.replace("v = -0.5", f"v = {big}"), "floating-point"),
+        (lambda s: s + f"\n[simulate]\nrtol = {big}\n", "floating-point"),
+        (lambda s: s + "\n[simulate]\nrtol = inf\n", "finite"),
+        (lambda s: s + "\n[simulate]\nrtol = nan\n", "finite"),
+        (
+            lambda s: s.replace("T = 1.0", "T = 1.0\n") + "\n[simulate]\ntokens = 10000000\n",
+            "at most",
+        ),
+        (lambda s: s + "\nx = " + "[" * 200 + "]" * 200 + "\n", "nested"),
+    ]:
+        with pytest.raises(DesignFileError, match=match) as info:
+            parse_design(edit(BASE))
+        assert "\n" not in str(info.value) and len(str(info.value)) < 300

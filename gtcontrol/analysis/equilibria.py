@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import scipy.linalg as sla
 from scipy.sparse.linalg import ArpackNoConvergence, LinearOperator, eigs
 
 from .._linalg import FloatArray, sym, unvech, vech
@@ -71,6 +73,17 @@ _CROSS_CHECK_RTOL = 1e-8
 
 #: Deflation retries one start at most this many times (once per new root found).
 _MAX_ROOTS_PER_START = 8
+
+#: At most this many user-given extra starts.
+_MAX_STARTS = 64
+
+#: Right-hand-side evaluations allowed to one flow-start integration (a stiff or slow flow is
+#: abandoned, its start skipped; about 0.3 s at d = 3).
+_FLOW_MAX_EVALS = 6_000
+
+#: Newton iterations allowed to the whole search by default (all starts and deflation retries
+#: together): a finite cap on total work independent of ``time_limit``.
+_TOTAL_MAX_ITER = 1_500
 
 
 @dataclass(frozen=True, eq=False)
@@ -354,7 +367,12 @@ def equilibria(
         the equilibria found so far with ``Status.BUDGET_EXHAUSTED``.
     start_time_limit
         Wall-clock limit per Newton start and per flow-start integration (``None``: only the
-        overall limit); a start that runs out is abandoned and the search goes on.
+        overall limit); a start that runs out is abandoned and the search goes on. Independent
+        of both limits the work is capped, so that a default call ends in seconds: each
+        flow-start integration gets 6,000 right-hand-side evaluations (a stiff or slow flow is
+        skipped), each Newton run ``max_iter`` iterations and the whole search 1,500 Newton
+        iterations, after which the equilibria found so far are returned with
+        ``Status.BUDGET_EXHAUSTED``.
     options
         Deprecated (``DeprecationWarning``): a ``NewtonOptions``; use the keywords above.
 
@@ -475,17 +493,21 @@ def _flow_start(layer: Layer, start: FloatArray, budget: Budget) -> FloatArray |
     """Endpoint of the moment flow from ``start`` after 20 time constants (None if it fails)."""
     g = Gaussian(np.zeros(layer.dim), start)
     try:
-        # Only a start for Newton is wanted: low accuracy is enough.
-        traj = simulate_within(
-            layer,
-            g,
-            20.0 / field_rate(layer, start),
-            budget,
-            n_points=2,
-            rtol=1e-5,
-            atol=1e-10,
-            method="RK45",
-        )
+        # Only a start for Newton is wanted: low accuracy is enough. A stiff flow may make the
+        # integrator's LU warn; the start is then simply skipped, so the warning is not shown.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", sla.LinAlgWarning)
+            traj = simulate_within(
+                layer,
+                g,
+                20.0 / field_rate(layer, start),
+                budget,
+                n_points=2,
+                rtol=1e-5,
+                atol=1e-10,
+                method="RK45",
+                max_evals=_FLOW_MAX_EVALS,
+            )
     except (SolverError, InvalidParametersError, ValueError, BudgetExhausted):
         return None
     if traj.status is not Status.SUCCESS:
@@ -495,6 +517,21 @@ def _flow_start(layer: Layer, start: FloatArray, budget: Budget) -> FloatArray |
     if not np.all(np.isfinite(end)) or top <= 1e-8 * float(np.linalg.norm(start, 2)):
         return None
     return end
+
+
+def _as_start_sequence(starts: Any) -> Sequence[Any]:
+    """``starts`` as a sequence of matrices (a single array or a non-sequence is refused)."""
+    if isinstance(starts, np.ndarray) and starts.ndim == 3:
+        return list(starts)
+    if isinstance(starts, (str, bytes, np.ndarray)) or not isinstance(starts, Sequence):
+        raise InvalidParametersError(
+            f"starts: expected a sequence of symmetric d×d matrices, got {type(starts).__name__}"
+        )
+    if len(starts) > _MAX_STARTS:
+        raise InvalidParametersError(
+            f"starts: expected at most {_MAX_STARTS} extra starts, got {len(starts)}"
+        )
+    return starts
 
 
 def _start_list(
@@ -509,7 +546,8 @@ def _start_list(
     s0 = _typical_scale(layer)
     rng = np.random.default_rng(opts.seed)
     base = [
-        sym(as_float_array(f"starts[{i}]", s, ndim=2, shape=(d, d))) for i, s in enumerate(starts)
+        sym(as_float_array(f"starts[{i}]", s, ndim=2, shape=(d, d)))
+        for i, s in enumerate(_as_start_sequence(starts))
     ]
     base += [c * s0 * np.eye(d) for c in (1.0, 0.3, 3.0)]
     n_flow = len(base)
@@ -545,12 +583,19 @@ def _newton_equilibria(
     found: list[Equilibrium] = []
     outcomes: dict[str, int] = {}
     stopped = ""
+    total_iter = 0
     try:
         for st in start_list:
             budget.check()
             # Deflation proper: after each new root, retry the same start with it deflated.
             for _ in range(_MAX_ROOTS_PER_START):
+                if total_iter >= _TOTAL_MAX_ITER:
+                    raise BudgetExhausted(
+                        f"the cap of {_TOTAL_MAX_ITER} Newton iterations over all starts "
+                        "was reached"
+                    )
                 res = newton_run(layer, st, known, opts, budget.sub(per_start))
+                total_iter += res.iterations
                 key = _record_root(layer, res, known, found)
                 key = key or str(res.stats["termination"])
                 outcomes[key] = outcomes.get(key, 0) + 1
@@ -562,6 +607,7 @@ def _newton_equilibria(
     stats = {
         "starts": len(start_list),
         "outcomes": outcomes,
+        "newton_iterations": total_iter,
         "seconds": time.perf_counter() - clock,
     }
     if stopped:

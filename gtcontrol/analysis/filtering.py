@@ -112,10 +112,14 @@ class KalmanData:
     def __init__(self, F: Any, H: Any, R: Any, Q: Any = None) -> None:
         f = as_float_array("F", F, ndim=2)
         d = f.shape[0]
-        if f.shape != (d, d):
-            raise InvalidParametersError(f"F: expected a square matrix, got shape {f.shape}")
+        if f.shape != (d, d) or d == 0:
+            raise InvalidParametersError(
+                f"F: expected a non-empty square matrix, got shape {f.shape}"
+            )
         h = as_float_array("H", H, ndim=2, shape=(None, d))
         p = h.shape[0]
+        if p == 0:
+            raise InvalidParametersError(f"H: expected at least one measurement row, got {h.shape}")
         r = _check_psd("R", as_float_array("R", R, ndim=2, shape=(p, p)))
         w = np.linalg.eigvalsh(r)
         if w[0] <= 1e-14 * max(float(w[-1]), np.finfo(float).tiny):

@@ -300,7 +300,10 @@ def _newton_step(
     if d <= opts.kron_max_dim:
         lmat = _kron_sym(m_mat, pairs)
         try:
-            x = sla.solve(lmat, rhs, check_finite=False)
+            with warnings.catch_warnings():
+                # An ill-conditioned DF is handled (the line search, the singular status).
+                warnings.simplefilter("ignore", sla.LinAlgWarning)
+                x = sla.solve(lmat, rhs, check_finite=False)
         except (np.linalg.LinAlgError, ValueError):
             raise SolverError("Newton: DF(Σ) is singular", status="singular") from None
         if not np.all(np.isfinite(x)):

@@ -1,14 +1,20 @@
 """Command line: ``gtcontrol run DESIGN.toml [-o OUTDIR]``, ``gtcontrol reproduce`` (also
 ``python -m gtcontrol``).
 
-Errors in the design or the inputs print one line on stderr and exit with status 2; nothing
-half-written is left behind (the output directory is replaced atomically on success only).
+Exit statuses: 0 success; 2 an error in the design, the inputs, the output folder or the
+system (a ``GTControlError``, ``OSError``, ``MemoryError`` or ``RecursionError``): one line on
+stderr; 3 an internal error (any other exception, a bug in gtcontrol): one line that names it;
+130 interrupted. Never a traceback; nothing half-written is left behind (the output directory is
+replaced atomically on success only). Warnings raised during a successful run are printed
+after it as one line each (``gtcontrol: warning: ...``); after a failure only the error line is
+printed.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -92,6 +98,37 @@ def run_design(design_path: Path, outdir: Path | None = None) -> Path:
     )
 
 
+def _one_line(text: str, limit: int = 2000) -> str:
+    """``text`` on one line (whitespace runs collapsed), shortened past ``limit`` characters."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else f"{flat[:limit]}…"
+
+
+def _error_line(exc: BaseException) -> tuple[str, int]:
+    """The stderr line and exit status for an exception that ended a run."""
+    if isinstance(exc, GTControlError):
+        return f"gtcontrol: error: {_one_line(str(exc))}", 2
+    if isinstance(exc, MemoryError):
+        return "gtcontrol: error: out of memory (the inputs are too large)", 2
+    if isinstance(exc, RecursionError):
+        return "gtcontrol: error: the inputs are nested too deeply", 2
+    if isinstance(exc, OSError):
+        where = f" ({exc.filename})" if exc.filename else ""
+        return f"gtcontrol: error: {_one_line(exc.strerror or str(exc))}{where}", 2
+    name = type(exc).__name__
+    return f"gtcontrol: internal error: {name}: {_one_line(str(exc))} (please report this)", 3
+
+
+def _run(args: argparse.Namespace) -> Path:
+    if args.command == "reproduce":
+        from ..experiments.report import reproduce
+
+        return reproduce(
+            args.outdir, n_tokens=args.n_tokens, seed=args.seed, quick=args.quick
+        ).outdir
+    return run_design(args.design, args.outdir)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``gtcontrol`` command.
 
@@ -103,28 +140,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns
     -------
     int
-        Exit status: 0 on success, 2 on an error (one line on stderr), 130 when interrupted.
+        Exit status: 0 on success; 2 on an error in the design, the inputs, the output folder
+        or the system (one line on stderr); 3 on an internal error (one line naming the
+        exception); 130 when interrupted. Never a traceback.
     """
     parser = _build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
         return 2
-    try:
-        if args.command == "reproduce":
-            from ..experiments.report import reproduce
-
-            out = reproduce(
-                args.outdir, n_tokens=args.n_tokens, seed=args.seed, quick=args.quick
-            ).outdir
-        else:
-            out = run_design(args.design, args.outdir)
-    except GTControlError as exc:
-        print(f"gtcontrol: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("gtcontrol: interrupted; no output written", file=sys.stderr)
-        return 130
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")
+        try:
+            out = _run(args)
+        except KeyboardInterrupt:
+            print("gtcontrol: interrupted; no output written", file=sys.stderr)
+            return 130
+        except Exception as exc:  # every failure: one line, never a traceback
+            line, code = _error_line(exc)
+            print(line, file=sys.stderr)
+            return code
+    seen: set[str] = set()
+    for w in caught:
+        line = f"gtcontrol: warning: {w.category.__name__}: {_one_line(str(w.message), 300)}"
+        if line not in seen:
+            seen.add(line)
+            print(line, file=sys.stderr)
     print(f"gtcontrol: wrote {out}/result.json")
     return 0
 

@@ -18,6 +18,8 @@ unknown key, a ragged or non-numeric matrix, a wrong size or a missing file rais
 from __future__ import annotations
 
 import math
+import os
+import stat
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -32,11 +34,23 @@ from ..model.gaussian import Gaussian
 from ..model.params import FeedForward, Layer, Schedule
 from .specs import SPECS, Option
 
-__all__ = ["Design", "Option", "load_design", "parse_design"]
+__all__ = ["MAX_DESIGN_BYTES", "Design", "Option", "load_design", "parse_design"]
 
 _T = TypeVar("_T")
 
-_TOP_KEYS = {"task", "title", "seed", "initial", "target", "layer", "schedule", "horizon"}
+_TOP_KEYS = {
+    "task",
+    "title",
+    "seed",
+    "time_limit",
+    "initial",
+    "target",
+    "layer",
+    "schedule",
+    "horizon",
+}
+#: Default wall-clock limit of a run in seconds (the top-level key ``time_limit``).
+DEFAULT_TIME_LIMIT = 3600.0
 _GAUSSIAN_KEYS = {"mean", "cov"}
 _LAYER_KEYS = {"A", "B", "V", "b", "v", "heads", "ffn", "noise"}
 _HEAD_KEYS = {"V", "B", "v"}
@@ -44,6 +58,10 @@ _FFN_KEYS = {"W", "U", "c", "activation"}
 _HORIZON_KEYS = {"T", "layers"}
 #: Largest integer accepted for counts such as ``horizon.layers`` (larger is absurd).
 _MAX_INT = 10**6
+#: Largest design file read (bytes); a larger file is refused before it is read.
+MAX_DESIGN_BYTES = 10 * 2**20
+#: Deepest nesting of arrays and tables accepted (matrices need 2; options 3).
+_MAX_DEPTH = 32
 
 
 @dataclass(frozen=True, eq=False)
@@ -60,6 +78,8 @@ class Design:
         A :class:`Layer` or :class:`Schedule`, or ``None``.
     T, layers
         The ``[horizon]`` values (``None`` when absent).
+    time_limit
+        Wall-clock limit of the whole run in seconds, shared by its solver calls.
     options
         The task's options with defaults filled in.
     raw
@@ -77,6 +97,7 @@ class Design:
     title: str
     raw: Mapping[str, Any] = field(repr=False)
     source: str = "<string>"
+    time_limit: float = DEFAULT_TIME_LIMIT
 
     def require(self, *names: str) -> None:
         """Raise :class:`DesignFileError` naming the first missing section among ``names``."""
@@ -107,16 +128,52 @@ def load_design(path: str | Path) -> Design:
     Raises
     ------
     DesignFileError
-        If the file is missing or unreadable, is not valid TOML, or breaks the schema.
+        If the file is missing or unreadable, is not a regular file (a directory, FIFO or
+        device), is larger than :data:`MAX_DESIGN_BYTES`, is not valid UTF-8 TOML, or breaks
+        the schema.
     """
     p = Path(path)
+    return parse_design(_read_text(p), source=str(p))
+
+
+def _read_text(p: Path) -> str:
+    """The text of a design file: a regular file of at most :data:`MAX_DESIGN_BYTES`.
+
+    The file is opened without blocking (a FIFO never hangs) and checked with ``fstat`` on the
+    opened descriptor, so a directory, a device (``/dev/zero``), a FIFO or a socket is refused
+    before anything is read.
+    """
     try:
-        text = p.read_text(encoding="utf-8")
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except FileNotFoundError:
         raise DesignFileError(f"{p}: design file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DesignFileError(f"{p}: cannot read design file ({exc})") from None
-    return parse_design(text, source=str(p))
+    except IsADirectoryError:
+        raise DesignFileError(f"{p}: is a directory, not a design file") from None
+    except OSError as exc:
+        raise DesignFileError(f"{p}: cannot read design file ({exc.strerror or exc})") from None
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise DesignFileError(f"{p}: is a directory, not a design file")
+        if not stat.S_ISREG(st.st_mode):
+            raise DesignFileError(
+                f"{p}: is not a regular file (a FIFO, device or socket); give a TOML file"
+            )
+        if st.st_size > MAX_DESIGN_BYTES:
+            raise DesignFileError(
+                f"{p}: design file has {st.st_size} bytes, more than the limit of "
+                f"{MAX_DESIGN_BYTES}"
+            )
+        try:
+            data = fh.read(MAX_DESIGN_BYTES + 1)
+        except OSError as exc:
+            raise DesignFileError(f"{p}: cannot read design file ({exc.strerror or exc})") from None
+    if len(data) > MAX_DESIGN_BYTES:
+        raise DesignFileError(f"{p}: design file is larger than {MAX_DESIGN_BYTES} bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DesignFileError(f"{p}: design file is not UTF-8 text ({exc.reason})") from None
 
 
 def parse_design(text: str, *, source: str = "<string>") -> Design:
@@ -143,16 +200,20 @@ def parse_design(text: str, *, source: str = "<string>") -> Design:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise DesignFileError(f"{source}: invalid TOML ({exc})") from None
+    except RecursionError:
+        raise DesignFileError(f"{source}: invalid TOML (nested too deeply)") from None
+    if _depth(doc) > _MAX_DEPTH:
+        raise DesignFileError(f"{source}: arrays or tables nested deeper than {_MAX_DEPTH}")
     task = doc.get("task")
     if not isinstance(task, str):
         raise DesignFileError(f"{source}: key 'task' is required, one of {sorted(SPECS)}")
     if task not in SPECS:
-        raise DesignFileError(f"{source}: task {task!r} is not one of {sorted(SPECS)}")
+        raise DesignFileError(f"{source}: task {_short(task)} is not one of {sorted(SPECS)}")
     spec = SPECS[task]
     unknown = set(doc) - _TOP_KEYS - {task}
     if unknown:
         raise DesignFileError(
-            f"{source}: unknown key {sorted(unknown)[0]!r} at top level "
+            f"{source}: unknown key {_short(sorted(unknown)[0])} at top level "
             f"(allowed: {sorted(_TOP_KEYS | {task})})"
         )
     ctx = _Ctx(source)
@@ -182,7 +243,14 @@ def parse_design(text: str, *, source: str = "<string>") -> Design:
     options = ctx.options(doc.get(task, {}), task, spec.options)
     seed = doc.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise DesignFileError(f"{source}: key 'seed' must be a non-negative integer, got {seed!r}")
+        raise DesignFileError(
+            f"{source}: key 'seed' must be a non-negative integer, got {_short(seed)}"
+        )
+    time_limit = (
+        ctx.positive_float(doc["time_limit"], "time_limit")
+        if "time_limit" in doc
+        else DEFAULT_TIME_LIMIT
+    )
     title = doc.get("title", task)
     if not isinstance(title, str):
         raise DesignFileError(f"{source}: key 'title' must be a string")
@@ -198,6 +266,7 @@ def parse_design(text: str, *, source: str = "<string>") -> Design:
         title=title,
         raw=doc,
         source=source,
+        time_limit=time_limit,
     )
     design.require(*spec.needs)
     return design
@@ -230,7 +299,9 @@ class _Ctx:
 
     def array(self, value: Any, where: str, ndim: int) -> np.ndarray:
         if isinstance(value, (str, bool)) or _has_non_numeric(value):
-            raise self.fail(f"'{where}' must be numeric, got {value!r}")
+            raise self.fail(f"'{where}' must be numeric, got {_short(value)}")
+        if _has_huge(value):
+            raise self.fail(f"'{where}' has an entry beyond the floating-point range")
         try:
             return as_float_array(f"'{where}'", value, ndim=ndim, error=DesignFileError)
         except DesignFileError as exc:
@@ -238,15 +309,17 @@ class _Ctx:
 
     def scalar(self, value: Any, where: str) -> float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise self.fail(f"'{where}' must be a number, got {value!r}")
+            raise self.fail(f"'{where}' must be a number, got {_short(value)}")
+        if _has_huge(value):
+            raise self.fail(f"'{where}' is beyond the floating-point range")
         if not math.isfinite(value):
-            raise self.fail(f"'{where}' must be finite, got {value!r}")
+            raise self.fail(f"'{where}' must be finite, got {_short(value)}")
         return float(value)
 
     def positive_float(self, value: Any, where: str) -> float:
         x = self.scalar(value, where)
         if x <= 0:
-            raise self.fail(f"'{where}' must be positive, got {value!r}")
+            raise self.fail(f"'{where}' must be positive, got {_short(value)}")
         return x
 
     def positive_int(self, value: Any, where: str) -> int:
@@ -254,7 +327,7 @@ class _Ctx:
             return as_positive_int(where, value, maximum=_MAX_INT)
         except InvalidParametersError:
             raise self.fail(
-                f"'{where}' must be a positive integer at most {_MAX_INT}, got {value!r}"
+                f"'{where}' must be a positive integer at most {_MAX_INT}, got {_short(value)}"
             ) from None
 
     def gaussian(self, value: Any, where: str) -> Gaussian:
@@ -323,16 +396,48 @@ class _Ctx:
             kinds = opt.kind if isinstance(opt.kind, tuple) else (opt.kind,)
             ok = isinstance(v, kinds) and not (isinstance(v, bool) and bool not in kinds)
             if float in kinds and isinstance(v, int) and not isinstance(v, bool):
+                if _has_huge(v):
+                    raise self.fail(f"'{task}.{name}' is beyond the floating-point range")
                 v, ok = float(v), True
+            if isinstance(v, float) and not math.isfinite(v):
+                raise self.fail(f"'{task}.{name}' must be finite, got {_short(t[name])}")
             if not ok:
                 names = "/".join(k.__name__ for k in kinds)
-                raise self.fail(f"'{task}.{name}' must be of type {names}, got {t[name]!r}")
+                raise self.fail(f"'{task}.{name}' must be of type {names}, got {_short(t[name])}")
             if opt.check is not None:
                 problem = opt.check(v)
                 if problem:
-                    raise self.fail(f"'{task}.{name}' {problem}, got {t[name]!r}")
+                    raise self.fail(f"'{task}.{name}' {problem}, got {_short(t[name])}")
             out[name] = v
         return out
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    """``repr(value)`` for a one-line message, shortened when long."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}…"
+
+
+def _depth(value: Any) -> int:
+    """Nesting depth of a TOML value (iterative: no recursion limit is hit)."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        item, level = stack.pop()
+        deepest = max(deepest, level)
+        if level > _MAX_DEPTH:
+            break
+        if isinstance(item, dict):
+            stack.extend((v, level + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, level + 1) for v in item)
+    return deepest
+
+
+def _has_huge(value: Any) -> bool:
+    """Whether a number (or a nested list) holds an integer too large for a float."""
+    if isinstance(value, list):
+        return any(_has_huge(v) for v in value)
+    return isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 2**1024
 
 
 def _has_non_numeric(value: Any) -> bool:

@@ -68,16 +68,31 @@ def _nonneg(x: Any) -> str | None:
 def _int_list(x: Any) -> str | None:
     if not x or not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in x):
         return "must be a non-empty list of positive integers"
+    if len(x) > 20 or max(x) > _MAX_TOKENS:
+        return f"must hold at most 20 counts, each at most {_MAX_TOKENS}"
     return None
 
 
-def _at_most(limit: int) -> Callable[[Any], str | None]:
-    """A positive integer up to ``limit`` (larger values are refused as absurd)."""
+#: Most tokens a task moves (softmax attention costs N² per step; more is refused as absurd).
+_MAX_TOKENS = 20000
+
+
+def _at_most(limit: int, *, zero: bool = False) -> Callable[[Any], str | None]:
+    """A positive (``zero``: non-negative) integer up to ``limit`` (larger: refused as absurd)."""
 
     def check(x: Any) -> str | None:
-        if x <= 0:
-            return "must be positive"
+        if x < 0 or (x == 0 and not zero):
+            return "must be >= 0" if zero else "must be positive"
         return None if x <= limit else f"must be at most {limit}"
+
+    return check
+
+
+def _one_of(*choices: str) -> Callable[[Any], str | None]:
+    """One of ``choices`` (the names the called function accepts)."""
+
+    def check(x: Any) -> str | None:
+        return None if x in choices else f"must be one of {', '.join(map(repr, choices))}"
 
     return check
 
@@ -86,7 +101,12 @@ _INTEGRATOR_OPTIONS: dict[str, Option] = {
     "rtol": Option(float, 1e-11, _positive, "relative tolerance of the moment integrator"),
     "atol": Option(float, 1e-14, _positive, "absolute tolerance (scaled by the initial state)"),
     "n_points": Option(int, 201, _at_most(10**6), "number of recorded depths"),
-    "method": Option(str, "DOP853", None, "scipy solve_ivp method"),
+    "method": Option(
+        str,
+        "DOP853",
+        _one_of("DOP853", "RK45", "Radau", "LSODA", "BDF"),
+        "scipy solve_ivp method",
+    ),
 }
 
 #: Every task a design file can name, with what it needs and accepts.
@@ -99,7 +119,12 @@ SPECS: dict[str, TaskSpec] = {
             "steps_per_layer": Option(
                 int, 1, _at_most(10**6), "residual steps per layer (discrete)"
             ),
-            "tokens": Option(int, 2000, _nonneg, "tokens drawn for the cloud figure (0: none)"),
+            "tokens": Option(
+                int,
+                2000,
+                _at_most(_MAX_TOKENS, zero=True),
+                "tokens drawn for the cloud figure (0: none)",
+            ),
         },
         summary="integrate the moment ODE",
     ),
@@ -107,9 +132,16 @@ SPECS: dict[str, TaskSpec] = {
         needs=("initial", "model", "T"),
         options={
             "n_tokens": Option(list, [256, 1024, 4096], _int_list, "token counts N"),
-            "repeats": Option(int, 3, _positive, "independent samples per N"),
-            "method": Option(str, "rk4", None, "token integrator: rk4, discrete, adaptive"),
-            "steps_per_layer": Option(int, 20, _at_most(10**6), "token steps per layer"),
+            "repeats": Option(int, 3, _at_most(100), "independent samples per N"),
+            "method": Option(
+                str,
+                "rk4",
+                _one_of("rk4", "discrete", "adaptive"),
+                "token integrator: rk4, discrete, adaptive",
+            ),
+            "steps_per_layer": Option(
+                int, 20, _at_most(10**6), "token steps per layer (not with 'adaptive')"
+            ),
         },
         summary="token-level Transformer vs moment ODE, error against N",
     ),
@@ -125,12 +157,26 @@ SPECS: dict[str, TaskSpec] = {
     "steer": TaskSpec(
         needs=("initial", "target", "T"),
         options={
-            "mode": Option(str, "full", None, "'full', 'ffn' (V = 0) or 'attention' (A = b = 0)"),
-            "objective": Option(str, "kinetic", None, "'kinetic' or 'parameter'"),
-            "terminal": Option(str, "exact", None, "'exact', 'bw' or 'kl' (penalty)"),
+            "mode": Option(
+                str,
+                "full",
+                _one_of("full", "ffn", "attention"),
+                "'full', 'ffn' (V = 0) or 'attention' (A = b = 0)",
+            ),
+            "objective": Option(
+                str, "kinetic", _one_of("kinetic", "parameter"), "'kinetic' or 'parameter'"
+            ),
+            "terminal": Option(
+                str, "exact", _one_of("exact", "bw", "kl"), "'exact', 'bw' or 'kl' (penalty)"
+            ),
             "cov_bound": Option(float, 0.0, _nonneg, "bound on ‖Σ(t)‖ (0: none)"),
-            "max_iter": Option(int, 500, _positive, "IPOPT iterations"),
-            "tokens": Option(int, 2000, _nonneg, "tokens run through the result (0: none)"),
+            "max_iter": Option(int, 500, _at_most(10**5), "IPOPT iterations"),
+            "tokens": Option(
+                int,
+                2000,
+                _at_most(_MAX_TOKENS, zero=True),
+                "tokens run through the result (0: none)",
+            ),
         },
         summary="optimal L-layer steering between Gaussians (CasADi/IPOPT), verified",
     ),
@@ -140,10 +186,12 @@ SPECS: dict[str, TaskSpec] = {
             "rate": Option(float, 1.0, _positive, "mean convergence rate |v|"),
             "cov_rate": Option(float, 0.0, _nonneg, "covariance rate (0: twice the rate)"),
             "minimum_norm": Option(bool, False, None, "minimum-norm parameters (CasADi)"),
-            "V_structure": Option(str, "scalar", None, "'scalar' (V = vI) or 'general'"),
+            "V_structure": Option(
+                str, "scalar", _one_of("scalar", "full"), "'scalar' (V = vI) or 'full'"
+            ),
             "max_condition": Option(float, 100.0, _positive, "conditioning bound (CasADi)"),
             "robustness": Option(bool, True, None, "report the distance to instability"),
-            "n_starts": Option(int, 5, _positive, "random starts in the convergence figure"),
+            "n_starts": Option(int, 5, _at_most(100), "random starts in the convergence figure"),
             "T": Option(float, 0.0, _nonneg, "depth of the convergence figure (0: automatic)"),
         },
         summary="design a stable layer carrying every Gaussian to a target mean/covariance",
@@ -162,8 +210,13 @@ SPECS: dict[str, TaskSpec] = {
     "experiment": TaskSpec(
         needs=(),
         options={
-            "n_tokens": Option(int, 1024, _positive, "Gaussian tokens fed to the encoders"),
+            "n_tokens": Option(
+                int, 1024, _at_most(_MAX_TOKENS), "Gaussian tokens fed to the encoders"
+            ),
             "quick": Option(bool, False, None, "reduced smoke run (MiniLM only, < 60 s)"),
+            "flows": Option(
+                bool, False, None, "MiniLM attention sublayers as flows (docs/minilm_flows.md)"
+            ),
         },
         summary="the paper's evidence on real pretrained models (extra 'experiments')",
     ),

@@ -11,6 +11,7 @@ The runners call the public API of :mod:`gtcontrol` (and the plotting / experime
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,6 +79,17 @@ class Task:
         return self.spec.summary
 
 
+class _Clock:
+    """What is left of a run's ``time_limit`` (docs/designs.md), for each solver call."""
+
+    def __init__(self, design: Design) -> None:
+        self.deadline = time.monotonic() + design.time_limit
+
+    def left(self) -> float:
+        """Seconds left (at least a millisecond: a spent budget returns at once)."""
+        return max(self.deadline - time.monotonic(), 1e-3)
+
+
 def _message(result: Any) -> str:
     """The result's ``message`` (formerly ``reason`` on some results)."""
     text = getattr(result, "message", None)
@@ -127,8 +139,10 @@ def _run_simulate(design: Design, out: Path) -> dict[str, Any]:
     from ..plotting.core import plot_moments  # matplotlib: loaded only when drawing
 
     o = design.options
+    clock = _Clock(design)
     traj = simulate(
         *_moment_problem(design),
+        time_limit=clock.left(),
         rtol=o["rtol"],
         atol=o["atol"],
         n_points=o["n_points"],
@@ -139,10 +153,11 @@ def _run_simulate(design: Design, out: Path) -> dict[str, Any]:
     outputs: dict[str, Any] = {"trajectory": trajectory_summary(traj)}
     figures = ["moments.png"]
     if o["tokens"] > 0 and traj.dim >= 2:
-        figures += _token_cloud_figure(design, traj, o["tokens"], out)
+        figures += _token_cloud_figure(design, traj, o["tokens"], out, clock)
     if o["discrete"]:
         disc = simulate_discrete(
             *_moment_problem(design),
+            time_limit=clock.left(),
             steps_per_layer=o["steps_per_layer"],
         )
         outputs["discrete"] = trajectory_summary(disc)
@@ -151,7 +166,9 @@ def _run_simulate(design: Design, out: Path) -> dict[str, Any]:
     return {"status": traj.status, "outputs": outputs, "figures": figures}
 
 
-def _token_cloud_figure(design: Design, traj: Trajectory, n: int, out: Path) -> list[str]:
+def _token_cloud_figure(
+    design: Design, traj: Trajectory, n: int, out: Path, clock: _Clock
+) -> list[str]:
     """Move ``n`` sampled tokens with the same model and draw them against the predicted ellipses.
 
     After a blow-up only a single layer can be cut short (at 90 % of the blow-up time); a
@@ -166,7 +183,7 @@ def _token_cloud_figure(design: Design, traj: Trajectory, n: int, out: Path) -> 
         pred = traj
     elif traj.status is Status.BLOWUP and isinstance(design.model, Layer):
         model, horizon = design.model, 0.9 * traj.blowup_time
-        pred = simulate(model, design.initial, horizon)
+        pred = simulate(model, design.initial, horizon, time_limit=clock.left())
         if pred.status is not Status.SUCCESS:
             return []
     else:
@@ -184,6 +201,7 @@ def _token_cloud_figure(design: Design, traj: Trajectory, n: int, out: Path) -> 
         method="euler" if noisy else "rk4",
         steps_per_layer=200 if noisy else 20,
         rng=design.seed,
+        time_limit=clock.left(),
     )
     plot_token_clouds(
         list(tok.snapshots),
@@ -198,13 +216,24 @@ def _run_compare_tokens(design: Design, out: Path) -> dict[str, Any]:
     from ..plotting.core import plot_convergence, plot_moments, plot_token_clouds
 
     o = design.options
+    # 'adaptive' picks its own steps and refuses steps_per_layer; compare_tokens has an integer
+    # default (20) for it, so pass None explicitly for that method (else it always failed).
+    steps: dict[str, Any] = {"steps_per_layer": o["steps_per_layer"]}
+    if o["method"] == "adaptive":
+        if "steps_per_layer" in design.raw.get("compare-tokens", {}):
+            raise DesignFileError(
+                f"{design.source}: 'compare-tokens.steps_per_layer' is not used by method "
+                "'adaptive' (it picks its own steps); remove it"
+            )
+        steps["steps_per_layer"] = None
     cmp = compare_tokens(
         *_moment_problem(design),
         n_tokens=o["n_tokens"],
         repeats=o["repeats"],
         seed=design.seed,
         method=o["method"],
-        steps_per_layer=o["steps_per_layer"],
+        time_limit=design.time_limit,
+        **steps,
     )
     figures = ["moments.png", "convergence.png"]
     plot_moments(cmp.predicted, out / "moments.png", title=f"{design.title}: moment ODE")
@@ -258,8 +287,9 @@ def _run_analyze(design: Design, out: Path) -> dict[str, Any]:
         raise DesignFileError(f"{design.source}: task 'analyze' needs a single [layer]")
     assert g0 is not None
     o = design.options
-    regime = analyze(layer, g0, T=o["horizon"] or None)
-    eqs = equilibria(layer)
+    clock = _Clock(design)
+    regime = analyze(layer, g0, T=o["horizon"] or None, time_limit=clock.left())
+    eqs = equilibria(layer, time_limit=clock.left())
     data = regime_figure_data(
         layer, g0, T=o["plot_T"] or None, n_points=o["n_points"], regime=regime
     )
@@ -310,7 +340,9 @@ def _run_steer(design: Design, out: Path) -> dict[str, Any]:
         raise DesignFileError(
             f"{design.source}: task 'steer' computes the layers; remove [layer]/[[schedule]]"
         )
+    clock = _Clock(design)
     kw: dict[str, Any] = {
+        "time_limit": clock.left(),
         "terminal": o["terminal"],
         "max_iter": o["max_iter"],
         "seed": design.seed,
@@ -343,7 +375,9 @@ def _run_steer(design: Design, out: Path) -> dict[str, Any]:
     if o["tokens"] > 0 and res.trajectory is not None and res.trajectory.status is Status.SUCCESS:
         x0 = design.initial.sample(o["tokens"], design.seed)
         snaps = np.linspace(0.0, sched.T, 4)
-        tok = simulate_tokens(sched, x0, snapshot_times=snaps, steps_per_layer=8)
+        tok = simulate_tokens(
+            sched, x0, snapshot_times=snaps, steps_per_layer=8, time_limit=clock.left()
+        )
         token_w2 = tok.final.bures_wasserstein(design.target)
         if design.initial.dim >= 2:
             plot_token_clouds(
@@ -427,9 +461,11 @@ def _run_design(design: Design, out: Path) -> dict[str, Any]:
 
     o = design.options
     assert design.target is not None
+    clock = _Clock(design)
     res = design_mean_matching(
         design.target.mean,
         design.target.cov,
+        time_limit=clock.left(),
         rate=o["rate"],
         cov_rate=o["cov_rate"] or None,
         minimum_norm=o["minimum_norm"],
@@ -439,7 +475,9 @@ def _run_design(design: Design, out: Path) -> dict[str, Any]:
         seed=design.seed,
         **_design_fixed_parts(design),
     )
-    data = design_convergence(res, n_starts=o["n_starts"], T=o["T"] or None, seed=design.seed)
+    data = design_convergence(
+        res, n_starts=o["n_starts"], T=o["T"] or None, seed=design.seed, time_limit=clock.left()
+    )
     plot_design_convergence(
         data.t,
         data.mean_error,
@@ -505,7 +543,9 @@ def _run_filter(design: Design, out: Path) -> dict[str, Any]:
             f"{design.source}: [initial] has dimension {design.initial.dim} but the filter "
             f"has dimension {layer.dim}"
         )
-    cmp = compare_filter(layer, design.initial, design.T, n_points=o["n_points"])
+    cmp = compare_filter(
+        layer, design.initial, design.T, n_points=o["n_points"], time_limit=design.time_limit
+    )
     plot_filter_covariance(
         cmp.trajectory.t,
         cmp.filter_cov,
@@ -541,6 +581,10 @@ def _run_experiment(design: Design, out: Path) -> dict[str, Any]:
     from ..experiments.report import experiment_outputs, run_experiments
 
     o = design.options
+    if o["flows"]:
+        from ..experiments.attention_flows import run_flows
+
+        return run_flows(out, time_limit=design.time_limit)
     res = run_experiments(out, n_tokens=o["n_tokens"], seed=design.seed, quick=o["quick"])
     return experiment_outputs(res)
 

@@ -137,7 +137,59 @@ class _Log:
     notes: list[str]
 
 
+#: Collocation intervals per layer are doubled up to this many while IPOPT converges but the
+#: re-simulated terminal error exceeds ``terminal_tol`` (the mesh was too coarse).
+_MAX_INTERVALS = 8
+
+
+def _mesh_too_coarse(plan: Plan, result: SteeringResult) -> bool:
+    """IPOPT converged, the re-simulation is finite, but its terminal error is too large."""
+    return (
+        not result.success
+        and bool(result.stats.get("converged"))
+        and math.isfinite(result.terminal_error)
+        and result.terminal_error > plan.opts.terminal_tol
+    )
+
+
 def run(plan: Plan, budget: Budget, clock: float) -> SteeringResult:
+    """Solve; refine the collocation mesh while the converged control misses the target.
+
+    The re-simulated terminal error (an adaptive integrator, independent of the collocation) is
+    the judge: while IPOPT converges but that error exceeds ``terminal_tol``, the intervals per
+    layer are doubled (up to ``_MAX_INTERVALS``) and the problem re-solved from the last
+    control. A result that still misses says so (``success=False``, the error in ``message``).
+    """
+    result = _run_once(plan, budget, clock)
+    tried = [plan.opts.intervals]
+    while _mesh_too_coarse(plan, result) and not budget.exhausted:
+        k = plan.opts.intervals * 2
+        if k > _MAX_INTERVALS:
+            break
+        opts = replace(plan.opts, intervals=k, initial_guess=result.controls)
+        plan = make_plan(plan.initial, plan.target, plan.T, plan.n, plan.mode, opts)
+        refined = _run_once(plan, budget, clock)
+        tried.append(k)
+        if refined.success or refined.terminal_error < result.terminal_error:
+            result = refined
+    if len(tried) > 1:
+        verdict = (
+            ""
+            if result.success
+            else (
+                f"; still {result.terminal_error:.3g} > terminal_tol = {plan.opts.terminal_tol:g} "
+                "after refining"
+            )
+        )
+        result = replace(
+            result,
+            message=f"{result.message} (collocation intervals per layer tried: {tried}{verdict})",
+            stats={**result.stats, "intervals_tried": tried},
+        )
+    return result
+
+
+def _run_once(plan: Plan, budget: Budget, clock: float) -> SteeringResult:
     """Build (or reuse) the NLP and solve from each start until one is verified."""
     common: dict[str, Any] = {
         "regularization": plan.reg_weight,

@@ -9,6 +9,8 @@
 * :func:`prescribed_attention_regimes`, :func:`feedforward_closeness` — token-level Transformers
   against the moment predictions (collapse, convergence and blow-up; identity vs ReLU
   feed-forward, with the Gaussian closure :func:`closure_flow`).
+* :func:`attention_flows` — every MiniLM-L6 attention sublayer as a continuous-time flow
+  (blow-up time and direction, from ``Σ0 = I`` and from real text; docs/minilm_flows.md).
 * :func:`reproduce` — all of it, with figures, ``report.md`` and ``report.html``.
 
 Every result carries ``success``, ``status`` (a :class:`~gtcontrol.Status`), ``message`` and
@@ -24,6 +26,7 @@ Reference: the paper cited in :mod:`gtcontrol`.
 from __future__ import annotations
 
 from ._deps import ExperimentDependencyError
+from .attention_flows import SENTENCES, AttentionFlows, FlowRow, attention_flows, text_moments
 from .closure import (
     ClosenessCurve,
     ClosureFlow,
@@ -53,12 +56,15 @@ from .surrogate import SurrogateComparison, SurrogateRow, moment_surrogate
 
 __all__ = [
     "MODELS",
+    "SENTENCES",
     "STATISTICS",
+    "AttentionFlows",
     "ClosenessCurve",
     "ClosureFlow",
     "ExperimentDependencyError",
     "ExtractedLayer",
     "FeedForwardCloseness",
+    "FlowRow",
     "GaussianityResult",
     "GaussianityTable",
     "LayerGaussianity",
@@ -69,6 +75,7 @@ __all__ = [
     "ReproduceResult",
     "SurrogateComparison",
     "SurrogateRow",
+    "attention_flows",
     "closure_flow",
     "encoder_states",
     "extract_layers",
@@ -82,4 +89,5 @@ __all__ = [
     "pretrained_gaussianity",
     "reproduce",
     "sliced_wasserstein",
+    "text_moments",
 ]

@@ -36,6 +36,8 @@ OVERFLOW_LEVEL = 1e250
 _LEVEL_STEP = 10.0
 #: Largest growth (over the reference) at which the watch still asks for a better estimate.
 _LAST_LEVEL = 1e15
+#: Largest factor by which :meth:`BlowupWatch.relaxation` loosens the integrator's tolerances.
+MAX_RELAXATION = 1e4
 _EPS = float(2.0**-52)
 
 
@@ -118,6 +120,30 @@ class BlowupWatch:
             )
             return _blowup(t_star, t, upper, how)
         return None
+
+    def relaxation(self) -> float:
+        """Factor ``≥ 1`` by which the integrator may loosen its tolerances near a blow-up.
+
+        A relative error ``δ`` of Σ committed at remaining time ``τ = t* − t`` moves the
+        singularity by about ``δ τ`` (near ``t*``, ``Σ ≈ u uᵀ c/(t* − t)``: a relative change of
+        ``c`` is a shift of ``t*``). So once the samples show a finite-time blow-up (the
+        remaining time shrank threefold or more between the last two samples), the tolerance
+        can grow like ``τ_first/τ`` (``τ_first`` the remaining time at the first sample) and
+        every step still moves ``t*`` by no more than one step at the first sample did: the
+        error budget of ``t*`` is unchanged while an 8th-order method needs ``(τ_first/τ)^{1/8}``
+        times fewer steps per decade of ``λ_max``. Capped at :data:`MAX_RELAXATION`; ``1``
+        before two samples and whenever the growth does not look like a blow-up.
+        """
+        if len(self.samples) < 2:
+            return 1.0
+        first, prev, last = self.samples[0], self.samples[-2], self.samples[-1]
+        if not (
+            math.isfinite(first.remaining)
+            and math.isfinite(last.remaining)
+            and 0.0 < last.remaining <= prev.remaining / 3.0
+        ):
+            return 1.0
+        return min(max(first.remaining / last.remaining, 1.0), MAX_RELAXATION)
 
     def collapse(self, t: float, lam: float, dlam: float, why: str) -> Outcome | None:
         """Classify a step-size collapse at ``(t, λ, λ̇)``: a blow-up, or ``None`` (a failure).

@@ -537,7 +537,11 @@ class Schedule:
             tf = float("nan")
         if tf != tf or isinstance(t, (str, bytes, bool)):
             raise InvalidParametersError(f"t: expected a real depth, got {t!r}")
-        k = int(np.floor(tf / self.duration + 1e-12)) if abs(tf) < 1e300 else (-1 if tf < 0 else len(self.layers))
+        k = (
+            int(np.floor(tf / self.duration + 1e-12))
+            if abs(tf) < 1e300
+            else (-1 if tf < 0 else len(self.layers))
+        )
         return min(max(k, 0), len(self.layers) - 1)
 
     def layer_at(self, t: float) -> Layer:

@@ -118,10 +118,11 @@ class _TokenOptions:
         as_positive_int("max_evals", self.max_evals, maximum=_MAX_EVALS_LIMIT)
         object.__setattr__(self, "time_limit", as_time_limit(self.time_limit))
         try:
-            dt = np.dtype(self.dtype)
-        except TypeError:
+            dt: np.dtype[Any] | None = np.dtype(self.dtype)
+        except (TypeError, ValueError):
             dt = None
-        if dt not in _DTYPES:
+        # ``None in _DTYPES`` is true (numpy compares None as float64): test it first.
+        if dt is None or self.dtype is None or dt not in _DTYPES:
             raise InvalidParametersError(
                 f"dtype: expected numpy.float64 or numpy.float32, got {self.dtype!r}"
             )

@@ -78,7 +78,7 @@ def plot_moments(
     path
         Where to write the PNG.
     title
-        Figure title.
+        Figure title, drawn as plain text (no mathtext: a `$` is a dollar sign).
     equilibrium_eigs
         Eigenvalues of an equilibrium covariance, drawn as dotted lines.
     breakpoints
@@ -109,7 +109,7 @@ def plot_moments(
     if traj.status not in (Status.SUCCESS, Status.BLOWUP):
         title = f"{title} (stopped early: {traj.status})" if title else f"stopped: {traj.status}"
     if title:
-        fig.suptitle(title, fontsize=10)
+        fig.suptitle(title, fontsize=10, parse_math=False)
     save_figure(fig, path)
 
 
@@ -141,7 +141,7 @@ def plot_token_clouds(
     max_points
         Tokens drawn per panel (the first ones).
     title
-        Figure title.
+        Figure title, drawn as plain text (no mathtext: a `$` is a dollar sign).
     """
     n = len(snapshots)
     fig = new_figure(3.0 * n, 3.2)
@@ -155,7 +155,7 @@ def plot_token_clouds(
         ax.set_title(f"t = {t:.3g}", fontsize=9)
         ax.set_aspect("equal", adjustable="datalim")
     if title:
-        fig.suptitle(title, fontsize=10)
+        fig.suptitle(title, fontsize=10, parse_math=False)
     save_figure(fig, path)
 
 
@@ -177,7 +177,7 @@ def plot_convergence(
     path
         Where to write the PNG.
     title
-        Axes title.
+        Axes title, drawn as plain text (no mathtext: a `$` is a dollar sign).
     """
     fig = new_figure(5.0, 3.8)
     ax = fig.subplots()
@@ -190,5 +190,5 @@ def plot_convergence(
     ax.set_ylabel("error at depth T")
     ax.legend(fontsize=8)
     if title:
-        ax.set_title(title, fontsize=10)
+        ax.set_title(title, fontsize=10, parse_math=False)
     save_figure(fig, path)

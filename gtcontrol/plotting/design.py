@@ -50,7 +50,7 @@ def plot_design_convergence(
     if np.atleast_2d(mean_error).shape[0] <= 8:
         ax_m.legend(fontsize=7, loc="best")
     if title:
-        fig.suptitle(title, fontsize=10)
+        fig.suptitle(title, fontsize=10, parse_math=False)
     save_figure(fig, path)
 
 
@@ -91,5 +91,5 @@ def plot_filter_covariance(
     ax_e.set_xlabel("depth t")
     ax_e.set_title("relative difference ‖P − Σ‖ / ‖Σ‖", fontsize=9)
     if title:
-        fig.suptitle(title, fontsize=10)
+        fig.suptitle(title, fontsize=10, parse_math=False)
     save_figure(fig, path)

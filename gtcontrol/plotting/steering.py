@@ -46,7 +46,7 @@ def plot_steering_moments(
     breakpoints
         Layer switches ``0, h, ..., T`` (e.g. ``schedule.breakpoints``); the inner ones are drawn.
     title
-        Figure title (none when empty).
+        Figure title (none when empty), drawn as plain text (no mathtext).
     """
     fig = new_figure(11.0, 3.4)
     ax_m, ax_s, ax_w = fig.subplots(1, 3)
@@ -74,7 +74,7 @@ def plot_steering_moments(
     if traj.dim <= 6:
         ax_m.legend(fontsize=7, loc="best")
     if title:
-        fig.suptitle(title, fontsize=10)
+        fig.suptitle(title, fontsize=10, parse_math=False)
     save_figure(fig, path)
 
 
@@ -88,7 +88,7 @@ def plot_parameter_norms(schedule: Schedule, path: str | Path, *, title: str = "
     path
         Where the PNG is written.
     title
-        Figure title (none when empty).
+        Figure title (none when empty), drawn as plain text (no mathtext).
     """
     layers = schedule.layers
     idx = np.arange(1, len(layers) + 1)
@@ -108,5 +108,5 @@ def plot_parameter_norms(schedule: Schedule, path: str | Path, *, title: str = "
     ax.set_xticks(idx)
     ax.legend(fontsize=8)
     if title:
-        ax.set_title(title, fontsize=10)
+        ax.set_title(title, fontsize=10, parse_math=False)
     save_figure(fig, path)

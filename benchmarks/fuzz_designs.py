@@ -1,0 +1,259 @@
+"""Fuzz the command line with mutated design files and count the outcomes (issue 12).
+
+Mutates the shipped ``designs/*.toml`` (made small first, so one valid run takes about a second)
+with the operations of ``tests/_design_mutations.py`` (deleted and added keys, values of wrong
+types, ragged matrices, numbers beyond the floating-point range, NaN strings, unicode and
+mathtext specials, another task, edits of the TOML text), seeded, and runs each file through
+``gtcontrol.cli.main(["run", FILE, "-o", OUT])`` in a pool of worker processes, each case under
+a time limit (``signal.alarm`` in the worker, and a hard kill of the worker by the parent).
+
+Outcomes:
+
+``ok``
+    exit 0 and a complete output folder (every file listed in ``result.json``, nothing else).
+``clean error``
+    exit 2, exactly one line ``gtcontrol: error: ...`` on stderr, no output folder.
+``raw exception``
+    anything else that ended the run: exit 3 (internal error), a traceback, several lines, an
+    exception escaping ``main``, a worker that died.
+``hang``
+    no exit within the time limit.
+``partial output``
+    a failed run that left an output folder, a successful one whose folder is incomplete, or a
+    hidden temporary left beside it.
+``parse only``
+    a valid ``experiment`` design (it would run real pretrained models for minutes); only
+    validated.
+
+Usage::
+
+    python benchmarks/fuzz_designs.py            # 2,000 files
+    python benchmarks/fuzz_designs.py --quick    # 200 files
+    python benchmarks/fuzz_designs.py -n 5000 --seed 3 --workers 4 --timeout 60
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import multiprocessing as mp
+import os
+import random
+import shutil
+import signal
+import sys
+import tempfile
+import time
+import tomllib
+from collections import Counter
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from _design_mutations import MUTATIONS, SLOW_TASKS, dumps, make_fast, mutate, shipped_designs  # noqa: E402
+
+OUTCOMES = ("ok", "clean error", "raw exception", "hang", "partial output", "parse only")
+
+
+class Hang(BaseException):
+    """The case ran past its time limit (a BaseException: ``main`` does not swallow it)."""
+
+
+def make_case(index: int, seed: int, bases: dict[str, dict[str, Any]]) -> tuple[str, str]:
+    """The ``index``-th mutated design file: ``(description, TOML text)``."""
+    rng = random.Random(seed * 1_000_003 + index)
+    names = sorted(bases)
+    name = names[index % len(names)]
+    doc: dict[str, Any] | str = bases[name]
+    ops = [rng.choice(MUTATIONS) for _ in range(rng.randrange(1, 4))]
+    for op in ops:
+        if isinstance(doc, str):
+            break
+        doc = mutate(doc, rng, op)
+        if op == "task" and isinstance(doc, dict):
+            doc = make_fast(doc)
+    text = doc if isinstance(doc, str) else dumps(doc)
+    return f"{name}+{'+'.join(ops)}", text
+
+
+def _on_alarm(signum: int, frame: Any) -> None:
+    raise Hang()
+
+
+def run_case(text: str, root: Path, limit: int) -> tuple[str, str]:
+    """Run one design file in this process; return ``(outcome, detail)``."""
+    from gtcontrol import DesignFileError
+    from gtcontrol.cli import main
+    from gtcontrol.cli.schema import parse_design
+
+    root.mkdir(parents=True)
+    design = root / "d.toml"
+    design.write_text(text, "utf-8", errors="surrogatepass")
+    out = root / "out"
+    try:
+        task = tomllib.loads(text).get("task")
+    except tomllib.TOMLDecodeError:
+        task = None
+    if task in SLOW_TASKS:
+        try:
+            parse_design(text)
+        except DesignFileError:
+            return "clean error", ""
+        except Exception as exc:
+            return "raw exception", f"parse: {type(exc).__name__}: {exc}"
+        return "parse only", ""
+    err, std = io.StringIO(), io.StringIO()
+    signal.signal(signal.SIGALRM, _on_alarm)
+    signal.alarm(limit)
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(std):
+            code = main(["run", str(design), "-o", str(out)])
+    except Hang:
+        return "hang", f"no exit after {limit} s"
+    except BaseException as exc:
+        return "raw exception", f"escaped main: {type(exc).__name__}: {exc}"
+    finally:
+        signal.alarm(0)
+    stderr = err.getvalue()
+    lines = stderr.splitlines()
+    leftovers = sorted(p.name for p in root.iterdir() if p.name not in ("d.toml", "out"))
+    if code == 0:
+        try:
+            res = json.loads((out / "result.json").read_text("utf-8"))
+            present = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
+            complete = sorted(res["files"]) == present
+        except (OSError, ValueError, KeyError):
+            complete = False
+        if not complete or leftovers:
+            return "partial output", f"exit 0, complete={complete}, leftovers={leftovers}"
+        warned = [ln for ln in lines if ln.startswith("gtcontrol: warning:")]
+        return "ok", warned[0] if warned else ""
+    if "Traceback" in stderr or code not in (2, 130):
+        return "raw exception", f"exit {code}: {stderr.strip()[:300]}"
+    if len(lines) != 1 or not lines[0].startswith("gtcontrol: error: "):
+        return "raw exception", f"exit {code} with {len(lines)} lines: {stderr.strip()[:300]}"
+    if out.exists() or leftovers:
+        return "partial output", f"exit {code}, out={out.exists()}, leftovers={leftovers}"
+    return "clean error", lines[0][:300]
+
+
+def _worker(conn: Connection, workdir: str, limit: int) -> None:
+    import gtcontrol.cli  # noqa: F401 - import once per worker
+
+    while True:
+        job = conn.recv()
+        if job is None:
+            return
+        index, text = job
+        root = Path(workdir) / f"case{index}"
+        try:
+            outcome, detail = run_case(text, root, limit)
+        except BaseException as exc:
+            outcome, detail = "raw exception", f"harness: {type(exc).__name__}: {exc}"
+        shutil.rmtree(root, ignore_errors=True)
+        conn.send((index, outcome, detail))
+
+
+class _Pool:
+    """Worker processes, each running one case at a time; a stuck worker is killed."""
+
+    def __init__(self, n: int, workdir: str, limit: int) -> None:
+        self.ctx = mp.get_context("fork")
+        self.workdir, self.limit = workdir, limit
+        self.workers: list[dict[str, Any]] = [self._start() for _ in range(n)]
+
+    def _start(self) -> dict[str, Any]:
+        parent, child = self.ctx.Pipe()
+        proc = self.ctx.Process(target=_worker, args=(child, self.workdir, self.limit))
+        proc.daemon = True
+        proc.start()
+        child.close()
+        return {"proc": proc, "conn": parent, "job": None, "since": 0.0}
+
+    def run(self, cases: list[tuple[str, str]], progress: bool) -> list[tuple[int, str, str]]:
+        results: list[tuple[int, str, str]] = []
+        todo = list(enumerate(cases))[::-1]
+        hard = self.limit + 30  # the alarm fires first unless C code does not return
+        while todo or any(w["job"] is not None for w in self.workers):
+            for w in self.workers:
+                if w["job"] is None and todo:
+                    index, (_, text) = todo.pop()
+                    w["conn"].send((index, text))
+                    w["job"], w["since"] = index, time.monotonic()
+            busy = [w["conn"] for w in self.workers if w["job"] is not None]
+            for conn in wait(busy, timeout=1.0):
+                w = next(x for x in self.workers if x["conn"] is conn)
+                try:
+                    results.append(conn.recv())
+                except EOFError:
+                    results.append((w["job"], "raw exception", "worker died"))
+                    self._replace(w)
+                    continue
+                w["job"] = None
+            now = time.monotonic()
+            for w in self.workers:
+                if w["job"] is not None and now - w["since"] > hard:
+                    results.append((w["job"], "hang", f"killed after {hard} s"))
+                    self._replace(w)
+            if progress and len(results) % 100 == 0 and results:
+                print(f"  {len(results)}/{len(cases)}", file=sys.stderr, flush=True)
+        for w in self.workers:
+            w["conn"].send(None)
+            w["proc"].join(timeout=10)
+        return results
+
+    def _replace(self, w: dict[str, Any]) -> None:
+        w["proc"].kill()
+        w["proc"].join()
+        w.update(self._start())
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("-n", type=int, default=2000, help="number of design files (default 2000)")
+    p.add_argument("--quick", action="store_true", help="200 files, 30 s per case")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--workers", type=int, default=max(1, min(4, (os.cpu_count() or 2))))
+    p.add_argument("--timeout", type=int, default=60, help="seconds per case (default 60)")
+    p.add_argument("--json", type=Path, default=None, help="write every case's outcome here")
+    p.add_argument("--progress", action="store_true")
+    args = p.parse_args(argv)
+    n, limit = (200, 30) if args.quick else (args.n, args.timeout)
+    bases = {name: make_fast(doc) for name, doc in shipped_designs().items()}
+    cases = [make_case(i, args.seed, bases) for i in range(n)]
+    clock = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="gtcontrol-fuzz-") as workdir:
+        results = _Pool(args.workers, workdir, limit).run(cases, args.progress)
+    seconds = time.perf_counter() - clock
+    counts = Counter(outcome for _, outcome, _ in results)
+    print(
+        f"{n} mutated design files (seed {args.seed}), {args.workers} workers, "
+        f"{limit} s per case: {seconds:.1f} s"
+    )
+    for outcome in OUTCOMES:
+        print(f"  {outcome:15s} {counts.get(outcome, 0)}")
+    warned = sum(1 for _, o, d in results if o == "ok" and d)
+    print(f"  (ok runs that printed a warning line: {warned})")
+    bad = [r for r in sorted(results) if r[1] in ("raw exception", "hang", "partial output")]
+    for index, outcome, detail in bad[:20]:
+        print(f"  case {index} [{cases[index][0]}] {outcome}: {detail}")
+    if args.json is not None:
+        args.json.write_text(
+            json.dumps(
+                [
+                    {"case": i, "mutation": cases[i][0], "outcome": o, "detail": d}
+                    for i, o, d in sorted(results)
+                ],
+                indent=1,
+            )
+        )
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,502 @@
+"""Every MiniLM-L6 attention sublayer as a continuous-time attention flow (issue 11).
+
+For each layer ``k`` of all-MiniLM-L6-v2 the attention sublayer alone,
+``ExtractedLayer.attention_layer`` (``d = 385``: width 384 and the affine coordinate that
+carries the query bias, 12 factored heads of width 32; :mod:`.extraction`), is taken as a
+*time-invariant* vector field ``dx/dt = Σ_h V_h Attn_h(x; μ_t) + bias`` and a Gaussian
+``N(m0, Σ0)`` is moved by it (:func:`gtcontrol.simulate`, the factor form, to ``T`` or to the
+blow-up). Two initial laws per layer:
+
+* ``"identity"``: ``N(e, I_384 ⊕ 0)`` (``e`` the affine coordinate);
+* ``"text"``: the empirical mean and covariance of the tokens that *enter* layer ``k`` when the
+  real network (its embeddings and the layers before ``k``) reads :data:`SENTENCES` (all
+  non-padding tokens pooled; ``N ≈ 600``), with the affine coordinate appended (variance 0).
+
+What is reported per (layer, start): the regime (``"blowup"`` from the integrator, or
+:func:`gtcontrol.analyze`'s kind when there is no blow-up before ``T``), the blow-up time and
+its bracket, and the blow-up *direction*: ``u``, the top eigenvector of Σ at the last recorded
+depth (Σ is then ~1e7 times its initial size along ``u``). The **dominant head** is the head
+whose term contributes most to the growth rate of ``λ_max`` along ``u``: with ``Σu = λu``,
+``dλ/dt = uᵀΣ̇u = 2λ uᵀMu`` and ``uᵀMu = Σ_h c_h``, ``c_h = uᵀ V_h Σ B_h u``; the dominant head
+maximizes ``c_h`` and ``share = c_h / Σ_h c_h``. Its alignment is ``|cos|`` between ``u`` and the
+head's *output* subspace ``range W_O,h`` (where the head writes) and its *value* subspace
+``range W_V,hᵀ`` (what it reads): the norm of the orthogonal projection of ``u``. A random unit
+vector of R^384 has about ``sqrt(32/384) ≈ 0.29`` for a 32-dimensional subspace.
+
+What it does not say: the trained network is a residual stack, each layer ``x + Attn(x)`` then
+LayerNorm, a GELU feed-forward with a residual and a second LayerNorm, applied once (depth
+``h = 1``), not a flow. LayerNorm keeps the token scale bounded, so the network itself never
+blows up; the flow is the attention sublayer alone, iterated as a continuous-depth vector field.
+The blow-up time is the depth at which this field, on its own, would concentrate the tokens'
+covariance on one direction without bound.
+
+Reference: the paper cited in :mod:`gtcontrol`, §2–§3; docs/minilm_flows.md.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .._linalg import FloatArray
+from .._status import Budget, Outcome, ResultFields, Status
+from .._validation import as_positive_float, as_time_limit
+from ..analysis.regimes import analyze
+from ..errors import InvalidParametersError
+from ..model.factor_form import top_eigenpair
+from ..model.gaussian import Gaussian
+from ..model.moments import Trajectory, simulate
+from ..model.params import Layer
+from ._common import stop_reason, time_left
+from ._deps import minilm_path, require_torch, require_transformers, single_threaded_blas
+from .extraction import extract_layers
+from .pretrained import load_model
+
+__all__ = ["SENTENCES", "AttentionFlows", "FlowRow", "attention_flows", "run_flows", "text_moments"]
+
+#: Plain English sentences whose MiniLM tokens give the ``"text"`` covariance.
+SENTENCES = (
+    "The cat sat on the warm mat and watched the birds outside the window.",
+    "Stock markets fell sharply on Monday after the central bank raised interest rates.",
+    "She opened the old wooden box and found a bundle of letters tied with ribbon.",
+    "Photosynthesis converts light energy into chemical energy stored in glucose.",
+    "The committee will meet next Thursday to review the annual budget proposal.",
+    "A gentle rain fell over the hills as the shepherd led his flock home.",
+    "Quantum computers exploit superposition to explore many states at once.",
+    "He forgot his umbrella again, so he arrived at the office soaking wet.",
+    "The museum's new exhibit features paintings from the early Renaissance.",
+    "Regular exercise improves sleep, mood and long-term cardiovascular health.",
+    "The train to Edinburgh was delayed by forty minutes because of a signal fault.",
+    "Children laughed as the clown juggled five bright red balls at the fair.",
+    "Researchers sequenced the genome of a rare orchid found only in Madagascar.",
+    "Please remember to water the tomatoes while I am away this weekend.",
+    "The novel follows three generations of a family living on a small island.",
+    "Engineers tested the bridge under loads far heavier than it will ever carry.",
+    "A sudden gust of wind scattered the papers across the courtyard.",
+    "The recipe calls for two cups of flour, one egg and a pinch of salt.",
+    "Volcanic ash grounded hundreds of flights across northern Europe.",
+    "Our neighbour's dog barks every time the postman walks up the path.",
+    "The orchestra rehearsed the symphony for weeks before the premiere.",
+    "Machine translation has improved dramatically over the last decade.",
+    "The river froze solid during the coldest winter anyone could remember.",
+    "A small bakery on the corner sells the best croissants in town.",
+    "The judge postponed the hearing until new evidence could be examined.",
+    "Astronomers detected water vapour in the atmosphere of a distant planet.",
+    "He spent the afternoon repairing the fence that the storm had knocked down.",
+    "The software update fixed the bug that crashed the application on startup.",
+    "Tourists crowded the narrow streets to see the festival's lantern parade.",
+    "Bees communicate the location of flowers through an intricate waggle dance.",
+    "The teacher asked the students to write an essay about their summer holidays.",
+    "After years of drought, the reservoir finally filled to its highest level.",
+    "The detective noticed a faint smell of tobacco in the locked room.",
+    "Electric cars are becoming cheaper as battery technology improves.",
+    "The mountain path was steep, rocky and covered in loose gravel.",
+    "She practised the violin every morning before breakfast for ten years.",
+    "The city council approved plans for a new park along the waterfront.",
+    "Ancient traders carried silk and spices along routes across the desert.",
+    "The baby finally fell asleep after an hour of gentle rocking.",
+    "Heavy snow closed the schools and kept most people at home all day.",
+)
+_STARTS = ("identity", "text")
+
+
+@dataclass(frozen=True, eq=False)
+class FlowRow:
+    """One (layer, initial law) of :func:`attention_flows`.
+
+    Attributes
+    ----------
+    layer
+        Encoder layer (0–5).
+    start
+        ``"identity"`` (``N(e, I ⊕ 0)``) or ``"text"`` (the empirical moments of real text).
+    status
+        The status of :func:`gtcontrol.simulate` (``BLOWUP``, ``SUCCESS`` to ``T``, ...).
+    regime
+        ``"blowup"``, or :func:`gtcontrol.analyze`'s kind when there is no blow-up before ``T``.
+    blowup_time
+        ``T*`` (``inf`` without blow-up).
+    bracket
+        The integrator's ``blowup_bracket`` (``None`` without blow-up).
+    trace0
+        ``tr Σ0``.
+    lam_final
+        ``λ_max Σ`` at the last recorded depth.
+    dominant_head
+        The head with the largest ``c_h = uᵀ V_h Σ B_h u`` (module docstring).
+    head_share
+        ``c_h / Σ_g c_g`` of the dominant head.
+    output_alignment, value_alignment
+        ``|cos|`` between ``u`` and ``range W_O,h`` / ``range W_V,hᵀ`` of the dominant head.
+    seconds, nfev
+        Wall time and right-hand-side evaluations of the simulation.
+    """
+
+    layer: int
+    start: str
+    status: Status
+    regime: str
+    blowup_time: float
+    bracket: tuple[float, float] | None
+    trace0: float
+    lam_final: float
+    dominant_head: int
+    head_share: float
+    output_alignment: float
+    value_alignment: float
+    seconds: float
+    nfev: int
+
+    def row(self) -> dict[str, Any]:
+        """The row as a plain dict (for tables)."""
+        return {
+            "layer": self.layer,
+            "start": self.start,
+            "regime": self.regime,
+            "blowup_time": self.blowup_time,
+            "tr Σ0": self.trace0,
+            "λ_max (last)": self.lam_final,
+            "dominant head": self.dominant_head,
+            "share": self.head_share,
+            "|cos| W_O": self.output_alignment,
+            "|cos| W_V": self.value_alignment,
+            "seconds": self.seconds,
+        }
+
+
+@dataclass(frozen=True, eq=False)
+class AttentionFlows(ResultFields, Outcome):
+    """Result of :func:`attention_flows`.
+
+    Attributes
+    ----------
+    rows
+        One :class:`FlowRow` per (layer, start) done, in order.
+    curves
+        ``curves[(layer, start)] = (t, λ_max)`` along the recorded depths (for figures).
+    T
+        The horizon.
+    figure
+        The PNG written (``None`` when no ``figure`` path was given).
+    status
+        ``Status.SUCCESS`` when every (layer, start) ran (a blow-up is a row, not a status);
+        ``Status.BUDGET_EXHAUSTED`` when ``time_limit`` ran out (the rows done are kept).
+    message, stats
+        What ran; ``seconds`` and ``n_tokens`` (the text tokens pooled).
+    """
+
+    rows: tuple[FlowRow, ...]
+    curves: dict[tuple[int, str], tuple[FloatArray, FloatArray]] = field(repr=False)
+    T: float
+    figure: Path | None = None
+
+    def table(self) -> list[dict[str, Any]]:
+        """The rows as dicts."""
+        return [r.row() for r in self.rows]
+
+    def markdown(self) -> str:
+        """The table in Markdown."""
+        lines = [
+            "| layer | start | regime | T* | tr Σ0 | dominant head | share "
+            "| cos W_O | cos W_V | s |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r in self.rows:
+            t_star = "—" if math.isinf(r.blowup_time) else f"{r.blowup_time:.6g}"
+            lines.append(
+                f"| {r.layer} | {r.start} | {r.regime} | {t_star} | {r.trace0:.4g} | "
+                f"{r.dominant_head} | {r.head_share:.2f} | {r.output_alignment:.2f} | "
+                f"{r.value_alignment:.2f} | {r.seconds:.0f} |"
+            )
+        return "\n".join(lines)
+
+
+def text_moments(
+    net: Any, sentences: Sequence[str] = SENTENCES
+) -> tuple[list[tuple[FloatArray, FloatArray]], int]:
+    """Empirical ``(mean, covariance)`` of the tokens entering every layer for real text.
+
+    The sentences are tokenized with MiniLM's own tokenizer and read by the real network
+    (embeddings, then the encoder layers, attention mask on the padding); the non-padding
+    tokens of all sentences are pooled. Entry ``k`` is the input of layer ``k`` (entry 0 the
+    embedding output); covariances use ``1/N``.
+
+    Parameters
+    ----------
+    net
+        The MiniLM encoder of :func:`~gtcontrol.experiments.load_model`.
+    sentences
+        The texts (default :data:`SENTENCES`).
+
+    Returns
+    -------
+    (list of (numpy.ndarray, numpy.ndarray), int)
+        ``(mean (d,), cov (d, d))`` per layer input (``L + 1`` entries) and the number ``N``
+        of tokens pooled.
+    """
+    torch = require_torch()
+    transformers = require_transformers()
+    tok = transformers.AutoTokenizer.from_pretrained(str(minilm_path()), local_files_only=True)
+    batch = tok(list(sentences), padding=True, return_tensors="pt")
+    with torch.inference_mode():
+        out = net(**batch, output_hidden_states=True)
+    mask = batch["attention_mask"].numpy().astype(bool)
+    moments = []
+    for h in out.hidden_states:
+        x = h.to(torch.float64).numpy()[mask]
+        mean = x.mean(axis=0)
+        xc = x - mean
+        moments.append((mean, xc.T @ xc / x.shape[0]))
+    return moments, int(mask.sum())
+
+
+def _augmented(mean: FloatArray, cov: FloatArray) -> Gaussian:
+    d = mean.shape[0]
+    s = np.zeros((d + 1, d + 1))
+    s[:d, :d] = 0.5 * (cov + cov.T)
+    return Gaussian(np.append(mean, 1.0), s)
+
+
+def _subspace_cos(u: FloatArray, basis: FloatArray) -> float:
+    q, _ = np.linalg.qr(basis)
+    return float(np.linalg.norm(q.T @ u))
+
+
+def _direction(layer: Layer, traj: Trajectory) -> tuple[float, int, float, float, float]:
+    """``(λ_max, dominant head, share, |cos| W_O, |cos| W_V)`` at the last record."""
+    fh = layer.factored_heads
+    if fh is None or traj.factor is None:
+        raise InvalidParametersError("layer: expected factored heads and a factor-form trajectory")
+    lf = np.asarray(traj.factor[-1])
+    g, q = top_eigenpair(lf.T @ lf)
+    u = lf @ q / math.sqrt(g)
+    # c_h = s (uᵀ W_O,h) (W_V,h L)(W_K,h L)ᵀ (W_Q,h u)
+    vl = np.matmul(fh.v, lf)  # (H, dh, r)
+    kl = np.matmul(fh.k, lf)
+    cores = np.matmul(vl, kl.transpose(0, 2, 1))
+    ou = np.einsum("hdj,d->hj", fh.o, u)
+    qu = np.matmul(fh.q, u)
+    c = fh.scale * np.einsum("hi,hij,hj->h", ou, cores, qu)
+    h = int(np.argmax(c))
+    total = float(np.sum(c))
+    share = float(c[h] / total) if total != 0 else math.nan
+    return g, h, share, _subspace_cos(u, fh.o[h]), _subspace_cos(u, fh.v[h].T)
+
+
+def _lam_curve(traj: Trajectory) -> tuple[FloatArray, FloatArray]:
+    lams = []
+    if traj.factor is not None:
+        for lf in traj.factor:
+            lams.append(top_eigenpair(lf.T @ lf)[0] if lf.shape[1] else 0.0)
+    return np.asarray(traj.t, dtype=float), np.asarray(lams, dtype=float)
+
+
+def _flow_row(
+    k: int, start: str, layer: Layer, g0: Gaussian, T: float, budget: Budget
+) -> tuple[FlowRow, tuple[FloatArray, FloatArray]]:
+    clock = time.perf_counter()
+    traj = simulate(layer, g0, T, time_limit=time_left(budget))
+    if traj.status is Status.BLOWUP:
+        regime = "blowup"
+    elif traj.status is Status.SUCCESS:
+        regime = analyze(layer, g0, T=T, time_limit=time_left(budget)).kind
+    else:
+        regime = "undecided"
+    lam, head, share, cos_o, cos_v = _direction(layer, traj)
+    row = FlowRow(
+        layer=k,
+        start=start,
+        status=traj.status,
+        regime=regime,
+        blowup_time=traj.blowup_time,
+        bracket=traj.blowup_bracket,
+        trace0=float(np.trace(g0.cov)),
+        lam_final=lam,
+        dominant_head=head,
+        head_share=share,
+        output_alignment=cos_o,
+        value_alignment=cos_v,
+        seconds=time.perf_counter() - clock,
+        nfev=int(traj.stats.get("nfev", 0)),
+    )
+    return row, _lam_curve(traj)
+
+
+def attention_flows(
+    *,
+    layers: Sequence[int] = range(6),
+    starts: Sequence[str] = _STARTS,
+    T: float = 1.0,
+    figure: str | Path | None = None,
+    time_limit: float | None = None,
+) -> AttentionFlows:
+    """The continuous-time attention flow of every MiniLM-L6 attention sublayer (module doc).
+
+    Parameters
+    ----------
+    layers
+        Encoder layers to run (0–5).
+    starts
+        Initial laws: ``"identity"`` (``N(e, I ⊕ 0)``) and/or ``"text"`` (the empirical moments
+        of the tokens entering the layer for :data:`SENTENCES`).
+    T
+        Horizon of each flow (positive; the blow-ups of the trained layers are well inside 1).
+    figure
+        Path of a PNG to write (``1/λ_max`` against depth per layer and start), or ``None``.
+    time_limit
+        Wall-clock limit in seconds for the whole run (``None``: none); running out returns
+        the rows done with ``Status.BUDGET_EXHAUSTED``.
+
+    Returns
+    -------
+    AttentionFlows
+        One row per (layer, start), the ``λ_max`` curves, the figure's path.
+
+    Raises
+    ------
+    InvalidParametersError
+        On a layer outside 0–5, an unknown start or a bad ``T``/``time_limit``.
+    ExperimentDependencyError
+        Without torch/transformers or the MiniLM files (the ``experiments`` extra).
+    """
+    lay_ids = [int(k) for k in layers]
+    if not lay_ids or any(k < 0 or k > 5 for k in lay_ids):
+        raise InvalidParametersError(f"layers: expected indices in 0..5, got {list(layers)!r}")
+    if not starts or any(s not in _STARTS for s in starts):
+        raise InvalidParametersError(f"starts: expected 'identity' and/or 'text', got {starts!r}")
+    horizon = as_positive_float("T", T)
+    budget = Budget(as_time_limit(time_limit))
+    clock = time.perf_counter()
+    net = load_model("minilm")
+    extracted = extract_layers(net)
+    text, n_tok = text_moments(net) if "text" in starts else ([], 0)
+    rows: list[FlowRow] = []
+    curves: dict[tuple[int, str], tuple[FloatArray, FloatArray]] = {}
+    with single_threaded_blas():
+        status = _run_all(lay_ids, starts, extracted, text, horizon, budget, rows, curves)
+    if status is Status.BUDGET_EXHAUSTED:
+        message = f"stopped after {len(rows)} flows: {stop_reason(budget)}"
+    else:
+        blow = sum(r.regime == "blowup" for r in rows)
+        message = f"{len(rows)} flows, {blow} blow up before T = {horizon:g}"
+    path = None
+    if figure is not None and rows:
+        path = Path(figure)
+        _plot(rows, curves, path)
+    return AttentionFlows(
+        rows=tuple(rows),
+        curves=curves,
+        T=horizon,
+        figure=path,
+        status=status,
+        message=message,
+        stats={"seconds": time.perf_counter() - clock, "n_tokens": n_tok},
+    )
+
+
+def _run_all(
+    lay_ids: Sequence[int],
+    starts: Sequence[str],
+    extracted: Sequence[Any],
+    text: Sequence[tuple[FloatArray, FloatArray]],
+    horizon: float,
+    budget: Budget,
+    rows: list[FlowRow],
+    curves: dict[tuple[int, str], tuple[FloatArray, FloatArray]],
+) -> Status:
+    """Every (layer, start) in order, appending to ``rows``/``curves``; the overall status."""
+    for k in lay_ids:
+        layer = extracted[k].attention_layer
+        for start in starts:
+            if budget.exhausted or budget.remaining() <= 0:
+                return Status.BUDGET_EXHAUSTED
+            if start == "identity":
+                d = layer.dim - 1
+                g0 = _augmented(np.zeros(d), np.eye(d))
+            else:
+                g0 = _augmented(*text[k])
+            row, curve = _flow_row(k, start, layer, g0, horizon, budget)
+            if row.status is Status.BUDGET_EXHAUSTED:
+                return Status.BUDGET_EXHAUSTED
+            rows.append(row)
+            curves[(k, start)] = curve
+    return Status.SUCCESS
+
+
+def _plot(
+    rows: Sequence[FlowRow],
+    curves: dict[tuple[int, str], tuple[FloatArray, FloatArray]],
+    path: Path,
+) -> None:
+    from ..plotting.core import new_figure, save_figure
+
+    fig = new_figure(9.0, 3.6)
+    ax1, ax2 = fig.subplots(1, 2)
+    colors = [f"C{k}" for k in range(6)]
+    for (k, start), (t, lam) in curves.items():
+        ok = lam > 0
+        ax1.plot(
+            t[ok],
+            1.0 / lam[ok],
+            "-" if start == "identity" else "--",
+            color=colors[k],
+            lw=1.2,
+            label=f"layer {k}, {start}",
+        )
+    ax1.set_xlabel("depth t")
+    ax1.set_ylabel("1/λ_max Σ(t)")
+    ax1.set_yscale("log")
+    ax1.set_title("approach to the blow-up (1/λ_max → 0)", fontsize=9)
+    ax1.legend(fontsize=6, ncol=2)
+    for j, start in enumerate(_STARTS):
+        sel = [r for r in rows if r.start == start]
+        if sel:
+            ax2.bar(
+                [r.layer + (j - 0.5) * 0.38 for r in sel],
+                [r.output_alignment for r in sel],
+                width=0.36,
+                label=f"|cos(u, range W_O,h*)|, {start}",
+            )
+    ax2.axhline(math.sqrt(32 / 384), color="k", lw=0.8, ls=":", label="random direction")
+    ax2.set_xlabel("layer")
+    ax2.set_ylabel("alignment with the dominant head")
+    ax2.set_ylim(0, 1)
+    ax2.legend(fontsize=6)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_figure(fig, path)
+
+
+def run_flows(dest: Path, *, time_limit: float | None = None) -> dict[str, Any]:
+    """Run :func:`attention_flows` for the ``experiment`` design task (``flows = true``).
+
+    Writes ``minilm_flows.png`` and ``minilm_flows.md`` (the table) into ``dest``.
+
+    Parameters
+    ----------
+    dest
+        An existing directory to write into.
+    time_limit
+        Wall-clock limit in seconds (``None``: none).
+
+    Returns
+    -------
+    dict
+        ``{"status": str, "outputs": {"table", "message", "seconds"}, "figures": [...]}``.
+    """
+    res = attention_flows(figure=Path(dest) / "minilm_flows.png", time_limit=time_limit)
+    (Path(dest) / "minilm_flows.md").write_text(res.markdown() + "\n", "utf-8")
+    return {
+        "status": str(res.status),
+        "outputs": {
+            "table": res.table(),
+            "message": res.message,
+            "seconds": res.stats.get("seconds"),
+        },
+        "figures": ["minilm_flows.png"] if res.figure is not None else [],
+    }

@@ -282,3 +282,17 @@ def option_values(cls: type, values: Mapping[str, Any]) -> dict[str, Any]:
     """
     names = [f.name for f in dataclasses.fields(cls) if f.init]
     return {name: values[name] for name in names if name in values}
+
+
+def leading_size(name: str, value: Any) -> int | None:
+    """The leading size of an array-like, or ``None`` for a scalar.
+
+    Ragged nesting is refused here, naming ``name``, before numpy can raise its own error.
+    """
+    if isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
+        return len(value)
+    try:
+        shape = np.shape(value)
+    except (TypeError, ValueError):
+        raise InvalidParametersError(f"{name}: expected a numeric array, got {value!r}") from None
+    return int(shape[0]) if shape else None

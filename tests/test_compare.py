@@ -57,3 +57,12 @@ def test_compare_tokens_time_limit_returns_partial_results() -> None:
     assert cmp.status is Status.BUDGET_EXHAUSTED and not cmp.success
     assert cmp.stats["completed_runs"] < 150 and "stopped" in cmp.message
     assert cmp.example is None
+
+
+def test_adaptive_token_method_runs_with_the_default_steps() -> None:
+    """``steps_per_layer`` defaults to the method's own choice, so "adaptive" works (it refused
+    the former integer default of 20 and always failed)."""
+    layer = Layer(A=-0.5 * np.eye(2), B=0.5 * np.eye(2), v=-0.5)
+    g0 = Gaussian(np.zeros(2), np.eye(2))
+    cmp = compare_tokens(layer, g0, T=0.5, n_tokens=(64, 128), repeats=1, method="adaptive")
+    assert cmp.status is Status.SUCCESS and cmp.success

@@ -174,3 +174,15 @@ def test_no_runtime_warning_escapes() -> None:
         gc.equilibria(_GENERAL)
         gc.ot_steering(Gaussian([0.0], [[1e-300]]), Gaussian([1e150], [[1e150]]))
         gc.simulate_tokens(Layer(A=[[1.0]], B=[[1e3]], v=1.0), np.ones((4, 1)) * 1e5, T=1.0)
+
+
+@pytest.mark.parametrize("v", [-8e-321, -1e-300])
+def test_analyze_of_a_vanishingly_weak_head_answers_without_raising_or_warning(v: float) -> None:
+    """A denormal head makes the equilibrium Σ* ≈ 1/|v| overflow float64: analyze answers
+    (it used to raise LinAlgError from eigvals of an infinite mean matrix) and stays quiet."""
+    g0 = Gaussian([1.0, -1.0], [[2.0, 0.5], [0.5, 0.3]])
+    layer = Layer(A=[[0.5, -1.0], [1.0, 0.3]], B=[[1.0, 0.2], [0.0, 0.6]], v=v, b=[0.2, -0.1])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        reg = gc.analyze(layer, g0)
+    assert reg.success and reg.kind in ("converges", "unbounded")

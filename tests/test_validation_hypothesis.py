@@ -80,10 +80,18 @@ _hostile_not_ragged = st.one_of(
 )
 
 
-@pytest.mark.xfail(reason="ragged nesting reaches np.ndim in model/params.py (issue 12, open)")
-def test_ragged_layer_matrix_is_a_gtcontrol_error() -> None:
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"B": [[], [0.0]], "v": -1.0},
+        {"A": [[1.0, 2.0], [3.0]]},
+        {"heads": [([[1.0], [2.0, 3.0]], [[1.0, 0.0], [0.0, 1.0]])]},
+        {"b": [[1.0], []], "A": [[1.0, 0.0], [0.0, 1.0]]},
+    ],
+)
+def test_ragged_layer_matrix_is_a_gtcontrol_error(kw: dict[str, object]) -> None:
     with pytest.raises(GTControlError):
-        Layer(B=[[], [0.0]], v=-1.0)
+        Layer(**kw)
 
 
 @_FAST

@@ -177,8 +177,23 @@ def _bernoulli_lyapunov(form: RiccatiForm) -> BernoulliSolution:
             eigvals_a=eig,
             stats=stats,
         )
-    cov = sym(sla.cho_solve(c, np.eye(form.dim)))
+    with np.errstate(over="ignore", invalid="ignore"):
+        cov = sym(sla.cho_solve(c, np.eye(form.dim)))
     stats["seconds"] = time.perf_counter() - clock
+    if not np.all(np.isfinite(cov)):
+        lo = float(np.linalg.eigvalsh(omega)[0])
+        return BernoulliSolution(
+            cov=None,
+            omega=frozen(omega),
+            status=Status.FAILED,
+            message=(
+                "the positive-definite equilibrium Σ* = Ω⁻¹ exists but overflows float64 "
+                f"(smallest eigenvalue of Ω: {lo:.3g}); rescale the layer"
+            ),
+            method="lyapunov",
+            eigvals_a=eig,
+            stats=stats,
+        )
     return BernoulliSolution(
         cov=frozen(cov),
         omega=frozen(omega),

@@ -102,7 +102,7 @@ def compare_tokens(
     repeats: int = 3,
     seed: int = 0,
     method: str = "rk4",
-    steps_per_layer: int = 20,
+    steps_per_layer: int | None = None,
     snapshots: int = 4,
     time_limit: float | None = None,
 ) -> TokenComparison:
@@ -130,7 +130,8 @@ def compare_tokens(
     method
         Token integrator (see :func:`gtcontrol.simulate_tokens`).
     steps_per_layer
-        Token integrator steps per layer.
+        Token integrator steps per layer; ``None`` (default) lets the method choose (20 RK4
+        steps per layer, one ``"discrete"`` step; ``"adaptive"`` picks its own steps).
     snapshots
         Recorded depths of the example run (≥ 2).
     time_limit

@@ -71,9 +71,12 @@ def _residual_scale(layer: Layer, cov: FloatArray) -> float:
 
 
 def _rel_residual(layer: Layer, cov: FloatArray) -> tuple[FloatArray, float]:
-    f = _field(layer, cov)
-    nf = float(np.linalg.norm(f))
-    scale = _residual_scale(layer, cov)
+    # Huge (≈1e300) covariances overflow the squared norms: the ratio is then inf or NaN,
+    # which every caller reads as "not an equilibrium".
+    with np.errstate(over="ignore", invalid="ignore"):
+        f = _field(layer, cov)
+        nf = float(np.linalg.norm(f))
+        scale = _residual_scale(layer, cov)
     return f, (nf / scale if scale > 0 else nf)
 
 

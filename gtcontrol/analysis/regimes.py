@@ -254,7 +254,10 @@ def _mean_limit(
 ) -> tuple[FloatArray | None, FloatArray | None, str]:
     if limit is None:
         return None, None, ""
-    k = _mean_matrix(layer, limit)
+    with np.errstate(over="ignore", invalid="ignore"):
+        k = _mean_matrix(layer, limit)
+    if not np.all(np.isfinite(k)):
+        return None, None, "; the mean matrix K = A + Σ_h V_h(I + Σ∞B_h) overflows float64"
     eig = np.linalg.eigvals(k)
     _, b_eff = layer.affine_ffn()
     if hurwitz(eig):

@@ -216,8 +216,8 @@ def _run_compare_tokens(design: Design, out: Path) -> dict[str, Any]:
     from ..plotting.core import plot_convergence, plot_moments, plot_token_clouds
 
     o = design.options
-    # 'adaptive' picks its own steps and refuses steps_per_layer; compare_tokens has an integer
-    # default (20) for it, so pass None explicitly for that method (else it always failed).
+    # 'adaptive' picks its own steps and refuses steps_per_layer: the design's default (20) is
+    # for the fixed-step methods, so pass None for that method (else it always failed).
     steps: dict[str, Any] = {"steps_per_layer": o["steps_per_layer"]}
     if o["method"] == "adaptive":
         if "steps_per_layer" in design.raw.get("compare-tokens", {}):

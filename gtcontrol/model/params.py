@@ -22,7 +22,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from .._linalg import FloatArray
-from .._validation import as_float_array, as_positive_float, as_positive_int, frozen
+from .._validation import as_float_array, as_positive_float, as_positive_int, frozen, leading_size
 from ..errors import InvalidParametersError
 from .heads import FactoredHeads
 
@@ -187,7 +187,7 @@ class Layer:
         for (vh, bh), (nv, nb) in zip(pairs, names, strict=True):
             if vh is None:
                 vm = np.zeros((d, d))
-            elif np.ndim(vh) == 0:
+            elif leading_size(nv, vh) is None:
                 vm = _scalar_times_identity(nv, vh, d)
             else:
                 vm = as_float_array(nv, vh, ndim=2, shape=(d, d))
@@ -403,8 +403,9 @@ def _infer_dim(
 ) -> int:
     candidates: list[tuple[str, int]] = []
     for name, val in (("A", A), ("B", B), ("V", V), ("b", b)):
-        if val is not None and np.ndim(val) >= 1:
-            candidates.append((name, int(np.shape(val)[0])))
+        n = None if val is None else leading_size(name, val)
+        if n is not None:
+            candidates.append((name, n))
     if isinstance(heads, FactoredHeads):
         candidates.append(("heads", heads.dim))
     elif heads is not None:
@@ -416,8 +417,9 @@ def _infer_dim(
             if not isinstance(h, Sequence) or len(h) != 2:
                 raise InvalidParametersError(f"heads[{i}]: expected a pair (V_h, B_h)")
             for nm, val in zip(("V", "B"), h):
-                if val is not None and np.ndim(val) >= 1:
-                    candidates.append((f"heads[{i}].{nm}", int(np.shape(val)[0])))
+                n = None if val is None else leading_size(f"heads[{i}].{nm}", val)
+                if n is not None:
+                    candidates.append((f"heads[{i}].{nm}", n))
     if ffn is not None and isinstance(ffn, FeedForward):
         candidates.append(("ffn.U", ffn.dim))
     if dim is not None:

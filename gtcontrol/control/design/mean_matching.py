@@ -23,7 +23,7 @@ import numpy as np
 
 from ..._linalg import FloatArray, identity_multiple
 from ..._status import Budget, Outcome, ResultFields, Status, as_time_limit
-from ..._validation import as_float_array, as_positive_float
+from ..._validation import as_float_array, as_positive_float, leading_size
 from ...errors import InvalidParametersError
 from ...model.gaussian import Gaussian
 from ...model.params import Layer
@@ -139,7 +139,7 @@ class _Request:
 def _as_fixed(name: str, value: Any, d: int) -> FloatArray | None:
     if value is None:
         return None
-    if name == "V" and np.ndim(value) == 0:
+    if name == "V" and leading_size("fixed_V", value) is None:
         return float(as_float_array("fixed_V", value, ndim=0)) * np.eye(d)
     return as_float_array(f"fixed_{name}", value, ndim=2, shape=(d, d))
 

@@ -25,12 +25,14 @@ Reference: the paper cited in :mod:`gtcontrol`, §2–§3.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from scipy.integrate import BDF, DOP853, LSODA, RK45, OdeSolver, Radau
+from scipy.linalg import LinAlgWarning
 
 from .._linalg import FloatArray
 from .._status import Budget, BudgetExhausted, Status
@@ -431,7 +433,11 @@ def _integrate_segment(
     while seg.solver.status == "running":
         t_prev, y_prev = float(seg.solver.t), np.array(seg.solver.y)
         try:
-            message = seg.solver.step()
+            # Radau's Newton solves meet singular iteration matrices near a blow-up; it then
+            # shrinks the step by itself, so scipy's LinAlgWarning is expected and handled.
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", LinAlgWarning)
+                message = seg.solver.step()
             if seg.solver.status == "failed":
                 return _collapse(seg, t_prev, y_prev, str(message))
             t, y = float(seg.solver.t), np.asarray(seg.solver.y)

@@ -29,19 +29,6 @@ from ..errors import InvalidParametersError
 __all__ = ["FactoredHeads"]
 
 
-def _real_array(name: str, value: Any, ndim: int) -> FloatArray:
-    """A finite real float64 array of ``ndim`` dimensions (complex input is an error, not cast)."""
-    try:
-        raw = np.asarray(value)
-    except (TypeError, ValueError) as exc:  # ragged nested sequences
-        raise InvalidParametersError(
-            f"{name}: expected a numeric {ndim}-d array, got a ragged or non-numeric value ({exc})"
-        ) from None
-    if np.iscomplexobj(raw):
-        raise InvalidParametersError(f"{name}: expected real entries, got dtype {raw.dtype}")
-    return as_float_array(name, raw, ndim=ndim)
-
-
 @dataclass(frozen=True, eq=False, init=False)
 class FactoredHeads:
     """``H`` attention heads kept as their rank-``d_head`` projection factors.
@@ -96,7 +83,7 @@ class FactoredHeads:
     _vqk: FloatArray
 
     def __init__(self, q: Any, k: Any, v: Any, o: Any, *, scale: float | None = None) -> None:
-        qq = _real_array("q", q, 3)
+        qq = as_float_array("q", q, ndim=3)
         n_heads, d_head, d = qq.shape
         if n_heads == 0 or d_head == 0 or d == 0:
             raise InvalidParametersError(
@@ -108,7 +95,7 @@ class FactoredHeads:
             ("v", v, (n_heads, d_head, d)),
             ("o", o, (n_heads, d, d_head)),
         ):
-            arr = _real_array(name, val, 3)
+            arr = as_float_array(name, val, ndim=3)
             if arr.shape != want:
                 raise InvalidParametersError(
                     f"{name}: expected shape {want} to match q of shape {qq.shape}, "
@@ -159,7 +146,7 @@ class FactoredHeads:
             If a weight is not a finite real 2-d array, the shapes do not fit together (the
             message names the weight), or ``n_heads`` does not divide ``W_Q``'s rows.
         """
-        wq = _real_array("W_Q", W_Q, 2)
+        wq = as_float_array("W_Q", W_Q, ndim=2)
         inner, d = wq.shape
         h = as_positive_int("n_heads", n_heads)
         if inner == 0 or d == 0:
@@ -175,7 +162,7 @@ class FactoredHeads:
             ("W_V", W_V, (inner, d)),
             ("W_O", W_O, (d, inner)),
         ):
-            arr = _real_array(name, val, 2)
+            arr = as_float_array(name, val, ndim=2)
             if arr.shape != want:
                 raise InvalidParametersError(
                     f"{name}: expected shape {want} to match W_Q of shape {wq.shape}, "

@@ -237,12 +237,8 @@ class Layer:
 
         Parameters
         ----------
-        W_Q, W_K, W_V
-            Query, key and value weights, each of shape ``(n_heads·d_head, d)``.
-        W_O
-            Output weight, shape ``(d, n_heads·d_head)``.
-        n_heads
-            Number of heads; it must divide the rows of ``W_Q``.
+        W_Q, W_K, W_V, W_O, n_heads
+            The attention weights and head count, as in :meth:`FactoredHeads.from_projections`.
         A, b, ffn, noise
             Feed-forward ``(A, b)``, token-level ``ffn`` and Brownian forcing, as in :class:`Layer`.
         scale

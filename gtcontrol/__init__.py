@@ -50,6 +50,7 @@ from .errors import (
     UnreachableTargetError,
 )
 from .model.attention import token_velocity
+from .model.finite_n import ess_fraction, worst_ess_fraction
 from .model.gaussian import Gaussian
 from .model.heads import FactoredHeads
 from .model.moments import (
@@ -111,6 +112,7 @@ __all__ = [
     "design_mean_matching",
     "design_robustness",
     "equilibria",
+    "ess_fraction",
     "exact_layer_steering",
     "from_kalman",
     "is_reachable",
@@ -133,6 +135,7 @@ __all__ = [
     "steer",
     "to_kalman",
     "token_velocity",
+    "worst_ess_fraction",
 ]
 
 # Options objects of 0.1: the API now takes keyword-only arguments (docs/architecture.md).

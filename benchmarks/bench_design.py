@@ -10,6 +10,12 @@
     feasible design for that B (``v = −max(rate, cov_rate / (2 λ_min(Σ*^½ sym(B) Σ*^½)))``,
     ``A = Σ*^½ (R̂/2) Σ*^{-½}``), certified the same way; the NLP buys a smaller norm.
 
+(d) The finite-N step at d = 10 and d = 50 (issue 13): the default design, whose head is
+    rescaled (sV, B/s) until the predicted softmax ESS/N ≥ 0.5 along the moment path from
+    N(0, I) (LSODA path, ``worst_ess_fraction`` at every recorded depth): candidate. Baseline:
+    the same design with ``min_ess=None`` (the closed form plus its certificate and the ESS
+    report of one path). Token-level distances: ``benchmarks/bench_design_tokens.py``.
+
 Repeats of candidate and baseline are interleaved so that load changes hit both. The machine
 is shared: treat the figures as indicative. On a loaded 2-core machine OpenBLAS threads make
 small (d ≤ 50) factorizations up to ~30× slower; ``OPENBLAS_NUM_THREADS=1`` gives the
@@ -32,7 +38,8 @@ import numpy as np
 from gtcontrol import Gaussian, Layer
 from gtcontrol.control.design import design_certificate, design_mean_matching
 
-NO_ROB: dict[str, Any] = {"robustness": False}
+# (a)–(c) time the moment-level design: no robustness report, no finite-N scale search.
+NO_ROB: dict[str, Any] = {"robustness": False, "min_ess": None}
 
 
 def _once(fn: Callable[[], Any]) -> tuple[float, Any]:
@@ -144,6 +151,26 @@ def bench_c(repeats: int) -> None:
     )
 
 
+def bench_d(repeats: int) -> None:
+    for d in (10, 50):
+        g = _target(d, d)
+        res = design_mean_matching(g.mean, g.cov, rate=1.0, robustness=False)
+        assert res.success and res.ess is not None
+        print(
+            f"(d) d = {d}: scale s = {res.ess.scale:.4g} (mean rate "
+            f"{res.certificate.mean_rate:.4g}, covariance rate {res.certificate.cov_rate:.4g}), "
+            "predicted worst ESS/N "
+            f"{res.ess.worst_overall:.3f}, {res.ess.stats['rounds']} rounds, "
+            f"{res.ess.stats['n_points']} depths"
+        )
+        _compare(
+            f"    design with min_ess=0.5 (candidate) vs min_ess=None (baseline), d = {d}",
+            lambda g=g: design_mean_matching(g.mean, g.cov, rate=1.0, robustness=False),
+            lambda g=g: design_mean_matching(g.mean, g.cov, rate=1.0, **NO_ROB),
+            repeats,
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
@@ -152,6 +179,7 @@ def main() -> None:
     bench_a(args.repeats)
     bench_b(args.repeats)
     bench_c(args.repeats)
+    bench_d(args.repeats)
 
 
 if __name__ == "__main__":

@@ -3,8 +3,9 @@
 Issue items 8a and 8b, in one process:
 
 (a) ``gtcontrol.simulate`` to T = 1 at d = 16 (a seeded, contracting single-head layer)
-    against ``simulate_tokens`` with N = 4096 tokens at the same T with its defaults (RK4, 20
-    steps, 80 field evaluations). Target ratio tokens/moments ≥ 1000.
+    against ``simulate_tokens`` with N = 4096 tokens at the same T, with its default (adaptive
+    DOP853, ``rtol = 1e-7``) and with the former default (RK4, 20 steps, 80 field evaluations).
+    Target ratio tokens/moments ≥ 1000.
 (b) One ``moment_field`` evaluation at d = 512 against the three d×d products it needs
     (``V @ (S @ B)``: two, ``M @ S``: one). Target ratio ≤ 1.5.
 
@@ -47,22 +48,29 @@ def bench_a(repeats: int) -> None:
     layer = _layer(rng, d)
     g0 = Gaussian(rng.standard_normal(d), _spd(rng, d))
     x = g0.sample(n, rng)
-    t_mom, t_tok = [], []
-    for _ in range(repeats):
+    t_mom, t_tok, t_rk4 = [], [], []
+    for _ in range(repeats):  # interleaved so that load changes hit all three
         t_mom.append(_once(lambda: simulate(layer, g0, T)))
         t_tok.append(_once(lambda: simulate_tokens(layer, x, T)))
+        t_rk4.append(_once(lambda: simulate_tokens(layer, x, T, method="rk4")))
     for _ in range(20):  # the moment side is cheap: more repeats for a stable median
         t_mom.append(_once(lambda: simulate(layer, g0, T)))
-    mm, mt = statistics.median(t_mom), statistics.median(t_tok)
+    mm, mt, mr = statistics.median(t_mom), statistics.median(t_tok), statistics.median(t_rk4)
     traj = simulate_tokens(layer, x, T)
+    rk4 = simulate_tokens(layer, x, T, method="rk4")
     mom = simulate(layer, g0, T)
-    if not (traj.success and mom.success):  # a status, never an exception
+    if not (traj.success and mom.success and rk4.success):  # a status, never an exception
         raise SystemExit(f"unexpected status: tokens {traj.message}; moments {mom.message}")
     w2 = traj.final.bures_wasserstein(mom.final)
-    print(f"(a) d={d}, T={T}: moments (DOP853, rtol 1e-11) vs tokens (N={n}, RK4 x 20 steps)")
+    print(f"(a) d={d}, T={T}: moments (DOP853, rtol 1e-11) vs tokens (N={n})")
     print(f"    moments median {mm * 1e3:.2f} ms over {len(t_mom)} runs")
     print(
-        f"    tokens  median {mt:.2f} s over {len(t_tok)} runs ({traj.stats['n_velocity']} evals)"
+        f"    tokens, default (adaptive) median {mt:.2f} s over {len(t_tok)} runs "
+        f"({traj.stats['n_velocity']} evals, error estimate {traj.stats['error_estimate']:.1e})"
+    )
+    print(
+        f"    tokens, RK4 x 20 (former default) median {mr:.2f} s "
+        f"({rk4.stats['n_velocity']} evals); adaptive/RK4 time ratio {mt / mr:.2f}"
     )
     print(f"    ratio tokens/moments: {mt / mm:.0f}x (target >= 1000x)")
     print(f"    W2(tokens, moments) at T: {w2:.3e} (sampling error, ~N^-1/2)")

@@ -15,7 +15,9 @@ noisy: repeat and read the medians).
    evaluated the same way as ours, so the costs compare like for like.
 
 Targets (issue 4): ≤ 2 s (d = 3) and ≤ 20 s (d = 8) on 2 cores; ours ≥ 20× faster than
-python-control at equal or lower cost.
+python-control at equal or lower cost. The collocation NLP is pinned (``method="collocation"``)
+for these rows, plus one row of the flow construction (the default from d = 5 on); the study at
+d = 8–64 is ``bench_steering_scale.py``.
 
 Run: ``.venv/bin/python benchmarks/bench_steering.py [--quick] [--no-baseline]
 [--slow-baseline]`` (the last adds solve_ocp with trust-constr, about 5 minutes).
@@ -45,18 +47,21 @@ def _problem(d: int, seed: int) -> tuple[Gaussian, Gaussian]:
     return Gaussian(rng.standard_normal(d), cov()), Gaussian(rng.standard_normal(d), cov())
 
 
-def _bench_ours(d: int, n: int, mode: str, repeats: int) -> dict[str, Any]:
+def _bench_ours(
+    d: int, n: int, mode: str, repeats: int, method: str = "collocation"
+) -> dict[str, Any]:
     g0, g1 = _problem(d, seed=d)
     cold, warm = [], []
     res = None
+    kw = {"layers": n, "mode": mode, "method": method}
     for _ in range(repeats):
         t0 = time.perf_counter()
-        res = steer(g0, g1, 1.0, layers=n, mode=mode, cache=False)
+        res = steer(g0, g1, 1.0, cache=False, **kw)
         cold.append(time.perf_counter() - t0)
-    steer(g0, g1, 1.0, layers=n, mode=mode)  # fill the cache
+    steer(g0, g1, 1.0, **kw)  # fill the cache
     for _ in range(repeats):
         t0 = time.perf_counter()
-        res = steer(g0, g1, 1.0, layers=n, mode=mode)
+        res = steer(g0, g1, 1.0, **kw)
         warm.append(time.perf_counter() - t0)
     assert res is not None
     return {
@@ -69,6 +74,7 @@ def _bench_ours(d: int, n: int, mode: str, repeats: int) -> dict[str, Any]:
         "bound": res.lower_bound,
         "err": res.terminal_error,
         "iterations": res.stats["iterations"],
+        "method": method,
     }
 
 
@@ -165,7 +171,7 @@ def _row(name: str, r: dict[str, Any]) -> str:
     return (
         f"{name:<22} cold {r['cold']:7.2f} s  warm {r['warm']:7.2f} s  success {r['success']!s:5}"
         f"  gap {r['gap']:.2e}  cost {r['cost']:.6f}  W2²/T {r['bound']:.6f}  "
-        f"terminal err {r['err']:.1e}  IPOPT iters {r['iterations']}"
+        f"terminal err {r['err']:.1e}  iterations {r['iterations']}"
     )
 
 
@@ -179,6 +185,9 @@ def main() -> None:
             r = _bench_ours(d, n, mode, reps if d == 3 else max(1, reps - 1))
             rows[(d, mode)] = r
             print(_row(f"d={d} L={n} {mode}", r), flush=True)
+        # The flow construction (no NLP; the default from d = 5 on; see bench_steering_scale.py).
+        r = _bench_ours(d, n, "full", reps, method="flow")
+        print(_row(f"d={d} L={n} full flow", r), flush=True)
     if "--no-baseline" in sys.argv:
         return
     print("\n== python-control solve_ocp, the same d = 3, L = 10 problem (mode ffn: A, b) ==")

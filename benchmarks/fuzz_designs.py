@@ -30,6 +30,7 @@ Usage::
     python benchmarks/fuzz_designs.py            # 2,000 files
     python benchmarks/fuzz_designs.py --quick    # 200 files
     python benchmarks/fuzz_designs.py -n 5000 --seed 3 --workers 4 --timeout 60
+    python benchmarks/fuzz_designs.py --show 325 352   # print those cases' design files
 """
 
 from __future__ import annotations
@@ -222,9 +223,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=int, default=60, help="seconds per case (default 60)")
     p.add_argument("--json", type=Path, default=None, help="write every case's outcome here")
     p.add_argument("--progress", action="store_true")
+    p.add_argument(
+        "--show",
+        type=int,
+        nargs="+",
+        metavar="INDEX",
+        help="print the design files of these case indices (with --seed) and exit",
+    )
     args = p.parse_args(argv)
     n, limit = (200, 30) if args.quick else (args.n, args.timeout)
     bases = {name: make_fast(doc) for name, doc in shipped_designs().items()}
+    if args.show:
+        for index in args.show:
+            desc, text = make_case(index, args.seed, bases)
+            print(f"# case {index} (seed {args.seed}): {desc}\n{text}")
+        return 0
     cases = [make_case(i, args.seed, bases) for i in range(n)]
     clock = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="gtcontrol-fuzz-") as workdir:

@@ -31,11 +31,14 @@ from .control.design import (
 from .control.design import (
     ConvergenceData,
     MeanMatchingDesign,
+    PathEss,
     Robustness,
+    TokenCertificate,
     design_certificate,
     design_convergence,
     design_mean_matching,
     design_robustness,
+    design_token_certificate,
 )
 from .control.ot import OTSteering, kinetic_energy, ot_steering
 from .control.reachability import MODES, check_reachable, is_reachable
@@ -52,6 +55,7 @@ from .errors import (
 from .model.attention import token_velocity
 from .model.finite_n import ess_fraction, worst_ess_fraction
 from .model.gaussian import Gaussian
+from .model.gaussian_closure import simulate_closure
 from .model.heads import FactoredHeads
 from .model.moments import (
     Trajectory,
@@ -85,6 +89,7 @@ __all__ = [
     "MeanMatchingDesign",
     "NewtonResult",
     "OTSteering",
+    "PathEss",
     "Regime",
     "Result",
     "RiccatiForm",
@@ -94,6 +99,7 @@ __all__ = [
     "Status",
     "SteadyState",
     "SteeringResult",
+    "TokenCertificate",
     "TokenComparison",
     "TokenTrajectory",
     "Trajectory",
@@ -111,6 +117,7 @@ __all__ = [
     "design_convergence",
     "design_mean_matching",
     "design_robustness",
+    "design_token_certificate",
     "equilibria",
     "ess_fraction",
     "exact_layer_steering",
@@ -129,6 +136,7 @@ __all__ = [
     "riccati_form",
     "schedule_to_dict",
     "simulate",
+    "simulate_closure",
     "simulate_discrete",
     "simulate_tokens",
     "solve_bernoulli",

@@ -23,6 +23,8 @@ import numpy as np
 from .errors import InvalidParametersError
 
 __all__ = [
+    "DEFAULT_MAX_EVALS",
+    "MAX_EVALS_LIMIT",
     "Budget",
     "BudgetExhausted",
     "Outcome",
@@ -32,6 +34,7 @@ __all__ = [
     "ResultFields",
     "Status",
     "as_time_limit",
+    "integrator_budget_doc",
 ]
 
 
@@ -144,6 +147,28 @@ def as_time_limit(value: Any, name: str = "time_limit") -> float | None:
             f"{name}: expected None or a positive number of seconds, got {value!r}"
         )
     return x
+
+
+#: Default cap on the right-hand-side evaluations of an integrator (its ``max_evals``).
+DEFAULT_MAX_EVALS = 10**6
+#: Largest ``max_evals`` an integrator accepts (larger caps are refused as absurd).
+MAX_EVALS_LIMIT = 10**9
+
+
+def integrator_budget_doc(evaluations: str) -> str:
+    """The ``max_evals`` and ``time_limit`` entries of an integrator's docstring (numpydoc).
+
+    One home for the description of :data:`DEFAULT_MAX_EVALS`, :data:`MAX_EVALS_LIMIT` and of
+    what running out returns; ``evaluations`` says what is counted (``"right-hand-side"``,
+    ``"velocity-field"``). Spliced in by :func:`gtcontrol._docstring.fill`.
+    """
+    return f"""\
+max_evals
+    Cap on {evaluations} evaluations (default ``10**6``, at most ``10**9``); reaching it
+    returns ``Status.BUDGET_EXHAUSTED``.
+time_limit
+    Wall-clock limit in seconds (``None``: none); reaching it returns
+    ``Status.BUDGET_EXHAUSTED``."""
 
 
 class BudgetExhausted(Exception):

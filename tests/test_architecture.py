@@ -26,6 +26,7 @@ RANKS = {
     "_status": 0,
     "_validation": 0,
     "_output": 0,
+    "_docstring": 0,
     "model": 1,
     "analysis": 2,
     "control": 3,
@@ -197,6 +198,21 @@ def test_every_public_parameter_is_documented(name: str, obj: object) -> None:
         doc += "\n" + inspect.getdoc(obj.__init__)  # type: ignore[operator]
     missing = [p for p in params if p not in _documented_names(doc)]
     assert not missing, f"{name}: parameters not documented: {missing}"
+
+
+def test_no_runtime_docstring_keeps_a_fragment_placeholder() -> None:
+    """Docstrings sharing a fragment (gtcontrol._docstring.fill) are complete at runtime."""
+    import importlib
+
+    placeholder = re.compile(r"^\s*%\(\w+\)s\s*$", re.M)
+    unfilled = []
+    for name in _modules():
+        module = importlib.import_module(name)
+        for attr, obj in vars(module).items():
+            doc = getattr(obj, "__doc__", None)
+            if isinstance(doc, str) and placeholder.search(doc):
+                unfilled.append(f"{name}.{attr}")
+    assert not unfilled, f"docstrings with an unfilled %(name)s line: {unfilled}"
 
 
 # -- the result protocol ----------------------------------------------------------------------

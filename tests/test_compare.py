@@ -1,11 +1,30 @@
-"""compare_tokens: real tokens against the moment ODE, error ~ N^(-1/2)."""
+"""compare_tokens: real tokens against the moment ODE, error ~ N^(-1/2), and an honest verdict."""
 
 from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from gtcontrol import Gaussian, InvalidParametersError, Layer, Result, Status, compare_tokens
+from gtcontrol import (
+    FeedForward,
+    Gaussian,
+    InvalidParametersError,
+    Layer,
+    Result,
+    Status,
+    compare_tokens,
+    simulate,
+)
+from gtcontrol.analysis._compare_checks import kurtosis_ratio, min_evals
+from gtcontrol.model.finite_n import worst_ess_fraction
+from gtcontrol.model.gaussian_closure import linearized_layer, simulate_closure
+from gtcontrol.model.params import Control, as_control
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _setup() -> tuple[Layer, Gaussian]:
@@ -13,19 +32,30 @@ def _setup() -> tuple[Layer, Gaussian]:
     return lay, Gaussian([0.5, -0.3], [[0.8, 0.2], [0.2, 0.5]])
 
 
-def test_errors_fall_like_inverse_sqrt_n() -> None:
+def test_errors_fall_like_inverse_sqrt_n_and_the_verdict_is_consistent() -> None:
     lay, g0 = _setup()
-    cmp = compare_tokens(
-        lay, g0, 0.6, n_tokens=(128, 512, 2048), repeats=6, seed=1, steps_per_layer=6
-    )
+    cmp = compare_tokens(lay, g0, 0.6, n_tokens=(128, 512, 2048), repeats=6, seed=1)
     assert cmp.n_tokens == (128, 512, 2048)
     for name, slope in cmp.slopes.items():
         # 6 repeats per N: the RMS error has ~30 % relative noise, so the fitted slope over a
         # 16x range of N is known to about ±0.2 around the theoretical -1/2.
         assert -0.8 < slope < -0.25, (name, slope)
+    assert cmp.consistent and cmp.message.count("consistent: ") == 1, cmp.message
+    assert "NOT" not in cmp.message and f"N^{cmp.slopes['bures_wasserstein']:+.2f}" in cmp.message
+    # default integrator: adaptive, tolerance from the statistical error; measured against a
+    # converged integration of the same tokens, far below the statistical error
+    assert cmp.stats["method"] == "adaptive" and 1e-9 <= cmp.stats["rtol"] <= 1e-3
+    assert cmp.integration_error < 1e-6 < 0.1 * cmp.statistical_error
+    assert cmp.statistical_error == cmp.bures_wasserstein[-1]
+    # ESS/N along the path, from model.finite_n, reported and moderate for this mild layer
+    assert cmp.ess is not None and cmp.ess_t is not None and cmp.ess.shape == cmp.ess_t.shape
+    g_t0 = Gaussian(cmp.predicted.mean[0], cmp.predicted.cov[0])
+    assert cmp.ess[0] == pytest.approx(float(worst_ess_fraction(lay, g_t0, n_std=2.0)[0]))
+    assert 0.01 < cmp.ess_min <= 1.0 and cmp.stats["effective_keys"] > 10
+    assert abs(cmp.stats["kurtosis_ratio"] - 1.0) < 0.15  # the cloud stays Gaussian
     # the predicted trajectory is the moment ODE from the exact initial Gaussian
+    assert cmp.reference == "moment ODE"
     assert cmp.predicted.status == "success" and cmp.predicted.t[-1] == pytest.approx(0.6)
-    # errors are real distances, decreasing overall and comparable to the sampling error
     assert np.all(cmp.bures_wasserstein > 0)
     assert cmp.bures_wasserstein[-1] < cmp.bures_wasserstein[0] / 2
     rows = cmp.table()
@@ -33,36 +63,234 @@ def test_errors_fall_like_inverse_sqrt_n() -> None:
     assert cmp.example is not None
     assert cmp.example.n_tokens == 2048 and len(cmp.example.snapshots) == 4
     assert isinstance(cmp, Result) and cmp.status is Status.SUCCESS and cmp.success
-    assert cmp.message and cmp.stats["completed_runs"] == 18
+    assert cmp.stats["completed_runs"] == 18 and 0 < cmp.stats["work"] <= cmp.stats["max_work"]
 
 
-def test_compare_tokens_refuses_blowup_and_bad_counts() -> None:
+def test_starved_softmax_is_not_consistent_and_says_why() -> None:
+    """V = -0.5 I, B = 5 I from N(0, I), T = 2: the error does not fall like N^(-1/2) (it grows
+    over these N). The integrator is ruled out (its error is ~1e-7 against a statistical error
+    ~5e-2); ESS/N = exp(-uᵀΣu) is ~1e-44 for queries 2σ out, so the softmax is starved: the
+    outer queries' attention falls short of the tilted mean 5Σx, the outer tokens lag, and the
+    cloud becomes heavy-tailed (Mardia kurtosis well above its Gaussian value)."""
+    lay = Layer(B=5.0 * np.eye(2), v=-0.5)
+    g0 = Gaussian(np.zeros(2), np.eye(2))
+    cmp = compare_tokens(lay, g0, 2.0, n_tokens=(128, 512, 2048), repeats=2)
+    assert cmp.status is Status.SUCCESS and cmp.success  # the comparison itself completed
+    assert not cmp.consistent
+    slope = cmp.slopes["bures_wasserstein"]
+    assert abs(slope + 0.5) > 0.5, slope  # measured +0.28: far from -1/2
+    assert cmp.integration_error < 1e-3 * cmp.statistical_error
+    assert cmp.ess_min < 1e-40 and cmp.stats["effective_keys"] < 1e-30
+    assert cmp.stats["kurtosis_ratio"] > 1.2
+    msg = cmp.message
+    assert "NOT consistent" in msg and "integrator is not the cause" in msg
+    assert "starved" in msg and "Mardia kurtosis" in msg and "ESS/N" in msg
+
+
+def test_integration_error_above_the_statistical_error_is_not_consistent() -> None:
+    """One residual step per layer is not the continuous-depth model: the comparison says the
+    integrator, not the statistics, dominates."""
+    lay, g0 = _setup()
+    cmp = compare_tokens(lay, g0, 0.6, n_tokens=(64, 256), repeats=2, method="discrete")
+    assert not cmp.consistent and cmp.status is Status.SUCCESS
+    assert cmp.integration_error > 0.1 * cmp.statistical_error
+    assert "NOT below a tenth" in cmp.message and "refine the token integration" in cmp.message
+
+
+def test_relu_feedforward_is_compared_against_the_gaussian_closure() -> None:
+    """Formerly refused (no exact moment ODE); now the tokens are compared against the
+    moment-matched Gaussian flow, checked here against an independent implementation."""
+    from gtcontrol.experiments.closure import closure_flow
+
+    ffn = FeedForward([[0.5, 0.2], [-0.1, 0.4]], [[1.0, 0.3], [-0.2, 1.0]], [0.1, -0.2])
+    lay = Layer(A=-0.3 * np.eye(2), B=[[0.5, 0.1], [0.0, 0.4]], v=-0.5, ffn=ffn)
+    g0 = Gaussian([0.3, -0.1], [[1.0, 0.2], [0.2, 0.6]])
+    cmp = compare_tokens(lay, g0, 1.0, n_tokens=(64, 256), repeats=2)
+    assert cmp.status is Status.SUCCESS and cmp.reference == "Gaussian closure"
+    assert "against the Gaussian closure" in cmp.message
+    flow = closure_flow(lay, g0, 1.0, t_eval=[0.0, 1.0])
+    np.testing.assert_allclose(cmp.predicted.final.cov, flow.cov[-1], rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(cmp.predicted.final.mean, flow.mean[-1], rtol=1e-9, atol=1e-12)
+    # ReLU kinks cost the 8th-order pair its order; still far below the statistical error
+    assert cmp.integration_error < 0.01 * cmp.statistical_error
+
+
+def test_gaussian_closure_is_the_moment_ode_for_affine_layers_and_stein_exact() -> None:
+    rng = np.random.default_rng(3)
+    w, u, c = rng.standard_normal((2, 3)), rng.standard_normal((3, 2)), rng.standard_normal(3)
+    lay = Layer(
+        A=-0.4 * np.eye(2),
+        B=0.3 * np.eye(2),
+        v=-0.5,
+        ffn=FeedForward(w, u, c, activation="identity"),
+    )
+    g0 = Gaussian([0.2, -0.4], [[0.7, 0.1], [0.1, 0.4]])
+    a, b = simulate_closure(lay, g0, 1.5), simulate(lay, g0, 1.5)
+    np.testing.assert_allclose(a.final.cov, b.final.cov, rtol=1e-8, atol=1e-11)
+    np.testing.assert_allclose(a.final.mean, b.final.mean, rtol=1e-8, atol=1e-11)
+    # Statistical linearization = Stein: E σ(a) and E[σ(a)(x−m)ᵀ] = D U Σ, by Monte Carlo.
+    for act in ("relu", "gelu"):
+        lay_n = lay.replace(ffn=FeedForward(w, u, c, activation=act))
+        lin = linearized_layer(lay_n, g0.mean, g0.cov)
+        x = g0.sample(400_000, np.random.default_rng(4))
+        z = x @ u.T + c
+        sig = np.maximum(z, 0.0) if act == "relu" else z * (0.5 * (1 + _erf(z / np.sqrt(2))))
+        f_true = sig @ w.T
+        f_lin = x @ (lin.A - lay.A).T + (lin.b - lay.b)
+        se = f_true.std(axis=0) / np.sqrt(len(x))
+        assert np.all(np.abs(f_true.mean(0) - f_lin.mean(0)) < 5 * se), act
+        cross_true = (f_true - f_true.mean(0)).T @ (x - x.mean(0)) / len(x)
+        cross_lin = (lin.A - lay.A) @ np.cov(x.T, bias=True)
+        assert np.max(np.abs(cross_true - cross_lin)) < 0.02, act
+
+
+def _erf(z: np.ndarray) -> np.ndarray:
+    from scipy.special import erf
+
+    return erf(z)
+
+
+def test_compare_tokens_refuses_blowup_bad_counts_and_absurd_sizes_up_front() -> None:
     lay, g0 = _setup()
     with pytest.raises(InvalidParametersError, match="n_tokens"):
         compare_tokens(lay, g0, 0.5, n_tokens=(128,))
     with pytest.raises(InvalidParametersError, match="n_tokens"):
         compare_tokens(lay, g0, 0.5, n_tokens=(128, 0))
+    with pytest.raises(InvalidParametersError, match="slope_tol"):
+        compare_tokens(lay, g0, 0.5, n_tokens=(64, 128), slope_tol=5.0)
+    with pytest.raises(InvalidParametersError, match="rtol"):
+        compare_tokens(lay, g0, 0.5, n_tokens=(64, 128), method="rk4", rtol=1e-6)
     blow = Layer(B=np.eye(2), v=2.0)
     with pytest.raises(InvalidParametersError, match="blow up"):
         compare_tokens(blow, g0, 5.0, n_tokens=(64, 128))
+    # Absurd sizes: refused at once, with the limit named (formerly: hours of softmax).
+    clock = time.perf_counter()
+    with pytest.raises(InvalidParametersError, match=r"max_work = 6e\+09") as err:
+        compare_tokens(lay, g0, 0.5, n_tokens=(20_000, 100_000), repeats=100)
+    assert "n_tokens, repeats" in str(err.value) and "token pairs" in str(err.value)
+    # a long horizon needs many steps: sized from T too
+    with pytest.raises(InvalidParametersError, match="max_work"):
+        compare_tokens(lay, g0, 1000.0, n_tokens=(1024, 4096))  # ≥ 1094 evaluations per run
+    assert time.perf_counter() - clock < 10.0  # the T = 1000 moment reference: ~2 s
+
+
+def test_min_evals_is_a_lower_bound_of_the_work_done() -> None:
+    lay, g0 = _setup()
+    cmp = compare_tokens(lay, g0, 3.0, n_tokens=(32, 64), repeats=1)
+    bound = min_evals(_ctrl(lay, 3.0), cmp.predicted, "adaptive", None)
+    assert cmp.example is not None and bound <= cmp.example.stats["n_velocity"]
+    assert min_evals(_ctrl(lay, 3.0), cmp.predicted, "rk4", 7) == 28
+
+
+def _ctrl(lay: Layer, T: float) -> Control:
+    return as_control(lay, T)
 
 
 def test_compare_tokens_time_limit_returns_partial_results() -> None:
-    import time
-
     lay, g0 = _setup()
     t0 = time.perf_counter()
-    cmp = compare_tokens(lay, g0, 0.6, n_tokens=(64, 128, 4096), repeats=50, time_limit=0.05)
+    cmp = compare_tokens(lay, g0, 0.6, n_tokens=(64, 128, 4096), repeats=10, time_limit=0.05)
     assert time.perf_counter() - t0 < 3.0
-    assert cmp.status is Status.BUDGET_EXHAUSTED and not cmp.success
-    assert cmp.stats["completed_runs"] < 150 and "stopped" in cmp.message
+    assert cmp.status is Status.BUDGET_EXHAUSTED and not cmp.success and not cmp.consistent
+    assert cmp.stats["completed_runs"] < 30 and "stopped" in cmp.message
     assert cmp.example is None
 
 
-def test_adaptive_token_method_runs_with_the_default_steps() -> None:
+def test_stiff_moment_reference_is_capped() -> None:
+    """Regression (fuzz cases 276 and 721 of the 2,000-file run): a scaled-up A made the moment
+    reference spend its million evaluations (27-40 s, past the 60 s case limit under load). The
+    reference is capped at 1e5 evaluations: the comparison ends in seconds, honestly."""
+    from gtcontrol.analysis._compare_checks import REFERENCE_MAX_EVALS
+
+    lay = Layer(A=[[1e7, -0.6], [0.6, 0.2]], B=[[1.0, 0.2], [0.2, 0.8]], v=-1.0, b=[0.1, 0.0])
+    g0 = Gaussian([1.0, -0.5], [[1.0, 0.3], [0.3, 0.5]])
+    clock = time.perf_counter()
+    cmp = compare_tokens(lay, g0, 1.5, n_tokens=(16, 32), repeats=1, steps_per_layer=3)
+    assert time.perf_counter() - clock < 30.0  # ~2 s; the former cap took 27 s idle
+    assert cmp.status is Status.BUDGET_EXHAUSTED and not cmp.consistent
+    assert "moment reference" in cmp.message and f"cap of {REFERENCE_MAX_EVALS}" in cmp.message
+    assert cmp.stats["completed_runs"] == 0 and cmp.predicted.t[-1] < 1.5
+
+
+def test_work_cap_stops_with_an_honest_status() -> None:
+    lay, g0 = _setup()
+    cmp = compare_tokens(lay, g0, 0.6, n_tokens=(64, 512), repeats=3, max_work=2 * 10**7)
+    assert cmp.status is Status.BUDGET_EXHAUSTED and not cmp.consistent
+    assert "max_work = 2e+07 was reached" in cmp.message
+    assert cmp.stats["work"] <= 2 * 10**7
+    assert np.isfinite(cmp.bures_wasserstein[0]) and cmp.stats["completed_runs"] >= 3
+
+
+def test_adaptive_and_fixed_token_methods_run_with_their_default_steps() -> None:
     """``steps_per_layer`` defaults to the method's own choice, so "adaptive" works (it refused
-    the former integer default of 20 and always failed)."""
+    the former integer default of 20 and always failed); ``steps_per_layer`` alone means rk4."""
     layer = Layer(A=-0.5 * np.eye(2), B=0.5 * np.eye(2), v=-0.5)
     g0 = Gaussian(np.zeros(2), np.eye(2))
     cmp = compare_tokens(layer, g0, T=0.5, n_tokens=(64, 128), repeats=1, method="adaptive")
     assert cmp.status is Status.SUCCESS and cmp.success
+    rk4 = compare_tokens(layer, g0, T=0.5, n_tokens=(64, 128), repeats=1, steps_per_layer=4)
+    assert rk4.stats["method"] == "rk4" and rk4.stats["rtol"] is None
+    assert rk4.integration_error < 1e-4  # RK4 with h = 1/8 on a mild layer
+
+
+def _cli_design(tmp_path: Path, extra: str) -> Path:
+    text = (ROOT / "designs" / "compare-tokens.toml").read_text()
+    head = text.split("[compare-tokens]")[0]  # the table deleted: the defaults apply
+    design = tmp_path / "d.toml"
+    design.write_text(extra + head)
+    return design
+
+
+def test_cli_default_compare_tokens_honours_its_time_limit(tmp_path: Path) -> None:
+    """Regression (issue 12, fuzz cases 325 and 352): the shipped two-head design with its
+    [compare-tokens] table deleted ran past 60 s. Its run now honours the design's time limit:
+    it ends in bounded time with an honest status and a complete output folder."""
+    from gtcontrol.cli import main
+
+    design = _cli_design(tmp_path, "time_limit = 2.0\n")
+    out = tmp_path / "out"
+    clock = time.perf_counter()
+    assert main(["run", str(design), "-o", str(out)]) == 0
+    assert time.perf_counter() - clock < 30.0
+    res = json.loads((out / "result.json").read_text())
+    assert res["status"] == "budget_exhausted"
+    assert res["outputs"]["consistent"] is False and "stopped" in res["outputs"]["message"]
+    assert res["outputs"]["method"] == "adaptive"
+
+
+def test_cli_absurd_compare_tokens_sizes_are_a_clean_error(tmp_path: Path, capsys) -> None:
+    from gtcontrol.cli import main
+
+    design = _cli_design(tmp_path, "")
+    design.write_text(
+        design.read_text() + "\n[compare-tokens]\nn_tokens = [19999, 20000]\nrepeats = 100\n"
+    )
+    clock = time.perf_counter()
+    assert main(["run", str(design), "-o", str(tmp_path / "out")]) == 2
+    assert time.perf_counter() - clock < 10.0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "max_work" in err[0] and not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_cli_default_compare_tokens_completes_within_its_work_cap(tmp_path: Path) -> None:
+    """The fuzz cases 325/352 in full: the default comparison (N = 256, 1024, 4096, 3 repeats,
+    two heads, T = 1) completes, consistent, with half its former work (RK4 with 20 steps: 8.6e9
+    token pairs; measured 4.0e9 now: 26 evaluations per run, 50 for the run that stops at the
+    figure's snapshot depths). Deterministic: counts work, not seconds."""
+    from gtcontrol.cli import main
+
+    design = _cli_design(tmp_path, "")
+    out = tmp_path / "out"
+    assert main(["run", str(design), "-o", str(out)]) == 0
+    res = json.loads((out / "result.json").read_text())
+    assert res["status"] == "success" and res["outputs"]["consistent"] is True
+    assert res["outputs"]["work"] <= 4.5e9
+
+
+def test_kurtosis_ratio_is_one_for_gaussian_clouds() -> None:
+    rng = np.random.default_rng(5)
+    g = Gaussian([1.0, -2.0, 0.5], [[2.0, 0.3, 0.0], [0.3, 1.0, 0.2], [0.0, 0.2, 0.5]])
+    assert abs(kurtosis_ratio(g.sample(200_000, rng)) - 1.0) < 0.01
+    heavy = rng.standard_t(5, size=(200_000, 2))  # Student t, 5 dof: heavier tails
+    assert kurtosis_ratio(heavy) > 1.3

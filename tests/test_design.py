@@ -33,7 +33,8 @@ from gtcontrol.model.gaussian import Gaussian
 from gtcontrol.model.moments import simulate
 from gtcontrol.model.params import Layer
 
-NO_ROB: dict[str, Any] = {"robustness": False}
+# The exact closed forms (no robustness report, no finite-N scale split: min_ess=None).
+EXACT: dict[str, Any] = {"robustness": False, "min_ess": None}
 
 
 def _spd(rng: np.random.Generator, d: int, lo: float = 0.3) -> np.ndarray:
@@ -62,7 +63,7 @@ def test_constructive_design_converges_from_20_starts_at_the_promised_rate(d: in
     target = Gaussian(rng.standard_normal(d), _spd(rng, d))
     rate = float(rng.uniform(0.5, 1.5))
     rotation = 0.3 * random_skew(rng, d) if d % 2 else None
-    res = design_mean_matching(target.mean, target.cov, rate=rate, rotation=rotation, **NO_ROB)
+    res = design_mean_matching(target.mean, target.cov, rate=rate, rotation=rotation, **EXACT)
     assert res.success and res.status is Status.SUCCESS and res.method == "constructive"
     assert res.optimal
     assert res.certificate.kind == "global"
@@ -103,7 +104,9 @@ def test_constructive_design_closed_forms() -> None:
     target = Gaussian(rng.standard_normal(d), _spd(rng, d))
     omega = np.linalg.inv(target.cov)
     s = random_skew(rng, d)
-    res = design_mean_matching(target.mean, target.cov, rate=0.8, cov_rate=3.0, rotation=s)
+    res = design_mean_matching(
+        target.mean, target.cov, rate=0.8, cov_rate=3.0, rotation=s, min_ess=None
+    )
     lay = res.layer
     (v_mat, b_mat) = lay.heads[0]
     np.testing.assert_allclose(lay.A, 1.5 * np.eye(d) + s @ omega, rtol=0, atol=1e-14)
@@ -128,7 +131,7 @@ def test_constructive_design_closed_forms() -> None:
 
 
 def test_default_rates_give_B_equal_to_target_precision_and_identity_default_cov() -> None:
-    res = design_mean_matching([1.0, -2.0, 0.5], rate=0.5, **NO_ROB)
+    res = design_mean_matching([1.0, -2.0, 0.5], rate=0.5, **EXACT)
     np.testing.assert_allclose(res.target.cov, np.eye(3))
     lay = res.layer
     np.testing.assert_allclose(lay.A, 0.5 * np.eye(3), atol=1e-15)
@@ -139,7 +142,7 @@ def test_default_rates_give_B_equal_to_target_precision_and_identity_default_cov
 
 def test_design_convergence_data_reaches_the_target() -> None:
     rng = np.random.default_rng(3)
-    res = design_mean_matching(rng.standard_normal(3), _spd(rng, 3), rate=1.0, **NO_ROB)
+    res = design_mean_matching(rng.standard_normal(3), _spd(rng, 3), rate=1.0, **EXACT)
     data = design_convergence(res, n_starts=3, n_points=41, seed=1)
     assert data.mean_error.shape == (3, len(data.t)) == data.cov_error.shape
     assert np.all(data.mean_error[:, -1] < 1e-5) and np.all(data.cov_error[:, -1] < 1e-12)
@@ -162,6 +165,7 @@ def test_robustness_of_constructive_design_equals_its_rates() -> None:
         rotation=random_skew(rng, d),
         robustness_directions=4,
         robustness_samples=8,
+        min_ess=None,
     )
     rob = res.robustness
     assert rob is not None
@@ -186,7 +190,7 @@ def test_stability_radius_of_nonnormal_design_matches_a_frequency_sweep() -> Non
     d = 3
     target = Gaussian(rng.standard_normal(d), _spd(rng, d))
     v = -1.2 * np.eye(d) + 0.5 * rng.standard_normal((d, d))
-    res = design_mean_matching(target.mean, target.cov, rate=0.4, fixed_V=v, **NO_ROB)
+    res = design_mean_matching(target.mean, target.cov, rate=0.4, fixed_V=v, **EXACT)
     assert res.success
     rob = design_robustness(res.layer, res.target, directions=2, samples=4)
     # Brute force in whitened coordinates: K̂ = Σ*^{-½} K Σ*^{½}.
@@ -235,7 +239,7 @@ def test_casadi_design_with_fixed_pretrained_B_is_exact_global_and_converges() -
     d = 4
     target = Gaussian(rng.standard_normal(d), _spd(rng, d))
     b_fixed = _spd(rng, d, 0.2) + 0.3 * random_skew(rng, d)
-    res = design_mean_matching(target.mean, target.cov, rate=1.0, fixed_B=b_fixed, **NO_ROB)
+    res = design_mean_matching(target.mean, target.cov, rate=1.0, fixed_B=b_fixed, **EXACT)
     assert res.success, res.message
     assert res.method == "casadi" and res.fixed == ("B",)
     np.testing.assert_array_equal(res.layer.heads[0][1], b_fixed)
@@ -252,13 +256,13 @@ def test_minimum_norm_design_is_no_larger_than_a_feasible_constructive_one() -> 
     rng = np.random.default_rng(22)
     d = 3
     target = Gaussian(rng.standard_normal(d), _spd(rng, d))
-    res = design_mean_matching(target.mean, target.cov, rate=0.7, minimum_norm=True, **NO_ROB)
+    res = design_mean_matching(target.mean, target.cov, rate=0.7, minimum_norm=True, **EXACT)
     assert res.success and res.certificate.kind == "global"
     # The constructive design with covariance rate 1.4 (1 + 1/κ) is feasible for the NLP (its
     # Lyapunov weight has tr P = κ n exactly), so the optimum is no larger (whitened metric).
     kappa = 100.0  # the default max_condition
     ref = design_mean_matching(
-        target.mean, target.cov, rate=0.7, cov_rate=1.4 * (1 + 1 / kappa), **NO_ROB
+        target.mean, target.cov, rate=0.7, cov_rate=1.4 * (1 + 1 / kappa), **EXACT
     )
     assert res.whitened_norm <= ref.whitened_norm * (1 + 1e-6)
     assert res.certificate.mean_rate == pytest.approx(0.7, rel=1e-5)  # the bound is active
@@ -271,7 +275,7 @@ def test_casadi_design_with_fixed_general_V_is_local_and_exact() -> None:
     d = 3
     target = Gaussian(rng.standard_normal(d), _spd(rng, d))
     v = -1.5 * np.eye(d) + 0.4 * rng.standard_normal((d, d))
-    res = design_mean_matching(target.mean, target.cov, rate=0.5, fixed_V=v, **NO_ROB)
+    res = design_mean_matching(target.mean, target.cov, rate=0.5, fixed_V=v, **EXACT)
     assert res.success, res.message
     np.testing.assert_array_equal(res.layer.heads[0][0], v)
     cert = res.certificate
@@ -292,20 +296,20 @@ def test_casadi_design_with_full_designed_V_and_fixed_A_and_fixed_scalar_v() -> 
         target.cov,
         rate=0.5,
         V_structure="full",
-        **NO_ROB,
+        **EXACT,
     )
     assert full.success and full.certificate.valid, full.message
     # fixed A with eigenvalues 0.8 ± i·…: covariance rate 1.6 ≥ 1.
     a0 = 0.8 * np.eye(d) + 0.3 * random_skew(rng, d)
     a_fixed = target.cov @ a0 @ np.linalg.inv(target.cov)
     res_a = design_mean_matching(
-        target.mean, target.cov, rate=0.5, cov_rate=1.0, fixed_A=a_fixed, **NO_ROB
+        target.mean, target.cov, rate=0.5, cov_rate=1.0, fixed_A=a_fixed, **EXACT
     )
     assert res_a.success and res_a.certificate.kind == "global"
     np.testing.assert_array_equal(res_a.layer.A, a_fixed)
     assert res_a.certificate.cov_rate == pytest.approx(1.6, rel=1e-10)
     res_v = design_mean_matching(
-        target.mean, target.cov, rate=0.5, cov_rate=1.0, fixed_V=-0.7, **NO_ROB
+        target.mean, target.cov, rate=0.5, cov_rate=1.0, fixed_V=-0.7, **EXACT
     )
     assert res_v.success and res_v.certificate.kind == "global"
     np.testing.assert_array_equal(res_v.layer.heads[0][0], -0.7 * np.eye(d))
@@ -323,7 +327,7 @@ def test_casadi_design_with_indefinite_B_is_local_when_allowed() -> None:
         rate=0.5,
         fixed_B=b_fixed,
         require_global=False,
-        **NO_ROB,
+        **EXACT,
     )
     assert res.success, res.message
     assert res.certificate.kind == "local" and res.certificate.r_min is not None
@@ -369,7 +373,7 @@ def test_margin_out_of_reach_of_the_bounded_certificate_is_named() -> None:
         rate=1.0,
         fixed_V=np.diag([-1.2, -1.2 + 1e-3]),
         max_condition=1.0,
-        **NO_ROB,
+        **EXACT,
     )
     assert res.stats["slack"]["mean"] > 0.5 and not res.stats["optimal"]
     assert "binding constraint is the mean margin" in res.message
@@ -381,7 +385,7 @@ def test_margin_out_of_reach_of_the_bounded_certificate_is_named() -> None:
 
 def test_iteration_limit_is_reported() -> None:
     res = design_mean_matching(
-        [1.0, -1.0], [[1.0, 0.4], [0.4, 0.8]], rate=2.0, V_structure="full", max_iter=1, **NO_ROB
+        [1.0, -1.0], [[1.0, 0.4], [0.4, 0.8]], rate=2.0, V_structure="full", max_iter=1, **EXACT
     )
     assert res.stats["return_status"] == "Maximum_Iterations_Exceeded"
     assert not res.stats["optimal"]
@@ -423,7 +427,7 @@ def test_certificate_of_layers_that_do_not_match() -> None:
     cert = design_certificate(lay, Gaussian([0.0, 0.0], 2 * np.eye(2)))
     assert cert.kind == "none" and cert.residual < 1e-15 and cert.cov_rate < 0
     # Requested rate above what the layer delivers.
-    good = design_mean_matching([0.0, 0.0], rate=1.0, **NO_ROB).layer
+    good = design_mean_matching([0.0, 0.0], rate=1.0, **EXACT).layer
     cert = design_certificate(good, target, rate=1.5)
     assert cert.kind == "global" and not cert.valid and "mean rate" in cert.message
 
@@ -431,7 +435,7 @@ def test_certificate_of_layers_that_do_not_match() -> None:
 def test_convergence_figure_is_written(tmp_path: Path) -> None:
     from gtcontrol.plotting.design import plot_design_convergence
 
-    res = design_mean_matching([1.0, -1.0], rate=1.0, **NO_ROB)
+    res = design_mean_matching([1.0, -1.0], rate=1.0, **EXACT)
     data = design_convergence(res, n_starts=2, n_points=21)
     out = tmp_path / "convergence.png"
     plot_design_convergence(
@@ -452,7 +456,9 @@ def _assert_protocol(res: Any) -> None:
 
 
 def test_every_design_result_follows_the_result_protocol() -> None:
-    res = design_mean_matching([1.0, -1.0], rate=1.0, robustness_directions=2, robustness_samples=2)
+    res = design_mean_matching(
+        [1.0, -1.0], rate=1.0, robustness_directions=2, robustness_samples=2, min_ess=None
+    )
     assert res.status is Status.SUCCESS and res.optimal
     _assert_protocol(res)
     _assert_protocol(res.certificate)
@@ -494,16 +500,16 @@ def test_tiny_time_limit_returns_the_best_iterate_quickly() -> None:
 def test_generous_time_limit_does_not_change_the_design() -> None:
     rng = np.random.default_rng(22)
     target = Gaussian(rng.standard_normal(2), _spd(rng, 2))
-    a = design_mean_matching(target.mean, target.cov, rate=0.7, minimum_norm=True, **NO_ROB)
+    a = design_mean_matching(target.mean, target.cov, rate=0.7, minimum_norm=True, **EXACT)
     b = design_mean_matching(
-        target.mean, target.cov, rate=0.7, minimum_norm=True, time_limit=60.0, **NO_ROB
+        target.mean, target.cov, rate=0.7, minimum_norm=True, time_limit=60.0, **EXACT
     )
     assert a.status is b.status is Status.SUCCESS
     assert b.whitened_norm == pytest.approx(a.whitened_norm, rel=1e-8)
 
 
 def test_robustness_and_convergence_respect_a_tiny_time_limit() -> None:
-    res = design_mean_matching([1.0, -1.0], rate=1.0, **NO_ROB)
+    res = design_mean_matching([1.0, -1.0], rate=1.0, **EXACT)
     t0 = time.perf_counter()
     rob = design_robustness(res.layer, res.target, directions=50, time_limit=1e-6)
     assert time.perf_counter() - t0 < 5.0
@@ -516,6 +522,32 @@ def test_robustness_and_convergence_respect_a_tiny_time_limit() -> None:
         design_mean_matching([1.0, -1.0], time_limit=-1.0)
     with pytest.raises(InvalidParametersError, match="time_limit"):
         design_robustness(res.layer, res.target, time_limit=0.0)
+
+
+def test_design_convergence_honours_its_time_limit_inside_a_start() -> None:
+    """Issue 12: the first start ran to completion whatever time_limit (37 s for 5 s).
+
+    Mean rate 0.01 against covariance rate 50 makes the default depth 16/0.01 = 1600 stiff
+    for the explicit integrator: one start took 80 s here. The limit now reaches inside it.
+    """
+    rng = np.random.default_rng(10)
+    d = 10
+    target = Gaussian(rng.standard_normal(d), _spd(rng, d))
+    res = design_mean_matching(target.mean, target.cov, rate=0.01, cov_rate=50.0, **EXACT)
+    t0 = time.perf_counter()
+    data = design_convergence(res, n_starts=5, n_points=101, time_limit=0.5)
+    assert time.perf_counter() - t0 < 1.5
+    _assert_protocol(data)
+    assert data.status is Status.BUDGET_EXHAUSTED and "start 1 reached depth" in data.message
+    assert len(data.starts) == 1 and data.mean_error.shape == (1, 101) == data.cov_error.shape
+    # The best iterate: the depths reached, NaN beyond (the start was cut, not finished).
+    reached = np.isfinite(data.mean_error[0])
+    assert reached[0] and not reached[-1] and np.all(np.diff(reached.astype(int)) <= 0)
+    assert np.array_equal(reached, np.isfinite(data.cov_error[0]))
+    assert math.isnan(data.stats["max_final_mean_error"])
+    np.testing.assert_allclose(data.t, np.linspace(0.0, 1600.0, 101))
+    with pytest.raises(InvalidParametersError, match="n_points"):
+        design_convergence(res, n_points=1)
 
 
 # ----------------------------------------------------------------------------- deprecations
@@ -563,7 +595,7 @@ def test_ipopt_stops_when_the_budget_runs_out_during_a_solve(monkeypatch) -> Non
     rng = np.random.default_rng(21)
     target = Gaussian(rng.standard_normal(3), _spd(rng, 3))
     res = design_mean_matching(
-        target.mean, target.cov, rate=1.0, minimum_norm=True, time_limit=100.0, **NO_ROB
+        target.mean, target.cov, rate=1.0, minimum_norm=True, time_limit=100.0, **EXACT
     )
     assert res.stats["attempts"] == ["User_Requested_Stop"]
     assert res.status is Status.BUDGET_EXHAUSTED and "time limit" in res.message

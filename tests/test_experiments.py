@@ -308,6 +308,35 @@ def test_prescribed_attention_regimes() -> None:
     assert blow.agree_until >= 5  # tokens follow the moments for the first layers
 
 
+@pytest.mark.parametrize(("d", "seed"), [(2, 0), (4, 1), (6, 2)])
+def test_predicted_regimes_are_what_analyze_returns(d: int, seed: int) -> None:
+    """Issue 13.5: the experiment's regime names are gtcontrol.analyze's kinds, for its layers."""
+    from gtcontrol import analyze
+    from gtcontrol.analysis.regimes import KINDS as ANALYZE_KINDS
+    from gtcontrol.experiments import regimes
+    from gtcontrol.experiments._common import random_spd
+    from gtcontrol.experiments.report_tables import regime_table
+
+    assert set(regimes.KINDS) <= set(ANALYZE_KINDS)
+    rng = np.random.default_rng(seed)
+    b_mat = random_spd(rng, d, 0.5, 1.5)
+    g0 = Gaussian(0.2 * rng.standard_normal(d), random_spd(rng, d, 0.5, 1.5))
+    root = g0.factor()
+    t_star = 1.0 / float(np.linalg.eigvalsh(root @ (2.0 * b_mat) @ root)[-1])
+    configs = regimes._configs(b_mat, t_star)
+    assert [c.kind for c in configs] == list(regimes.KINDS)
+    for cfg in configs:
+        reg = analyze(cfg.layer, g0)
+        assert reg.success and reg.certificate in ("exact", "global"), (cfg.name, reg.message)
+        assert reg.kind == cfg.kind, (cfg.name, reg.kind, reg.message)
+        if cfg.kind == "blowup":  # the experiment's T* is analyze's
+            assert reg.blowup_time == pytest.approx(t_star, rel=1e-9)
+    # ... and the report's table prints exactly those kinds in its "predicted" column.
+    _, head, rows = regime_table(prescribed_attention_regimes(d, 10 * d + 20, seed, n_layers=4))
+    col = head.index("predicted")
+    assert [row[col] for row in rows] == list(regimes.KINDS)
+
+
 def test_closure_flow_of_an_affine_layer_is_the_exact_moment_ode() -> None:
     rng = np.random.default_rng(15)
     d, k = 3, 5

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 import pytest
 
+import gtcontrol as gt
 from gtcontrol import (
     FactoredHeads,
     Gaussian,
     InvalidParametersError,
     Layer,
+    Status,
     affine_velocity,
     moment_field,
     simulate_discrete,
@@ -209,3 +212,62 @@ def test_token_velocity_factored_degenerate_heads() -> None:
     wv[:] = 0.0
     zero = Layer.from_projections(wq, wk, wv, wo, 3)
     np.testing.assert_array_equal(token_velocity(zero, x), np.zeros_like(x))
+
+
+# ------------------------------------------------- equilibria: factored Jacobian and work cap
+def test_factored_jacobian_equals_dense() -> None:
+    from gtcontrol.analysis.newton import _Jacobian, _residual_scale
+
+    rng = np.random.default_rng(3)
+    d, n_heads, d_head = 10, 3, 2
+    fh = FactoredHeads(
+        *(rng.standard_normal((n_heads, d_head, d)) for _ in range(3)),
+        rng.standard_normal((n_heads, d, d_head)),
+    )
+    a = rng.standard_normal((d, d))
+    fac, dense = Layer(a, heads=fh), Layer(a, heads=list(fh.dense()))
+    s = rng.standard_normal((d, d))
+    s = s @ s.T
+    h = rng.standard_normal((d, d))
+    h = h + h.T
+    jf, jd = _Jacobian(fac, s), _Jacobian(dense, s)
+    ref = jd(h)
+    assert np.linalg.norm(jf(h) - ref) <= 1e-14 * np.linalg.norm(ref)
+    ln = jd.lyapunov_matrix()
+    assert np.linalg.norm(jf.lyapunov_matrix() - ln) <= 1e-14 * np.linalg.norm(ln)
+    assert _residual_scale(fac, s) == pytest.approx(_residual_scale(dense, s), rel=1e-14)
+    assert jf.flops < jd.flops  # factored heads: no d×d×d product per head
+
+
+def test_equilibria_general_v_beyond_kronecker_size_finds_the_root() -> None:
+    # d = 24 > kron_max_dim: capped, preconditioned GMRES steps. V = −I + noise keeps a PD root
+    # near the Riccati-class one (Σ* = I for V = −I, A = I, B = I); Newton must reach round-off.
+    rng = np.random.default_rng(24)
+    d = 24
+    a = np.eye(d) + 0.2 * rng.standard_normal((d, d)) / np.sqrt(d)
+    v = -np.eye(d) + 0.3 * rng.standard_normal((d, d)) / np.sqrt(d)
+    layer = Layer(a, heads=[(v, np.eye(d))])
+    res = gt.equilibria(layer, method="newton")
+    assert res.status is Status.SUCCESS and len(res) >= 1
+    f = gt.moment_field(layer, np.zeros(d), res[0].cov)[1]
+    assert np.linalg.norm(f) <= 1e-12 * np.linalg.norm(res[0].cov)
+    assert res.stats["work_flops"] <= res.stats["work_cap"]
+
+
+def test_equilibria_work_cap_bounds_a_large_factored_search() -> None:
+    rng = np.random.default_rng(0)
+    d, n_heads = 48, 4
+    fh = FactoredHeads(
+        *(rng.standard_normal((n_heads, d // n_heads, d)) / np.sqrt(d) for _ in range(3)),
+        rng.standard_normal((n_heads, d, d // n_heads)) / np.sqrt(d),
+    )
+    layer = Layer(-np.eye(d), heads=fh)
+    t0 = time.perf_counter()
+    res = gt.equilibria(layer, work_cap=2e9)
+    assert time.perf_counter() - t0 < 30.0  # a generous wall bound: the cap is in flops
+    assert res.status is Status.BUDGET_EXHAUSTED
+    assert "work cap" in res.message
+    # the cap is honoured to within one operation (one Schur form or Jacobian application)
+    assert res.stats["work_cap"] <= res.stats["work_flops"] <= 2e9 + 30 * d**3 + 1e6
+    with pytest.raises(gt.InvalidParametersError, match="work_cap"):
+        gt.equilibria(layer, work_cap=-1.0)

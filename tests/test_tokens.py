@@ -390,7 +390,13 @@ def test_noise_is_refused_outside_euler() -> None:
         ({"snapshot_times": [-0.1]}, "snapshot_times"),
         ({"noise": np.eye(3), "method": "euler"}, "noise"),
         ({"rng": "seed", "noise": np.eye(2), "method": "euler"}, "rng"),
-        ({"rtol": 1e-6}, "rtol"),
+        ({"rtol": 1e-6, "method": "rk4"}, "rtol"),
+        ({"rtol": 1e-6, "steps_per_layer": 4}, "rtol"),
+        ({"ivp_method": "RK45", "method": "euler"}, "ivp_method"),
+        ({"rtol": 1e-15}, r"rtol: .*\[2\.22e-14, 0\.1\]"),
+        ({"rtol": 1e-6, "dtype": np.float32}, r"rtol: .*float32"),
+        ({"rtol": 0.5}, "rtol"),
+        ({"atol": -1.0}, "atol"),
         ({"method": "adaptive", "steps_per_layer": 3}, "steps_per_layer"),
         ({"method": "adaptive", "ivp_method": "Radau"}, "ivp_method"),
         ({"dtype": np.int64}, "dtype"),
@@ -410,7 +416,11 @@ def test_bad_input_token_velocity_and_options() -> None:
         token_velocity(Layer(dim=2), np.zeros((3, 4)))
     with pytest.raises(InvalidParametersError, match="block_size"):
         token_velocity(Layer(dim=2), np.zeros((3, 2)), block_size=-1)
-    assert _TokenOptions().steps == 20 and _TokenOptions(method="discrete").steps == 1
+    assert _TokenOptions().method == "adaptive" and _TokenOptions(method="rk4").steps == 20
+    assert _TokenOptions(steps_per_layer=5).method == "rk4"  # the former default, by its steps
+    assert _TokenOptions(method="discrete").steps == 1
+    assert _TokenOptions().resolved_rtol == 1e-7
+    assert _TokenOptions(dtype=np.float32).resolved_rtol == 1e-4
     with pytest.raises(InvalidParametersError, match="T"):
         simulate_tokens(Schedule([Layer(dim=2)], T=1.0), np.zeros((3, 2)), T=2.0)
 
@@ -506,3 +516,110 @@ def test_options_are_keyword_only_and_the_validator_is_private() -> None:
         simulate_tokens(Layer(dim=2), np.zeros((5, 2)), 1.0, "euler")  # type: ignore[misc]
     assert "TokenOptions" not in gtcontrol.__all__
     assert gtcontrol.token_velocity is token_velocity
+
+
+# ---------------------------------------------------------------- adaptive default stepping
+def _converged(layer: Layer, x: np.ndarray, T: float) -> np.ndarray:
+    """Independent reference: scipy's DOP853 on the flattened tokens at rtol = atol = 1e-13."""
+    from scipy.integrate import solve_ivp
+
+    sol = solve_ivp(
+        lambda _t, y: token_velocity(layer, y.reshape(x.shape)).ravel(),
+        (0.0, T),
+        x.ravel(),
+        method="DOP853",
+        rtol=1e-13,
+        atol=1e-13,
+    )
+    assert sol.success
+    return sol.y[:, -1].reshape(x.shape)
+
+
+@pytest.mark.parametrize("T", [1.0, 8.0, 30.0])
+def test_default_stepping_is_within_1e6_of_a_converged_integration(T: float) -> None:
+    """The default call (adaptive, error per unit step) is accurate at any horizon; the former
+    default (20 fixed RK4 steps) is not at T = 30 (the test has power)."""
+    layer = _attention_layer()
+    x = Gaussian([0.5, -0.2], [[1.0, 0.3], [0.3, 0.5]]).sample(150, np.random.default_rng(30))
+    ref = _converged(layer, x, T)
+    tr = simulate_tokens(layer, x, T)
+    err = _rel(tr.final_tokens, ref)
+    assert tr.status == "success" and tr.stats["method"] == "adaptive"
+    assert err < 1e-6, err
+    # The achieved estimate is reported, bounded by rtol, and not below the real error.
+    est = tr.stats["error_estimate"]
+    assert err <= est <= tr.stats["rtol"] == 1e-7
+    assert tr.stats["steps"] >= 1 and tr.stats["nfev"] == tr.stats["n_velocity"]
+    assert tr.stats["nfev"] >= 12 * tr.stats["steps"]  # DOP853: 12 evaluations per step
+    assert len(tr) == tr.stats["steps"] + 1  # one record per accepted step
+    old = simulate_tokens(layer, x, T, method="rk4")
+    if T == 30.0:
+        assert _rel(old.final_tokens, ref) > 1e-4  # measured 7e-4: the fixed stepping drifts
+
+
+def test_adaptive_error_follows_rtol_and_both_pairs_converge() -> None:
+    """On the affine schedule (exact flow known in closed form) the error falls with rtol for
+    both embedded pairs and stays below rtol (error per unit step bounds the sum)."""
+    rng = np.random.default_rng(31)
+    sched = _affine_schedule(rng, 3)
+    x = rng.standard_normal((60, 3))
+    exact = _exact_affine_tokens(sched, x)
+    for pair in ("DOP853", "RK45"):
+        errs = []
+        for rtol in (1e-4, 1e-6, 1e-8):
+            tr = simulate_tokens(sched, x, method="adaptive", rtol=rtol, ivp_method=pair)
+            errs.append(_rel(tr.final_tokens, exact))
+            assert errs[-1] < rtol, (pair, rtol, errs[-1])
+            assert tr.stats["ivp_method"] == pair
+            np.testing.assert_allclose(tr.t[[0, -1]], [0.0, 1.2], atol=1e-15)
+        assert errs[0] > errs[1] > errs[2], (pair, errs)
+
+
+def test_adaptive_tableaux_satisfy_the_quadrature_order_conditions() -> None:
+    """Σ b_i c_i^(k-1) = 1/k up to each pair's order, and the error weights annihilate constants
+    (independent check that the stages are the published pairs)."""
+    from gtcontrol.model._token_adaptive import _PAIRS
+
+    for pair, order in ((_PAIRS["DOP853"], 8), (_PAIRS["RK45"], 5)):
+        for k in range(1, order + 1):
+            assert abs(float(pair.b @ pair.c ** (k - 1)) - 1.0 / k) < 1e-14, (pair.name, k)
+        np.testing.assert_allclose(pair.a.sum(axis=1), pair.c, atol=1e-14)  # row sums = nodes
+        assert abs(pair.e.sum()) < 1e-14
+
+
+def test_adaptive_hits_breakpoints_and_snapshots_and_records_layers() -> None:
+    rng = np.random.default_rng(32)
+    x = rng.standard_normal((40, 2))
+    sched = Schedule([_attention_layer(), _attention_layer().replace(b=[1.0, 0.0])], T=1.0)
+    tr = simulate_tokens(sched, x, snapshot_times=[0.0, 0.3, 0.5, 1.0])
+    assert [s[0] for s in tr.snapshots] == [0.0, 0.3, 0.5, 1.0]  # exact depths
+    assert 0.5 in tr.t.tolist() and tr.t[-1] == 1.0
+    np.testing.assert_array_equal(tr.snapshots[-1][1], tr.final_tokens)
+    lay = simulate_tokens(sched, x, record="layers")
+    np.testing.assert_array_equal(lay.t, [0.0, 0.5, 1.0])
+    np.testing.assert_allclose(lay.final_tokens, tr.final_tokens, rtol=1e-6, atol=1e-7)
+    # A field that vanishes: one step over the whole piece, no error.
+    still = simulate_tokens(Layer(dim=2), x, 3.0)
+    assert still.stats["steps"] == 1 and still.stats["error_estimate"] == 0.0
+    np.testing.assert_array_equal(still.final_tokens, x)
+
+
+def test_adaptive_budget_keeps_the_last_accepted_step() -> None:
+    from gtcontrol import Status
+
+    layer = _attention_layer()
+    x = np.random.default_rng(33).standard_normal((50, 2))
+    tr = simulate_tokens(layer, x, 30.0, max_evals=100)
+    assert tr.status is Status.BUDGET_EXHAUSTED and "cap of 100 evaluations" in tr.message
+    assert tr.stats["n_velocity"] == 100 and 0.0 < tr.t[-1] < 30.0
+    # the kept tokens are those of the last recorded (accepted) step
+    np.testing.assert_allclose(tr.final_tokens.mean(axis=0), tr.mean[-1], rtol=1e-14)
+    assert str(round(tr.t[-1], 4))[:4] in tr.message
+
+
+def test_float32_adaptive_uses_a_float32_tolerance() -> None:
+    x = np.random.default_rng(34).standard_normal((80, 2))
+    a = simulate_tokens(_attention_layer(), x, 2.0)
+    b = simulate_tokens(_attention_layer(), x, 2.0, dtype=np.float32)
+    assert b.final_tokens.dtype == np.float32 and b.stats["rtol"] == 1e-4
+    assert _rel(b.final_tokens.astype(np.float64), a.final_tokens) < 1e-4

@@ -48,6 +48,20 @@ class Verdict:
     stats: Mapping[str, Any] = field(default_factory=dict)
     blowup: BlowupResult | None = None
 
+    @classmethod
+    def collapse_to_zero(
+        cls,
+        d: int,
+        message: str,
+        certificate: str,
+        *,
+        eqs: EquilibriaResult | None = None,
+        stats: Mapping[str, Any] | None = None,
+    ) -> Verdict:
+        """The verdict ``Σ(t) → 0``: a collapse whose limit is the ``d×d`` zero matrix."""
+        zero = np.zeros((d, d))
+        return cls("collapses", message, certificate, limit=zero, eqs=eqs, stats=stats or {})
+
 
 def hurwitz(eig: ComplexArray) -> bool:
     """Whether every eigenvalue has a negative real part (False for none)."""
@@ -204,13 +218,11 @@ def _hurwitz_verdict(
         return None
     g_inf = np.linalg.eigvalsh(sym(np.eye(f.shape[1]) + f.T @ w_inf @ f))
     if g_inf[0] > 1e-9:
-        d = a.shape[0]
-        return Verdict(
-            "collapses",
+        return Verdict.collapse_to_zero(
+            a.shape[0],
             f"A is Hurwitz (abscissa {float(np.max(eig_a.real)):.4g}) and G(∞) = I + FᵀW(∞)F "
             f"≻ 0 (λ_min {g_inf[0]:.4g}): Σ(t) = e^{{At}}F G(t)⁻¹Fᵀe^{{Aᵀt}} → 0 exponentially",
             "exact",
-            limit=np.zeros((d, d)),
             eqs=eqs,
         )
     return None
@@ -233,12 +245,11 @@ def _linear_verdict(a: FloatArray, f: FloatArray) -> Verdict:
             "exact",
         )
     if top < -tol:
-        return Verdict(
-            "collapses",
+        return Verdict.collapse_to_zero(
+            d,
             f"A is Hurwitz on the invariant subspace of range Σ0 (abscissa {top:.4g}) and R = 0: "
             "Σ(t) = e^{At}Σ0e^{Aᵀt} → 0 exponentially",
             "exact",
-            limit=np.zeros((d, d)),
         )
     return _centre_verdict(a, f, q, ar)
 

@@ -12,6 +12,7 @@ Reference: the paper cited in :mod:`gtcontrol`, §4.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -113,35 +114,52 @@ def solve_bernoulli(form: RiccatiForm, *, method: str = "lyapunov") -> Bernoulli
     try:
         return _bernoulli_lyapunov(form) if method == "lyapunov" else _bernoulli_care(form)
     except SolverError as exc:
-        return BernoulliSolution(
-            cov=None,
-            omega=None,
-            status=Status.FAILED,
-            message=str(exc),
-            method=method,
-            eigvals_a=np.linalg.eigvals(form.A),
-            stats={"seconds": time.perf_counter() - clock, "solver_status": exc.status},
+        return _no_equilibrium(
+            Status.FAILED,
+            str(exc),
+            method,
+            np.linalg.eigvals(form.A),
+            {"seconds": time.perf_counter() - clock, "solver_status": exc.status},
         )
+
+
+def _no_equilibrium(
+    status: Status,
+    message: str,
+    method: str,
+    eig: ComplexArray,
+    stats: Mapping[str, Any],
+    *,
+    omega: FloatArray | None = None,
+    degenerate: bool = False,
+) -> BernoulliSolution:
+    """A solution without Σ* (``cov=None``): why, from which route, with its statistics."""
+    return BernoulliSolution(
+        cov=None,
+        omega=None if omega is None else frozen(omega),
+        status=status,
+        message=message,
+        method=method,
+        eigvals_a=eig,
+        degenerate=degenerate,
+        stats=stats,
+    )
 
 
 def _degenerate(
     form: RiccatiForm, eig: ComplexArray, method: str, sep: float, clock: float
 ) -> BernoulliSolution:
     bad = eig[np.argmin(np.min(np.abs(eig[:, None] + eig[None, :]), axis=1))]
-    return BernoulliSolution(
-        cov=None,
-        omega=None,
-        status=Status.FAILED,
-        message=(
-            "the Lyapunov operator Ω ↦ AᵀΩ + ΩA is singular: A has eigenvalues with "
-            f"λ_i + λ_j ≈ 0 (e.g. {bad:.6g}; min |λ_i + λ_j| = {sep:.3g}), such as eigenvalues "
-            "on the imaginary axis; positive-definite equilibria are then not isolated or do "
-            "not exist"
-        ),
-        method=method,
-        eigvals_a=eig,
+    return _no_equilibrium(
+        Status.FAILED,
+        "the Lyapunov operator Ω ↦ AᵀΩ + ΩA is singular: A has eigenvalues with "
+        f"λ_i + λ_j ≈ 0 (e.g. {bad:.6g}; min |λ_i + λ_j| = {sep:.3g}), such as eigenvalues "
+        "on the imaginary axis; positive-definite equilibria are then not isolated or do "
+        "not exist",
+        method,
+        eig,
+        {"sep": sep, "seconds": time.perf_counter() - clock},
         degenerate=True,
-        stats={"sep": sep, "seconds": time.perf_counter() - clock},
     )
 
 
@@ -165,34 +183,28 @@ def _bernoulli_lyapunov(form: RiccatiForm) -> BernoulliSolution:
     except np.linalg.LinAlgError:
         lo = float(np.linalg.eigvalsh(omega)[0])
         stats["seconds"] = time.perf_counter() - clock
-        return BernoulliSolution(
-            cov=None,
-            omega=frozen(omega),
-            status=Status.INFEASIBLE,
-            message=(
-                "no positive-definite equilibrium: the unique solution Ω of AᵀΩ + ΩA = R has "
-                f"smallest eigenvalue {lo:.6g} ≤ 0"
-            ),
-            method="lyapunov",
-            eigvals_a=eig,
-            stats=stats,
+        return _no_equilibrium(
+            Status.INFEASIBLE,
+            "no positive-definite equilibrium: the unique solution Ω of AᵀΩ + ΩA = R has "
+            f"smallest eigenvalue {lo:.6g} ≤ 0",
+            "lyapunov",
+            eig,
+            stats,
+            omega=omega,
         )
     with np.errstate(over="ignore", invalid="ignore"):
         cov = sym(sla.cho_solve(c, np.eye(form.dim)))
     stats["seconds"] = time.perf_counter() - clock
     if not np.all(np.isfinite(cov)):
         lo = float(np.linalg.eigvalsh(omega)[0])
-        return BernoulliSolution(
-            cov=None,
-            omega=frozen(omega),
-            status=Status.FAILED,
-            message=(
-                "the positive-definite equilibrium Σ* = Ω⁻¹ exists but overflows float64 "
-                f"(smallest eigenvalue of Ω: {lo:.3g}); rescale the layer"
-            ),
-            method="lyapunov",
-            eigvals_a=eig,
-            stats=stats,
+        return _no_equilibrium(
+            Status.FAILED,
+            "the positive-definite equilibrium Σ* = Ω⁻¹ exists but overflows float64 "
+            f"(smallest eigenvalue of Ω: {lo:.3g}); rescale the layer",
+            "lyapunov",
+            eig,
+            stats,
+            omega=omega,
         )
     return BernoulliSolution(
         cov=frozen(cov),
@@ -222,18 +234,14 @@ def _bernoulli_care(form: RiccatiForm) -> BernoulliSolution:
     elif np.all(eig.real < 0):
         sort = "U"
     else:
-        return BernoulliSolution(
-            cov=None,
-            omega=None,
-            status=Status.FAILED,
-            message=(
-                "CARE route not applicable: A has eigenvalues on both sides of the imaginary "
-                "axis, so neither the stabilizing nor the anti-stabilizing CARE solution is the "
-                "positive-definite equilibrium"
-            ),
-            method="care",
-            eigvals_a=eig,
-            stats={"sep": sep, "not_applicable": True, "seconds": time.perf_counter() - clock},
+        return _no_equilibrium(
+            Status.FAILED,
+            "CARE route not applicable: A has eigenvalues on both sides of the imaginary axis, "
+            "so neither the stabilizing nor the anti-stabilizing CARE solution is the "
+            "positive-definite equilibrium",
+            "care",
+            eig,
+            {"sep": sep, "not_applicable": True, "seconds": time.perf_counter() - clock},
         )
     try:
         x, rcond, _, _, _, _ = slycot.sb02md(
@@ -257,17 +265,13 @@ def _bernoulli_care(form: RiccatiForm) -> BernoulliSolution:
     w = np.linalg.eigvalsh(x)
     stats["seconds"] = time.perf_counter() - clock
     if w[0] <= RANK_RTOL * max(w[-1], 0.0):
-        return BernoulliSolution(
-            cov=None,
-            omega=None,
-            status=Status.INFEASIBLE,
-            message=(
-                f"no positive-definite equilibrium: the {'anti-' if sort == 'U' else ''}"
-                f"stabilizing CARE solution has smallest eigenvalue {w[0]:.6g}"
-            ),
-            method="care",
-            eigvals_a=eig,
-            stats=stats,
+        return _no_equilibrium(
+            Status.INFEASIBLE,
+            f"no positive-definite equilibrium: the {'anti-' if sort == 'U' else ''}"
+            f"stabilizing CARE solution has smallest eigenvalue {w[0]:.6g}",
+            "care",
+            eig,
+            stats,
         )
     return BernoulliSolution(
         cov=frozen(x),

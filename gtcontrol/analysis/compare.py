@@ -1,9 +1,26 @@
-"""Gaussian invariance made visible: the token-level Transformer against the moment ODE.
+"""Gaussian invariance made visible: the token-level Transformer against the moment ODE, honestly.
 
 Tokens are drawn from ``N(m0, Σ0)`` and moved by real softmax attention; the moment ODE moves
 ``N(m0, Σ0)`` itself. In the mean-field limit the empirical law stays Gaussian with exactly the
-predicted moments (docs/theory.md §2), so every discrepancy at finite N is sampling error and should
-fall like ``N^(-1/2)``. :func:`compare_tokens` measures it for several N and fits the slope.
+predicted moments (docs/theory.md §2), so at finite N every discrepancy should be sampling error,
+falling like ``N^(-1/2)``. :func:`compare_tokens` measures it for several N, fits the slope, and
+says whether the tokens are **consistent** with the moment model, and if not, why:
+
+* the token **integration error** (the run's tokens against a converged integration of the same
+  tokens) must be below a tenth of the statistical error at the largest N, or the comparison
+  measures the integrator;
+* the **effective sample size** of each softmax along the predicted path, ``ESS/N =
+  exp(−uᵀΣu)`` (:mod:`gtcontrol.model.finite_n`): when ``N · ESS/N`` is tiny for queries two
+  standard deviations out, a few keys carry each softmax, finite-N attention is not the tilted
+  mean ``m + ΣBx`` of the theory, and the error is a finite-N *bias* that does not fall like
+  ``N^(-1/2)`` (for ``V = −0.5 I``, ``B = 5 I`` from ``N(0, I)`` it even grows with N);
+* a ReLU/GELU feed-forward has no exact moment ODE: its tokens are compared against the Gaussian
+  closure (the moment-matched Gaussian flow, :mod:`gtcontrol.model.gaussian_closure`), which the
+  tokens leave as their law stops being Gaussian.
+
+The work of the token runs is counted in token pairs (``N²`` per softmax head per field
+evaluation) against ``max_work``; a comparison that needs more than that even at its cheapest is
+refused up front, and one that runs out returns ``BUDGET_EXHAUSTED`` with the runs done.
 
 Reference: Alcalde, Ji, Zuazua, arXiv:2606.07600 (2026), §2.
 """
@@ -15,27 +32,89 @@ import time
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from .._linalg import FloatArray
 from .._status import Budget, BudgetExhausted, Outcome, ResultFields, Status
-from .._validation import as_positive_int, as_time_limit
+from .._validation import as_choice, as_positive_float, as_positive_int, option_values
 from ..errors import InvalidParametersError
 from ..model.gaussian import Gaussian
-from ..model.moments import Trajectory, simulate
+from ..model.moments import Trajectory
 from ..model.params import Control, Layer, Schedule, as_control
 from ..model.tokens import TokenTrajectory, simulate_tokens
+from ._compare_checks import (
+    ESS_N_STD,
+    Verdict,
+    cost_per_eval,
+    ess_along,
+    kurtosis_ratio,
+    min_evals,
+    reference_flow,
+    spread_ratio,
+)
 from ._core import remaining_limit
 
 __all__ = ["TokenComparison", "compare_tokens"]
 
 _METRICS = ("mean_error", "cov_error", "bures_wasserstein")
+_METHODS = ("adaptive", "rk4", "euler", "discrete")
+#: Default cap on the token work, in token pairs (``N²`` per softmax head per field evaluation):
+#: about a minute of softmax at ~10 ns per pair. The shipped comparison (N = 256, 1024, 4096,
+#: three repeats, two heads, d = 3, T = 1: 26 evaluations per run, 50 for the run that stops at
+#: the snapshot depths of the figure) needs 4.0e9.
+DEFAULT_MAX_WORK = 6 * 10**9
+_MAX_WORK_LIMIT = 10**15
+#: Tolerance of the converged integration the token runs are checked against.
+_REFERENCE_RTOL = 1e-8
+
+
+@dataclass(frozen=True, kw_only=True)
+class _CompareOptions:
+    """Validator of the keywords of :func:`compare_tokens` (private); see its docstring."""
+
+    n_tokens: Any = (256, 1024, 4096)
+    repeats: int = 3
+    seed: int = 0
+    method: str | None = None
+    steps_per_layer: int | None = None
+    rtol: float | None = None
+    snapshots: int = 4
+    slope_tol: float = 0.25
+    max_work: int = DEFAULT_MAX_WORK
+    time_limit: float | None = None
+
+    def __post_init__(self) -> None:
+        try:
+            raw = list(self.n_tokens)
+        except TypeError:
+            raise InvalidParametersError(
+                f"n_tokens: expected a sequence of token counts, got {self.n_tokens!r}"
+            ) from None
+        ns = sorted({as_positive_int("n_tokens", n, maximum=10**6) for n in raw})
+        if len(ns) < 2:
+            raise InvalidParametersError("n_tokens: expected at least two distinct token counts")
+        object.__setattr__(self, "n_tokens", tuple(ns))
+        as_positive_int("repeats", self.repeats, maximum=1000)
+        if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)):
+            raise InvalidParametersError(f"seed: expected an integer, got {self.seed!r}")
+        method = self.method
+        if method is None:
+            method = "rk4" if self.steps_per_layer is not None else "adaptive"
+        object.__setattr__(self, "method", as_choice("method", method, _METHODS))
+        if self.rtol is not None and method != "adaptive":
+            raise InvalidParametersError(f"rtol: only used by method 'adaptive', got {method!r}")
+        as_positive_int("snapshots", self.snapshots, maximum=10**4)
+        tol = as_positive_float("slope_tol", self.slope_tol)
+        if tol > 2.0:
+            raise InvalidParametersError(f"slope_tol: expected at most 2, got {self.slope_tol!r}")
+        as_positive_int("max_work", self.max_work, maximum=_MAX_WORK_LIMIT)
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
 class TokenComparison(ResultFields, Outcome):
-    """Errors between empirical token moments and the moment-ODE prediction at depth ``T``.
+    """Errors between empirical token moments and the moment-model prediction at depth ``T``.
 
     Attributes
     ----------
@@ -53,20 +132,41 @@ class TokenComparison(ResultFields, Outcome):
         Least-squares slope of ``log(error)`` against ``log(N)`` per metric (theory: −1/2;
         ``nan`` with fewer than two completed token counts).
     predicted
-        The moment trajectory.
+        The moment trajectory (the Gaussian closure for a ReLU/GELU feed-forward).
     example
         The token trajectory of the largest N (first repeat), for figures (``None`` when the
         budget ran out before it).
     repeats
         Repeats per token count.
+    consistent
+        The verdict: the comparison completed, the Bures–Wasserstein slope is within
+        ``slope_tol`` of −1/2, and the integration error is below a tenth of the statistical
+        error. ``message`` gives the reason either way.
+    integration_error
+        Bures–Wasserstein distance at T between the empirical Gaussians of one run (smallest N,
+        first repeat) and of a converged integration (``rtol = 1e-8``) of the same tokens.
+    statistical_error
+        ``bures_wasserstein`` at the largest completed N (the smallest sampling error).
+    ess_t, ess
+        Depths along the predicted path and the worst ``ESS/N`` there: the minimum over heads of
+        :func:`~gtcontrol.model.finite_n.worst_ess_fraction` for queries within two standard
+        deviations (``exp(−uᵀΣu)``, ``u = B_h x``).
+    reference
+        ``"moment ODE"`` or ``"Gaussian closure"`` (a non-affine feed-forward).
+    slope_tol
+        The stated tolerance of the slope around −1/2.
     status
-        ``Status.SUCCESS``, or ``Status.BUDGET_EXHAUSTED`` when ``time_limit`` ran out (the
-        errors of the runs not done are ``nan``), or the status of a token run that did not
-        reach T (e.g. ``Status.OVERFLOW``).
+        ``Status.SUCCESS`` when every run completed (whatever the verdict), else
+        ``Status.BUDGET_EXHAUSTED`` (``time_limit`` or ``max_work``; the errors of the runs not
+        done are ``nan``) or the status of a token run that did not reach T (e.g. ``OVERFLOW``).
     message
-        What was compared, or what stopped it.
+        The verdict and its reason, with the numbers, or what stopped the comparison.
     stats
-        ``seconds``, ``completed_runs``.
+        ``seconds``, ``completed_runs``, ``work`` (token pairs spent), ``max_work``,
+        ``method``, ``rtol`` (adaptive runs), ``max_error_estimate`` (largest
+        ``error_estimate`` of the adaptive runs), ``ess_min``, ``ess_min_t``,
+        ``effective_keys`` (``N_max · ess_min``), ``kurtosis_ratio`` (Mardia's kurtosis of the
+        largest-N cloud at T over its Gaussian value: 1 for Gaussian tokens).
     """
 
     n_tokens: tuple[int, ...]
@@ -78,6 +178,18 @@ class TokenComparison(ResultFields, Outcome):
     predicted: Trajectory
     example: TokenTrajectory | None
     repeats: int
+    consistent: bool = False
+    integration_error: float = math.nan
+    statistical_error: float = math.nan
+    ess_t: FloatArray | None = None
+    ess: FloatArray | None = None
+    reference: str = "moment ODE"
+    slope_tol: float = 0.25
+
+    @property
+    def ess_min(self) -> float:
+        """Smallest worst-case ``ESS/N`` along the predicted path (``nan`` if not computed)."""
+        return float(np.min(self.ess)) if self.ess is not None and self.ess.size else math.nan
 
     def table(self) -> list[dict[str, float]]:
         """One row per N (for reports and ``result.json``)."""
@@ -101,17 +213,24 @@ def compare_tokens(
     n_tokens: Sequence[int] = (256, 1024, 4096),
     repeats: int = 3,
     seed: int = 0,
-    method: str = "rk4",
+    method: str | None = None,
     steps_per_layer: int | None = None,
+    rtol: float | None = None,
     snapshots: int = 4,
+    slope_tol: float = 0.25,
+    max_work: int = DEFAULT_MAX_WORK,
     time_limit: float | None = None,
 ) -> TokenComparison:
-    """Run the moment ODE and the token-level Transformer from the same Gaussian; measure errors.
+    """Run the moment model and the token-level Transformer from the same Gaussian; judge them.
 
     For each N and repeat, N tokens are sampled from ``initial`` with a seeded generator, moved by
-    :func:`gtcontrol.simulate_tokens`, and their empirical Gaussian at depth T is compared
-    with :func:`gtcontrol.simulate` from ``initial``. The time-discretization error of
-    the token integrator (RK4: O(h⁴)) is far below the sampling error for the defaults.
+    :func:`gtcontrol.simulate_tokens`, and their empirical Gaussian at depth T is compared with
+    :func:`gtcontrol.simulate` from ``initial`` (with a ReLU/GELU feed-forward: with the
+    Gaussian closure, :func:`~gtcontrol.model.gaussian_closure.simulate_closure`). The verdict
+    ``.consistent`` needs the Bures–Wasserstein error to fall like ``N^(-1/2)`` (fitted slope
+    within ``slope_tol``) and the token integration error to be below a tenth of the statistical
+    error; ``message`` says why not (integration error, softmax starvation measured by
+    ``ESS/N = exp(−uᵀΣu)`` along the path, or the Gaussian closure). See the module docstring.
 
     Parameters
     ----------
@@ -122,18 +241,30 @@ def compare_tokens(
     T
         Depth (optional for controls that carry their own).
     n_tokens
-        At least two distinct token counts N.
+        At least two distinct token counts N (each at most ``10**6``).
     repeats
-        Repeats per N (independent samples).
+        Repeats per N (independent samples; at most 1000).
     seed
         Seed of the token samples.
     method
-        Token integrator (see :func:`gtcontrol.simulate_tokens`).
+        Token integrator (see :func:`gtcontrol.simulate_tokens`): ``"adaptive"``, ``"rk4"``,
+        ``"euler"`` or ``"discrete"``. ``None``: ``"rk4"`` when ``steps_per_layer`` is given,
+        else ``"adaptive"``.
     steps_per_layer
-        Token integrator steps per layer; ``None`` (default) lets the method choose (20 RK4
-        steps per layer, one ``"discrete"`` step; ``"adaptive"`` picks its own steps).
+        Steps per layer of the fixed-step methods (``None``: the method's default).
+    rtol
+        Tolerance of ``"adaptive"``; ``None`` sizes it from the statistical error,
+        ``clip(0.05 ρ / sqrt(N_max), 1e-9, 1e-3)`` with ``ρ ≤ 1`` the smallest ratio of the
+        cloud's spread to its size along the path (the DOP853 error estimate is conservative by
+        about 5; the integration check measures the real error).
     snapshots
         Recorded depths of the example run (≥ 2).
+    slope_tol
+        Accepted distance of the fitted Bures–Wasserstein slope from −1/2 (default 0.25: with
+        three repeats over a 16-fold range of N the slope scatters by about ±0.1).
+    max_work
+        Cap on the token work in token pairs, ``N²`` per softmax head per field evaluation,
+        summed over all runs (default ``6·10⁹``, about a minute; at most ``10¹⁵``).
     time_limit
         Wall-clock limit in seconds (``None``: none); running out returns the errors of the
         runs done so far with ``Status.BUDGET_EXHAUSTED``.
@@ -145,8 +276,9 @@ def compare_tokens(
     Raises
     ------
     InvalidParametersError
-        On fewer than two token counts, a non-positive count, moments that blow up before T,
-        or the usual model/initial errors.
+        On fewer than two token counts, a non-positive or absurd count, a comparison whose
+        cheapest run already needs more than ``max_work`` (the message names it and the
+        estimate), moments that blow up before T, or the usual model/initial errors.
 
     Examples
     --------
@@ -154,81 +286,234 @@ def compare_tokens(
     >>> from gtcontrol import Gaussian, Layer, compare_tokens
     >>> layer = Layer(A=-0.5 * np.eye(2), B=0.5 * np.eye(2), v=-0.5)
     >>> cmp = compare_tokens(layer, Gaussian(np.zeros(2), np.eye(2)), T=0.5,
-    ...                      n_tokens=(64, 256), repeats=2, steps_per_layer=4)
-    >>> cmp.status, sorted(cmp.slopes)
-    (<Status.SUCCESS: 'success'>, ['bures_wasserstein', 'cov_error', 'mean_error'])
+    ...                      n_tokens=(64, 256), repeats=2)
+    >>> cmp.status, sorted(cmp.slopes), cmp.integration_error < 1e-6
+    (<Status.SUCCESS: 'success'>, ['bures_wasserstein', 'cov_error', 'mean_error'], True)
     """
-    ns = sorted({as_positive_int("n_tokens", n) for n in n_tokens})
-    if len(ns) < 2:
-        raise InvalidParametersError("n_tokens: expected at least two distinct token counts")
-    reps = as_positive_int("repeats", repeats)
+    opts = _CompareOptions(**option_values(_CompareOptions, locals()))
     ctrl = as_control(model, T)
-    budget = Budget(as_time_limit(time_limit))
+    budget = Budget(opts.time_limit)
     clock = time.perf_counter()
-    predicted = simulate(ctrl, initial, time_limit=remaining_limit(budget))
+    _work_needed(ctrl, None, opts)  # absurd sizes are refused before anything is computed
+    predicted, reference = reference_flow(ctrl, initial, remaining_limit(budget))
     if predicted.status is Status.BLOWUP:
         raise InvalidParametersError(
             f"model: the moments blow up at t = {predicted.blowup_time:.6g} < T = {ctrl.T:g}; "
             "choose a shorter horizon to compare with tokens"
         )
-    target = predicted.final
-    snap_t = np.linspace(0.0, ctrl.T, max(as_positive_int("snapshots", snapshots), 2))
-    errs = np.full((3, len(ns), reps), np.nan)
-    err0 = np.full((len(ns), reps), np.nan)
-    rng = np.random.default_rng(seed)
-    example: TokenTrajectory | None = None
-    stop: Status = predicted.status
-    done = 0
-    try:
-        if predicted.status is not Status.SUCCESS:
-            raise BudgetExhausted(f"moment ODE: {predicted.message}")
-        for i, n in enumerate(ns):
-            for r in range(reps):
-                x0 = initial.sample(n, rng)
-                e0 = Gaussian.from_samples(x0).bures_wasserstein(initial)
-                last = i == len(ns) - 1 and r == 0
-                traj = simulate_tokens(
-                    ctrl,
-                    x0,
-                    method=method,
-                    steps_per_layer=steps_per_layer,
-                    snapshot_times=snap_t if last else None,
-                    time_limit=remaining_limit(budget),
+    plan = _plan(ctrl, predicted, opts)
+    run = _Runner(ctrl, initial, opts, plan, budget)
+    run.all(predicted)
+    return run.result(predicted, reference, time.perf_counter() - clock)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What the runs cost: token pairs per field evaluation, evaluations, the adaptive rtol."""
+
+    cost: dict[int, int]
+    rtol: float | None
+    min_evals: int
+
+
+def _work_needed(
+    ctrl: Control, predicted: Trajectory | None, opts: _CompareOptions
+) -> tuple[dict[int, int], int]:
+    """Token pairs per field evaluation by N and the least evaluations of a run; refuse a
+    comparison that needs more than ``max_work`` even at its cheapest (sized from N, the
+    repeats, the number of sizes and, once the path is known, T times the field's rate)."""
+    ns: tuple[int, ...] = opts.n_tokens
+    cost = {n: cost_per_eval(ctrl, n) for n in ns}
+    evals = min_evals(ctrl, predicted, str(opts.method), opts.steps_per_layer)
+    ref = min_evals(ctrl, predicted, "adaptive", None)
+    need = opts.repeats * sum(cost[n] for n in ns) * evals + cost[ns[0]] * ref
+    if need > opts.max_work:
+        per = ", ".join(f"N = {n}: {opts.repeats * cost[n] * evals:.3g}" for n in ns)
+        raise InvalidParametersError(
+            f"n_tokens, repeats: this comparison needs at least {need:.3g} token pairs "
+            f"(N² per softmax head per field evaluation, at least {evals} evaluations per run "
+            f"with method {opts.method!r}; {per}), more than max_work = {opts.max_work:.3g}; "
+            "use fewer or smaller token counts, fewer repeats, a shorter T, or raise max_work"
+        )
+    return cost, evals
+
+
+def _plan(ctrl: Control, predicted: Trajectory, opts: _CompareOptions) -> _Plan:
+    """Size the runs (refusing them beyond ``max_work``) and the adaptive tolerance."""
+    cost, evals = _work_needed(ctrl, predicted, opts)
+    rtol = opts.rtol
+    if opts.method == "adaptive" and rtol is None:
+        ratio = spread_ratio(predicted)
+        rtol = float(np.clip(0.05 * ratio / math.sqrt(opts.n_tokens[-1]), 1e-9, 1e-3))
+    return _Plan(cost, rtol, evals)
+
+
+class _Runner:
+    """The token runs of one comparison, with their work and time budget."""
+
+    def __init__(
+        self, ctrl: Control, initial: Gaussian, opts: _CompareOptions, plan: _Plan, budget: Budget
+    ) -> None:
+        self.ctrl, self.initial, self.opts, self.plan, self.budget = (
+            ctrl,
+            initial,
+            opts,
+            plan,
+            budget,
+        )
+        ns, reps = opts.n_tokens, opts.repeats
+        self.errs = np.full((3, len(ns), reps), np.nan)
+        self.err0 = np.full((len(ns), reps), np.nan)
+        self.example: TokenTrajectory | None = None
+        self.integration_error = math.nan
+        self.max_estimate = 0.0
+        self.kurtosis = math.nan
+        self.work = 0
+        self.done = 0
+        self.status = Status.SUCCESS
+        self.stop = ""
+
+    def _tokens(self, x0: Any, n: int, *, snaps: Any = None, ref: bool = False) -> TokenTrajectory:
+        """One token run, its evaluations capped by the work left."""
+        left = self.opts.max_work - self.work
+        cap = left // self.plan.cost[n]
+        if cap < 1:
+            raise BudgetExhausted(f"the work cap max_work = {self.opts.max_work:.3g} was reached")
+        kw: dict[str, Any] = (
+            {"method": "adaptive", "rtol": _REFERENCE_RTOL}
+            if ref
+            else {
+                "method": self.opts.method,
+                "steps_per_layer": self.opts.steps_per_layer,
+                "rtol": self.plan.rtol,
+            }
+        )
+        traj = simulate_tokens(
+            self.ctrl,
+            x0,
+            snapshot_times=snaps,
+            max_evals=int(min(cap, 10**9)),
+            time_limit=remaining_limit(self.budget),
+            **kw,
+        )
+        self.work += int(traj.stats["n_velocity"]) * self.plan.cost[n]
+        if traj.status is not Status.SUCCESS:
+            if traj.status is not Status.BUDGET_EXHAUSTED:
+                self.status = traj.status
+            elif int(traj.stats["n_velocity"]) >= cap:
+                raise BudgetExhausted(
+                    f"the work cap max_work = {self.opts.max_work:.3g} was reached (N = {n})"
                 )
-                if traj.status is not Status.SUCCESS:
-                    stop = traj.status
-                    raise BudgetExhausted(f"tokens (N = {n}): {traj.message}")
-                emp = traj.empirical(-1)
-                errs[0, i, r] = float(np.linalg.norm(emp.mean - target.mean))
-                errs[1, i, r] = float(
-                    np.linalg.norm(emp.cov - target.cov) / np.linalg.norm(target.cov)
-                )
-                errs[2, i, r] = emp.bures_wasserstein(target)
-                err0[i, r] = e0
-                done += 1
-                if last:
-                    example = traj
-        status, message = Status.SUCCESS, f"{done} token runs compared with the moment ODE"
-    except BudgetExhausted as exc:
-        status = Status.BUDGET_EXHAUSTED if stop is Status.SUCCESS else stop
-        message = f"stopped after {done} token runs: {exc.reason}"
-    with warnings.catch_warnings():  # token counts without a completed run give nan
-        warnings.simplefilter("ignore", RuntimeWarning)
-        rms = np.sqrt(np.nanmean(errs**2, axis=2))
-        rms0 = np.sqrt(np.nanmean(err0**2, axis=1))
-    return TokenComparison(
-        n_tokens=tuple(ns),
-        mean_error=rms[0],
-        cov_error=rms[1],
-        bures_wasserstein=rms[2],
-        initial_bures_wasserstein=rms0,
-        slopes=_slopes(ns, rms),
-        predicted=predicted,
-        example=example,
-        repeats=reps,
-        status=status,
-        message=message,
-        stats={"seconds": time.perf_counter() - clock, "completed_runs": done},
+            raise BudgetExhausted(f"tokens (N = {n}): {traj.message}")
+        if not ref:
+            self.max_estimate = max(self.max_estimate, float(traj.stats.get("error_estimate", 0)))
+        return traj
+
+    def all(self, predicted: Trajectory) -> None:
+        """Every run, smallest N first; the integration check right after the first."""
+        ns, target = self.opts.n_tokens, predicted.final
+        snap_t = np.linspace(0.0, self.ctrl.T, max(self.opts.snapshots, 2))
+        rng = np.random.default_rng(self.opts.seed)
+        try:
+            if predicted.status is not Status.SUCCESS:
+                self.status = predicted.status
+                raise BudgetExhausted(f"{predicted.message} (moment reference)")
+            for i, n in enumerate(ns):
+                for r in range(self.opts.repeats):
+                    x0 = self.initial.sample(n, rng)
+                    last = i == len(ns) - 1 and r == 0
+                    traj = self._tokens(x0, n, snaps=snap_t if last else None)
+                    emp = traj.empirical(-1)
+                    self.errs[:, i, r] = _errors(emp, target)
+                    self.err0[i, r] = Gaussian.from_samples(x0).bures_wasserstein(self.initial)
+                    self.done += 1
+                    if last:
+                        self.example = traj
+                        self.kurtosis = kurtosis_ratio(traj.final_tokens)
+                    if i == 0 and r == 0:
+                        ref = self._tokens(x0, n, ref=True)
+                        self.integration_error = emp.bures_wasserstein(ref.empirical(-1))
+        except BudgetExhausted as exc:
+            if self.status is Status.SUCCESS:
+                self.status = Status.BUDGET_EXHAUSTED
+            self.stop = f"stopped after {self.done} token runs: {exc.reason}"
+
+    def result(self, predicted: Trajectory, reference: str, seconds: float) -> TokenComparison:
+        """The comparison, its verdict and message."""
+        with warnings.catch_warnings():  # token counts without a completed run give nan
+            warnings.simplefilter("ignore", RuntimeWarning)
+            rms = np.sqrt(np.nanmean(self.errs**2, axis=2))
+            rms0 = np.sqrt(np.nanmean(self.err0**2, axis=1))
+        ns, opts = self.opts.n_tokens, self.opts
+        slopes = _slopes(ns, rms)
+        done_bw = rms[2][np.isfinite(rms[2])]
+        stat = float(done_bw[-1]) if done_bw.size else math.nan
+        n_max = ns[int(np.flatnonzero(np.isfinite(rms[2]))[-1])] if done_bw.size else ns[-1]
+        ess_t, ess = ess_along(self.ctrl, predicted)
+        k = int(np.argmin(ess)) if ess.size else -1
+        ess_min = float(ess[k]) if ess.size else math.nan
+        verdict = Verdict(
+            slope=slopes["bures_wasserstein"],
+            slope_tol=opts.slope_tol,
+            integration=self.integration_error,
+            statistical=stat,
+            n_max=n_max,
+            ess_min=ess_min,
+            ess_t=float(ess_t[k]) if ess.size else math.nan,
+            reference=reference,
+            kurtosis=self.kurtosis,
+        )
+        consistent = self.status is Status.SUCCESS and verdict.consistent
+        head = (
+            f"{self.done} token runs (N = {', '.join(map(str, ns))}; {opts.repeats} repeats; "
+            f"method {opts.method}) against the {reference}"
+        )
+        text = verdict.text() if self.status is Status.SUCCESS else self.stop
+        return TokenComparison(
+            n_tokens=tuple(ns),
+            mean_error=rms[0],
+            cov_error=rms[1],
+            bures_wasserstein=rms[2],
+            initial_bures_wasserstein=rms0,
+            slopes=slopes,
+            predicted=predicted,
+            example=self.example,
+            repeats=opts.repeats,
+            consistent=consistent,
+            integration_error=self.integration_error,
+            statistical_error=stat,
+            ess_t=ess_t,
+            ess=ess,
+            reference=reference,
+            slope_tol=opts.slope_tol,
+            status=self.status,
+            message=f"{head}: {text}",
+            stats={
+                "seconds": seconds,
+                "completed_runs": self.done,
+                "work": self.work,
+                "max_work": opts.max_work,
+                "method": opts.method,
+                "rtol": self.plan.rtol,
+                "max_error_estimate": self.max_estimate,
+                "ess_min": ess_min,
+                "ess_min_t": verdict.ess_t,
+                "effective_keys": n_max * ess_min,
+                "ess_n_std": ESS_N_STD,
+                "kurtosis_ratio": self.kurtosis,
+            },
+        )
+
+
+def _errors(emp: Gaussian, target: Gaussian) -> FloatArray:
+    """Mean error, relative covariance error, Bures–Wasserstein distance."""
+    return np.array(
+        [
+            float(np.linalg.norm(emp.mean - target.mean)),
+            float(np.linalg.norm(emp.cov - target.cov))
+            / max(float(np.linalg.norm(target.cov)), 1e-300),
+            emp.bures_wasserstein(target),
+        ]
     )
 
 

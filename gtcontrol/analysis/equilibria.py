@@ -39,13 +39,16 @@ from ..model.params import Layer
 from ._core import ComplexArray, field_rate, is_pd, simulate_within
 from .bernoulli import solve_bernoulli
 from .newton import (
+    DEFAULT_WORK_CAP,
     NewtonResult,
-    _df_apply,
+    WorkMeter,
+    _Jacobian,
     _jacobian_parts,
     _kron_sym,
     _NewtonOptions,
     _rel_residual,
     _typical_scale,
+    field_flops,
     newton_options,
     newton_run,
 )
@@ -186,12 +189,10 @@ def _spectrum(
     elif d <= _DENSE_SPECTRUM_MAX_DIM:
         spec = np.linalg.eigvals(_kron_sym(*_jacobian_parts(layer, cov)))
     else:
-        m_mat, pairs = _jacobian_parts(layer, cov)
+        jac = _Jacobian(layer, cov)
         n = d * (d + 1) // 2
         op = LinearOperator(
-            (n, n),
-            matvec=lambda x: vech(_df_apply(m_mat, pairs, unvech(np.asarray(x).ravel(), d))),
-            dtype=float,
+            (n, n), matvec=lambda x: vech(jac(unvech(np.asarray(x).ravel(), d))), dtype=float
         )
         try:
             spec = eigs(op, k=6, which="LR", return_eigenvectors=False, tol=1e-10, maxiter=20 * n)
@@ -321,6 +322,7 @@ def equilibria(
     kron_max_dim: int = 16,
     deflation_power: float = 2.0,
     deflation_shift: float = 1.0,
+    work_cap: float = DEFAULT_WORK_CAP,
     time_limit: float | None = None,
     start_time_limit: float | None = None,
     options: Any = None,
@@ -362,6 +364,12 @@ def equilibria(
         Newton: dense Kronecker steps up to this d, preconditioned GMRES beyond.
     deflation_power, deflation_shift
         Newton: deflation ``m(Σ) = Π_i ((‖Σ − Σ_i‖/s0)^{−p} + shift)`` of the roots found.
+    work_cap
+        Newton: cap on the floating-point work of the whole search (flops of the Jacobian
+        applications, Schur forms and flow starts; default ``2e11``, about 10–40 s on one
+        core at any d). Reaching it returns the equilibria found so far with
+        ``Status.BUDGET_EXHAUSTED``; at d in the hundreds it bounds a default call where the
+        iteration caps alone would not (a GMRES Jacobian application costs ``O(d³)``).
     time_limit
         Wall-clock limit of the whole search in seconds (``None``: none); running out returns
         the equilibria found so far with ``Status.BUDGET_EXHAUSTED``.
@@ -489,8 +497,18 @@ def _reversed(layer: Layer) -> Layer | None:
     return Layer(-a, heads=[(-v, b) for v, b in layer.heads], dim=layer.dim)
 
 
-def _flow_start(layer: Layer, start: FloatArray, budget: Budget) -> FloatArray | None:
-    """Endpoint of the moment flow from ``start`` after 20 time constants (None if it fails)."""
+def _flow_start(
+    layer: Layer, start: FloatArray, budget: Budget, work: WorkMeter
+) -> FloatArray | None:
+    """Endpoint of the moment flow from ``start`` after 20 time constants (None if it fails).
+
+    At most ``_FLOW_MAX_EVALS`` field evaluations and 1/16 of the work left: at large d a flow
+    start is cheap to skip, Newton is where the work pays.
+    """
+    cost = field_flops(layer) / 2 + WorkMeter.OVERHEAD
+    max_evals = int(min(_FLOW_MAX_EVALS, work.left() / 16 / cost))
+    if max_evals < 50:
+        return None
     g = Gaussian(np.zeros(layer.dim), start)
     try:
         # Only a start for Newton is wanted: low accuracy is enough. A stiff flow may make the
@@ -506,10 +524,12 @@ def _flow_start(layer: Layer, start: FloatArray, budget: Budget) -> FloatArray |
                 rtol=1e-5,
                 atol=1e-10,
                 method="RK45",
-                max_evals=_FLOW_MAX_EVALS,
+                max_evals=max_evals,
             )
     except (SolverError, InvalidParametersError, ValueError, BudgetExhausted):
+        work.used += max_evals * cost
         return None
+    work.used += int(traj.stats.get("nfev", max_evals)) * cost
     if traj.status is not Status.SUCCESS:
         return None
     end = np.asarray(traj.cov[-1])
@@ -540,6 +560,7 @@ def _start_list(
     opts: _NewtonOptions,
     budget: Budget,
     per_start: float | None,
+    work: WorkMeter,
 ) -> list[FloatArray]:
     """Newton starts: flow endpoints first, then the given starts, multiples of I, random."""
     d = layer.dim
@@ -563,7 +584,7 @@ def _start_list(
     for st in base[:n_flow]:
         for lay in (layer, rev):
             if lay is not None and is_pd(st) and not budget.exhausted:
-                end = _flow_start(lay, st, budget.sub(per_start))
+                end = _flow_start(lay, st, budget.sub(per_start), work)
                 if end is not None:
                     start_list.append(end)
     return start_list + base
@@ -578,7 +599,8 @@ def _newton_equilibria(
 ) -> EquilibriaResult:
     clock = time.perf_counter()
     d = layer.dim
-    start_list = _start_list(layer, starts, opts, budget, per_start)
+    work = WorkMeter(opts.work_cap)
+    start_list = _start_list(layer, starts, opts, budget, per_start, work)
     known: list[FloatArray] = [np.zeros((d, d))]
     found: list[Equilibrium] = []
     outcomes: dict[str, int] = {}
@@ -594,8 +616,10 @@ def _newton_equilibria(
                         f"the cap of {_TOTAL_MAX_ITER} Newton iterations over all starts "
                         "was reached"
                     )
-                res = newton_run(layer, st, known, opts, budget.sub(per_start))
+                res = newton_run(layer, st, known, opts, budget.sub(per_start), work)
                 total_iter += res.iterations
+                if res.stats["termination"] == "time_limit" and work.left() == 0.0:
+                    raise BudgetExhausted(res.message)
                 key = _record_root(layer, res, known, found)
                 key = key or str(res.stats["termination"])
                 outcomes[key] = outcomes.get(key, 0) + 1
@@ -608,6 +632,8 @@ def _newton_equilibria(
         "starts": len(start_list),
         "outcomes": outcomes,
         "newton_iterations": total_iter,
+        "work_flops": work.used,
+        "work_cap": work.cap,
         "seconds": time.perf_counter() - clock,
     }
     if stopped:

@@ -50,6 +50,14 @@ __all__ = [
     "newton_equilibrium",
 ]
 
+#: Default work cap of a search (flops): about 10–40 s on a laptop core, whatever d is.
+DEFAULT_WORK_CAP = 2e11
+
+#: GMRES per Newton step: inner iterations per restart and restarts (≤ 180 Jacobian
+#: applications); an unconverged solve is an inexact Newton direction the line search checks.
+_GMRES_RESTART = 60
+_GMRES_RESTARTS = 3
+
 #: A Newton run whose deflated merit has not halved in this many iterations stops ("stalled").
 _STALL_ITERATIONS = 12
 
@@ -63,8 +71,15 @@ def _residual_scale(layer: Layer, cov: FloatArray) -> float:
     """Size of the terms of F: ``2‖AΣ‖ + 2 Σ_h ‖V_h Σ B_h Σ‖ + ‖GGᵀ‖`` (Frobenius)."""
     a, _ = layer.affine_ffn()
     s = 2.0 * float(np.linalg.norm(a @ cov))
-    for v_h, b_h in layer.heads:
-        s += 2.0 * float(np.linalg.norm(v_h @ cov @ b_h @ cov))
+    fh = layer.factored_heads
+    if fh is not None:
+        # V_h Σ B_h Σ = W_O,h (s W_V,h Σ W_K,hᵀ)(W_Q,h Σ): O(H d² d_head), no d×d head.
+        cores = np.matmul(np.matmul(fh.v, cov), fh.k.transpose(0, 2, 1)) * fh.scale
+        terms = np.matmul(np.matmul(fh.o, cores), np.matmul(fh.q, cov))
+        s += 2.0 * float(np.sum(np.sqrt(np.einsum("hij,hij->h", terms, terms))))
+    else:
+        for v_h, b_h in layer.heads:
+            s += 2.0 * float(np.linalg.norm(v_h @ cov @ b_h @ cov))
     if layer.noise is not None:
         s += float(np.linalg.norm(layer.noise @ layer.noise.T))
     return s
@@ -98,6 +113,91 @@ def _df_apply(
         q = v_h @ h @ bs
         out += q + q.T
     return out
+
+
+def field_flops(layer: Layer) -> float:
+    """Flops of one evaluation of the covariance field ``F(Σ)`` (dense or factored heads)."""
+    d = float(layer.dim)
+    fh = layer.factored_heads
+    if fh is not None:
+        return 4.0 * d**3 + 6.0 * d * d * fh.n_heads * fh.head_dim
+    return 4.0 * d**3 * (1 + layer.n_heads)
+
+
+class _Jacobian:
+    """``H ↦ DF(Σ)[H]`` at a fixed Σ, dense or with factored heads, and its cost in flops.
+
+    With factored heads ``V_h H B_h Σ = W_O,h (s W_V,h H W_K,hᵀ)(W_Q,h Σ)``: every head at once
+    in ``O(d² H d_head)`` (DESIGN.md §2 "Factored heads"), never a ``d×d`` head.
+    """
+
+    def __init__(self, layer: Layer, cov: FloatArray) -> None:
+        d = layer.dim
+        self.m_mat, _ = affine_velocity(layer, np.zeros(d), cov)
+        self.fh = layer.factored_heads
+        if self.fh is not None:
+            fh = self.fh
+            hd = fh.n_heads * fh.head_dim
+            self.qs = np.matmul(fh.q, cov) * fh.scale  # (H, d_head, d): s W_Q,h Σ
+            self.kt = fh.k.transpose(0, 2, 1)  # (H, d, d_head)
+            self.flops = 4.0 * d**3 + 4.0 * d * d * hd + 2.0 * hd * fh.head_dim * (d + d)
+            self.pairs: list[tuple[FloatArray, FloatArray]] = []
+        else:
+            self.pairs = [(v_h, b_h @ cov) for v_h, b_h in layer.heads]
+            self.flops = 4.0 * d**3 * (1 + len(self.pairs))
+
+    def __call__(self, h: FloatArray) -> FloatArray:
+        if self.fh is None:
+            return _df_apply(self.m_mat, self.pairs, h)
+        fh = self.fh
+        p = self.m_mat @ h
+        cores = np.matmul(np.matmul(fh.v, h), self.kt)  # (H, d_head, d_head)
+        q = fh.o_cat @ np.matmul(cores, self.qs).reshape(-1, h.shape[0])
+        out: FloatArray = p + p.T + q + q.T
+        return out
+
+    def lyapunov_matrix(self) -> FloatArray:
+        """``N = M + Σ_h (tr V_h / d) Σ B_hᵀ``: ``DF(Σ)[H] = NH + HNᵀ`` when every V_h ∝ I."""
+        d = self.m_mat.shape[0]
+        n_mat = self.m_mat.copy()
+        if self.fh is not None:
+            fh = self.fh
+            tr = np.einsum("hij,hji->h", fh.v, fh.o) / d  # tr(W_O,h W_V,h) / d
+            n_mat += np.einsum("h,hji,hjk->ki", tr, fh.k, self.qs)  # Σ_h c_h (s W_K,hᵀ W_Q,h Σ)ᵀ
+        else:
+            for v_h, bs in self.pairs:
+                n_mat += (float(np.trace(v_h)) / d) * bs.T
+        return n_mat
+
+
+class WorkMeter:
+    """Floating-point work of an equilibrium search, with a finite cap shared by all its parts.
+
+    A wall-clock ``time_limit`` is optional; this cap is not, so that a default call ends
+    whatever d is. Work is counted in flops of the dominant products (Jacobian applications,
+    Schur forms, flow-start field evaluations) plus a fixed per-operation overhead.
+    """
+
+    __slots__ = ("cap", "used")
+
+    #: Overhead of one operation in flop-equivalents (Python and LAPACK call costs at small d).
+    OVERHEAD = 2e5
+
+    def __init__(self, cap: float = DEFAULT_WORK_CAP) -> None:
+        self.cap = cap
+        self.used = 0.0
+
+    def left(self) -> float:
+        """Work still allowed."""
+        return max(self.cap - self.used, 0.0)
+
+    def charge(self, flops: float, n: int = 1) -> None:
+        """Count ``n`` operations of ``flops`` each; raise :class:`BudgetExhausted` past the cap."""
+        self.used += n * (flops + self.OVERHEAD)
+        if self.used > self.cap:
+            raise BudgetExhausted(
+                f"the work cap of {self.cap:.3g} flops was reached (raise work_cap= to search on)"
+            )
 
 
 def _kron_sym(m_mat: FloatArray, pairs: Sequence[tuple[FloatArray, FloatArray]]) -> FloatArray:
@@ -185,6 +285,8 @@ class _NewtonOptions:
         (d = 40: 85 ms vs 1.3 s per solve), hence the default 16.
     deflation_power, deflation_shift
         Deflation ``m(Σ) = Π_i (‖Σ − Σ_i‖^{−p}/s0^{−p} + shift)`` of the roots already found.
+    work_cap
+        Cap on the floating-point work of a search (:class:`WorkMeter`).
     """
 
     tol: float = 1e-12
@@ -194,6 +296,7 @@ class _NewtonOptions:
     kron_max_dim: int = 16
     deflation_power: float = 2.0
     deflation_shift: float = 1.0
+    work_cap: float = DEFAULT_WORK_CAP
 
     def __post_init__(self) -> None:
         if not 0 < as_positive_float("tol", self.tol) < 1:
@@ -212,6 +315,7 @@ class _NewtonOptions:
         as_positive_int("kron_max_dim", self.kron_max_dim)
         as_positive_float("deflation_power", self.deflation_power)
         as_positive_float("deflation_shift", self.deflation_shift)
+        as_positive_float("work_cap", self.work_cap)
 
 
 class NewtonOptions(_NewtonOptions):
@@ -294,14 +398,20 @@ def _typical_scale(layer: Layer) -> float:
 
 
 def _newton_step(
-    layer: Layer, cov: FloatArray, f: FloatArray, rel: float, opts: _NewtonOptions, budget: Budget
+    layer: Layer,
+    cov: FloatArray,
+    f: FloatArray,
+    rel: float,
+    opts: _NewtonOptions,
+    budget: Budget,
+    work: WorkMeter,
 ) -> tuple[FloatArray, int, str]:
     """Solve ``DF(Σ)[H] = −F(Σ)`` on Sym; return ``(H, gmres_iterations, solver)``."""
-    m_mat, pairs = _jacobian_parts(layer, cov)
     d = layer.dim
     rhs = -vech(f)
     if d <= opts.kron_max_dim:
-        lmat = _kron_sym(m_mat, pairs)
+        work.charge(float(d) ** 6 / 12)
+        lmat = _kron_sym(*_jacobian_parts(layer, cov))
         try:
             with warnings.catch_warnings():
                 # An ill-conditioned DF is handled (the line search, the singular status).
@@ -312,18 +422,19 @@ def _newton_step(
         if not np.all(np.isfinite(x)):
             raise SolverError("Newton: DF(Σ) is singular", status="singular")
         return unvech(x, d), 0, "kronecker"
+    jac = _Jacobian(layer, cov)
     # Lyapunov preconditioner with N = M + Σ_h v̄_h Σ B_hᵀ, v̄_h = tr V_h / d: DF(Σ)[H] equals
     # NH + HNᵀ exactly when every V_h = v̄_h I. (H ↦ MH + HMᵀ itself is singular at every
     # positive-definite equilibrium: MΣ* + Σ*Mᵀ = 0 makes M similar to a skew matrix.)
-    n_mat = m_mat.copy()
-    for v_h, bs in pairs:
-        n_mat += (float(np.trace(v_h)) / d) * bs.T
-    pre = _LyapunovPreconditioner(n_mat)
+    work.charge(25.0 * d**3)  # the real Schur form
+    pre = _LyapunovPreconditioner(jac.lyapunov_matrix())
     n = rhs.size
+    matvec_flops = jac.flops + 10.0 * d**3  # plus the Schur-basis changes and trsyl
 
     def matvec(y: FloatArray) -> FloatArray:
         budget.check()
-        return vech(_df_apply(m_mat, pairs, pre(unvech(np.asarray(y).ravel(), d))))
+        work.charge(matvec_flops)
+        return vech(jac(pre(unvech(np.asarray(y).ravel(), d))))
 
     count = [0]
 
@@ -338,8 +449,8 @@ def _newton_step(
         rhs,
         rtol=eta,
         atol=0.0,
-        restart=min(n, 80),
-        maxiter=50,
+        restart=min(n, _GMRES_RESTART),
+        maxiter=_GMRES_RESTARTS,
         callback=cb,
         callback_type="pr_norm",
     )
@@ -422,9 +533,16 @@ class _Run:
     """State of one Newton run: iterate, residual history, best iterate, counters."""
 
     def __init__(
-        self, layer: Layer, cov: FloatArray, known: Sequence[FloatArray], opts: _NewtonOptions
+        self,
+        layer: Layer,
+        cov: FloatArray,
+        known: Sequence[FloatArray],
+        opts: _NewtonOptions,
+        work: WorkMeter,
     ) -> None:
         self.layer = layer
+        self.work = work
+        self.field_flops = 2.0 * field_flops(layer)  # F(Σ) and its scale
         self.known = known
         self.opts = opts
         self.s0 = max(float(np.linalg.norm(cov)), _typical_scale(layer))
@@ -447,6 +565,7 @@ class _Run:
         trial: tuple[float, FloatArray, FloatArray, float] | None = None
         for _k in range(10):
             cand = sym(self.cov + alpha * h)
+            self.work.charge(self.field_flops)
             if np.all(np.isfinite(cand)):
                 fc, rc = _rel_residual(self.layer, cand)
                 mc = rc * self.weight(cand)
@@ -462,7 +581,9 @@ class _Run:
         """One Newton step; ``(termination, message)`` when the run ends, else ``None``."""
         opts = self.opts
         try:
-            h, its, self.solver = _newton_step(self.layer, self.cov, self.f, self.rel, opts, budget)
+            h, its, self.solver = _newton_step(
+                self.layer, self.cov, self.f, self.rel, opts, budget, self.work
+            )
         except SolverError as exc:
             return "singular", str(exc)
         self.gm_its += its
@@ -508,10 +629,15 @@ def newton_run(
     known: Sequence[FloatArray],
     opts: _NewtonOptions,
     budget: Budget,
+    work: WorkMeter | None = None,
 ) -> NewtonResult:
-    """The Newton iteration on validated input (shared by :func:`gtcontrol.equilibria`)."""
+    """The Newton iteration on validated input (shared by :func:`gtcontrol.equilibria`).
+
+    ``work`` is the search's shared :class:`WorkMeter` (a fresh one with the default cap if
+    ``None``); running past it ends the run like the time limit.
+    """
     clock = time.perf_counter()
-    run = _Run(layer, cov, known, opts)
+    run = _Run(layer, cov, known, opts, work if work is not None else WorkMeter(opts.work_cap))
     term, message = "max_iter", f"no convergence in {opts.max_iter} iterations"
     try:
         for _ in range(opts.max_iter):

@@ -375,12 +375,11 @@ def _trajectory_verdict(
     ratio_end = low[-1] / top[-1] if top[-1] > 0 else 0.0
     ratio_mid = low[mid] / top[mid] if top[mid] > 0 else 0.0
     if top[-1] <= 1e-9 * top[0]:
-        return Verdict(
-            "collapses",
+        return Verdict.collapse_to_zero(
+            d,
             f"integrator: λ_max Σ decayed from {top[0]:.3g} to {top[-1]:.3g} by depth {t[-1]:.4g} "
             "(Σ → 0)",
             "integrator",
-            limit=np.zeros((d, d)),
             eqs=eqs,
             stats=nums,
         )

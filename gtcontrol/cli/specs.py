@@ -135,12 +135,12 @@ SPECS: dict[str, TaskSpec] = {
             "repeats": Option(int, 3, _at_most(100), "independent samples per N"),
             "method": Option(
                 str,
-                "rk4",
+                "adaptive",
                 _one_of("rk4", "discrete", "adaptive"),
-                "token integrator: rk4, discrete, adaptive",
+                "token integrator: adaptive (error-controlled), rk4, discrete",
             ),
             "steps_per_layer": Option(
-                int, 20, _at_most(10**6), "token steps per layer (not with 'adaptive')"
+                int, 20, _at_most(10**6), "token steps per layer for rk4/discrete (not adaptive)"
             ),
         },
         summary="token-level Transformer vs moment ODE, error against N",

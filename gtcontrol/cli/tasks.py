@@ -216,27 +216,29 @@ def _run_compare_tokens(design: Design, out: Path) -> dict[str, Any]:
     from ..plotting.core import plot_convergence, plot_moments, plot_token_clouds
 
     o = design.options
-    # 'adaptive' picks its own steps and refuses steps_per_layer: the design's default (20) is
-    # for the fixed-step methods, so pass None for that method (else it always failed).
-    steps: dict[str, Any] = {"steps_per_layer": o["steps_per_layer"]}
-    if o["method"] == "adaptive":
-        if "steps_per_layer" in design.raw.get("compare-tokens", {}):
-            raise DesignFileError(
-                f"{design.source}: 'compare-tokens.steps_per_layer' is not used by method "
-                "'adaptive' (it picks its own steps); remove it"
-            )
-        steps["steps_per_layer"] = None
+    # Only what the design names is passed: otherwise compare_tokens picks its own integrator
+    # (adaptive, with a tolerance sized from the statistical error) and the spec's defaults for
+    # the fixed-step methods (rk4, 20 steps) apply only when the design asks for them.
+    given = design.raw.get("compare-tokens", {})
+    given = given if isinstance(given, dict) else {}
+    method = o["method"] if "method" in given else None
+    steps = o["steps_per_layer"] if "steps_per_layer" in given or method == "rk4" else None
+    if method == "adaptive" and "steps_per_layer" in given:
+        raise DesignFileError(
+            f"{design.source}: 'compare-tokens.steps_per_layer' is not used by method "
+            "'adaptive' (it picks its own steps); remove it"
+        )
     cmp = compare_tokens(
         *_moment_problem(design),
         n_tokens=o["n_tokens"],
         repeats=o["repeats"],
         seed=design.seed,
-        method=o["method"],
+        method=method,
+        steps_per_layer=steps,
         time_limit=design.time_limit,
-        **steps,
     )
     figures = ["moments.png", "convergence.png"]
-    plot_moments(cmp.predicted, out / "moments.png", title=f"{design.title}: moment ODE")
+    plot_moments(cmp.predicted, out / "moments.png", title=f"{design.title}: {cmp.reference}")
     plot_convergence(
         cmp.n_tokens,
         {
@@ -260,6 +262,14 @@ def _run_compare_tokens(design: Design, out: Path) -> dict[str, Any]:
         "table": cmp.table(),
         "slopes": cmp.slopes,
         "repeats": cmp.repeats,
+        "consistent": cmp.consistent,
+        "message": cmp.message,
+        "reference": cmp.reference,
+        "integration_error": cmp.integration_error,
+        "statistical_error": cmp.statistical_error,
+        "ess_min": cmp.ess_min,
+        "method": cmp.stats["method"],
+        "work": cmp.stats["work"],
         "trajectory": trajectory_summary(cmp.predicted),
         "seconds": cmp.stats["seconds"],
     }

@@ -34,6 +34,11 @@ OBJECTIVES = ("kinetic", "parameter")
 TERMINALS = ("exact", "bw", "kl")
 REDUNDANCY = ("fixed", "joint")
 PARALLEL = ("serial", "thread", "openmp")
+METHODS = ("auto", "flow", "collocation")
+#: ``method="auto"`` uses the flow construction from these dimensions on (below them the
+#: collocation NLP is fast and, for ``"ffn"``, lower in energy: it also optimizes the skew part of
+#: each layer, which the exact node-to-node layers keep at zero).
+FLOW_MIN_DIM = {"full": 5, "attention": 5, "ffn": 9}
 #: Parameter names a bound may refer to.
 BOUNDED = ("A", "b", "V", "B")
 
@@ -69,7 +74,7 @@ class _SteerOptions:
         See :func:`gtcontrol.steer`.
     cov_bound, intervals, max_corrections, terminal_tol, max_iter, ipopt_options
         See :func:`gtcontrol.steer`.
-    parallelization, initial_guess, verify_tokens, seed, cache
+    parallelization, initial_guess, verify_tokens, seed, cache, method
         See :func:`gtcontrol.steer`.
     """
 
@@ -91,8 +96,10 @@ class _SteerOptions:
     verify_tokens: int = 0
     seed: int = 0
     cache: bool = True
+    method: str = "auto"
 
     def __post_init__(self) -> None:
+        as_choice("method", self.method, METHODS)
         as_choice("objective", self.objective, OBJECTIVES)
         as_choice("terminal", self.terminal, TERMINALS)
         as_choice("parallelization", self.parallelization, PARALLEL)
@@ -127,6 +134,32 @@ class _SteerOptions:
         return "fixed" if self.objective == "kinetic" else "joint"
 
 
+def _flow_obstacle(initial: Gaussian, mode: str, redundancy: str, opts: _SteerOptions) -> str:
+    """Why the flow construction does not apply (empty when it does)."""
+    if opts.objective != "kinetic":
+        return "it minimizes the kinetic energy (objective='kinetic')"
+    if opts.terminal != "exact":
+        return "it reaches the target exactly (terminal='exact')"
+    if opts.entry_bounds or opts.norm_bounds or opts.cov_bound is not None:
+        return "it takes no bounds"
+    if opts.initial_guess is not None:
+        return "it takes no initial_guess"
+    if mode == "full" and redundancy != "fixed":
+        return "in mode 'full' it fixes the flat directions (redundancy='fixed')"
+    if initial.rank < initial.dim:
+        return "it needs a non-singular initial covariance"
+    return ""
+
+
+def _method(initial: Gaussian, mode: str, redundancy: str, opts: _SteerOptions) -> str:
+    obstacle = _flow_obstacle(initial, mode, redundancy, opts)
+    if opts.method == "flow" and obstacle:
+        raise InvalidParametersError(f"method: 'flow' does not apply here: {obstacle}")
+    if opts.method == "auto":
+        return "flow" if not obstacle and initial.dim >= FLOW_MIN_DIM[mode] else "collocation"
+    return opts.method
+
+
 # ============================================================================ the plan
 @dataclass(frozen=True, eq=False)
 class Plan:
@@ -141,6 +174,7 @@ class Plan:
     redundancy: str
     reg_weight: float
     problem: Problem
+    method: str = "collocation"
 
     @property
     def best_of(self) -> bool:
@@ -214,4 +248,5 @@ def make_plan(
         parallelization=opts.parallelization,
         ipopt={"max_iter": opts.max_iter, **opts.ipopt_options},
     )
-    return Plan(initial, target, t_hor, n, mode, opts, redundancy, reg_weight, problem)
+    method = _method(initial, mode, redundancy, opts)
+    return Plan(initial, target, t_hor, n, mode, opts, redundancy, reg_weight, problem, method)

@@ -104,6 +104,16 @@ class SteeringResult(ResultFields, Outcome):
 _VERIFY_RTOL, _VERIFY_ATOL = 1e-13, 1e-16
 
 
+def _energy_points(n_layers: int) -> int:
+    """Records for :func:`kinetic_energy`: 64 Simpson intervals per layer, at least 512.
+
+    Measured on steering schedules (d = 8 and 32, L = 8): 64 per layer agree with 16,000 records
+    to 1e-13 relative; more records only cost time at large ``d`` (each is a ``d × d`` matrix:
+    4,001 records took 3 s of re-simulation at d = 64).
+    """
+    return max(64 * n_layers, 512) + 1
+
+
 def verify(schedule: Schedule, initial: Gaussian) -> Trajectory | None:
     """Re-simulate with the adaptive integrator; ``None`` if the integrator fails."""
     try:
@@ -177,7 +187,7 @@ def measure(
         stats["mean_error"] = float(np.linalg.norm(final.mean - target.mean))
         stats["cov_error"] = float(np.linalg.norm(final.cov - target.cov))
         stats["cov_norm_max"] = float(np.max(np.linalg.norm(reached.cov, axis=(1, 2))))
-        kin = kinetic_energy(schedule, initial)
+        kin = kinetic_energy(schedule, initial, n_points=_energy_points(schedule.n_layers))
         if opts.verify_tokens:
             x = initial.sample(int(opts.verify_tokens), np.random.default_rng(opts.seed))
             tok = simulate_tokens(schedule, x)

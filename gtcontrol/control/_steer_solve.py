@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -22,6 +22,7 @@ from .._status import Budget, Status
 from ..errors import SolverError
 from ..model.moments import Trajectory
 from ..model.params import Layer, Schedule
+from ._flow_solve import solve_flow
 from ._ocp import pack, to_layer
 from ._steer_options import Plan, make_plan
 from ._steer_result import SteeringResult, classify, finish, measure, reached, verify
@@ -135,6 +136,7 @@ class _Log:
     successes: list[SteeringResult]
     failures: list[SteeringResult]
     notes: list[str]
+    starts: list[tuple[list[Layer], str]] = field(default_factory=list)
 
 
 #: Collocation intervals per layer are doubled up to this many while IPOPT converges but the
@@ -160,13 +162,23 @@ def run(plan: Plan, budget: Budget, clock: float) -> SteeringResult:
     layer are doubled (up to ``_MAX_INTERVALS``) and the problem re-solved from the last
     control. A result that still misses says so (``success=False``, the error in ``message``).
     """
+    fallback = ""
+    if plan.method == "flow":
+        flow = solve_flow(plan, budget, clock)
+        if flow is not None:
+            return flow
+        plan = replace(plan, method="collocation")
+        fallback = "the flow construction built no feasible control; collocation NLP: "
     result = _run_once(plan, budget, clock)
+    if fallback:
+        stats = {**result.stats, "flow_fallback": True}
+        result = replace(result, message=fallback + result.message, stats=stats)
     tried = [plan.opts.intervals]
     while _mesh_too_coarse(plan, result) and not budget.exhausted:
         k = plan.opts.intervals * 2
         if k > _MAX_INTERVALS:
             break
-        opts = replace(plan.opts, intervals=k, initial_guess=result.controls)
+        opts = replace(plan.opts, intervals=k, initial_guess=result.controls, method="collocation")
         plan = make_plan(plan.initial, plan.target, plan.T, plan.n, plan.mode, opts)
         refined = _run_once(plan, budget, clock)
         tried.append(k)
@@ -192,6 +204,7 @@ def run(plan: Plan, budget: Budget, clock: float) -> SteeringResult:
 def _run_once(plan: Plan, budget: Budget, clock: float) -> SteeringResult:
     """Build (or reuse) the NLP and solve from each start until one is verified."""
     common: dict[str, Any] = {
+        "method": "collocation",
         "regularization": plan.reg_weight,
         "redundancy": plan.redundancy if plan.mode == "full" else None,
         "time_limit": budget.time_limit,
@@ -214,6 +227,7 @@ def _run_once(plan: Plan, budget: Budget, clock: float) -> SteeringResult:
         if nlp is None or budget.exhausted:
             log.notes.append(f"{label}: not solved ({stop or budget.reason()})")
             break
+        log.starts.append((layers0, label))
         outcome = attempt(plan, nlp, layers0, label, budget, common)
         if isinstance(outcome, str):
             log.notes.append(outcome)
@@ -251,6 +265,10 @@ def conclude(
                 status=Status.BUDGET_EXHAUSTED,
                 message=f"{budget.reason()}; best iterate: {best.message}",
             )
+        if not best.stats.get("converged") and not best.terminal_error <= plan.opts.terminal_tol:
+            # IPOPT stopped short (budget, iterations, failure): a feasible start beats an
+            # infeasible iterate. (A converged solve on too coarse a mesh is refined by run.)
+            best = _feasible_start(plan, log, best, common) or best
         return finish(best, clock, log.notes)
     if first is None:  # unreachable: every mode has a closed-form start
         raise SolverError("steer: no starting control", status="no_start")
@@ -277,3 +295,26 @@ def conclude(
     }
     result = measure(plan, schedule, traj, status, message, stats)
     return finish(result, clock, log.notes)
+
+
+def _feasible_start(
+    plan: Plan, log: _Log, best: SteeringResult, common: dict[str, Any]
+) -> SteeringResult | None:
+    """The cheapest starting control that reaches the target, when no iterate does.
+
+    The best feasible point is then a start (e.g. a flow construction passed as
+    ``initial_guess``, or the exact construction among the closed-form starts); it keeps the
+    failed solve's status and says so.
+    """
+    found: list[SteeringResult] = []
+    for layers0, label in log.starts:
+        schedule = Schedule(layers0, plan.T)
+        stats = {**best.stats, **common, "warm_start": label, "feasible_start": True}
+        message = (
+            f"{best.message}; returning instead the feasible starting control ({label}) without "
+            "its optimization"
+        )
+        res = measure(plan, schedule, verify(schedule, plan.initial), best.status, message, stats)
+        if res.terminal_error <= plan.opts.terminal_tol:
+            found.append(res)
+    return min(found, key=lambda r: r.cost) if found else None

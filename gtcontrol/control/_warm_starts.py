@@ -26,14 +26,17 @@ from .realization import exact_layer_steering, ffn_layers, realize
 __all__: list[str] = []
 
 
-def _mean_path(m0: FloatArray, m1: FloatArray) -> Callable[[float], FloatArray]:
+def _mean_path(
+    m0: FloatArray, m1: FloatArray, clearance: float = 0.5
+) -> Callable[[float], FloatArray]:
     """A mean path from ``m0`` to ``m1`` that keeps away from 0 (pure attention cannot cross it).
 
-    The straight line when it stays at distance ``≥ r = min(|m0|, |m1|)/2`` from the origin;
-    otherwise the line plus the bump ``4 s (1 − s) w``, ``|w| = 4r``, orthogonal to ``m1 − m0`` and
-    pointing away from the origin (any orthogonal direction for antipodal means, ``d ≥ 2``).
+    The straight line when it stays at distance ``≥ r = clearance · min(|m0|, |m1|)`` from the
+    origin; otherwise the line plus the bump ``4 s (1 − s) w``, ``|w| = 4r``, orthogonal to
+    ``m1 − m0`` and pointing away from the origin (any orthogonal direction for antipodal means,
+    ``d ≥ 2``).
     """
-    r = 0.5 * min(float(np.linalg.norm(m0)), float(np.linalg.norm(m1)))
+    r = clearance * min(float(np.linalg.norm(m0)), float(np.linalg.norm(m1)))
     delta = m1 - m0
     dn = float(np.linalg.norm(delta))
     if dn == 0.0 or m0.shape[0] == 1:

@@ -346,11 +346,43 @@ def kinetic_energy(
         t0, t1 = float(breaks[k]), float(breaks[k + 1])
         idx = np.flatnonzero((traj.t >= t0 - 1e-14 * max(t1, 1.0)) & (traj.t <= t1 + 1e-14))
         layer_of = _segment_layers(ctrl, t0, t1)
-        vals = np.empty(len(idx))
-        for j, i in enumerate(idx):
-            m, s = traj.mean[i], traj.cov[i]
-            mm, c = affine_velocity(layer_of(float(traj.t[i])), m, s)
-            u = mm @ m + c
-            vals[j] = float(np.sum((mm @ s) * mm) + u @ u)
+        vals = _batched_energy(ctrl, layer_of, traj.mean[idx], traj.cov[idx], t0, t1)
+        if vals is None:
+            vals = np.empty(len(idx))
+            for j, i in enumerate(idx):
+                m, s = traj.mean[i], traj.cov[i]
+                mm, c = affine_velocity(layer_of(float(traj.t[i])), m, s)
+                u = mm @ m + c
+                vals[j] = float(np.sum((mm @ s) * mm) + u @ u)
         total += float(simpson(vals, x=traj.t[idx]))
     return total
+
+
+def _batched_energy(
+    ctrl: Control,
+    layer_of: Callable[[float], Layer],
+    means: FloatArray,
+    covs: FloatArray,
+    t0: float,
+    t1: float,
+) -> FloatArray | None:
+    """``E|v|²`` at every record of a constant segment in one batched product, or ``None``.
+
+    Only for a piecewise-constant control whose layer has dense heads and no feed-forward term
+    (the common case of steering schedules); anything else goes through
+    :func:`gtcontrol.model.moments.affine_velocity` point by point. Same formula:
+    ``tr(M Σ Mᵀ) + |M m + c|²``, ``M = A + Σ_h V_h Σ B_h``, ``c = b + Σ_h V_h m``.
+    """
+    if not getattr(ctrl, "piecewise_constant", False):
+        return None
+    lay = layer_of(0.5 * (t0 + t1))
+    if lay.ffn is not None or lay.factored_heads is not None or not isinstance(lay.heads, tuple):
+        return None
+    mm = np.broadcast_to(lay.A, covs.shape).copy()
+    cc = np.broadcast_to(lay.b, means.shape).copy()
+    for v_h, b_h in lay.heads:
+        mm += v_h @ covs @ b_h
+        cc += means @ v_h.T
+    vel = (mm @ means[:, :, None])[:, :, 0] + cc
+    out: FloatArray = np.sum((mm @ covs) * mm, axis=(1, 2)) + np.sum(vel * vel, axis=1)
+    return out

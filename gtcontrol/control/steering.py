@@ -11,6 +11,8 @@ with the adaptive moment integrator. The parts, one idea each:
 * :mod:`._steer_options`: validation of the keyword options (and the deprecated
   ``SteerOptions``);
 * :mod:`._ocp` and :mod:`._transcription`: the CasADi NLP (collocation blocks, assembly);
+* :mod:`._flow` and :mod:`._flow_solve`: the flow construction (exact node-to-node layers,
+  ``method="flow"``, the default from ``d = 5`` on);
 * :mod:`._steer_solve`: the solve attempts within the time budget;
 * :mod:`._steer_result`: verification, status and :class:`SteeringResult`.
 
@@ -60,11 +62,16 @@ def steer(
     verify_tokens: int = 0,
     seed: int = 0,
     cache: bool = True,
+    method: str = "auto",
     time_limit: float | None = None,
 ) -> SteeringResult:
     """Optimal ``L``-layer steering of ``initial`` to ``target`` in depth ``T``, verified.
 
-    Parameters are constant on each layer ``[kh, (k+1)h)``, ``h = T/L``; the moment dynamics
+    Parameters are constant on each layer ``[kh, (k+1)h)``, ``h = T/L``. Two methods (option
+    ``method``). The flow construction (the default from ``d = 5`` on, when it applies) chains
+    exact node-to-node layers between the geodesic's states at the layer switches: seconds at
+    ``d = 64``, and in mode ``"full"`` a kinetic gap ~10× below the exact L-layer construction's.
+    The collocation NLP covers every objective and bound: the moment dynamics
     ``dm/dt = M m + c``, ``dΣ/dt = M Σ + Σ Mᵀ`` (``M = A + V Σ B``, ``c = b + V m``, theory.md §2)
     are transcribed for IPOPT through CasADi by Gauss–Legendre collocation (degree 3 per interval;
     states ``(m, vech Σ)`` with each entry of Σ stored once; the layer function ``map``-ped over
@@ -76,7 +83,9 @@ def steer(
     Every returned control is re-simulated with :func:`gtcontrol.simulate` (adaptive,
     ``rtol = 1e-13``); the discretization error of the NLP is then removed by up to
     ``max_corrections`` re-solves with shifted terminal data. Every loop is capped (IPOPT's
-    ``max_iter``, ``max_corrections``, at most three starts); ``time_limit`` bounds the wall time.
+    ``max_iter``, ``max_corrections``, at most three starts; in the flow construction a fixed
+    number of gauges per layer, each at most 40 re-simulations); ``time_limit`` bounds the wall
+    time.
 
     Parameters
     ----------
@@ -147,12 +156,26 @@ def steer(
         Seed of the token sample of ``verify_tokens``.
     cache
         Reuse the symbolic NLP of an earlier call with the same structure.
+    method
+        ``"collocation"``: the CasADi/IPOPT NLP above (every objective, terminal condition and
+        bound). ``"flow"``: no NLP; exact node-to-node layers between the geodesic's states at the
+        layer switches (docs/steering.md §5, "Flow construction"): ``"ffn"`` is the exact
+        L-layer construction, ``"full"`` keeps per layer the lowest-energy of that layer and a
+        few attention gauges shot onto the next node (never worse than the exact construction),
+        ``"attention"`` shoots node-to-node attention layers (the exact attention construction
+        is kept when cheaper). It needs the kinetic objective, the exact terminal condition, no
+        bounds, no ``initial_guess``, ``redundancy="fixed"`` and a non-singular Σ0.
+        ``"auto"``: ``"flow"`` where it applies from ``d ≥ 5`` (``"full"``, ``"attention"``) or
+        ``d ≥ 9`` (``"ffn"``), else ``"collocation"``.
     time_limit
         Wall-clock budget in seconds (``None``: no limit). Each IPOPT solve gets the remaining
         budget as its maximal wall time; when it is spent no further start or correction is
-        tried, and the best iterate so far (the starting control if no solve ran) is returned
-        with ``Status.BUDGET_EXHAUSTED``. Building the NLP (seconds for ``d ≥ 8`` the first time)
-        and the verifying re-simulation are not interrupted.
+        tried, and the best iterate so far (the starting control if no solve ran, or a feasible
+        ``initial_guess`` when no iterate reaches the target) is returned with
+        ``Status.BUDGET_EXHAUSTED``. The flow construction checks it between re-simulations and
+        returns the best feasible control built so far (at worst the exact construction).
+        Building the NLP (seconds for ``d ≥ 8`` the first time, minutes for ``d ≥ 16``) and the
+        verifying re-simulation are not interrupted.
 
     Returns
     -------

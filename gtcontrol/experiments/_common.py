@@ -1,23 +1,38 @@
-"""Validation and budget plumbing shared by the experiments (no public names).
+"""Validation, budget plumbing and shared fields of the experiments (no public names).
 
 Every experiment validates its keyword-only options at the call, turns ``time_limit`` into one
 :class:`~gtcontrol._status.Budget` and hands what is left of it to the experiments it runs, so
-that running out anywhere returns what is done with ``Status.BUDGET_EXHAUSTED``.
+that running out anywhere returns what is done with ``Status.BUDGET_EXHAUSTED``. The experiments
+on synthetic Gaussian tokens take ``d, n_tokens, seed`` (checked by :func:`check_sizes`, described
+once by :data:`SIZES_PARAMETERS`) and record them in a result deriving :class:`TokenSizes`
+(:data:`SIZES_ATTRIBUTES`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from .._docstring import fill
 from .._linalg import FloatArray
 from .._status import Budget, Status
 from .._validation import as_positive_int
 from ..errors import InvalidParametersError
 
-__all__ = ["as_seed", "check_sizes", "first_failure", "random_spd", "stop_reason", "time_left"]
+__all__ = [
+    "SIZES_ATTRIBUTES",
+    "SIZES_PARAMETERS",
+    "TokenSizes",
+    "as_seed",
+    "check_sizes",
+    "first_failure",
+    "random_spd",
+    "stop_reason",
+    "time_left",
+]
 
 
 def as_seed(value: Any, name: str = "seed") -> int:
@@ -49,6 +64,13 @@ def first_failure(statuses: Iterable[Status]) -> Status:
     return Status.SUCCESS
 
 
+#: The docstring entry of the ``d, n_tokens`` parameters checked by :func:`check_sizes` (for
+#: :func:`gtcontrol._docstring.fill`).
+SIZES_PARAMETERS = """\
+d, n_tokens
+    Token dimension and number of tokens (``n_tokens ≥ 2d + 2``)."""
+
+
 def check_sizes(d: Any, n_tokens: Any, seed: Any) -> tuple[int, int, int]:
     """Validate a dimension, a number of tokens (``≥ 2d + 2``) and a seed."""
     dd = as_positive_int("d", d, maximum=1000)
@@ -62,3 +84,24 @@ def random_spd(rng: np.random.Generator, d: int, lo: float, hi: float) -> FloatA
     """A random SPD matrix with eigenvalues uniform in ``[lo, hi]`` (Haar eigenvectors)."""
     q, _ = np.linalg.qr(rng.standard_normal((d, d)))
     return np.asarray((q * rng.uniform(lo, hi, d)) @ q.T)
+
+
+#: The docstring entry of the fields of :class:`TokenSizes`, for the results deriving it.
+SIZES_ATTRIBUTES = """\
+d, n_tokens, seed
+    Dimension, number of tokens and seed."""
+
+
+@fill(sizes=SIZES_ATTRIBUTES)
+@dataclass(frozen=True, eq=False)
+class TokenSizes:
+    """The sizes a result on synthetic Gaussian tokens records (its first fields).
+
+    Attributes
+    ----------
+    %(sizes)s
+    """
+
+    d: int
+    n_tokens: int
+    seed: int

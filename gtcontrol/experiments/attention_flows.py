@@ -119,8 +119,10 @@ class FlowRow:
     status
         The status of :func:`gtcontrol.simulate` (``BLOWUP``, ``SUCCESS`` to ``T``, ...).
     regime
-        ``"blowup"``, ``"no blow-up to T = ..."`` (integrated to the horizon; ``lam_final``
-        then says whether Σ grew), or the status of an integration that stopped otherwise.
+        ``"blowup"`` (a finite-time blow-up: the kind of :func:`gtcontrol.analyze`),
+        ``"no blow-up to T = ..."`` (integrated to the horizon, which decides no long-run regime
+        of ``analyze``; ``lam_final`` then says whether Σ grew), or the status of an
+        integration that stopped otherwise.
     blowup_time
         ``T*`` (``inf`` without blow-up).
     bracket

@@ -25,6 +25,7 @@ import numpy as np
 from scipy.integrate import DOP853
 from scipy.special import ndtr
 
+from .._docstring import fill
 from .._linalg import FloatArray, unvech, vech
 from .._status import Budget, BudgetExhausted, Outcome, ResultFields, Status
 from .._validation import as_float_array, as_positive_float, as_positive_int, as_time_limit
@@ -33,7 +34,16 @@ from ..model.gaussian import Gaussian
 from ..model.moments import moment_field, simulate
 from ..model.params import FeedForward, Layer
 from ..model.tokens import simulate_tokens
-from ._common import check_sizes, first_failure, random_spd, stop_reason, time_left
+from ._common import (
+    SIZES_ATTRIBUTES,
+    SIZES_PARAMETERS,
+    TokenSizes,
+    check_sizes,
+    first_failure,
+    random_spd,
+    stop_reason,
+    time_left,
+)
 from .extraction import gelu_moments
 from .sample_statistics import MAX_PROJECTIONS, sliced_wasserstein
 
@@ -307,14 +317,14 @@ class ClosenessCurve(ResultFields, Outcome):
     moment_gap: FloatArray
 
 
+@fill(sizes=SIZES_ATTRIBUTES)
 @dataclass(frozen=True, eq=False)
-class FeedForwardCloseness(ResultFields, Outcome):
+class FeedForwardCloseness(TokenSizes, ResultFields, Outcome):
     """Result of :func:`feedforward_closeness`: one :class:`ClosenessCurve` per activation.
 
     Attributes
     ----------
-    d, n_tokens, seed
-        Dimension, number of tokens and seed.
+    %(sizes)s
     T
         Depth of the layer.
     curves
@@ -329,9 +339,6 @@ class FeedForwardCloseness(ResultFields, Outcome):
         ``seconds``, ``curves_done``.
     """
 
-    d: int
-    n_tokens: int
-    seed: int
     T: float
     curves: tuple[ClosenessCurve, ...]
 
@@ -425,6 +432,7 @@ def _curve(
     )
 
 
+@fill(sizes=SIZES_PARAMETERS)
 def feedforward_closeness(
     d: int = 4,
     n_tokens: int = 2000,
@@ -444,8 +452,7 @@ def feedforward_closeness(
 
     Parameters
     ----------
-    d, n_tokens
-        Token dimension and number of tokens (``n_tokens ≥ 2d + 2``).
+    %(sizes)s
     seed
         Seed of the matrices, the tokens and the projection directions.
     T

@@ -66,6 +66,31 @@ MODELS: dict[str, str] = {
 }
 #: Finite cap on the sequence length (the Gaussianity statistics cost ``N²`` per layer).
 MAX_TOKENS = 200_000
+#: The random encoders of :data:`MODELS`: the ``transformers`` config and model classes and the
+#: shape (both use GELU and BERT's LayerNorm epsilon 1e-12).
+_RANDOM_ENCODERS: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "random-bert": (
+        "BertConfig",
+        "BertModel",
+        {
+            "hidden_size": 384,
+            "num_hidden_layers": 6,
+            "num_attention_heads": 12,
+            "intermediate_size": 1536,
+        },
+    ),
+    "random-vit": (
+        "ViTConfig",
+        "ViTModel",
+        {
+            "hidden_size": 192,
+            "num_hidden_layers": 12,
+            "num_attention_heads": 3,
+            "intermediate_size": 768,
+            "qkv_bias": True,
+        },
+    ),
+}
 
 
 def _check_model_name(model: str) -> str:
@@ -133,29 +158,11 @@ def _load(model: str, seed: int) -> Any:
                 str(minilm_path()), local_files_only=True, add_pooling_layer=False
             )
         else:
+            config_class, model_class, shape = _RANDOM_ENCODERS[model]
+            cfg = getattr(tr, config_class)(hidden_act="gelu", layer_norm_eps=1e-12, **shape)
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(int(seed))
-                if model == "random-bert":
-                    cfg = tr.BertConfig(
-                        hidden_size=384,
-                        num_hidden_layers=6,
-                        num_attention_heads=12,
-                        intermediate_size=1536,
-                        hidden_act="gelu",
-                        layer_norm_eps=1e-12,
-                    )
-                    net = tr.BertModel(cfg, add_pooling_layer=False)
-                else:
-                    cfg = tr.ViTConfig(
-                        hidden_size=192,
-                        num_hidden_layers=12,
-                        num_attention_heads=3,
-                        intermediate_size=768,
-                        hidden_act="gelu",
-                        layer_norm_eps=1e-12,
-                        qkv_bias=True,
-                    )
-                    net = tr.ViTModel(cfg, add_pooling_layer=False)
+                net = getattr(tr, model_class)(cfg, add_pooling_layer=False)
     net.eval()
     return net
 

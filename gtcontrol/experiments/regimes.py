@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from .._docstring import fill
 from .._linalg import FloatArray
 from .._status import Budget, Outcome, ResultFields, Status
 from .._validation import as_positive_float, as_positive_int, as_time_limit
@@ -35,7 +36,15 @@ from ..model.gaussian import Gaussian
 from ..model.moments import simulate_discrete
 from ..model.params import Layer, Schedule
 from ..model.tokens import simulate_tokens
-from ._common import check_sizes, random_spd, stop_reason, time_left
+from ._common import (
+    SIZES_ATTRIBUTES,
+    SIZES_PARAMETERS,
+    TokenSizes,
+    check_sizes,
+    random_spd,
+    stop_reason,
+    time_left,
+)
 from .gaussianity import gaussianity
 
 __all__ = ["KINDS", "RegimeResult", "RegimeRow", "prescribed_attention_regimes"]
@@ -100,14 +109,14 @@ class RegimeRow:
     final_gaussianity_p: float
 
 
+@fill(sizes=SIZES_ATTRIBUTES)
 @dataclass(frozen=True, eq=False)
-class RegimeResult(ResultFields, Outcome):
+class RegimeResult(TokenSizes, ResultFields, Outcome):
     """Result of :func:`prescribed_attention_regimes`.
 
     Attributes
     ----------
-    d, n_tokens, seed
-        Dimension, number of tokens and seed.
+    %(sizes)s
     n_layers
         Layers of each residual network.
     threshold
@@ -127,9 +136,6 @@ class RegimeResult(ResultFields, Outcome):
         ``configs_done``.
     """
 
-    d: int
-    n_tokens: int
-    seed: int
     n_layers: int
     threshold: float
     rows: tuple[RegimeRow, ...]
@@ -256,6 +262,7 @@ def _run_config(
     return row, tr_tok, tr_mom, gauss.status
 
 
+@fill(sizes=SIZES_PARAMETERS)
 def prescribed_attention_regimes(
     d: int = 4,
     n_tokens: int = 2000,
@@ -269,8 +276,7 @@ def prescribed_attention_regimes(
 
     Parameters
     ----------
-    d, n_tokens
-        Token dimension and number of tokens (``n_tokens ≥ 2d + 2``).
+    %(sizes)s
     seed
         Seed of ``Σ0``, ``B`` and the tokens.
     n_layers

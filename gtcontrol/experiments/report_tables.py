@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -82,79 +82,58 @@ def gaussianity_table(tab: GaussianityTable) -> Table:
     return title, head, rows
 
 
-def surrogate_table(c: SurrogateComparison) -> Table:
-    head = [
-        "layer",
-        "mean err",
-        "cov err",
-        "BW",
-        "tr ratio",
-        "local mean err",
-        "local cov err",
-        "local BW",
-        "layer change",
-        "LN scale CV",
-        "attn ESS/N",
-    ]
-    rows = [
-        [
-            r.layer,
-            r.mean_error,
-            r.cov_error,
-            r.bures_wasserstein,
-            r.trace_ratio,
-            r.local_mean_error,
-            r.local_cov_error,
-            r.local_bures_wasserstein,
-            r.layer_change,
-            r.ln_scale_cv,
-            r.attention_ess,
-        ]
-        for r in c.rows
-    ]
-    title = f"Moment surrogate vs measured — {MODELS[c.model]}, N = {c.n_tokens}, seed {c.seed}"
+#: The columns of :func:`surrogate_table`: header, attribute of a :class:`SurrogateRow`.
+_SURROGATE_COLUMNS = (
+    ("layer", "layer"),
+    ("mean err", "mean_error"),
+    ("cov err", "cov_error"),
+    ("BW", "bures_wasserstein"),
+    ("tr ratio", "trace_ratio"),
+    ("local mean err", "local_mean_error"),
+    ("local cov err", "local_cov_error"),
+    ("local BW", "local_bures_wasserstein"),
+    ("layer change", "layer_change"),
+    ("LN scale CV", "ln_scale_cv"),
+    ("attn ESS/N", "attention_ess"),
+)
+#: The columns of :func:`regime_table`: header, attribute of a :class:`RegimeRow`.
+_REGIME_COLUMNS = (
+    ("config", "name"),
+    ("V, B, A", "description"),
+    ("predicted", "predicted"),
+    ("T*", "blowup_time"),
+    ("T*/h (layer)", "blowup_layer_theory"),
+    ("blow-up layer (moments)", "moment_layer"),
+    ("blow-up layer (tokens)", "token_layer"),
+    ("max cov err", "max_cov_error"),
+    ("agrees ≤10% to layer", "agree_until"),
+    ("final tr Σ tokens", "final_trace_tokens"),
+    ("final tr Σ moments", "final_trace_moments"),
+    ("tr Σ*", "equilibrium_trace"),
+    ("final Gaussianity p", "final_gaussianity_p"),
+)
+
+
+def _attribute_columns(
+    title: str, items: Iterable[Any], columns: Sequence[tuple[str, str]]
+) -> Table:
+    """A table with one row per item and one column per ``(header, attribute)``."""
+    head = [h for h, _ in columns]
+    rows = [[getattr(x, attr) for _, attr in columns] for x in items]
     return title, head, rows
 
 
+def surrogate_table(c: SurrogateComparison) -> Table:
+    title = f"Moment surrogate vs measured — {MODELS[c.model]}, N = {c.n_tokens}, seed {c.seed}"
+    return _attribute_columns(title, c.rows, _SURROGATE_COLUMNS)
+
+
 def regime_table(r: RegimeResult) -> Table:
-    head = [
-        "config",
-        "V, B, A",
-        "predicted",
-        "T*",
-        "T*/h (layer)",
-        "blow-up layer (moments)",
-        "blow-up layer (tokens)",
-        "max cov err",
-        "agrees ≤10% to layer",
-        "final tr Σ tokens",
-        "final tr Σ moments",
-        "tr Σ*",
-        "final Gaussianity p",
-    ]
-    rows = [
-        [
-            x.name,
-            x.description,
-            x.predicted,
-            x.blowup_time,
-            x.blowup_layer_theory,
-            x.moment_layer,
-            x.token_layer,
-            x.max_cov_error,
-            x.agree_until,
-            x.final_trace_tokens,
-            x.final_trace_moments,
-            x.equilibrium_trace,
-            x.final_gaussianity_p,
-        ]
-        for x in r.rows
-    ]
     title = (
         f"Prescribed attention regimes — d = {r.d}, N = {r.n_tokens}, {r.n_layers} layers, "
         f"blow-up threshold tr Σ > {r.threshold:g} tr Σ0, seed {r.seed}"
     )
-    return title, head, rows
+    return _attribute_columns(title, r.rows, _REGIME_COLUMNS)
 
 
 def feedforward_table(f: FeedForwardCloseness) -> Table:

@@ -28,17 +28,12 @@ from ..errors import InvalidParametersError
 from ..model.gaussian import Gaussian
 from ._common import as_seed, stop_reason
 from ._deps import single_threaded_blas
-from .extraction import ExtractedLayer, extract_layers, gelu_moments
+from .extraction import ExtractedLayer, extract_layers
+from .extraction import gelu_moments as gelu_moments  # still importable from here (compatibility)
 from .pretrained import MAX_TOKENS, MODELS, encoder_states, load_model
 
-__all__ = [
-    "ExtractedLayer",
-    "SurrogateComparison",
-    "SurrogateRow",
-    "extract_layers",
-    "gelu_moments",
-    "moment_surrogate",
-]
+#: The names of :mod:`.extraction` it uses stay importable from here; their home is there.
+__all__ = ["SurrogateComparison", "SurrogateRow", "moment_surrogate"]
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The token-level velocity field: blocked, numerically stable softmax attention.
+"""The token-level velocity field: tiled, numerically stable softmax attention.
 
 ``N`` tokens ``x_i ∈ R^d`` with empirical measure ``μ = (1/N) Σ_j δ_{x_j}`` move with velocity
 (docs/theory.md §1)
@@ -18,14 +18,36 @@ moment field costs ``O(d³)`` (three ``d×d`` products per head) independently o
 flops for the moments (see ``benchmarks/bench_moments_vs_tokens.py``). A head with ``B_h = 0``
 attends uniformly and is evaluated in ``O(N d)`` as the empirical mean.
 
-Blocked, stable softmax
------------------------
+Tiled, stable softmax
+---------------------
 The ``N×N`` weights, let alone an ``N×N×d`` tensor, are never stored. Per head, ``Q = X B_hᵀ``
-(row ``i`` is ``B_h x_i``, so ``logit_ij = q_i · x_j = x_jᵀ B_h x_i``), then query blocks of
-``block_size`` rows are processed in one reused ``block_size × N`` buffer: ``L = Q_blk Xᵀ``,
-``L -= max_j L`` (the log-sum-exp shift: every weight is in ``(0, 1]`` and the largest is exactly
-1, so the denominator is ``≥ 1`` and nothing overflows for any finite logits),
-``P = exp(L)``, ``Attn_blk = (P X) / (P 1)``. Memory is ``O(N d + block_size · N)``.
+(row ``i`` is ``B_h x_i``, so ``logit_ij = q_i · x_j = x_jᵀ B_h x_i``), then tiles of
+``block_size`` queries × ``cols`` keys (128 × 256 by default: 256 KiB, in cache) are processed
+in a reused buffer: ``L = Q_blk X_colsᵀ``, ``P = exp(L)``, ``acc += P [X_cols 1]`` (numerator and
+denominator from one GEMM), and ``Attn_blk = acc[:, :d] / acc[:, d]``. The log-sum-exp shift is
+skipped where a Cauchy–Schwarz bound proves it unnecessary (``|q_i| max_j |x_j| ≤ U ≈ 670`` in
+float64); a query block with a larger bound first takes its exact row maximum ``m_i`` and then
+exponentiates ``L − m_i`` (every weight in ``(0, 1]``, nothing overflows for finite logits). The
+rule, its bound and the kernel are in :mod:`gtcontrol.model._attention_kernels`. Memory is
+``O(N d + threads · block_size · cols)``, independent of ``N²``; query blocks are shared by
+one thread per CPU (at most 8; numpy releases the GIL in its GEMMs and ``exp``).
+
+Backends
+--------
+``backend="numpy"`` runs the tiles with numpy, the query blocks shared by one thread per CPU:
+numpy releases the GIL in its GEMMs and ``exp``, and every tile's GEMMs are small enough that
+OpenBLAS runs them unthreaded, so no thread waits at a BLAS barrier on a busy machine.
+``backend="torch"`` runs the same algorithm with torch (optional: the ``experiments`` extra), on
+the first CUDA device when torch sees one, else on the CPU with torch's intra-op threads; the
+two agree to round-off (``~1e-15`` relative in float64; tests/test_attention.py asserts 1e-13).
+``"auto"`` (default) takes torch on CUDA for ``N ≥ 2048`` and numpy otherwise
+(``auto_backend``): on one CPU thread torch's float64 is ~20 % faster (its MKL GEMMs), but its
+threads stall on a busy machine and importing torch next to OpenBLAS slows numpy's BLAS.
+
+Measured by ``benchmarks/bench_attention.py`` at ``N = 16,384``, ``d = 16`` on a loaded 2-core
+machine, as a fraction of the best float64 GEMM rate of the same products in the same process
+(flops ``4 N² d`` per head): one thread, numpy 0.56 (16.6 of 30.4 GF/s), torch 0.69, the former
+``block × N``-buffer kernel 0.15; two threads, numpy 0.45 (21.4 of 47.3 GF/s), former 0.09.
 
 Factored heads
 --------------
@@ -52,19 +74,18 @@ from scipy.special import erf
 
 from .._linalg import FloatArray
 from .._status import Budget
-from .._validation import as_float_array, as_positive_int
+from .._validation import as_choice, as_float_array, as_positive_int, option_values
 from ..errors import InvalidParametersError
+from ._attention_kernels import BACKENDS, auto_backend, numpy_softmax, tile_plan
 from .heads import FactoredHeads
 from .params import Layer
 
 __all__ = ["token_velocity"]
 
-#: Default size of the ``block_size × N`` logits buffer. Block sizes from 2 MiB to 512 MiB of
-#: buffer measured within noise of each other (``bench_tokens.py --sweep``); 64 MiB keeps the
-#: Python loop short while bounding memory independently of N.
-_BUFFER_BYTES = 64 * 2**20
 #: Largest ``block_size`` accepted (query rows per block).
 _MAX_BLOCK = 10**7
+#: Working dtypes of the token arithmetic.
+_DTYPES = (np.dtype(np.float64), np.dtype(np.float32))
 _SQRT_HALF = math.sqrt(0.5)
 
 AnyArray = NDArray[Any]
@@ -170,10 +191,12 @@ def _prepare_factored(
 
 
 class _Workspace:
-    """The reused logits buffer, the evaluation counters and the budget of one simulation.
+    """The tiling, the evaluation counters, the budget and the attention backend of a run.
 
     Every field evaluation ticks ``budget`` (when given), so a spent time limit or evaluation
     cap raises :class:`~gtcontrol._status.BudgetExhausted` between two evaluations.
+    ``backend`` is ``"numpy"`` (default), ``"torch"`` or ``"auto"`` (:func:`auto_backend`);
+    ``block`` is the number of query rows per tile, ``key_block`` the number of keys.
     """
 
     def __init__(
@@ -182,45 +205,48 @@ class _Workspace:
         dtype: np.dtype[Any],
         block_size: int | None,
         budget: Budget | None = None,
+        *,
+        backend: str = "numpy",
     ) -> None:
-        if block_size is None:
-            block_size = _BUFFER_BYTES // (n * dtype.itemsize)
-        self.block = int(min(max(block_size, 1), n))
-        self.dtype = dtype
+        self.dtype = np.dtype(dtype)
         self.n = n
         self.budget = budget
-        self._buf: AnyArray | None = None  # allocated on the first softmax head
+        as_choice("backend", backend, BACKENDS)
+        self.backend = auto_backend(n) if backend == "auto" else backend
+        self._torch_softmax: Any = None
+        if self.backend == "torch":
+            from ._attention_torch import TorchSoftmax, load_torch
+
+            torch = load_torch()
+            if torch is None:
+                raise InvalidParametersError(
+                    "backend: 'torch' needs the torch package, which is not importable; "
+                    "install the experiments extra (pip install 'gtcontrol[experiments]') or "
+                    "use backend='numpy'"
+                )
+            self._torch_softmax = TorchSoftmax(torch, n, block_size, self.dtype)
+            plan = self._torch_softmax.plan
+        else:
+            plan = tile_plan(n, block_size)
+        self.plan = plan
+        self.block = plan.rows
+        self.key_block = plan.cols
         self.n_velocity = 0
         self.n_attention = 0
 
-    @property
-    def buffer(self) -> AnyArray:
-        """The ``block × N`` logits buffer (allocated on first use)."""
-        if self._buf is None:
-            self._buf = np.empty((self.block, self.n), dtype=self.dtype)
-        return self._buf
-
 
 def _attention(x: AnyArray, b_t: AnyArray, work: _Workspace) -> AnyArray:
-    """Softmax attention of every token over all tokens, blocked over queries (stable)."""
+    """Softmax attention of every token over all tokens, tiled (stable)."""
     # Row i of the queries is B x_i, so (q xᵀ)_ij = x_jᵀ B x_i; the values are the tokens.
-    return _softmax(x @ b_t, x.T, x, work)
+    return _softmax(x @ b_t, np.ascontiguousarray(x.T), x, work)
 
 
 def _softmax(q: AnyArray, k_t: AnyArray, values: AnyArray, work: _Workspace) -> AnyArray:
-    """``softmax_j(q_i · k_j)``-weighted rows of ``values``, blocked over queries (stable)."""
-    n = q.shape[0]
-    out = np.empty((n, values.shape[1]), dtype=values.dtype)
-    buf = work.buffer
-    for s in range(0, n, work.block):
-        e = min(s + work.block, n)
-        logits = buf[: e - s]
-        np.matmul(q[s:e], k_t, out=logits)
-        logits -= logits.max(axis=1, keepdims=True)
-        np.exp(logits, out=logits)
-        den = logits.sum(axis=1)
-        np.matmul(logits, values, out=out[s:e])
-        out[s:e] /= den[:, None]
+    """``softmax_j(q_i · k_j)``-weighted rows of ``values``, tiled (stable), on the backend."""
+    if work._torch_softmax is not None:
+        out: AnyArray = work._torch_softmax(q, k_t, values)
+    else:
+        out = numpy_softmax(q, k_t, values, work.plan)
     work.n_attention += 1
     return out
 
@@ -272,15 +298,51 @@ def _check_tokens(tokens: Any, d: int) -> FloatArray:
     return x
 
 
-def token_velocity(layer: Layer, tokens: Any, *, block_size: int | None = None) -> FloatArray:
-    """The token-level velocity of every token under one layer (float64).
+@dataclass(frozen=True, kw_only=True)
+class _VelocityOptions:
+    """The validated options of :func:`token_velocity` (documented there)."""
+
+    block_size: int | None = None
+    backend: str = "auto"
+    dtype: Any = np.float64
+
+    def __post_init__(self) -> None:
+        if self.block_size is not None:
+            as_positive_int("block_size", self.block_size, maximum=_MAX_BLOCK)
+        as_choice("backend", self.backend, BACKENDS)
+        object.__setattr__(self, "dtype", _as_dtype(self.dtype))
+
+
+def _as_dtype(value: Any) -> np.dtype[Any]:
+    """``float64`` or ``float32`` as a numpy dtype, or raise naming ``dtype``."""
+    try:
+        dt: np.dtype[Any] | None = np.dtype(value) if value is not None else None
+    except (TypeError, ValueError):
+        dt = None
+    if dt is None or dt not in _DTYPES:
+        raise InvalidParametersError(
+            f"dtype: expected numpy.float64 or numpy.float32, got {value!r}"
+        )
+    return dt
+
+
+def token_velocity(
+    layer: Layer,
+    tokens: Any,
+    *,
+    block_size: int | None = None,
+    backend: str = "auto",
+    dtype: Any = np.float64,
+) -> FloatArray:
+    """The token-level velocity of every token under one layer.
 
     ``v(x_i) = A x_i + b + W σ(U x_i + c) + Σ_h V_h Attn_h(x_i; μ)`` with
     ``Attn_h(x; μ) = Σ_j x_j e^{x_jᵀ B_h x} / Σ_j e^{x_jᵀ B_h x}`` over the empirical measure
     ``μ`` of ``tokens`` (docs/theory.md §1; Alcalde, Ji, Zuazua, arXiv:2606.07600 (2026)).
-    Softmax is evaluated by blocks of queries with the log-sum-exp shift, so it is finite for
-    any finite logits; ``O(N² d)`` work per head (``O(N² d_head)`` for factored heads, whose keys
-    and queries are projected first), ``O(N d + block_size · N)`` memory.
+    Softmax is evaluated by cache-sized tiles of queries × keys, with the log-sum-exp shift
+    wherever the logits could overflow, so it is finite for any finite logits; ``O(N² d)`` work
+    per head (``O(N² d_head)`` for factored heads, whose keys and queries are projected first),
+    ``O(N d + block_size · key tile)`` memory (module docstring).
 
     Parameters
     ----------
@@ -289,19 +351,29 @@ def token_velocity(layer: Layer, tokens: Any, *, block_size: int | None = None) 
     tokens
         Finite array ``(N, d)``, ``N ≥ 1``, ``d = layer.dim``.
     block_size
-        Query rows per attention block, at most ``10**7``; ``None`` (default) fills a 64 MiB
-        ``block_size × N`` buffer. The result does not depend on it beyond round-off.
+        Query rows per attention tile, at most ``10**7``; ``None`` (default): 128 (256 with
+        torch on a CPU, 4096 on a GPU). The key tile holds ``max(256, 2**15 / block_size)``
+        keys (``2**18`` with torch on a CPU, ``2**25`` on a GPU), at most ``N``. The result
+        does not depend on it beyond round-off.
+    backend
+        ``"auto"`` (default), ``"numpy"`` or ``"torch"``. ``"torch"`` needs torch (the
+        ``experiments`` extra) and uses its first CUDA device when there is one; ``"auto"``
+        uses torch only on CUDA and for ``N ≥ 2048``. Backends agree to round-off.
+    dtype
+        ``numpy.float64`` (default) or ``numpy.float32``: the working and returned precision.
+        float32 is about twice as fast and accurate to ~1e-6 relative.
 
     Returns
     -------
     numpy.ndarray
-        Velocities ``(N, d)``.
+        Velocities ``(N, d)`` in ``dtype``.
 
     Raises
     ------
     InvalidParametersError
-        If ``layer`` is not a Layer, ``tokens`` is malformed, or ``block_size`` is not a
-        positive integer up to ``10**7``.
+        If ``layer`` is not a Layer, ``tokens`` is malformed, ``block_size`` is not a
+        positive integer up to ``10**7``, ``backend`` or ``dtype`` is not one of the choices,
+        or ``backend="torch"`` without torch installed.
 
     Examples
     --------
@@ -315,8 +387,7 @@ def token_velocity(layer: Layer, tokens: Any, *, block_size: int | None = None) 
     """
     if not isinstance(layer, Layer):
         raise InvalidParametersError(f"layer: expected a Layer, got {type(layer).__name__}")
-    x = _check_tokens(tokens, layer.dim)
-    if block_size is not None:
-        as_positive_int("block_size", block_size, maximum=_MAX_BLOCK)
-    work = _Workspace(x.shape[0], np.dtype(np.float64), block_size)
+    opts = _VelocityOptions(**option_values(_VelocityOptions, locals()))
+    x = _check_tokens(tokens, layer.dim).astype(opts.dtype, copy=False)
+    work = _Workspace(x.shape[0], opts.dtype, opts.block_size, backend=opts.backend)
     return _velocity(_prepare(layer, work.dtype), x, work)

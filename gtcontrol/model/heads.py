@@ -29,6 +29,19 @@ from ..errors import InvalidParametersError
 __all__ = ["FactoredHeads"]
 
 
+def _fitting(
+    name: str, value: Any, shape: tuple[int, ...], ref: str, ref_shape: tuple[int, ...]
+) -> FloatArray:
+    """``value`` as a finite real array, refused unless it has the ``shape`` that fits ``ref``."""
+    arr = as_float_array(name, value, ndim=len(shape))
+    if arr.shape != shape:
+        raise InvalidParametersError(
+            f"{name}: expected shape {shape} to match {ref} of shape {ref_shape}, "
+            f"got shape {arr.shape}"
+        )
+    return arr
+
+
 @dataclass(frozen=True, eq=False, init=False)
 class FactoredHeads:
     """``H`` attention heads kept as their rank-``d_head`` projection factors.
@@ -89,30 +102,20 @@ class FactoredHeads:
             raise InvalidParametersError(
                 f"q: expected shape (H, d_head, d) with every size positive, got {qq.shape}"
             )
-        stacked = {}
-        for name, val, want in (
-            ("k", k, (n_heads, d_head, d)),
-            ("v", v, (n_heads, d_head, d)),
-            ("o", o, (n_heads, d, d_head)),
-        ):
-            arr = as_float_array(name, val, ndim=3)
-            if arr.shape != want:
-                raise InvalidParametersError(
-                    f"{name}: expected shape {want} to match q of shape {qq.shape}, "
-                    f"got shape {arr.shape}"
-                )
-            stacked[name] = arr
+        kk = _fitting("k", k, (n_heads, d_head, d), "q", qq.shape)
+        vv = _fitting("v", v, (n_heads, d_head, d), "q", qq.shape)
+        oo = _fitting("o", o, (n_heads, d, d_head), "q", qq.shape)
         s = 1.0 / math.sqrt(d_head) if scale is None else as_positive_float("scale", scale)
         object.__setattr__(self, "q", frozen(qq))
-        object.__setattr__(self, "k", frozen(stacked["k"]))
-        object.__setattr__(self, "v", frozen(stacked["v"]))
-        object.__setattr__(self, "o", frozen(stacked["o"]))
+        object.__setattr__(self, "k", frozen(kk))
+        object.__setattr__(self, "v", frozen(vv))
+        object.__setattr__(self, "o", frozen(oo))
         object.__setattr__(self, "scale", s)
         # The output factors side by side, (d, H·d_head): one product applies every head.
-        o_cat = np.ascontiguousarray(stacked["o"].transpose(1, 0, 2).reshape(d, n_heads * d_head))
+        o_cat = np.ascontiguousarray(oo.transpose(1, 0, 2).reshape(d, n_heads * d_head))
         object.__setattr__(self, "_o_cat", frozen(o_cat))
         inner = n_heads * d_head
-        vqk = np.concatenate([a.reshape(inner, d) for a in (stacked["v"], qq, stacked["k"])])
+        vqk = np.concatenate([a.reshape(inner, d) for a in (vv, qq, kk)])
         object.__setattr__(self, "_vqk", frozen(vqk))
 
     @classmethod
@@ -156,25 +159,15 @@ class FactoredHeads:
                 f"n_heads: {h} heads do not divide the {inner} rows of W_Q "
                 "(expected W_Q of shape (n_heads·d_head, d))"
             )
-        mats = {}
-        for name, val, want in (
-            ("W_K", W_K, (inner, d)),
-            ("W_V", W_V, (inner, d)),
-            ("W_O", W_O, (d, inner)),
-        ):
-            arr = as_float_array(name, val, ndim=2)
-            if arr.shape != want:
-                raise InvalidParametersError(
-                    f"{name}: expected shape {want} to match W_Q of shape {wq.shape}, "
-                    f"got shape {arr.shape}"
-                )
-            mats[name] = arr
+        wk = _fitting("W_K", W_K, (inner, d), "W_Q", wq.shape)
+        wv = _fitting("W_V", W_V, (inner, d), "W_Q", wq.shape)
+        wo = _fitting("W_O", W_O, (d, inner), "W_Q", wq.shape)
         dh = inner // h
         return cls(
             wq.reshape(h, dh, d),
-            mats["W_K"].reshape(h, dh, d),
-            mats["W_V"].reshape(h, dh, d),
-            mats["W_O"].reshape(d, h, dh).transpose(1, 0, 2),
+            wk.reshape(h, dh, d),
+            wv.reshape(h, dh, d),
+            wo.reshape(d, h, dh).transpose(1, 0, 2),
             scale=scale,
         )
 

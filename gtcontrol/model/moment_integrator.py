@@ -35,7 +35,7 @@ from scipy.integrate import BDF, DOP853, LSODA, RK45, OdeSolver, Radau
 from scipy.linalg import LinAlgWarning
 
 from .._linalg import FloatArray
-from .._status import Budget, BudgetExhausted, Status
+from .._status import DEFAULT_MAX_EVALS, MAX_EVALS_LIMIT, Budget, BudgetExhausted, Status
 from .._validation import as_choice, as_positive_float, as_positive_int, as_time_limit
 from ..errors import InvalidParametersError
 from .blowup_detection import OVERFLOW_LEVEL, BlowupWatch, Outcome
@@ -56,10 +56,6 @@ _METHODS = tuple(_SOLVERS)
 _EXPLICIT = ("DOP853", "RK45")
 #: Most recorded depths :func:`simulate` accepts (each holds a d×d covariance).
 _MAX_POINTS = 10**6
-#: Default cap on right-hand-side evaluations of :func:`simulate` (DOP853: 12 per step).
-_DEFAULT_MAX_EVALS = 10**6
-#: Largest ``max_evals`` accepted (larger caps are refused as absurd).
-_MAX_EVALS_LIMIT = 10**9
 #: Largest ``steps_per_layer`` of :func:`simulate_discrete`.
 _MAX_STEPS_PER_LAYER = 10**6
 #: Stiffness probe: every this many explicit steps ...
@@ -113,7 +109,7 @@ class _IntegratorOptions:
     n_points: int = 201
     blowup_factor: float = 1e4
     max_step: float = math.inf
-    max_evals: int = _DEFAULT_MAX_EVALS
+    max_evals: int = DEFAULT_MAX_EVALS  # DOP853: 12 evaluations per step
     time_limit: float | None = None
 
     def __post_init__(self) -> None:
@@ -122,7 +118,7 @@ class _IntegratorOptions:
             "atol": as_positive_float("atol", self.atol),
             "n_points": as_positive_int("n_points", self.n_points, maximum=_MAX_POINTS),
             "max_step": as_positive_float("max_step", self.max_step, allow_inf=True),
-            "max_evals": as_positive_int("max_evals", self.max_evals, maximum=_MAX_EVALS_LIMIT),
+            "max_evals": as_positive_int("max_evals", self.max_evals, maximum=MAX_EVALS_LIMIT),
             "time_limit": as_time_limit(self.time_limit),
             "method": as_choice("method", self.method, _METHODS),
         }

@@ -31,14 +31,21 @@ from typing import Any
 
 import numpy as np
 
+from .._docstring import fill
 from .._linalg import FloatArray, numerical_ranks, sym
-from .._status import Budget, BudgetExhausted, OutcomeOrBlowup, Status
+from .._status import (
+    DEFAULT_MAX_EVALS,
+    Budget,
+    BudgetExhausted,
+    OutcomeOrBlowup,
+    Status,
+    integrator_budget_doc,
+)
 from .._validation import as_positive_int, as_time_limit, frozen, option_values
 from .blowup_detection import Outcome as _Outcome
 from .field import affine_velocity, moment_field
 from .gaussian import Gaussian, check_gaussian
 from .moment_integrator import (
-    _DEFAULT_MAX_EVALS,
     _MAX_STEPS_PER_LAYER,
     _check_exact,
     _IntegratorOptions,
@@ -151,6 +158,7 @@ def _assemble(rec: _Record, outcome: _Outcome, stats: Mapping[str, Any]) -> Traj
     )
 
 
+@fill(budget=integrator_budget_doc("right-hand-side"))
 def simulate(
     model: Layer | Schedule | Control,
     initial: Gaussian,
@@ -162,7 +170,7 @@ def simulate(
     n_points: int = _IntegratorOptions.n_points,
     blowup_factor: float = _IntegratorOptions.blowup_factor,
     max_step: float = _IntegratorOptions.max_step,
-    max_evals: int = _DEFAULT_MAX_EVALS,
+    max_evals: int = DEFAULT_MAX_EVALS,
     time_limit: float | None = None,
 ) -> Trajectory:
     """Integrate the moment ODE ``dm/dt = M m + c``, ``dΣ/dt = M Σ + Σ Mᵀ`` (docs/theory.md §2).
@@ -196,12 +204,7 @@ def simulate(
         tell finite-time blow-up from exponential growth (then it goes on).
     max_step
         Largest integrator step; ``inf`` (default) lets the error control decide.
-    max_evals
-        Cap on right-hand-side evaluations (default ``10**6``, at most ``10**9``); reaching it
-        returns ``Status.BUDGET_EXHAUSTED``.
-    time_limit
-        Wall-clock limit in seconds (``None``: none); reaching it returns
-        ``Status.BUDGET_EXHAUSTED``.
+    %(budget)s
 
     Returns
     -------

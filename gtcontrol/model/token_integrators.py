@@ -1,10 +1,10 @@
 """The token integrators behind :func:`gtcontrol.model.tokens.simulate_tokens` (private).
 
 Fixed steps (classical RK4, or the residual network ``x ← x + h v(x)`` with an Euler–Maruyama
-noise term) and the adaptive ``solve_ivp`` integrator on the flattened tokens, with the
-validation of their options, the recorder of empirical moments and snapshots, and the outcome
-of a run (reached the horizon, overflow, spent budget, integrator failure). The velocity field
-is :mod:`gtcontrol.model.attention`.
+noise term), with the validation of the options of every method, the recorder of empirical
+moments and snapshots, and the outcome of a run (reached the horizon, overflow, spent budget,
+integrator failure). The adaptive default lives in :mod:`gtcontrol.model._token_adaptive`; the
+velocity field in :mod:`gtcontrol.model.attention`.
 
 Reference: the paper cited in :mod:`gtcontrol`, §1 and §6.
 """
@@ -18,13 +18,13 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy.integrate import solve_ivp
 
 from .._linalg import FloatArray, sym
 from .._status import BudgetExhausted, Status
 from .._validation import (
     as_choice,
     as_float_array,
+    as_nonnegative_float,
     as_positive_float,
     as_positive_int,
     as_time_limit,
@@ -36,11 +36,17 @@ from .params import Control, Schedule
 
 __all__: list[str] = []
 
-_METHODS = ("rk4", "euler", "discrete", "adaptive")
+_METHODS = ("adaptive", "rk4", "euler", "discrete")
 _IVP_METHODS = ("RK45", "DOP853")
 _RECORDS = ("steps", "layers")
 _DTYPES = (np.dtype(np.float64), np.dtype(np.float32))
 _DEFAULT_RK4_STEPS = 20
+#: Default ``rtol`` of ``"adaptive"``: the accepted local errors sum to at most this (relative to
+#: the token scale) over the horizon, so the default run is within ~1e-6 of a converged one.
+_DEFAULT_RTOL = {np.dtype(np.float64): 1e-7, np.dtype(np.float32): 1e-4}
+#: Smallest ``rtol``: 100 machine epsilons of the working dtype (below, rounding dominates).
+_RTOL_FLOOR_EPS = 100.0
+_RTOL_MAX = 0.1
 #: Default cap on velocity-field evaluations (each is ``O(N² d)`` per softmax head).
 _DEFAULT_MAX_EVALS = 10**6
 _MAX_EVALS_LIMIT = 10**9
@@ -57,21 +63,26 @@ class _TokenOptions:
     Attributes
     ----------
     method
-        ``"rk4"`` (classical fixed-step Runge–Kutta), ``"euler"`` / ``"discrete"`` (the residual
-        network ``x ← x + h v(x)``, Euler–Maruyama with noise), or ``"adaptive"``
-        (``scipy.integrate.solve_ivp`` on the flattened token array; fine for small ``N``).
+        ``"adaptive"`` (an embedded Runge–Kutta pair with error control on the whole token
+        ensemble, :mod:`gtcontrol.model._token_adaptive`), ``"rk4"`` (classical fixed-step
+        Runge–Kutta) or ``"euler"`` / ``"discrete"`` (the residual network ``x ← x + h v(x)``,
+        Euler–Maruyama with noise). ``None``: ``"rk4"`` when ``steps_per_layer`` is given (the
+        former default), else ``"adaptive"``.
     steps_per_layer
         Fixed steps per layer (per segment between breakpoints), at most ``10**6``. ``None``:
-        20 for ``"rk4"``, 1 for ``"euler"``/``"discrete"`` (a real L-layer network). Not used by
+        20 for ``"rk4"``, 1 for ``"euler"``/``"discrete"`` (a real L-layer network). Refused by
         ``"adaptive"``.
     block_size
         Query rows per attention block; ``None`` picks ``max(1, 64 MiB / (N · itemsize))``.
     record
-        ``"steps"``: empirical moments after every step (every accepted step for
-        ``"adaptive"``); ``"layers"``: only at the breakpoints.
+        ``"steps"``: empirical moments after every (accepted) step; ``"layers"``: only at the
+        breakpoints.
     rtol, atol, ivp_method
-        Error control of ``"adaptive"`` (``atol`` is scaled by ``max(max|x0|, 1)``); defaults
-        ``1e-8``, ``1e-10``, ``"DOP853"``. Refused with the fixed-step methods.
+        Error control of ``"adaptive"``: the accepted local errors, each relative to
+        ``max(|x|, rms of the tokens)`` plus ``atol / rtol``, sum to at most ``rtol`` over the
+        horizon. Defaults ``1e-7`` (``1e-4`` in float32), ``0``, ``"DOP853"`` (or ``"RK45"``).
+        ``rtol`` is at least 100 machine epsilons of ``dtype``. Refused with the fixed-step
+        methods.
     dtype
         ``float64`` (default) or ``float32`` for the token arithmetic; moments are always
         accumulated in float64.
@@ -81,7 +92,7 @@ class _TokenOptions:
         Wall-clock limit in seconds, or ``None``.
     """
 
-    method: str = "rk4"
+    method: str | None = None
     steps_per_layer: int | None = None
     block_size: int | None = None
     record: str = "steps"
@@ -93,6 +104,9 @@ class _TokenOptions:
     time_limit: float | None = None
 
     def __post_init__(self) -> None:
+        if self.method is None:
+            auto = "rk4" if self.steps_per_layer is not None else "adaptive"
+            object.__setattr__(self, "method", auto)
         as_choice("method", self.method, _METHODS)
         adaptive = self.method == "adaptive"
         if self.steps_per_layer is not None:
@@ -109,10 +123,8 @@ class _TokenOptions:
                 raise InvalidParametersError(
                     f"{name}: only used by method 'adaptive', got method {self.method!r}"
                 )
-        if self.rtol is not None:
-            as_positive_float("rtol", self.rtol)
         if self.atol is not None:
-            as_positive_float("atol", self.atol)
+            as_nonnegative_float("atol", self.atol)
         if self.ivp_method is not None:
             as_choice("ivp_method", self.ivp_method, _IVP_METHODS)
         as_positive_int("max_evals", self.max_evals, maximum=_MAX_EVALS_LIMIT)
@@ -127,6 +139,18 @@ class _TokenOptions:
                 f"dtype: expected numpy.float64 or numpy.float32, got {self.dtype!r}"
             )
         object.__setattr__(self, "dtype", dt)
+        if self.rtol is not None:
+            floor = _RTOL_FLOOR_EPS * float(np.finfo(dt).eps)
+            if not floor <= as_positive_float("rtol", self.rtol) <= _RTOL_MAX:
+                raise InvalidParametersError(
+                    f"rtol: expected a tolerance in [{floor:.3g}, {_RTOL_MAX:g}] (at least 100 "
+                    f"machine epsilons of {dt}), got {self.rtol!r}"
+                )
+
+    @property
+    def resolved_rtol(self) -> float:
+        """``rtol`` of ``"adaptive"`` (its default depends on the dtype)."""
+        return float(self.rtol) if self.rtol is not None else _DEFAULT_RTOL[self.dtype]
 
     @property
     def steps(self) -> int:
@@ -350,118 +374,6 @@ def _run_fixed(
             if idx in snap_idx:
                 rec.snapshot(t_now, x)
     return x, _DONE, idx
-
-
-class _LastAccepted:
-    """A never-firing ``solve_ivp`` event that remembers the last accepted state.
-
-    ``solve_ivp`` evaluates events once per accepted step, so :attr:`last` is where the
-    integration stood when the budget ran out inside the right-hand side.
-    """
-
-    def __init__(self, t0: float, y0: AnyArray) -> None:
-        self.last: tuple[float, AnyArray] = (t0, y0)
-
-    def __call__(self, t: float, y: AnyArray) -> float:
-        if t >= self.last[0]:
-            self.last = (float(t), np.array(y))
-        return 1.0
-
-
-@dataclass
-class _Adaptive:
-    """The ``"adaptive"`` integrator: ``solve_ivp`` on the flattened tokens, piece by piece."""
-
-    run: _Run
-    shape: tuple[int, int]
-    rtol: float
-    atol: float
-    nfev: int = 0
-    n_steps: int = 0
-    nonfinite: bool = False
-
-    def fun(self, t0: float, t1: float) -> Callable[[float, AnyArray], AnyArray]:
-        get = _layer_source(self.run.ctrl, self.run.opts.dtype)
-
-        def fun(t: float, y: AnyArray) -> AnyArray:
-            xs = y.reshape(self.shape).astype(self.run.opts.dtype, copy=False)  # solve_ivp: float64
-            v = _velocity(get(t, t0, t1), xs, self.run.work).ravel()
-            if not _finite(v):
-                self.nonfinite = True
-            return v
-
-        return fun
-
-    def piece(
-        self, fun: Callable[[float, AnyArray], AnyArray], x: AnyArray, start: float, end: float
-    ) -> tuple[AnyArray, _End | None]:
-        """Integrate ``[start, end]``; record every accepted step (with ``record="steps"``)."""
-        last = _LastAccepted(start, x.ravel())
-        try:
-            sol = solve_ivp(
-                fun,
-                (start, end),
-                x.ravel(),
-                method=self.run.opts.ivp_method or "DOP853",
-                rtol=self.rtol,
-                atol=self.atol,
-                events=last,
-            )
-        except BudgetExhausted as exc:
-            t_last, y_last = last.last
-            x_last = y_last.reshape(self.shape).astype(self.run.opts.dtype, copy=False)
-            if _finite(x_last) and t_last > self.run.rec.t[-1]:
-                x = x_last
-                self.run.rec.add(t_last, x)
-            return x.copy(), _End(Status.BUDGET_EXHAUSTED, self.run.rec.t[-1], exc.reason)
-        except (ValueError, ArithmeticError, np.linalg.LinAlgError) as exc:
-            return x.copy(), _End(Status.FAILED, start, str(exc))
-        self.nfev += sol.nfev
-        ys = sol.y.T.astype(self.run.opts.dtype, copy=False)
-        for ti, yi in zip(sol.t[1:], ys[1:]):
-            xi = yi.reshape(self.shape)
-            if not _finite(xi):
-                return x.copy(), _End(Status.OVERFLOW, float(ti))
-            x = xi
-            self.n_steps += 1
-            if self.run.opts.record == "steps" or ti == end:
-                self.run.rec.add(float(ti), x)
-        if sol.status == -1:
-            t_last = float(sol.t[-1]) if len(sol.t) else start
-            if self.nonfinite:
-                return x.copy(), _End(Status.OVERFLOW, t_last)
-            return x.copy(), _End(Status.FAILED, t_last, str(sol.message))
-        return x.copy(), None  # copy: detach from sol.y
-
-
-def _run_adaptive(run: _Run, x: AnyArray) -> tuple[AnyArray, _End, int, int]:
-    """``solve_ivp`` over every segment, restarting at the snapshot depths so that they are
-    hit exactly: the final tokens, how it ended, ``nfev`` and the accepted steps."""
-    opts, rec, snap_times = run.opts, run.rec, run.snap_times
-    breaks = np.asarray(run.ctrl.breakpoints, dtype=float)
-    scale = max(float(np.max(np.abs(x))), 1.0)
-    adaptive = _Adaptive(
-        run,
-        (x.shape[0], x.shape[1]),
-        rtol=1e-8 if opts.rtol is None else float(opts.rtol),
-        atol=(1e-10 if opts.atol is None else float(opts.atol)) * scale,
-    )
-    rec.add(float(breaks[0]), x)
-    if snap_times.size and snap_times[0] == breaks[0]:
-        rec.snapshot(float(breaks[0]), x)
-    for k in range(len(breaks) - 1):
-        t0, t1 = float(breaks[k]), float(breaks[k + 1])
-        inner = snap_times[(snap_times > t0) & (snap_times < t1)]
-        fun = adaptive.fun(t0, t1)
-        start = t0
-        for end in [*inner.tolist(), t1]:
-            x, stop = adaptive.piece(fun, x, start, end)
-            if stop is not None:
-                return x, stop, adaptive.nfev, adaptive.n_steps
-            if end != t1 or (snap_times.size and np.any(snap_times == t1)):
-                rec.snapshot(end, x)
-            start = end
-    return x, _DONE, adaptive.nfev, adaptive.n_steps
 
 
 def _check_noise_sources(

@@ -34,6 +34,7 @@ from numpy.typing import NDArray
 from .._linalg import FloatArray
 from .._status import Budget, Outcome, Status
 from .._validation import frozen, option_values
+from ._token_adaptive import _run_adaptive
 from .attention import _check_tokens, _Workspace
 from .gaussian import Gaussian
 from .params import Control, Layer, Schedule, as_control
@@ -43,7 +44,6 @@ from .token_integrators import (
     _check_snapshot_times,
     _Recorder,
     _Run,
-    _run_adaptive,
     _run_fixed,
     _TokenOptions,
 )
@@ -75,15 +75,21 @@ class TokenTrajectory(Outcome):
     status
         :class:`~gtcontrol.Status`: ``SUCCESS`` (carried to the horizon), ``OVERFLOW`` (the
         tokens became non-finite), ``BUDGET_EXHAUSTED`` (``time_limit`` or ``max_evals`` ran
-        out) or ``FAILED`` (the adaptive integrator failed; ``message`` says why).
+        out; the tokens of the last completed step are kept) or ``FAILED`` (the adaptive step
+        size collapsed; ``message`` says why).
     blowup_time
-        Depth of the step that produced non-finite tokens (for ``"adaptive"``: where the
-        integrator stopped); ``math.inf`` otherwise. (Formerly ``overflow_time``.)
+        Depth of the step that produced non-finite tokens (for ``"adaptive"``: the end of the
+        shortest step tried, after the step size collapsed on non-finite tokens); ``math.inf``
+        otherwise. (Formerly ``overflow_time``.)
     stats
-        ``method``, ``steps`` (steps taken), ``n_velocity`` (field evaluations over all tokens),
-        ``n_attention`` (softmax-head evaluations, the ``O(N² d)`` passes), ``block_size``,
-        ``n_tokens``, ``seconds`` (and ``nfev`` for ``"adaptive"``, ``steps_per_layer`` for
-        the fixed-step methods).
+        ``method``, ``steps`` (accepted steps), ``n_velocity`` (field evaluations over all
+        tokens), ``n_attention`` (softmax-head evaluations, the ``O(N² d)`` passes),
+        ``block_size``, ``n_tokens``, ``seconds``; ``steps_per_layer`` for the fixed-step
+        methods; for ``"adaptive"`` also ``nfev`` (= ``n_velocity``), ``rejected`` (rejected
+        steps), ``nonfinite_rejections``, ``error_estimate`` (the sum of the accepted local
+        errors relative to the token scale: the achieved global relative error when errors are
+        carried by the flow no faster than the tokens; at most ``rtol``), ``rtol``, ``atol``,
+        ``ivp_method``, ``min_step`` and ``max_step``.
     message
         How the integration ended, in words.
     success
@@ -142,7 +148,7 @@ def simulate_tokens(
     tokens: Any,
     T: float | None = None,
     *,
-    method: str = "rk4",
+    method: str | None = None,
     steps_per_layer: int | None = None,
     block_size: int | None = None,
     record: str = "steps",
@@ -176,11 +182,16 @@ def simulate_tokens(
     T
         Horizon; optional for controls that carry their own.
     method
-        ``"rk4"`` (default, 4th order), ``"euler"``/``"discrete"`` (residual steps
-        ``x ← x + h v(x)`` with the layer at the step midpoint, ``h = segment/steps_per_layer``:
-        with ``steps_per_layer=1`` on a Schedule a real L-layer residual Transformer, whose
-        moments tend to :func:`gtcontrol.simulate_discrete` as ``N → ∞``), or
-        ``"adaptive"`` (``solve_ivp``; small ``N`` only: it works on ``N·d`` unknowns).
+        ``"adaptive"`` (the default unless ``steps_per_layer`` is given): an embedded
+        Runge–Kutta pair (DOP853 by default) with error control on the whole ensemble, error per
+        unit step, so that the accepted local errors sum to at most ``rtol`` over the horizon
+        whatever ``T`` (the default is within ~1e-6 relative of a converged integration; see
+        ``stats["error_estimate"]``). ``"rk4"``: classical RK4 with ``steps_per_layer`` fixed
+        steps (the former default; the default when ``steps_per_layer`` is given). ``"euler"`` /
+        ``"discrete"``: residual steps ``x ← x + h v(x)`` with the layer at the step midpoint,
+        ``h = segment/steps_per_layer``: with ``steps_per_layer=1`` on a Schedule a real
+        L-layer residual Transformer, whose moments tend to :func:`gtcontrol.simulate_discrete`
+        as ``N → ∞``.
     steps_per_layer
         Fixed steps per layer (per segment between breakpoints), at most ``10**6``. ``None``:
         20 for ``"rk4"``, 1 for ``"euler"``/``"discrete"``. Refused with ``"adaptive"``.
@@ -199,10 +210,14 @@ def simulate_tokens(
     rng
         Generator or seed for the noise (pass one for reproducible runs).
     rtol, atol
-        Relative and absolute tolerances of ``"adaptive"`` (defaults ``1e-8`` and ``1e-10``;
-        ``atol`` is scaled by ``max(max|x0|, 1)``). Refused with the fixed-step methods.
+        Tolerances of ``"adaptive"``: a step is accepted when its local error, in the RMS over
+        all coordinates of ``e / (atol + rtol · max(|x|, |x⁺|, rms of the tokens))``, is at most
+        ``h / T``. Defaults ``rtol = 1e-7`` (``1e-4`` for float32; at least 100 machine
+        epsilons of ``dtype``, at most ``0.1``) and ``atol = 0``. Refused with the fixed-step
+        methods.
     ivp_method
-        ``"DOP853"`` (default) or ``"RK45"``, for ``"adaptive"`` only.
+        Embedded pair of ``"adaptive"``: ``"DOP853"`` (default; order 8, 12 field evaluations
+        per step) or ``"RK45"`` (Dormand–Prince 5(4), 6 per step; cheaper at loose ``rtol``).
     dtype
         ``numpy.float64`` (default) or ``numpy.float32`` for the token arithmetic; moments are
         always accumulated in float64.
@@ -226,13 +241,18 @@ def simulate_tokens(
     InvalidParametersError
         On malformed tokens (the message names ``tokens`` and both shapes), a non-positive ``T``,
         zero or too many steps, an unknown method, noise with a method other than
-        Euler–Maruyama, or snapshot depths outside ``[0, T]``.
+        Euler–Maruyama, a tolerance out of range, or snapshot depths outside ``[0, T]``.
 
     Notes
     -----
     Cost per field evaluation: ``O(N² d)`` per head with ``B_h ≠ 0``, memory
-    ``O(N d + block_size · N)``; see :mod:`gtcontrol.model.attention`. Reference: Alcalde, Ji,
-    Zuazua, arXiv:2606.07600 (2026), §1–§2.
+    ``O(N d + block_size · N)``; see :mod:`gtcontrol.model.attention`. ``"adaptive"`` stores the
+    stages of one step (``13 N d`` numbers for DOP853) and spends ``12`` evaluations per step
+    (plus one per segment and one for its first step); its step count grows with ``T`` times
+    the field's rate, where the fixed-step methods keep their count and lose accuracy
+    (``benchmarks/bench_tokens.py`` prints both side by side). Reference: Alcalde, Ji, Zuazua,
+    arXiv:2606.07600 (2026), §1–§2; Hairer, Nørsett, Wanner, *Solving Ordinary Differential
+    Equations I* (1993), §II.4 and §II.10 (embedded pairs, step-size control).
 
     Examples
     --------
@@ -252,7 +272,7 @@ def simulate_tokens(
     x = _check_tokens(tokens, d).astype(opts.dtype, copy=False)
     breaks = np.asarray(ctrl.breakpoints, dtype=float)
     snap_times = _check_snapshot_times(snapshot_times, float(breaks[-1]))
-    g, gen = _check_noise_sources(ctrl, noise, rng, d, opts.method)
+    g, gen = _check_noise_sources(ctrl, noise, rng, d, str(opts.method))
 
     budget = Budget(opts.time_limit, max_evals=opts.max_evals)
     work = _Workspace(x.shape[0], opts.dtype, opts.block_size, budget)
@@ -262,8 +282,10 @@ def simulate_tokens(
     # Overflow is detected and reported as a status; silence the intermediate inf/nan warnings.
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         if opts.method == "adaptive":
-            x, end, nfev, n_steps = _run_adaptive(run, x)
-            stats["nfev"] = nfev
+            x, end, adaptive_stats = _run_adaptive(run, x)
+            stats.update(adaptive_stats)
+            n_steps = int(adaptive_stats["steps"])
+            stats["nfev"] = work.n_velocity
         else:
             x, end, n_steps = _run_fixed(run, x, g, gen)
             stats["steps_per_layer"] = opts.steps

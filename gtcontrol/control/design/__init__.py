@@ -13,7 +13,11 @@ Modules:
   transcription in whitened coordinates, and the IPOPT attempts within a time budget;
 * :mod:`.certificate` — independent verification (:func:`design_certificate`);
 * :mod:`.robustness` — stability radii and parameter perturbations (:func:`design_robustness`);
-* :mod:`.convergence` — trajectories from random starts (:func:`design_convergence`).
+* :mod:`.convergence` — trajectories from random starts (:func:`design_convergence`);
+* :mod:`.ess_path` — finite-N validity: the predicted softmax ``ESS/N`` along the moment path
+  and the ``(sV, B/s)`` scale split that keeps it high (:class:`PathEss`);
+* :mod:`.token_check` — the token-level certificate: ``N`` real tokens against the target and
+  its sampling floor (:func:`design_token_certificate`).
 
 Reference: the paper cited in :mod:`gtcontrol`, §4.
 """
@@ -25,19 +29,24 @@ from typing import Any
 from ..._validation import deprecated_module_attribute
 from .certificate import Certificate, design_certificate
 from .convergence import ConvergenceData, design_convergence
+from .ess_path import PathEss
 from .mean_matching import MeanMatchingDesign, design_mean_matching
 from .options import _DesignOptions
 from .robustness import Robustness, design_robustness
+from .token_check import TokenCertificate, design_token_certificate
 
 __all__ = [
     "Certificate",
     "ConvergenceData",
     "MeanMatchingDesign",
+    "PathEss",
     "Robustness",
+    "TokenCertificate",
     "design_certificate",
     "design_convergence",
     "design_mean_matching",
     "design_robustness",
+    "design_token_certificate",
 ]
 
 

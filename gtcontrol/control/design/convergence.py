@@ -13,14 +13,20 @@ from ..._status import Budget, Outcome, ResultFields, Status, as_time_limit
 from ..._validation import as_positive_float, as_positive_int, frozen
 from ...errors import InvalidParametersError
 from ...model.gaussian import Gaussian
-from ...model.moments import simulate
+from ...model.moments import Trajectory, simulate
 from ._common import Whitening
 from .mean_matching import MeanMatchingDesign
 
 __all__ = ["ConvergenceData", "design_convergence"]
 
-#: Finite cap on the number of starts.
+#: Finite caps on the number of starts and of recorded depths.
 _MAX_STARTS = 10_000
+_MAX_POINTS = 10**6
+#: Smallest wall-clock slice handed to one simulation (a spent budget still records ``t = 0``).
+_MIN_SLICE = 1e-6
+#: Cap on right-hand-side evaluations of one start's simulation (a stiff design with rates
+#: 1e6 apart took 1e6 evaluations, 40 s): a start that reaches it keeps the depths it reached.
+_START_MAX_EVALS = 200_000
 
 
 @dataclass(frozen=True, eq=False)
@@ -38,7 +44,8 @@ class ConvergenceData(ResultFields, Outcome):
     rate, cov_rate
         The certified mean and covariance rates (for reference slopes).
     starts
-        The initial Gaussians (fewer than requested when ``time_limit`` ran out).
+        The initial Gaussians (fewer than requested when ``time_limit`` ran out; the last one
+        may have been cut short, its errors NaN past the depth it reached).
     status
         ``Status.SUCCESS`` when every simulation succeeded; otherwise the status of the first
         one that did not (e.g. ``Status.BLOWUP``), or ``Status.BUDGET_EXHAUSTED`` when
@@ -46,7 +53,8 @@ class ConvergenceData(ResultFields, Outcome):
     message
         Final errors, or what went wrong.
     stats
-        ``max_final_mean_error``, ``max_final_cov_error``, ``seconds``.
+        ``max_final_mean_error``, ``max_final_cov_error`` (over the starts that reached the
+        final depth; NaN if none did), ``seconds``.
     """
 
     t: FloatArray
@@ -63,6 +71,26 @@ def _random_start(tgt: Gaussian, wh: Whitening, rng: np.random.Generator) -> Gau
     q, _ = np.linalg.qr(rng.standard_normal((d, d)))
     w = np.exp(rng.uniform(-2.0, 2.0, d))
     return Gaussian(tgt.mean + 3.0 * s * rng.standard_normal(d), wh.T @ ((q * w) @ q.T) @ wh.T)
+
+
+def _on_grid(traj: Trajectory, tgt: Gaussian, grid: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """Relative mean and covariance errors of ``traj`` on ``grid`` (NaN where not reached).
+
+    A trajectory stopped early (spent budget, blow-up) holds the grid depths it reached plus
+    the depth where it stopped; only the grid depths are kept.
+    """
+    m_e = np.full(grid.size, np.nan)
+    c_e = np.full(grid.size, np.nan)
+    idx = np.clip(np.searchsorted(grid, traj.t), 0, grid.size - 1)
+    hit = np.abs(grid[idx] - traj.t) <= 1e-12 * max(float(grid[-1]), 1.0)
+    scale_m = max(float(np.linalg.norm(tgt.mean)), 1.0)
+    m_e[idx[hit]] = np.linalg.norm(traj.mean[hit] - tgt.mean, axis=1) / scale_m
+    c_e[idx[hit]] = np.linalg.norm(traj.cov[hit] - tgt.cov, axis=(1, 2)) / np.linalg.norm(tgt.cov)
+    return m_e, c_e
+
+
+def _nanmax(x: FloatArray) -> float:
+    return float(np.nanmax(x)) if np.any(np.isfinite(x)) else math.nan
 
 
 def design_convergence(
@@ -88,13 +116,15 @@ def design_convergence(
     T
         Depth; default ``16 / certificate.rate`` (errors ~1e-7 of the initial ones).
     n_points
-        Recorded depths.
+        Recorded depths (``2 ≤ n_points ≤ 10⁶``), evenly spaced on ``[0, T]``.
     seed
         Seed of the starts.
     time_limit
-        Wall-clock limit in seconds (``None``: no limit), checked between starts; the first
-        start is always simulated. Running out gives ``Status.BUDGET_EXHAUSTED`` with the
-        starts simulated so far.
+        Wall-clock limit in seconds (``None``: no limit) for the whole call: every simulation
+        gets the time that is left (its integrator checks it at every right-hand-side
+        evaluation), and no new start begins once it is spent. Running out gives
+        ``Status.BUDGET_EXHAUSTED`` with the starts simulated so far; a start cut short keeps
+        the depths it reached and NaN beyond (the figure leaves a gap).
 
     Returns
     -------
@@ -120,29 +150,47 @@ def design_convergence(
     tgt = design.target
     rng = np.random.default_rng(seed)
     wh = Whitening.of(tgt.cov)
-    starts, merr, cerr = [], [], []
-    t_ref: FloatArray | None = None
+    n_pts = as_positive_int("n_points", n_points, maximum=_MAX_POINTS)
+    if n_pts < 2:
+        raise InvalidParametersError(f"n_points: expected at least 2 depths, got {n_points!r}")
+    grid = np.linspace(0.0, depth, n_pts)
+    starts: list[Gaussian] = []
+    merr: list[FloatArray] = []
+    cerr: list[FloatArray] = []
     status, message = Status.SUCCESS, ""
     for i in range(n):
         if i > 0 and budget.exhausted:
             status, message = Status.BUDGET_EXHAUSTED, f"{budget.reason()} after {i} starts"
             break
         g0 = _random_start(tgt, wh, rng)
-        traj = simulate(design.layer, g0, depth, n_points=n_points)
+        left = budget.remaining()
+        traj = simulate(
+            design.layer,
+            g0,
+            depth,
+            n_points=grid.size,
+            max_evals=_START_MAX_EVALS,
+            time_limit=None if math.isinf(left) else max(left, _MIN_SLICE),
+        )
+        m_e, c_e = _on_grid(traj, tgt, grid)
+        merr.append(m_e)
+        cerr.append(c_e)
+        starts.append(g0)
+        if traj.status is Status.BUDGET_EXHAUSTED:
+            status = Status.BUDGET_EXHAUSTED
+            message = (
+                f"{budget.reason()}: start {i + 1} reached depth {float(traj.t[-1]):.6g} of "
+                f"{depth:.6g} (errors beyond it are NaN)"
+            )
+            break
         if traj.status is not Status.SUCCESS and status is Status.SUCCESS:
             status = Status(traj.status)
             message = f"start {i + 1}: the simulation ended with status {traj.status!s}"
-        t_ref = traj.t if t_ref is None else t_ref
-        merr.append(
-            np.linalg.norm(traj.mean - tgt.mean, axis=1) / max(float(np.linalg.norm(tgt.mean)), 1.0)
-        )
-        cerr.append(np.linalg.norm(traj.cov - tgt.cov, axis=(1, 2)) / np.linalg.norm(tgt.cov))
-        starts.append(g0)
-    assert t_ref is not None
     mean_error, cov_error = np.array(merr), np.array(cerr)
+    finals = mean_error[:, -1], cov_error[:, -1]
     stats = {
-        "max_final_mean_error": float(np.max(mean_error[:, -1])),
-        "max_final_cov_error": float(np.max(cov_error[:, -1])),
+        "max_final_mean_error": _nanmax(finals[0]),
+        "max_final_cov_error": _nanmax(finals[1]),
         "seconds": time.perf_counter() - clock,
     }
     if status is Status.SUCCESS:
@@ -151,7 +199,7 @@ def design_convergence(
             f"(mean), {stats['max_final_cov_error']:.2e} (covariance) at depth {depth:.6g}"
         )
     return ConvergenceData(
-        t=frozen(np.asarray(t_ref)),
+        t=frozen(grid),
         mean_error=frozen(mean_error),
         cov_error=frozen(cov_error),
         rate=cert.mean_rate,

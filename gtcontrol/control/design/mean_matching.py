@@ -14,26 +14,26 @@ Reference: the paper cited in :mod:`gtcontrol`, §4.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from ..._linalg import FloatArray, identity_multiple
 from ..._status import Budget, Outcome, ResultFields, Status, as_time_limit
-from ..._validation import as_float_array, as_positive_float, leading_size
-from ...errors import InvalidParametersError
 from ...model.gaussian import Gaussian
 from ...model.params import Layer
-from ._common import Whitening, as_target, param_norm, with_bias
+from ._common import Whitening, param_norm, with_bias
 from .certificate import Certificate, design_certificate
-from .constructive import check_rotation, constructive_layer
+from .constructive import constructive_layer
+from .ess_path import PathEss, ess_scaled_layer, path_depth, path_ess
 from .nlp_solve import DesignAttempt, solve_nlp
-from .options import _DesignOptions, resolve_options
+from .options import resolve_options
 from .problem import Problem, precheck
+from .request import DesignRequest, parse_request
 from .robustness import Robustness, _robustness
+from .token_check import TokenCertificate, design_token_certificate
 
 __all__ = ["MeanMatchingDesign", "design_mean_matching"]
 
@@ -77,10 +77,20 @@ class MeanMatchingDesign(ResultFields, Outcome):
         ``V̂ = Σ*^{-½}VΣ*^{½}``, ``b̂ = Σ*^{-½}b``.
     optimal
         The constructive design, or IPOPT ended optimal with every margin met (the norm is
-        locally minimal).
+        locally minimal before the ESS scaling, which trades norm for finite-N validity).
+    ess
+        :class:`~gtcontrol.control.design.ess_path.PathEss`: the predicted ``ESS/N`` of the
+        head's softmax along the moment path from ``initial`` to depth ``T`` (``None`` when the
+        design has no certificate or the time limit ran out first). With ``min_ess`` set and
+        V and B designed, the heads were scaled ``(V, B) → (sV, B/s)`` (``ess.scale``) until
+        it holds.
+    token_certificate
+        :class:`~gtcontrol.control.design.token_check.TokenCertificate` of ``token_check``
+        tokens (``None`` unless requested).
     stats
-        ``seconds`` and, for CasADi designs, IPOPT's ``return_status``, ``iterations``,
-        ``attempts``, ``objective``, ``slack``, the certificate weights' condition numbers.
+        ``seconds``, ``ess_scale`` and, for CasADi designs, IPOPT's ``return_status``,
+        ``iterations``, ``attempts``, ``objective``, ``slack``, the certificate weights'
+        condition numbers (of the NLP's design, before the ESS scaling).
     """
 
     layer: Layer
@@ -94,6 +104,8 @@ class MeanMatchingDesign(ResultFields, Outcome):
     norm: float
     whitened_norm: float
     optimal: bool = True
+    ess: PathEss | None = None
+    token_certificate: TokenCertificate | None = None
 
     @property
     def equilibrium(self) -> Gaussian:
@@ -108,73 +120,10 @@ class MeanMatchingDesign(ResultFields, Outcome):
         )
 
 
-# ----------------------------------------------------------------------------- request
-
-
-@dataclass
-class _Request:
-    """Validated input of :func:`design_mean_matching`."""
-
-    target: Gaussian
-    r_m: float
-    r_c: float
-    rotation: FloatArray | None
-    fa: FloatArray | None
-    fb: FloatArray | None
-    fv: FloatArray | None
-    minimum_norm: bool
-    opts: _DesignOptions
-
-    @property
-    def fixed(self) -> tuple[str, ...]:
-        return tuple(
-            n for n, x in (("A", self.fa), ("B", self.fb), ("V", self.fv)) if x is not None
-        )
-
-    @property
-    def constructive(self) -> bool:
-        return not self.fixed and not self.minimum_norm and self.opts.V_structure == "scalar"
-
-
-def _as_fixed(name: str, value: Any, d: int) -> FloatArray | None:
-    if value is None:
-        return None
-    if name == "V" and leading_size("fixed_V", value) is None:
-        return float(as_float_array("fixed_V", value, ndim=0)) * np.eye(d)
-    return as_float_array(f"fixed_{name}", value, ndim=2, shape=(d, d))
-
-
-def _parse_request(
-    target_mean: Any,
-    target_cov: Any,
-    rate: Any,
-    cov_rate: Any,
-    rotation: Any,
-    fixed: tuple[Any, Any, Any],
-    minimum_norm: Any,
-    opts: _DesignOptions,
-) -> _Request:
-    tgt = as_target(target_mean, target_cov)
-    d = tgt.dim
-    r_m = as_positive_float("rate", rate)
-    r_c = 2.0 * r_m if cov_rate is None else as_positive_float("cov_rate", cov_rate)
-    rot = check_rotation(rotation, d)
-    fa, fb, fv = (_as_fixed(n, x, d) for n, x in zip("ABV", fixed))
-    if not isinstance(minimum_norm, bool):
-        raise InvalidParametersError(f"minimum_norm: expected a bool, got {minimum_norm!r}")
-    req = _Request(tgt, r_m, r_c, rot, fa, fb, fv, minimum_norm, opts)
-    if rot is not None and (req.fixed or minimum_norm):
-        raise InvalidParametersError(
-            "rotation: only the constructive design takes a rotation (no fixed parts, "
-            "minimum_norm=False)"
-        )
-    return req
-
-
 # ----------------------------------------------------------------------------- routes
 
 
-def _certify(req: _Request, layer: Layer, want_global: bool) -> Certificate:
+def _certify(req: DesignRequest, layer: Layer, want_global: bool) -> Certificate:
     return design_certificate(
         layer,
         req.target,
@@ -185,13 +134,13 @@ def _certify(req: _Request, layer: Layer, want_global: bool) -> Certificate:
     )
 
 
-def _design_constructive(req: _Request) -> DesignAttempt:
+def _design_constructive(req: DesignRequest) -> DesignAttempt:
     layer = constructive_layer(req.target, req.r_m, req.r_c, req.rotation)
     cert = _certify(req, layer, req.opts.require_global is not False)
     return DesignAttempt(layer, cert, {"optimal": True}, "", None, False)
 
 
-def _design_nlp(req: _Request, budget: Budget) -> DesignAttempt:
+def _design_nlp(req: DesignRequest, budget: Budget) -> DesignAttempt:
     opts, tgt = req.opts, req.target
     fa, fb, fv = req.fa, req.fb, req.fv
     wh = Whitening.of(tgt.cov)
@@ -253,6 +202,89 @@ def _verdict(out: DesignAttempt) -> tuple[Status, str]:
     return status, (f"{diagnosis}; " if diagnosis else "") + cert.message
 
 
+def _finite_n(
+    req: DesignRequest, out: DesignAttempt, budget: Budget
+) -> tuple[DesignAttempt, PathEss | None, str]:
+    """Predicted ``ESS/N`` along the path; with V and B designed, the scale split enforcing it.
+
+    The scaled layer is certified again (same rates, a global certificate stays required when
+    the unscaled one was global); if it does not verify, the unscaled design is kept.
+    """
+    opts = req.opts
+    if out.certificate.kind == "none" or budget.exhausted:
+        return out, None, ""
+    tgt, g0, cov_rate = req.target, req.initial, out.certificate.cov_rate
+    if opts.min_ess is None or not req.scalable:
+        depth = path_depth(out.layer, tgt, cov_rate) if req.T is None else req.T
+        rep = path_ess(
+            out.layer, tgt, g0, depth, n_std=opts.ess_n_std, min_ess=opts.min_ess, budget=budget
+        )
+        why = "" if rep.ok or opts.min_ess is None else " (a fixed B or V leaves no scale freedom)"
+        return out, rep, why
+    layer, rep = ess_scaled_layer(
+        out.layer,
+        tgt,
+        g0,
+        req.T,
+        cov_rate=cov_rate,
+        n_std=opts.ess_n_std,
+        min_ess=opts.min_ess,
+        budget=budget,
+    )
+    if rep.scale == 1.0:
+        return out, rep, ""
+    cert = design_certificate(
+        layer,
+        tgt,
+        rate=req.r_m,
+        cov_rate=req.r_c,
+        require_global=out.certificate.kind == "global",
+        rate_rtol=opts.rate_rtol,
+    )
+    if not cert.valid:
+        why = f" (the scale s = {rep.scale:.4g} loses the certificate: {cert.message})"
+        depth = path_depth(out.layer, tgt, cov_rate) if req.T is None else req.T
+        rep = path_ess(
+            out.layer, tgt, g0, depth, n_std=opts.ess_n_std, min_ess=opts.min_ess, budget=budget
+        )
+        return out, rep, why
+    return dataclasses.replace(out, layer=layer, certificate=cert), rep, ""
+
+
+def _robustness_report(req: DesignRequest, out: DesignAttempt, budget: Budget) -> Robustness | None:
+    opts = req.opts
+    if not opts.robustness or out.certificate.kind == "none":
+        return None
+    return _robustness(
+        out.layer,
+        req.target,
+        directions=opts.robustness_directions,
+        samples=opts.robustness_samples,
+        max_relative=opts.robustness_max,
+        seed=int(opts.seed),
+        budget=budget,
+    )
+
+
+def _token_check(
+    req: DesignRequest, out: DesignAttempt, ess: PathEss | None, budget: Budget
+) -> TokenCertificate | None:
+    n = req.opts.token_check
+    if n is None or out.certificate.kind == "none":
+        return None
+    depth = ess.T if ess is not None else req.T
+    left = budget.remaining()
+    return design_token_certificate(
+        out.layer,
+        req.target,
+        n_tokens=n,
+        initial=req.initial,
+        T=depth,
+        seed=int(req.opts.seed),
+        time_limit=None if left == float("inf") else max(left, 1e-6),
+    )
+
+
 # ----------------------------------------------------------------------------- entry point
 
 
@@ -280,19 +312,27 @@ def design_mean_matching(
     robustness_samples: int = 16,
     robustness_max: float = 1.0,
     seed: int = 0,
+    min_ess: float | None = 0.5,
+    ess_n_std: float = 3.0,
+    initial: Any = None,
+    T: float | None = None,
+    token_check: int | None = None,
     time_limit: float | None = None,
     options: Any = None,
 ) -> MeanMatchingDesign:
     """Design a time-invariant single-head layer that carries every Gaussian to a target.
 
     The layer has ``N(m*, Σ*)`` as an exponentially stable equilibrium of the moment dynamics
-    (docs/theory.md §2), with mean rate ``≥ rate`` and covariance rate ``≥ cov_rate``: for
+    (docs/theory.md §2), with mean rate ``≥ rate`` and covariance rate ``≥ cov_rate``, and (by
+    default) a softmax whose predicted effective sample size stays ``≥ min_ess`` along the
+    path from ``initial``, so that a finite number of real tokens follows the moments: for
     Riccati-class designs (``V = vI``, the default) globally — every ``N(m0, Σ0)`` with
     ``Σ0 ≻ 0`` converges, and ``Σ(t)⁻¹ − Σ*⁻¹ = e^{−Aᵀt}(Σ0⁻¹ − Σ*⁻¹)e^{−At}``.
 
     * No fixed parts, ``minimum_norm=False``: the constructive design ``A = aI + SΣ*⁻¹``,
       ``v = −rate``, ``B = (a/rate)Σ*⁻¹``, ``b = −K m*`` with ``a = cov_rate/2``
-      (:mod:`gtcontrol.control.design.constructive`); exact, ``O(d³)``.
+      (:mod:`gtcontrol.control.design.constructive`); exact, ``O(d³)``; then ``v → s·v``,
+      ``B → B/s`` for ``min_ess`` (one moment simulation per round of the scale search).
     * Fixed parts (``fixed_A``, ``fixed_B``, ``fixed_V``) or ``minimum_norm=True``: CasADi/IPOPT
       minimizes the parameter norm in the target's metric (``whitened_norm``: the Frobenius
       norm after ``x̂ = Σ*^{-½}x``) over the designed parts subject to the equilibrium
@@ -356,7 +396,35 @@ def design_mean_matching(
     robustness_max
         ``max_relative`` of :func:`design_robustness`.
     seed
-        Seed of the robustness report.
+        Seed of the robustness report and of the token check.
+    min_ess
+        Finite-N validity (DESIGN.md §2 "Finite N"): the predicted ``ESS/N = exp(−uᵀΣu)``,
+        ``u = Bx``, of the softmax for every query within ``ess_n_std`` standard deviations of
+        the tokens' Gaussian must stay ``≥ min_ess`` at every depth of the predicted moment
+        path from ``initial`` to depth ``T`` (default 0.5; ``None``: not required, the exact
+        closed form above). When V and B are both designed, the head is rescaled
+        ``(V, B) → (sV, B/s)`` with the smallest ``s ≥ 1`` that achieves it
+        (:mod:`gtcontrol.control.design.ess_path`): the covariance dynamics, ``R`` and the
+        covariance rate are unchanged, the mean rate becomes ``s·rate`` and ``b = −K m*`` is
+        recomputed. With a fixed B or V there is no such freedom: the predicted ESS is only
+        reported (``ess.ok``, ``message``).
+    ess_n_std
+        Radius of the query ball of ``min_ess`` in standard deviations (default 3; ``≥ 0``).
+        In ``d`` dimensions most tokens lie near ``√d`` standard deviations, so for large
+        ``d`` use about ``√d + 2`` to cover every token.
+    initial
+        Start of the predicted path (a :class:`Gaussian` or ``(mean, cov)``; ``None``:
+        ``N(0, I)``, the inputs the finite-N check and the token check assume).
+    T
+        Depth of the predicted path and of the token check; ``None``: ``12 / r`` with ``r``
+        the slowest certified rate of the final layer (after the scale split), so the errors
+        end ``~e^{−12}`` of the initial ones.
+    token_check
+        Number ``N`` of tokens for a token-level certificate
+        (:func:`~gtcontrol.control.design.token_check.design_token_certificate`, e.g. 1024;
+        ``None``, the default: none, it costs seconds): ``N`` tokens from ``initial`` driven
+        to depth ``T``, their distance to the target against the sampling floor, and the
+        empirical softmax ``ESS/N`` of every token.
     time_limit
         Wall-clock limit in seconds for the whole call (``None``: no limit; every loop has a
         finite cap anyway). IPOPT gets the remaining time as ``max_wall_time`` and stops at
@@ -393,7 +461,17 @@ def design_mean_matching(
     ... )
     >>> res.success, str(res.status), res.certificate.kind
     (True, 'success', 'global')
-    >>> round(res.certificate.mean_rate, 12), round(res.certificate.cov_rate, 12)
+    >>> bool(res.ess.worst_overall >= 0.5), round(res.certificate.cov_rate, 12)
+    (True, 1.0)
+    >>> bool(res.certificate.mean_rate >= 0.5)  # s·rate, s = res.ess.scale
+    True
+
+    Without the finite-N requirement the closed form is exact: ``v = −rate``, ``B = Σ*⁻¹``.
+
+    >>> exact = design_mean_matching(
+    ...     [1.0, -2.0], [[1.0, 0.3], [0.3, 0.5]], rate=0.5, robustness=False, min_ess=None
+    ... )
+    >>> round(exact.certificate.mean_rate, 12), exact.ess.scale
     (0.5, 1.0)
 
     References
@@ -417,10 +495,13 @@ def design_mean_matching(
             "robustness_samples": robustness_samples,
             "robustness_max": robustness_max,
             "seed": seed,
+            "min_ess": min_ess,
+            "ess_n_std": ess_n_std,
+            "token_check": token_check,
         },
     )
     budget = Budget(as_time_limit(time_limit))
-    req = _parse_request(
+    req = parse_request(
         target_mean,
         target_cov,
         rate,
@@ -429,26 +510,28 @@ def design_mean_matching(
         (fixed_A, fixed_B, fixed_V),
         minimum_norm,
         opts,
+        (initial, T),
     )
     if req.constructive:
         method, out = "constructive", _design_constructive(req)
     else:
         method, out = "casadi", _design_nlp(req, budget)
+    out, ess, ess_note = _finite_n(req, out, budget)
     status, message = _verdict(out)
-    rob = None
-    if opts.robustness and out.certificate.kind != "none":
-        rob = _robustness(
-            out.layer,
-            req.target,
-            directions=opts.robustness_directions,
-            samples=opts.robustness_samples,
-            max_relative=opts.robustness_max,
-            seed=int(opts.seed),
-            budget=budget,
-        )
-        if not rob.success:
-            message += f"; robustness report incomplete: {rob.message}"
+    if ess is not None:
+        message += f"; finite N: {ess.message}{ess_note}"
+        if ess.status is Status.BUDGET_EXHAUSTED and status is Status.SUCCESS:
+            status = Status.BUDGET_EXHAUSTED
+    rob = _robustness_report(req, out, budget)
+    if rob is not None and not rob.success:
+        message += f"; robustness report incomplete: {rob.message}"
+    tokens = _token_check(req, out, ess, budget)
+    if tokens is not None:
+        message += f"; tokens: {tokens.message}"
+        if tokens.status is Status.BUDGET_EXHAUSTED and status is Status.SUCCESS:
+            status = Status.BUDGET_EXHAUSTED
     stats = dict(out.stats)
+    stats["ess_scale"] = 1.0 if ess is None else ess.scale
     stats["seconds"] = time.perf_counter() - clock
     return MeanMatchingDesign(
         layer=out.layer,
@@ -464,5 +547,7 @@ def design_mean_matching(
         norm=param_norm(out.layer),
         whitened_norm=param_norm(Whitening.of(req.target.cov).layer(out.layer)),
         optimal=out.optimal,
+        ess=ess,
+        token_certificate=tokens,
         stats=stats,
     )

@@ -16,7 +16,12 @@ from typing import Any
 
 import numpy as np
 
-from ..._validation import as_choice, as_positive_float, as_positive_int
+from ..._validation import (
+    as_choice,
+    as_nonnegative_float,
+    as_positive_float,
+    as_positive_int,
+)
 from ...errors import InvalidParametersError
 
 __all__ = ["_DesignOptions", "resolve_options"]
@@ -25,6 +30,7 @@ __all__ = ["_DesignOptions", "resolve_options"]
 _MAX_ITER_CAP = 1_000_000
 _MAX_DIRECTIONS = 10_000
 _MAX_SAMPLES = 100_000
+_MAX_TOKENS = 10**6
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,6 +54,9 @@ class _DesignOptions:
     robustness_samples: int = 16
     robustness_max: float = 1.0
     seed: int = 0
+    min_ess: float | None = 0.5
+    ess_n_std: float = 3.0
+    token_check: int | None = None
 
     def __post_init__(self) -> None:
         if self.require_global not in (None, True, False):
@@ -81,6 +90,17 @@ class _DesignOptions:
         as_positive_float("robustness_max", self.robustness_max)
         if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)):
             raise InvalidParametersError(f"seed: expected an integer, got {self.seed!r}")
+        if self.min_ess is not None and not 0.0 < as_positive_float("min_ess", self.min_ess) < 1.0:
+            raise InvalidParametersError(
+                f"min_ess: expected None or a number in (0, 1), got {self.min_ess!r}"
+            )
+        as_nonnegative_float("ess_n_std", self.ess_n_std)
+        if self.token_check is not None and (
+            as_positive_int("token_check", self.token_check, maximum=_MAX_TOKENS) < 2
+        ):
+            raise InvalidParametersError(
+                f"token_check: expected None or a number of tokens ≥ 2, got {self.token_check!r}"
+            )
 
 
 _FIELDS = tuple(f.name for f in dataclasses.fields(_DesignOptions))

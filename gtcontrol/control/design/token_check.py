@@ -1,0 +1,391 @@
+"""Token-level certificate of a design: ``N`` real tokens driven by the layer, against the target.
+
+The moment certificate (:mod:`.certificate`) is the ``N → ∞`` statement. This module runs the
+token-level Transformer (:func:`gtcontrol.model.tokens.simulate_tokens`, fixed-step RK4 with a
+step fine enough that its own error is negligible) on ``N`` tokens sampled from ``initial`` and
+measures, independently of the moment model:
+
+* ``w2``: the Bures–Wasserstein distance between the tokens' empirical moments at depth ``T``
+  and the target;
+* ``floor``: the sampling floor, the same distance for a fresh sample of ``N`` points from the
+  target itself (median over ``floor_samples`` samples): no ``N``-token cloud is expected closer;
+* ``min_ess``: the smallest *empirical* effective sample size per key of every head's softmax,
+  ``(Σ_j w_ij)² / (N Σ_j w_ij²)`` with ``w_ij = exp(x_jᵀ B_h x_i)``, over every token and the
+  snapshot depths (DESIGN.md §2 "Finite N" predicts ``exp(−uᵀΣu)``; ``predicted_min_ess``
+  evaluates that formula, :func:`gtcontrol.model.finite_n.ess_fraction`, at the same tokens).
+
+The design is token-valid when the tokens reach ``T``, ``w2 ≤ w2_factor · floor`` and
+``min_ess ≥ min_token_ess``.
+
+Reference: the paper cited in :mod:`gtcontrol`, §1–§2.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..._linalg import FloatArray
+from ..._status import Budget, Outcome, ResultFields, Status
+from ..._validation import (
+    as_nonnegative_float,
+    as_positive_float,
+    as_positive_int,
+    frozen,
+    option_values,
+)
+from ...errors import InvalidParametersError
+from ...model.field import affine_velocity
+from ...model.finite_n import ess_fraction
+from ...model.gaussian import Gaussian
+from ...model.params import Layer
+from ...model.tokens import simulate_tokens
+from ._common import check_layer
+from .certificate import design_certificate
+from .ess_path import as_initial
+
+__all__ = ["TokenCertificate", "design_token_certificate"]
+
+#: Caps: tokens, fixed steps, snapshot depths, fresh samples of the floor.
+_MAX_TOKENS = 10**6
+_MAX_STEPS = 10**6
+_MAX_SNAPSHOTS = 10_000
+_MAX_FLOOR_SAMPLES = 1_000
+#: RK4 step ``h`` with ``h · λ ≤ _STEP_RATE``, ``λ = ‖K*‖₂ + max(‖M(Σ0)‖₂, ‖M(Σ*)‖₂)``.
+_STEP_RATE = 1.0
+#: Default depth in units of the slowest certified rate (errors ~e^{-12} of the initial ones).
+_DEPTH_RATES = 12.0
+#: Memory for the token snapshots of the default ESS check (every step while they fit).
+_SNAPSHOT_BYTES = 256 * 2**20
+#: Query rows per block of the empirical-ESS pass: about 4·10⁶ weights at a time (32 MiB).
+_ESS_BLOCK_WEIGHTS = 4_000_000
+
+
+@dataclass(frozen=True, eq=False)
+class TokenCertificate(ResultFields, Outcome):
+    """``N`` tokens driven by a layer from ``initial``: distance to the target and softmax ESS.
+
+    Attributes
+    ----------
+    n_tokens
+        ``N``.
+    T
+        Depth of the token simulation.
+    steps
+        Fixed RK4 steps.
+    initial
+        The Gaussian the tokens were sampled from.
+    w2
+        Bures–Wasserstein distance between the tokens' empirical moments (``1/N`` covariance)
+        at ``T`` and the target.
+    floor
+        Median over ``floor_samples`` fresh samples of ``N`` points from the target of the same
+        distance: the sampling floor.
+    min_ess
+        Smallest empirical ``ESS/N`` of any head's softmax over every token and snapshot depth.
+    predicted_min_ess
+        ``exp(−uᵀΣu)`` (:func:`gtcontrol.model.finite_n.ess_fraction`) at the same tokens, with
+        the tokens' empirical moments as the key distribution: the formula's view of ``min_ess``.
+    t, w2_path
+        Recorded depths and the distance of the tokens' empirical moments to the target there.
+    snapshot_t, ess_path
+        Snapshot depths and the smallest empirical ``ESS/N`` over tokens and heads at each.
+    w2_factor, min_token_ess
+        The thresholds of ``valid``.
+    valid
+        The tokens reached ``T``, ``w2 ≤ w2_factor · floor`` and ``min_ess ≥ min_token_ess``.
+    status
+        ``SUCCESS`` when ``valid``; ``INFEASIBLE`` when the tokens reached ``T`` but a threshold
+        fails (``message`` says which); otherwise the token simulation's status
+        (``OVERFLOW``, ``BUDGET_EXHAUSTED``, ``FAILED``).
+    message
+        The figures, side by side.
+    stats
+        ``seconds``, the token simulation's ``seconds`` and ``n_velocity``, ``seed``.
+    """
+
+    n_tokens: int
+    T: float
+    steps: int
+    initial: Gaussian
+    w2: float
+    floor: float
+    min_ess: float
+    predicted_min_ess: float
+    t: FloatArray
+    w2_path: FloatArray
+    snapshot_t: FloatArray
+    ess_path: FloatArray
+    w2_factor: float
+    min_token_ess: float
+    valid: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class _TokenCheckOptions:
+    """Validated keywords of :func:`design_token_certificate` (private; documented there)."""
+
+    n_tokens: int = 1024
+    T: float | None = None
+    steps: int | None = None
+    seed: int = 0
+    min_token_ess: float = 0.2
+    w2_factor: float = 2.0
+    n_snapshots: int | None = None
+    floor_samples: int = 8
+    time_limit: float | None = None
+
+    def __post_init__(self) -> None:
+        if as_positive_int("n_tokens", self.n_tokens, maximum=_MAX_TOKENS) < 2:
+            raise InvalidParametersError(f"n_tokens: expected at least 2, got {self.n_tokens!r}")
+        if self.T is not None:
+            as_positive_float("T", self.T)
+        if self.steps is not None:
+            as_positive_int("steps", self.steps, maximum=_MAX_STEPS)
+        if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)):
+            raise InvalidParametersError(f"seed: expected an integer, got {self.seed!r}")
+        if not as_nonnegative_float("min_token_ess", self.min_token_ess) <= 1.0:
+            raise InvalidParametersError(
+                f"min_token_ess: expected a number in [0, 1], got {self.min_token_ess!r}"
+            )
+        as_positive_float("w2_factor", self.w2_factor)
+        if (
+            self.n_snapshots is not None
+            and as_positive_int("n_snapshots", self.n_snapshots, maximum=_MAX_SNAPSHOTS) < 2
+        ):
+            raise InvalidParametersError(
+                f"n_snapshots: expected at least 2 (both ends), got {self.n_snapshots!r}"
+            )
+        as_positive_int("floor_samples", self.floor_samples, maximum=_MAX_FLOOR_SAMPLES)
+
+
+def _auto_steps(layer: Layer, target: Gaussian, initial: Gaussian, T: float) -> int:
+    """``ceil(T λ / _STEP_RATE)``, ``λ`` the fastest rate of the token field near the path."""
+    m_star, _ = affine_velocity(layer, target.mean, target.cov)
+    m_0, _ = affine_velocity(layer, initial.mean, initial.cov)
+    v_sum = sum((v for v, _ in layer.heads), np.zeros((layer.dim, layer.dim)))
+    lam = float(np.linalg.norm(m_star + v_sum, 2)) + max(
+        float(np.linalg.norm(m_star, 2)), float(np.linalg.norm(m_0, 2))
+    )
+    return int(min(max(math.ceil(T * lam / _STEP_RATE), 1), _MAX_STEPS))
+
+
+def _empirical_ess(layer: Layer, x: FloatArray) -> float:
+    """``min_i (Σ_j w_ij)² / (N Σ_j w_ij²)``, ``w_ij = exp(x_jᵀ B_h x_i)``, over tokens, heads."""
+    n = x.shape[0]
+    block = max(1, _ESS_BLOCK_WEIGHTS // n)
+    low = 1.0
+    for _, b in layer.heads:
+        q = x @ b.T  # rows u_i = B x_i
+        for i0 in range(0, n, block):
+            logits = q[i0 : i0 + block] @ x.T
+            w = np.exp(logits - logits.max(axis=1, keepdims=True))
+            ess = w.sum(axis=1) ** 2 / (n * np.einsum("ij,ij->i", w, w))
+            low = min(low, float(ess.min()))
+    return low
+
+
+def _n_snapshots(requested: int | None, steps: int, numbers: int) -> int:
+    """Every step depth (``steps + 1``) unless given, within ``_SNAPSHOT_BYTES`` of copies."""
+    if requested is not None:
+        return requested
+    return int(max(2, min(steps + 1, _SNAPSHOT_BYTES // (8 * numbers), _MAX_SNAPSHOTS)))
+
+
+def _floor(target: Gaussian, n: int, samples: int, rng: np.random.Generator) -> float:
+    dists = [
+        Gaussian.from_samples(target.sample(n, rng)).bures_wasserstein(target)
+        for _ in range(samples)
+    ]
+    return float(np.median(dists))
+
+
+def _default_depth(layer: Layer, target: Gaussian) -> float:
+    cert = design_certificate(layer, target)
+    if not (cert.rate > 0 and math.isfinite(cert.rate)):
+        raise InvalidParametersError(
+            "T: the layer has no positive certified rate towards the target "
+            f"({cert.message}); pass T explicitly"
+        )
+    return _DEPTH_RATES / cert.rate
+
+
+def design_token_certificate(
+    layer: Layer,
+    target: Gaussian | tuple[Any, Any],
+    *,
+    n_tokens: int = 1024,
+    initial: Any = None,
+    T: float | None = None,
+    steps: int | None = None,
+    seed: int = 0,
+    min_token_ess: float = 0.2,
+    w2_factor: float = 2.0,
+    n_snapshots: int | None = None,
+    floor_samples: int = 8,
+    time_limit: float | None = None,
+) -> TokenCertificate:
+    """Drive ``N`` real tokens with ``layer`` and measure how close they end to ``target``.
+
+    Tokens ``x_i ~ initial`` (seeded) follow ``dx_i/dt = A x_i + b + Σ_h V_h Attn_h(x_i; μ_t)``
+    with the softmax over the ``N`` tokens (:func:`gtcontrol.simulate_tokens`, ``method="rk4"``).
+    At depth ``T`` the distance ``w2 = W2(N(m̂, Σ̂), N(m*, Σ*))`` of the tokens' empirical moments
+    is compared with the sampling floor ``W2(N(m̂_ref, Σ̂_ref), N(m*, Σ*))`` of a fresh sample of
+    ``N`` target points, and the empirical softmax effective sample size
+    ``ESS_i/N = (Σ_j w_ij)² / (N Σ_j w_ij²)`` is checked for every token at ``n_snapshots``
+    depths. DESIGN.md §2 "Finite N" explains why it matters: where ``ESS/N`` is tiny the tokens
+    stall although the moment model converges.
+
+    Parameters
+    ----------
+    layer
+        The layer (e.g. ``design_mean_matching(...).layer``).
+    target
+        ``N(m*, Σ*)`` (a :class:`Gaussian` or ``(mean, cov)``), Σ* ≻ 0.
+    n_tokens
+        ``N`` (``2 ≤ N ≤ 10⁶``; cost ``O(N² d)`` per field evaluation).
+    initial
+        Distribution of the input tokens: a :class:`Gaussian`, a ``(mean, cov)`` pair, or
+        ``None`` for ``N(0, I)``.
+    T
+        Depth; ``None``: ``12 / rate`` with ``rate`` the certified rate of
+        :func:`design_certificate` (errors ``~e^{−12}`` of the initial ones).
+    steps
+        Fixed RK4 steps over ``[0, T]``; ``None``: ``ceil(T λ)`` with
+        ``λ = ‖K*‖₂ + max(‖M(Σ0)‖₂, ‖M(Σ*)‖₂)`` (``h λ ≤ 1``; the tests check that halving
+        the step changes ``w2`` by less than 1e-4 of the floor).
+    seed
+        Seed of the tokens and of the floor's fresh samples.
+    min_token_ess
+        Required smallest empirical ``ESS/N`` (in ``[0, 1]``; default 0.2).
+    w2_factor
+        Required ``w2 ≤ w2_factor · floor`` (default 2).
+    n_snapshots
+        Depths (evenly spaced on ``[0, T]``, both ends included, at the nearest step) where the
+        empirical ``ESS/N`` of every token is evaluated (``≥ 2``); ``None``: every step, as
+        far as the copies of the tokens fit in 256 MiB (each costs one softmax pass per head,
+        a quarter of an RK4 step).
+    floor_samples
+        Fresh target samples whose median distance is the floor.
+    time_limit
+        Wall-clock limit in seconds (``None``: none) for the token simulation, which stops at
+        the next field evaluation once it is spent: ``Status.BUDGET_EXHAUSTED``.
+
+    Returns
+    -------
+    TokenCertificate
+        ``Status.SUCCESS`` when token-valid, ``INFEASIBLE`` (which threshold fails, in
+        ``message``), or the simulation's ``OVERFLOW`` / ``BUDGET_EXHAUSTED`` / ``FAILED``.
+
+    Raises
+    ------
+    InvalidParametersError
+        On a malformed layer or option, or ``T=None`` for a layer without a positive
+        certified rate.
+    InvalidGaussianError
+        On a malformed target or initial Gaussian, or a dimension mismatch.
+
+    Examples
+    --------
+    >>> from gtcontrol.control.design import design_mean_matching, design_token_certificate
+    >>> res = design_mean_matching([1.0, -0.5], [[0.5, 0.1], [0.1, 0.4]], robustness=False)
+    >>> tc = design_token_certificate(res.layer, res.target, n_tokens=256, T=6.0)
+    >>> tc.success, bool(tc.w2 <= 2 * tc.floor), bool(tc.min_ess >= 0.2)
+    (True, True, True)
+
+    References
+    ----------
+    Alcalde, Ji, Zuazua, arXiv:2606.07600 (2026), §1–§2; DESIGN.md §2 "Finite N".
+    """
+    clock = time.perf_counter()
+    opts = _TokenCheckOptions(**option_values(_TokenCheckOptions, locals()))
+    layer, tgt = check_layer(layer, target)
+    g0 = as_initial(initial, tgt.dim)
+    budget = Budget(opts.time_limit)
+    depth = _default_depth(layer, tgt) if opts.T is None else float(opts.T)
+    n_steps = _auto_steps(layer, tgt, g0, depth) if opts.steps is None else int(opts.steps)
+    rng = np.random.default_rng(int(opts.seed))
+    x0 = g0.sample(opts.n_tokens, rng)
+    floor = _floor(tgt, opts.n_tokens, opts.floor_samples, rng)
+    snaps = np.linspace(0.0, depth, _n_snapshots(opts.n_snapshots, n_steps, x0.size))
+    left = budget.remaining()
+    tr = simulate_tokens(
+        layer,
+        x0,
+        depth,
+        method="rk4",
+        steps_per_layer=n_steps,
+        snapshot_times=snaps,
+        time_limit=None if math.isinf(left) else max(left, 1e-6),
+    )
+    w2_path = np.array([tr.empirical(i).bures_wasserstein(tgt) for i in range(len(tr))])
+    snap_t = np.array([t for t, _ in tr.snapshots])
+    ess_path = np.array([_empirical_ess(layer, np.asarray(x, float)) for _, x in tr.snapshots])
+    predicted = min(
+        (
+            float(np.min(ess_fraction(layer, Gaussian.from_samples(x), np.asarray(x, float))))
+            for _, x in tr.snapshots
+        ),
+        default=1.0,
+    )
+    w2 = float(w2_path[-1])
+    low = float(np.min(ess_path)) if ess_path.size else 1.0
+    status, message, valid = _verdict(
+        tr.status, tr.message, w2, floor, low, predicted, len(ess_path), opts
+    )
+    return TokenCertificate(
+        n_tokens=opts.n_tokens,
+        T=depth,
+        steps=n_steps,
+        initial=g0,
+        w2=w2,
+        floor=floor,
+        min_ess=low,
+        predicted_min_ess=predicted,
+        t=frozen(np.asarray(tr.t, dtype=float)),
+        w2_path=frozen(w2_path),
+        snapshot_t=frozen(snap_t),
+        ess_path=frozen(ess_path),
+        w2_factor=opts.w2_factor,
+        min_token_ess=opts.min_token_ess,
+        valid=valid,
+        status=status,
+        message=message,
+        stats={
+            "seconds": time.perf_counter() - clock,
+            "simulation_seconds": tr.stats.get("seconds"),
+            "n_velocity": tr.stats.get("n_velocity"),
+            "seed": int(opts.seed),
+        },
+    )
+
+
+def _verdict(
+    sim_status: Status,
+    sim_message: str,
+    w2: float,
+    floor: float,
+    low: float,
+    predicted: float,
+    n_depths: int,
+    opts: _TokenCheckOptions,
+) -> tuple[Status, str, bool]:
+    figures = (
+        f"{opts.n_tokens} tokens: W2 to the target {w2:.4g} (sampling floor {floor:.4g}, "
+        f"ratio {w2 / floor:.3g}); smallest softmax ESS/N {low:.3g} over every token and "
+        f"{n_depths} depths (formula exp(−uᵀΣu): {predicted:.3g})"
+    )
+    if sim_status is not Status.SUCCESS:
+        return Status(sim_status), f"the token simulation stopped: {sim_message}; {figures}", False
+    fails = []
+    if not w2 <= opts.w2_factor * floor:
+        fails.append(f"W2 {w2:.4g} > {opts.w2_factor:g} × floor")
+    if not low >= opts.min_token_ess:
+        fails.append(f"ESS/N {low:.3g} < {opts.min_token_ess:g}")
+    if fails:
+        return Status.INFEASIBLE, "not token-valid: " + "; ".join(fails) + "; " + figures, False
+    return Status.SUCCESS, "token-valid: " + figures, True

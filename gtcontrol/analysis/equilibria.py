@@ -11,9 +11,8 @@ flows, multiples of I, random matrices — with deflation of every root already 
 symmetric matrices, its spectral abscissa, ``stable`` and the mean matrix
 ``K = A + Σ_h V_h (I + Σ* B_h)`` (the mean obeys ``dm/dt = K m + b`` near Σ*).
 
-Reference: the paper cited in :mod:`gtcontrol`, §4; P. E. Farrell, Á. Birkisson,
-S. W. Funke, *Deflation techniques for finding distinct solutions of nonlinear PDEs*,
-SIAM J. Sci. Comput. 37 (2015).
+Reference: the paper cited in :mod:`gtcontrol`, §4 (deflation: the reference in
+:mod:`gtcontrol.analysis.newton`).
 """
 
 from __future__ import annotations

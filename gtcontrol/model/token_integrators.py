@@ -31,6 +31,7 @@ from .._validation import (
     frozen,
 )
 from ..errors import InvalidParametersError
+from ._attention_kernels import BACKENDS
 from .attention import _MAX_BLOCK, _prepare, _Prepared, _velocity, _Workspace
 from .params import Control, Schedule
 
@@ -73,7 +74,10 @@ class _TokenOptions:
         20 for ``"rk4"``, 1 for ``"euler"``/``"discrete"`` (a real L-layer network). Refused by
         ``"adaptive"``.
     block_size
-        Query rows per attention block; ``None`` picks ``max(1, 64 MiB / (N · itemsize))``.
+        Query rows per attention tile; ``None``: the kernel's default (128 rows × 256 keys).
+    backend
+        Attention backend: ``"auto"`` (default: torch on a CUDA device for N ≥ 2048, else
+        numpy), ``"numpy"`` or ``"torch"``.
     record
         ``"steps"``: empirical moments after every (accepted) step; ``"layers"``: only at the
         breakpoints.
@@ -95,6 +99,7 @@ class _TokenOptions:
     method: str | None = None
     steps_per_layer: int | None = None
     block_size: int | None = None
+    backend: str = "auto"
     record: str = "steps"
     rtol: float | None = None
     atol: float | None = None
@@ -118,6 +123,7 @@ class _TokenOptions:
         if self.block_size is not None:
             as_positive_int("block_size", self.block_size, maximum=_MAX_BLOCK)
         as_choice("record", self.record, _RECORDS)
+        as_choice("backend", self.backend, BACKENDS)
         for name in ("rtol", "atol", "ivp_method"):
             if getattr(self, name) is not None and not adaptive:
                 raise InvalidParametersError(

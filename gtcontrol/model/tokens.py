@@ -151,6 +151,7 @@ def simulate_tokens(
     method: str | None = None,
     steps_per_layer: int | None = None,
     block_size: int | None = None,
+    backend: str = "auto",
     record: str = "steps",
     snapshot_times: Any = None,
     noise: Any = None,
@@ -196,7 +197,12 @@ def simulate_tokens(
         Fixed steps per layer (per segment between breakpoints), at most ``10**6``. ``None``:
         20 for ``"rk4"``, 1 for ``"euler"``/``"discrete"``. Refused with ``"adaptive"``.
     block_size
-        Query rows per attention block (at most ``10**7``); ``None`` fills a 64 MiB buffer.
+        Query rows per attention tile (at most ``10**7``); ``None``: the kernel's default
+        (128 query rows × 256 keys, in cache; :mod:`gtcontrol.model.attention`).
+    backend
+        Attention backend of :func:`~gtcontrol.token_velocity`: ``"auto"`` (default: torch on
+        a CUDA device for N ≥ 2048, else numpy), ``"numpy"`` or ``"torch"`` (float64 results
+        equal to numpy's to ~1e-15; refused when torch is not installed).
     record
         ``"steps"`` (default): empirical moments after every step (every accepted step for
         ``"adaptive"``); ``"layers"``: only at the breakpoints.
@@ -245,11 +251,11 @@ def simulate_tokens(
 
     Notes
     -----
-    Cost per field evaluation: ``O(N² d)`` per head with ``B_h ≠ 0``, memory
-    ``O(N d + block_size · N)``; see :mod:`gtcontrol.model.attention`. ``"adaptive"`` stores the
-    stages of one step (``13 N d`` numbers for DOP853) and spends ``12`` evaluations per step
-    (plus one per segment and one for its first step); its step count grows with ``T`` times
-    the field's rate, where the fixed-step methods keep their count and lose accuracy
+    Cost per field evaluation: ``O(N² d)`` per head with ``B_h ≠ 0``, memory ``O(N d + threads ·
+    block_size · 256)``; see :mod:`gtcontrol.model.attention`. ``"adaptive"`` stores the stages
+    of one step (``13 N d`` numbers for DOP853) and spends ``12`` evaluations per step (plus one
+    per segment and one for its first step); its step count grows with ``T`` times the field's
+    rate, where the fixed-step methods keep their count and lose accuracy
     (``benchmarks/bench_tokens.py`` prints both side by side). Reference: Alcalde, Ji, Zuazua,
     arXiv:2606.07600 (2026), §1–§2; Hairer, Nørsett, Wanner, *Solving Ordinary Differential
     Equations I* (1993), §II.4 and §II.10 (embedded pairs, step-size control).
@@ -275,10 +281,10 @@ def simulate_tokens(
     g, gen = _check_noise_sources(ctrl, noise, rng, d, str(opts.method))
 
     budget = Budget(opts.time_limit, max_evals=opts.max_evals)
-    work = _Workspace(x.shape[0], opts.dtype, opts.block_size, budget)
+    work = _Workspace(x.shape[0], opts.dtype, opts.block_size, budget, backend=opts.backend)
     rec = _Recorder(opts.record)
     run = _Run(ctrl, opts, work, rec, snap_times)
-    stats: dict[str, Any] = {"method": opts.method}
+    stats: dict[str, Any] = {"method": opts.method, "backend": work.backend}
     # Overflow is detected and reported as a status; silence the intermediate inf/nan warnings.
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         if opts.method == "adaptive":

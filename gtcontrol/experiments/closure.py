@@ -23,7 +23,6 @@ from typing import Any
 
 import numpy as np
 from scipy.integrate import DOP853
-from scipy.special import ndtr
 
 from .._docstring import fill
 from .._linalg import FloatArray, unvech, vech
@@ -31,6 +30,7 @@ from .._status import Budget, BudgetExhausted, Outcome, ResultFields, Status
 from .._validation import as_float_array, as_positive_float, as_positive_int, as_time_limit
 from ..errors import InvalidParametersError
 from ..model.gaussian import Gaussian
+from ..model.gaussian_closure import linearized_layer
 from ..model.moments import moment_field, simulate
 from ..model.params import FeedForward, Layer
 from ..model.tokens import simulate_tokens
@@ -44,7 +44,6 @@ from ._common import (
     stop_reason,
     time_left,
 )
-from .extraction import gelu_moments
 from .sample_statistics import MAX_PROJECTIONS, sliced_wasserstein
 
 __all__ = [
@@ -55,45 +54,10 @@ __all__ = [
     "feedforward_closeness",
 ]
 
-_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 #: Finite cap on the right-hand-side evaluations of one closure flow (DOP853: 12 per step).
 MAX_RHS_EVALS = 200_000
 #: Finite cap on the number of depths recorded by :func:`feedforward_closeness`.
 MAX_TIMES = 10_000
-
-
-def _activation_moments(
-    kind: str, mu: FloatArray, var: FloatArray
-) -> tuple[FloatArray, FloatArray]:
-    """``E σ(a)`` and ``E σ'(a)`` for ``a ~ N(μ, s²)`` elementwise (closed forms)."""
-    if kind == "identity":
-        return mu.copy(), np.ones_like(mu)
-    if kind == "relu":
-        s = np.sqrt(np.maximum(var, 0.0))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            k = np.where(s > 0, mu / np.where(s > 0, s, 1.0), np.sign(mu) * np.inf)
-        big = ndtr(k)
-        pdf = np.where(
-            np.isfinite(k),
-            _INV_SQRT_2PI * np.exp(-0.5 * np.where(np.isfinite(k), k, 0.0) ** 2),
-            0.0,
-        )
-        return mu * big + s * pdf, big
-    e_g, e_dg, _ = gelu_moments(mu, var)
-    return e_g, e_dg
-
-
-def _linearized(layer: Layer, mean: FloatArray, cov: FloatArray) -> Layer:
-    """``layer`` with its feed-forward replaced by the statistical linearization at N(mean, cov)."""
-    ffn = layer.ffn
-    if ffn is None:
-        return layer
-    mu_a = ffn.U @ mean + ffn.c
-    var_a = np.einsum("ij,jk,ik->i", ffn.U, cov, ffn.U)
-    e_s, e_ds = _activation_moments(ffn.activation, mu_a, var_a)
-    a_eff = layer.A + (ffn.W * e_ds) @ ffn.U
-    b_eff = layer.b + ffn.W @ (e_s - e_ds * (ffn.U @ mean))
-    return Layer(a_eff, b=b_eff, heads=layer.heads)
 
 
 @dataclass(frozen=True, eq=False)
@@ -214,7 +178,7 @@ def closure_flow(
     def rhs(_t: float, y: FloatArray) -> FloatArray:
         budget.tick()
         m, s = y[:d], unvech(y[d:], d)
-        dm, ds = moment_field(_linearized(layer, m, s), m, s)
+        dm, ds = moment_field(linearized_layer(layer, m, s), m, s)
         return np.concatenate([dm, vech(ds)])
 
     y0 = np.concatenate([initial.mean, vech(initial.cov)])

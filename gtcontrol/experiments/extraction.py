@@ -63,6 +63,7 @@ from .._linalg import FloatArray, sym
 from ..errors import InvalidParametersError
 from ..model.attention import token_velocity
 from ..model.gaussian import Gaussian
+from ..model.gaussian_closure import activation_moments
 from ..model.moments import simulate_discrete
 from ..model.params import FeedForward, Layer
 from ._deps import require_torch
@@ -100,12 +101,7 @@ def gelu_moments(mean: Any, var: Any) -> tuple[FloatArray, FloatArray, FloatArra
     """
     mu = np.asarray(mean, dtype=float)
     s2 = np.asarray(var, dtype=float)
-    q = 1.0 + s2
-    kappa = mu / np.sqrt(q)
-    phi = _INV_SQRT_2PI * np.exp(-0.5 * kappa * kappa)
-    big_phi = ndtr(kappa)
-    e_g = mu * big_phi + s2 * phi / np.sqrt(q)
-    e_dg = big_phi + mu * phi / q**1.5
+    e_g, e_dg = activation_moments("gelu", mu, s2)
     nodes, weights = _HERMITE
     a = mu[..., None] + np.sqrt(s2)[..., None] * nodes
     g = a * ndtr(a)

@@ -42,17 +42,39 @@ from .gaussian import Gaussian
 from .moments import Trajectory
 from .params import Control, Layer, Schedule, as_control
 
-__all__ = ["linearized_layer", "simulate_closure"]
+__all__ = ["activation_moments", "linearized_layer", "simulate_closure"]
 
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 #: Default cap on right-hand-side evaluations of one closure flow (DOP853: 12 per step).
 _DEFAULT_MAX_EVALS = 200_000
 
 
-def _activation_moments(
-    kind: str, mu: FloatArray, var: FloatArray
-) -> tuple[FloatArray, FloatArray]:
-    """``E σ(a)`` and ``E σ'(a)`` for ``a ~ N(μ, s²)`` elementwise (closed forms)."""
+def activation_moments(kind: str, mu: FloatArray, var: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """``E σ(a)`` and ``E σ'(a)`` for ``a ~ N(μ, s²)`` elementwise, in closed form (one home).
+
+    ReLU: ``E σ = μ Φ(k) + s φ(k)``, ``E σ' = Φ(k)``, ``k = μ/s`` (``s = 0``: the step).
+    GELU ``σ(a) = a Φ(a)``: with ``q = 1 + s²``, ``κ = μ/√q``, ``E σ = μ Φ(κ) + s² φ(κ)/√q`` and
+    ``E σ' = Φ(κ) + μ φ(κ)/q^{3/2}`` (Gaussian integrals of Φ). Identity: ``(μ, 1)``.
+
+    Parameters
+    ----------
+    kind
+        ``"identity"``, ``"relu"`` or ``"gelu"``.
+    mu, var
+        Means and variances of the pre-activations (same shape; variances ≥ 0).
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        ``(E σ(a), E σ'(a))``, the shape of ``mu``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> e, de = activation_moments("relu", np.zeros(1), np.ones(1))
+    >>> round(float(e[0]), 6), float(de[0])
+    (0.398942, 0.5)
+    """
     if kind == "identity":
         return mu.copy(), np.ones_like(mu)
     s2 = np.maximum(var, 0.0)
@@ -116,7 +138,7 @@ def linearized_layer(layer: Layer, mean: Any, cov: Any) -> Layer:
     s = np.asarray(cov, dtype=float)
     mu_a = ffn.U @ m + ffn.c
     var_a = np.einsum("ij,jk,ik->i", ffn.U, s, ffn.U)
-    e_s, e_ds = _activation_moments(ffn.activation, mu_a, var_a)
+    e_s, e_ds = activation_moments(ffn.activation, mu_a, var_a)
     a_eff = layer.A + (ffn.W * e_ds) @ ffn.U
     b_eff = layer.b + ffn.W @ (e_s - e_ds * (ffn.U @ m))
     return layer.replace(A=a_eff, b=b_eff, ffn=None)

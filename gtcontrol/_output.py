@@ -1,5 +1,11 @@
 """Atomic output directories and JSON encoding of results (docs/designs.md).
 
+``result.json`` is strict, compact JSON: objects indented, every list of numbers on one line (a
+matrix one row per line), ``inf`` as ``"inf"``, NaN as ``null``. Arrays of more than
+:data:`NPZ_MIN_SIZE` numbers are stored in ``result.npz`` beside it and referenced from the JSON
+as ``{"$npz": "result.npz", "key": ..., "shape": [...], "dtype": ...}``; :func:`load_result`
+reads both back.
+
 An output directory ``OUT`` is built in a hidden sibling ``.OUT.tmp-<pid>-<random>`` (same file
 system) and put in place with **one** atomic step: on Linux ``renameat2(RENAME_EXCHANGE)``
 swaps the new folder with the previous ``OUT`` (so ``OUT`` is never absent), then the previous
@@ -35,7 +41,18 @@ import numpy as np
 from ._version import __version__
 from .errors import GTControlError
 
-__all__ = ["OutputError", "atomic_outdir", "jsonable", "write_json", "write_run"]
+__all__ = [
+    "NPZ_MIN_SIZE",
+    "OutputError",
+    "atomic_outdir",
+    "dumps",
+    "jsonable",
+    "load_result",
+    "run_summary",
+    "split_arrays",
+    "write_json",
+    "write_run",
+]
 
 #: Longest file-name component and path (bytes) accepted for an output directory (Linux limits).
 NAME_MAX = 255
@@ -46,6 +63,14 @@ _AT_FDCWD = -100
 _RENAME_EXCHANGE = 2
 #: Names gtcontrol wrote before ``result.json`` listed its files (older outputs).
 _LEGACY_NAMES = ("report.md", "report.html")
+#: Arrays with more numbers than this go to ``result.npz`` instead of ``result.json``.
+NPZ_MIN_SIZE = 1000
+#: The file beside ``result.json`` that holds its large arrays.
+NPZ_NAME = "result.npz"
+#: Key of a reference to an array in ``result.npz`` (see :func:`split_arrays`).
+NPZ_REF = "$npz"
+#: Longest one-line list of strings (longer ones get one item per line).
+_LINE = 100
 
 
 class OutputError(GTControlError, OSError):
@@ -98,8 +123,65 @@ def jsonable(obj: Any) -> Any:
     raise TypeError(f"cannot encode {type(obj).__name__} as JSON")
 
 
+def _scalar(obj: Any) -> bool:
+    return not isinstance(obj, (dict, list))
+
+
+def _number(obj: Any) -> bool:
+    return isinstance(obj, (int, float)) and not isinstance(obj, bool)
+
+
+def _encode(obj: Any, level: int) -> str:
+    """``obj`` (built by :func:`jsonable`) as indented JSON with lists of numbers on one line."""
+    if isinstance(obj, dict):
+        if not obj:
+            return "{}"
+        pad = "  " * (level + 1)
+        items = [f"{pad}{json.dumps(k)}: {_encode(v, level + 1)}" for k, v in obj.items()]
+        return "{\n" + ",\n".join(items) + "\n" + "  " * level + "}"
+    if isinstance(obj, list):
+        if not obj:
+            return "[]"
+        if all(_scalar(v) for v in obj):
+            line = "[" + ", ".join(json.dumps(v, allow_nan=False) for v in obj) + "]"
+            if any(_number(v) for v in obj) or len(line) + 2 * level <= _LINE:
+                return line
+        pad = "  " * (level + 1)
+        items = [f"{pad}{_encode(v, level + 1)}" for v in obj]
+        return "[\n" + ",\n".join(items) + "\n" + "  " * level + "]"
+    return json.dumps(obj, allow_nan=False)
+
+
+def dumps(data: Any) -> str:
+    """Strict, compact JSON text of ``data``: objects indented, lists of numbers on one line.
+
+    Parameters
+    ----------
+    data
+        The data (see :func:`jsonable`).
+
+    Returns
+    -------
+    str
+        The JSON text (no NaN/Infinity tokens), ending with a newline.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> print(dumps({"t": np.array([0.0, 0.5, np.inf]), "m": [[1, 2], [3, 4]]}), end="")
+    {
+      "t": [0.0, 0.5, "inf"],
+      "m": [
+        [1, 2],
+        [3, 4]
+      ]
+    }
+    """
+    return _encode(jsonable(data), 0) + "\n"
+
+
 def write_json(path: Path, data: Mapping[str, Any]) -> None:
-    """Write strict JSON (no NaN/Infinity tokens).
+    """Write strict, compact JSON (no NaN/Infinity tokens; see :func:`dumps`).
 
     Parameters
     ----------
@@ -108,7 +190,141 @@ def write_json(path: Path, data: Mapping[str, Any]) -> None:
     data
         The data (see :func:`jsonable`).
     """
-    path.write_text(json.dumps(jsonable(data), indent=2, allow_nan=False) + "\n", "utf-8")
+    path.write_text(dumps(data), "utf-8")
+
+
+def _big_array(obj: Any, min_size: int) -> np.ndarray[Any, Any] | None:
+    """``obj`` as a numeric array when it is one with more than ``min_size`` numbers."""
+    if isinstance(obj, np.ndarray):
+        arr = obj
+    elif isinstance(obj, (list, tuple)) and len(obj) > 0:
+        first = obj[0]
+        while isinstance(first, (list, tuple)) and first:
+            first = first[0]
+        if not isinstance(first, (int, float, np.integer, np.floating)) or isinstance(
+            first, (bool, np.bool_)
+        ):
+            return None
+        try:
+            arr = np.asarray(obj)
+        except ValueError:  # ragged
+            return None
+    else:
+        return None
+    if arr.dtype.kind not in "iuf" or arr.size <= min_size:
+        return None
+    return arr
+
+
+def split_arrays(
+    data: Any, *, min_size: int = NPZ_MIN_SIZE, name: str = NPZ_NAME
+) -> tuple[Any, dict[str, np.ndarray[Any, Any]]]:
+    """Replace the numeric arrays of more than ``min_size`` numbers in ``data`` by references.
+
+    Each such array (a numpy array, or a rectangular nested list of numbers) becomes
+    ``{"$npz": name, "key": "outputs/trajectory/mean", "shape": [...], "dtype": "float64"}``;
+    the key is the array's path in ``data`` (mapping keys and list indices joined by ``/``).
+
+    Parameters
+    ----------
+    data
+        Mappings, sequences, arrays and scalars (see :func:`jsonable`).
+    min_size
+        Arrays with more numbers than this are split off.
+    name
+        The ``.npz`` file named in the references.
+
+    Returns
+    -------
+    tuple
+        The data with references in place of the large arrays, and the arrays by key.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> doc, arrays = split_arrays({"x": np.zeros((3, 4)), "y": [1.0]}, min_size=10)
+    >>> doc["x"]["key"], doc["x"]["shape"], list(arrays)
+    ('x', [3, 4], ['x'])
+    """
+    arrays: dict[str, np.ndarray[Any, Any]] = {}
+
+    def walk(obj: Any, path: tuple[str, ...]) -> Any:
+        arr = _big_array(obj, min_size)
+        if arr is not None:
+            key = "/".join(path) or "data"
+            while key in arrays:
+                key += "_"
+            arrays[key] = arr
+            return {NPZ_REF: name, "key": key, "shape": list(arr.shape), "dtype": str(arr.dtype)}
+        if isinstance(obj, enum.Enum) or isinstance(obj, (str, bytes)):
+            return obj
+        if isinstance(obj, Mapping):
+            return {k: walk(v, (*path, str(k))) for k, v in obj.items()}
+        if isinstance(obj, (list, tuple)):
+            return [walk(v, (*path, str(i))) for i, v in enumerate(obj)]
+        return obj
+
+    return walk(data, ()), arrays
+
+
+def load_result(outdir: str | Path) -> dict[str, Any]:
+    """Read ``OUTDIR/result.json`` with its ``result.npz`` arrays put back in place.
+
+    Parameters
+    ----------
+    outdir
+        An output directory of ``gtcontrol run`` (or the path of its ``result.json``).
+
+    Returns
+    -------
+    dict
+        The JSON document; every ``{"$npz": ...}`` reference replaced by its numpy array.
+
+    Raises
+    ------
+    OutputError
+        If ``result.json`` or a referenced array cannot be read.
+
+    Examples
+    --------
+    >>> res = load_result("out/quickstart")  # doctest: +SKIP
+    >>> res["outputs"]["trajectory"]["t"].shape  # doctest: +SKIP
+    (201,)
+    """
+    path = Path(outdir)
+    if path.is_dir():
+        path = path / "result.json"
+    try:
+        data = json.loads(path.read_text("utf-8"))
+    except (OSError, ValueError) as exc:
+        raise OutputError(f"output: cannot read {_show(path)} ({exc})") from None
+    opened: dict[str, Any] = {}
+
+    def resolve(obj: Any) -> Any:
+        if isinstance(obj, dict):
+            if isinstance(obj.get(NPZ_REF), str) and isinstance(obj.get("key"), str):
+                file = obj[NPZ_REF]
+                if file not in opened:
+                    try:
+                        with np.load(path.parent / file, allow_pickle=False) as npz:
+                            opened[file] = {k: npz[k] for k in npz.files}
+                    except (OSError, ValueError) as exc:
+                        raise OutputError(f"output: cannot read {_show(file)} ({exc})") from None
+                try:
+                    return opened[file][obj["key"]]
+                except KeyError:
+                    raise OutputError(
+                        f"output: {_show(file)} has no array {obj['key']!r}"
+                    ) from None
+            return {k: resolve(v) for k, v in obj.items()}
+        if isinstance(obj, list):
+            return [resolve(v) for v in obj]
+        return obj
+
+    resolved = resolve(data)
+    if not isinstance(resolved, dict):
+        raise OutputError(f"output: {_show(path)} is not a gtcontrol result")
+    return resolved
 
 
 def _show(path: Path | str, limit: int = 80) -> str:
@@ -343,6 +559,36 @@ def atomic_outdir(outdir: str | Path) -> Iterator[Path]:
         raise
 
 
+def run_summary(task: str, res: Mapping[str, Any], seconds: float) -> dict[str, Any]:
+    """The top-level ``summary`` of ``result.json``: task, status, headline figures, seconds.
+
+    Parameters
+    ----------
+    task
+        The task name.
+    res
+        What the run returned: ``status``, and optionally ``summary`` (the task's headline
+        figures: scalars by name) and ``outputs`` (whose ``message``, if a string, is used
+        when ``summary`` has none).
+    seconds
+        The run's wall-clock time.
+
+    Returns
+    -------
+    dict
+        ``{"task", "status", <headline figures>..., "seconds"}``.
+    """
+    figures = dict(res.get("summary") or {})
+    outputs = res.get("outputs")
+    if "message" not in figures and isinstance(outputs, Mapping):
+        if isinstance(outputs.get("message"), str):
+            figures["message"] = outputs["message"]
+    figures.pop("task", None)
+    figures.pop("status", None)
+    figures.pop("seconds", None)
+    return {"task": task, "status": str(res["status"]), **figures, "seconds": seconds}
+
+
 def write_run(
     outdir: str | Path,
     task: str,
@@ -356,11 +602,13 @@ def write_run(
     """Run ``run(tmpdir)`` and write the standard ``result.json`` beside its figures, atomically.
 
     ``run`` writes its figures into the temporary directory and returns ``{"status", "outputs",
-    "figures"}`` (``status`` a :class:`~gtcontrol.Status`, written as its string value).
-    ``result.json`` then holds ``gtcontrol_version``, ``task``, ``title``, ``design`` (the
-    source), ``inputs``, ``options``, ``status``, ``outputs``, ``figures``, ``files`` (every file
-    of the folder, so a later run knows what it may replace) and ``seconds``
-    (docs/designs.md). Nothing replaces ``outdir`` unless all of it succeeded.
+    "figures"}`` and optionally ``"summary"`` (the task's headline figures; ``status`` a
+    :class:`~gtcontrol.Status`, written as its string value). ``result.json`` then holds
+    ``gtcontrol_version``, ``task``, ``title``, ``design`` (the source), ``status``, ``summary``
+    (:func:`run_summary`), ``inputs``, ``options``, ``outputs``, ``figures``, ``files`` (every
+    file of the folder, so a later run knows what it may replace) and ``seconds``
+    (docs/designs.md). Arrays of more than :data:`NPZ_MIN_SIZE` numbers go to ``result.npz``
+    (:func:`split_arrays`). Nothing replaces ``outdir`` unless all of it succeeded.
 
     Parameters
     ----------
@@ -369,7 +617,7 @@ def write_run(
     task
         The task name.
     run
-        ``run(tmpdir) -> {"status", "outputs", "figures"}``.
+        ``run(tmpdir) -> {"status", "outputs", "figures"[, "summary"]}``.
     title
         The design's title, echoed into ``result.json``.
     source
@@ -393,21 +641,25 @@ def write_run(
     clock = time.perf_counter()
     with atomic_outdir(out) as tmp:
         res = run(tmp)
-        files = sorted({*_relative_files(tmp), "result.json"})
-        write_json(
-            tmp / "result.json",
+        doc, arrays = split_arrays(
             {
                 "gtcontrol_version": __version__,
                 "task": task,
                 "title": title,
                 "design": source,
+                "status": str(res["status"]),  # a Status member: its string value
+                "summary": {},
                 "inputs": inputs,
                 "options": dict(options),
-                "status": str(res["status"]),  # a Status member: its string value
                 "outputs": res["outputs"],
                 "figures": res["figures"],
-                "files": files,
-                "seconds": time.perf_counter() - clock,
-            },
+            }
         )
+        if arrays:
+            np.savez_compressed(tmp / NPZ_NAME, **arrays)  # type: ignore[arg-type]
+        seconds = time.perf_counter() - clock
+        doc["summary"] = run_summary(task, res, seconds)
+        doc["files"] = sorted({*_relative_files(tmp), "result.json"})
+        doc["seconds"] = seconds
+        write_json(tmp / "result.json", doc)
     return out

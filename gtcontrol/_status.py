@@ -20,6 +20,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
+from ._display import Displayable
 from .errors import InvalidParametersError
 
 __all__ = [
@@ -88,11 +89,13 @@ class Result(Protocol):
     def stats(self) -> Mapping[str, Any]: ...
 
 
-class Outcome:
+class Outcome(Displayable):
     """Base of result classes: ``success`` is derived from ``status``.
 
     A result is successful when its status is one of the class's ``ANSWERS`` (by default only
-    ``Status.SUCCESS``). Subclasses are frozen dataclasses with a ``status`` field.
+    ``Status.SUCCESS``). Subclasses are frozen dataclasses with a ``status`` field. As
+    :class:`gtcontrol._display.Displayable`s they define ``_summary_items`` (their key figures,
+    for ``repr`` and ``_repr_html_``) and ``_draw`` (their figure, for ``.plot(ax)``).
     """
 
     __slots__ = ()

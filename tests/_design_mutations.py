@@ -21,7 +21,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 
 #: Tasks whose runs take minutes (real pretrained models): never switched to by a mutation.
-SLOW_TASKS = ("experiment",)
+# a sweep starts a cluster of worker processes (seconds); tests/test_sweep.py covers it
+SLOW_TASKS = ("experiment", "sweep")
 
 _BARE = re.compile(r"[A-Za-z0-9_-]+")
 

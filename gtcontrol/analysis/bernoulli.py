@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import scipy.linalg as sla
 
+from .._display import Axes, SummaryItems
 from .._linalg import RANK_RTOL, FloatArray, sym
 from .._status import OutcomeOrInfeasible, ResultFields, Status
 from .._validation import frozen
@@ -63,6 +64,19 @@ class BernoulliSolution(ResultFields, OutcomeOrInfeasible):
     method: str
     eigvals_a: ComplexArray
     degenerate: bool = False
+
+    def _summary_items(self) -> SummaryItems:
+        return [
+            ("method", self.method),
+            ("cov", self.cov),
+            ("degenerate", self.degenerate),
+            ("eigvals_a", self.eigvals_a),
+        ]
+
+    def _draw(self, ax: Axes) -> None:
+        from ._figures import draw_spectrum
+
+        draw_spectrum(ax, self.eigvals_a, label="A", title=f"eigenvalues of A ({self.method})")
 
 
 def solve_bernoulli(form: RiccatiForm, *, method: str = "lyapunov") -> BernoulliSolution:

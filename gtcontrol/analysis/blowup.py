@@ -37,6 +37,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._display import Axes, SummaryItems
 from .._status import Budget, BudgetExhausted, OutcomeOrBlowup, Status
 from .._validation import as_positive_float, as_positive_int, as_time_limit
 from ..errors import InvalidParametersError
@@ -166,6 +167,22 @@ class BlowupResult(OutcomeOrBlowup):
     message: str
     proved_never: bool = False
     stats: Mapping[str, Any] = field(default_factory=dict)
+
+    def _summary_items(self) -> SummaryItems:
+        return [
+            ("blowup_time", self.blowup_time),
+            ("bracket", (self.lower, self.upper)),
+            ("certified", self.certified),
+            ("proved_never", self.proved_never),
+            ("method", self.method),
+        ]
+
+    def _draw(self, ax: Axes) -> None:
+        from ._figures import draw_blowup
+
+        note = f"{self.method}, {self.status.value}"
+        bounds = {"lower": self.lower, "upper": self.upper, "blowup_time": self.blowup_time}
+        draw_blowup(ax, **bounds, proved_never=self.proved_never, note=note)
 
     @property
     def time(self) -> float:

@@ -30,13 +30,15 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from .._display import Axes, SummaryItems
 from .._linalg import FloatArray
+from .._progress import progress
 from .._status import Budget, BudgetExhausted, Outcome, ResultFields, Status
 from .._validation import as_choice, as_positive_float, as_positive_int, option_values
 from ..errors import InvalidParametersError
@@ -186,6 +188,25 @@ class TokenComparison(ResultFields, Outcome):
     reference: str = "moment ODE"
     slope_tol: float = 0.25
 
+    def _summary_items(self) -> SummaryItems:
+        return [
+            ("n_tokens", self.n_tokens),
+            ("consistent", self.consistent),
+            ("bures_wasserstein", self.bures_wasserstein),
+            ("slopes", self.slopes),
+            ("statistical_error", self.statistical_error),
+            ("integration_error", self.integration_error),
+            ("reference", self.reference),
+        ]
+
+    def _draw(self, ax: Axes) -> None:
+        from ._figures import draw_convergence
+
+        errors = {"|mean error|": self.mean_error, "relative cov error": self.cov_error}
+        errors["Bures-Wasserstein"] = self.bures_wasserstein
+        title = f"tokens vs {self.reference} at depth T"
+        draw_convergence(ax, self.n_tokens, errors, title=title)
+
     @property
     def ess_min(self) -> float:
         """Smallest worst-case ``ESS/N`` along the predicted path (``nan`` if not computed)."""
@@ -303,7 +324,10 @@ def compare_tokens(
         )
     plan = _plan(ctrl, predicted, opts)
     run = _Runner(ctrl, initial, opts, plan, budget)
-    run.all(predicted)
+    runs = len(opts.n_tokens) * opts.repeats
+    work = float(opts.repeats * sum(plan.cost[n] for n in opts.n_tokens))
+    with progress(f"compare-tokens: {runs} token runs", total=work) as run.update:
+        run.all(predicted)
     return run.result(predicted, reference, time.perf_counter() - clock)
 
 
@@ -370,6 +394,9 @@ class _Runner:
         self.kurtosis = math.nan
         self.work = 0
         self.done = 0
+        #: Progress report ``update(runs done, weighted by their cost per evaluation)``.
+        self.update: Callable[[float], None] = lambda done: None
+        self.weighted = 0.0
         self.status = Status.SUCCESS
         self.stop = ""
 
@@ -427,6 +454,8 @@ class _Runner:
                     self.errs[:, i, r] = _errors(emp, target)
                     self.err0[i, r] = Gaussian.from_samples(x0).bures_wasserstein(self.initial)
                     self.done += 1
+                    self.weighted += self.plan.cost[n]
+                    self.update(self.weighted)
                     if last:
                         self.example = traj
                         self.kurtosis = kurtosis_ratio(traj.final_tokens)

@@ -28,6 +28,7 @@ import numpy as np
 import scipy.linalg as sla
 from scipy.sparse.linalg import ArpackNoConvergence, LinearOperator, eigs
 
+from .._display import Axes, Displayable, SummaryItems
 from .._linalg import FloatArray, sym, unvech, vech
 from .._status import Budget, BudgetExhausted, OutcomeOrInfeasible, ResultFields, Status
 from .._validation import as_float_array, as_time_limit, frozen, option_values
@@ -89,7 +90,7 @@ _TOTAL_MAX_ITER = 1_500
 
 
 @dataclass(frozen=True, eq=False)
-class Equilibrium:
+class Equilibrium(Displayable):
     """A positive-definite (or, where stated, singular) equilibrium ``F(Σ*) = 0``.
 
     Attributes
@@ -132,12 +133,19 @@ class Equilibrium:
         """True when K is Hurwitz (the mean then converges to ``−K⁻¹ b``)."""
         return bool(np.max(np.linalg.eigvals(self.mean_matrix).real) < 0)
 
-    def __repr__(self) -> str:
-        return (
-            f"Equilibrium(dim={self.dim}, stable={self.stable}, "
-            f"spectral_abscissa={self.spectral_abscissa:.6g}, residual={self.residual:.3g}, "
-            f"method={self.method!r})"
-        )
+    def _summary_items(self) -> SummaryItems:
+        return [
+            ("dim", self.dim),
+            ("stable", self.stable),
+            ("spectral_abscissa", self.spectral_abscissa),
+            ("residual", self.residual),
+            ("method", self.method),
+        ]
+
+    def _draw(self, ax: Axes) -> None:
+        from ._figures import draw_spectrum
+
+        draw_spectrum(ax, self.spectrum, label="DF(Σ*)", title="spectrum at the equilibrium")
 
 
 def _mean_matrix(layer: Layer, cov: FloatArray) -> FloatArray:
@@ -301,6 +309,25 @@ class EquilibriaResult(ResultFields, Sequence[Equilibrium], OutcomeOrInfeasible)
 
     def __iter__(self) -> Iterator[Equilibrium]:
         return iter(self.equilibria)
+
+    def _summary_items(self) -> SummaryItems:
+        return [
+            ("found", len(self.equilibria)),
+            ("stable", len(self.stable)),
+            ("method", self.method),
+            ("proved", self.proved),
+            ("abscissas", [e.spectral_abscissa for e in self.equilibria]),
+        ]
+
+    def _draw(self, ax: Axes) -> None:
+        from ._figures import draw_spectrum
+
+        for k, e in enumerate(self.equilibria):
+            tag = "stable" if e.stable else "unstable"
+            draw_spectrum(ax, e.spectrum, label=f"Σ*{k + 1} ({tag})")
+        if not self.equilibria:
+            draw_spectrum(ax, [])
+        ax.set_title(f"spectra of DF at {len(self)} equilibria ({self.status.value})", fontsize=10)
 
     @property
     def stable(self) -> tuple[Equilibrium, ...]:

@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 from scipy.integrate import solve_ivp
 
+from .._display import Axes, SummaryItems
 from .._linalg import SYM_RTOL, FloatArray, psd_sqrt, sym, unvech, vech, vech_index
 from .._status import Budget, BudgetExhausted, Outcome, ResultFields, Status
 from .._validation import (
@@ -289,6 +290,14 @@ class SteadyState(ResultFields, Outcome):
     method: str
     positive_definite: bool = True
 
+    def _summary_items(self) -> SummaryItems:
+        return [("method", self.method), ("cov", self.cov), ("residual", self.residual)]
+
+    def _draw(self, ax: Axes) -> None:
+        from ._figures import draw_spectrum
+
+        draw_spectrum(ax, self.poles, label="F − KH", title=f"filter poles ({self.method})")
+
 
 def _are_residual(data: KalmanData, p: FloatArray) -> float:
     fp = data.F @ p
@@ -510,6 +519,17 @@ class FilterComparison(ResultFields, Outcome):
     steady_lqe: SteadyState
     equilibrium: FloatArray | None
     steady_rel_diff: float
+
+    def _summary_items(self) -> SummaryItems:
+        diffs = [("max_rel_diff", self.max_rel_diff), ("steady_rel_diff", self.steady_rel_diff)]
+        return [("dim", self.kalman.dim), *diffs, ("trajectory", self.trajectory)]
+
+    def _draw(self, ax: Axes) -> None:
+        from ._figures import draw_filter_entries
+
+        steady = self.steady_care.cov if self.steady_care.success else None
+        traj = self.trajectory
+        draw_filter_entries(ax, traj.t, self.filter_cov, traj.cov, steady=steady)
 
 
 def compare_filter(

@@ -29,6 +29,7 @@ import scipy.linalg as sla
 from scipy.linalg import lapack
 from scipy.sparse.linalg import LinearOperator, gmres
 
+from .._display import Axes, SummaryItems
 from .._linalg import FloatArray, sym, unvech, vech, vech_index
 from .._status import Budget, BudgetExhausted, Outcome, ResultFields, Status
 from .._validation import (
@@ -385,6 +386,15 @@ class NewtonResult(ResultFields, Outcome):
     cov: FloatArray
     iterations: int
     residuals: tuple[float, ...]
+
+    def _summary_items(self) -> SummaryItems:
+        last = self.residuals[-1] if self.residuals else math.nan
+        return [("dim", self.cov.shape[0]), ("iterations", self.iterations), ("residual", last)]
+
+    def _draw(self, ax: Axes) -> None:
+        from ._figures import draw_residuals
+
+        draw_residuals(ax, self.residuals, title=f"Newton–Kantorovich ({self.status.value})")
 
 
 def _typical_scale(layer: Layer) -> float:

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from .._display import Axes, SummaryItems
 from .._linalg import FloatArray, sym
 from .._status import Budget, BudgetExhausted, OutcomeOrBlowup, Status
 from .._validation import as_float_array, as_positive_float, as_time_limit, frozen
@@ -111,11 +112,26 @@ class Regime(OutcomeOrBlowup):
         warnings.warn("Regime.reason is deprecated; use message", DeprecationWarning, stacklevel=2)
         return self.message
 
-    def __repr__(self) -> str:
-        return (
-            f"Regime(kind={self.kind!r}, status={self.status!r}, "
-            f"certificate={self.certificate!r}, message={self.message!r})"
-        )
+    def _summary_items(self) -> SummaryItems:
+        return [
+            ("kind", self.kind),
+            ("certificate", self.certificate),
+            ("blowup_time", self.blowup_time),
+            ("limit_cov", self.limit_cov),
+            ("mean_limit", self.mean_limit),
+        ]
+
+    def _draw(self, ax: Axes) -> None:
+        from ._figures import draw_spectrum
+
+        if self.kind == "blowup" and self.blowup is not None:
+            self.blowup._draw(ax)
+        else:  # the spectra that decided: DF(Σ∞) and the mean matrix K
+            eq, k = self.equilibrium, self.mean_matrix
+            draw_spectrum(ax, [] if eq is None else eq.spectrum, label="DF(Σ∞)")
+            if k is not None:
+                draw_spectrum(ax, np.linalg.eigvals(k), label="K", marker="x")
+        ax.set_title(f"{self.kind} ({self.certificate})", fontsize=10)
 
 
 def analyze(

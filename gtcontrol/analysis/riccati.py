@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import scipy.linalg as sla
 
+from .._display import Axes, Displayable, SummaryItems
 from .._linalg import FloatArray, identity_multiple, sym
 from .._status import Budget, Status
 from .._validation import as_float_array, frozen
@@ -42,7 +43,7 @@ __all__ = ["RiccatiForm", "riccati_flow", "riccati_form"]
 
 
 @dataclass(frozen=True, eq=False)
-class RiccatiForm:
+class RiccatiForm(Displayable):
     """Riccati data of a layer whose heads all have ``V_h = v_h I``.
 
     Attributes
@@ -83,6 +84,20 @@ class RiccatiForm:
         h[d:, :d] = self.R
         h[d:, d:] = -self.A.T
         return h
+
+    def _summary_items(self) -> SummaryItems:
+        return [
+            ("dim", self.dim),
+            ("heads", len(self.v)),
+            ("bernoulli", self.is_bernoulli),
+            ("inertia_R", self.inertia()),
+        ]
+
+    def _draw(self, ax: Axes) -> None:
+        from ._figures import draw_spectrum
+
+        eig = np.linalg.eigvals(self.hamiltonian)
+        draw_spectrum(ax, eig, label="H", title="eigenvalues of the Hamiltonian")
 
     def inertia(self) -> tuple[int, int, int]:
         """Numbers of positive, zero and negative eigenvalues of R (zero: ``≤ 1e-14 ‖R‖``)."""

@@ -3,6 +3,7 @@
 The top layer: it may import everything else; nothing imports it.
 """
 
+from .._output import load_result
 from .main import main
 
-__all__ = ["main"]
+__all__ = ["load_result", "main"]

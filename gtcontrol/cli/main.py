@@ -1,5 +1,9 @@
-"""Command line: ``gtcontrol run DESIGN.toml [-o OUTDIR]``, ``gtcontrol reproduce`` (also
-``python -m gtcontrol``).
+"""Command line: ``gtcontrol run DESIGN.toml [-o OUTDIR] [-q]``, ``gtcontrol reproduce``,
+``gtcontrol designs [NAME]``, ``gtcontrol init TASK [-o FILE]`` (also ``python -m gtcontrol``).
+
+A run shows progress bars on stderr when it is a terminal (never in a pipe or a log, nor with
+``--quiet``) and ends with a summary of the result (a table on a terminal, aligned lines in a
+pipe; not with ``--quiet``) on stdout, then the line ``gtcontrol: wrote OUTDIR/result.json``.
 
 Exit statuses: 0 success; 2 an error in the design, the inputs, the output folder or the
 system (a ``GTControlError``, ``OSError``, ``MemoryError`` or ``RecursionError``): one line on
@@ -19,9 +23,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .._output import write_run
+from .._progress import reporting
 from .._version import __version__
 from ..errors import GTControlError
 from .schema import load_design
+from .starters import shipped_design_text, shipped_designs, starter, write_starter
+from .summary import print_summary
 from .tasks import TASKS
 
 
@@ -29,6 +36,9 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         # one line, exit 2 (argparse's default prints the whole usage block)
         self.exit(2, f"gtcontrol: error: {message} (see gtcontrol --help)\n")
+
+
+_QUIET_HELP = "no progress bars and no summary: only warnings, errors and the final 'wrote' line"
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -51,6 +61,14 @@ def _build_parser() -> argparse.ArgumentParser:
         default=None,
         help="output directory (default: out/<design name>); replaced atomically on success",
     )
+    run.add_argument("-q", "--quiet", action="store_true", help=_QUIET_HELP)
+    run.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        default=None,
+        help="sweep designs: run the points on the dask cluster of this scheduler "
+        "(tcp://HOST:8786; default: local worker processes); the run resumes a killed one",
+    )
     rep = sub.add_parser(
         "reproduce",
         help="reproduce the paper's numerical evidence (needs the 'experiments' extra)",
@@ -62,10 +80,34 @@ def _build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--n-tokens", type=int, default=1024, help="tokens fed to the encoders")
     rep.add_argument("--seed", type=int, default=0)
     rep.add_argument("--quick", action="store_true", help="reduced smoke run (< 60 s)")
+    rep.add_argument("-q", "--quiet", action="store_true", help=_QUIET_HELP)
+    des = sub.add_parser(
+        "designs",
+        help="list the example designs shipped with gtcontrol, or print one",
+        description="Without NAME: list the shipped example designs (name, task, title). "
+        "With NAME: print that design file (e.g. gtcontrol designs quickstart > my.toml).",
+    )
+    des.add_argument("name", nargs="?", default=None, help="a shipped design to print")
+    ini = sub.add_parser(
+        "init",
+        help="write a commented starter design for a task",
+        description="Write a small, commented starter design file for TASK, with every option "
+        "of the task listed; an existing file is never overwritten.",
+    )
+    ini.add_argument("task", help=f"one of: {', '.join(TASKS)}")
+    ini.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        default=None,
+        help="the design file to create (default: <task>.toml; '-' prints it)",
+    )
     return p
 
 
-def run_design(design_path: Path, outdir: Path | None = None) -> Path:
+def run_design(
+    design_path: Path, outdir: Path | None = None, *, scheduler: str | None = None
+) -> Path:
     """Run a design file and write ``result.json`` and figures into ``outdir``; return it.
 
     Parameters
@@ -73,7 +115,11 @@ def run_design(design_path: Path, outdir: Path | None = None) -> Path:
     design_path
         The design file (TOML).
     outdir
-        Output directory; ``out/<design name>`` by default. Replaced atomically on success.
+        Output directory; ``out/<design name>`` by default. Replaced atomically on success
+        (a ``sweep`` writes into it point by point instead, and resumes: docs/sweeps.md).
+    scheduler
+        ``sweep`` designs only: the address of a dask scheduler to run the points on
+        (``None``: local worker processes).
 
     Returns
     -------
@@ -87,6 +133,14 @@ def run_design(design_path: Path, outdir: Path | None = None) -> Path:
     """
     design = load_design(design_path)
     out = outdir if outdir is not None else Path("out") / design_path.stem
+    if design.task == "sweep":
+        from .sweep import run_sweep
+
+        return run_sweep(design, out, scheduler=scheduler)
+    if scheduler is not None:
+        from ..errors import DesignFileError
+
+        raise DesignFileError(f"{design_path}: --scheduler is for task 'sweep' designs only")
     return write_run(
         out,
         design.task,
@@ -96,6 +150,15 @@ def run_design(design_path: Path, outdir: Path | None = None) -> Path:
         inputs=design.raw,
         options=design.options,
     )
+
+
+def _is_terminal(stream: object) -> bool:
+    """Whether ``stream`` is an interactive terminal (``False`` for pipes, files, StringIO)."""
+    isatty = getattr(stream, "isatty", None)
+    try:
+        return bool(isatty()) if callable(isatty) else False
+    except (OSError, ValueError):  # a closed stream
+        return False
 
 
 def _one_line(text: str, limit: int = 2000) -> str:
@@ -119,14 +182,36 @@ def _error_line(exc: BaseException) -> tuple[str, int]:
     return f"gtcontrol: internal error: {name}: {_one_line(str(exc))} (please report this)", 3
 
 
-def _run(args: argparse.Namespace) -> Path:
+def _other_command(args: argparse.Namespace) -> None:
+    """``gtcontrol designs`` and ``gtcontrol init``: print or write a design file."""
+    if args.command == "designs":
+        if args.name is not None:
+            print(shipped_design_text(args.name), end="")
+            return
+        found = shipped_designs()
+        width = max((len(d.name) for d in found), default=4)
+        task_width = max((len(d.task) for d in found), default=4)
+        for d in found:
+            print(f"{d.name:{width}}  {d.task:{task_width}}  {d.title}".rstrip())
+        return
+    if args.output is not None and str(args.output) == "-":
+        print(starter(args.task), end="")
+        return
+    path = write_starter(args.task, args.output or Path(f"{args.task}.toml"))
+    print(f"gtcontrol: wrote {path} (edit it, then: gtcontrol run {path})")
+
+
+def _run(args: argparse.Namespace) -> Path | None:
+    if args.command in ("designs", "init"):
+        _other_command(args)
+        return None
     if args.command == "reproduce":
         from ..experiments.report import reproduce
 
         return reproduce(
             args.outdir, n_tokens=args.n_tokens, seed=args.seed, quick=args.quick
         ).outdir
-    return run_design(args.design, args.outdir)
+    return run_design(args.design, args.outdir, scheduler=args.scheduler)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -151,10 +236,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("default")
+        quiet = bool(getattr(args, "quiet", False))
         try:
-            out = _run(args)
-        except KeyboardInterrupt:
-            print("gtcontrol: interrupted; no output written", file=sys.stderr)
+            with reporting(enabled=not quiet and _is_terminal(sys.stderr)):
+                out = _run(args)
+        except KeyboardInterrupt as exc:
+            # a sweep keeps its finished points and says where; other tasks write nothing
+            what = str(exc) or "interrupted; no output written"
+            print(f"gtcontrol: {what}", file=sys.stderr)
             return 130
         except Exception as exc:  # every failure: one line, never a traceback
             line, code = _error_line(exc)
@@ -166,6 +255,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if line not in seen:
             seen.add(line)
             print(line, file=sys.stderr)
+    if out is None:
+        return 0
+    if not quiet:
+        print_summary(out, rich=_is_terminal(sys.stdout))
     print(f"gtcontrol: wrote {out}/result.json")
     return 0
 

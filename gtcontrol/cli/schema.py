@@ -241,6 +241,9 @@ def parse_design(text: str, *, source: str = "<string>") -> Design:
                 f"{source}: [{name}] has dimension {g.dim} but the model has dimension {model.dim}"
             )
     options = ctx.options(doc.get(task, {}), task, spec.options)
+    problem = spec.check(options, doc) if spec.check is not None else None
+    if problem:
+        raise DesignFileError(f"{source}: {problem}")
     seed = doc.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise DesignFileError(

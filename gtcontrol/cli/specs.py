@@ -8,11 +8,12 @@ the schema (:mod:`gtcontrol.cli.schema`) validates a design against it and the r
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["SPECS", "Option", "TaskSpec"]
+__all__ = ["SPECS", "SWEEP_AXES", "Option", "TaskSpec"]
 
 
 @dataclass(frozen=True)
@@ -50,11 +51,16 @@ class TaskSpec:
         The task's options by name (the keys of its ``[<task>]`` table).
     summary
         One line shown by ``gtcontrol --help``.
+    check
+        ``check(options, document)`` checks the options together (with the TOML document for
+        the other sections); returns ``None`` when they are fine, else the problem in words,
+        naming the key.
     """
 
     needs: tuple[str, ...]
     options: Mapping[str, Option] = field(default_factory=dict)
     summary: str = ""
+    check: Callable[[Mapping[str, Any], Mapping[str, Any]], str | None] | None = None
 
 
 def _positive(x: Any) -> str | None:
@@ -108,6 +114,95 @@ _INTEGRATOR_OPTIONS: dict[str, Option] = {
         "scipy solve_ivp method",
     ),
 }
+
+#: The grid axes of a ``sweep`` (docs/sweeps.md): what each value does to the base design.
+SWEEP_AXES: dict[str, str] = {
+    "V_scale": "multiplies every head's V (or v)",
+    "V_shift": "adds s·I to every head's V (after V_scale)",
+    "B_scale": "multiplies every head's B",
+    "A_scale": "multiplies A",
+    "A_shift": "adds s·I to A (after A_scale)",
+    "b_scale": "multiplies b",
+    "noise_scale": "multiplies the noise G",
+    "cov_scale": "multiplies the initial covariance (>= 0)",
+    "mean_scale": "multiplies the initial mean",
+}
+#: Most values of one sweep axis, and most points of a sweep grid (more is refused as absurd).
+MAX_AXIS_VALUES = 1000
+MAX_SWEEP_POINTS = 100_000
+_RANGE = "a range {start, stop, num} (log = true: geometric)"
+
+
+def _finite(x: Any) -> bool:
+    """A TOML number within the floating-point range (not a bool, NaN or infinity)."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return False
+    return abs(x) < 2**1024 if isinstance(x, int) else math.isfinite(x)
+
+
+def _axis(x: Any) -> str | None:
+    """A sweep axis: a list of distinct finite numbers, or a range table."""
+    if isinstance(x, dict):
+        extra = sorted(set(x) - {"start", "stop", "num", "log"})
+        if extra or not {"start", "stop", "num"} <= set(x):
+            return f"must be {_RANGE}" + (f"; unknown key {extra[0]!r}" if extra else "")
+        num, log = x["num"], x.get("log", False)
+        if not (_finite(x["start"]) and _finite(x["stop"])):
+            return "must have finite numbers 'start' and 'stop'"
+        if isinstance(num, bool) or not isinstance(num, int) or not 1 <= num <= MAX_AXIS_VALUES:
+            return f"must have an integer 'num' from 1 to {MAX_AXIS_VALUES}"
+        if not isinstance(log, bool):
+            return "must have 'log' true or false"
+        if log and (x["start"] <= 0 or x["stop"] <= 0):
+            return "must have positive 'start' and 'stop' when log = true"
+        if num > 1 and x["start"] == x["stop"]:
+            return "must have start != stop when num > 1 (a value would repeat)"
+        return None
+    if not x or len(x) > MAX_AXIS_VALUES or not all(_finite(v) for v in x):
+        return f"must be a non-empty list of at most {MAX_AXIS_VALUES} finite numbers, or {_RANGE}"
+    if len({float(v) for v in x}) != len(x):
+        return "must not repeat a value"
+    return None
+
+
+def _axis_size(x: Any) -> int:
+    return int(x["num"]) if isinstance(x, dict) else len(x)
+
+
+def _axis_min(x: Any) -> float:
+    return float(min(x["start"], x["stop"])) if isinstance(x, dict) else float(min(x))
+
+
+def _sweep_check(options: Mapping[str, Any], doc: Mapping[str, Any]) -> str | None:
+    """The sweep's options together: at least one axis, a bounded grid, axes the model has."""
+    axes = [a for a in SWEEP_AXES if options.get(a) is not None]
+    if not axes:
+        return f"[sweep] needs at least one grid axis, one of {', '.join(SWEEP_AXES)}"
+    points = math.prod(_axis_size(options[a]) for a in axes)
+    if points > MAX_SWEEP_POINTS:
+        return f"[sweep] grid has {points} points, more than the limit of {MAX_SWEEP_POINTS}"
+    if "schedule" in doc:
+        return "task 'sweep' varies a single [layer], not a [[schedule]]"
+    if options.get("cov_scale") is not None and _axis_min(options["cov_scale"]) < 0:
+        return "'sweep.cov_scale' must be >= 0 (it multiplies the covariance)"
+    if options.get("run") == "simulate" and "T" not in (doc.get("horizon") or {}):
+        return "task 'sweep' with run = 'simulate' needs [horizon] T"
+    layer = doc.get("layer")
+    if not isinstance(layer, dict):
+        return None  # the missing [layer] is reported by the schema
+    has_head = any(k in layer for k in ("B", "V", "v", "heads"))
+    needs = {"V_scale": has_head, "V_shift": has_head, "B_scale": has_head}
+    needs |= {"A_scale": "A" in layer, "b_scale": "b" in layer, "noise_scale": "noise" in layer}
+    what = {"A_scale": "A", "b_scale": "b", "noise_scale": "noise"}
+    for axis in axes:
+        if not needs.get(axis, True):
+            part = what.get(axis, "attention head (B, V, v or heads)")
+            return f"'sweep.{axis}' varies the [layer]'s {part}, which the layer does not have"
+    ffn = layer.get("ffn")
+    if isinstance(ffn, dict) and ffn.get("activation", "relu") != "identity":
+        return "task 'sweep' needs 'layer.ffn.activation' = 'identity' (the moment model)"
+    return None
+
 
 #: Every task a design file can name, with what it needs and accepts.
 SPECS: dict[str, TaskSpec] = {
@@ -219,5 +314,27 @@ SPECS: dict[str, TaskSpec] = {
             ),
         },
         summary="the paper's evidence on real pretrained models (extra 'experiments')",
+    ),
+    "sweep": TaskSpec(
+        needs=("initial", "model"),
+        options={
+            "run": Option(
+                str,
+                "analyze",
+                _one_of("analyze", "simulate"),
+                "what each point runs: 'analyze' (regime) or 'simulate' (to [horizon] T)",
+            ),
+            "horizon": Option(float, 0.0, _nonneg, "analyze: blow-up search depth (0: automatic)"),
+            "point_time_limit": Option(float, 60.0, _positive, "seconds one point may take"),
+            "workers": Option(
+                int,
+                0,
+                _at_most(1024, zero=True),
+                "local worker processes (0: min(cores, points)); ignored with --scheduler",
+            ),
+            **{name: Option((list, dict), None, _axis, text) for name, text in SWEEP_AXES.items()},
+        },
+        summary="parameter sweep on dask.distributed: one Parquet row per point (extra 'sweep')",
+        check=_sweep_check,
     ),
 }

@@ -1,8 +1,10 @@
 """The task runners of design files (docs/designs.md): one function per task.
 
 Each runner reads a validated :class:`~gtcontrol.cli.schema.Design`, writes its figures into the
-(temporary) output directory and returns ``{"status", "outputs", "figures"}`` for
-``result.json``; ``status`` is a :class:`~gtcontrol.Status` (written as its string value). What
+(temporary) output directory and returns ``{"status", "outputs", "figures", "summary"}`` for
+``result.json``; ``status`` is a :class:`~gtcontrol.Status` (written as its string value) and
+``summary`` the run's headline figures (scalars by name: blow-up time, regime, cost and gap,
+final errors, ...), shown by ``gtcontrol run`` at the end of a run. What
 each task needs and accepts is :data:`gtcontrol.cli.specs.SPECS`; :data:`TASKS` pairs every
 spec with its runner.
 
@@ -40,10 +42,19 @@ from .. import (
 from .._status import Status
 from .._validation import as_float_array
 from ..errors import DesignFileError
+from .records import (
+    CERTIFICATE_KEYS,
+    ROBUSTNESS_KEYS,
+    equilibrium_summary,
+    result,
+    trajectory_figures,
+    trajectory_summary,
+)
 from .schema import Design
 from .specs import SPECS, Option, TaskSpec
+from .sweep import sweep_task
 
-__all__ = ["TASKS", "Task", "trajectory_summary"]
+__all__ = ["TASKS", "Task", "trajectory_figures", "trajectory_summary"]
 
 Runner = Callable[[Design, Path], dict[str, Any]]
 
@@ -57,7 +68,7 @@ class Task:
     spec
         What the task needs from a design and which options it accepts.
     run
-        ``run(design, outdir) -> {"status", "outputs", "figures"}``.
+        ``run(design, outdir) -> {"status", "outputs", "figures", "summary"}``.
     """
 
     spec: TaskSpec
@@ -102,34 +113,6 @@ def _status(result: Any, default: Status = Status.SUCCESS) -> Status:
     return status if isinstance(status, Status) else default
 
 
-def trajectory_summary(traj: Trajectory) -> dict[str, Any]:
-    """What ``result.json`` records of a moment trajectory.
-
-    Parameters
-    ----------
-    traj
-        A moment trajectory (:func:`gtcontrol.simulate`, :func:`gtcontrol.simulate_discrete`).
-
-    Returns
-    -------
-    dict
-        ``status`` (its string value), ``success``, ``message``, ``blowup_time``, ``t``,
-        ``mean``, ``cov_eigenvalues``, ``rank``, ``final`` and ``stats``.
-    """
-    return {
-        "status": str(traj.status),
-        "success": traj.success,
-        "message": traj.message,
-        "blowup_time": traj.blowup_time,
-        "t": traj.t,
-        "mean": traj.mean,
-        "cov_eigenvalues": np.linalg.eigvalsh(traj.cov),
-        "rank": traj.rank,
-        "final": {"mean": traj.final.mean, "cov": traj.final.cov},
-        "stats": dict(traj.stats),
-    }
-
-
 def _moment_problem(design: Design) -> tuple[Layer | Schedule, Gaussian, float | None]:
     """``(model, initial, T)`` of a task whose schema requires a model and an initial law."""
     return cast("Layer | Schedule", design.model), cast(Gaussian, design.initial), design.T
@@ -151,6 +134,7 @@ def _run_simulate(design: Design, out: Path) -> dict[str, Any]:
     bps = getattr(design.model, "breakpoints", None)
     plot_moments(traj, out / "moments.png", title=design.title, breakpoints=bps)
     outputs: dict[str, Any] = {"trajectory": trajectory_summary(traj)}
+    summary = {**trajectory_figures(traj), "steps": traj.stats.get("nsteps")}
     figures = ["moments.png"]
     if o["tokens"] > 0 and traj.dim >= 2:
         figures += _token_cloud_figure(design, traj, o["tokens"], out, clock)
@@ -163,7 +147,9 @@ def _run_simulate(design: Design, out: Path) -> dict[str, Any]:
         outputs["discrete"] = trajectory_summary(disc)
         plot_moments(disc, out / "moments_discrete.png", title=f"{design.title} (discrete)")
         figures.append("moments_discrete.png")
-    return {"status": traj.status, "outputs": outputs, "figures": figures}
+        summary["discrete_status"] = str(disc.status)
+        summary["discrete_final_cov_norm"] = float(np.linalg.norm(disc.final.cov, 2))
+    return result(traj.status, outputs, figures, summary)
 
 
 def _token_cloud_figure(
@@ -273,19 +259,16 @@ def _run_compare_tokens(design: Design, out: Path) -> dict[str, Any]:
         "trajectory": trajectory_summary(cmp.predicted),
         "seconds": cmp.stats["seconds"],
     }
-    return {"status": _status(cmp), "outputs": outputs, "figures": figures}
-
-
-def _equilibrium_summary(eq: Any) -> dict[str, Any]:
-    return {
-        "cov": eq.cov,
-        "stable": eq.stable,
-        "spectral_abscissa": eq.spectral_abscissa,
-        "residual": eq.residual,
-        "method": eq.method,
-        "mean_matrix_eigenvalues_real": np.linalg.eigvals(eq.mean_matrix).real,
-        "mean_matrix_eigenvalues_imag": np.linalg.eigvals(eq.mean_matrix).imag,
+    summary = {
+        "largest_N": int(cmp.n_tokens[-1]),
+        "mean_error": float(cmp.mean_error[-1]),
+        "cov_error": float(cmp.cov_error[-1]),
+        "bures_wasserstein": float(cmp.bures_wasserstein[-1]),
+        "slope_bures_wasserstein": cmp.slopes.get("bures_wasserstein"),
+        "consistent": cmp.consistent,
+        "ess_min": cmp.ess_min,
     }
+    return result(_status(cmp), outputs, figures, summary)
 
 
 def _run_analyze(design: Design, out: Path) -> dict[str, Any]:
@@ -322,7 +305,7 @@ def _run_analyze(design: Design, out: Path) -> dict[str, Any]:
             "success": eqs.success,
             "message": eqs.message,
             "method": eqs.method,
-            "list": [_equilibrium_summary(e) for e in eqs],
+            "list": [equilibrium_summary(e) for e in eqs],
         },
         "trajectory": trajectory_summary(data.trajectory),
     }
@@ -337,7 +320,16 @@ def _run_analyze(design: Design, out: Path) -> dict[str, Any]:
     # The regime's kind ("converges", "blowup", ...) is in outputs.regime.kind; the status is the
     # result protocol's (a blow-up is the answer, not a failure).
     kind_status = Status.BLOWUP if regime.kind == "blowup" else Status.SUCCESS
-    return {"status": _status(regime, kind_status), "outputs": outputs, "figures": figures}
+    summary = {
+        "regime": regime.kind,
+        "certificate": regime.certificate,
+        "blowup_time": float(regime.blowup_time),
+        "equilibria": len(outputs["equilibria"]["list"]),
+        "stable_equilibria": sum(bool(e["stable"]) for e in outputs["equilibria"]["list"]),
+    }
+    if regime.limit_cov is not None:
+        summary["limit_cov_norm"] = float(np.linalg.norm(regime.limit_cov, 2))
+    return result(_status(regime, kind_status), outputs, figures, summary)
 
 
 def _run_steer(design: Design, out: Path) -> dict[str, Any]:
@@ -412,31 +404,16 @@ def _run_steer(design: Design, out: Path) -> dict[str, Any]:
     }
     if res.trajectory is not None:
         outputs["trajectory"] = trajectory_summary(res.trajectory)
-    return {"status": _status(res, Status.FAILED), "outputs": outputs, "figures": figures}
-
-
-_CERTIFICATE_KEYS = (
-    "kind",
-    "valid",
-    "mean_rate",
-    "cov_rate",
-    "rate",
-    "residual",
-    "riccati",
-    "r_min",
-    "uniqueness_gap",
-    "message",
-)
-_ROBUSTNESS_KEYS = (
-    "mean_radius",
-    "cov_radius",
-    "radius",
-    "binding",
-    "parameter_radius",
-    "parameter_stable_fraction",
-    "linear_stable_fraction",
-    "worst_case_abscissa",
-)
+    summary = {
+        "layers": len(sched.layers),
+        "cost": res.cost,
+        "lower_bound": res.lower_bound,
+        "gap": res.gap,
+        "terminal_error": res.terminal_error,
+        "token_terminal_bures_wasserstein": token_w2,
+        "iterations": res.stats.get("iterations"),
+    }
+    return result(_status(res, Status.FAILED), outputs, figures, summary)
 
 
 def _design_fixed_parts(design: Design) -> dict[str, Any]:
@@ -507,7 +484,7 @@ def _run_design(design: Design, out: Path) -> dict[str, Any]:
         "whitened_norm": res.whitened_norm,
         "rate": res.rate,
         "cov_rate": res.cov_rate,
-        "certificate": {k: getattr(res.certificate, k) for k in _CERTIFICATE_KEYS},
+        "certificate": {k: getattr(res.certificate, k) for k in CERTIFICATE_KEYS},
         "convergence": {
             "t": data.t,
             "max_final_mean_error": float(np.max(data.mean_error[:, -1])),
@@ -515,10 +492,21 @@ def _run_design(design: Design, out: Path) -> dict[str, Any]:
         },
         "stats": dict(res.stats),
     }
+    summary = {
+        "method": res.method,
+        "rate": res.rate,
+        "cov_rate": res.cov_rate,
+        "certificate": res.certificate.kind,
+        "certificate_valid": res.certificate.valid,
+        "norm": res.norm,
+        "final_mean_error": outputs["convergence"]["max_final_mean_error"],
+        "final_cov_error": outputs["convergence"]["max_final_cov_error"],
+    }
     if res.robustness is not None:
-        outputs["robustness"] = {k: getattr(res.robustness, k) for k in _ROBUSTNESS_KEYS}
+        outputs["robustness"] = {k: getattr(res.robustness, k) for k in ROBUSTNESS_KEYS}
+        summary["robustness_radius"] = res.robustness.radius
     status = _status(res, Status.FAILED)
-    return {"status": status, "outputs": outputs, "figures": ["convergence.png"]}
+    return result(status, outputs, ["convergence.png"], summary)
 
 
 def _run_filter(design: Design, out: Path) -> dict[str, Any]:
@@ -584,7 +572,13 @@ def _run_filter(design: Design, out: Path) -> dict[str, Any]:
         "steady_rel_diff": cmp.steady_rel_diff,
         "trajectory": trajectory_summary(cmp.trajectory),
     }
-    return {"status": _status(cmp), "outputs": outputs, "figures": ["filter.png"]}
+    summary = {
+        "max_rel_diff": cmp.max_rel_diff,
+        "steady_rel_diff": cmp.steady_rel_diff,
+        "steady_care": "found" if cmp.steady_care.success else "none",
+        **trajectory_figures(cmp.trajectory),
+    }
+    return result(_status(cmp), outputs, ["filter.png"], summary)
 
 
 def _run_experiment(design: Design, out: Path) -> dict[str, Any]:
@@ -594,9 +588,23 @@ def _run_experiment(design: Design, out: Path) -> dict[str, Any]:
     if o["flows"]:
         from ..experiments.attention_flows import run_flows
 
-        return run_flows(out, time_limit=design.time_limit)
+        flows = dict(run_flows(out, time_limit=design.time_limit))
+        rows = flows["outputs"]["table"]
+        flows["summary"] = {
+            "flows": len(rows),
+            "blowups": sum(row.get("regime") == "blowup" for row in rows),
+            "message": flows["outputs"]["message"],
+        }
+        return flows
     res = run_experiments(out, n_tokens=o["n_tokens"], seed=design.seed, quick=o["quick"])
-    return experiment_outputs(res)
+    done = dict(experiment_outputs(res))
+    done["summary"] = {
+        "tables": len(res.tables),
+        "figures": len(res.figures),
+        "skipped_stages": len(res.stats.get("skipped", [])),
+        "message": res.message,
+    }
+    return done
 
 
 _RUNNERS: dict[str, Runner] = {
@@ -607,6 +615,7 @@ _RUNNERS: dict[str, Runner] = {
     "design": _run_design,
     "filter": _run_filter,
     "experiment": _run_experiment,
+    "sweep": sweep_task,  # gtcontrol run resumes sweeps with gtcontrol.cli.sweep.run_sweep
 }
 if set(_RUNNERS) != set(SPECS):  # pragma: no cover - a programming error, caught by the tests
     raise RuntimeError(f"task runners {sorted(_RUNNERS)} do not match specs {sorted(SPECS)}")

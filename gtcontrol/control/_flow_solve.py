@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from .._linalg import FloatArray
+from .._progress import progress
 from .._status import Budget, Status
 from ..errors import InvalidParametersError
 from ..model.params import Layer, Schedule
@@ -145,15 +146,17 @@ def _full(plan: Plan, budget: Budget) -> tuple[_Build, bool]:
     build = _Build(list(base), ["ffn"] * plan.n, [math.inf] * plan.n)
     if plan.mode == "ffn":
         return build, True
-    for k in range(plan.n):
-        if budget.exhausted:
-            return build, False
-        build.energies[k] = layer_energy(base[k], nodes[k], h)
-        candidates = [
-            (f"curvature θ={theta:g} ε={eps:g}", _curvature_maker(theta, eps))
-            for theta, eps in FULL_GAUGES
-        ]
-        _best_shot(build, k, candidates, (nodes[k], nodes[k + 1]), h, budget)
+    with progress("steer: flow layers", total=plan.n) as update:
+        for k in range(plan.n):
+            if budget.exhausted:
+                return build, False
+            build.energies[k] = layer_energy(base[k], nodes[k], h)
+            candidates = [
+                (f"curvature θ={theta:g} ε={eps:g}", _curvature_maker(theta, eps))
+                for theta, eps in FULL_GAUGES
+            ]
+            _best_shot(build, k, candidates, (nodes[k], nodes[k + 1]), h, budget)
+            update(k + 1)
     return build, not budget.exhausted
 
 
@@ -181,22 +184,24 @@ def _attention(plan: Plan, budget: Budget) -> tuple[_Build | None, bool, list[st
         nodes = _geodesic_nodes(plan, path)
         zero = Layer(dim=plan.initial.dim)
         build = _Build([zero] * plan.n, ["none"] * plan.n, [math.inf] * plan.n, path=label)
-        for k in range(plan.n):
-            u = (nodes[k + 1][0] - nodes[k][0]) / h
-            candidates = [
-                (f"mean weight θ={theta:g}", _attention_maker(u, theta))
-                for theta in (*ATTENTION_THETAS, 0.0)
-            ]
-            ends = (nodes[k], nodes[k + 1])
-            if not _best_shot(build, k, candidates[:-1], ends, h, budget) and not _best_shot(
-                build, k, candidates[-1:], ends, h, budget
-            ):
-                why = budget.reason() if budget.exhausted else "no gauge hit its end node"
-                notes.append(f"{label}: stopped at layer {k + 1} ({why})")
-                break
-        else:
-            if best is None or sum(build.energies) < sum(best.energies):
-                best = build
+        with progress("steer: flow layers (attention)", total=plan.n) as update:
+            for k in range(plan.n):
+                u = (nodes[k + 1][0] - nodes[k][0]) / h
+                candidates = [
+                    (f"mean weight θ={theta:g}", _attention_maker(u, theta))
+                    for theta in (*ATTENTION_THETAS, 0.0)
+                ]
+                ends = (nodes[k], nodes[k + 1])
+                if not _best_shot(build, k, candidates[:-1], ends, h, budget) and not _best_shot(
+                    build, k, candidates[-1:], ends, h, budget
+                ):
+                    why = budget.reason() if budget.exhausted else "no gauge hit its end node"
+                    notes.append(f"{label}: stopped at layer {k + 1} ({why})")
+                    break
+                update(k + 1)
+            else:
+                if best is None or sum(build.energies) < sum(best.energies):
+                    best = build
     return best, not budget.exhausted, notes
 
 

@@ -54,12 +54,17 @@ class IpoptDeadline(ca.Callback):
         self._sizes = {"x": nx, "lam_x": nx, "g": ng, "lam_g": ng, "f": 1, "p": np_, "lam_p": np_}
         self.deadline = math.inf
         self.fired = False
+        #: Iterations of the current solve, and the progress report ``update(iterations)``
+        #: (:func:`gtcontrol._progress.progress`) called at each of them.
+        self.iterations = 0
+        self.update: Callable[[float], None] = lambda iterations: None
         self.construct(name, {})
 
     def arm(self, seconds: float) -> None:
         """Set the deadline ``seconds`` from now and clear ``fired``."""
         self.deadline = time.perf_counter() + seconds
         self.fired = False
+        self.iterations = 0
 
     def disarm(self) -> None:
         """No deadline until the next :meth:`arm` (``fired`` keeps the last solve's answer)."""
@@ -82,6 +87,8 @@ class IpoptDeadline(ca.Callback):
         return ca.Sparsity.dense(n) if n else ca.Sparsity(0, 0)
 
     def eval(self, arg: Any) -> list[int]:
+        self.iterations += 1
+        self.update(self.iterations)
         if time.perf_counter() > self.deadline or (self.stop is not None and self.stop()):
             self.fired = True
             return [1]

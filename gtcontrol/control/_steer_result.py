@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from .._display import Axes, SummaryItems
 from .._status import Outcome, ResultFields, Status
 from ..errors import SolverError
 from ..model.gaussian import Gaussian
@@ -96,6 +97,29 @@ class SteeringResult(ResultFields, Outcome):
     gap: float
     terminal_error: float
     trajectory: Trajectory | None
+
+    def _summary_items(self) -> SummaryItems:
+        return [
+            ("layers", self.controls.n_layers),
+            ("dim", self.controls.dim),
+            ("cost", self.cost),
+            ("kinetic_energy", self.kinetic_energy),
+            ("lower_bound", self.lower_bound),
+            ("gap", self.gap),
+            ("terminal_error", self.terminal_error),
+        ]
+
+    def _draw(self, ax: Axes) -> None:
+        from ..model._figures import draw_covariance
+        from ._figures import draw_parameter_norms
+
+        if self.trajectory is None:  # the moments did not reach T
+            draw_parameter_norms(ax, self.controls)
+            ax.set_title(f"parameter norms per layer ({self.status.value})", fontsize=10)
+            return
+        t, cov, bps = self.trajectory.t, self.trajectory.cov, self.controls.breakpoints
+        title = f"covariance eigenvalues, {self.controls.n_layers} layers"
+        draw_covariance(ax, t, cov, breakpoints=bps, title=title)
 
 
 #: Tolerances of the verifying re-simulation: tighter than simulate's defaults because the

@@ -27,6 +27,7 @@ import casadi as ca
 import numpy as np
 
 from .._linalg import FloatArray, psd_sqrt, unvech, vech
+from .._progress import progress
 from ._ipopt import STOPPED, IpoptDeadline
 from ._ocp import (
     DEGREE,
@@ -303,6 +304,8 @@ class Transcription:
         }
         for key, value in prob.ipopt.items():
             opts[key if key == "expand" or "." in key else f"ipopt.{key}"] = value
+        max_iter = opts["ipopt.max_iter"]
+        self.max_iter = float(max_iter) if isinstance(max_iter, (int, float)) else None
         return ca.nlpsol("steer", "ipopt", {"x": x, "p": p, "f": objective, "g": g}, opts)
 
     # ------------------------------------------------------------------ solving
@@ -335,17 +338,20 @@ class Transcription:
             parts.append(np.asarray(self._initial_aux(states0) if aux0 is None else aux0))
         clock = time.perf_counter()
         self.deadline.arm(max_wall_time)
-        try:
-            sol = self.solver(
-                x0=np.concatenate(parts),
-                p=np.concatenate([x0, target, params0[:, self.fixed_rows].ravel()]),
-                lbx=self.lbx,
-                ubx=self.ubx,
-                lbg=self.lbg,
-                ubg=self.ubg,
-            )
-        finally:
-            self.deadline.disarm()
+        with progress(f"steer: IPOPT iterations, {L} layers", total=self.max_iter) as update:
+            self.deadline.update = update
+            try:
+                sol = self.solver(
+                    x0=np.concatenate(parts),
+                    p=np.concatenate([x0, target, params0[:, self.fixed_rows].ravel()]),
+                    lbx=self.lbx,
+                    ubx=self.ubx,
+                    lbg=self.lbg,
+                    ubg=self.ubg,
+                )
+            finally:
+                self.deadline.disarm()
+                self.deadline.update = lambda iterations: None
         seconds = time.perf_counter() - clock
         st = self.solver.stats()
         wopt = np.asarray(sol["x"]).ravel()

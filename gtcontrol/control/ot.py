@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 from scipy.integrate import simpson
 
+from .._display import Axes, Displayable, SummaryItems
 from .._linalg import FloatArray, polar, sym
 from .._status import Status
 from .._validation import as_positive_float, as_positive_int, frozen
@@ -94,7 +95,7 @@ def _ot_map(initial: Gaussian, target: Gaussian) -> tuple[FloatArray, FloatArray
 
 # ============================================================================ the geodesic
 @dataclass(frozen=True, eq=False)
-class OTSteering:
+class OTSteering(Displayable):
     """The Bures–Wasserstein geodesic from ``initial`` to ``target`` as a time-varying control.
 
     With ``s = t/T``, ``G(s) = (1 − s) I + s C`` (``C`` the optimal transport map, see
@@ -164,6 +165,23 @@ class OTSteering:
                 "singular": self.support_basis is not None,
             }
         )
+
+    def _summary_items(self) -> SummaryItems:
+        return [
+            ("dim", self.dim),
+            ("T", self.T),
+            ("kinetic_energy", self.kinetic_energy),
+            ("singular", self.support_basis is not None),
+        ]
+
+    def _draw(self, ax: Axes) -> None:
+        from ..model._figures import draw_covariance
+
+        t = np.linspace(0.0, self.T, 101)
+        cov = np.array([self.cov_at(float(s)) for s in t])
+        target = np.linalg.eigvalsh(self.target.cov)
+        title = "covariance eigenvalues along the geodesic"
+        draw_covariance(ax, t, cov, limit=target, limit_label="target", title=title)
 
     @property
     def breakpoints(self) -> FloatArray:

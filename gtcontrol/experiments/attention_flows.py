@@ -45,7 +45,9 @@ from typing import Any
 
 import numpy as np
 
+from .._display import Axes, SummaryItems
 from .._linalg import FloatArray
+from .._progress import progress
 from .._status import Budget, Outcome, ResultFields, Status
 from .._validation import as_positive_float, as_time_limit
 from ..errors import InvalidParametersError
@@ -198,6 +200,15 @@ class AttentionFlows(ResultFields, Outcome):
     curves: dict[tuple[int, str], tuple[FloatArray, FloatArray]] = field(repr=False)
     T: float
     figure: Path | None = None
+
+    def _summary_items(self) -> SummaryItems:
+        blowups = sum(math.isfinite(r.blowup_time) for r in self.rows)
+        return [("flows", len(self.rows)), ("blowups", blowups), ("T", self.T)]
+
+    def _draw(self, ax: Axes) -> None:
+        from ._figures import draw_flow_curves
+
+        draw_flow_curves(ax, self.curves)
 
     def table(self) -> list[dict[str, Any]]:
         """The rows as dicts."""
@@ -422,7 +433,8 @@ def _run_all(
                 g0 = _augmented(np.zeros(d), np.eye(d))
             else:
                 g0 = _augmented(*text[k])
-            row, curve = _flow_row(k, start, layer, g0, horizon, budget)
+            with progress(f"MiniLM layer {k}, start {start}"):
+                row, curve = _flow_row(k, start, layer, g0, horizon, budget)
             if row.status is Status.BUDGET_EXHAUSTED:
                 return Status.BUDGET_EXHAUSTED
             rows.append(row)
@@ -436,25 +448,11 @@ def _plot(
     path: Path,
 ) -> None:
     from ..plotting.core import new_figure, save_figure
+    from ._figures import draw_flow_curves
 
     fig = new_figure(9.0, 3.6)
     ax1, ax2 = fig.subplots(1, 2)
-    colors = [f"C{k}" for k in range(6)]
-    for (k, start), (t, lam) in curves.items():
-        ok = lam > 0
-        ax1.plot(
-            t[ok],
-            1.0 / lam[ok],
-            "-" if start == "identity" else "--",
-            color=colors[k],
-            lw=1.2,
-            label=f"layer {k}, {start}",
-        )
-    ax1.set_xlabel("depth t")
-    ax1.set_ylabel("1/λ_max Σ(t)")
-    ax1.set_yscale("log")
-    ax1.set_title("approach to the blow-up (1/λ_max → 0)", fontsize=9)
-    ax1.legend(fontsize=6, ncol=2)
+    draw_flow_curves(ax1, curves)
     for j, start in enumerate(_STARTS):
         sel = [r for r in rows if r.start == start]
         if sel:

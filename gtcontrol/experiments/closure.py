@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 from scipy.integrate import DOP853
 
+from .._display import Axes, SummaryItems
 from .._docstring import fill
 from .._linalg import FloatArray, unvech, vech
 from .._status import Budget, BudgetExhausted, Outcome, ResultFields, Status
@@ -86,6 +87,15 @@ class ClosureFlow(ResultFields, Outcome):
     t: FloatArray
     mean: FloatArray
     cov: FloatArray
+
+    def _summary_items(self) -> SummaryItems:
+        span = (float(self.t[0]), float(self.t[-1])) if self.t.size else None
+        return [("dim", self.cov.shape[-1]), ("n", self.t.size), ("t", span)]
+
+    def _draw(self, ax: Axes) -> None:
+        from ..model._figures import draw_covariance
+
+        draw_covariance(ax, self.t, self.cov, title="Gaussian closure: covariance eigenvalues")
 
     def __iter__(self) -> Iterator[FloatArray]:
         """Deprecated: unpack as ``(t, mean, cov)`` (the former return value)."""
@@ -280,6 +290,16 @@ class ClosenessCurve(ResultFields, Outcome):
     to_own: FloatArray
     moment_gap: FloatArray
 
+    def _summary_items(self) -> SummaryItems:
+        curves = {"to_flow": self.to_flow, "to_own": self.to_own, "moment_gap": self.moment_gap}
+        last = [(k, float(v[-1]) if v.size else math.nan) for k, v in curves.items()]
+        return [("activation", self.activation), ("n", self.t.size), *last]
+
+    def _draw(self, ax: Axes) -> None:
+        from ._figures import draw_closeness
+
+        draw_closeness(ax, self.t, self.to_flow, self.to_own, activation=self.activation)
+
 
 @fill(sizes=SIZES_ATTRIBUTES)
 @dataclass(frozen=True, eq=False)
@@ -305,6 +325,17 @@ class FeedForwardCloseness(TokenSizes, ResultFields, Outcome):
 
     T: float
     curves: tuple[ClosenessCurve, ...]
+
+    def _summary_items(self) -> SummaryItems:
+        final = {c.activation: float(c.to_flow[-1]) for c in self.curves if c.to_flow.size}
+        return [("d", self.d), ("n_tokens", self.n_tokens), ("T", self.T), ("to_flow", final)]
+
+    def _draw(self, ax: Axes) -> None:
+        from ._figures import draw_closeness
+
+        for c, color in zip(self.curves, ("tab:blue", "tab:red", "tab:green"), strict=False):
+            draw_closeness(ax, c.t, c.to_flow, c.to_own, activation=c.activation, color=color)
+        ax.set_title("tokens vs the Gaussian moment flow (t = 0: sampling error)", fontsize=9)
 
     def table(self) -> list[dict[str, Any]]:
         """Rows ``(activation, t, to_flow, to_own, moment_gap)``."""

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 from scipy import stats as _st
 
+from .._display import Axes, SummaryItems
 from .._linalg import RANK_RTOL, FloatArray
 from .._status import Budget, Outcome, ResultFields, Status
 from .._validation import as_float_array, as_positive_float, as_positive_int, as_time_limit
@@ -136,6 +137,23 @@ class GaussianityResult(ResultFields, Outcome):
     level: float
     p_value: float
     rejected: bool
+
+    def _summary_items(self) -> SummaryItems:
+        return [
+            ("n", self.n),
+            ("dim", self.dim),
+            ("rank", self.rank),
+            ("p_value", self.p_value),
+            ("level", self.level),
+            ("rejected", self.rejected),
+        ]
+
+    def _draw(self, ax: Axes) -> None:
+        from ._figures import draw_z_bars
+
+        verdict = "rejected" if self.rejected else "not rejected"
+        title = f"Gaussianity of {self.n} samples: p = {self.p_value:.3g}, {verdict}"
+        draw_z_bars(ax, {s.name: s.z for s in self.statistics}, title=title)
 
     def statistic(self, name: str) -> NullStatistic:
         """The statistic called ``name``.

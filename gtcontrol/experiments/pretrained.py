@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from .._display import Axes, SummaryItems
 from .._linalg import FloatArray
 from .._status import Budget, Outcome, ResultFields, Status
 from .._validation import as_positive_int, as_time_limit
@@ -310,6 +311,21 @@ class GaussianityTable(ResultFields, Outcome):
     seed: int
     rows: tuple[LayerGaussianity, ...]
     states: tuple[FloatArray, ...] = field(repr=False)
+
+    def _summary_items(self) -> SummaryItems:
+        return [
+            ("model", self.model),
+            ("n_tokens", self.n_tokens),
+            ("layers", len(self.rows)),
+            ("first_rejected_layer", self.first_rejected_layer),
+        ]
+
+    def _draw(self, ax: Axes) -> None:
+        from ._figures import draw_z_by_layer
+
+        names = [s.name for s in self.rows[0].result.statistics] if self.rows else []
+        z = {n: [r.result.statistic(n).z for r in self.rows] for n in names}
+        draw_z_by_layer(ax, [r.layer for r in self.rows], z, title=self.description)
 
     def table(self) -> list[dict[str, Any]]:
         """One flat row per layer (for reports and JSON)."""

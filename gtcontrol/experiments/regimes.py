@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from .._display import Axes, SummaryItems
 from .._docstring import fill
 from .._linalg import FloatArray
 from .._status import Budget, Outcome, ResultFields, Status
@@ -140,6 +141,31 @@ class RegimeResult(TokenSizes, ResultFields, Outcome):
     threshold: float
     rows: tuple[RegimeRow, ...]
     traces: dict[str, tuple[FloatArray, FloatArray, FloatArray]] = field(repr=False)
+
+    def _summary_items(self) -> SummaryItems:
+        predicted = {r.name: r.predicted for r in self.rows}
+        sizes = [("d", self.d), ("n_tokens", self.n_tokens), ("n_layers", self.n_layers)]
+        return [*sizes, ("predicted", predicted)]
+
+    def _draw(self, ax: Axes, rows: tuple[RegimeRow, ...] | None = None) -> None:
+        """Token and moment traces of ``rows`` (default: every configuration) on ``ax``."""
+        from ._figures import draw_trace_comparison
+
+        for row in self.rows if rows is None else rows:
+            k, tokens, moments = self.traces[row.name]
+            # Past the blow-up threshold the moments reach ~1e300: cut the curves there.
+            cap = 30.0 * self.threshold * float(tokens[0])
+            draw_trace_comparison(
+                ax,
+                k,
+                tokens,
+                moments,
+                cap=cap,
+                blowup_layer=row.blowup_layer_theory,
+                equilibrium_trace=row.equilibrium_trace,
+                label="" if rows is not None else row.name,
+            )
+        ax.legend(fontsize=6)
 
     def table(self) -> list[dict[str, Any]]:
         """One flat row per configuration."""

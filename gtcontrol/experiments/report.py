@@ -27,7 +27,9 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
+from .._display import Axes, SummaryItems
 from .._output import write_run
+from .._progress import progress
 from .._status import Budget, Outcome, ResultFields, Status
 from .._validation import as_positive_int, as_time_limit
 from ..errors import InvalidParametersError
@@ -89,6 +91,26 @@ class ReproduceResult(ResultFields, Outcome):
     feedforward: FeedForwardCloseness | None
     tables: dict[str, Any] = field(default_factory=dict)
     figures: tuple[str, ...] = ()
+
+    def _summary_items(self) -> SummaryItems:
+        return [
+            ("outdir", self.outdir),
+            ("files", len(self.files)),
+            ("gaussianity", self.gaussianity),
+            ("surrogate", self.surrogate),
+            ("regimes", self.regimes),
+            ("feedforward", self.feedforward),
+        ]
+
+    def _draw(self, ax: Axes) -> None:
+        """The first stage that ran: Gaussianity, surrogate, regimes, then feed-forward."""
+        stages = [*self.gaussianity, *self.surrogate, self.regimes, self.feedforward]
+        done = [s for s in stages if s is not None]
+        if not done:
+            ax.axhline(0.0, color="0.8")
+            ax.set_title(f"no stage ran ({self.status.value})", fontsize=10)
+            return
+        done[0]._draw(ax)
 
 
 # ---------------------------------------------------------------------------- writing
@@ -160,7 +182,8 @@ class _Stages:
             self.skipped.append(name)
             return None
         t0 = time.perf_counter()
-        out = fn(time_limit=time_left(self.budget))
+        with progress(f"experiment: {name}"):
+            out = fn(time_limit=time_left(self.budget))
         key = name.partition(":")[0]  # one timing per kind of stage, summed over models
         self.timings[key] = self.timings.get(key, 0.0) + time.perf_counter() - t0
         res: Any = out

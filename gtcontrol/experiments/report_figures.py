@@ -12,7 +12,6 @@ from scipy import stats as _st
 
 from ..plotting.core import new_figure, save_figure
 from .closure import FeedForwardCloseness
-from .gaussianity import STATISTICS
 from .pretrained import GaussianityTable
 from .regimes import RegimeResult
 from .sample_statistics import _whiten
@@ -22,22 +21,8 @@ __all__ = ["Evidence", "write_figures"]
 
 
 def _plot_gaussianity(tab: GaussianityTable, path: Path) -> None:
-    zs = np.array([[s.z for s in r.result.statistics] for r in tab.rows], dtype=float)
-    zs = zs[np.isfinite(zs)]
     fig = new_figure(7.0, 3.6)
-    ax = fig.subplots()
-    layers = [r.layer for r in tab.rows]
-    for j, name in enumerate(STATISTICS):
-        z = np.array([r.result.statistics[j].z for r in tab.rows])
-        ax.plot(layers, z, "o-", lw=1.3, label=name)
-    ax.set_yscale("symlog", linthresh=3.0)
-    if zs.size:
-        ax.set_ylim(min(-4.0, 1.5 * float(zs.min())), max(4.0, 1.5 * float(zs.max())))
-    ax.axhspan(-3, 3, color="0.9", zorder=0, label="|z| < 3")
-    ax.set_xlabel("layer (0 = Gaussian input)")
-    ax.set_ylabel("z against the Gaussian null")
-    ax.set_title(tab.description, fontsize=9)
-    ax.legend(fontsize=7)
+    tab.plot(fig.subplots())
     save_figure(fig, path)
 
 
@@ -67,20 +52,7 @@ def _plot_projections(tab: GaussianityTable, path: Path, seed: int) -> None:
 
 def _plot_surrogate(c: SurrogateComparison, path: Path) -> None:
     fig = new_figure(7.0, 3.4)
-    ax = fig.subplots()
-    layers = [r.layer for r in c.rows]
-    for key, label in (
-        ("cov_error", "cov err (propagated)"),
-        ("local_cov_error", "cov err (local)"),
-        ("layer_change", "layer change (do-nothing)"),
-        ("mean_error", "mean err (propagated)"),
-        ("ln_scale_cv", "LN scale CV"),
-        ("attention_ess", "attention ESS/N"),
-    ):
-        ax.semilogy(layers, [getattr(r, key) for r in c.rows], "o-", lw=1.3, label=label)
-    ax.set_xlabel("layer")
-    ax.set_title(f"moment surrogate vs measured: {c.model}, N = {c.n_tokens}", fontsize=9)
-    ax.legend(fontsize=7)
+    c.plot(fig.subplots())
     save_figure(fig, path)
 
 
@@ -88,36 +60,14 @@ def _plot_regimes(r: RegimeResult, path: Path) -> None:
     fig = new_figure(3.3 * max(len(r.rows), 1), 3.2)
     axes = np.atleast_1d(fig.subplots(1, max(len(r.rows), 1)))
     for ax, row in zip(axes, r.rows, strict=False):
-        k, tr_tok, tr_mom = r.traces[row.name]
-        # Past the blow-up threshold the moments reach ~1e300: cut the curves there.
-        cap = 30.0 * r.threshold * float(tr_tok[0])
-        shown_tok = np.where(np.isfinite(tr_tok) & (tr_tok <= cap), tr_tok, np.nan)
-        shown_mom = np.where(np.isfinite(tr_mom) & (tr_mom <= cap), tr_mom, np.nan)
-        ax.semilogy(k, shown_tok, "o", ms=3, label="tokens (empirical)")
-        ax.semilogy(k, shown_mom, "-", label="moments")
-        if math.isfinite(row.blowup_layer_theory):
-            ax.axvline(row.blowup_layer_theory, color="tab:red", ls="--", lw=1, label="T*/h")
-        if math.isfinite(row.equilibrium_trace):
-            ax.axhline(row.equilibrium_trace, color="k", ls=":", lw=1, label="tr Σ*")
+        r._draw(ax, rows=(row,))  # one configuration per panel
         ax.set_title(f"{row.name}: {row.description}", fontsize=8)
-        ax.set_xlabel("layer")
-        ax.legend(fontsize=6)
-    axes[0].set_ylabel("tr Σ")
     save_figure(fig, path)
 
 
 def _plot_feedforward(f: FeedForwardCloseness, path: Path) -> None:
     fig = new_figure(6.5, 3.4)
-    ax = fig.subplots()
-    for c, color in zip(f.curves, ("tab:blue", "tab:red"), strict=True):
-        ax.plot(c.t, c.to_flow, "o-", color=color, label=f"{c.activation}: SW to moment flow")
-        ax.plot(
-            c.t, c.to_own, "s--", color=color, ms=3, label=f"{c.activation}: SW to own Gaussian"
-        )
-    ax.set_xlabel("depth t")
-    ax.set_ylabel("sliced W2")
-    ax.set_title("tokens vs the Gaussian moment flow (t = 0: sampling error)", fontsize=9)
-    ax.legend(fontsize=7)
+    f.plot(fig.subplots())
     save_figure(fig, path)
 
 

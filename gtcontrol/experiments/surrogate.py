@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from .._display import Axes, SummaryItems
 from .._linalg import FloatArray
 from .._status import Budget, Outcome, ResultFields, Status
 from .._validation import as_positive_int, as_time_limit
@@ -119,6 +120,30 @@ class SurrogateComparison(ResultFields, Outcome):
     predicted_cov: FloatArray = field(repr=False)
     measured_mean: FloatArray = field(repr=False)
     measured_cov: FloatArray = field(repr=False)
+
+    def _summary_items(self) -> SummaryItems:
+        worst = max((r.cov_error for r in self.rows), default=math.nan)
+        return [
+            ("model", self.model),
+            ("n_tokens", self.n_tokens),
+            ("layers", len(self.rows)),
+            ("max_cov_error", worst),
+        ]
+
+    def _draw(self, ax: Axes) -> None:
+        from ._figures import draw_layer_curves
+
+        labels = {
+            "cov_error": "cov err (propagated)",
+            "local_cov_error": "cov err (local)",
+            "layer_change": "layer change (do-nothing)",
+            "mean_error": "mean err (propagated)",
+            "ln_scale_cv": "LN scale CV",
+            "attention_ess": "attention ESS/N",
+        }
+        curves = {v: [getattr(r, k) for r in self.rows] for k, v in labels.items()}
+        title = f"moment surrogate vs measured: {self.model}, N = {self.n_tokens}"
+        draw_layer_curves(ax, [r.layer for r in self.rows], curves, title=title)
 
     def table(self) -> list[dict[str, Any]]:
         """One flat row per layer."""

@@ -227,6 +227,7 @@ def _piece(
         st.error_sum += q
         st.h_min, st.h_max = min(st.h_min, h), max(st.h_max, h)
         x, f, t = x_new, f_new, t_new
+        st.run.update(t)
         if record_steps or t == seg[1]:
             rec.add(t, x)
     return x, f, t, None

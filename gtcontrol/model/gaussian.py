@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from .._display import Axes, Displayable, SummaryItems
 from .._linalg import RANK_RTOL, SYM_RTOL, FloatArray, psd_factor, sym
 from .._validation import (
     MAX_DIM,
@@ -34,7 +35,7 @@ __all__ = ["Gaussian", "check_gaussian"]
 
 
 @dataclass(frozen=True, eq=False, init=False)
-class Gaussian:
+class Gaussian(Displayable):
     """A Gaussian measure ``N(mean, cov)`` on ``R^d``; the covariance may be singular.
 
     Parameters
@@ -123,8 +124,16 @@ class Gaussian:
         """True when the covariance is singular (``rank < dim``)."""
         return self.rank < self.dim
 
-    def __repr__(self) -> str:
-        return f"Gaussian(dim={self.dim}, rank={self.rank}, mean={self.mean.tolist()!r})"
+    def _summary_items(self) -> SummaryItems:
+        return [("dim", self.dim), ("rank", self.rank), ("mean", self.mean)] + (
+            [("cov", self.cov)] if self.dim <= 2 else [("trace", float(np.trace(self.cov)))]
+        )
+
+    def _draw(self, ax: Axes) -> None:
+        from ._figures import draw_gaussian
+
+        draw_gaussian(ax, self.mean, self.cov)
+        ax.set_title(f"N(m, Σ), d = {self.dim}", fontsize=10)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Gaussian):

@@ -35,6 +35,7 @@ from scipy.integrate import BDF, DOP853, LSODA, RK45, OdeSolver, Radau
 from scipy.linalg import LinAlgWarning
 
 from .._linalg import FloatArray
+from .._progress import progress
 from .._status import DEFAULT_MAX_EVALS, MAX_EVALS_LIMIT, Budget, BudgetExhausted, Status
 from .._validation import as_choice, as_positive_float, as_positive_int, as_time_limit
 from ..errors import InvalidParametersError
@@ -229,6 +230,9 @@ class _Run:
     remaining: float = math.inf
     forms: set[str] = field(default_factory=set)
     switches: list[str] = field(default_factory=list)
+    #: Progress report ``update(depth)`` (:func:`gtcontrol._progress.progress`; a no-op unless
+    #: the command line shows bars), called once per accepted step.
+    update: Callable[[float], None] = lambda depth: None
 
 
 class _Segment:
@@ -440,6 +444,7 @@ def _integrate_segment(
             if not np.all(np.isfinite(y)):
                 return _collapse(seg, t_prev, y_prev, "the state became non-finite")
             run.nsteps += 1
+            run.update(t)
             _record_step(seg, grid, t_prev, t, y)
             outcome = _after_step(seg, t, y)
             if outcome is not None:
@@ -474,7 +479,12 @@ def integrate(setup: _Setup, opts: _IntegratorOptions) -> tuple[_Record, Outcome
     )
     state: tuple[FloatArray, FloatArray, Any] = (setup.mean0, setup.cov0, lf0)
     outcome = Outcome(Status.SUCCESS, "integrated to the horizon")
-    with np.errstate(over="ignore", invalid="ignore"):
+    t_start, t_end = float(setup.breaks[0]), float(setup.breaks[-1])
+    with (
+        np.errstate(over="ignore", invalid="ignore"),
+        progress(f"moments, depth {t_end:g}", total=t_end - t_start) as update,
+    ):
+        run.update = lambda t: update(t - t_start)
         for k in range(len(setup.grids)):
             state, stop = _integrate_segment(run, setup, k, state)
             if stop is not None:

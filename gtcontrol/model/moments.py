@@ -31,8 +31,10 @@ from typing import Any
 
 import numpy as np
 
+from .._display import Axes, SummaryItems
 from .._docstring import fill
 from .._linalg import FloatArray, numerical_ranks, sym
+from .._progress import progress
 from .._status import (
     DEFAULT_MAX_EVALS,
     Budget,
@@ -130,11 +132,21 @@ class Trajectory(OutcomeOrBlowup):
     def __len__(self) -> int:
         return int(self.t.shape[0])
 
-    def __repr__(self) -> str:
-        return (
-            f"Trajectory(dim={self.dim}, n={len(self)}, t=[{self.t[0]:g}, {self.t[-1]:g}], "
-            f"status={self.status!r}, blowup_time={self.blowup_time:g})"
-        )
+    def _summary_items(self) -> SummaryItems:
+        return [
+            ("dim", self.dim),
+            ("n", len(self)),
+            ("t", (float(self.t[0]), float(self.t[-1]))),
+            ("blowup_time", self.blowup_time),
+            ("final_trace", float(np.trace(self.cov[-1]))),
+        ]
+
+    def _draw(self, ax: Axes) -> None:
+        from ._figures import draw_covariance
+
+        stop = "" if self.success else f" (stopped early: {self.status.value})"
+        title = f"covariance eigenvalues{stop}"
+        draw_covariance(ax, self.t, self.cov, blowup_time=self.blowup_time, title=title)
 
 
 def _assemble(rec: _Record, outcome: _Outcome, stats: Mapping[str, Any]) -> Trajectory:
@@ -312,12 +324,16 @@ def simulate_discrete(
     ts, means, covs = [0.0], [m], [s]
     outcome = _Outcome(Status.SUCCESS, "recursion completed")
     try:
-        with np.errstate(over="ignore", invalid="ignore"):
+        with (
+            np.errstate(over="ignore", invalid="ignore"),
+            progress("discrete layers", total=float(breaks[-1] - breaks[0])) as update,
+        ):
             for k in range(len(breaks) - 1):
                 t0, t1 = breaks[k], breaks[k + 1]
                 h = (t1 - t0) / steps
                 for j in range(steps):
                     budget.tick()
+                    update(float(t0 + j * h - breaks[0]))
                     t = t0 + j * h
                     m, s = _residual_step(ctrl.layer_at(t + 0.5 * h), m, s, h)
                     if not (np.all(np.isfinite(s)) and np.all(np.isfinite(m))):

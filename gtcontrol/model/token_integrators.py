@@ -339,6 +339,9 @@ class _Run:
     work: _Workspace
     rec: _Recorder
     snap_times: FloatArray
+    #: Progress report ``update(depth)`` (:func:`gtcontrol._progress.progress`; a no-op unless
+    #: the command line shows bars), called once per step.
+    update: Callable[[float], None] = lambda depth: None
 
 
 def _run_fixed(
@@ -375,6 +378,7 @@ def _run_fixed(
             x = x_new
             idx += 1
             t_now = t + h if j < steps - 1 else t1
+            run.update(t_now)
             if opts.record == "steps" or j == steps - 1:
                 rec.add(t_now, x)
             if idx in snap_idx:

@@ -31,7 +31,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from .._display import Axes, SummaryItems
 from .._linalg import FloatArray
+from .._progress import progress
 from .._status import Budget, Outcome, Status
 from .._validation import frozen, option_values
 from ._token_adaptive import _run_adaptive
@@ -136,10 +138,22 @@ class TokenTrajectory(Outcome):
     def __len__(self) -> int:
         return int(self.t.shape[0])
 
-    def __repr__(self) -> str:
-        return (
-            f"TokenTrajectory(N={self.n_tokens}, dim={self.dim}, n={len(self)}, "
-            f"t=[{self.t[0]:g}, {self.t[-1]:g}], status={self.status!r})"
+    def _summary_items(self) -> SummaryItems:
+        return [
+            ("N", self.n_tokens),
+            ("dim", self.dim),
+            ("n", len(self)),
+            ("t", (float(self.t[0]), float(self.t[-1]))),
+            ("blowup_time", self.blowup_time),
+            ("snapshots", len(self.snapshots)),
+        ]
+
+    def _draw(self, ax: Axes) -> None:
+        from ._figures import draw_covariance
+
+        title = f"{self.n_tokens} tokens, empirical covariance ({self.status.value})"
+        draw_covariance(
+            ax, self.t, self.cov, blowup_time=self.blowup_time, blowup_label="overflow", title=title
         )
 
 
@@ -283,10 +297,14 @@ def simulate_tokens(
     budget = Budget(opts.time_limit, max_evals=opts.max_evals)
     work = _Workspace(x.shape[0], opts.dtype, opts.block_size, budget, backend=opts.backend)
     rec = _Recorder(opts.record)
-    run = _Run(ctrl, opts, work, rec, snap_times)
     stats: dict[str, Any] = {"method": opts.method, "backend": work.backend}
+    t_start, t_end = float(breaks[0]), float(breaks[-1])
     # Overflow is detected and reported as a status; silence the intermediate inf/nan warnings.
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+    with (
+        np.errstate(over="ignore", invalid="ignore", divide="ignore"),
+        progress(f"{x.shape[0]} tokens, depth {t_end:g}", total=t_end - t_start) as update,
+    ):
+        run = _Run(ctrl, opts, work, rec, snap_times, lambda t: update(t - t_start))
         if opts.method == "adaptive":
             x, end, adaptive_stats = _run_adaptive(run, x)
             stats.update(adaptive_stats)

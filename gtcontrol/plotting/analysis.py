@@ -1,27 +1,33 @@
 """Figures of the ``analyze`` task: covariance eigenvalues against depth and the 2×2 cone.
 
 Both take a :class:`gtcontrol.analysis.regime_figures.RegimeFigureData` (from
-:func:`gtcontrol.analysis.regime_figures.regime_figure_data`) and a PNG path; they draw on detached
-matplotlib figures (Agg canvas, no pyplot state) and return nothing.
+:func:`gtcontrol.analysis.regime_figures.regime_figure_data`); they draw on Axes that they are
+given (``ax=``) or on a new detached figure (no pyplot state), save it as PNG when given a
+``path``, and return the Axes. The eigenvalue curves are drawn by
+:func:`gtcontrol.model._figures.draw_eigenvalues`, as for every trajectory.
 
 Reference: Alcalde, Ji, Zuazua, arXiv:2606.07600 (2026), §4.
 """
 
 from __future__ import annotations
 
-import math
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+from matplotlib.axes import Axes
 
 from ..analysis.regime_figures import RegimeFigureData
 from ..errors import InvalidParametersError
-from .core import new_figure, save_figure
+from ..model._figures import draw_covariance
+from .core import finish, new_figure, panels
 
 __all__ = ["plot_cone", "plot_covariance_eigenvalues"]
 
 
-def plot_covariance_eigenvalues(data: RegimeFigureData, path: str | Path) -> None:
+def plot_covariance_eigenvalues(
+    data: RegimeFigureData, path: str | Path | None = None, *, ax: Axes | None = None
+) -> Axes:
     """Eigenvalues of Σ(t) against depth (log scale), with the regime marked.
 
     The equilibrium/limit eigenvalues are dotted horizontal lines, the blow-up time a dashed
@@ -32,29 +38,33 @@ def plot_covariance_eigenvalues(data: RegimeFigureData, path: str | Path) -> Non
     data
         The figure data of :func:`gtcontrol.analysis.regime_figures.regime_figure_data`.
     path
-        Where to write the PNG.
+        Where to write the PNG (``None``: not saved).
+    ax
+        The Axes to draw on; ``None``: a new figure.
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+        The Axes drawn on.
     """
-    fig = new_figure(6.4, 4.0)
-    ax = fig.subplots()
-    t = data.trajectory.t
-    lam = np.where(data.eigenvalues > 0, data.eigenvalues, np.nan)
-    for i in range(lam.shape[1]):
-        ax.semilogy(t, lam[:, i], lw=1.5, label=f"λ{i + 1}" if lam.shape[1] <= 6 else None)
-    if data.equilibrium_eigenvalues is not None:
-        for i, w in enumerate(data.equilibrium_eigenvalues):
-            if w > 0:
-                ax.axhline(w, color="k", ls=":", lw=1.0, label="limit" if i == 0 else None)
-    if math.isfinite(data.blowup_time):
-        ax.axvline(data.blowup_time, color="tab:red", ls="--", lw=1.2, label="blow-up T*")
-    ax.set_xlabel("depth t")
-    ax.set_ylabel("eigenvalues of Σ(t)")
-    reg = data.regime
-    ax.set_title(f"{reg.kind} ({reg.certificate})", fontsize=10)
-    ax.legend(fontsize=8, loc="best")
-    save_figure(fig, path)
+    (a,) = panels(ax, 1, 6.4, 4.0)
+    draw_covariance(
+        a,
+        data.trajectory.t,
+        data.eigenvalues,
+        blowup_time=data.blowup_time,
+        blowup_label="blow-up T*",
+        limit=data.equilibrium_eigenvalues,
+        limit_label="limit",
+        title=f"{data.regime.kind} ({data.regime.certificate})",
+    )
+    finish([a], path)
+    return a
 
 
-def plot_cone(data: RegimeFigureData, path: str | Path) -> None:
+def plot_cone(
+    data: RegimeFigureData, path: str | Path | None = None, *, ax: Sequence[Axes] | None = None
+) -> tuple[Axes, Axes]:
     """For d = 2: Σ(t) in the PSD cone ``(a − b, 2c, a + b)``, and Σ/tr Σ in its unit disk.
 
     Left: the trajectory in the cone (its boundary ``z = √(x² + y²)`` drawn as a wireframe);
@@ -66,7 +76,14 @@ def plot_cone(data: RegimeFigureData, path: str | Path) -> None:
     data
         The figure data of a 2-dimensional layer.
     path
-        Where to write the PNG.
+        Where to write the PNG (``None``: not saved).
+    ax
+        Two Axes to draw on, the first a 3-d one (``projection="3d"``); ``None``: a new figure.
+
+    Returns
+    -------
+    tuple of matplotlib.axes.Axes
+        The cone (3-d) and the disk panels.
 
     Raises
     ------
@@ -75,9 +92,13 @@ def plot_cone(data: RegimeFigureData, path: str | Path) -> None:
     """
     if data.cone is None or data.cone_normalized is None:
         raise InvalidParametersError("data: the cone picture needs a 2-dimensional layer")
-    fig = new_figure(9.0, 4.2)
-    ax3 = fig.add_subplot(1, 2, 1, projection="3d")
-    ax2 = fig.add_subplot(1, 2, 2)
+    if ax is None:
+        fig = new_figure(9.0, 4.2)
+        ax3, ax2 = fig.add_subplot(1, 2, 1, projection="3d"), fig.add_subplot(1, 2, 2)
+    else:
+        ax3, ax2 = panels(ax, 2, 9.0, 4.2)
+        if ax3.name != "3d":
+            raise InvalidParametersError("ax: the first Axes must be 3-d (projection='3d')")
     blow = data.regime.kind == "blowup"
     pts = data.cone_normalized if blow else data.cone
     top = float(np.nanmax(pts[:, 2])) if np.isfinite(pts[:, 2]).any() else 1.0
@@ -108,4 +129,5 @@ def plot_cone(data: RegimeFigureData, path: str | Path) -> None:
     ax2.set_xlabel("(a − b)/tr Σ")
     ax2.set_ylabel("2c/tr Σ")
     ax2.set_title(f"shape Σ/tr Σ — {data.regime.kind}", fontsize=10)
-    save_figure(fig, path)
+    finish([ax3, ax2], path)
+    return ax3, ax2

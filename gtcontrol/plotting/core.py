@@ -1,24 +1,33 @@
-"""Figures for gtcontrol runs (matplotlib, Agg, no global pyplot state).
+"""Figures for gtcontrol runs (matplotlib's object API, no global pyplot state).
 
-Each function draws one figure from result data and saves it as PNG to ``path``.
+Each function draws one figure from result data on Axes that it is given (``ax=``) or on a new
+detached figure, saves it as PNG when given a ``path``, and returns its Axes. The drawing code
+itself lives with the results (``gtcontrol/model/_figures.py``, ``analysis/_figures.py``,
+``control/_figures.py``), which the results' ``.plot(ax)`` use too; this package arranges the
+panels and writes the files.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from .._linalg import FloatArray, psd_factor
-from .._status import Status
+from .._linalg import FloatArray
+from ..analysis._figures import draw_convergence
+from ..errors import InvalidParametersError
+from ..model._figures import draw_eigenvalues, draw_mean, draw_token_cloud, mark_depths
 from ..model.moments import Trajectory
 
 __all__ = [
+    "finish",
     "new_figure",
+    "panels",
     "plot_convergence",
     "plot_moments",
     "plot_token_clouds",
@@ -57,14 +66,70 @@ def save_figure(fig: Figure, path: str | Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+def panels(ax: Any, n: int, width: float, height: float) -> list[Axes]:
+    """The ``n`` Axes to draw on: those given, or a row of ``n`` on a new figure.
+
+    Parameters
+    ----------
+    ax
+        ``None``, one Axes (``n == 1``) or a sequence of ``n`` Axes.
+    n
+        Number of panels.
+    width, height
+        Size in inches of a new figure.
+
+    Returns
+    -------
+    list of matplotlib.axes.Axes
+        The panels.
+
+    Raises
+    ------
+    InvalidParametersError
+        If ``ax`` is not ``None``, an Axes (for one panel) or ``n`` Axes.
+    """
+    if ax is None:
+        return list(np.atleast_1d(new_figure(width, height).subplots(1, n)).ravel())
+    given = [ax] if isinstance(ax, Axes) else list(np.ravel(np.asarray(ax, dtype=object)))
+    if len(given) != n or not all(isinstance(a, Axes) for a in given):
+        what = "a matplotlib Axes" if n == 1 else f"a sequence of {n} matplotlib Axes"
+        raise InvalidParametersError(f"ax: expected None or {what}, got {ax!r}")
+    return given
+
+
+def finish(axes: Sequence[Axes], path: str | Path | None, title: str = "") -> None:
+    """Give the figure of ``axes`` its title (plain text) and save it when ``path`` is given.
+
+    Parameters
+    ----------
+    axes
+        The panels drawn.
+    path
+        Where to write the PNG, or ``None``.
+    title
+        Title over the panels (one Axes: its own title), none when empty.
+    """
+    if title:
+        if len(axes) == 1:
+            axes[0].set_title(title, fontsize=10, parse_math=False)
+        else:
+            axes[0].figure.suptitle(title, fontsize=10, parse_math=False)
+    if path is not None:
+        fig = axes[0].figure
+        while not isinstance(fig, Figure):  # a subfigure: save the whole figure
+            fig = fig.figure
+        save_figure(fig, path)
+
+
 def plot_moments(
     traj: Trajectory,
-    path: str | Path,
+    path: str | Path | None = None,
     *,
+    ax: Sequence[Axes] | None = None,
     title: str = "",
     equilibrium_eigs: FloatArray | None = None,
     breakpoints: Sequence[float] | None = None,
-) -> None:
+) -> tuple[Axes, Axes]:
     """Mean components and covariance eigenvalues against depth.
 
     Marks the blow-up time (dashed red), optional equilibrium eigenvalues (dotted) and layer
@@ -76,58 +141,46 @@ def plot_moments(
     traj
         The moment trajectory.
     path
-        Where to write the PNG.
+        Where to write the PNG (``None``: not saved).
+    ax
+        Two Axes to draw on (mean, eigenvalues); ``None``: a new figure.
     title
         Figure title, drawn as plain text (no mathtext: a `$` is a dollar sign).
     equilibrium_eigs
         Eigenvalues of an equilibrium covariance, drawn as dotted lines.
     breakpoints
         Layer switches (the first and last entries, 0 and T, are not drawn).
+
+    Returns
+    -------
+    tuple of matplotlib.axes.Axes
+        The mean and the eigenvalue panels.
     """
-    fig = new_figure()
-    ax_m, ax_s = fig.subplots(1, 2)
-    for i in range(traj.dim):
-        ax_m.plot(traj.t, traj.mean[:, i], lw=1.4, label=f"m{i + 1}" if traj.dim <= 6 else None)
-    eig = np.linalg.eigvalsh(traj.cov)
-    positive = np.where(eig > 0, eig, np.nan)
-    for i in range(traj.dim):
-        ax_s.semilogy(traj.t, positive[:, i], lw=1.4)
-    if equilibrium_eigs is not None:
-        for w in np.atleast_1d(equilibrium_eigs):
-            ax_s.axhline(float(w), color="k", ls=":", lw=1.0)
-    for ax in (ax_m, ax_s):
-        if math.isfinite(traj.blowup_time):
-            ax.axvline(traj.blowup_time, color="tab:red", ls="--", lw=1.2, label="blow-up")
-        if breakpoints is not None and len(breakpoints) > 2:
-            for tb in breakpoints[1:-1]:
-                ax.axvline(tb, color="0.85", lw=0.6, zorder=0)
-        ax.set_xlabel("depth t")
+    ax_m, ax_s = panels(ax, 2, 8.0, 3.4)
+    draw_mean(ax_m, traj.t, traj.mean)
+    draw_eigenvalues(ax_s, traj.t, traj.cov, limit=equilibrium_eigs)
+    for a in (ax_m, ax_s):
+        mark_depths(a, blowup_time=traj.blowup_time, breakpoints=breakpoints)
     ax_m.set_title("mean")
     ax_s.set_title("covariance eigenvalues")
-    if traj.dim <= 6 or math.isfinite(traj.blowup_time):
+    if ax_m.get_legend_handles_labels()[0]:
         ax_m.legend(fontsize=7, loc="best")
-    if traj.status not in (Status.SUCCESS, Status.BLOWUP):
-        title = f"{title} (stopped early: {traj.status})" if title else f"stopped: {traj.status}"
-    if title:
-        fig.suptitle(title, fontsize=10, parse_math=False)
-    save_figure(fig, path)
-
-
-def _ellipse(mean: FloatArray, cov: FloatArray, n_std: float = 2.0) -> FloatArray:
-    """Points of the ``n_std`` ellipse of a 2-d Gaussian (degenerate ones become segments)."""
-    th = np.linspace(0.0, 2.0 * np.pi, 200)
-    circle = np.stack([np.cos(th), np.sin(th)], axis=1)
-    return mean + n_std * circle @ psd_factor(cov).T
+    if not traj.success:
+        stop = traj.status.value
+        title = f"{title} (stopped early: {stop})" if title else f"stopped: {stop}"
+    finish([ax_m, ax_s], path, title)
+    return ax_m, ax_s
 
 
 def plot_token_clouds(
     snapshots: Sequence[tuple[float, FloatArray]],
     predicted: Trajectory,
-    path: str | Path,
+    path: str | Path | None = None,
     *,
+    ax: Sequence[Axes] | None = None,
     max_points: int = 2000,
     title: str = "",
-) -> None:
+) -> list[Axes]:
     """Token clouds (first two coordinates) at a few depths with the predicted 2σ ellipse.
 
     Parameters
@@ -137,35 +190,40 @@ def plot_token_clouds(
     predicted
         The moment trajectory; the ellipse comes from its recorded depth closest to ``t``.
     path
-        Where to write the PNG.
+        Where to write the PNG (``None``: not saved).
+    ax
+        One Axes per snapshot; ``None``: a new figure.
     max_points
         Tokens drawn per panel (the first ones).
     title
         Figure title, drawn as plain text (no mathtext: a `$` is a dollar sign).
+
+    Returns
+    -------
+    list of matplotlib.axes.Axes
+        One panel per snapshot.
     """
     n = len(snapshots)
-    fig = new_figure(3.0 * n, 3.2)
-    axes = np.atleast_1d(fig.subplots(1, n))
-    for ax, (t, x) in zip(axes, snapshots):
-        i = int(np.argmin(np.abs(predicted.t - t)))
-        pts = x[:max_points, :2]
-        ax.scatter(pts[:, 0], pts[:, 1], s=2, alpha=0.35, color="tab:blue", rasterized=True)
-        e = _ellipse(predicted.mean[i, :2], predicted.cov[i, :2, :2])
-        ax.plot(e[:, 0], e[:, 1], color="tab:red", lw=1.5)
-        ax.set_title(f"t = {t:.3g}", fontsize=9)
-        ax.set_aspect("equal", adjustable="datalim")
-    if title:
-        fig.suptitle(title, fontsize=10, parse_math=False)
-    save_figure(fig, path)
+    axes = panels(ax, n, 3.0 * n, 3.2)
+    for a, (t, x) in zip(axes, snapshots, strict=True):
+        i = int(np.argmin(np.abs(predicted.t - t)))  # the recorded depth closest to t
+        mean, cov = predicted.mean[i], predicted.cov[i]
+        draw_token_cloud(a, t, x, mean, cov, max_points=max_points)
+    if title and n == 1:
+        axes[0].set_title(f"{title}, {axes[0].get_title()}", fontsize=9, parse_math=False)
+        title = ""
+    finish(axes, path, title)
+    return axes
 
 
 def plot_convergence(
     n_tokens: Sequence[int],
     errors: Mapping[str, Sequence[float] | FloatArray],
-    path: str | Path,
+    path: str | Path | None = None,
     *,
+    ax: Axes | None = None,
     title: str = "",
-) -> None:
+) -> Axes:
     """Log-log errors against the number of tokens with an ``N^(-1/2)`` reference line.
 
     Parameters
@@ -175,20 +233,18 @@ def plot_convergence(
     errors
         Error curves by label, one value per ``N``.
     path
-        Where to write the PNG.
+        Where to write the PNG (``None``: not saved).
+    ax
+        The Axes to draw on; ``None``: a new figure.
     title
         Axes title, drawn as plain text (no mathtext: a `$` is a dollar sign).
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+        The Axes drawn on.
     """
-    fig = new_figure(5.0, 3.8)
-    ax = fig.subplots()
-    ns = np.asarray(n_tokens, dtype=float)
-    for name, err in errors.items():
-        ax.loglog(ns, err, "o-", lw=1.4, label=name)
-    ref0 = max(float(np.max(e)) for e in errors.values())
-    ax.loglog(ns, ref0 * np.sqrt(ns[0] / ns), "k--", lw=1.0, label=r"$\propto N^{-1/2}$")
-    ax.set_xlabel("number of tokens N")
-    ax.set_ylabel("error at depth T")
-    ax.legend(fontsize=8)
-    if title:
-        ax.set_title(title, fontsize=10, parse_math=False)
-    save_figure(fig, path)
+    (a,) = panels(ax, 1, 5.0, 3.8)
+    draw_convergence(a, n_tokens, errors, title=title)
+    finish([a], path)
+    return a

@@ -1,7 +1,9 @@
-"""Figures for steering runs (matplotlib, Agg, no global pyplot state).
+"""Figures for steering runs (matplotlib's object API, no global pyplot state).
 
-Each function draws one figure from result data and saves it as PNG to ``path``. Token clouds
-against the predicted ellipses are drawn by :func:`gtcontrol.plotting.core.plot_token_clouds`.
+Each function draws one figure from result data on Axes that it is given (``ax=``) or on a new
+detached figure, saves it as PNG when given a ``path``, and returns its Axes. The panels are
+drawn by :mod:`gtcontrol.control._figures` and :mod:`gtcontrol.model._figures`; token clouds
+against the predicted ellipses are :func:`gtcontrol.plotting.core.plot_token_clouds`.
 
 Reference: Alcalde, Ji, Zuazua, arXiv:2606.07600 (2026), §5.
 """
@@ -12,11 +14,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+from matplotlib.axes import Axes
 
+from ..control._figures import draw_distance, draw_parameter_norms
+from ..model._figures import draw_eigenvalues, draw_mean, mark_depths
 from ..model.gaussian import Gaussian
 from ..model.moments import Trajectory
 from ..model.params import Schedule
-from .core import new_figure, save_figure
+from .core import finish, panels
 
 __all__ = ["plot_parameter_norms", "plot_steering_moments"]
 
@@ -24,11 +29,12 @@ __all__ = ["plot_parameter_norms", "plot_steering_moments"]
 def plot_steering_moments(
     traj: Trajectory,
     target: Gaussian,
-    path: str | Path,
+    path: str | Path | None = None,
     *,
+    ax: Sequence[Axes] | None = None,
     breakpoints: Sequence[float] | None = None,
     title: str = "",
-) -> None:
+) -> tuple[Axes, Axes, Axes]:
     """Moments against depth on the way to ``target``.
 
     Three panels: mean components (target values dotted), covariance eigenvalues (target
@@ -42,43 +48,36 @@ def plot_steering_moments(
     target
         The Gaussian steered to.
     path
-        Where the PNG is written.
+        Where the PNG is written (``None``: not saved).
+    ax
+        Three Axes to draw on; ``None``: a new figure.
     breakpoints
         Layer switches ``0, h, ..., T`` (e.g. ``schedule.breakpoints``); the inner ones are drawn.
     title
         Figure title (none when empty), drawn as plain text (no mathtext).
+
+    Returns
+    -------
+    tuple of matplotlib.axes.Axes
+        The mean, eigenvalue and distance panels.
     """
-    fig = new_figure(11.0, 3.4)
-    ax_m, ax_s, ax_w = fig.subplots(1, 3)
-    colors = [f"C{i % 10}" for i in range(traj.dim)]
-    for i in range(traj.dim):
-        ax_m.plot(traj.t, traj.mean[:, i], lw=1.4, color=colors[i], label=f"m{i + 1}")
-        ax_m.axhline(float(target.mean[i]), color=colors[i], ls=":", lw=1.0)
-    eig = np.linalg.eigvalsh(traj.cov)
-    floor = max(float(np.max(eig)), 1e-300) * 1e-12
-    for i in range(traj.dim):
-        ax_s.semilogy(traj.t, np.clip(eig[:, i], floor, None), lw=1.4)
-    for w in np.linalg.eigvalsh(target.cov):
-        if w > floor:
-            ax_s.axhline(float(w), color="k", ls=":", lw=1.0)
-    dist = np.array([traj.at(i).bures_wasserstein(target) for i in range(len(traj))])
-    ax_w.semilogy(traj.t, np.clip(dist, 1e-16, None), lw=1.4, color="k")
-    for ax in (ax_m, ax_s, ax_w):
-        if breakpoints is not None and len(breakpoints) > 2:
-            for tb in breakpoints[1:-1]:
-                ax.axvline(float(tb), color="0.85", lw=0.6, zorder=0)
-        ax.set_xlabel("depth t")
+    ax_m, ax_s, ax_w = panels(ax, 3, 11.0, 3.4)
+    draw_mean(ax_m, traj.t, traj.mean, target=target.mean)
+    draw_eigenvalues(ax_s, traj.t, traj.cov, limit=np.linalg.eigvalsh(target.cov))
+    draw_distance(ax_w, traj, target)
+    for a in (ax_m, ax_s, ax_w):
+        mark_depths(a, breakpoints=breakpoints)
     ax_m.set_title("mean (target dotted)")
     ax_s.set_title("covariance eigenvalues")
-    ax_w.set_title("W2 distance to target")
     if traj.dim <= 6:
         ax_m.legend(fontsize=7, loc="best")
-    if title:
-        fig.suptitle(title, fontsize=10, parse_math=False)
-    save_figure(fig, path)
+    finish([ax_m, ax_s, ax_w], path, title)
+    return ax_m, ax_s, ax_w
 
 
-def plot_parameter_norms(schedule: Schedule, path: str | Path, *, title: str = "") -> None:
+def plot_parameter_norms(
+    schedule: Schedule, path: str | Path | None = None, *, ax: Axes | None = None, title: str = ""
+) -> Axes:
     """Frobenius norms of ``A``, ``b``, ``V``, ``B`` per layer (heads summed in quadrature).
 
     Parameters
@@ -86,27 +85,18 @@ def plot_parameter_norms(schedule: Schedule, path: str | Path, *, title: str = "
     schedule
         The layers (e.g. ``SteeringResult.controls``).
     path
-        Where the PNG is written.
+        Where the PNG is written (``None``: not saved).
+    ax
+        The Axes to draw on; ``None``: a new figure.
     title
-        Figure title (none when empty), drawn as plain text (no mathtext).
+        Axes title (none when empty), drawn as plain text (no mathtext).
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+        The Axes drawn on.
     """
-    layers = schedule.layers
-    idx = np.arange(1, len(layers) + 1)
-    norms = {
-        "|A|": [float(np.linalg.norm(lay.A)) for lay in layers],
-        "|b|": [float(np.linalg.norm(lay.b)) for lay in layers],
-        "|V|": [float(np.sqrt(sum(np.sum(v**2) for v, _ in lay.heads))) for lay in layers],
-        "|B|": [float(np.sqrt(sum(np.sum(b**2) for _, b in lay.heads))) for lay in layers],
-    }
-    fig = new_figure(6.0, 3.4)
-    ax = fig.subplots()
-    width = 0.2
-    for j, (name, vals) in enumerate(norms.items()):
-        ax.bar(idx + (j - 1.5) * width, vals, width=width, label=name)
-    ax.set_xlabel("layer")
-    ax.set_ylabel("Frobenius norm")
-    ax.set_xticks(idx)
-    ax.legend(fontsize=8)
-    if title:
-        ax.set_title(title, fontsize=10, parse_math=False)
-    save_figure(fig, path)
+    (a,) = panels(ax, 1, 6.0, 3.4)
+    draw_parameter_norms(a, schedule)
+    finish([a], path, title)
+    return a

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ..._display import Axes, Displayable, SummaryItems
 from ..._linalg import FloatArray, sym
 from ..._status import Status
 from ..._validation import frozen
@@ -35,7 +36,7 @@ _UNIQUE_RTOL = 1e-8
 
 
 @dataclass(frozen=True, eq=False)
-class Certificate:
+class Certificate(Displayable):
     """Verified convergence data of a layer towards a target ``N(m*, Σ*)``.
 
     Attributes
@@ -100,6 +101,23 @@ class Certificate:
     def success(self) -> bool:
         """Whether the layer is certified (``valid``)."""
         return self.valid
+
+    def _summary_items(self) -> SummaryItems:
+        return [
+            ("kind", self.kind),
+            ("valid", self.valid),
+            ("rate", self.rate),
+            ("mean_rate", self.mean_rate),
+            ("cov_rate", self.cov_rate),
+            ("residual", self.residual),
+        ]
+
+    def _draw(self, ax: Axes) -> None:
+        from ...analysis._figures import draw_spectrum
+
+        title = f"{self.kind} certificate, rate {self.rate:.4g}: spectrum of K"
+        rate = self.rate if self.rate > 0 else None
+        draw_spectrum(ax, np.linalg.eigvals(self.mean_matrix), label="K", rate=rate, title=title)
 
 
 @dataclass

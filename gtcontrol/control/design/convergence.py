@@ -8,7 +8,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..._display import Axes, SummaryItems
 from ..._linalg import FloatArray
+from ..._progress import progress
 from ..._status import Budget, Outcome, ResultFields, Status, as_time_limit
 from ..._validation import as_positive_float, as_positive_int, frozen
 from ...errors import InvalidParametersError
@@ -63,6 +65,22 @@ class ConvergenceData(ResultFields, Outcome):
     rate: float
     cov_rate: float
     starts: tuple[Gaussian, ...]
+
+    def _summary_items(self) -> SummaryItems:
+        return [
+            ("starts", len(self.starts)),
+            ("t", (float(self.t[0]), float(self.t[-1])) if self.t.size else None),
+            ("rate", self.rate),
+            ("cov_rate", self.cov_rate),
+            ("max_final_mean_error", self.stats.get("max_final_mean_error")),
+            ("max_final_cov_error", self.stats.get("max_final_cov_error")),
+        ]
+
+    def _draw(self, ax: Axes) -> None:
+        from .._figures import draw_mean_cov_errors
+
+        rates = {"rate": self.rate, "cov_rate": self.cov_rate}
+        draw_mean_cov_errors(ax, self.t, self.mean_error, self.cov_error, **rates)
 
 
 def _random_start(tgt: Gaussian, wh: Whitening, rng: np.random.Generator) -> Gaussian:
@@ -158,34 +176,36 @@ def design_convergence(
     merr: list[FloatArray] = []
     cerr: list[FloatArray] = []
     status, message = Status.SUCCESS, ""
-    for i in range(n):
-        if i > 0 and budget.exhausted:
-            status, message = Status.BUDGET_EXHAUSTED, f"{budget.reason()} after {i} starts"
-            break
-        g0 = _random_start(tgt, wh, rng)
-        left = budget.remaining()
-        traj = simulate(
-            design.layer,
-            g0,
-            depth,
-            n_points=grid.size,
-            max_evals=_START_MAX_EVALS,
-            time_limit=None if math.isinf(left) else max(left, _MIN_SLICE),
-        )
-        m_e, c_e = _on_grid(traj, tgt, grid)
-        merr.append(m_e)
-        cerr.append(c_e)
-        starts.append(g0)
-        if traj.status is Status.BUDGET_EXHAUSTED:
-            status = Status.BUDGET_EXHAUSTED
-            message = (
-                f"{budget.reason()}: start {i + 1} reached depth {float(traj.t[-1]):.6g} of "
-                f"{depth:.6g} (errors beyond it are NaN)"
+    with progress(f"design: {n} convergence starts", total=n) as update:
+        for i in range(n):
+            if i > 0 and budget.exhausted:
+                status, message = Status.BUDGET_EXHAUSTED, f"{budget.reason()} after {i} starts"
+                break
+            g0 = _random_start(tgt, wh, rng)
+            left = budget.remaining()
+            traj = simulate(
+                design.layer,
+                g0,
+                depth,
+                n_points=grid.size,
+                max_evals=_START_MAX_EVALS,
+                time_limit=None if math.isinf(left) else max(left, _MIN_SLICE),
             )
-            break
-        if traj.status is not Status.SUCCESS and status is Status.SUCCESS:
-            status = Status(traj.status)
-            message = f"start {i + 1}: the simulation ended with status {traj.status!s}"
+            m_e, c_e = _on_grid(traj, tgt, grid)
+            merr.append(m_e)
+            cerr.append(c_e)
+            starts.append(g0)
+            if traj.status is Status.BUDGET_EXHAUSTED:
+                status = Status.BUDGET_EXHAUSTED
+                message = (
+                    f"{budget.reason()}: start {i + 1} reached depth {float(traj.t[-1]):.6g} of "
+                    f"{depth:.6g} (errors beyond it are NaN)"
+                )
+                break
+            if traj.status is not Status.SUCCESS and status is Status.SUCCESS:
+                status = Status(traj.status)
+                message = f"start {i + 1}: the simulation ended with status {traj.status!s}"
+            update(i + 1)
     mean_error, cov_error = np.array(merr), np.array(cerr)
     finals = mean_error[:, -1], cov_error[:, -1]
     stats = {

@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from ..._display import Axes, SummaryItems
 from ..._linalg import FloatArray
 from ..._status import Budget, Outcome, ResultFields, Status
 from ..._validation import frozen
@@ -115,6 +116,20 @@ class PathEss(ResultFields, Outcome):
     n_std: float
     min_ess: float | None
     scale: float
+
+    def _summary_items(self) -> SummaryItems:
+        return [
+            ("worst_overall", self.worst_overall),
+            ("min_ess", self.min_ess),
+            ("scale", self.scale),
+            ("T", self.T),
+            ("n_std", self.n_std),
+        ]
+
+    def _draw(self, ax: Axes) -> None:
+        from .._figures import draw_path_ess
+
+        draw_path_ess(ax, self.t, self.worst, min_ess=self.min_ess, scale=self.scale)
 
     @property
     def worst_overall(self) -> float:

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..._display import Axes, SummaryItems
 from ..._linalg import FloatArray, identity_multiple
 from ..._status import Budget, Outcome, ResultFields, Status, as_time_limit
 from ...model.gaussian import Gaussian
@@ -112,12 +113,19 @@ class MeanMatchingDesign(ResultFields, Outcome):
         """The equilibrium ``N(m*, Σ*)`` (the target)."""
         return self.target
 
-    def __repr__(self) -> str:
-        return (
-            f"MeanMatchingDesign(dim={self.target.dim}, method={self.method!r}, "
-            f"status={str(self.status)!r}, rate={self.certificate.rate:.6g}, "
-            f"kind={self.certificate.kind!r})"
-        )
+    def _summary_items(self) -> SummaryItems:
+        return [
+            ("dim", self.target.dim),
+            ("method", self.method),
+            ("kind", self.certificate.kind),
+            ("rate", self.certificate.rate),
+            ("norm", self.norm),
+            ("optimal", self.optimal),
+            ("fixed", self.fixed),
+        ]
+
+    def _draw(self, ax: Axes) -> None:
+        self.certificate._draw(ax)
 
 
 # ----------------------------------------------------------------------------- routes

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ..._display import Axes, SummaryItems
 from ..._linalg import FloatArray, identity_multiple, numerical_rank
 from ..._status import Budget, BudgetExhausted, Outcome, ResultFields, Status, as_time_limit
 from ..._validation import as_positive_float, as_positive_int
@@ -112,6 +113,23 @@ class Robustness(ResultFields, Outcome):
     parameter_directions: int
     parameter_stable_fraction: float
     destabilizing: Layer | None
+
+    def _summary_items(self) -> SummaryItems:
+        return [
+            ("radius", self.radius),
+            ("binding", self.binding),
+            ("mean_radius", self.mean_radius),
+            ("cov_radius", self.cov_radius),
+            ("parameter_radius", self.parameter_radius),
+            ("parameter_stable_fraction", self.parameter_stable_fraction),
+        ]
+
+    def _draw(self, ax: Axes) -> None:
+        from .._figures import draw_radii
+
+        radii = {"mean": self.mean_radius, "covariance": self.cov_radius}
+        radii["parameters (relative)"] = self.parameter_radius
+        draw_radii(ax, radii, title=f"stability radii (binding: {self.binding})")
 
 
 # ----------------------------------------------------------------------------- linearization

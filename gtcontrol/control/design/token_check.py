@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from ..._display import Axes, SummaryItems
 from ..._linalg import FloatArray
 from ..._status import Budget, Outcome, ResultFields, Status
 from ..._validation import (
@@ -123,6 +124,25 @@ class TokenCertificate(ResultFields, Outcome):
     w2_factor: float
     min_token_ess: float
     valid: bool
+
+    def _summary_items(self) -> SummaryItems:
+        return [
+            ("valid", self.valid),
+            ("n_tokens", self.n_tokens),
+            ("w2", self.w2),
+            ("floor", self.floor),
+            ("min_ess", self.min_ess),
+            ("predicted_min_ess", self.predicted_min_ess),
+        ]
+
+    def _draw(self, ax: Axes) -> None:
+        from .._figures import draw_token_distance
+
+        title = f"{self.n_tokens} tokens, min ESS/N = {self.min_ess:.3g}"
+        limit = self.w2_factor * self.floor
+        draw_token_distance(
+            ax, self.t, self.w2_path, floor=self.floor, threshold=limit, title=title
+        )
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,0 +1,246 @@
+"""The output folder of a ``sweep``: written point by point, every file atomically.
+
+Unlike the other tasks (whose whole folder is swapped in at the end), a sweep writes into
+``OUTDIR`` as it goes, so that a killed run keeps every finished point::
+
+    OUTDIR/.gtcontrol-sweep        marks the folder as a sweep's (and is locked while one runs)
+    OUTDIR/points/<key>.parquet    one row per finished point, written as soon as it finished
+    OUTDIR/sweep.parquet           the table of all points (at the end)
+    OUTDIR/phase_diagram.png       the figure (at the end)
+    OUTDIR/result.json             the run's record (at the end)
+
+Every file is written to a hidden ``.<name>.tmp-<pid>-<random><suffix>`` beside it and renamed
+into place (``os.replace``), so a file is either absent or complete; temporaries of killed runs
+are removed by the next run. A folder that holds anything else (a user's files, the output of
+another task) is refused before anything is written, and nothing but the sweep's own files is
+ever removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import secrets
+import shutil
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from .._output import OutputError, _alive, _check_length, _relative_files, _show, dumps
+from .._version import __version__
+
+__all__ = ["FIGURE", "MARKER", "POINTS", "RESULT", "TABLE", "SweepFolder", "check_sweep_folder"]
+
+MARKER = ".gtcontrol-sweep"
+POINTS = "points"
+TABLE = "sweep.parquet"
+FIGURE = "phase_diagram.png"
+RESULT = "result.json"
+_POINT = re.compile(r"points/[0-9a-f]{20}\.parquet")
+_TMP = re.compile(r"(?:points/)?\.[^/]+\.tmp-(\d+)-[0-9a-f]+(?:\.[a-z]+)?")
+
+
+def _result(out: Path) -> dict[str, Any] | None:
+    """``OUT/result.json`` when it is a gtcontrol result, else ``None``."""
+    try:
+        data = json.loads((out / RESULT).read_text("utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and "gtcontrol_version" in data else None
+
+
+def _ours(name: str, listed: set[str]) -> bool:
+    """Whether ``name`` (relative to OUT) is a file a sweep writes."""
+    return (
+        name in {MARKER, TABLE, FIGURE, RESULT}
+        or name in listed
+        or _POINT.fullmatch(name) is not None
+        or _TMP.fullmatch(name) is not None
+    )
+
+
+def check_sweep_folder(out: Path) -> Path:
+    """Refuse an output folder a sweep may not write into; return the folder to use.
+
+    ``out`` may be absent, empty, or a previous sweep's folder (finished or killed) holding
+    only the files a sweep writes. Anything else is refused, naming the other files.
+
+    Parameters
+    ----------
+    out
+        The output directory (a symbolic link is followed).
+
+    Returns
+    -------
+    pathlib.Path
+        The folder (``out`` resolved when it is a link).
+
+    Raises
+    ------
+    OutputError
+        If the path is too long, is not a directory, holds the output of another task or
+        files a sweep did not write.
+    """
+    _check_length(out)
+    if out.is_symlink():
+        out = out.resolve()
+        _check_length(out)
+    if not os.path.lexists(out):
+        return out
+    if not out.is_dir():
+        raise OutputError(f"output: {_show(out)} exists and is not a directory")
+    try:
+        present = _relative_files(out)
+    except OSError as exc:
+        raise OutputError(f"output: cannot read {_show(out)} ({exc.strerror or exc})") from None
+    if not present:
+        return out
+    previous = _result(out)
+    if previous is not None and previous.get("task") != "sweep":
+        raise OutputError(
+            f"output: {_show(out)} holds the output of task {previous.get('task')!r}; a sweep "
+            "writes its folder point by point and replaces no other output: choose another -o "
+            "directory"
+        )
+    if previous is None and MARKER not in present:
+        foreign = present
+    else:
+        listed = set()
+        if previous is not None and isinstance(previous.get("files"), list):
+            listed = {n for n in previous["files"] if isinstance(n, str)}
+        foreign = [name for name in present if not _ours(name, listed)]
+    if foreign:
+        shown = ", ".join(repr(name) for name in foreign[:3])
+        more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
+        raise OutputError(
+            f"output: {_show(out)} holds files a sweep did not write ({shown}{more}); move "
+            "them away or choose another -o directory"
+        )
+    return out
+
+
+class SweepFolder:
+    """A sweep's output folder, locked while the sweep runs (see the module docstring).
+
+    Parameters
+    ----------
+    path
+        The folder, checked by :func:`check_sweep_folder`.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.points = path / POINTS
+        self.created = False
+        self._lock: int | None = None
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[SweepFolder]:
+        """Create the folder (with its marker) and hold its lock for the block.
+
+        If the block fails before any point was written into a folder this run created, the
+        folder is removed again (nothing half-made is left).
+
+        Yields
+        ------
+        SweepFolder
+            ``self``.
+
+        Raises
+        ------
+        OutputError
+            If the folder cannot be created or another sweep is writing it.
+        """
+        try:
+            self.created = not os.path.lexists(self.path)
+            self.points.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path / MARKER, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as exc:
+            raise OutputError(
+                f"output: cannot create {_show(self.path)} ({exc.strerror or exc})"
+            ) from None
+        self._lock = fd
+        try:
+            self._acquire(fd)
+            self._remove_temporaries()
+            if os.fstat(fd).st_size == 0:
+                note = {"gtcontrol_version": __version__, "task": "sweep"}
+                os.write(fd, (json.dumps(note) + "\n").encode())
+            yield self
+        except BaseException:
+            if self.created and not any(self.points.iterdir()):
+                shutil.rmtree(self.path, ignore_errors=True)
+            raise
+        finally:
+            os.close(fd)
+            self._lock = None
+
+    def _acquire(self, fd: int) -> None:
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - not POSIX: no lock
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise OutputError(
+                f"output: another sweep is writing {_show(self.path)}; wait for it or choose "
+                "another -o directory"
+            ) from None
+
+    def _remove_temporaries(self) -> None:
+        """Remove the temporary files left by killed runs (their process is dead)."""
+        for name in _relative_files(self.path):
+            match = _TMP.fullmatch(name)
+            if match is not None and not _alive(int(match.group(1))):
+                (self.path / name).unlink(missing_ok=True)
+
+    def write_atomic(self, name: str, write: Callable[[Path], object]) -> None:
+        """Write ``OUT/name`` with ``write(tmp)`` into a hidden temporary, then rename it.
+
+        Parameters
+        ----------
+        name
+            The file, relative to the folder.
+        write
+            Writes the complete file at the path it is given.
+        """
+        target = self.path / name
+        stem, dot, suffix = target.name.partition(".")
+        tmp = target.with_name(f".{stem}.tmp-{os.getpid()}-{secrets.token_hex(4)}{dot}{suffix}")
+        try:
+            write(tmp)
+            os.replace(tmp, target)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+
+    def write_text(self, name: str, text: str) -> None:
+        """Write a text file atomically (see :meth:`write_atomic`)."""
+        self.write_atomic(name, lambda p: p.write_text(text, "utf-8"))
+
+    def write_result(self, doc: Mapping[str, Any]) -> None:
+        """Write ``result.json`` atomically (strict JSON, see :func:`gtcontrol._output.dumps`)."""
+        self.write_text(RESULT, dumps(doc))
+
+    def point_path(self, key: str) -> Path:
+        """Where the row of point ``key`` is stored."""
+        return self.points / f"{key}.parquet"
+
+    def stored_keys(self) -> set[str]:
+        """Keys of the points stored in the folder."""
+        if not self.points.is_dir():
+            return set()
+        return {p.stem for p in self.points.iterdir() if _POINT.fullmatch(f"{POINTS}/{p.name}")}
+
+    def remove_points(self, keys: set[str]) -> int:
+        """Remove the stored points ``keys`` (of another grid or base design); return how many."""
+        for key in keys:
+            self.point_path(key).unlink(missing_ok=True)
+        return len(keys)
+
+    def files(self) -> list[str]:
+        """Every file of the folder, relative to it (all written by the sweep)."""
+        return sorted({*_relative_files(self.path), RESULT})

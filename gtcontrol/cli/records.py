@@ -1,0 +1,120 @@
+"""What ``result.json`` records of each task's results (private to :mod:`gtcontrol.cli.tasks`).
+
+The runners of :mod:`gtcontrol.cli.tasks` build their ``outputs`` and ``summary`` (the headline
+figures shown at the end of ``gtcontrol run``) from these helpers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .. import Trajectory
+from .._status import Status
+
+__all__ = [
+    "CERTIFICATE_KEYS",
+    "ROBUSTNESS_KEYS",
+    "equilibrium_summary",
+    "result",
+    "trajectory_figures",
+    "trajectory_summary",
+]
+
+
+def result(
+    status: Status, outputs: dict[str, Any], figures: list[str], summary: dict[str, Any]
+) -> dict[str, Any]:
+    """What a runner returns for ``result.json`` (see the module docstring)."""
+    return {"status": status, "outputs": outputs, "figures": figures, "summary": summary}
+
+
+def trajectory_summary(traj: Trajectory) -> dict[str, Any]:
+    """What ``result.json`` records of a moment trajectory.
+
+    Parameters
+    ----------
+    traj
+        A moment trajectory (:func:`gtcontrol.simulate`, :func:`gtcontrol.simulate_discrete`).
+
+    Returns
+    -------
+    dict
+        ``status`` (its string value), ``success``, ``message``, ``blowup_time``, ``t``,
+        ``mean``, ``cov_eigenvalues``, ``rank``, ``final`` and ``stats``.
+    """
+    return {
+        "status": str(traj.status),
+        "success": traj.success,
+        "message": traj.message,
+        "blowup_time": traj.blowup_time,
+        "t": traj.t,
+        "mean": traj.mean,
+        "cov_eigenvalues": np.linalg.eigvalsh(traj.cov),
+        "rank": traj.rank,
+        "final": {"mean": traj.final.mean, "cov": traj.final.cov},
+        "stats": dict(traj.stats),
+    }
+
+
+def trajectory_figures(traj: Trajectory) -> dict[str, Any]:
+    """The headline figures of a moment trajectory for a run's ``summary``.
+
+    Parameters
+    ----------
+    traj
+        A moment trajectory.
+
+    Returns
+    -------
+    dict
+        ``depth`` (the last depth reached), ``blowup_time``, ``final_mean_norm`` (``|m|``) and
+        ``final_cov_norm`` (``‖Σ‖₂``) at that depth.
+    """
+    final = traj.final
+    return {
+        "depth": float(traj.t[-1]),
+        "blowup_time": float(traj.blowup_time),
+        "final_mean_norm": float(np.linalg.norm(final.mean)),
+        "final_cov_norm": float(np.linalg.norm(final.cov, 2)),
+    }
+
+
+def equilibrium_summary(eq: Any) -> dict[str, Any]:
+    """What ``result.json`` records of one equilibrium (:func:`gtcontrol.equilibria`)."""
+    return {
+        "cov": eq.cov,
+        "stable": eq.stable,
+        "spectral_abscissa": eq.spectral_abscissa,
+        "residual": eq.residual,
+        "method": eq.method,
+        "mean_matrix_eigenvalues_real": np.linalg.eigvals(eq.mean_matrix).real,
+        "mean_matrix_eigenvalues_imag": np.linalg.eigvals(eq.mean_matrix).imag,
+    }
+
+
+#: The certificate fields of a mean-matching design recorded in ``result.json``.
+CERTIFICATE_KEYS = (
+    "kind",
+    "valid",
+    "mean_rate",
+    "cov_rate",
+    "rate",
+    "residual",
+    "riccati",
+    "r_min",
+    "uniqueness_gap",
+    "message",
+)
+#: The robustness fields of a mean-matching design recorded in ``result.json``.
+ROBUSTNESS_KEYS = (
+    "mean_radius",
+    "cov_radius",
+    "radius",
+    "binding",
+    "parameter_radius",
+    "parameter_stable_fraction",
+    "linear_stable_fraction",
+    "worst_case_abscissa",
+)

@@ -1,0 +1,490 @@
+"""The ``sweep`` task: a design's layer analysed over a grid of parameters, on dask.distributed.
+
+A sweep design names a base ``[layer]`` and ``[initial]`` Gaussian and, in ``[sweep]``, grid
+axes that scale or shift parts of them (:data:`gtcontrol.cli.specs.SWEEP_AXES`); every point of
+the cartesian grid runs ``analyze`` (or ``simulate``) as one dask task. The points run on a
+:class:`distributed.LocalCluster` (worker processes on this machine) or on an existing cluster
+(``gtcontrol run DESIGN --scheduler tcp://HOST:8786``). Each finished point is stored at once as
+its own small Parquet file, keyed by a hash of the base design and the point
+(:mod:`gtcontrol.cli._sweep_points`), so a killed run resumes where it stopped and a finished
+sweep re-runs in seconds; at the end ``sweep.parquet`` holds one row per point,
+``phase_diagram.png`` the regimes over the grid and ``result.json`` the record
+(:mod:`gtcontrol.cli._sweep_store`; docs/sweeps.md).
+
+Needs the ``sweep`` extra (``pip install 'gtcontrol[sweep]'``: dask[distributed], pandas,
+pyarrow).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+import time
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from .._output import run_summary
+from .._progress import progress
+from .._status import Status
+from .._version import __version__
+from ..errors import GTControlError
+from ._sweep_points import (
+    COLUMNS,
+    PointTask,
+    SweepPlan,
+    failed_row,
+    plan_sweep,
+    reusable,
+    run_point,
+    worker_version,
+)
+from ._sweep_store import FIGURE, TABLE, SweepFolder, check_sweep_folder
+from .schema import Design
+
+__all__ = ["SweepError", "SweepInterrupted", "run_sweep", "sweep_task"]
+
+#: Seconds the sweep waits beyond its time_limit for points that stop cooperatively.
+_GRACE = 5.0
+#: Seconds to wait for an existing cluster's scheduler and first worker.
+_CONNECT_TIMEOUT = 30.0
+_EXTRA_HINT = "install the 'sweep' extra: pip install 'gtcontrol[sweep]'"
+
+
+class SweepError(GTControlError):
+    """The sweep cannot run: the dask cluster is unreachable, has no usable worker, or the
+    ``sweep`` extra is not installed."""
+
+
+def _require_extra() -> None:
+    """Raise :class:`SweepError` unless dask.distributed, pandas and pyarrow import."""
+    try:
+        import dask.distributed  # noqa: F401
+        import pandas  # noqa: F401
+        import pyarrow  # noqa: F401
+    except ImportError as exc:
+        raise SweepError(f"task 'sweep' needs {exc.name or 'dask'}: {_EXTRA_HINT}") from None
+
+
+class SweepInterrupted(KeyboardInterrupt):
+    """A sweep stopped by Ctrl-C: its finished points stay in the folder; ``str()`` says so."""
+
+
+def run_sweep(design: Design, outdir: str | Path, *, scheduler: str | None = None) -> Path:
+    """Run a ``sweep`` design into ``outdir``, point by point; resume what a killed run left.
+
+    Points already stored in ``outdir/points`` for the same base design are not computed again
+    (the summary says how many were skipped); the others run on a local cluster of worker
+    processes, or on the cluster of ``scheduler``. Every finished point is written at once;
+    ``sweep.parquet``, ``phase_diagram.png`` and ``result.json`` are written at the end.
+
+    Parameters
+    ----------
+    design
+        A validated design with ``task = "sweep"``.
+    outdir
+        The output folder: absent, empty or a previous sweep's (a killed one included).
+    scheduler
+        Address of a running dask scheduler (``tcp://host:8786``); ``None``: a
+        :class:`distributed.LocalCluster` of ``min(cores, points)`` worker processes (or the
+        design's ``sweep.workers``).
+
+    Returns
+    -------
+    pathlib.Path
+        The output folder.
+
+    Raises
+    ------
+    OutputError
+        If ``outdir`` holds files a sweep did not write (nothing is touched then), or another
+        sweep is writing it.
+    SweepError
+        If the ``sweep`` extra is missing, or the cluster cannot be reached or has no worker
+        running this gtcontrol version.
+
+    Examples
+    --------
+    >>> from gtcontrol.cli.schema import load_design
+    >>> run_sweep(load_design("designs/sweep.toml"), "out/sweep")  # doctest: +SKIP
+    PosixPath('out/sweep')
+    """
+    started = time.perf_counter()
+    deadline = time.time() + design.time_limit
+    _require_extra()
+    plan = plan_sweep(design, deadline=deadline)
+    folder = SweepFolder(check_sweep_folder(Path(outdir)))
+    with folder.locked():
+        try:
+            res = _execute(design, plan, folder, scheduler=scheduler, deadline=deadline)
+        except KeyboardInterrupt:
+            kept = len(list((folder.path / "points").glob("*.parquet")))
+            raise SweepInterrupted(
+                f"interrupted; {kept} finished point(s) kept in {folder.path}/points "
+                "(run the same command again to compute only the missing ones)"
+            ) from None
+        seconds = time.perf_counter() - started
+        res["summary"]["seconds"] = seconds
+        doc: dict[str, Any] = {
+            "gtcontrol_version": __version__,
+            "task": design.task,
+            "title": design.title,
+            "design": design.source,
+            "status": str(res["status"]),
+            "summary": run_summary(design.task, res, seconds),
+            "inputs": design.raw,
+            "options": dict(design.options),
+            "outputs": res["outputs"],
+            "figures": res["figures"],
+        }
+        doc["files"] = folder.files()
+        doc["seconds"] = seconds
+        folder.write_result(doc)
+    return folder.path
+
+
+def sweep_task(design: Design, out: Path) -> dict[str, Any]:
+    """The runner of :data:`gtcontrol.cli.tasks.TASKS`: the whole sweep into a fresh folder.
+
+    Used when a sweep runs like the other tasks (inside :func:`gtcontrol._output.write_run`,
+    whose temporary folder is swapped in at the end): no resume, a local cluster.
+    ``gtcontrol run`` uses :func:`run_sweep` instead.
+
+    Parameters
+    ----------
+    design
+        A validated design with ``task = "sweep"``.
+    out
+        The (empty) folder to write into.
+
+    Returns
+    -------
+    dict
+        ``{"status", "outputs", "figures", "summary"}``.
+    """
+    _require_extra()
+    deadline = time.time() + design.time_limit
+    plan = plan_sweep(design, deadline=deadline)
+    folder = SweepFolder(out)
+    folder.points.mkdir(parents=True, exist_ok=True)
+    return _execute(design, plan, folder, scheduler=None, deadline=deadline)
+
+
+def _execute(
+    design: Design, plan: SweepPlan, folder: SweepFolder, *, scheduler: str | None, deadline: float
+) -> dict[str, Any]:
+    """Compute the missing points, then write the table and the figure; return the record."""
+    clock = time.perf_counter()
+    stored = folder.stored_keys()
+    rows: dict[str, dict[str, Any]] = {}
+    for task in plan:
+        if task.key in stored:
+            row = _read_point(folder, task, plan)
+            if row is not None:
+                rows[task.key] = row
+    skipped = len(rows)
+    missing = [t for t in plan if t.key not in rows]
+    computed = lost = 0
+    where = "none needed"
+    if missing and time.time() >= deadline:  # no time left to start a cluster
+        text = "not computed: the sweep's time_limit ran out"
+        for t in missing:
+            rows[t.key] = failed_row(t, Status.BUDGET_EXHAUSTED, text, time_limit=0.0)
+    elif missing:
+        n_workers = design.options["workers"] or min(_cores(), len(missing))
+        with _client(scheduler, n_workers, deadline) as (client, where):
+            computed, lost = _compute(client, missing, folder, rows, deadline)
+    table = _frame([rows[t.key] for t in plan], plan)
+    folder.write_atomic(TABLE, lambda p: table.to_parquet(p, index=False))
+    figures = [FIGURE]
+    folder.write_atomic(FIGURE, lambda p: _draw(design, plan, table, p))
+    stale = folder.remove_points(stored - {t.key for t in plan})
+    statuses = Counter(str(r["status"]) for r in rows.values())
+    regimes = Counter(str(r["regime"]) for r in rows.values() if r.get("regime") and _answered(r))
+    status = Status.SUCCESS
+    cut = sum(1 for r in rows.values() if _cut_short(r, design.options["point_time_limit"]))
+    if cut:
+        status = Status.BUDGET_EXHAUSTED
+    elif statuses.get(str(Status.FAILED), 0) == len(plan):
+        status = Status.FAILED
+    parts = [
+        f"{len(plan)} points: {computed} computed, {skipped} skipped (stored by an earlier run)"
+    ]
+    if lost:
+        parts.append(f"{lost} lost with their worker (computed again by the next run)")
+    if cut:
+        parts.append(
+            f"the time_limit of {design.time_limit:g} s ran out: {cut} points not finished "
+            "(the next run computes them)"
+        )
+    counts = regimes if plan.run == "analyze" else statuses
+    parts.append(
+        ("regimes: " if plan.run == "analyze" else "statuses: ")
+        + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+    )
+    message = "; ".join(parts)
+    summary: dict[str, Any] = {
+        "points": len(plan),
+        "computed": computed,
+        "skipped": skipped,
+        "failed": statuses.get(str(Status.FAILED), 0),
+        "budget_exhausted": statuses.get(str(Status.BUDGET_EXHAUSTED), 0),
+        "regimes" if plan.run == "analyze" else "statuses": dict(sorted(counts.items())),
+        "message": message,
+        "seconds": time.perf_counter() - clock,
+    }
+    outputs = {
+        "message": message,
+        "table": TABLE,
+        "points_folder": folder.points.name,
+        "run": plan.run,
+        "axes": {a: list(plan.values[a]) for a in plan.axes},
+        "columns": list(table.columns),
+        "statuses": dict(sorted(statuses.items())),
+        "regimes": dict(sorted(regimes.items())),
+        "cluster": where,
+        "stale_points_removed": stale,
+    }
+    return {"status": status, "outputs": outputs, "figures": figures, "summary": summary}
+
+
+def _answered(row: Mapping[str, Any]) -> bool:
+    """Whether a row's regime is an answer (not a cut-short or failed point)."""
+    return row.get("status") in (str(Status.SUCCESS), str(Status.BLOWUP))
+
+
+def _cut_short(row: Mapping[str, Any], point_time_limit: float) -> bool:
+    """Whether a point ran out of time because the sweep's ``time_limit`` cut its own short."""
+    used = row.get("time_limit")
+    short = not isinstance(used, (int, float)) or used < point_time_limit * (1 - 1e-9)
+    return row.get("status") == str(Status.BUDGET_EXHAUSTED) and short
+
+
+def _cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _read_point(folder: SweepFolder, task: PointTask, plan: SweepPlan) -> dict[str, Any] | None:
+    """The stored row of ``task`` if it is readable and answers it, else ``None``."""
+    import pyarrow.parquet as pq
+
+    try:
+        records = pq.read_table(folder.point_path(task.key)).to_pylist()
+    except Exception:  # a damaged or foreign file: computed again and overwritten
+        return None
+    if len(records) != 1:
+        return None
+    row = records[0]
+    wanted = [*plan.axes, *COLUMNS[plan.run]]
+    if set(row) != set(wanted) or not reusable(row, task, plan.axes):
+        return None
+    return {k: row[k] for k in wanted}
+
+
+def _frame(rows: list[dict[str, Any]], plan: SweepPlan) -> Any:
+    """The rows as a pandas DataFrame: the axes (float64), then :data:`COLUMNS` with dtypes."""
+    import pandas as pd
+
+    columns = COLUMNS[plan.run]
+    df = pd.DataFrame.from_records(rows, columns=[*plan.axes, *columns])
+    for a in plan.axes:
+        df[a] = df[a].astype("float64")
+    for name, dtype in columns.items():
+        df[name] = df[name].astype(dtype)
+    return df
+
+
+def _distributed() -> Any:
+    """The ``dask.distributed`` module (imported when a sweep runs; it has no type hints)."""
+    import dask.distributed
+
+    return dask.distributed
+
+
+@contextmanager
+def _quiet_dask() -> Iterator[None]:
+    """Keep dask's log lines (connection notes, shutdown chatter) off the terminal."""
+    logger = logging.getLogger("distributed")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+@contextmanager
+def _client(scheduler: str | None, n_workers: int, deadline: float) -> Iterator[tuple[Any, str]]:
+    """A dask client: of the cluster at ``scheduler``, or of a new local cluster; closed after.
+
+    Yields ``(client, where)``, ``where`` the scheduler address or ``"local: N workers"``.
+    """
+    dd = _distributed()
+    with _quiet_dask():
+        if scheduler is not None:
+            timeout = max(1.0, min(_CONNECT_TIMEOUT, deadline - time.time()))
+            try:
+                client = dd.Client(scheduler, timeout=timeout, set_as_default=False)
+            except Exception as exc:
+                raise SweepError(
+                    f"sweep: cannot reach the dask scheduler at {scheduler!r} ({exc})"
+                ) from None
+            try:
+                _check_workers(client, scheduler, timeout)
+                yield client, scheduler
+            finally:
+                client.close()
+            return
+        try:
+            cluster = dd.LocalCluster(
+                n_workers=n_workers,
+                threads_per_worker=1,
+                processes=True,
+                # no dashboard; the scheduler's HTTP endpoint on a free local port (not 8787,
+                # which another cluster may hold)
+                dashboard_address="127.0.0.1:0",
+                scheduler_kwargs={"dashboard": False},
+                silence_logs=logging.ERROR,
+            )
+        except Exception as exc:
+            raise SweepError(f"sweep: cannot start a local dask cluster ({exc})") from None
+        try:
+            client = dd.Client(cluster, set_as_default=False)
+            try:
+                yield client, f"local: {n_workers} worker processes"
+            finally:
+                client.close()
+        finally:
+            cluster.close()
+
+
+def _check_workers(client: Any, scheduler: str, timeout: float) -> None:
+    """Wait for a worker of the cluster and check that every worker runs this gtcontrol."""
+    try:
+        client.wait_for_workers(1, timeout=timeout)
+    except Exception:
+        raise SweepError(
+            f"sweep: the dask scheduler at {scheduler!r} has no worker (waited {timeout:g} s); "
+            f"start one with: dask worker {scheduler}"
+        ) from None
+    try:
+        versions = client.run(worker_version)
+    except Exception as exc:
+        raise SweepError(
+            f"sweep: the workers of {scheduler!r} cannot run gtcontrol ({type(exc).__name__}: "
+            f"{exc}); install gtcontrol {__version__} with the 'sweep' extra on every worker"
+        ) from None
+    wrong = {addr: v for addr, v in versions.items() if v != __version__}
+    if wrong:
+        addr, v = next(iter(wrong.items()))
+        raise SweepError(
+            f"sweep: worker {addr} of {scheduler!r} runs gtcontrol {v}, not {__version__} "
+            f"({len(wrong)} of {len(versions)} workers differ); install the same version"
+        )
+
+
+def _compute(
+    client: Any,
+    missing: list[PointTask],
+    folder: SweepFolder,
+    rows: dict[str, dict[str, Any]],
+    deadline: float,
+) -> tuple[int, int]:
+    """Run the points, storing each row as soon as it arrives.
+
+    Returns ``(computed, lost)``: points stored, and points whose worker died (not stored:
+    the next run computes them). Points that the sweep's time_limit cut short are not stored
+    either; those still pending when it ran out are cancelled and get a ``budget_exhausted``
+    row with ``time_limit = 0``.
+    """
+    as_completed = _distributed().as_completed
+    token = secrets.token_hex(4)
+    keys = [f"gtcontrol-sweep-{t.key}-{token}" for t in missing]
+    by_key = {k: t for k, t in zip(keys, missing, strict=True)}
+    futures = client.map(run_point, missing, key=keys)
+    computed = lost = done = 0
+    timeout = max(deadline - time.time(), 0.0) + _GRACE
+    with progress(f"sweep: {len(missing)} points", total=len(missing)) as update:
+        try:
+            for fut in as_completed(futures, loop=client.loop, timeout=timeout):
+                task = by_key[fut.key]
+                try:
+                    row = fut.result()
+                except (Exception, asyncio.CancelledError) as exc:  # the worker died
+                    text = f"the point's worker failed ({type(exc).__name__}: {exc})"
+                    row = failed_row(task, Status.FAILED, text)
+                    lost += 1
+                else:
+                    if not _cut_short(row, task.time_limit):  # else: computed by the next run
+                        _store(folder, row, task)
+                        computed += 1
+                rows[task.key] = row
+                done += 1
+                update(done)
+        except TimeoutError:
+            pending = [f for f in futures if not f.done()]
+            client.cancel(pending)
+            for fut in pending:
+                task = by_key[fut.key]
+                text = "not computed: the sweep's time_limit ran out"
+                rows[task.key] = failed_row(task, Status.BUDGET_EXHAUSTED, text, time_limit=0.0)
+    return computed, lost
+
+
+def _store(folder: SweepFolder, row: dict[str, Any], task: PointTask) -> None:
+    """Write one point's row to ``points/<key>.parquet`` atomically."""
+    import pandas as pd
+
+    columns = COLUMNS[task.run]
+    df = pd.DataFrame.from_records([row], columns=[*task.params, *columns])
+    for name, dtype in columns.items():
+        df[name] = df[name].astype(dtype)
+    for a in task.params:
+        df[a] = df[a].astype("float64")
+    folder.write_atomic(
+        f"{folder.points.name}/{task.key}.parquet", lambda p: df.to_parquet(p, index=False)
+    )
+
+
+def _draw(design: Design, plan: SweepPlan, table: Any, path: Path) -> None:
+    """The phase diagram of the first two axes with several values (others: first value)."""
+    from ..plotting.sweep import plot_phase_diagram
+
+    multi = [a for a in plan.axes if len(plan.values[a]) > 1] or [plan.axes[0]]
+    xa = multi[0]
+    ya = multi[1] if len(multi) > 1 else None
+    part = table
+    fixed = [a for a in plan.axes if a not in (xa, ya)]
+    for a in fixed:
+        part = part[part[a] == plan.values[a][0]]
+    answered = part["status"].isin([str(Status.SUCCESS), str(Status.BLOWUP)])
+    if plan.run == "analyze":
+        category = part["regime"].where(answered & part["regime"].notna(), part["status"])
+    else:
+        category = part["status"]
+    note = ", ".join(f"{a} = {plan.values[a][0]:.3g}" for a in fixed if len(plan.values[a]) > 1)
+    title = design.title + (f" (at {note})" if note else "")
+
+    def log(axis: str | None) -> bool:
+        spec = design.options.get(axis) if axis else None
+        return isinstance(spec, Mapping) and bool(spec.get("log", False))
+
+    plot_phase_diagram(
+        part[xa].to_numpy(),
+        None if ya is None else part[ya].to_numpy(),
+        [str(c) for c in category],
+        path,
+        blowup_time=part["blowup_time"].to_numpy(dtype=float, na_value=float("nan")),
+        xlabel=xa,
+        ylabel=ya or "",
+        xlog=log(xa),
+        ylog=log(ya),
+        title=title,
+    )

@@ -1,0 +1,487 @@
+"""The ``sweep`` task (issue 15): schema, LocalCluster runs, resume after a crash, an external
+dask scheduler, and the output folder rules (docs/sweeps.md)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("dask.distributed")
+pd = pytest.importorskip("pandas")
+
+from gtcontrol import DesignFileError, Gaussian, Layer, analyze  # noqa: E402
+from gtcontrol.cli import main  # noqa: E402
+from gtcontrol.cli import sweep as sweep_module  # noqa: E402
+from gtcontrol.cli._sweep_points import plan_sweep, point_key, run_point  # noqa: E402
+from gtcontrol.cli.schema import parse_design  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: A rotation (A has eigenvalues ±i) with one head V = vI: every regime over (v, A shift).
+BASE = """\
+task = "sweep"
+title = "test sweep"
+
+[initial]
+mean = [1.0, -1.0]
+cov = [[2.0, 0.5], [0.5, 0.3]]
+
+[layer]
+A = [[0.0, 1.0], [-1.0, 0.0]]
+B = [[1.0, 0.2], [0.0, 0.6]]
+v = 1.0
+"""
+GRID = """
+[sweep]
+workers = 2
+V_scale = [-1.0, 0.0, 1.0]
+A_shift = [-0.5, 0.5]
+"""
+#: A general V (outside the Riccati class): Newton equilibria and integration, ~0.5 s a point.
+GENERAL = BASE.replace("v = 1.0", "V = [[1.0, 0.4], [-0.3, 0.7]]") + (
+    "\n[sweep]\nworkers = 2\nV_scale = [-1.5, -1.0, -0.5, 0.5]\nA_shift = [-0.5, 0.5]\n"
+)
+#: Columns that differ between two runs of the same points.
+TIMING = ["seconds"]
+
+
+def write(tmp_path: Path, text: str, name: str = "d.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text, "utf-8")
+    return path
+
+
+def result(out: Path) -> dict:
+    return json.loads((out / "result.json").read_text("utf-8"))
+
+
+def table(out: Path) -> pd.DataFrame:
+    return pd.read_parquet(out / "sweep.parquet")
+
+
+def stored(out: Path) -> list[Path]:
+    """The point files of a sweep folder (not the hidden temporaries of a write in progress)."""
+    return [p for p in (out / "points").glob("*.parquet") if not p.name.startswith(".")]
+
+
+def same_rows(a: pd.DataFrame, b: pd.DataFrame) -> None:
+    pd.testing.assert_frame_equal(
+        a.drop(columns=TIMING).reset_index(drop=True), b.drop(columns=TIMING).reset_index(drop=True)
+    )
+
+
+# -- the schema ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("sweep", "match"),
+    [
+        ("run = 'analyze'\n", r"\[sweep\] needs at least one grid axis"),
+        ("V_scale = 'x'\n", r"'sweep\.V_scale' must be of type"),
+        ("V_scale = [1.0, 'x']\n", r"'sweep\.V_scale' must be a non-empty list"),
+        ("V_scale = []\n", r"'sweep\.V_scale' must be a non-empty list"),
+        ("V_scale = [1.0, 1]\n", r"'sweep\.V_scale' must not repeat a value"),
+        ("A_shift = {start = 0, stop = 1}\n", r"'sweep\.A_shift' must be a range"),
+        ("A_shift = {start = 0, stop = 1, num = 0}\n", r"'sweep\.A_shift' must have an integer"),
+        ("A_shift = {start = 0, stop = 1, num = 3, step = 1}\n", r"unknown key 'step'"),
+        ("B_scale = {start = -1, stop = 1, num = 3, log = true}\n", r"'sweep\.B_scale'.*positive"),
+        ("cov_scale = [-1.0, 1.0]\n", r"'sweep\.cov_scale' must be >= 0"),
+        ("b_scale = [1.0, 2.0]\n", r"'sweep\.b_scale' varies the \[layer\]'s b"),
+        ("V_scal = [1.0]\n", r"unknown key 'sweep\.V_scal'"),
+        ("run = 'steer'\nV_scale = [1.0]\n", r"'sweep\.run' must be one of"),
+        ("run = 'simulate'\nV_scale = [1.0]\n", r"needs \[horizon\] T"),
+        ("point_time_limit = 0\nV_scale = [1.0]\n", r"'sweep\.point_time_limit' must be positive"),
+        (
+            "V_scale = {start = 0, stop = 1, num = 1000}\n"
+            "A_shift = {start = 0, stop = 1, num = 101}\n",
+            r"101000 points, more than the limit",
+        ),
+    ],
+)
+def test_schema_names_the_offending_key(sweep: str, match: str) -> None:
+    with pytest.raises(DesignFileError, match=match) as info:
+        parse_design(BASE + "\n[sweep]\n" + sweep)
+    assert "\n" not in str(info.value)
+
+
+def test_schema_refuses_a_schedule_and_accepts_ranges() -> None:
+    sched = (
+        BASE.replace("[layer]", "[[schedule]]") + "[horizon]\nT = 1.0\n[sweep]\nV_scale = [1.0]\n"
+    )
+    with pytest.raises(DesignFileError, match=r"single \[layer\], not a \[\[schedule\]\]"):
+        parse_design(sched)
+    d = parse_design(
+        BASE
+        + "[sweep]\nB_scale = {start = 0.1, stop = 10, num = 3, log = true}\nV_scale = [2, 1]\n"
+    )
+    plan = plan_sweep(d, deadline=time.time() + 60)
+    assert plan.axes == ("B_scale", "V_scale")  # the design's order: the first varies slowest
+    np.testing.assert_allclose(plan.values["B_scale"], [0.1, 1.0, 10.0])
+    assert [p.params for p in plan][:2] == [
+        {"B_scale": 0.1, "V_scale": 2.0},
+        {"B_scale": 0.1, "V_scale": 1.0},
+    ]
+
+
+def test_point_keys_cover_the_base_design_and_the_point() -> None:
+    plan = plan_sweep(parse_design(BASE + GRID), deadline=0.0)
+    keys = [p.key for p in plan]
+    assert len(set(keys)) == len(keys) == 6
+    # the axis order in the file does not change a point; the base design does
+    swapped = GRID.replace(
+        "V_scale = [-1.0, 0.0, 1.0]\nA_shift = [-0.5, 0.5]",
+        "A_shift = [0.5, -0.5]\nV_scale = [1.0, 0.0, -1.0]",
+    )
+    assert {p.key for p in plan_sweep(parse_design(BASE + swapped), deadline=0.0)} == set(keys)
+    other = BASE.replace("B = [[1.0, 0.2]", "B = [[1.0, 0.3]") + GRID
+    assert not {p.key for p in plan_sweep(parse_design(other), deadline=0.0)} & set(keys)
+    assert point_key(plan.base, {"V_scale": -0.0}) == point_key(plan.base, {"V_scale": 0.0})
+
+
+def test_a_failing_point_is_a_row_not_an_exception() -> None:
+    d = parse_design(
+        BASE.replace("[0.0, 1.0], [-1.0", "[2.0, 1.0], [-1.0") + "[sweep]\nA_scale = [1e308, 1.0]\n"
+    )
+    bad, good = plan_sweep(d, deadline=time.time() + 60)
+    row = run_point(bad)
+    assert row["status"] == "failed" and "A" in row["message"] and row["regime"] is None
+    assert run_point(good)["status"] == "blowup"
+    late = plan_sweep(d, deadline=time.time() - 1).points[1]
+    row = run_point(late)
+    assert row["status"] == "budget_exhausted" and row["time_limit"] == 0.0
+
+
+# -- runs on a LocalCluster ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The 8 general-V points run once on a LocalCluster: (design file, output folder)."""
+    root = tmp_path_factory.mktemp("sweep")
+    design = write(root, GENERAL)
+    out = root / "out"
+    assert main(["run", str(design), "-o", str(out)]) == 0
+    return design, out
+
+
+def test_local_cluster_writes_the_table_figure_and_result(finished: tuple[Path, Path]) -> None:
+    _, out = finished
+    df = table(out)
+    assert list(df.columns[:2]) == ["V_scale", "A_shift"]
+    for col in (
+        "point",
+        "status",
+        "regime",
+        "certificate",
+        "blowup_time",
+        "equilibria",
+        "stable_equilibria",
+        "message",
+        "seconds",
+    ):
+        assert col in df.columns
+    assert len(df) == 8 and df["point"].is_unique
+    assert sorted(p.stem for p in (out / "points").glob("*.parquet")) == sorted(df["point"])
+    kinds = dict(zip(zip(df["V_scale"], df["A_shift"]), df["regime"]))
+    assert kinds[(-1.0, 0.5)] == "converges" and kinds[(-1.0, -0.5)] == "collapses"
+    assert kinds[(0.5, 0.5)] == "blowup" and kinds[(0.5, -0.5)] == "blowup"
+    # the same answers as gtcontrol.analyze called directly
+    A0, B = np.array([[0.0, 1.0], [-1.0, 0.0]]), np.array([[1.0, 0.2], [0.0, 0.6]])
+    V0 = np.array([[1.0, 0.4], [-0.3, 0.7]])
+    g0 = Gaussian([1.0, -1.0], [[2.0, 0.5], [0.5, 0.3]])
+    for v, s in [(-1.0, 0.5), (0.5, -0.5)]:
+        direct = analyze(Layer(A=A0 + s * np.eye(2), B=B, V=v * V0), g0)
+        row = df[(df["V_scale"] == v) & (df["A_shift"] == s)].iloc[0]
+        assert row["regime"] == direct.kind and row["status"] == str(direct.status)
+        assert row["blowup_time"] == pytest.approx(direct.blowup_time, rel=1e-12)
+    res = result(out)
+    for key in (
+        "gtcontrol_version",
+        "task",
+        "title",
+        "design",
+        "status",
+        "summary",
+        "inputs",
+        "options",
+        "outputs",
+        "figures",
+        "files",
+        "seconds",
+    ):
+        assert key in res
+    assert res["task"] == "sweep" and res["status"] == "success"
+    summary = res["summary"]
+    assert (summary["points"], summary["computed"], summary["skipped"]) == (8, 8, 0)
+    assert summary["regimes"] == {"blowup": 2, "collapses": 3, "converges": 3}
+    assert res["files"] == sorted(
+        p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()
+    )
+    assert (out / "phase_diagram.png").stat().st_size > 0
+
+
+def test_rerun_skips_every_point_and_removed_points_are_computed_again(
+    finished: tuple[Path, Path], tmp_path: Path
+) -> None:
+    design, out = finished
+    before = table(out)
+    t0 = time.perf_counter()
+    assert main(["run", str(design), "-o", str(out)]) == 0
+    assert time.perf_counter() - t0 < 10  # no cluster is started for a finished sweep
+    summary = result(out)["summary"]
+    assert (summary["computed"], summary["skipped"]) == (0, 8)
+    assert "8 skipped" in summary["message"]
+    same_rows(before, table(out))
+    # a crash that left half the points: only the missing ones run again
+    for path in sorted((out / "points").glob("*.parquet"))[:3]:
+        path.unlink()
+    (out / "sweep.parquet").unlink()
+    (out / "result.json").unlink()
+    assert main(["run", str(design), "-o", str(out)]) == 0
+    summary = result(out)["summary"]
+    assert (summary["computed"], summary["skipped"]) == (3, 5)
+    same_rows(before, table(out))
+
+
+def test_a_changed_design_does_not_reuse_stale_points(
+    finished: tuple[Path, Path], tmp_path: Path
+) -> None:
+    _, out = finished
+    copy = tmp_path / "out"
+
+    shutil.copytree(out, copy)
+    changed = write(
+        tmp_path,
+        GENERAL.replace("-0.3, 0.7", "-0.3, 0.8").replace("[-1.5, -1.0, -0.5, 0.5]", "[-1.0, 0.5]"),
+    )
+    assert main(["run", str(changed), "-o", str(copy)]) == 0
+    res = result(copy)
+    assert (res["summary"]["computed"], res["summary"]["skipped"]) == (4, 0)
+    assert res["outputs"]["stale_points_removed"] == 8
+    assert len(list((copy / "points").glob("*.parquet"))) == 4
+
+
+def test_the_time_limit_cuts_the_sweep_short_and_the_next_run_finishes_it(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    short = write(tmp_path, "time_limit = 0.01\n" + BASE + GRID, "short.toml")
+    assert main(["run", str(short), "-o", str(out)]) == 0
+    res = result(out)
+    assert res["status"] == "budget_exhausted"
+    assert res["summary"]["budget_exhausted"] == 6 and res["summary"]["computed"] == 0
+    assert "time_limit" in res["summary"]["message"]
+    assert set(table(out)["status"]) == {"budget_exhausted"}
+    full = write(tmp_path, BASE + GRID, "full.toml")
+    assert main(["run", str(full), "-o", str(out)]) == 0
+    res = result(out)
+    assert res["status"] == "success" and res["summary"]["computed"] == 6
+
+
+# -- a real kill -9 halfway through, then resume ---------------------------------------------------
+
+
+def test_resume_after_kill_9_computes_only_the_missing_points(
+    finished: tuple[Path, Path], tmp_path: Path
+) -> None:
+    design = write(tmp_path, GENERAL)
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gtcontrol", "run", str(design), "-o", str(out), "-q"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not stored(out) and time.monotonic() < deadline:
+            assert proc.poll() is None, "the sweep ended before it was killed"
+            time.sleep(0.01)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        try:  # its worker processes exit with it; make sure nothing of the group is left
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    done = len(stored(out))
+    assert 1 <= done < 8, done
+    assert not (out / "result.json").exists()
+    assert main(["run", str(design), "-o", str(out)]) == 0
+    summary = result(out)["summary"]
+    assert (summary["skipped"], summary["computed"]) == (done, 8 - done)
+    assert f"{done} skipped" in summary["message"]
+    resumed = table(out)
+    assert len(resumed) == 8 and resumed["point"].is_unique
+    assert len(list((out / "points").glob("*"))) == 8  # no temporaries, no duplicates
+    same_rows(table(finished[1]), resumed)  # the table of a clean run of the same design
+
+
+# -- an existing cluster: a separately started scheduler and worker --------------------------------
+
+
+def _dask_cli() -> Path | None:
+    path = Path(sys.executable).parent / "dask"
+    return path if path.exists() else None
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """Stop a process group started by the test: SIGTERM, then SIGKILL."""
+    for sig, wait in ((signal.SIGTERM, 15), (signal.SIGKILL, 15)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+@pytest.fixture
+def dask_cluster(tmp_path: Path) -> Iterator[str]:
+    """A scheduler and one worker started as separate processes; yields the address."""
+    dask = _dask_cli()
+    if dask is None:
+        pytest.skip("the dask command line is not installed")
+    file = tmp_path / "scheduler.json"
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        procs.append(
+            subprocess.Popen(
+                [
+                    str(dask),
+                    "scheduler",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    "0",
+                    "--scheduler-file",
+                    str(file),
+                    "--no-dashboard",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        )
+        deadline = time.monotonic() + 60
+        while not file.exists() and time.monotonic() < deadline:
+            assert procs[0].poll() is None, "the dask scheduler exited"
+            time.sleep(0.05)
+        address = json.loads(file.read_text())["address"]
+        procs.append(
+            subprocess.Popen(
+                [
+                    str(dask),
+                    "worker",
+                    "--scheduler-file",
+                    str(file),
+                    "--nworkers",
+                    "1",
+                    "--nthreads",
+                    "1",
+                    "--no-dashboard",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        )
+        yield address
+    finally:
+        for proc in reversed(procs):
+            _stop(proc)
+
+
+def test_run_on_a_separately_started_scheduler(dask_cluster: str, tmp_path: Path) -> None:
+    design = write(tmp_path, BASE + GRID)
+    out = tmp_path / "out"
+    assert main(["run", str(design), "-o", str(out), "--scheduler", dask_cluster]) == 0
+    res = result(out)
+    assert res["outputs"]["cluster"] == dask_cluster
+    assert res["summary"]["computed"] == 6 and res["status"] == "success"
+    assert len(table(out)) == 6
+
+
+def test_an_unreachable_scheduler_is_one_error_line(tmp_path: Path, capsys) -> None:
+    design = write(tmp_path, "time_limit = 2\n" + BASE + GRID)
+    out = tmp_path / "out"
+    assert main(["run", str(design), "-o", str(out), "--scheduler", "tcp://127.0.0.1:9"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "cannot reach the dask scheduler" in err[0]
+    assert not out.exists()
+
+
+# -- the output folder -----------------------------------------------------------------------------
+
+
+def test_a_foreign_outdir_is_refused_and_left_alone(
+    finished: tuple[Path, Path], tmp_path: Path, capsys
+) -> None:
+    design, done = finished
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("keep me")
+    assert main(["run", str(design), "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "notes.txt" in err and "did not write" in err
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
+    # the output of another task
+    other = tmp_path / "analyze"
+    assert main(["run", str(ROOT / "designs" / "analyze.toml"), "-o", str(other), "-q"]) == 0
+    listing = sorted(p.name for p in other.iterdir())
+    assert main(["run", str(design), "-o", str(other)]) == 2
+    assert "task 'analyze'" in capsys.readouterr().err
+    assert sorted(p.name for p in other.iterdir()) == listing
+    # a user's file put into a finished sweep's folder
+    (done / "points" / "mine.csv").write_text("1,2\n")
+    try:
+        assert main(["run", str(design), "-o", str(done)]) == 2
+        assert "points/mine.csv" in capsys.readouterr().err
+    finally:
+        (done / "points" / "mine.csv").unlink()
+
+
+def test_scheduler_option_is_for_sweeps_only(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "a"
+    code = main(["run", str(ROOT / "designs" / "analyze.toml"), "-o", str(out), "--scheduler", "x"])
+    assert code == 2 and "--scheduler is for task 'sweep'" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_shipped_sweep_design_has_enough_points() -> None:
+    from gtcontrol.cli.schema import load_design
+
+    d = load_design(ROOT / "designs" / "sweep.toml")
+    plan = plan_sweep(d, deadline=math.inf)
+    assert d.task == "sweep" and len(plan) >= 50 and len(plan.axes) == 2
+
+
+def test_ctrl_c_keeps_the_finished_points_and_says_so(
+    finished: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    design, out = finished
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    n_points = len(list((copy / "points").glob("*.parquet")))
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sweep_module, "_execute", interrupted)
+    assert main(["run", str(design), "-o", str(copy)]) == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert f"{n_points} finished point(s) kept in {copy}/points" in err[0]
+    assert len(list((copy / "points").glob("*.parquet"))) == n_points

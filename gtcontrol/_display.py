@@ -43,8 +43,6 @@ __all__ = [
     "Axes",
     "Displayable",
     "SummaryItems",
-    "display_html",
-    "display_repr",
     "format_value",
     "new_axes",
 ]
@@ -152,72 +150,13 @@ def _header(obj: Displayable) -> SummaryItems:
     return items
 
 
-def display_repr(obj: Displayable) -> str:
-    """``Name(status=..., key=value, ..., message='...')``, wrapped at 100 characters.
-
-    Parameters
-    ----------
-    obj
-        The result.
-
-    Returns
-    -------
-    str
-        The text; continuation lines are indented under the first item.
-    """
-    parts = [f"{k}={format_value(v)}" for k, v in _header(obj)]
+def _message(obj: object) -> str:
+    """The object's ``message`` (``""`` when it has none)."""
     message = getattr(obj, "message", "")
-    if isinstance(message, str) and message:
-        parts.append(f"message={format_value(message)}")
-    name = type(obj).__name__
-    indent = " " * (len(name) + 1)
-    lines = [f"{name}("]
-    for i, part in enumerate(parts):
-        text = part + ("," if i < len(parts) - 1 else ")")
-        if len(lines[-1]) + 1 + len(text) > _LINE and not lines[-1].endswith("("):
-            lines.append(indent + text)
-        else:
-            lines[-1] += ("" if lines[-1].endswith("(") else " ") + text
-    if not parts:
-        lines[-1] += ")"
-    return "\n".join(lines)
+    return message if isinstance(message, str) else ""
 
 
 _CELL = 'style="text-align:left;padding:1px 8px;vertical-align:top"'
-
-
-def display_html(obj: Displayable) -> str:
-    """A small, self-contained HTML table of the key figures (for Jupyter).
-
-    Parameters
-    ----------
-    obj
-        The result.
-
-    Returns
-    -------
-    str
-        ``<table>`` with a caption (the class name), one row per figure and the full message;
-        every text is escaped.
-    """
-    rows = []
-    success = getattr(obj, "success", None)
-    for key, value in _header(obj):
-        text = html.escape(format_value(value, quote=False, width=200))
-        if key == "status" and isinstance(success, bool):
-            color = "#1a7f37" if success else "#b42318"
-            text = f'<span style="color:{color};font-weight:bold">{text}</span>'
-        rows.append(f"<tr><th {_CELL}>{html.escape(key)}</th><td {_CELL}>{text}</td></tr>")
-    message = getattr(obj, "message", "")
-    if isinstance(message, str) and message:
-        text = html.escape(_cut(message, 2000))
-        rows.append(f"<tr><th {_CELL}>message</th><td {_CELL}>{text}</td></tr>")
-    caption = html.escape(type(obj).__name__)
-    return (
-        '<table class="gtcontrol-result" style="border-collapse:collapse">'
-        f'<caption style="text-align:left;font-weight:bold">{caption}</caption>'
-        f"<tbody>{''.join(rows)}</tbody></table>"
-    )
 
 
 def new_axes(ax: Any = None, *, width: float = 6.4, height: float = 4.0) -> Axes:
@@ -284,11 +223,51 @@ class Displayable:
         return f"{type(self).__name__}({inner})"
 
     def __repr__(self) -> str:
-        return display_repr(self)
+        """``Name(status=..., key=value, ..., message='...')``, wrapped at 100 characters.
+
+        Continuation lines are indented under the first item.
+        """
+        parts = [f"{k}={format_value(v)}" for k, v in _header(self)]
+        message = _message(self)
+        if message:
+            parts.append(f"message={format_value(message)}")
+        name = type(self).__name__
+        indent = " " * (len(name) + 1)
+        lines = [f"{name}("]
+        for i, part in enumerate(parts):
+            text = part + ("," if i < len(parts) - 1 else ")")
+            if len(lines[-1]) + 1 + len(text) > _LINE and not lines[-1].endswith("("):
+                lines.append(indent + text)
+            else:
+                lines[-1] += ("" if lines[-1].endswith("(") else " ") + text
+        if not parts:
+            lines[-1] += ")"
+        return "\n".join(lines)
 
     def _repr_html_(self) -> str:
-        """The key figures as an HTML table (shown by Jupyter)."""
-        return display_html(self)
+        """The key figures as a small, self-contained HTML table (shown by Jupyter).
+
+        A ``<table>`` with a caption (the class name), one row per figure and the full message;
+        every text is escaped.
+        """
+        rows = []
+        success = getattr(self, "success", None)
+        for key, value in _header(self):
+            text = html.escape(format_value(value, quote=False, width=200))
+            if key == "status" and isinstance(success, bool):
+                color = "#1a7f37" if success else "#b42318"
+                text = f'<span style="color:{color};font-weight:bold">{text}</span>'
+            rows.append(f"<tr><th {_CELL}>{html.escape(key)}</th><td {_CELL}>{text}</td></tr>")
+        message = _message(self)
+        if message:
+            text = html.escape(_cut(message, 2000))
+            rows.append(f"<tr><th {_CELL}>message</th><td {_CELL}>{text}</td></tr>")
+        caption = html.escape(type(self).__name__)
+        return (
+            '<table class="gtcontrol-result" style="border-collapse:collapse">'
+            f'<caption style="text-align:left;font-weight:bold">{caption}</caption>'
+            f"<tbody>{''.join(rows)}</tbody></table>"
+        )
 
     def plot(self, ax: Axes | None = None) -> Axes:
         """Draw the result.

@@ -48,6 +48,7 @@ __all__ = [
     "dumps",
     "jsonable",
     "load_result",
+    "refuse_foreign",
     "run_summary",
     "split_arrays",
     "write_json",
@@ -455,14 +456,22 @@ def _check_replaceable(out: Path) -> None:
         return
     if not out.is_dir():
         raise OutputError(f"output: {_show(out)} exists and is not a directory")
-    foreign = _foreign_files(out)
-    if foreign:
-        shown = ", ".join(repr(name) for name in foreign[:3])
-        more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
-        raise OutputError(
-            f"output: {_show(out)} holds files gtcontrol did not write ({shown}{more}); "
-            "move them away or choose another -o directory"
-        )
+    refuse_foreign(out, _foreign_files(out), "gtcontrol")
+
+
+def refuse_foreign(out: Path, foreign: list[str], writer: str) -> None:
+    """Raise :class:`OutputError` naming the first of the ``foreign`` files (none: return).
+
+    ``writer`` says who did not write them (``"gtcontrol"``, ``"a sweep"``).
+    """
+    if not foreign:
+        return
+    shown = ", ".join(repr(name) for name in foreign[:3])
+    more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
+    raise OutputError(
+        f"output: {_show(out)} holds files {writer} did not write ({shown}{more}); "
+        "move them away or choose another -o directory"
+    )
 
 
 def _exchange(a: Path, b: Path) -> bool:

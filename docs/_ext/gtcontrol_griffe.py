@@ -1,6 +1,6 @@
 """Griffe extension for gtcontrol's API reference (loaded by mkdocstrings, see mkdocs.yml).
 
-Two text transformations, nothing else:
+Text transformations only:
 
 1. **Shared docstring fragments.** gtcontrol writes a parameter description that several
    functions share once (``gtcontrol._docstring.fill``): the source docstring holds a line
@@ -14,6 +14,8 @@ Two text transformations, nothing else:
    then their description). Griffe gives every name of such an entry the type and default of
    the first one, so the table would show wrong types; the entry is split into one entry per
    name, each with the shared description (types and defaults then come from the signature).
+4. **Pages of this site.** A plain ``docs/theory.md`` in a docstring (the path a reader of the
+   source or of ``help()`` follows) becomes a link to that page.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import re
+from pathlib import Path
 from typing import Any
 
 import griffe
@@ -92,6 +95,19 @@ def _split_grouped_parameters(text: str) -> str:
     return "\n".join(out)
 
 
+_DOCS = Path(__file__).resolve().parents[1]
+#: A plain path to a page of the site in a docstring (``docs/theory.md``), not in a code span.
+_DOCS_PATH = re.compile(r"(?<![\w/`\[])(?<!\]\()docs/([\w-]+)\.md\b")
+
+
+def _docs_link(match: re.Match[str]) -> str:
+    """``docs/theory.md`` -> a link to that page (API pages live in docs/api/)."""
+    name = match.group(1)
+    if not (_DOCS / f"{name}.md").is_file():
+        return match.group(0)
+    return f"[{match.group(0)}](../{name}.md)"
+
+
 def _role(match: re.Match[str]) -> str:
     tilde, target = match.group(1), match.group(2)
     target = target.strip()
@@ -101,7 +117,7 @@ def _role(match: re.Match[str]) -> str:
 
 
 class GTControlDocstrings(griffe.Extension):
-    """Fill ``%(name)s`` fragments; Sphinx roles to code spans; split grouped parameters."""
+    """Fill ``%(name)s``; roles to code spans; link docs/ pages; split grouped parameters."""
 
     def on_instance(self, *, obj: griffe.Object, **kwargs: Any) -> None:
         doc = obj.docstring
@@ -113,4 +129,5 @@ class GTControlDocstrings(griffe.Extension):
             if runtime is None or _PLACEHOLDER.search(runtime):
                 raise RuntimeError(f"{obj.path}: docstring fragment not filled at import")
             value = runtime
-        doc.value = _split_grouped_parameters(_ROLE.sub(_role, value))
+        value = _DOCS_PATH.sub(_docs_link, _ROLE.sub(_role, value))
+        doc.value = _split_grouped_parameters(value)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._docstring import fill
 from .._linalg import FloatArray
 from ..model._figures import readable_log_axis
 
@@ -29,6 +30,15 @@ __all__ = [
     "draw_residuals",
     "draw_spectrum",
 ]
+
+#: The docstring entry of the data both filter panels take (for :func:`~gtcontrol._docstring.fill`).
+_FILTER_DATA = """\
+ax
+    The Axes.
+t
+    Depths ``(n,)``.
+filter_cov, transformer_cov
+    ``P(t)`` and ``Σ(t)``, ``(n, d, d)``."""
 
 
 def draw_spectrum(
@@ -182,6 +192,7 @@ def draw_convergence(
         ax.set_title(title, fontsize=10, parse_math=False)
 
 
+@fill(filter_data=_FILTER_DATA)
 def draw_filter_entries(
     ax: Axes,
     t: FloatArray,
@@ -194,12 +205,7 @@ def draw_filter_entries(
 
     Parameters
     ----------
-    ax
-        The Axes.
-    t
-        Depths ``(n,)``.
-    filter_cov, transformer_cov
-        ``P(t)`` and ``Σ(t)``, ``(n, d, d)``.
+    %(filter_data)s
     steady
         The steady state of the filter, drawn dotted.
     """
@@ -221,6 +227,7 @@ def draw_filter_entries(
         ax.legend(fontsize=7, loc="best")
 
 
+@fill(filter_data=_FILTER_DATA)
 def draw_filter_difference(
     ax: Axes, t: FloatArray, filter_cov: FloatArray, transformer_cov: FloatArray
 ) -> None:
@@ -228,12 +235,7 @@ def draw_filter_difference(
 
     Parameters
     ----------
-    ax
-        The Axes.
-    t
-        Depths ``(n,)``.
-    filter_cov, transformer_cov
-        ``P(t)`` and ``Σ(t)``, ``(n, d, d)``.
+    %(filter_data)s
     """
     p = np.asarray(filter_cov, dtype=float)
     s = np.asarray(transformer_cov, dtype=float)

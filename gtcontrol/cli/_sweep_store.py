@@ -28,7 +28,15 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from .._output import OutputError, _alive, _check_length, _relative_files, _show, dumps
+from .._output import (
+    OutputError,
+    _alive,
+    _check_length,
+    _relative_files,
+    _show,
+    dumps,
+    refuse_foreign,
+)
 from .._version import __version__
 
 __all__ = ["FIGURE", "MARKER", "POINTS", "RESULT", "TABLE", "SweepFolder", "check_sweep_folder"]
@@ -111,13 +119,7 @@ def check_sweep_folder(out: Path) -> Path:
         if previous is not None and isinstance(previous.get("files"), list):
             listed = {n for n in previous["files"] if isinstance(n, str)}
         foreign = [name for name in present if not _ours(name, listed)]
-    if foreign:
-        shown = ", ".join(repr(name) for name in foreign[:3])
-        more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
-        raise OutputError(
-            f"output: {_show(out)} holds files a sweep did not write ({shown}{more}); move "
-            "them away or choose another -o directory"
-        )
+    refuse_foreign(out, foreign, "a sweep")
     return out
 
 

@@ -37,12 +37,21 @@ v = -1.0                 # V = v I; v < 0 with B + Bᵀ ≻ 0 is a stabilizing h
 b = [0.1, 0.0]
 """
 
+#: The fixed-layer problem of the starters that analyze, simulate or sweep one layer.
+_LAYER_PROBLEM_2D = f"{_GAUSSIAN_2D}\n{_LAYER_2D}"
+
+#: A standard normal start, for the starters that design the layers themselves.
+_STANDARD_2D = """\
+[initial]
+mean = [0.0, 0.0]
+cov = [[1.0, 0.0], [0.0, 1.0]]
+"""
+
 #: The sections of each starter (everything but the task's own options table).
 _BODIES: dict[str, str] = {
     "simulate": f"""\
 # Integrate the moment ODE of one attention layer (docs/designs.md, task `simulate`).
-{_GAUSSIAN_2D}
-{_LAYER_2D}
+{_LAYER_PROBLEM_2D}
 [horizon]
 T = 4.0                  # depth
 """,
@@ -50,25 +59,20 @@ T = 4.0                  # depth
 # Real softmax attention on N tokens against the moment ODE: the error at depth T falls like
 # N^(-1/2) (docs/designs.md, task `compare-tokens`).
 seed = 0
-{_GAUSSIAN_2D}
-{_LAYER_2D}
+{_LAYER_PROBLEM_2D}
 [horizon]
 T = 1.0
 """,
     "analyze": f"""\
 # The regime of a fixed layer: equilibria, stability, exact blow-up time (docs/designs.md, task
 # `analyze`).
-{_GAUSSIAN_2D}
-{_LAYER_2D}""",
-    "steer": """\
+{_LAYER_PROBLEM_2D}""",
+    "steer": f"""\
 # Steer N(m0, Σ0) to N(m1, Σ1) in depth T with an L-layer Transformer (CasADi/IPOPT, verified
 # by re-simulation; docs/designs.md, task `steer`).
 seed = 0
 
-[initial]
-mean = [0.0, 0.0]
-cov = [[1.0, 0.0], [0.0, 1.0]]
-
+{_STANDARD_2D}
 [target]                 # where the tokens should end up
 mean = [1.0, -0.5]
 cov = [[0.6, 0.1], [0.1, 1.4]]
@@ -87,21 +91,17 @@ seed = 0
 mean = [1.0, -0.5]
 cov = [[1.0, 0.3], [0.3, 0.8]]
 """,
-    "filter": """\
+    "filter": f"""\
 # A Kalman–Bucy filter beside the Transformer with the same covariance dynamics
 # (docs/designs.md, task `filter`). Give the filter data below, or a [layer] instead.
-[initial]
-mean = [0.0, 0.0]
-cov = [[1.0, 0.0], [0.0, 1.0]]
-
+{_STANDARD_2D}
 [horizon]
 T = 5.0
 """,
     "sweep": f"""\
 # A parameter sweep: the layer below varied over a grid, each point analyzed (or simulated) on
 # dask.distributed, one Parquet row per point (needs the 'sweep' extra; docs/sweeps.md).
-{_GAUSSIAN_2D}
-{_LAYER_2D}""",
+{_LAYER_PROBLEM_2D}""",
     "experiment": """\
 # The paper's evidence on real pretrained models, offline (needs the 'experiments' extra:
 # pip install 'gtcontrol[experiments]'; docs/designs.md, task `experiment`).

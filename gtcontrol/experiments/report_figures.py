@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 from scipy import stats as _st
 
+from .._display import Displayable
 from ..plotting.core import new_figure, save_figure
 from .closure import FeedForwardCloseness
 from .pretrained import GaussianityTable
@@ -20,9 +21,10 @@ from .surrogate import SurrogateComparison
 __all__ = ["Evidence", "write_figures"]
 
 
-def _plot_gaussianity(tab: GaussianityTable, path: Path) -> None:
-    fig = new_figure(7.0, 3.6)
-    tab.plot(fig.subplots())
+def _plot_one(result: Displayable, path: Path, width: float, height: float) -> None:
+    """The result's own figure (its ``.plot``) alone on a ``width × height`` inch figure."""
+    fig = new_figure(width, height)
+    result.plot(fig.subplots())
     save_figure(fig, path)
 
 
@@ -50,24 +52,12 @@ def _plot_projections(tab: GaussianityTable, path: Path, seed: int) -> None:
     save_figure(fig, path)
 
 
-def _plot_surrogate(c: SurrogateComparison, path: Path) -> None:
-    fig = new_figure(7.0, 3.4)
-    c.plot(fig.subplots())
-    save_figure(fig, path)
-
-
 def _plot_regimes(r: RegimeResult, path: Path) -> None:
     fig = new_figure(3.3 * max(len(r.rows), 1), 3.2)
     axes = np.atleast_1d(fig.subplots(1, max(len(r.rows), 1)))
     for ax, row in zip(axes, r.rows, strict=False):
         r._draw(ax, rows=(row,))  # one configuration per panel
         ax.set_title(f"{row.name}: {row.description}", fontsize=8)
-    save_figure(fig, path)
-
-
-def _plot_feedforward(f: FeedForwardCloseness, path: Path) -> None:
-    fig = new_figure(6.5, 3.4)
-    f.plot(fig.subplots())
     save_figure(fig, path)
 
 
@@ -86,16 +76,16 @@ def write_figures(dest: Path, ev: Evidence, seed: int) -> list[str]:
     tabs, surs, reg, ff = ev.tabs, ev.surs, ev.reg, ev.ff
     figures: list[str] = []
     for t in (t for t in tabs if t.rows):
-        _plot_gaussianity(t, dest / f"gaussianity_{t.model}.png")
+        _plot_one(t, dest / f"gaussianity_{t.model}.png", 7.0, 3.6)
         _plot_projections(t, dest / f"projections_{t.model}.png", seed)
         figures += [f"gaussianity_{t.model}.png", f"projections_{t.model}.png"]
     for c in (c for c in surs if c.rows):
-        _plot_surrogate(c, dest / f"surrogate_{c.model}.png")
+        _plot_one(c, dest / f"surrogate_{c.model}.png", 7.0, 3.4)
         figures.append(f"surrogate_{c.model}.png")
     if reg is not None and reg.rows:
         _plot_regimes(reg, dest / "regimes.png")
         figures.append("regimes.png")
     if ff is not None and ff.curves:
-        _plot_feedforward(ff, dest / "feedforward.png")
+        _plot_one(ff, dest / "feedforward.png", 6.5, 3.4)
         figures.append("feedforward.png")
     return figures

@@ -165,6 +165,30 @@ class BlowupWatch:
         how = f"the step size collapsed ({why}) with λ_max = {lam:.3g} growing"
         return _blowup(t_star, t, upper, how)
 
+    def growth_note(self) -> str:
+        """What the samples say about a growth the watch has not classified ('' before two).
+
+        Appended to the message of an integration that stops undecided (a spent budget): the
+        e-folding rate of ``λ_max`` between the first and last samples and the trend of the
+        remaining-time estimate ``λ/λ̇`` (a quadratic blow-up shrinks it tenfold per decade of
+        ``λ_max``; exponential growth keeps it constant).
+        """
+        if len(self.samples) < 2:
+            return ""
+        first, last = self.samples[0], self.samples[-1]
+        rate = math.log(last.lam / first.lam) / max(last.t - first.t, 1e-300)
+        return (
+            f"; λ_max grew from {first.lam:.3g} at depth {first.t:.6g} to {last.lam:.3g} at "
+            f"depth {last.t:.6g} (e-folding rate {rate:.3g} per unit depth) and the remaining-"
+            f"time estimate λ/λ̇ went {first.remaining:.3g} → {last.remaining:.3g} (a quadratic "
+            "blow-up shrinks it tenfold per decade of λ_max, exponential growth keeps it "
+            "constant): the growth is not classified yet"
+        )
+
+    def growth_samples(self) -> list[tuple[float, float, float]]:
+        """The samples ``(t, λ_max, λ/λ̇)`` taken so far (``.stats["growth_samples"]``)."""
+        return [(x.t, x.lam, x.remaining) for x in self.samples]
+
     def overflow(self, t: float) -> Outcome:
         """The outcome for λ_max past :data:`OVERFLOW_LEVEL` without a singularity."""
         return Outcome(

@@ -457,7 +457,10 @@ def _integrate_segment(
                     seg.probe_stiffness(t, y)
         except BudgetExhausted as exc:
             t_s, y_s = float(seg.solver.t), np.array(seg.solver.y)
-            msg = f"{exc.reason} at depth {t_s:.6g}; the trajectory stops there"
+            msg = (
+                f"{exc.reason} at depth {t_s:.6g}; the trajectory stops there"
+                f"{seg.run.watch.growth_note()}"
+            )
             return _stop_at(seg, t_s, y_s, Outcome(Status.BUDGET_EXHAUSTED, msg))
         except (ValueError, ArithmeticError, np.linalg.LinAlgError) as exc:
             return _collapse(seg, t_prev, y_prev, f"{type(exc).__name__}: {exc}")
@@ -500,5 +503,6 @@ def integrate(setup: _Setup, opts: _IntegratorOptions) -> tuple[_Record, Outcome
         "restarts": run.restarts,
         "relaxation": run.relax,
         "seconds": budget.elapsed,
+        "growth_samples": run.watch.growth_samples(),
     }
     return run.rec, outcome, stats

@@ -57,7 +57,8 @@ __all__ = [
 #: Finite caps of the scale search: rounds of the fixed-point iteration and the largest scale.
 _MAX_ROUNDS = 40
 _MAX_SCALE = 1e6
-#: Default depth of the path in units of its slowest rate (errors ~e^{-12} of the initial ones).
+#: Default depth in units of the slowest rate (errors ~e^{-12} of the initial ones); also the
+#: default depth of :mod:`.token_check`, in units of the certified rate.
 _DEPTH_RATES = 12.0
 #: Coarse depths per unit of ``T × (fastest rate)``, their bounds, and the refinement: the
 #: ``_REFINE_PEAKS`` lowest local minima of the coarse ESS are resampled at ``_REFINE_POINTS``

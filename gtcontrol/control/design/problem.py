@@ -10,6 +10,7 @@ Reference: the paper cited in :mod:`gtcontrol`, §4; docs/theory.md §5.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -83,16 +84,32 @@ def _check_scalar_v(p: Problem) -> None:
         )
 
 
-def _check_fixed_b_riccati(p: Problem, b_hat: FloatArray) -> None:
-    v = p.v_scalar
-    w = np.linalg.eigvalsh(sym(b_hat))
+def _global_spectrum(p: Problem, fixed: FloatArray, why: Callable[[float], str]) -> FloatArray:
+    """The ascending spectrum of ``sym(fixed)``; with ``require_global``, raise if indefinite.
+
+    The global certificate needs ``R ⪰ 0``, hence a semi-definite symmetric part of the fixed
+    matrix; ``why(λ_min)`` says what an indefinite one means for it.
+    """
+    w: FloatArray = np.asarray(np.linalg.eigvalsh(sym(fixed)), dtype=float)
     if p.require_global and w[0] < -_TOL * max(abs(w[-1]), 1e-300):
         raise _unreachable(
-            "global certificate (R ⪰ 0): the fixed B has an indefinite or negative "
-            f"symmetric part (eigenvalue {w[0]:.6g} of Σ*^½ sym(B) Σ*^½); R = −v(B + Bᵀ) "
-            "cannot be positive semi-definite with v < 0, and v < 0 is needed for the "
-            "mean to converge; use require_global=False for a local design"
+            f"global certificate (R ⪰ 0): {why(float(w[0]))}; use require_global=False for a "
+            "local design"
         )
+    return w
+
+
+def _check_fixed_b_riccati(p: Problem, b_hat: FloatArray) -> None:
+    v = p.v_scalar
+    w = _global_spectrum(
+        p,
+        b_hat,
+        lambda low: (
+            "the fixed B has an indefinite or negative symmetric part (eigenvalue "
+            f"{low:.6g} of Σ*^½ sym(B) Σ*^½); R = −v(B + Bᵀ) cannot be positive semi-definite "
+            "with v < 0, and v < 0 is needed for the mean to converge"
+        ),
+    )
     if v is not None and -2.0 * v * float(np.sum(w)) < p.d * p.r_c * (1 - _TOL):
         raise _unreachable(
             f"covariance rate: with fixed B and V = vI, tr R = {-2 * v * np.sum(w):.6g} "
@@ -104,13 +121,14 @@ def _check_fixed_b_riccati(p: Problem, b_hat: FloatArray) -> None:
 def _check_fixed_a_riccati(p: Problem, a_hat: FloatArray) -> None:
     v = p.v_scalar
     eig = np.linalg.eigvals(a_hat)
-    w = np.linalg.eigvalsh(sym(a_hat))
-    if p.require_global and w[0] < -_TOL * max(abs(w[-1]), 1e-300):
-        raise _unreachable(
-            "global certificate (R ⪰ 0): the fixed A makes R = AᵀΣ*⁻¹ + Σ*⁻¹A "
-            f"indefinite (eigenvalue {2 * w[0]:.6g} of Σ*^½RΣ*^½); no V = vI head makes "
-            "Σ* globally attracting; use require_global=False for a local design"
-        )
+    _global_spectrum(
+        p,
+        a_hat,
+        lambda low: (
+            f"the fixed A makes R = AᵀΣ*⁻¹ + Σ*⁻¹A indefinite (eigenvalue {2 * low:.6g} "
+            "of Σ*^½RΣ*^½); no V = vI head makes Σ* globally attracting"
+        ),
+    )
     if 2.0 * float(np.min(eig.real)) < p.r_c * (1 - _TOL):
         raise _unreachable(
             f"covariance rate: the fixed A has min Re λ(A) = {np.min(eig.real):.6g}; the "

@@ -47,19 +47,18 @@ from ...model.params import Layer
 from ...model.tokens import simulate_tokens
 from ._common import check_layer
 from .certificate import design_certificate
-from .ess_path import as_initial
+from .ess_path import _DEPTH_RATES, as_initial
+from .options import _MAX_TOKENS
 
 __all__ = ["TokenCertificate", "design_token_certificate"]
 
-#: Caps: tokens, fixed steps, snapshot depths, fresh samples of the floor.
-_MAX_TOKENS = 10**6
+#: Caps: fixed steps, snapshot depths, fresh samples of the floor (the cap on tokens is
+#: ``_MAX_TOKENS`` of the design's ``token_check`` option).
 _MAX_STEPS = 10**6
 _MAX_SNAPSHOTS = 10_000
 _MAX_FLOOR_SAMPLES = 1_000
 #: RK4 step ``h`` with ``h · λ ≤ _STEP_RATE``, ``λ = ‖K*‖₂ + max(‖M(Σ0)‖₂, ‖M(Σ*)‖₂)``.
 _STEP_RATE = 1.0
-#: Default depth in units of the slowest certified rate (errors ~e^{-12} of the initial ones).
-_DEPTH_RATES = 12.0
 #: Memory for the token snapshots of the default ESS check (every step while they fit).
 _SNAPSHOT_BYTES = 256 * 2**20
 #: Query rows per block of the empirical-ESS pass: about 4·10⁶ weights at a time (32 MiB).

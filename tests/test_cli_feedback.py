@@ -183,9 +183,15 @@ def test_format_value() -> None:
     assert format_value(1.23456789e-7) == "1.235e-07"
     assert format_value(3) == "3" and format_value(False) == "no"
     assert format_value("x" * 500).endswith("…") and len(format_value("x" * 500)) == 160
-    files = [f"points/{i}.parquet" for i in range(20)]
-    rows = dict(summary_rows({"task": "sweep", "status": "success", "files": files}, Path("o")))
-    assert rows["task"] == "sweep" and rows["files"].endswith("points/7.parquet and 12 more)")
+    files = [".gtcontrol-sweep", "a.png"] + [f"points/{i}.parquet" for i in range(20)]
+    files += [f"f{i}.png" for i in range(8)] + ["result.json"]
+    summary = {"regimes": {"blowup": 2, "converges": 5}}
+    result = {"task": "sweep", "status": "success", "files": files, "summary": summary}
+    rows = dict(summary_rows(result, Path("o")))
+    assert rows["task"] == "sweep" and rows["regimes"] == "blowup 2, converges 5"
+    # a sub-folder is one entry with its count, hidden markers are not listed
+    assert rows["files"].startswith("o/ (a.png, points/ (20 files), f0.png")
+    assert rows["files"].endswith("f5.png and 3 more)") and ".gtcontrol" not in rows["files"]
 
 
 # ---------------------------------------------------------------------------- result.json

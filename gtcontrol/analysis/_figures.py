@@ -68,6 +68,9 @@ def draw_spectrum(
         Axes title (plain text).
     """
     z = np.atleast_1d(np.asarray(values, dtype=complex))
+    # round-off imaginary parts of real eigenvalues (1e-17) would set the axis scale
+    scale = float(np.max(np.abs(z), initial=1.0))
+    z = np.where(np.abs(z.imag) <= 1e-12 * scale, z.real + 0j, z)
     ax.axvline(0.0, color="0.6", ls="--", lw=0.9, zorder=0)
     if rate is not None and math.isfinite(rate):
         ax.axvline(-rate, color="tab:green", ls=":", lw=1.0, label=f"Re λ = −{rate:.3g}")

@@ -327,7 +327,8 @@ class EquilibriaResult(ResultFields, Sequence[Equilibrium], OutcomeOrInfeasible)
             draw_spectrum(ax, e.spectrum, label=f"Σ*{k + 1} ({tag})")
         if not self.equilibria:
             draw_spectrum(ax, [])
-        ax.set_title(f"spectra of DF at {len(self)} equilibria ({self.status.value})", fontsize=10)
+        where = f"{len(self)} equilibri{'um' if len(self) == 1 else 'a'}"
+        ax.set_title(f"spectra of DF at {where} ({self.status.value})", fontsize=10)
 
     @property
     def stable(self) -> tuple[Equilibrium, ...]:

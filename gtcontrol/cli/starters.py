@@ -59,6 +59,7 @@ T = 4.0                  # depth
 # Real softmax attention on N tokens against the moment ODE: the error at depth T falls like
 # N^(-1/2) (docs/designs.md, task `compare-tokens`).
 seed = 0
+
 {_LAYER_PROBLEM_2D}
 [horizon]
 T = 1.0
@@ -113,7 +114,7 @@ time_limit = 3600        # seconds for the whole run
 #: The options each starter sets (the others are listed commented out at their defaults).
 _SET: dict[str, dict[str, Any]] = {
     "simulate": {"n_points": 201, "tokens": 500},
-    "compare-tokens": {"n_tokens": [64, 256], "repeats": 2},
+    "compare-tokens": {"n_tokens": [64, 256, 1024], "repeats": 3},  # slope fit in ~1 s
     "analyze": {"n_points": 201},
     "steer": {"mode": "full", "objective": "kinetic", "tokens": 0},
     "design": {"rate": 1.0, "n_starts": 3},
@@ -124,7 +125,13 @@ _SET: dict[str, dict[str, Any]] = {
         "Q": [[0.8, 0.2], [0.2, 0.5]],
     },
     "experiment": {"quick": True},
-    "sweep": {"run": "analyze", "V_scale": {"start": 0.25, "stop": 2.0, "num": 4}, "workers": 2},
+    # a 4 × 3 grid that crosses regimes (blow-up for V_scale < 0), in a few seconds
+    "sweep": {
+        "run": "analyze",
+        "V_scale": {"start": -1.0, "stop": 2.0, "num": 4},
+        "A_shift": [-0.5, 0.0, 0.5],
+        "workers": 2,
+    },
 }
 
 
@@ -198,7 +205,7 @@ def starter(task: str) -> str:
     body = _BODIES.get(task, f"# {SPECS[task].summary} (docs/designs.md, task `{task}`).\n")
     lines = body.splitlines(keepends=True)
     n_comment = next((i for i, ln in enumerate(lines) if not ln.startswith("#")), len(lines))
-    head = f'task = "{task}"\ntitle = "my {task} design"\n'
+    head = f'task = "{task}"\ntitle = "starter {task} run"\n'
     comment, rest = "".join(lines[:n_comment]), "".join(lines[n_comment:])
     gap = "" if rest.startswith(("\n", "seed", "time_limit")) else "\n"
     return f"{comment}{head}{gap}{rest}\n{_options_table(task)}"

@@ -45,7 +45,9 @@ def format_value(value: Any) -> str:
         return "yes" if value else "no"
     if isinstance(value, float):
         return f"{value:.4g}" if math.isfinite(value) else str(value)
-    if isinstance(value, (list, dict)):
+    if isinstance(value, dict) and all(isinstance(v, (int, float, str)) for v in value.values()):
+        text = ", ".join(f"{k} {format_value(v)}" for k, v in value.items())  # counts by kind
+    elif isinstance(value, (list, dict)):
         text = json.dumps(value)
     else:
         text = " ".join(str(value).split())
@@ -78,12 +80,38 @@ def summary_rows(result: Mapping[str, Any], outdir: Path) -> list[tuple[str, str
     if isinstance(seconds, (int, float)):
         rows.append(("seconds", f"{seconds:.1f}"))
     files = result.get("files")
-    names = [f for f in files if isinstance(f, str)] if isinstance(files, list) else []
+    names = _file_entries(
+        [f for f in files if isinstance(f, str)] if isinstance(files, list) else []
+    )
     listed = ", ".join(names[:_MAX_FILES])
     if len(names) > _MAX_FILES:
         listed += f" and {len(names) - _MAX_FILES} more"
     rows.append(("files", f"{outdir}/ ({listed})" if listed else f"{outdir}/"))
     return rows
+
+
+def _file_entries(names: list[str]) -> list[str]:
+    """The files of a run as listed: a sub-folder once with its count, hidden markers left out.
+
+    ``["phase_diagram.png", "points/a.parquet", "points/b.parquet", ".lock"]`` ->
+    ``["phase_diagram.png", "points/ (2 files)"]``.
+    """
+    counts: dict[str, int] = {}
+    for name in names:
+        folder, sep, _ = name.partition("/")
+        if sep:
+            counts[folder] = counts.get(folder, 0) + 1
+    entries: list[str] = []
+    for name in names:
+        folder, sep, _ = name.partition("/")
+        if name.startswith("."):
+            continue
+        if not sep:
+            entries.append(name)
+        elif folder in counts:
+            n = counts.pop(folder)
+            entries.append(f"{folder}/ ({n} file{'s' if n != 1 else ''})")
+    return entries
 
 
 def print_summary(outdir: Path, *, rich: bool, stream: TextIO | None = None) -> None:

@@ -118,7 +118,7 @@ class MeanMatchingDesign(ResultFields, Outcome):
             ("dim", self.target.dim),
             ("method", self.method),
             ("kind", self.certificate.kind),
-            ("rate", self.certificate.rate),
+            ("certified_rate", self.certificate.rate),  # `rate` is the requested one
             ("norm", self.norm),
             ("optimal", self.optimal),
             ("fixed", self.fixed),

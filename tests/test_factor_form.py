@@ -266,6 +266,9 @@ def test_hard_growth_ends_within_its_budget_with_an_honest_status() -> None:
         assert all(b > 5 * a for a, b in itertools.pairwise(lams))
         rho = [r for _, _, r in samples]
         assert 0.2 < rho[-1] / rho[0] < 5.0
+        # the top direction converges to the common null cone of the two heads' B_h (vᵀB_h v
+        # falls like 1/λ_max while λ_2 stays near 400): attention is flat along it
+        assert "null cone of every head" in traj.message
     assert traj.factor is not None and traj.factor.shape[1:] == (d, r)
     for c in traj.cov:
         w = np.linalg.eigvalsh(c)
@@ -285,3 +288,28 @@ def test_growth_note_tells_quadratic_from_exponential_samples() -> None:
     assert "0.0435 → 0.0435" in note
     assert len(expo.growth_samples()) == 3
     assert BlowupWatch(1.0, 10.0, 1e-12).growth_note() == ""
+
+
+def test_null_cone_note_sees_an_attention_flat_top_direction() -> None:
+    """vᵀB_h v = 0 for every head along the top direction: noted, dense and factored alike."""
+    from gtcontrol.model.blowup_detection import BlowupWatch
+    from gtcontrol.model.heads import FactoredHeads
+
+    v = np.array([1.0, 1.0, 0.0]) / np.sqrt(2.0)
+    cov = 1e9 * np.outer(v, v) + np.diag([1.0, 2.0, 3.0])
+    flat = Layer(A=-np.eye(3), heads=[(np.eye(3), np.diag([1.0, -1.0, 0.5]))])
+    tilted = Layer(A=-np.eye(3), heads=[(np.eye(3), np.diag([1.0, 1.0, 0.5]))])
+    watch = BlowupWatch(1.0, 10.0, 1e-12)
+    assert watch.null_cone_note(flat, cov) == ""  # no sample past 1e6 yet
+    watch.observe(0.1, 1e9, 1e11)
+    assert "null cone of every head" in watch.null_cone_note(flat, cov)
+    assert watch.null_cone_note(tilted, cov) == ""
+    # factored heads: B = s kᵀq with q = diag(1, -1, 0.5), k = I: the same tilt, no dense head
+    fh = FactoredHeads(
+        np.diag([1.0, -1.0, 0.5])[None],
+        np.eye(3)[None],
+        np.eye(3)[None],
+        np.eye(3)[None],
+        scale=1.0,
+    )
+    assert "null cone" in watch.null_cone_note(Layer(A=-np.eye(3), heads=fh), cov)

@@ -246,5 +246,5 @@ def finish(result: SteeringResult, clock: float, notes: list[str]) -> SteeringRe
     if notes and not result.success:
         message += " [starts tried: " + "; ".join(notes) + "]"
     elif notes:
-        message += " [after failed starts: " + "; ".join(notes) + "]"
+        message += " [other starts: " + "; ".join(notes) + "]"
     return replace(result, message=message, stats=MappingProxyType(stats))

@@ -26,7 +26,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
+from .._linalg import FloatArray
 from .._status import Status
+from .params import Layer
 
 __all__: list[str] = []
 
@@ -183,6 +187,46 @@ class BlowupWatch:
             f"time estimate λ/λ̇ went {first.remaining:.3g} → {last.remaining:.3g} (a quadratic "
             "blow-up shrinks it tenfold per decade of λ_max, exponential growth keeps it "
             "constant): the growth is not classified yet"
+        )
+
+    def null_cone_note(self, layer: Layer, cov: FloatArray) -> str:
+        """Whether the top direction of Σ lies on the null cone of every head's tilt ('' if not).
+
+        With ``Σ ≈ λ v vᵀ + Σ_⊥`` the quadratic part of the growth of ``λ`` is
+        ``λ² Σ_h (vᵀV_h v)(vᵀB_h v)``. When ``vᵀB_h v ≈ 0`` for every head (the attention logits
+        are flat along ``v``; a non-empty set when the ``B_h`` are indefinite) only the
+        feed-forward and the other directions drive ``λ``: the signature of exponential growth
+        along an attention-flat direction, not of a quadratic finite-time singularity. Reported
+        when ``λ_max`` is past 10⁴ times its reference ``λ_ref`` and ``max_h |vᵀB_h v| / ‖B_h‖_F``
+        is below ``min(10⁻³, 10² λ_ref/λ_max)``: the tilt falls like ``1/λ_max``, as on the way
+        to the null cone (it tends to a non-zero constant at a quadratic blow-up).
+        """
+        if not self.samples or not np.all(np.isfinite(cov)):
+            return ""
+        w, u = np.linalg.eigh(cov)
+        growth = float(w[-1]) / self.lam_ref
+        if not growth >= 1e4:
+            return ""
+        v = u[:, -1]
+        fh = layer.factored_heads
+        if fh is not None:  # B_h = s k_hᵀ q_h: vᵀB_h v = s (k_h v)·(q_h v), no dense head
+            tilt = fh.scale * np.einsum("hi,hi->h", fh.k @ v, fh.q @ v)
+            size = fh.scale * np.linalg.norm(fh.k, axis=(1, 2)) * np.linalg.norm(fh.q, axis=(1, 2))
+        else:
+            tilt = np.array([v @ b @ v for _, b in layer.heads])
+            size = np.array([np.linalg.norm(b) for _, b in layer.heads])
+        if tilt.size == 0 or not np.all(size > 0):
+            return ""
+        flat = float(np.max(np.abs(tilt) / size))
+        if not flat <= min(1e-3, 1e2 / growth):
+            return ""
+        second = float(w[-2]) if w.size > 1 else 0.0
+        return (
+            f"; the top direction of Σ lies on the null cone of every head (max_h |vᵀB_h v| / "
+            f"‖B_h‖ = {flat:.2g} at λ_max = {w[-1]:.3g}, λ_2 = {second:.3g}): "
+            "attention is flat along it and the growth comes from the feed-forward and the "
+            "other directions: the signature of exponential growth rather than of a quadratic "
+            "blow-up"
         )
 
     def growth_samples(self) -> list[tuple[float, float, float]]:

@@ -457,9 +457,11 @@ def _integrate_segment(
                     seg.probe_stiffness(t, y)
         except BudgetExhausted as exc:
             t_s, y_s = float(seg.solver.t), np.array(seg.solver.y)
+            cov_s = _state(seg.form, t_s, y_s)[1]
             msg = (
                 f"{exc.reason} at depth {t_s:.6g}; the trajectory stops there"
                 f"{seg.run.watch.growth_note()}"
+                f"{seg.run.watch.null_cone_note(layer_at(t_s), cov_s)}"
             )
             return _stop_at(seg, t_s, y_s, Outcome(Status.BUDGET_EXHAUSTED, msg))
         except (ValueError, ArithmeticError, np.linalg.LinAlgError) as exc:

@@ -281,6 +281,30 @@ def test_cli_design_keeps_fixed_b_and_certifies(tmp_path: Path) -> None:
     assert not (tmp_path / "x").exists()
 
 
+def test_cli_design_keeps_the_softmax_healthy_and_certifies_on_tokens(tmp_path: Path) -> None:
+    """[initial], [horizon] T, min_ess and token_check reach design_mean_matching."""
+    text = (
+        'task = "design"\nseed = 0\n[target]\nmean = [1.0, -0.5]\n'
+        "cov = [[1.0, 0.3], [0.3, 0.8]]\n[initial]\nmean = [0.0, 0.0]\n"
+        "cov = [[1.0, 0.0], [0.0, 1.0]]\n[horizon]\nT = 6.0\n[design]\nn_starts = 2\n"
+    )
+    (tmp_path / "d.toml").write_text(text + "token_check = 256\n")
+    assert main(["run", str(tmp_path / "d.toml"), "-o", str(tmp_path / "d")]) == 0
+    res = json.loads((tmp_path / "d" / "result.json").read_text())
+    ess, cert = res["outputs"]["ess"], res["outputs"]["token_certificate"]
+    assert ess["status"] == "success" and ess["min_ess"] == 0.5
+    assert np.min(ess["worst"]) >= 0.5 and res["summary"]["predicted_min_ess"] >= 0.5
+    assert cert["valid"] and cert["n_tokens"] == 256 and res["summary"]["token_certificate_valid"]
+    # without the token bound the heads keep the closed form's scale, and no tokens run
+    (tmp_path / "c.toml").write_text(text + "min_ess = 0.0\n")
+    assert main(["run", str(tmp_path / "c.toml"), "-o", str(tmp_path / "c")]) == 0
+    out = json.loads((tmp_path / "c" / "result.json").read_text())["outputs"]
+    assert "token_certificate" not in out
+    assert out.get("ess") is None or out["ess"]["scale"] == 1.0
+    (tmp_path / "bad.toml").write_text(text + "min_ess = 1.5\n")
+    assert main(["run", str(tmp_path / "bad.toml"), "-o", str(tmp_path / "b")]) == 2
+
+
 def test_cli_filter_matches_python_control(tmp_path: Path) -> None:
     assert main(["run", str(ROOT / "designs" / "filter.toml"), "-o", str(tmp_path / "f")]) == 0
     out = json.loads((tmp_path / "f" / "result.json").read_text())["outputs"]

@@ -67,6 +67,10 @@ def _positive(x: Any) -> str | None:
     return None if x > 0 else "must be positive"
 
 
+def _unit_interval_or_zero(x: Any) -> str | None:
+    return None if 0 <= x < 1 else "must be in [0, 1)"
+
+
 def _nonneg(x: Any) -> str | None:
     return None if x >= 0 else "must be >= 0"
 
@@ -265,6 +269,12 @@ SPECS: dict[str, TaskSpec] = {
                 str, "exact", _one_of("exact", "bw", "kl"), "'exact', 'bw' or 'kl' (penalty)"
             ),
             "cov_bound": Option(float, 0.0, _nonneg, "bound on ‖Σ(t)‖ (0: none)"),
+            "method": Option(
+                str,
+                "auto",
+                _one_of("auto", "flow", "collocation"),
+                "'auto', 'flow' (layer-by-layer construction, large d) or 'collocation' (IPOPT)",
+            ),
             "max_iter": Option(int, 500, _at_most(10**5), "IPOPT iterations"),
             "tokens": Option(
                 int,
@@ -288,6 +298,18 @@ SPECS: dict[str, TaskSpec] = {
             "robustness": Option(bool, True, None, "report the distance to instability"),
             "n_starts": Option(int, 5, _at_most(100), "random starts in the convergence figure"),
             "T": Option(float, 0.0, _nonneg, "depth of the convergence figure (0: automatic)"),
+            "min_ess": Option(
+                float,
+                0.5,
+                _unit_interval_or_zero,
+                "smallest predicted ESS/N of the softmax along the path (0: no token bound)",
+            ),
+            "token_check": Option(
+                int,
+                0,
+                _at_most(_MAX_TOKENS, zero=True),
+                "tokens run through the designed layer to certify it (0: none)",
+            ),
         },
         summary="design a stable layer carrying every Gaussian to a target mean/covariance",
     ),

@@ -358,6 +358,7 @@ def _run_steer(design: Design, out: Path) -> dict[str, Any]:
         layers=design.layers or 10,
         mode=o["mode"],
         objective=o["objective"],
+        method=o["method"],
         **kw,
     )
     sched = res.controls
@@ -460,6 +461,10 @@ def _run_design(design: Design, out: Path) -> dict[str, Any]:
         max_condition=o["max_condition"],
         robustness=o["robustness"],
         seed=design.seed,
+        min_ess=o["min_ess"] or None,
+        initial=design.initial,
+        T=design.T,
+        token_check=o["token_check"] or None,
         **_design_fixed_parts(design),
     )
     data = design_convergence(
@@ -505,6 +510,28 @@ def _run_design(design: Design, out: Path) -> dict[str, Any]:
     if res.robustness is not None:
         outputs["robustness"] = {k: getattr(res.robustness, k) for k in ROBUSTNESS_KEYS}
         summary["robustness_radius"] = res.robustness.radius
+    if res.ess is not None:  # the softmax's predicted ESS/N along the moment path
+        outputs["ess"] = {
+            "status": res.ess.status,
+            "message": res.ess.message,
+            "scale": res.ess.scale,
+            "min_ess": res.ess.min_ess,
+            "t": res.ess.t,
+            "worst": res.ess.worst,
+        }
+        summary["predicted_min_ess"] = float(np.min(res.ess.worst)) if res.ess.worst.size else None
+    if res.token_certificate is not None:
+        tc = res.token_certificate
+        outputs["token_certificate"] = {
+            "status": tc.status,
+            "message": tc.message,
+            "valid": tc.valid,
+            "n_tokens": tc.n_tokens,
+            "floor": tc.floor,
+            "min_token_ess": tc.min_token_ess,
+            "predicted_min_ess": tc.predicted_min_ess,
+        }
+        summary["token_certificate_valid"] = tc.valid
     status = _status(res, Status.FAILED)
     return result(status, outputs, ["convergence.png"], summary)
 

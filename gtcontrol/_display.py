@@ -63,6 +63,17 @@ def _number(x: float) -> str:
     return f"{x:.4g}"
 
 
+def _integer(n: int) -> str:
+    """An integer: exact up to 64 bits, else four significant digits (never the thousands of
+    digits that ``str`` refuses to write)."""
+    if n.bit_length() <= 64:
+        return str(n)
+    try:
+        return f"{float(n):.4g}"
+    except OverflowError:
+        return f"{'-' if n < 0 else ''}~2^{n.bit_length() - 1}"
+
+
 def _cut(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
@@ -108,7 +119,7 @@ def format_value(value: object, *, quote: bool = True, width: int = _TEXT) -> st
     if isinstance(value, Enum):
         return str(value.value)
     if isinstance(value, (int, np.integer)):
-        return str(int(value))
+        return _integer(int(value))
     if isinstance(value, (float, np.floating)):
         return _number(float(value))
     if isinstance(value, (complex, np.complexfloating)):

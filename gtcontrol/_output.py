@@ -2,8 +2,9 @@
 
 ``result.json`` is strict, compact JSON: objects indented, every list of numbers on one line (a
 matrix one row per line), ``inf`` as ``"inf"``, NaN as ``null``. Arrays of more than
-:data:`NPZ_MIN_SIZE` numbers are stored in ``result.npz`` beside it and referenced from the JSON
-as ``{"$npz": "result.npz", "key": ..., "shape": [...], "dtype": ...}``; :func:`load_result`
+:data:`NPZ_MIN_SIZE` numbers, and every complex number or array (JSON has none), are stored in
+``result.npz`` beside it and referenced from the JSON as
+``{"$npz": "result.npz", "key": ..., "shape": [...], "dtype": ...}``; :func:`load_result`
 reads both back.
 
 An output directory ``OUT`` is built in a hidden sibling ``.OUT.tmp-<pid>-<random>`` (same file
@@ -98,7 +99,8 @@ def jsonable(obj: Any) -> Any:
     Raises
     ------
     TypeError
-        For an object of another type.
+        For an object of another type (complex numbers included: :func:`split_arrays` moves
+        them into ``result.npz`` first).
     """
     if isinstance(obj, enum.Enum):
         return jsonable(obj.value)
@@ -195,26 +197,29 @@ def write_json(path: Path, data: Mapping[str, Any]) -> None:
 
 
 def _big_array(obj: Any, min_size: int) -> np.ndarray[Any, Any] | None:
-    """``obj`` as a numeric array when it is one with more than ``min_size`` numbers."""
+    """``obj`` as a numeric array when it is one with more than ``min_size`` numbers, or holds
+    complex numbers (any size: JSON has none; a complex scalar becomes a 0-d array)."""
+    if isinstance(obj, (complex, np.complexfloating)):
+        return np.asarray(obj)
     if isinstance(obj, np.ndarray):
         arr = obj
     elif isinstance(obj, (list, tuple)) and len(obj) > 0:
         first = obj[0]
         while isinstance(first, (list, tuple)) and first:
             first = first[0]
-        if not isinstance(first, (int, float, np.integer, np.floating)) or isinstance(
+        if not isinstance(first, (int, float, complex, np.number)) or isinstance(
             first, (bool, np.bool_)
         ):
             return None
         try:
             arr = np.asarray(obj)
-        except ValueError:  # ragged
+        except (ValueError, TypeError, OverflowError):  # ragged, or mixed beyond numbers
             return None
     else:
         return None
-    if arr.dtype.kind not in "iuf" or arr.size <= min_size:
-        return None
-    return arr
+    if arr.dtype.kind == "c" or (arr.dtype.kind in "iuf" and arr.size > min_size):
+        return arr
+    return None
 
 
 def split_arrays(
@@ -225,6 +230,8 @@ def split_arrays(
     Each such array (a numpy array, or a rectangular nested list of numbers) becomes
     ``{"$npz": name, "key": "outputs/trajectory/mean", "shape": [...], "dtype": "float64"}``;
     the key is the array's path in ``data`` (mapping keys and list indices joined by ``/``).
+    Complex numbers and arrays of any size are split off too (JSON has no complex numbers; a
+    scalar is stored as a 0-d array), so that :func:`load_result` gives them back exactly.
 
     Parameters
     ----------
@@ -259,6 +266,8 @@ def split_arrays(
             return {NPZ_REF: name, "key": key, "shape": list(arr.shape), "dtype": str(arr.dtype)}
         if isinstance(obj, enum.Enum) or isinstance(obj, (str, bytes)):
             return obj
+        if isinstance(obj, np.ndarray) and obj.dtype.kind == "O":  # its items one by one
+            obj = obj.tolist()
         if isinstance(obj, Mapping):
             return {k: walk(v, (*path, str(k))) for k, v in obj.items()}
         if isinstance(obj, (list, tuple)):
@@ -279,12 +288,14 @@ def load_result(outdir: str | Path) -> dict[str, Any]:
     Returns
     -------
     dict
-        The JSON document; every ``{"$npz": ...}`` reference replaced by its numpy array.
+        The JSON document; every ``{"$npz": ...}`` reference replaced by its numpy array (a
+        0-d one, a complex scalar, by its numpy scalar).
 
     Raises
     ------
     OutputError
-        If ``result.json`` or a referenced array cannot be read.
+        If ``result.json`` or a referenced array cannot be read (a damaged file, one nested
+        too deeply, or a reference to a file outside the folder).
 
     Examples
     --------
@@ -297,32 +308,47 @@ def load_result(outdir: str | Path) -> dict[str, Any]:
         path = path / "result.json"
     try:
         data = json.loads(path.read_text("utf-8"))
-    except (OSError, ValueError) as exc:
-        raise OutputError(f"output: cannot read {_show(path)} ({exc})") from None
+    except (OSError, ValueError, RecursionError) as exc:
+        text = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+        raise OutputError(f"output: cannot read {_show(path)} ({text})") from None
     opened: dict[str, Any] = {}
+
+    def load(file: str) -> dict[str, Any]:
+        if file in ("", ".", "..") or "/" in file or os.sep in file:
+            raise OutputError(f"output: {_show(path)} refers to {file!r}, not to a file beside it")
+        try:
+            archive = np.load(path.parent / file, allow_pickle=False)
+            if not isinstance(archive, np.lib.npyio.NpzFile):
+                raise ValueError("not an .npz archive")
+            with archive as npz:
+                return {k: npz[k] for k in npz.files}
+        except Exception as exc:  # damaged: BadZipFile, zlib.error, EOFError, ValueError, ...
+            raise OutputError(
+                f"output: cannot read {_show(file)} ({type(exc).__name__}: {exc})"
+            ) from None
 
     def resolve(obj: Any) -> Any:
         if isinstance(obj, dict):
             if isinstance(obj.get(NPZ_REF), str) and isinstance(obj.get("key"), str):
                 file = obj[NPZ_REF]
                 if file not in opened:
-                    try:
-                        with np.load(path.parent / file, allow_pickle=False) as npz:
-                            opened[file] = {k: npz[k] for k in npz.files}
-                    except (OSError, ValueError) as exc:
-                        raise OutputError(f"output: cannot read {_show(file)} ({exc})") from None
+                    opened[file] = load(file)
                 try:
-                    return opened[file][obj["key"]]
+                    arr = opened[file][obj["key"]]
                 except KeyError:
                     raise OutputError(
                         f"output: {_show(file)} has no array {obj['key']!r}"
                     ) from None
+                return arr[()] if arr.ndim == 0 else arr
             return {k: resolve(v) for k, v in obj.items()}
         if isinstance(obj, list):
             return [resolve(v) for v in obj]
         return obj
 
-    resolved = resolve(data)
+    try:
+        resolved = resolve(data)
+    except RecursionError:
+        raise OutputError(f"output: cannot read {_show(path)} (nested too deeply)") from None
     if not isinstance(resolved, dict):
         raise OutputError(f"output: {_show(path)} is not a gtcontrol result")
     return resolved
@@ -349,6 +375,35 @@ def _check_length(out: Path) -> None:
                 f"output: the name {_show(part)} in {_show(out)} is too long ({n} bytes; "
                 f"the limit is {NAME_MAX})"
             )
+
+
+def _follow_link(out: Path) -> Path:
+    """``out``, or the folder its symbolic link points to (a link loop is refused)."""
+    if not out.is_symlink():
+        return out
+    try:
+        target = out.resolve()
+    except (RuntimeError, OSError):  # a loop (RuntimeError up to Python 3.12, then OSError)
+        raise OutputError(
+            f"output: {_show(out)} is a symbolic link that leads nowhere (a loop of links)"
+        ) from None
+    _check_length(target)
+    return target
+
+
+def _refuse_working_dir(out: Path) -> None:
+    """Refuse to replace the current directory or a folder above it (the shell's own folder
+    would be swapped away under it)."""
+    try:
+        here = Path.cwd().resolve()
+        target = Path(os.path.realpath(out))
+    except (OSError, RuntimeError):  # no current directory: nothing to protect
+        return
+    if target == here or target in here.parents:
+        raise OutputError(
+            f"output: {_show(out)} is the current directory or a folder above it; the output "
+            "folder is replaced as a whole: give a folder below it (e.g. -o out/NAME)"
+        )
 
 
 def _stem(out: Path) -> str:
@@ -544,13 +599,15 @@ def atomic_outdir(outdir: str | Path) -> Iterator[Path]:
     Raises
     ------
     OutputError
-        If ``outdir`` is too long, is not a directory, holds foreign files or cannot be created.
+        If ``outdir`` is too long, is not a directory, is the current directory (or holds it),
+        is a loop of symbolic links, holds foreign files or cannot be created.
     """
     out = Path(outdir)
     _check_length(out)
-    if out.is_symlink():
-        out = out.resolve()
-        _check_length(out)
+    out = _follow_link(out)
+    _refuse_working_dir(out)
+    if out.name in ("", ".", ".."):  # a/b/..: its hidden siblings go beside a, not into b
+        out = Path(os.path.abspath(out))
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         _remove_stale(out)

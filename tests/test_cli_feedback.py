@@ -8,21 +8,27 @@ Progress bars on a terminal only (a pseudo-terminal here) and never in a pipe or
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import math
 import os
 import pty
+import shutil
 import subprocess
 import sys
 import threading
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from gtcontrol._output import NPZ_MIN_SIZE, dumps, split_arrays
+from gtcontrol._output import NPZ_MIN_SIZE, OutputError, dumps, split_arrays, write_run
 from gtcontrol._progress import progress, reporting, reporting_enabled
+from gtcontrol._status import Status
 from gtcontrol.cli import load_result, main
 from gtcontrol.cli.schema import load_design, parse_design
 from gtcontrol.cli.specs import SPECS
@@ -261,6 +267,190 @@ def test_big_arrays_go_to_result_npz(tmp_path: Path) -> None:
     assert main(["run", "-q", str(design), "-o", str(out)]) == 0
 
 
+def _strict_json(text: str) -> object:
+    def refuse(token: str) -> None:
+        raise ValueError(f"non-standard JSON token {token}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def _write(out: Path, outputs: object) -> Path:
+    """``outputs`` through the writer of every task (``write_run``) into ``out``."""
+    return write_run(
+        out,
+        "analyze",
+        lambda tmp: {"status": Status.SUCCESS, "outputs": {"data": outputs}, "figures": []},
+        title="t",
+        source="s",
+        inputs={},
+        options={},
+    )
+
+
+def _expected(obj: object) -> object:
+    """What ``load_result`` gives back for ``obj`` (docs/designs.md): arrays of more than
+    NPZ_MIN_SIZE numbers and complex values exactly (from result.npz); in the JSON NaN is
+    ``None`` and ±inf is ``"inf"``/``"-inf"``; tuples are lists."""
+    if isinstance(obj, (complex, np.complexfloating)):
+        return obj
+    if isinstance(obj, np.ndarray):
+        if obj.dtype.kind == "c" or (obj.dtype.kind in "iuf" and obj.size > NPZ_MIN_SIZE):
+            return obj
+        return _expected(obj.tolist())
+    if isinstance(obj, dict):
+        return {str(k): _expected(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_expected(v) for v in obj]
+    if isinstance(obj, (float, np.floating)):
+        x = float(obj)
+        return None if math.isnan(x) else ("inf" if x > 0 else "-inf") if math.isinf(x) else x
+    return obj.item() if isinstance(obj, np.generic) else obj
+
+
+def _same(a: object, b: object) -> bool:
+    """Equal data: arrays elementwise (NaN equal to NaN, same kind), numbers by value."""
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        a, b = np.asarray(a), np.asarray(b)
+        return a.dtype.kind == b.dtype.kind and np.array_equal(a, b, equal_nan=True)
+    if isinstance(a, (complex, np.complexfloating)):
+        return isinstance(b, (complex, np.complexfloating)) and np.array_equal(
+            np.asarray(a), np.asarray(b), equal_nan=True
+        )
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return isinstance(b, list) and len(a) == len(b) and all(map(_same, a, b))
+    return type(a) is type(b) and a == b
+
+
+_FLOATS = st.floats(allow_nan=True, allow_infinity=True)
+_SCALARS = st.one_of(
+    _FLOATS,
+    st.integers(-(2**70), 2**70),
+    st.booleans(),
+    st.none(),
+    st.text(max_size=8),
+    st.complex_numbers(allow_nan=True, allow_infinity=True),
+    st.floats(width=32).map(np.float32),
+    st.integers(-(2**31), 2**31).map(np.int64),
+)
+
+
+@st.composite
+def _arrays(draw: st.DrawFn) -> np.ndarray:
+    kind = draw(st.sampled_from(["f", "i", "c", "b", "O", "big", "bigc"]))
+    shape = draw(st.sampled_from([(), (0,), (0, 3), (1,), (2, 3), (3, 1, 2)]))
+    size = math.prod(shape)
+    if kind in ("big", "bigc"):  # past NPZ_MIN_SIZE: result.npz, NaN and inf kept
+        arr = np.linspace(-1.0, 1.0, NPZ_MIN_SIZE + draw(st.integers(1, 50)))
+        arr[draw(st.integers(0, 10))] = draw(st.sampled_from([np.nan, np.inf, -np.inf]))
+        return arr.reshape(-1, 1) * (1 + 2j if kind == "bigc" else 1)
+    if kind == "O":
+        items = draw(st.lists(_SCALARS, min_size=size, max_size=size))
+        arr = np.empty(size, dtype=object)
+        arr[:] = items
+        return arr.reshape(shape)
+    values = {
+        "f": _FLOATS,
+        "i": st.integers(-(2**62), 2**62),
+        "c": st.complex_numbers(allow_nan=True, allow_infinity=True),
+        "b": st.booleans(),
+    }[kind]
+    dtype = {"f": float, "i": np.int64, "c": complex, "b": bool}[kind]
+    return np.array(draw(st.lists(values, min_size=size, max_size=size)), dtype=dtype).reshape(
+        shape
+    )
+
+
+_KEYS = st.text(max_size=6).filter(lambda k: not k.startswith("$"))
+_DATA = st.recursive(
+    st.one_of(_SCALARS, _arrays()),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),  # ragged lists included
+        st.lists(inner, max_size=3).map(tuple),
+        st.dictionaries(_KEYS, inner, max_size=4),
+    ),
+    max_leaves=12,
+)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=_DATA)
+def test_result_json_round_trip(tmp_path: Path, data: object) -> None:
+    out = _write(tmp_path / f"o{next(_COUNTER)}", data)
+    _strict_json((out / "result.json").read_text("utf-8"))  # no NaN/Infinity tokens
+    back = load_result(out)["outputs"]["data"]
+    assert _same(_expected(data), back), (data, back)
+
+
+_COUNTER = itertools.count()
+
+
+def test_complex_values_round_trip_through_result_npz(tmp_path: Path) -> None:
+    data = {"z": 1 - 2j, "poles": np.array([-1 + 1j, -1 - 1j]), "obj": np.array([1, 2j], "O")}
+    out = _write(tmp_path / "o", data)
+    raw = _strict_json((out / "result.json").read_text("utf-8"))
+    assert raw["outputs"]["data"]["poles"]["dtype"] == "complex128"  # type: ignore[index]
+    back = load_result(out)["outputs"]["data"]
+    assert back["z"] == 1 - 2j and isinstance(back["z"], np.complexfloating)
+    np.testing.assert_array_equal(back["poles"], data["poles"])
+    assert back["obj"][0] == 1 and back["obj"][1] == 2j
+
+
+def test_load_result_refuses_damaged_and_outside_files(tmp_path: Path) -> None:
+    good = _write(tmp_path / "good", {"x": np.arange(NPZ_MIN_SIZE + 1.0)})
+
+    def damaged(name: str, change: Callable[[Path], object]) -> Path:
+        out = tmp_path / name
+        shutil.copytree(good, out)
+        change(out)
+        return out
+
+    npz = (good / "result.npz").read_bytes()
+    buffer = io.BytesIO()
+    np.save(buffer, np.ones(3))
+    npy_bytes = buffer.getvalue()
+    text = (good / "result.json").read_text()
+    cases = {
+        "truncated": lambda o: (o / "result.npz").write_bytes(npz[: len(npz) // 2]),
+        "flipped": lambda o: (o / "result.npz").write_bytes(
+            npz[:100] + bytes(b ^ 0xFF for b in npz[100:300]) + npz[300:]
+        ),
+        "empty": lambda o: (o / "result.npz").write_bytes(b""),
+        "npy": lambda o: (o / "result.npz").write_bytes(npy_bytes),  # not an archive
+        "outside": lambda o: (o / "result.json").write_text(
+            text.replace('"$npz": "result.npz"', '"$npz": "../good/result.npz"')
+        ),
+        "deep": lambda o: (o / "result.json").write_text("[" * 100_000 + "]" * 100_000),
+    }
+    for name, change in cases.items():
+        with pytest.raises(OutputError, match="output: "):
+            load_result(damaged(name, change))
+
+
+def test_output_folder_is_not_the_working_directory_nor_a_link_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    design = tmp_path / "d.toml"
+    design.write_text(SMALL)
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    for where in (".", "", "..", str(work)):
+        assert main(["run", "-q", str(design), "-o", where]) == 2, where
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "is the current directory or a folder above it" in err[0]
+    assert list(work.iterdir()) == []  # no temporary left behind
+    (work / "a").symlink_to(work / "b")
+    (work / "b").symlink_to(work / "a")
+    assert main(["run", "-q", str(design), "-o", "a"]) == 2  # was an internal error
+    assert "a loop of links" in capsys.readouterr().err
+    assert main(["run", "-q", str(design), "-o", "sub/x/.."]) == 0  # normalised: sub
+    assert (work / "sub" / "result.json").is_file()
+
+
 # ---------------------------------------------------------------------------- designs, init
 def test_designs_are_package_data() -> None:
     shipped = {d.name: d for d in shipped_designs()}
@@ -313,6 +503,16 @@ def test_init_refuses_overwrite_and_unknown_tasks(tmp_path: Path, capsys) -> Non
     assert not (tmp_path / "x.toml").exists()
     assert main(["init", "analyze", "-o", "-"]) == 0
     assert capsys.readouterr().out == starter("analyze")
+    # a directory, or a file in a missing folder: one line that says so
+    assert main(["init", "sweep", "-o", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "is a directory" in err[0] and "sweep.toml" in err[0]
+    assert main(["init", "sweep", "-o", str(tmp_path / "no" / "such" / "x.toml")]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "does not exist" in err[0]
+    for name in ("", "../x", "/etc/passwd", "ü", "a\nb", "quickstart/../sweep"):
+        assert main(["designs", name]) == 2
+        assert len(capsys.readouterr().err.splitlines()) == 1
 
 
 #: Starters run here (the others need the 'experiments'/'sweep' extras or are slow).

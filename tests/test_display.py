@@ -252,6 +252,24 @@ def test_html_escapes_the_message() -> None:
     assert "a <b>bold</b> & 'quoted' claim" in "".join(_parse(markup).text)
 
 
+def test_hostile_messages_and_values_stay_escaped_and_short() -> None:
+    inject = '</td></table><script>alert(1)</script>"><img src=x onerror=alert(1)>'
+    for message in (inject, "$\\frac{$ " * 5000, "a\nb\r\n\x00\x1b[31m😀"):
+        res = dataclasses.replace(_results()["Regime"], message=message)
+        markup = res._repr_html_()
+        assert "<script" not in markup and "<img" not in markup and len(markup) < 5000
+        parser = _parse(markup)  # balanced: the message cannot close the table
+        assert parser.tags.count("table") == 1 and "script" not in parser.tags
+        text = repr(res)
+        assert len(text) < 1000 and text.count("\n") < 10
+        fig = Figure()
+        res.plot(fig.subplots())  # the message is not drawn as mathtext
+        fig.savefig(io.BytesIO(), format="png", dpi=30)
+    # integers too long for str() (Python refuses more than 4300 digits)
+    assert format_value(10**5000) == "~2^16609" and format_value(-(2**80)) == "-1.209e+24"
+    assert format_value(2**63) == "9223372036854775808"
+
+
 def test_large_values_are_summarised() -> None:
     g = gt.Gaussian(np.zeros(500), np.eye(500))
     assert len(repr(g)) < 120 and "<500 array>" in repr(g)

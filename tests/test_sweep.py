@@ -3,6 +3,7 @@ dask scheduler, and the output folder rules (docs/sweeps.md)."""
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -11,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -107,12 +109,27 @@ def same_rows(a: pd.DataFrame, b: pd.DataFrame) -> None:
             "A_shift = {start = 0, stop = 1, num = 101}\n",
             r"101000 points, more than the limit",
         ),
+        # a range whose values overflow, or round to the same number (duplicate points)
+        ("V_scale = {start = -1e308, stop = 1e308, num = 3}\n", r"'sweep\.V_scale'.*overflow"),
+        ("V_scale = {start = 1.0, stop = 1.000000000000001, num = 50}\n", r"would repeat"),
+        (
+            "B_scale = {start = 1.0, stop = 1.000000000000001, num = 50, log = true}\n",
+            r"'sweep\.B_scale'.*would repeat",
+        ),
+        # integers just below 2**1024 that still round to it (float() overflows)
+        (f"V_scale = [{2**1024 - 1}]\n", r"'sweep\.V_scale' must be a non-empty list"),
+        (f"V_scale = [1.0]\npoint_time_limit = {2**1024 - 2**970}\n", r"floating-point range"),
     ],
 )
 def test_schema_names_the_offending_key(sweep: str, match: str) -> None:
     with pytest.raises(DesignFileError, match=match) as info:
         parse_design(BASE + "\n[sweep]\n" + sweep)
     assert "\n" not in str(info.value)
+
+
+def test_a_top_level_integer_that_rounds_beyond_the_float_range_is_named() -> None:
+    with pytest.raises(DesignFileError, match=r"'time_limit' is beyond the floating-point range"):
+        parse_design(f"time_limit = {2**1024 - 1}\n" + BASE + GRID)
 
 
 def test_schema_refuses_a_schedule_and_accepts_ranges() -> None:
@@ -485,3 +502,115 @@ def test_ctrl_c_keeps_the_finished_points_and_says_so(
     assert len(err) == 1
     assert f"{n_points} finished point(s) kept in {copy}/points" in err[0]
     assert len(list((copy / "points").glob("*.parquet"))) == n_points
+
+
+# -- hostile output folders, damaged points, absurd options ----------------------------------------
+
+
+def test_damaged_and_foreign_point_files_are_computed_again(
+    finished: tuple[Path, Path], tmp_path: Path
+) -> None:
+    design, out = finished
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    first, second = sorted((copy / "points").glob("*.parquet"))[:2]
+    first.write_bytes(first.read_bytes()[:300])  # truncated by a crash of the disk
+    # a row of another gtcontrol (another schema) under a current key
+    pd.DataFrame({"point": [second.stem], "status": ["success"]}).to_parquet(second)
+    # a point of another version or design (another key), and a killed run's temporary
+    stale = copy / "points" / ("0" * 20 + ".parquet")
+    shutil.copy(second, stale)
+    (copy / "points" / f".{first.stem}.tmp-999999999-deadbeef.parquet").write_bytes(b"PAR1")
+    assert main(["run", str(design), "-o", str(copy), "-q"]) == 0
+    res = result(copy)
+    assert (res["summary"]["computed"], res["summary"]["skipped"]) == (2, 6)
+    assert res["outputs"]["stale_points_removed"] == 1 and not stale.exists()
+    assert sorted(p.name for p in (copy / "points").iterdir()) == sorted(
+        p.name for p in (out / "points").iterdir()
+    )  # no temporaries left
+    same_rows(table(out), table(copy))
+
+
+def test_hostile_output_paths_are_one_line_and_touch_nothing(tmp_path: Path, capsys) -> None:
+    design = write(tmp_path, BASE + GRID)
+    (tmp_path / "loop_a").symlink_to(tmp_path / "loop_b")
+    (tmp_path / "loop_b").symlink_to(tmp_path / "loop_a")
+    blocked = tmp_path / "blocked"
+    (blocked / "sweep.parquet").mkdir(parents=True)  # an (empty) directory named like a file
+    (tmp_path / "a_file").write_text("keep")
+    cases = {
+        "loop_a": "a loop of links",
+        "blocked": "holds a directory 'sweep.parquet'",
+        "a_file": "is not a directory",
+        "a_file/sub": "cannot create",
+    }
+    for name, text in cases.items():
+        assert main(["run", str(design), "-o", str(tmp_path / name)]) == 2, name
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and text in err[0], (name, err)
+    assert sorted(p.name for p in blocked.iterdir()) == ["sweep.parquet"]
+    assert (tmp_path / "a_file").read_text() == "keep"
+
+
+@pytest.mark.parametrize(
+    ("address", "text"),
+    [
+        ("foo", "is not a dask scheduler address"),
+        ("tcp://localhost:99999", "is not a dask scheduler address"),
+        ("inproc://x", "is not a dask scheduler address"),
+        ("tls://127.0.0.1:9", "cannot reach the dask scheduler"),  # no TLS configured
+    ],
+)
+def test_a_bad_scheduler_address_is_one_line_and_no_traceback(
+    tmp_path: Path, address: str, text: str
+) -> None:
+    design = write(tmp_path, "time_limit = 2\n" + BASE + GRID)
+    out = tmp_path / "out"
+    t0 = time.perf_counter()
+    cmd = [sys.executable, "-m", "gtcontrol", "run", str(design), "-o", str(out), "-q"]
+    proc = subprocess.run(
+        [*cmd, "--scheduler", address], capture_output=True, text=True, timeout=60
+    )
+    # a half-made dask client used to print a traceback at exit after waiting 2 x its timeout
+    assert time.perf_counter() - t0 < 20
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and text in lines[0], proc.stderr
+    assert not out.exists()
+
+
+def test_workers_are_capped_by_the_points_and_no_answer_is_not_success(tmp_path: Path) -> None:
+    sweep = "\n[sweep]\nworkers = 64\npoint_time_limit = 1e-300\nV_scale = [-1.0, 1.0]\n"
+    design = write(tmp_path, BASE + sweep)
+    out = tmp_path / "out"
+    assert main(["run", str(design), "-o", str(out), "-q"]) == 0
+    res = result(out)
+    assert res["outputs"]["cluster"] == "local: 2 worker processes"  # not 64 processes
+    assert set(table(out)["status"]) == {"budget_exhausted"}
+    assert res["status"] == "budget_exhausted"  # every point ran out of its own time
+    assert "regimes: none (no point answered)" in res["summary"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("x", "y"),
+    [
+        ([1.0], [0.5]),
+        ([-1.0, 1.0, -1.0, 1.0], [-0.5, -0.5, 0.5, 0.5]),
+        ([2.0], None),
+        ([1e200, 1e308], None),
+        ([1e300], None),
+        ([1e-320, 1e-310], None),
+    ],
+)
+def test_phase_diagram_of_a_small_or_extreme_grid_draws_without_warnings(
+    x: list[float], y: list[float] | None
+) -> None:
+    from gtcontrol.plotting.sweep import plot_phase_diagram
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # cramped layouts and singular limits used to warn
+        ax = plot_phase_diagram(
+            x, y, ["blowup"] * len(x), blowup_time=[0.5] * len(x), xlabel="V_scale", title="t"
+        )
+        ax.figure.savefig(io.BytesIO(), format="png", dpi=40)
+    lo, hi = ax.get_xlim()
+    assert np.isfinite([lo, hi]).all() and lo < min(x) and max(x) <= hi

@@ -30,7 +30,7 @@ from .._status import Status
 from .._version import __version__
 from ..errors import GTControlError
 from .schema import Design
-from .specs import SWEEP_AXES
+from .specs import SWEEP_AXES, range_values
 
 __all__ = [
     "COLUMNS",
@@ -98,11 +98,8 @@ def axis_values(spec: Any) -> tuple[float, ...]:
     (1.0, 10.0, 100.0)
     """
     if isinstance(spec, Mapping):
-        make = np.geomspace if spec.get("log", False) else np.linspace
-        vals = make(float(spec["start"]), float(spec["stop"]), int(spec["num"]))
-    else:
-        vals = np.asarray([float(v) for v in spec])
-    return tuple(float(v) + 0.0 for v in vals)
+        return range_values(spec)
+    return tuple(float(v) + 0.0 for v in spec)
 
 
 def _canonical(obj: Any) -> Any:

@@ -32,6 +32,7 @@ from .._output import (
     OutputError,
     _alive,
     _check_length,
+    _follow_link,
     _relative_files,
     _show,
     dumps,
@@ -69,6 +70,19 @@ def _ours(name: str, listed: set[str]) -> bool:
     )
 
 
+def _directories_in_the_way(out: Path) -> list[str]:
+    """Directories (empty ones: others hold foreign files) named like a file a sweep writes."""
+    names = [n for n in (MARKER, TABLE, FIGURE, RESULT) if (out / n).is_dir()]
+    points = out / POINTS
+    if points.is_dir():
+        names += [
+            f"{POINTS}/{p.name}"
+            for p in sorted(points.iterdir())
+            if p.is_dir() and _POINT.fullmatch(f"{POINTS}/{p.name}")
+        ]
+    return names
+
+
 def check_sweep_folder(out: Path) -> Path:
     """Refuse an output folder a sweep may not write into; return the folder to use.
 
@@ -88,21 +102,25 @@ def check_sweep_folder(out: Path) -> Path:
     Raises
     ------
     OutputError
-        If the path is too long, is not a directory, holds the output of another task or
-        files a sweep did not write.
+        If the path is too long, is not a directory (or a loop of links), holds the output of
+        another task, files a sweep did not write, or a directory where a sweep writes a file.
     """
     _check_length(out)
-    if out.is_symlink():
-        out = out.resolve()
-        _check_length(out)
+    out = _follow_link(out)
     if not os.path.lexists(out):
         return out
     if not out.is_dir():
         raise OutputError(f"output: {_show(out)} exists and is not a directory")
     try:
         present = _relative_files(out)
+        blocking = _directories_in_the_way(out)
     except OSError as exc:
         raise OutputError(f"output: cannot read {_show(out)} ({exc.strerror or exc})") from None
+    if blocking:
+        raise OutputError(
+            f"output: {_show(out)} holds a directory {blocking[0]!r} where a sweep writes a "
+            "file; remove it or choose another -o directory"
+        )
     if not present:
         return out
     previous = _result(out)

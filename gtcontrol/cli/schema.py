@@ -437,10 +437,20 @@ def _depth(value: Any) -> int:
 
 
 def _has_huge(value: Any) -> bool:
-    """Whether a number (or a nested list) holds an integer too large for a float."""
+    """Whether a number (or a nested list) holds an integer too large for a float.
+
+    That is an integer that rounds to 2**1024 or beyond (from 2**1024 - 2**970 on), the point
+    where ``float()`` raises ``OverflowError``.
+    """
     if isinstance(value, list):
         return any(_has_huge(v) for v in value)
-    return isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 2**1024
+    if not isinstance(value, int) or isinstance(value, bool):
+        return False
+    try:
+        float(value)
+    except OverflowError:
+        return True
+    return False
 
 
 def _has_non_numeric(value: Any) -> bool:

@@ -13,7 +13,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["SPECS", "SWEEP_AXES", "Option", "TaskSpec"]
+import numpy as np
+
+__all__ = ["SPECS", "SWEEP_AXES", "Option", "TaskSpec", "range_values"]
 
 
 @dataclass(frozen=True)
@@ -141,7 +143,40 @@ def _finite(x: Any) -> bool:
     """A TOML number within the floating-point range (not a bool, NaN or infinity)."""
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         return False
-    return abs(x) < 2**1024 if isinstance(x, int) else math.isfinite(x)
+    try:
+        return math.isfinite(float(x))  # an integer from 2**1024 - 2**970 on overflows
+    except OverflowError:
+        return False
+
+
+def range_values(spec: Mapping[str, Any]) -> tuple[float, ...]:
+    """The values of a sweep range ``{start, stop, num[, log]}`` (``-0.0`` written as ``0.0``).
+
+    ``num`` evenly spaced values from ``start`` to ``stop``, both included (``log = true``:
+    geometrically spaced). The schema (:func:`_axis`) refuses a range whose values leave the
+    floating-point range or repeat.
+
+    Parameters
+    ----------
+    spec
+        The range table, with numbers ``start`` and ``stop`` and an integer ``num``.
+
+    Returns
+    -------
+    tuple of float
+        The values.
+
+    Examples
+    --------
+    >>> range_values({"start": 0.0, "stop": 1.0, "num": 3})
+    (0.0, 0.5, 1.0)
+    >>> range_values({"start": 1, "stop": 100, "num": 3, "log": True})
+    (1.0, 10.0, 100.0)
+    """
+    make = np.geomspace if spec.get("log", False) else np.linspace
+    with np.errstate(all="ignore"):  # an overflowing span gives inf or NaN: refused by _axis
+        vals = make(float(spec["start"]), float(spec["stop"]), int(spec["num"]))
+    return tuple(float(v) + 0.0 for v in vals)
 
 
 def _axis(x: Any) -> str | None:
@@ -161,6 +196,14 @@ def _axis(x: Any) -> str | None:
             return "must have positive 'start' and 'stop' when log = true"
         if num > 1 and x["start"] == x["stop"]:
             return "must have start != stop when num > 1 (a value would repeat)"
+        values = range_values(x)
+        if not all(math.isfinite(v) for v in values):
+            return "must have 'start' and 'stop' closer together (the values overflow)"
+        if len(set(values)) != num:
+            return (
+                f"must have 'start' and 'stop' further apart for num = {num} "
+                "(the values round to the same number and would repeat)"
+            )
         return None
     if not x or len(x) > MAX_AXIS_VALUES or not all(_finite(v) for v in x):
         return f"must be a non-empty list of at most {MAX_AXIS_VALUES} finite numbers, or {_RANGE}"

@@ -239,10 +239,19 @@ def write_starter(task: str, path: str | Path) -> Path:
         with open(target, "x", encoding="utf-8") as fh:  # "x": refuse an existing file
             fh.write(text)
     except FileExistsError:
+        if target.is_dir():
+            raise OutputError(
+                f"init: {target} is a directory; give the new file's path "
+                f"(e.g. -o {target / f'{task}.toml'})"
+            ) from None
         raise OutputError(
             f"init: {target} exists; gtcontrol init never overwrites a file (give another -o)"
         ) from None
     except OSError as exc:
+        if not target.parent.is_dir():
+            raise OutputError(
+                f"init: cannot create {target}: the folder {target.parent} does not exist"
+            ) from None
         raise OutputError(f"init: cannot create {target} ({exc.strerror or exc})") from None
     return target
 

@@ -18,6 +18,7 @@ pyarrow).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import secrets
@@ -195,7 +196,8 @@ def _execute(
         for t in missing:
             rows[t.key] = failed_row(t, Status.BUDGET_EXHAUSTED, text, time_limit=0.0)
     elif missing:
-        n_workers = design.options["workers"] or min(_cores(), len(missing))
+        # never more worker processes than points to compute
+        n_workers = min(design.options["workers"] or _cores(), len(missing))
         with _client(scheduler, n_workers, deadline) as (client, where):
             computed, lost = _compute(client, missing, folder, rows, deadline)
     table = _frame([rows[t.key] for t in plan], plan)
@@ -207,9 +209,11 @@ def _execute(
     regimes = Counter(str(r["regime"]) for r in rows.values() if r.get("regime") and _answered(r))
     status = Status.SUCCESS
     cut = sum(1 for r in rows.values() if _cut_short(r, design.options["point_time_limit"]))
-    if cut:
+    failed = statuses.get(str(Status.FAILED), 0)
+    out_of_time = statuses.get(str(Status.BUDGET_EXHAUSTED), 0)
+    if cut or (out_of_time and failed + out_of_time == len(plan)):  # no point has an answer
         status = Status.BUDGET_EXHAUSTED
-    elif statuses.get(str(Status.FAILED), 0) == len(plan):
+    elif failed == len(plan):
         status = Status.FAILED
     parts = [
         f"{len(plan)} points: {computed} computed, {skipped} skipped (stored by an earlier run)"
@@ -224,15 +228,15 @@ def _execute(
     counts = regimes if plan.run == "analyze" else statuses
     parts.append(
         ("regimes: " if plan.run == "analyze" else "statuses: ")
-        + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+        + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none (no point answered)")
     )
     message = "; ".join(parts)
     summary: dict[str, Any] = {
         "points": len(plan),
         "computed": computed,
         "skipped": skipped,
-        "failed": statuses.get(str(Status.FAILED), 0),
-        "budget_exhausted": statuses.get(str(Status.BUDGET_EXHAUSTED), 0),
+        "failed": failed,
+        "budget_exhausted": out_of_time,
         "regimes" if plan.run == "analyze" else "statuses": dict(sorted(counts.items())),
         "message": message,
         "seconds": time.perf_counter() - clock,
@@ -329,12 +333,16 @@ def _client(scheduler: str | None, n_workers: int, deadline: float) -> Iterator[
     dd = _distributed()
     with _quiet_dask():
         if scheduler is not None:
+            _check_address(scheduler)
             timeout = max(1.0, min(_CONNECT_TIMEOUT, deadline - time.time()))
+            client = dd.Client.__new__(dd.Client)
             try:
-                client = dd.Client(scheduler, timeout=timeout, set_as_default=False)
+                client.__init__(scheduler, timeout=timeout, set_as_default=False)
             except Exception as exc:
+                _discard(client)
                 raise SweepError(
-                    f"sweep: cannot reach the dask scheduler at {scheduler!r} ({exc})"
+                    f"sweep: cannot reach the dask scheduler at {_short(scheduler)} "
+                    f"({type(exc).__name__}: {exc})"
                 ) from None
             try:
                 _check_workers(client, scheduler, timeout)
@@ -363,6 +371,40 @@ def _client(scheduler: str | None, n_workers: int, deadline: float) -> Iterator[
                 client.close()
         finally:
             cluster.close()
+
+
+def _short(address: str, limit: int = 80) -> str:
+    """``repr(address)``, cut in the middle when long (for one-line messages)."""
+    text = repr(address)
+    return text if len(text) <= limit else f"{text[: limit // 2]}…{text[-limit // 2 :]}"
+
+
+def _check_address(scheduler: str) -> None:
+    """Refuse what is not a scheduler address ``[PROTOCOL://]HOST:PORT`` before connecting."""
+    from distributed.comm.addressing import get_address_host_port, parse_address
+    from distributed.comm.registry import get_backend
+
+    try:
+        scheme, _ = parse_address(scheduler)
+        get_backend(scheme)
+        host, port = get_address_host_port(scheduler)
+        if not host or not 0 < int(port) < 65536:
+            raise ValueError("no host, or a port outside 1-65535")
+    except Exception as exc:
+        raise SweepError(
+            f"sweep: --scheduler {_short(scheduler)} is not a dask scheduler address "
+            f"(expected tcp://HOST:PORT; {_short(str(exc), 160)[1:-1]})"
+        ) from None
+
+
+def _discard(client: Any) -> None:
+    """Release a client whose construction failed, so that its finalizer neither waits for
+    the lost connection nor prints a traceback at exit."""
+    client.status = "closed"
+    runner = getattr(client, "_loop_runner", None)
+    if runner is not None:
+        with contextlib.suppress(Exception):
+            runner.stop()
 
 
 def _check_workers(client: Any, scheduler: str, timeout: float) -> None:

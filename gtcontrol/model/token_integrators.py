@@ -20,7 +20,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .._linalg import FloatArray, sym
-from .._status import BudgetExhausted, Status
+from .._status import DEFAULT_MAX_EVALS, MAX_EVALS_LIMIT, BudgetExhausted, Status
 from .._validation import (
     as_choice,
     as_float_array,
@@ -48,9 +48,7 @@ _DEFAULT_RTOL = {np.dtype(np.float64): 1e-7, np.dtype(np.float32): 1e-4}
 #: Smallest ``rtol``: 100 machine epsilons of the working dtype (below, rounding dominates).
 _RTOL_FLOOR_EPS = 100.0
 _RTOL_MAX = 0.1
-#: Default cap on velocity-field evaluations (each is ``O(N² d)`` per softmax head).
-_DEFAULT_MAX_EVALS = 10**6
-_MAX_EVALS_LIMIT = 10**9
+#: Largest ``steps_per_layer`` of the fixed-step methods.
 _MAX_STEPS_PER_LAYER = 10**6
 
 AnyArray = NDArray[Any]
@@ -105,7 +103,7 @@ class _TokenOptions:
     atol: float | None = None
     ivp_method: str | None = None
     dtype: Any = np.float64
-    max_evals: int = _DEFAULT_MAX_EVALS
+    max_evals: int = DEFAULT_MAX_EVALS
     time_limit: float | None = None
 
     def __post_init__(self) -> None:
@@ -133,7 +131,7 @@ class _TokenOptions:
             as_nonnegative_float("atol", self.atol)
         if self.ivp_method is not None:
             as_choice("ivp_method", self.ivp_method, _IVP_METHODS)
-        as_positive_int("max_evals", self.max_evals, maximum=_MAX_EVALS_LIMIT)
+        as_positive_int("max_evals", self.max_evals, maximum=MAX_EVALS_LIMIT)
         object.__setattr__(self, "time_limit", as_time_limit(self.time_limit))
         try:
             dt: np.dtype[Any] | None = np.dtype(self.dtype)

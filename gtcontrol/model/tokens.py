@@ -34,14 +34,13 @@ from numpy.typing import NDArray
 from .._display import Axes, SummaryItems
 from .._linalg import FloatArray
 from .._progress import progress
-from .._status import Budget, Outcome, Status
+from .._status import DEFAULT_MAX_EVALS, Budget, Outcome, Status
 from .._validation import frozen, option_values
 from ._token_adaptive import _run_adaptive
 from .attention import _check_tokens, _Workspace
 from .gaussian import Gaussian
 from .params import Control, Layer, Schedule, as_control
 from .token_integrators import (
-    _DEFAULT_MAX_EVALS,
     _check_noise_sources,
     _check_snapshot_times,
     _Recorder,
@@ -174,7 +173,7 @@ def simulate_tokens(
     atol: float | None = None,
     ivp_method: str | None = None,
     dtype: Any = np.float64,
-    max_evals: int = _DEFAULT_MAX_EVALS,
+    max_evals: int = DEFAULT_MAX_EVALS,
     time_limit: float | None = None,
 ) -> TokenTrajectory:
     """Move ``N`` tokens through the continuous-depth Transformer with softmax attention.

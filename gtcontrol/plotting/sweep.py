@@ -43,15 +43,28 @@ _ANNOTATE_MAX = 24
 
 
 def _edges(values: FloatArray, log: bool) -> FloatArray:
-    """Cell edges around sorted distinct ``values``: midpoints, half a step beyond the ends."""
-    v = np.log(values) if log else values
-    if v.size == 1:
-        half = 0.5 if not log else 0.5 * math.log(10.0)
-        e = np.array([v[0] - half, v[0] + half])
-    else:
-        mid = 0.5 * (v[1:] + v[:-1])
-        e = np.concatenate([[v[0] - (mid[0] - v[0])], mid, [v[-1] + (v[-1] - mid[-1])]])
-    return np.exp(e) if log else e
+    """Cell edges around sorted distinct ``values``: midpoints, half a step beyond the ends.
+
+    The edges stay finite (positive on a log axis) and strictly increasing, also for values
+    near the ends of the floating-point range or a single value far from 0.
+    """
+    big = np.finfo(float).max / 8  # spans and tick steps of the axis stay finite
+    with np.errstate(all="ignore"):
+        v = np.log(values) if log else values
+        if v.size == 1:
+            half = 0.5 * math.log(10.0) if log else max(0.5, 0.5 * abs(float(v[0])))
+            e = np.array([v[0] - half, v[0] + half])
+        else:
+            mid = 0.5 * v[1:] + 0.5 * v[:-1]
+            e = np.concatenate([[v[0] - (mid[0] - v[0])], mid, [v[-1] + (v[-1] - mid[-1])]])
+        e = np.exp(e) if log else e
+        low = np.nextafter(0.0, 1.0) if log else min(-big, float(values[0]))
+        # never inside the outer cells
+        edges = np.asarray(np.clip(e, low, max(big, float(values[-1]))), dtype=np.float64)
+    for i in range(1, edges.size):  # a span lost to rounding: the next representable number
+        if edges[i] <= edges[i - 1]:
+            edges[i] = np.nextafter(edges[i - 1], np.inf)
+    return edges
 
 
 def _as_values(name: str, values: Sequence[float] | FloatArray, n: int, log: bool) -> FloatArray:
@@ -144,7 +157,9 @@ def plot_phase_diagram(
     colors = [CATEGORY_COLORS.get(c) or next(extra) for c in names]
     code = np.full((uy.size, ux.size), np.nan)
     code[iy, ix] = [names.index(c) for c in cats]
-    (a,) = panels(ax, 1, 1.2 + min(0.6 * ux.size, 9.0), 1.4 + min(0.45 * uy.size, 6.0))
+    # room for the labels, the title and the legend beside the cells also on a small grid
+    width = max(4.8, 1.2 + min(0.6 * ux.size, 9.0))
+    (a,) = panels(ax, 1, width, max(3.0, 1.4 + min(0.45 * uy.size, 6.0)))
     cmap = ListedColormap(colors)
     norm = BoundaryNorm(np.arange(len(names) + 1) - 0.5, len(names))
     ex, ey = _edges(ux, xlog), _edges(uy, ylog)

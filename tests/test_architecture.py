@@ -26,6 +26,7 @@ RANKS = {
     "_status": 0,
     "_validation": 0,
     "_output": 0,
+    "_result_file": 0,
     "_progress": 0,
     "_display": 0,
     "_docstring": 0,

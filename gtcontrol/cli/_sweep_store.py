@@ -34,10 +34,10 @@ from .._output import (
     _check_length,
     _follow_link,
     _relative_files,
-    _show,
     dumps,
     refuse_foreign,
 )
+from .._result_file import _show
 from .._version import __version__
 
 __all__ = ["FIGURE", "MARKER", "POINTS", "RESULT", "TABLE", "SweepFolder", "check_sweep_folder"]

@@ -187,6 +187,8 @@ def _scale(v: Any, factor: float) -> Any:
         return [_scale(x, factor) for x in v]
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return v
+    if isinstance(v, int) and abs(v) > 2**1000:  # an int past the float range stays as it is
+        return v
     return v * factor
 
 

@@ -37,9 +37,9 @@ import time
 import tracemalloc
 from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 
 import numpy as np
-from scipy.integrate import solve_ivp
 
 from gtcontrol import Gaussian, Layer, simulate_tokens, token_velocity
 
@@ -68,16 +68,11 @@ def _dense_attention(x: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def _converged(layer: Layer, x: np.ndarray, T: float) -> np.ndarray:
-    """Independent reference: scipy's DOP853 on the flattened tokens, rtol = atol = 1e-13."""
-    sol = solve_ivp(
-        lambda _t, y: token_velocity(layer, y.reshape(x.shape)).ravel(),
-        (0.0, T),
-        x.ravel(),
-        method="DOP853",
-        rtol=1e-13,
-        atol=1e-13,
-    )
-    return np.asarray(sol.y[:, -1]).reshape(x.shape)
+    """The tests' independent reference (tests/helpers.py: DOP853 at rtol = atol = 1e-13)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from helpers import converged_tokens
+
+    return converged_tokens(layer, x, T)
 
 
 def _accuracy_layers(rng: np.random.Generator) -> dict[str, tuple[Layer, Gaussian]]:

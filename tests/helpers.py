@@ -1,11 +1,15 @@
 """Random matrices of the kinds the tests need, from explicitly seeded generators.
 
-Imported by the test modules (``from helpers import ...``) and served as fixtures by conftest.py.
+Imported by the test modules (``from helpers import ...``) and served as fixtures by conftest.py;
+the benchmarks take the independent token reference :func:`converged_tokens` from here too.
 """
 
 from __future__ import annotations
 
 import numpy as np
+from scipy.integrate import solve_ivp
+
+from gtcontrol import Layer, token_velocity
 
 
 def random_spd(rng: np.random.Generator, d: int, lo: float = 0.3, hi: float = 2.0) -> np.ndarray:
@@ -24,3 +28,18 @@ def random_skew(rng: np.random.Generator, d: int) -> np.ndarray:
     """A random skew-symmetric matrix ``S − Sᵀ`` with standard normal ``S``."""
     x = rng.standard_normal((d, d))
     return x - x.T
+
+
+def converged_tokens(layer: Layer, x: np.ndarray, T: float) -> np.ndarray:
+    """Independent reference for token runs: scipy's DOP853 on the flattened tokens at
+    ``rtol = atol = 1e-13`` (nothing of gtcontrol's token integrators is used)."""
+    sol = solve_ivp(
+        lambda _t, y: token_velocity(layer, y.reshape(x.shape)).ravel(),
+        (0.0, T),
+        x.ravel(),
+        method="DOP853",
+        rtol=1e-13,
+        atol=1e-13,
+    )
+    assert sol.success, sol.message
+    return np.asarray(sol.y[:, -1]).reshape(x.shape)

@@ -7,6 +7,7 @@ import warnings
 
 import numpy as np
 import pytest
+from helpers import converged_tokens
 from scipy.linalg import expm
 from scipy.special import softmax
 from scipy.stats import norm
@@ -519,20 +520,6 @@ def test_options_are_keyword_only_and_the_validator_is_private() -> None:
 
 
 # ---------------------------------------------------------------- adaptive default stepping
-def _converged(layer: Layer, x: np.ndarray, T: float) -> np.ndarray:
-    """Independent reference: scipy's DOP853 on the flattened tokens at rtol = atol = 1e-13."""
-    from scipy.integrate import solve_ivp
-
-    sol = solve_ivp(
-        lambda _t, y: token_velocity(layer, y.reshape(x.shape)).ravel(),
-        (0.0, T),
-        x.ravel(),
-        method="DOP853",
-        rtol=1e-13,
-        atol=1e-13,
-    )
-    assert sol.success
-    return sol.y[:, -1].reshape(x.shape)
 
 
 @pytest.mark.parametrize("T", [1.0, 8.0, 30.0])
@@ -541,7 +528,7 @@ def test_default_stepping_is_within_1e6_of_a_converged_integration(T: float) -> 
     default (20 fixed RK4 steps) is not at T = 30 (the test has power)."""
     layer = _attention_layer()
     x = Gaussian([0.5, -0.2], [[1.0, 0.3], [0.3, 0.5]]).sample(150, np.random.default_rng(30))
-    ref = _converged(layer, x, T)
+    ref = converged_tokens(layer, x, T)
     tr = simulate_tokens(layer, x, T)
     err = _rel(tr.final_tokens, ref)
     assert tr.status == "success" and tr.stats["method"] == "adaptive"

@@ -34,8 +34,15 @@ _ROLE = re.compile(
 )
 
 
-def _runtime_doc(path: str) -> str | None:
-    """The runtime ``__doc__`` of the object at the dotted ``path`` (None if not importable)."""
+def resolve(path: str) -> Any:
+    """The object at the dotted ``path`` (its longest importable module, then attributes).
+
+    Raises
+    ------
+    LookupError
+        If no prefix of ``path`` is an importable module, or an attribute is missing (the
+        message names which); tests/test_docs.py checks every ``:::`` directive with it.
+    """
     parts = path.split(".")
     for cut in range(len(parts), 0, -1):
         try:
@@ -43,10 +50,20 @@ def _runtime_doc(path: str) -> str | None:
         except ImportError:
             continue
         for name in parts[cut:]:
+            if not hasattr(obj, name):
+                raise LookupError(f"{path!r} does not resolve ({name!r} is missing)")
             obj = getattr(obj, name)
-        doc = getattr(obj, "__doc__", None)
-        return inspect.cleandoc(doc) if doc else None
-    return None
+        return obj
+    raise LookupError(f"{path!r} is not importable")
+
+
+def _runtime_doc(path: str) -> str | None:
+    """The runtime ``__doc__`` of the object at the dotted ``path`` (None if not importable)."""
+    try:
+        doc = getattr(resolve(path), "__doc__", None)
+    except LookupError:
+        return None
+    return inspect.cleandoc(doc) if doc else None
 
 
 _NAME = re.compile(r"\*{0,2}[A-Za-z_]\w*")

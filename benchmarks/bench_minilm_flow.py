@@ -43,7 +43,7 @@ from scipy.integrate import solve_ivp
 from threadpoolctl import threadpool_limits
 
 import gtcontrol as gt
-from gtcontrol.experiments import extract_layers, load_model
+from gtcontrol.experiments import extract
 
 CACHE = Path(__file__).with_name("minilm_reference.json")
 
@@ -171,7 +171,7 @@ def main() -> None:
     parser.add_argument("--skip-equilibria", action="store_true")
     parser.add_argument("--reference-only", action="store_true", help="only fill the cache")
     args = parser.parse_args()
-    layers = extract_layers(load_model("minilm"))
+    layers = extract("minilm").layers
     cache = {} if args.recompute else _load_cache()
     rows = []
     with threadpool_limits(args.threads, user_api="blas"):

@@ -10,13 +10,22 @@ a per-call timeout, and prints the counts by outcome:
 ``GTControlError``     a clean error naming the input
 ``raw <Type>``         any other exception (a defect)
 ``hang``               no answer within the timeout (a defect; the worker is killed)
-``wrong``              a checkable answer that is false (a defect)
+``wrong``              a checkable answer that is false, or a ``success`` that contradicts its
+                       own numbers or requirements (a defect)
+``overtime``           a call with a finite ``time_limit`` that ended more than
+                       ``max(1 s, 10 %)`` (plus 0.5 s of scheduling noise) after it (a defect)
+
+The generators of the second hostile round (issue 22) add: ``time_limit`` at every size
+(``d`` up to 256, up to 8192 tokens; tiny, ordinary and hostile limits: NaN, inf, bools, huge
+and negative integers), extreme covariance scales (``10^±100``), rank-deficient steering, design
+targets with condition numbers up to ``10¹²``, token checks, and hostile seeds.
 
 Also prints the wall time used and, for every defect, one example call.
 """
 
 from __future__ import annotations
 
+import math
 import multiprocessing as mp
 import os
 import sys
@@ -32,6 +41,8 @@ import numpy as np
 
 #: Seconds a call may take before it counts as a hang.
 TIMEOUT = 30.0
+#: Share of the calls drawn from the generators of the second hostile round (issue 22).
+HOSTILE2_SHARE = float(os.environ.get("FUZZ_HOSTILE2_SHARE", "0.5"))
 
 
 # ============================================================================ generators
@@ -102,9 +113,123 @@ def _spd(rng: np.random.Generator, d: int, scale: float = 1.0) -> Any:
     return scale * (a @ a.T + 0.1 * np.eye(d))
 
 
+#: Solvers driven by the ``budget`` generator, and the sizes they are driven at.
+BUDGET_SOLVERS = (
+    "simulate",
+    "simulate_tokens",
+    "steer",
+    "design_mean_matching",
+    "compare_tokens",
+    "design_token_certificate",
+    "design_robustness",
+    "kinetic_energy",
+    "equilibria",
+    "analyze",
+    "blowup_analysis",
+)
+SIZES = (2, 3, 4, 8, 16, 32, 64, 128, 256)
+TOKENS = (64, 512, 2048, 8192)
+#: Finite time limits, and hostile ones (refused, or no limit: only at small sizes).
+LIMITS = (1e-9, 0.01, 0.1, 0.3, 1.0)
+BAD_LIMITS: tuple[Any, ...] = (math.nan, -1.0, 0, True, -(10**400), "1", [1.0])
+NO_LIMITS: tuple[Any, ...] = (math.inf, 10**400, 1e10, None)
+#: Solvers whose case ends within seconds at d ≤ 4 without a time limit.
+UNLIMITED_OK = ("simulate", "equilibria", "analyze", "blowup_analysis", "design_mean_matching")
+SEEDS: tuple[Any, ...] = (0, 7, 2**63, 10**40, -1, True, 1.5, math.nan, "1", None)
+
+
+def allowed(limit: float) -> float:
+    """docs/architecture.md: a solver ends within ``max(1 s, 10 %)`` of its time limit."""
+    return limit + max(1.0, 0.1 * limit)
+
+
+def _ill_spd(rng: np.random.Generator, d: int, condition: float, scale: float = 1.0) -> Any:
+    q, _ = np.linalg.qr(rng.standard_normal((d, d)))
+    return scale * (q * np.logspace(0, -math.log10(condition), d)) @ q.T
+
+
+def _lowrank(rng: np.random.Generator, d: int, r: int, scale: float = 1.0) -> Any:
+    m = rng.standard_normal((d, r))
+    return scale * m @ m.T / max(r, 1)
+
+
+def make_hostile2(rng: np.random.Generator, kind: str) -> dict[str, Any]:
+    """Arguments of the second-round generators (see the module docstring)."""
+    args: dict[str, Any] = {"valid": True}
+    if kind == "budget":
+        solver = str(rng.choice(BUDGET_SOLVERS))
+        d = int(rng.choice(SIZES))
+        u = rng.random()
+        if u < 0.15:
+            limit: Any = BAD_LIMITS[int(rng.integers(0, len(BAD_LIMITS)))]
+        elif u < 0.25 and d <= 4 and solver in UNLIMITED_OK:
+            limit = NO_LIMITS[int(rng.integers(0, len(NO_LIMITS)))]
+        else:
+            limit = float(rng.choice(LIMITS))
+        n_tok = int(rng.choice(TOKENS))
+        if solver in ("simulate_tokens", "compare_tokens", "design_token_certificate"):
+            d = min(d, 32)
+        args.update(solver=solver, d=d, limit=limit, n=n_tok, seed=int(rng.integers(0, 99)))
+    elif kind == "scale":
+        d = int(rng.integers(1, 6))
+        args.update(
+            d=d,
+            s0=float(10.0 ** rng.uniform(-100, 100)),
+            s1=float(10.0 ** rng.uniform(-100, 100)),
+            what=str(rng.choice(["steer", "simulate", "design", "analyze", "bures"])),
+            seed=int(rng.integers(0, 99)),
+        )
+    elif kind == "rank_steer":
+        d = int(rng.integers(1, 6))
+        r = int(rng.integers(0, d + 1))
+        args.update(
+            d=d,
+            r=r,
+            r1=r if rng.random() < 0.8 else int(rng.integers(0, d + 1)),
+            mode=str(rng.choice(["full", "ffn", "attention"])),
+            method=str(rng.choice(["auto", "flow", "collocation"])),
+            scale=float(10.0 ** rng.uniform(-6, 6)),
+            seed=int(rng.integers(0, 99)),
+        )
+    elif kind == "ill_design":
+        d = int(rng.integers(1, 9))
+        args.update(
+            d=d,
+            condition=float(10.0 ** rng.uniform(0, 12)),
+            scale=float(10.0 ** rng.uniform(-8, 8)),
+            mean_scale=float(10.0 ** rng.uniform(-3, 8)),
+            min_ess=[0.5, None, 0.9, 0.01][int(rng.integers(0, 4))],
+            fixed_B=rng.random() < 0.25,
+            token_check=[None, 64, 256][int(rng.integers(0, 3))],
+            T=[None, 1.0, 1e3, 1e9][int(rng.integers(0, 4))],
+            seed=int(rng.integers(0, 99)),
+        )
+    elif kind == "token_check":
+        d = int(rng.integers(1, 5))
+        args.update(
+            d=d,
+            n=int(rng.choice([2, 16, 128, 1024])),
+            T=[None, 0.5, 10.0, 1e6][int(rng.integers(0, 4))],
+            steps=[None, 1, 50][int(rng.integers(0, 3))],
+            scale=float(10.0 ** rng.uniform(-4, 4)),
+            seed=SEEDS[int(rng.integers(0, len(SEEDS)))],
+        )
+    elif kind == "seed":
+        args.update(
+            seed=SEEDS[int(rng.integers(0, len(SEEDS)))],
+            what=str(rng.choice(["steer", "design", "compare", "robustness", "sample"])),
+        )
+    return args
+
+
 def make_case(i: int, seed: int) -> tuple[str, dict[str, Any]]:
     """The ``i``-th call: an entry-point name and its arguments."""
     rng = np.random.default_rng([seed, i])
+    if rng.random() < HOSTILE2_SHARE:
+        kinds2 = ["budget", "scale", "rank_steer", "ill_design", "token_check", "seed"]
+        w2 = np.array([4.0, 1.5, 1.5, 1.5, 1.0, 0.5])
+        kind2 = str(rng.choice(kinds2, p=w2 / w2.sum()))
+        return kind2, make_hostile2(rng, kind2)
     d = int(rng.integers(1, 4))
     kinds = [
         "gaussian",
@@ -177,6 +302,155 @@ def make_case(i: int, seed: int) -> tuple[str, dict[str, Any]]:
 
 
 # ============================================================================ execution
+HOSTILE2 = ("budget", "scale", "rank_steer", "ill_design", "token_check", "seed")
+
+
+def _contradiction(res: Any) -> str:
+    """Why a ``success`` contradicts its own numbers or requirements ('' when it does not)."""
+    import gtcontrol as gc
+
+    if not getattr(res, "success", False):
+        return ""
+    name = type(res).__name__
+    if isinstance(res, gc.SteeringResult):
+        if not res.terminal_error <= 1e-6:
+            return f"{name}: success with terminal error {res.terminal_error:.3g}"
+        scale = 1e-6 * max(res.lower_bound, 1e-300)
+        if res.gap == res.gap and res.kinetic_energy < res.lower_bound - scale:
+            return f"{name}: kinetic energy {res.kinetic_energy:.6g} below W2²/T"
+    if isinstance(res, gc.MeanMatchingDesign):
+        if not res.certificate.valid:
+            return f"{name}: success without a valid certificate"
+        if res.ess is not None and res.ess.min_ess is not None and not res.ess.ok:
+            return f"{name}: success although min_ess is not met ({res.ess.message})"
+        if res.token_certificate is not None and not res.token_certificate.success:
+            return f"{name}: success with a failed token check"
+    if isinstance(res, gc.TokenCertificate):
+        if not (res.valid and res.w2 <= res.w2_factor * res.floor):
+            return f"{name}: success but not token-valid"
+    if isinstance(res, gc.Trajectory) and not np.all(np.isfinite(res.cov)):
+        return f"{name}: success with non-finite moments"
+    return ""
+
+
+def _budget_call(a: dict[str, Any]) -> Any:
+    """The inputs of a ``budget`` case, built untimed; returns the timed call."""
+    import gtcontrol as gc
+
+    d, tl, rng = a["d"], a["limit"], np.random.default_rng(a["seed"])
+    q, _ = np.linalg.qr(rng.standard_normal((d, d)))
+    cov = (q * np.linspace(0.5, 2.0, d)) @ q.T
+    g = gc.Gaussian(rng.standard_normal(d), cov)
+    skew = rng.standard_normal((d, d))
+    lay = gc.Layer(A=5.0 * (skew - skew.T) / math.sqrt(d) - 0.1 * np.eye(d), B=0.3 * cov, v=-1.0)
+    solver = a["solver"]
+    if solver == "simulate":
+        return lambda: gc.simulate(lay, g, T=100.0, time_limit=tl)
+    if solver == "simulate_tokens":
+        x = rng.standard_normal((a["n"], d))
+        strong = lay.replace(heads=[(-np.eye(d), 20.0 * rng.standard_normal((d, d)) / d)])
+        return lambda: gc.simulate_tokens(strong, x, T=5.0, time_limit=tl)
+    if solver == "steer":
+        g1 = gc.Gaussian(np.ones(d), np.eye(d))
+        return lambda: gc.steer(g, g1, 1.0, layers=6, time_limit=tl)
+    if solver == "design_mean_matching":
+        mean = rng.standard_normal(d)
+        return lambda: gc.design_mean_matching(mean, cov, time_limit=tl)
+    if solver == "compare_tokens":
+        n = min(a["n"], 2048)
+        return lambda: gc.compare_tokens(
+            lay, g, T=1.0, n_tokens=(n // 2, n), repeats=1, time_limit=tl
+        )
+    if solver == "kinetic_energy":
+        sched = gc.Schedule([lay] * 8, T=8.0)
+        return lambda: gc.kinetic_energy(sched, g, time_limit=tl)
+    if solver == "equilibria":
+        return lambda: gc.equilibria(lay, time_limit=tl)
+    if solver == "analyze":
+        return lambda: gc.analyze(lay, g, time_limit=tl)
+    if solver == "blowup_analysis":
+        return lambda: gc.blowup_analysis(lay, g, T=100.0, time_limit=tl)
+    design = gc.design_mean_matching(
+        rng.standard_normal(d), cov, robustness=False, min_ess=None, time_limit=2.0
+    )
+    if solver == "design_token_certificate":
+        return lambda: gc.design_token_certificate(
+            design.layer, design.target, n_tokens=a["n"], time_limit=tl
+        )
+    return lambda: gc.design_robustness(design.layer, design.target, time_limit=tl)
+
+
+def _hostile2_call(kind: str, a: dict[str, Any]) -> Any:
+    """Run one call of the second-round generators; return its result."""
+    import gtcontrol as gc
+
+    rng = np.random.default_rng(a["seed"] if kind not in ("seed", "token_check") else 0)
+    if kind == "scale":
+        d = a["d"]
+        c0 = _ill_spd(rng, d, 10.0, a["s0"])
+        c1 = _ill_spd(rng, d, 10.0, a["s1"])
+        g0, g1 = gc.Gaussian(np.zeros(d), c0), gc.Gaussian(np.ones(d), c1)
+        if a["what"] == "steer":
+            return gc.steer(g0, g1, 1.0, layers=4, time_limit=5.0)
+        if a["what"] == "simulate":
+            lay = gc.Layer(A=-np.eye(d), B=np.linalg.inv(c1) if d else np.eye(d), v=-1.0)
+            return gc.simulate(lay, g0, T=2.0, time_limit=5.0)
+        if a["what"] == "design":
+            return gc.design_mean_matching(np.ones(d) * a["s0"] ** 0.5, c1, time_limit=5.0)
+        if a["what"] == "analyze":
+            return gc.analyze(gc.Layer(A=-np.eye(d), B=np.eye(d), v=-1.0), g0, time_limit=5.0)
+        w = g0.bures_wasserstein(g1)
+        assert w >= 0 and math.isfinite(w), w
+        return None
+    if kind == "rank_steer":
+        d = a["d"]
+        g0 = gc.Gaussian(rng.standard_normal(d), _lowrank(rng, d, a["r"], a["scale"]))
+        g1 = gc.Gaussian(rng.standard_normal(d), _lowrank(rng, d, a["r1"], a["scale"]))
+        return gc.steer(g0, g1, 1.0, layers=4, mode=a["mode"], method=a["method"], time_limit=5.0)
+    if kind == "ill_design":
+        d = a["d"]
+        cov = _ill_spd(rng, d, a["condition"], a["scale"])
+        fixed = None
+        if a["fixed_B"]:
+            m = rng.standard_normal((d, d))
+            fixed = m @ m.T / d + np.eye(d)
+        return gc.design_mean_matching(
+            a["mean_scale"] * rng.standard_normal(d),
+            cov,
+            fixed_B=fixed,
+            min_ess=a["min_ess"],
+            token_check=a["token_check"],
+            T=a["T"],
+            robustness=False,
+            time_limit=10.0,
+        )
+    if kind == "token_check":
+        d = a["d"]
+        cov = _ill_spd(rng, d, 10.0, a["scale"])
+        design = gc.design_mean_matching(np.ones(d), cov, robustness=False, min_ess=None)
+        return gc.design_token_certificate(
+            design.layer,
+            design.target,
+            n_tokens=a["n"],
+            T=a["T"],
+            steps=a["steps"],
+            seed=a["seed"],
+            time_limit=5.0,
+        )
+    s, g = a["seed"], gc.Gaussian([0.0, 1.0], [[1.0, 0.2], [0.2, 0.5]])
+    lay = gc.Layer(A=-np.eye(2), B=np.eye(2), v=-1.0)
+    if a["what"] == "steer":
+        return gc.steer(g, g, 1.0, layers=2, mode="ffn", seed=s, verify_tokens=8)
+    if a["what"] == "design":
+        return gc.design_mean_matching([1.0, 2.0], g.cov, seed=s, robustness_samples=2)
+    if a["what"] == "compare":
+        return gc.compare_tokens(lay, g, T=0.3, n_tokens=(16, 32), repeats=1, seed=s)
+    if a["what"] == "robustness":
+        design = gc.design_mean_matching([1.0, 2.0], g.cov, robustness=False)
+        return gc.design_robustness(design.layer, design.target, seed=s, samples=2)
+    return g.sample(3, s)
+
+
 def _w2_check(a: Any, b: Any, tol: float) -> str:
     w = a.bures_wasserstein(b)
     return "" if w <= tol else f"W2 {w:.3g} > {tol:.3g}"
@@ -193,7 +467,17 @@ def run_case(i: int, seed: int) -> tuple[int, str, str]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
             warnings.simplefilter("error", RuntimeWarning)
-            if kind == "gaussian":
+            if kind in HOSTILE2:
+                call = _budget_call(a) if kind == "budget" else lambda: _hostile2_call(kind, a)
+                t0 = time.perf_counter()
+                res = call()
+                wall = time.perf_counter() - t0
+                limit = a.get("limit")
+                finite = isinstance(limit, float) and 0 < limit < 1e9 and limit == limit
+                if kind == "budget" and finite and wall > allowed(limit) + 0.5:
+                    return i, "overtime", f"{kind}: {a['solver']} d={a['d']} {wall:.2f} s > {limit}"
+                wrong = _contradiction(res)
+            elif kind == "gaussian":
                 g = Gaussian(a["m0"], a["c0"])
                 if not np.all(np.isfinite(g.cov)) or np.linalg.eigvalsh(g.cov)[0] < -1e-6 * max(
                     1.0, float(np.abs(g.cov).max())

@@ -24,6 +24,19 @@ Outcomes:
 ``parse only``
     a valid ``experiment`` design (it would run real pretrained models for minutes); only
     validated.
+``overtime``
+    a run that ended more than ``max(1 s, 10 %)`` after its top-level ``time_limit`` (plus
+    3 s for writing the folder and its figures).
+``self-contradicting``
+    ``status = "success"`` in ``result.json`` while its own numbers or the requirements it
+    was given say otherwise (a design whose certificate is invalid, whose ``min_ess`` or token
+    check is not met; a steering whose terminal error exceeds the tolerance).
+
+Besides the mutations of the shipped designs, a share of the files (``--hostile2``, default
+one half) come from the generators of the second hostile round (issue 22): ``time_limit`` at
+every size (``d`` up to 64; tiny, ordinary, NaN, inf, beyond the TOML integer range), extreme
+covariance scales (``10^±100``), rank-deficient steering, design targets with condition numbers
+up to ``10¹²`` with ``min_ess`` and token checks.
 
 Usage::
 
@@ -39,6 +52,7 @@ import argparse
 import contextlib
 import io
 import json
+import math
 import multiprocessing as mp
 import os
 import random
@@ -58,15 +72,142 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from _design_mutations import MUTATIONS, SLOW_TASKS, dumps, make_fast, mutate, shipped_designs  # noqa: E402
 
-OUTCOMES = ("ok", "clean error", "raw exception", "hang", "partial output", "parse only")
+#: Share of the files made by the second-round generators (``--hostile2``; a list, set once).
+_SHARE = [0.5]
+OUTCOMES = (
+    "ok",
+    "clean error",
+    "raw exception",
+    "hang",
+    "partial output",
+    "parse only",
+    "overtime",
+    "self-contradicting",
+)
+#: Seconds a run may take past ``max(1 s, 10 %)`` of its time limit to write its folder.
+OUTPUT_SLACK = 3.0
 
 
 class Hang(BaseException):
     """The case ran past its time limit (a BaseException: ``main`` does not swallow it)."""
 
 
+def _spd(rng: random.Random, d: int, condition: float, scale: float) -> list[list[float]]:
+    import numpy as np
+
+    g = np.random.default_rng(rng.randrange(2**32))
+    q, _ = np.linalg.qr(g.standard_normal((d, d)))
+    cov = scale * (q * np.logspace(0, -math.log10(condition), d)) @ q.T
+    cov = 0.5 * (cov + cov.T)
+    return [[float(x) for x in row] for row in cov]
+
+
+def _lowrank(rng: random.Random, d: int, r: int, scale: float) -> list[list[float]]:
+    import numpy as np
+
+    m = np.random.default_rng(rng.randrange(2**32)).standard_normal((d, r))
+    cov = scale * m @ m.T / max(r, 1)
+    cov = 0.5 * (cov + cov.T)
+    return [[float(x) for x in row] for row in cov]
+
+
+def _vec(rng: random.Random, d: int, scale: float = 1.0) -> list[float]:
+    return [scale * rng.gauss(0.0, 1.0) for _ in range(d)]
+
+
+#: Top-level time limits of the second-round files: ordinary, tiny, hostile (as TOML values).
+_TIME_LIMITS: tuple[Any, ...] = (0.05, 0.3, 1.0, 3.0, 0.5, 2.0, math.nan, math.inf, 1e10, -1.0, 0)
+
+
+def make_hostile2(index: int, seed: int) -> tuple[str, str]:
+    """A design file of the second-round generators: ``(description, TOML text)``."""
+    rng = random.Random(seed * 7_000_003 + index)
+    kind = rng.choice(["budget", "scale", "rank_steer", "ill_design", "token_check"])
+    d = rng.choice([1, 2, 3, 4, 8, 16, 32, 64]) if kind == "budget" else rng.randrange(1, 6)
+    limit = rng.choice(_TIME_LIMITS) if kind == "budget" else 10.0
+    if kind == "budget" and d > 8 and not (isinstance(limit, float) and 0 < limit < 10):
+        limit = 0.5  # no unlimited runs at large d: they would only measure the machine
+    scale = 10.0 ** rng.uniform(-100, 100) if kind == "scale" else 10.0 ** rng.uniform(-2, 2)
+    task = rng.choice(["simulate", "analyze", "steer", "design", "compare-tokens"])
+    if kind in ("rank_steer",):
+        task = "steer"
+    if kind in ("ill_design", "token_check"):
+        task = "design"
+    doc: dict[str, Any] = {"task": task, "title": f"hostile2 {kind}", "time_limit": limit}
+    if task in ("simulate", "analyze", "compare-tokens"):
+        g = random.Random(rng.randrange(2**32))
+        doc["initial"] = {"mean": _vec(g, d), "cov": _spd(g, d, 10.0, scale)}
+        doc["layer"] = {
+            "A": [[g.gauss(0, 1) / math.sqrt(d) for _ in range(d)] for _ in range(d)],
+            "B": _spd(g, d, 10.0, 1.0 / scale if kind == "scale" else 1.0),
+            "v": -1.0,
+        }
+        doc["horizon"] = {"T": rng.choice([0.5, 2.0, 20.0])}
+        if task == "compare-tokens":
+            doc["compare-tokens"] = {"n_tokens": [16, 64], "repeats": 1}
+        if task == "simulate":
+            doc["simulate"] = {"tokens": 64, "n_points": 21}
+    elif task == "steer":
+        r0 = rng.randrange(0, d + 1) if kind == "rank_steer" else d
+        r1 = r0 if rng.random() < 0.8 else rng.randrange(0, d + 1)
+        g = random.Random(rng.randrange(2**32))
+        doc["initial"] = {"mean": _vec(g, d), "cov": _lowrank(g, d, r0, scale)}
+        doc["target"] = {"mean": _vec(g, d), "cov": _lowrank(g, d, r1, scale)}
+        doc["horizon"] = {"T": 1.0, "layers": rng.choice([2, 4, 8])}
+        doc["steer"] = {"mode": rng.choice(["full", "ffn", "attention"]), "tokens": 0}
+    else:
+        condition = 10.0 ** rng.uniform(0, 12) if kind == "ill_design" else 10.0
+        g = random.Random(rng.randrange(2**32))
+        doc["target"] = {
+            "mean": _vec(g, d, 10.0 ** rng.uniform(-2, 6)),
+            "cov": _spd(g, d, condition, scale),
+        }
+        opts: dict[str, Any] = {"n_starts": 2, "robustness": False}
+        opts["min_ess"] = rng.choice([0.5, 0.0, 0.9])
+        if kind == "token_check" or rng.random() < 0.3:
+            opts["token_check"] = rng.choice([16, 64, 256])
+        doc["design"] = opts
+        if rng.random() < 0.3:
+            doc["horizon"] = {"T": rng.choice([1.0, 1e3, 1e9])}
+    return f"hostile2:{kind}:{task}:d={d}", dumps(doc)
+
+
+def _limit_of(text: str) -> float | None:
+    """The finite top-level ``time_limit`` of a design text (``None``: none or not finite)."""
+    try:
+        value = tomllib.loads(text).get("time_limit")
+    except tomllib.TOMLDecodeError:
+        return None
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return float(value) if ok and 0 < value < 1e9 else None
+
+
+def contradiction(res: dict[str, Any]) -> str:
+    """Why a ``status = "success"`` record contradicts itself ('' when it does not)."""
+    if res.get("status") != "success":
+        return ""
+    out = res.get("outputs", {})
+    task = res.get("task")
+    if task == "design":
+        if not out.get("certificate", {}).get("valid", True):
+            return "design: success without a valid certificate"
+        ess = out.get("ess")
+        if ess and ess.get("min_ess") is not None and ess.get("status") != "success":
+            return f"design: success although min_ess is not met ({ess.get('message')})"
+        tc = out.get("token_certificate")
+        if tc and not tc.get("valid", True):
+            return "design: success with a failed token check"
+    if task == "steer":
+        err = out.get("terminal_error")
+        if not (isinstance(err, (int, float)) and err <= 1e-6):
+            return f"steer: success with terminal error {err}"
+    return ""
+
+
 def make_case(index: int, seed: int, bases: dict[str, dict[str, Any]]) -> tuple[str, str]:
-    """The ``index``-th mutated design file: ``(description, TOML text)``."""
+    """The ``index``-th design file: mutated, or (a share) of the second-round generators."""
+    if random.Random(seed * 3_000_017 + index).random() < _SHARE[0]:
+        return make_hostile2(index, seed)
     rng = random.Random(seed * 1_000_003 + index)
     names = sorted(bases)
     name = names[index % len(names)]
@@ -111,6 +252,7 @@ def run_case(text: str, root: Path, limit: int) -> tuple[str, str]:
     err, std = io.StringIO(), io.StringIO()
     signal.signal(signal.SIGALRM, _on_alarm)
     signal.alarm(limit)
+    clock = time.perf_counter()
     try:
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(std):
             code = main(["run", str(design), "-o", str(out)])
@@ -120,6 +262,10 @@ def run_case(text: str, root: Path, limit: int) -> tuple[str, str]:
         return "raw exception", f"escaped main: {type(exc).__name__}: {exc}"
     finally:
         signal.alarm(0)
+    wall = time.perf_counter() - clock
+    promised = _limit_of(text)
+    if promised is not None and wall > promised + max(1.0, 0.1 * promised) + OUTPUT_SLACK:
+        return "overtime", f"exit {code} after {wall:.1f} s for time_limit = {promised:g}"
     stderr = err.getvalue()
     lines = stderr.splitlines()
     leftovers = sorted(p.name for p in root.iterdir() if p.name not in ("d.toml", "out"))
@@ -132,6 +278,9 @@ def run_case(text: str, root: Path, limit: int) -> tuple[str, str]:
             complete = False
         if not complete or leftovers:
             return "partial output", f"exit 0, complete={complete}, leftovers={leftovers}"
+        why = contradiction(res)
+        if why:
+            return "self-contradicting", why
         warned = [ln for ln in lines if ln.startswith("gtcontrol: warning:")]
         return "ok", warned[0] if warned else ""
     if "Traceback" in stderr or code not in (2, 130):
@@ -224,6 +373,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path, default=None, help="write every case's outcome here")
     p.add_argument("--progress", action="store_true")
     p.add_argument(
+        "--hostile2",
+        type=float,
+        default=_SHARE[0],
+        help="share of files from the second-round generators (default 0.5)",
+    )
+    p.add_argument(
         "--show",
         type=int,
         nargs="+",
@@ -232,6 +387,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
     n, limit = (200, 30) if args.quick else (args.n, args.timeout)
+    _SHARE[0] = args.hostile2
     bases = {name: make_fast(doc) for name, doc in shipped_designs().items()}
     if args.show:
         for index in args.show:
@@ -252,7 +408,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {outcome:15s} {counts.get(outcome, 0)}")
     warned = sum(1 for _, o, d in results if o == "ok" and d)
     print(f"  (ok runs that printed a warning line: {warned})")
-    bad = [r for r in sorted(results) if r[1] in ("raw exception", "hang", "partial output")]
+    defects = ("raw exception", "hang", "partial output", "overtime", "self-contradicting")
+    bad = [r for r in sorted(results) if r[1] in defects]
     for index, outcome, detail in bad[:20]:
         print(f"  case {index} [{cases[index][0]}] {outcome}: {detail}")
     if args.json is not None:

@@ -25,6 +25,7 @@ from .analysis.filtering import (
 from .analysis.newton import NewtonResult, covariance_jacobian, newton_equilibrium
 from .analysis.regimes import Regime, analyze, mean_dynamics_ss
 from .analysis.riccati import RiccatiForm, riccati_flow, riccati_form
+from .analysis.stability import LinearizationSpectrum, linearization_spectrum
 from .control.design import (
     Certificate as DesignCertificate,
 )
@@ -40,6 +41,7 @@ from .control.design import (
     design_robustness,
     design_token_certificate,
 )
+from .control.design.stabilize import Stabilization, stabilize
 from .control.ot import OTSteering, kinetic_energy, ot_steering
 from .control.reachability import MODES, check_reachable, is_reachable
 from .control.realization import exact_layer_steering, realize
@@ -86,6 +88,7 @@ __all__ = [
     "InvalidParametersError",
     "KalmanData",
     "Layer",
+    "LinearizationSpectrum",
     "MeanMatchingDesign",
     "NewtonResult",
     "OTSteering",
@@ -96,6 +99,7 @@ __all__ = [
     "Robustness",
     "Schedule",
     "SolverError",
+    "Stabilization",
     "Status",
     "SteadyState",
     "SteeringResult",
@@ -126,6 +130,7 @@ __all__ = [
     "kalman_covariance",
     "kalman_steady_state",
     "kinetic_energy",
+    "linearization_spectrum",
     "mean_dynamics_ss",
     "mean_matrix",
     "moment_field",
@@ -140,6 +145,7 @@ __all__ = [
     "simulate_discrete",
     "simulate_tokens",
     "solve_bernoulli",
+    "stabilize",
     "steer",
     "to_kalman",
     "token_velocity",

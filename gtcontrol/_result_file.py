@@ -252,6 +252,26 @@ def split_arrays(
     return walk(data, ()), arrays
 
 
+def _check_declared(ref: Mapping[str, Any], arr: np.ndarray[Any, Any], file: str) -> None:
+    """Refuse an array whose shape or dtype differs from what its reference declares."""
+    key = ref["key"]
+    if "shape" in ref:
+        shape = ref["shape"]
+        ok = isinstance(shape, list) and all(
+            isinstance(n, int) and not isinstance(n, bool) for n in shape
+        )
+        if not ok or tuple(shape) != arr.shape:
+            raise OutputError(
+                f"output: the array {key!r} of {_show(file)} has shape {list(arr.shape)}, "
+                f"but result.json declares {_show(repr(shape))}"
+            )
+    if "dtype" in ref and ref["dtype"] != str(arr.dtype):
+        raise OutputError(
+            f"output: the array {key!r} of {_show(file)} has dtype {arr.dtype}, but "
+            f"result.json declares {_show(repr(ref['dtype']))}"
+        )
+
+
 def load_result(outdir: str | Path) -> dict[str, Any]:
     """Read ``OUTDIR/result.json`` with its ``result.npz`` arrays put back in place.
 
@@ -269,8 +289,10 @@ def load_result(outdir: str | Path) -> dict[str, Any]:
     Raises
     ------
     OutputError
-        If ``result.json`` or a referenced array cannot be read (a damaged file, one nested
-        too deeply, or a reference to a file outside the folder).
+        If ``outdir`` is not a path (a ``str`` or ``os.PathLike``), or ``result.json`` or a
+        referenced array cannot be read (a damaged file, one nested too deeply, a reference to
+        a file outside the folder, or an array whose shape or dtype differs from what the
+        reference declares).
 
     Examples
     --------
@@ -278,12 +300,17 @@ def load_result(outdir: str | Path) -> dict[str, Any]:
     >>> res["outputs"]["trajectory"]["t"].shape  # doctest: +SKIP
     (201,)
     """
-    path = Path(outdir)
-    if path.is_dir():
-        path = path / "result.json"
+    if not isinstance(outdir, (str, os.PathLike)) or isinstance(outdir, bytes):
+        raise OutputError(
+            f"outdir: expected a path (str or os.PathLike) of an output directory, got "
+            f"{type(outdir).__name__}"
+        )
     try:
+        path = Path(outdir)
+        if path.is_dir():
+            path = path / "result.json"
         data = json.loads(path.read_text("utf-8"))
-    except (OSError, ValueError, RecursionError) as exc:
+    except (OSError, ValueError, TypeError, RecursionError) as exc:
         text = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
         raise OutputError(f"output: cannot read {_show(path)} ({text})") from None
     opened: dict[str, Any] = {}
@@ -314,6 +341,7 @@ def load_result(outdir: str | Path) -> dict[str, Any]:
                     raise OutputError(
                         f"output: {_show(file)} has no array {obj['key']!r}"
                     ) from None
+                _check_declared(obj, arr, file)
                 return arr[()] if arr.ndim == 0 else arr
             return {k: resolve(v) for k, v in obj.items()}
         if isinstance(obj, list):

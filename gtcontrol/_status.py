@@ -26,6 +26,7 @@ from .errors import InvalidParametersError
 __all__ = [
     "DEFAULT_MAX_EVALS",
     "MAX_EVALS_LIMIT",
+    "MAX_TIME_LIMIT",
     "Budget",
     "BudgetExhausted",
     "Outcome",
@@ -55,8 +56,13 @@ class Status(enum.StrEnum):
         The ``time_limit`` or a finite iteration/step cap ran out; the result holds the best
         iterate reached so far.
     INFEASIBLE
-        The request has no solution (e.g. no positive-definite equilibrium, an unreachable
-        target, a constraint that cannot hold); ``message`` says which condition fails.
+        The request provably has no solution (e.g. no positive-definite equilibrium, an
+        unreachable target, a constraint that cannot hold); ``message`` says which condition
+        fails and why that is a proof. Never the outcome of a search that merely gave up.
+    NOT_FOUND
+        A search ended without finding a solution but cannot prove that none exists (e.g.
+        deflated Newton from many starts found no positive-definite equilibrium);
+        ``message`` and ``stats`` say how hard it looked: the starts and why each ended.
     OVERFLOW
         The state left the floating-point range without a finite-time singularity (e.g. fast
         exponential growth, or non-finite tokens); the result holds the last finite state.
@@ -68,6 +74,7 @@ class Status(enum.StrEnum):
     BLOWUP = "blowup"
     BUDGET_EXHAUSTED = "budget_exhausted"
     INFEASIBLE = "infeasible"
+    NOT_FOUND = "not_found"
     OVERFLOW = "overflow"
     FAILED = "failed"
 
@@ -136,20 +143,52 @@ class ResultFields:
     stats: Mapping[str, Any] = field(default_factory=dict, kw_only=True)
 
 
+#: Longest finite wall-clock limit (seconds, about 30 years): a longer one, ``inf`` or an integer
+#: past the float range means no limit (``None``), so no deadline arithmetic or timed wait (whose
+#: timeouts overflow near 1e10 s in ``threading``) ever sees it.
+MAX_TIME_LIMIT = 1e9
+
+
 def as_time_limit(value: Any, name: str = "time_limit") -> float | None:
-    """Validate a wall-clock limit in seconds: ``None`` (no limit) or a positive number."""
+    """Validate a wall-clock limit in seconds: ``None`` (no limit) or a positive number.
+
+    The one check of every ``time_limit`` (and ``Budget``): bools, strings, NaN, zero and
+    negative numbers are refused with an :class:`~gtcontrol.errors.InvalidParametersError`
+    naming ``name``; ``inf``, an integer too large for a float and anything above
+    :data:`MAX_TIME_LIMIT` mean no limit and give ``None``.
+
+    Examples
+    --------
+    >>> as_time_limit(2), as_time_limit(float("inf")), as_time_limit(10**400)
+    (2.0, None, None)
+    """
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise InvalidParametersError(
-            f"{name}: expected None or a positive number of seconds, got {value!r}"
+            f"{name}: expected None or a positive number of seconds, got {_shown(value)}"
         )
-    x = float(value)
+    try:
+        x = float(value)
+    except OverflowError:  # an int past the float range: positive means "no limit"
+        x = math.inf if value > 0 else -math.inf
     if math.isnan(x) or x <= 0:
         raise InvalidParametersError(
-            f"{name}: expected None or a positive number of seconds, got {value!r}"
+            f"{name}: expected None or a positive number of seconds, got {_shown(value)}"
         )
-    return x
+    return None if x > MAX_TIME_LIMIT else x
+
+
+def _shown(value: Any, limit: int = 80) -> str:
+    """``repr(value)`` for a message, cut when long; a huge integer by its size (its ``repr``
+    would have thousands of digits, or raise past Python's digit limit)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 200:
+        return f"an integer of about 10^{int(value.bit_length() * math.log10(2))}"
+    try:
+        text = repr(value)
+    except Exception:  # a hostile __repr__
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."
 
 
 #: Default cap on the right-hand-side evaluations of an integrator (its ``max_evals``).
@@ -245,6 +284,19 @@ class Budget:
         """Raise :class:`BudgetExhausted` if the budget is spent (does not count)."""
         if self.exhausted:
             raise BudgetExhausted(self.reason())
+
+    def grace(self) -> float | None:
+        """Seconds left for wrap-up work (verifying, measuring the best iterate).
+
+        A solver honours its ``time_limit`` to within ``max(1 s, 10 %)``; the work that turns
+        its best iterate into a verified result may run until half of that tolerance past the
+        deadline, so a solver stopped by its deadline still returns a verified answer.
+        ``None`` without a time limit; at least ``1e-9`` (a spent grace stops the next check).
+        """
+        if self.time_limit is None:
+            return None
+        slack = 0.5 * max(1.0, 0.1 * self.time_limit)
+        return max(self._deadline + slack - time.perf_counter(), 1e-9)
 
     def sub(self, time_limit: float | None = None, *, max_evals: int | None = None) -> Budget:
         """A child budget that ends no later than this one (for per-start budgets)."""

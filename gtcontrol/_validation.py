@@ -16,7 +16,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ._linalg import FloatArray
-from ._status import as_time_limit
+from ._status import _shown, as_time_limit
 from .errors import InvalidParametersError
 
 __all__ = [
@@ -30,6 +30,7 @@ __all__ = [
     "as_positive_float",
     "as_positive_int",
     "as_rng",
+    "as_seed",
     "as_time_limit",
     "deprecated_module_attribute",
     "frozen",
@@ -98,8 +99,8 @@ def _to_float64(name: str, value: Any, ndim: int, error: type[ValueError]) -> Fl
 
 
 def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
+    """``repr(value)`` for a message, cut when long (huge integers are summarized)."""
+    return _shown(value)
 
 
 def as_float_array(
@@ -180,6 +181,24 @@ def as_dim(name: str, d: int) -> int:
     return d
 
 
+def as_seed(name: str, value: Any) -> int:
+    """Validate a seed: a non-negative integer (bools, floats, NaN and negatives are refused).
+
+    The one check of every ``seed`` argument; any size is accepted (numpy's ``SeedSequence``
+    takes arbitrary non-negative integers).
+
+    Examples
+    --------
+    >>> as_seed("seed", 7)
+    7
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise InvalidParametersError(
+            f"{name}: expected a non-negative integer, got {_short(value)}"
+        )
+    return int(value)
+
+
 def as_rng(name: str, value: Any) -> np.random.Generator:
     """``None``, a non-negative integer seed or a :class:`numpy.random.Generator`: a Generator."""
     if isinstance(value, np.random.Generator):
@@ -191,44 +210,49 @@ def as_rng(name: str, value: Any) -> np.random.Generator:
             f"{name}: expected None, a non-negative integer seed or a numpy Generator, "
             f"got {_short(value)}"
         )
-    return np.random.default_rng(int(value))
+    return np.random.default_rng(as_seed(name, value))
+
+
+def _real(name: str, value: Any, expected: str) -> float:
+    """``value`` as a float (an integer past the float range becomes ``±inf``), or refuse it:
+    bools, strings and non-numbers raise, naming ``name`` and ``expected``."""
+    if isinstance(value, (bool, np.bool_, str, bytes)):
+        raise InvalidParametersError(f"{name}: expected {expected}, got {_short(value)}")
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+    except (TypeError, ValueError):
+        raise InvalidParametersError(f"{name}: expected {expected}, got {_short(value)}") from None
 
 
 def as_positive_float(name: str, value: Any, *, allow_inf: bool = False) -> float:
-    """Validate a strictly positive (finite unless ``allow_inf``) real number."""
-    try:
-        if isinstance(value, (str, bytes)):
-            raise TypeError
-        x = float(value)
-    except (TypeError, ValueError, OverflowError):
-        raise InvalidParametersError(f"{name}: expected a positive number, got {value!r}") from None
-    if isinstance(value, bool) or math.isnan(x) or x <= 0 or (math.isinf(x) and not allow_inf):
-        raise InvalidParametersError(f"{name}: expected a positive number, got {value!r}")
+    """Validate a strictly positive (finite unless ``allow_inf``) real number.
+
+    Like every numeric check here: bools, NaN, strings and non-numbers are refused; an integer
+    too large for a float counts as ``inf``.
+    """
+    x = _real(name, value, "a positive number")
+    if math.isnan(x) or x <= 0 or (math.isinf(x) and not allow_inf):
+        raise InvalidParametersError(f"{name}: expected a positive number, got {_short(value)}")
     return x
 
 
 def as_nonnegative_float(name: str, value: Any) -> float:
-    """Validate a finite real number ``>= 0``."""
-    try:
-        if isinstance(value, (str, bytes)):
-            raise TypeError
-        x = float(value)
-    except (TypeError, ValueError, OverflowError):
-        raise InvalidParametersError(
-            f"{name}: expected a non-negative number, got {value!r}"
-        ) from None
-    if isinstance(value, bool) or not math.isfinite(x) or x < 0:
-        raise InvalidParametersError(f"{name}: expected a non-negative number, got {value!r}")
+    """Validate a finite real number ``>= 0`` (see :func:`as_positive_float`)."""
+    x = _real(name, value, "a non-negative number")
+    if not math.isfinite(x) or x < 0:
+        raise InvalidParametersError(f"{name}: expected a non-negative number, got {_short(value)}")
     return x
 
 
 def as_positive_int(name: str, value: Any, *, maximum: int | None = None) -> int:
     """Validate a strictly positive integer (bools are refused), at most ``maximum``."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
-        raise InvalidParametersError(f"{name}: expected a positive integer, got {value!r}")
+        raise InvalidParametersError(f"{name}: expected a positive integer, got {_short(value)}")
     if maximum is not None and value > maximum:
         raise InvalidParametersError(
-            f"{name}: expected a positive integer at most {maximum}, got {value!r}"
+            f"{name}: expected a positive integer at most {maximum}, got {_short(value)}"
         )
     return int(value)
 

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: Tasks whose runs take minutes (real pretrained models): never switched to by a mutation.
 # a sweep starts a cluster of worker processes (seconds); tests/test_sweep.py covers it
-SLOW_TASKS = ("experiment", "sweep")
+SLOW_TASKS = ("experiment", "sweep", "model")
 
 _BARE = re.compile(r"[A-Za-z0-9_-]+")
 

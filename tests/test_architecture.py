@@ -39,7 +39,7 @@ RANKS = {
     "cli": 7,
     "__main__": 8,
 }
-MAX_LINES = 800  # hard ceiling; the target is about 600
+MAX_LINES = 1500  # hard ceiling: a cohesive module of one idea may be long; split by idea, not size
 
 
 def _modules() -> dict[str, Path]:

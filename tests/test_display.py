@@ -68,7 +68,8 @@ def _experiment_containers(samples: np.ndarray) -> dict[str, Any]:
     )
     moments = np.zeros((4, 2)), np.stack([np.eye(2)] * 4)
     surrogate = ge.SurrogateComparison(
-        model="synthetic", n_tokens=200, seed=0, rows=surrogate_rows,
+        model="synthetic", description="synthetic moments", n_tokens=200, seed=0,
+        rows=surrogate_rows,
         predicted_mean=moments[0], predicted_cov=moments[1],
         measured_mean=moments[0], measured_cov=moments[1],
     )  # fmt: skip

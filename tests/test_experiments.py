@@ -16,9 +16,12 @@ from gtcontrol import FeedForward, Gaussian, InvalidParametersError, Layer, Resu
 from gtcontrol._status import Budget
 from gtcontrol.experiments import (
     STATISTICS,
+    AttentionWeights,
     ExtractedLayer,
+    FeedForwardWeights,
+    LayerNormWeights,
     closure_flow,
-    extract_layers,
+    extract,
     feedforward_closeness,
     gaussianity,
     gelu_moments,
@@ -181,19 +184,27 @@ def test_gelu_moments_match_quadrature() -> None:
 
 # ---------------------------------------------------------------------------- extraction
 def _random_extracted(rng: np.random.Generator, d: int, heads: int, k: int) -> ExtractedLayer:
-    hs = tuple(
-        (0.3 * rng.standard_normal((d, d)), 0.2 * rng.standard_normal((d, d))) for _ in range(heads)
+    # Dense random heads written as projections of width d_head = d: W_Q,h = B_h, W_K,h = I,
+    # b_Q,h = u_h, W_V,h = I, W_O,h = V_h and scale 1 give B_h, u_h and V_h exactly.
+    eye = np.eye(d)
+    att = AttentionWeights(
+        np.vstack([0.2 * rng.standard_normal((d, d)) for _ in range(heads)]),
+        np.vstack([eye] * heads),
+        np.vstack([eye] * heads),
+        np.hstack([0.3 * rng.standard_normal((d, d)) for _ in range(heads)]),
+        b_q=0.3 * rng.standard_normal(heads * d),
+        b_o=0.1 * rng.standard_normal(d),
+        n_heads=heads,
+        scale=1.0,
     )
-    ln = (1 + 0.1 * rng.standard_normal(d), 0.1 * rng.standard_normal(d), 1e-12)
-    ffn = (
+    ln = LayerNormWeights(1 + 0.1 * rng.standard_normal(d), 0.1 * rng.standard_normal(d), 1e-12)
+    ffn = FeedForwardWeights(
         rng.standard_normal((k, d)) / math.sqrt(d),
-        0.1 * rng.standard_normal(k),
         rng.standard_normal((d, k)) / math.sqrt(k),
-        0.1 * rng.standard_normal(d),
+        b_in=0.1 * rng.standard_normal(k),
+        b_out=0.1 * rng.standard_normal(d),
     )
-    return ExtractedLayer(
-        hs, 0.3 * rng.standard_normal((heads, d)), 0.1 * rng.standard_normal(d), ln, ln, ffn
-    )
+    return ExtractedLayer(att, ffn, ln, ln, "post-LN")
 
 
 def test_surrogate_at_a_point_mass_equals_the_token_layer() -> None:
@@ -259,7 +270,7 @@ def test_extraction_is_exact_on_a_tiny_random_bert(tiny_bert) -> None:  # type: 
     torch = pytest.importorskip("torch")
     x = np.random.default_rng(14).standard_normal((50, 32))
     h = torch.tensor(x)[None]
-    extracted = extract_layers(tiny_bert)
+    extracted = extract(tiny_bert).layers
     assert len(extracted) == 2
     for lay, ex in zip(tiny_bert.encoder.layer, extracted, strict=True):
         cap: dict[str, object] = {}
@@ -280,9 +291,10 @@ def test_extraction_is_exact_on_a_tiny_random_bert(tiny_bert) -> None:  # type: 
         h = h.detach()
 
 
-def test_extraction_rejects_a_non_bert_model() -> None:
-    with pytest.raises(InvalidParametersError, match="BERT"):
-        extract_layers(object())
+def test_extraction_rejects_a_non_transformer() -> None:
+    pytest.importorskip("torch")
+    with pytest.raises(InvalidParametersError, match="expected a transformers model"):
+        extract(object())
 
 
 # ---------------------------------------------------------------------------- regimes, ReLU

@@ -115,8 +115,10 @@ def test_equilibria_default_call_ends_in_seconds(layer: Layer) -> None:
     assert res.status in (
         gc.Status.SUCCESS,
         gc.Status.INFEASIBLE,
+        gc.Status.NOT_FOUND,
         gc.Status.BUDGET_EXHAUSTED,
     )
+    assert res.status is not gc.Status.INFEASIBLE or res.proved
     assert "newton_iterations" in res.stats or res.method != "newton"
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._linalg import FloatArray
+from .._validation import MAX_ENTRY
 from ..errors import GTControlError
 from ..model.field import affine_velocity
 from ..model.finite_n import worst_ess_fraction
@@ -135,6 +136,28 @@ def ess_along(ctrl: Control, predicted: Trajectory) -> tuple[FloatArray, FloatAr
         worst = worst_ess_fraction(lay, g, n_std=ESS_N_STD)
         out[j] = float(np.min(worst)) if worst.size else 1.0
     return t[idx].copy(), out
+
+
+def out_of_range(predicted: Trajectory) -> str:
+    """Why the moment reference cannot be compared with tokens ('' when it can).
+
+    A covariance entry above :data:`gtcontrol._validation.MAX_ENTRY` (``1e150``, the largest
+    magnitude a :class:`Gaussian` accepts: products of two entries would overflow float64)
+    leaves the range of the comparison: the moments overflow although they stay finite.
+    """
+    with np.errstate(invalid="ignore", over="ignore"):
+        cov = np.abs(np.asarray(predicted.cov, dtype=float)).reshape(len(predicted.t), -1)
+        mean = np.abs(np.asarray(predicted.mean, dtype=float)).reshape(len(predicted.t), -1)
+        top = np.maximum(cov.max(axis=1, initial=0.0), mean.max(axis=1, initial=0.0))
+        bad = np.flatnonzero(~(top <= MAX_ENTRY))
+    if bad.size == 0:
+        return ""
+    i = int(bad[0])
+    return (
+        f"the moment reference overflows: an entry of magnitude {float(top[i]):.3g} exceeds "
+        f"{MAX_ENTRY:g} (the largest a Gaussian accepts) at depth {float(predicted.t[i]):.6g}; "
+        "the tokens cannot be compared there (choose a shorter horizon T)"
+    )
 
 
 def kurtosis_ratio(tokens: FloatArray) -> float:

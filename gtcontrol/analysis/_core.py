@@ -23,6 +23,7 @@ from ..errors import InvalidParametersError, SolverError
 from ..model.gaussian import Gaussian
 from ..model.moments import Trajectory, simulate
 from ..model.params import Layer
+from .newton import head_norm_sum, norm2
 
 __all__ = [
     "CERT_MARGIN",
@@ -262,12 +263,12 @@ def field_rate(layer: Layer, cov: FloatArray) -> float:
 
     ``1/field_rate`` is one time constant; the default search/integration depths, the first
     step of the certified march and the flow starts of the Newton search are multiples of it.
+    The norms are :func:`gtcontrol.analysis.newton.norm2` (exact up to d = 64, an estimate
+    beyond) and factored heads are never formed as d×d matrices, so that a d = 1024 layer does
+    not spend seconds in SVDs before any budget check.
     """
     a, _ = layer.affine_ffn()
-    s = float(np.linalg.norm(cov, 2))
-    rate = float(np.linalg.norm(a, 2))
-    for v_h, b_h in layer.heads:
-        rate += 2.0 * float(np.linalg.norm(v_h, 2) * np.linalg.norm(b_h, 2)) * s
+    rate = norm2(a) + 2.0 * head_norm_sum(layer) * norm2(cov)
     return rate if rate > 0 else 1.0
 
 

@@ -40,7 +40,13 @@ from .._display import Axes, SummaryItems
 from .._linalg import FloatArray
 from .._progress import progress
 from .._status import Budget, BudgetExhausted, Outcome, ResultFields, Status
-from .._validation import as_choice, as_positive_float, as_positive_int, option_values
+from .._validation import (
+    as_choice,
+    as_positive_float,
+    as_positive_int,
+    as_seed,
+    option_values,
+)
 from ..errors import InvalidParametersError
 from ..model.gaussian import Gaussian
 from ..model.moments import Trajectory
@@ -53,6 +59,7 @@ from ._compare_checks import (
     ess_along,
     kurtosis_ratio,
     min_evals,
+    out_of_range,
     reference_flow,
     spread_ratio,
 )
@@ -99,8 +106,7 @@ class _CompareOptions:
             raise InvalidParametersError("n_tokens: expected at least two distinct token counts")
         object.__setattr__(self, "n_tokens", tuple(ns))
         as_positive_int("repeats", self.repeats, maximum=1000)
-        if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)):
-            raise InvalidParametersError(f"seed: expected an integer, got {self.seed!r}")
+        as_seed("seed", self.seed)
         method = self.method
         if method is None:
             method = "rk4" if self.steps_per_layer is not None else "adaptive"
@@ -316,7 +322,9 @@ def compare_tokens(
     budget = Budget(opts.time_limit)
     clock = time.perf_counter()
     _work_needed(ctrl, None, opts)  # absurd sizes are refused before anything is computed
-    predicted, reference = reference_flow(ctrl, initial, remaining_limit(budget))
+    # the time left, never raising: a budget spent already gives a BUDGET_EXHAUSTED reference
+    left = None if budget.time_limit is None else max(budget.remaining(), 1e-9)
+    predicted, reference = reference_flow(ctrl, initial, left)
     if predicted.status is Status.BLOWUP:
         raise InvalidParametersError(
             f"model: the moments blow up at t = {predicted.blowup_time:.6g} < T = {ctrl.T:g}; "
@@ -438,13 +446,18 @@ class _Runner:
 
     def all(self, predicted: Trajectory) -> None:
         """Every run, smallest N first; the integration check right after the first."""
-        ns, target = self.opts.n_tokens, predicted.final
+        ns = self.opts.n_tokens
         snap_t = np.linspace(0.0, self.ctrl.T, max(self.opts.snapshots, 2))
         rng = np.random.default_rng(self.opts.seed)
         try:
             if predicted.status is not Status.SUCCESS:
                 self.status = predicted.status
                 raise BudgetExhausted(f"{predicted.message} (moment reference)")
+            overflow = out_of_range(predicted)
+            if overflow:
+                self.status = Status.OVERFLOW
+                raise BudgetExhausted(overflow)
+            target = predicted.final
             for i, n in enumerate(ns):
                 for r in range(self.opts.repeats):
                     x0 = self.initial.sample(n, rng)

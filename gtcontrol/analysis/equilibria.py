@@ -4,10 +4,14 @@ A time-invariant layer moves the covariance by ``dΣ/dt = F(Σ) = MΣ + ΣMᵀ``
 ``M = A + Σ_h V_h Σ B_h`` (docs/theory.md §2). :func:`equilibria` finds the positive-definite
 solutions of ``F(Σ) = 0``. In the Riccati class (every ``V_h = v_h I``, no noise) the unique one
 is ``Σ* = Ω⁻¹`` with ``AᵀΩ + ΩA = R`` (slycot SB03MD, :mod:`gtcontrol.analysis.bernoulli`),
-cross-checked against the CARE route (SB02MD). For any V, Newton–Kantorovich
-(:mod:`gtcontrol.analysis.newton`) from several starts — endpoints of the forward and reversed
-flows, multiples of I, random matrices — with deflation of every root already found (and of
-Σ = 0, always a root). Each :class:`Equilibrium` carries its residual, the spectrum of DF on
+cross-checked against the CARE route (SB02MD). For any V and d ≤ 4, every isolated root by
+total-degree homotopy continuation (:mod:`gtcontrol.analysis._homotopy`): a complete list when
+every path is accounted for. Otherwise Newton–Kantorovich (:mod:`gtcontrol.analysis.newton`)
+from many kinds of starts — endpoints of the forward and reversed flows, continuation from a
+Riccati-class layer, multiples of I, random matrices, Newton in Cholesky coordinates — with
+deflation of every root already found (and of Σ = 0, always a root)
+(:mod:`gtcontrol.analysis._deflated_search`); it finds roots but proves nothing, so finding
+none is ``Status.NOT_FOUND``. Each :class:`Equilibrium` carries its residual, the spectrum of DF on
 symmetric matrices, its spectral abscissa, ``stable`` and the mean matrix
 ``K = A + Σ_h V_h (I + Σ* B_h)`` (the mean obeys ``dm/dt = K m + b`` near Σ*).
 
@@ -19,13 +23,11 @@ from __future__ import annotations
 
 import math
 import time
-import warnings
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
-import scipy.linalg as sla
 from scipy.sparse.linalg import ArpackNoConvergence, LinearOperator, eigs
 
 from .._display import Axes, Displayable, SummaryItems
@@ -33,24 +35,20 @@ from .._linalg import FloatArray, sym, unvech, vech
 from .._status import Budget, BudgetExhausted, OutcomeOrInfeasible, ResultFields, Status
 from .._validation import as_float_array, as_time_limit, frozen, option_values
 from ..errors import InvalidParametersError, SolverError
-from ..model.gaussian import Gaussian
 from ..model.moments import affine_velocity
 from ..model.params import Layer
-from ._core import ComplexArray, field_rate, is_pd, simulate_within
+from ._core import ComplexArray
+from ._deflated_search import as_start_sequence, deflated_search
+from ._homotopy import HOMOTOPY_MAX_DIM, homotopy_roots
 from .bernoulli import solve_bernoulli
 from .newton import (
     DEFAULT_WORK_CAP,
-    NewtonResult,
-    WorkMeter,
     _Jacobian,
     _jacobian_parts,
     _kron_sym,
     _NewtonOptions,
     _rel_residual,
-    _typical_scale,
-    field_flops,
     newton_options,
-    newton_run,
 )
 from .riccati import RiccatiForm, _bernoulli_form
 
@@ -62,31 +60,12 @@ __all__ = [
     "mean_matrix",
 ]
 
-#: Two equilibria closer than this (relative, Frobenius) are the same.
-_DISTINCT_RTOL = 1e-6
-
-
 #: Spectra of DF are computed densely on Sym up to this dimension, by ARPACK beyond.
 _DENSE_SPECTRUM_MAX_DIM = 50
 
 
 #: The two slycot routes must agree to this relative difference (else status "inconsistent").
 _CROSS_CHECK_RTOL = 1e-8
-
-
-#: Deflation retries one start at most this many times (once per new root found).
-_MAX_ROOTS_PER_START = 8
-
-#: At most this many user-given extra starts.
-_MAX_STARTS = 64
-
-#: Right-hand-side evaluations allowed to one flow-start integration (a stiff or slow flow is
-#: abandoned, its start skipped; about 0.3 s at d = 3).
-_FLOW_MAX_EVALS = 6_000
-
-#: Newton iterations allowed to the whole search by default (all starts and deflation retries
-#: together): a finite cap on total work independent of ``time_limit``.
-_TOTAL_MAX_ITER = 1_500
 
 
 @dataclass(frozen=True, eq=False)
@@ -278,8 +257,11 @@ class EquilibriaResult(ResultFields, Sequence[Equilibrium], OutcomeOrInfeasible)
     equilibria
         Distinct positive-definite equilibria (possibly none).
     status
-        ``Status.SUCCESS`` (equilibria found); ``Status.INFEASIBLE`` (none: proved in the
-        Riccati class, ``proved``; a search result for Newton, which cannot prove absence);
+        ``Status.SUCCESS`` (equilibria found; the complete list when ``proved``);
+        ``Status.INFEASIBLE`` (provably none: the unique Lyapunov solution of the Riccati
+        class is not positive definite, or a completed homotopy has no real positive-definite
+        root; always ``proved``); ``Status.NOT_FOUND`` (deflated Newton found none, which
+        proves nothing: ``stats["start_log"]`` says how each start ended);
         ``Status.FAILED`` (``degenerate``: a singular Lyapunov operator, e.g. A with eigenvalues
         on the imaginary axis, equilibria not isolated or absent; or the two slycot routes
         disagree, ``stats["cross_check"]["consistent"]`` false; or slycot failed);
@@ -287,13 +269,17 @@ class EquilibriaResult(ResultFields, Sequence[Equilibrium], OutcomeOrInfeasible)
     message
         Explanation with the numbers.
     method
-        ``"lyapunov"`` or ``"newton"`` (or ``"care"`` when forced).
+        ``"lyapunov"``, ``"homotopy"`` or ``"newton"`` (or ``"care"`` when forced).
     proved
-        True when the list is complete by a uniqueness argument (Riccati class).
+        True when the list is complete: by the uniqueness argument (Riccati class) or by a
+        homotopy whose every path is accounted for.
     degenerate
         True when the Lyapunov operator ``Ω ↦ AᵀΩ + ΩA`` is singular (Riccati class).
     stats
-        Cross-check differences, starts and their outcomes, timings.
+        Cross-check differences; ``homotopy`` (paths tracked; finite, real, positive-definite,
+        at-infinity, singular and unresolved end points; ``complete``); ``starts``,
+        ``start_kinds``, ``outcomes`` and ``start_log`` (each start's kind and how each of its
+        deflated runs ended); timings.
     """
 
     equilibria: tuple[Equilibrium, ...]
@@ -363,18 +349,29 @@ def equilibria(
     ``G = R``) when −A or A is Hurwitz and requires agreement to 1e-8. If −A is Hurwitz and
     R ≻ 0 the equilibrium attracts every Σ0 ≻ 0 (see :func:`gtcontrol.analyze`).
 
-    Any V (``method="newton"``, or ``"auto"`` outside the class): Newton–Kantorovich with
-    deflation from the endpoints of short forward/reversed flows, ``starts``,
+    Any V, d ≤ 4 (``method="homotopy"``; ``"auto"`` outside the class for d ≤ 3): all
+    isolated roots of the ``d(d+1)/2`` quadratics by total-degree homotopy continuation (``2ⁿ``
+    paths, :mod:`gtcontrol.analysis._homotopy`, docs/theory.md §4.4), the real ones refined
+    by Newton to round-off. When every path is accounted for the list is complete
+    (``proved``; ``Status.INFEASIBLE`` if it has no positive-definite root); otherwise deflated
+    Newton continues from the starts below, with the homotopy's roots deflated.
+
+    Any V (``method="newton"``, or ``"auto"`` outside the class for d ≥ 4): Newton–Kantorovich
+    with deflation from the endpoints of short forward/reversed flows, ``starts``,
     ``s0·{1, 0.3, 3}·I`` and ``n_random`` random positive-definite matrices of size
     ``s0 = ‖A‖ / Σ_h‖V_h‖‖B_h‖``; Σ = 0 is deflated from the start. This finds equilibria, it
-    cannot prove there are no others.
+    cannot prove there are no others: finding none is ``Status.NOT_FOUND``.
+
+    Every argument is validated whichever method runs (``starts=["x"]`` is refused for a
+    Riccati-class layer too).
 
     Parameters
     ----------
     layer
         The layer.
     method
-        ``"auto"``, ``"lyapunov"``, ``"care"`` (Riccati class) or ``"newton"``.
+        ``"auto"``, ``"lyapunov"``, ``"care"`` (Riccati class), ``"homotopy"`` (d ≤ 4) or
+        ``"newton"``.
     cross_check
         Run the second slycot route (Riccati class); default ``d ≤ 64``.
     starts
@@ -386,7 +383,7 @@ def equilibria(
     n_random
         Newton: random positive-definite starts (≥ 0).
     seed
-        Newton: seed of the random starts.
+        Newton: seed of the random starts; homotopy: seed of γ and of the projective chart.
     kron_max_dim
         Newton: dense Kronecker steps up to this d, preconditioned GMRES beyond.
     deflation_power, deflation_shift
@@ -441,22 +438,111 @@ def equilibria(
     """
     if not isinstance(layer, Layer):
         raise InvalidParametersError(f"layer: expected a Layer, got {type(layer).__name__}")
-    if method not in ("auto", "lyapunov", "care", "newton"):
+    if method not in _METHODS:
         raise InvalidParametersError(
-            f"method: expected 'auto', 'lyapunov', 'care' or 'newton', got {method!r}"
+            f"method: expected 'auto', 'lyapunov', 'care', 'homotopy' or 'newton', got {method!r}"
         )
+    # Every argument is validated, whichever method runs (issue 21).
     opts = newton_options("equilibria", options, **option_values(_NewtonOptions, locals()))
     budget = Budget(as_time_limit(time_limit))
     per_start = as_time_limit(start_time_limit, "start_time_limit")
-    form = _bernoulli_form(layer)
+    if cross_check is not None and not isinstance(cross_check, (bool, np.bool_)):
+        raise InvalidParametersError(f"cross_check: expected None or a bool, got {cross_check!r}")
+    given = _validated_starts(layer, starts)
+    form = riccati_form_of(layer)
     if method in ("lyapunov", "care") and form is None:
         raise InvalidParametersError(
             f"method: {method!r} needs the Riccati class (every head V_h = v_h I) without noise; "
-            "use 'newton'"
+            "use 'newton' or 'homotopy'"
         )
-    if form is not None and method != "newton":
+    if method == "homotopy" and layer.dim > HOMOTOPY_MAX_DIM:
+        raise InvalidParametersError(
+            f"method: 'homotopy' tracks 2^(d(d+1)/2) paths and is offered up to d = "
+            f"{HOMOTOPY_MAX_DIM}, got d = {layer.dim}; use 'newton'"
+        )
+    if form is not None and method in ("auto", "lyapunov", "care"):
         return _riccati_equilibria(layer, form, method, cross_check)
-    return _newton_equilibria(layer, starts, opts, budget, per_start)
+    if method == "homotopy" or (method == "auto" and layer.dim <= _AUTO_HOMOTOPY_MAX_DIM):
+        return _complete_search(layer, given, opts, budget, per_start)
+    return _newton_equilibria(layer, given, opts, budget, per_start)
+
+
+_METHODS = ("auto", "lyapunov", "care", "homotopy", "newton")
+
+#: ``method="auto"`` runs the complete homotopy search outside the Riccati class up to this d
+#: (64 paths at d = 3, about 1 s; d = 4 has 1,024 paths, 10–30 s: ask for it by name).
+_AUTO_HOMOTOPY_MAX_DIM = 3
+
+
+def riccati_form_of(layer: Layer) -> RiccatiForm | None:
+    """The layer's Riccati form, or ``None``; factored heads of rank ``d_head < d`` are never
+    ``v_h I``, so they are refused without forming the d×d heads (seconds at d = 1024)."""
+    fh = layer.factored_heads
+    if fh is not None and fh.head_dim < layer.dim:
+        return None
+    return _bernoulli_form(layer)
+
+
+def _validated_starts(layer: Layer, starts: Any) -> list[FloatArray]:
+    """The extra Newton starts as symmetric ``d×d`` arrays (checked even when unused)."""
+    d = layer.dim
+    return [
+        sym(as_float_array(f"starts[{i}]", s, ndim=2, shape=(d, d)))
+        for i, s in enumerate(as_start_sequence(starts))
+    ]
+
+
+def _complete_search(
+    layer: Layer,
+    given: list[FloatArray],
+    opts: _NewtonOptions,
+    budget: Budget,
+    per_start: float | None,
+) -> EquilibriaResult:
+    """Homotopy (all isolated roots, d ≤ 4); deflated Newton on top when it is incomplete."""
+    clock = time.perf_counter()
+    try:
+        hom = homotopy_roots(layer, budget, seed=opts.seed)
+    except BudgetExhausted as exc:
+        res = _newton_equilibria(layer, given, opts, budget, per_start)
+        note = f"the homotopy stopped ({exc.reason}); "
+        return replace(res, message=note + res.message, stats={**res.stats, "homotopy": None})
+    counts = hom.summary()
+    found = [_make_equilibrium(layer, hom.real_roots[k], "homotopy", 0, None, None) for k in hom.pd]
+    found.sort(key=lambda e: (not e.stable, -float(np.trace(e.cov))))
+    tally = (
+        f"{hom.paths} paths: {hom.finite} finite non-singular roots ({len(hom.real_roots)} real, "
+        f"{len(hom.pd)} positive definite), {hom.at_infinity} at infinity, {hom.singular} "
+        f"singular, {hom.failed} unresolved"
+    )
+    proved = hom.complete and hom.singular_real_pd == 0
+    if proved:
+        status = Status.SUCCESS if found else Status.INFEASIBLE
+        what = (
+            f"all {len(found)} positive-definite equilibria"
+            if found
+            else "no positive-definite equilibrium (proved: every path is accounted for)"
+        )
+        stats = {"homotopy": counts, "seconds": time.perf_counter() - clock}
+        return EquilibriaResult(
+            equilibria=tuple(found),
+            status=status,
+            message=f"{what}, by total-degree homotopy continuation ({tally})",
+            method="homotopy",
+            proved=True,
+            stats=stats,
+        )
+    # Incomplete: deflated Newton from the usual starts, with the homotopy's roots deflated.
+    res = _newton_equilibria(
+        layer, given, opts, budget, per_start, known=list(hom.real_roots), found=found
+    )
+    why = (
+        f"{hom.singular_real_pd} singular positive-definite end points"
+        if hom.complete
+        else f"{hom.failed} unresolved paths, {hom.jumped} path jumps"
+    )
+    message = f"homotopy incomplete ({why}; {tally}); then {res.message}"
+    return replace(res, message=message, stats={**res.stats, "homotopy": counts})
 
 
 def _riccati_equilibria(
@@ -512,201 +598,60 @@ def _riccati_equilibria(
     )
 
 
-def _reversed(layer: Layer) -> Layer | None:
-    """The layer whose covariance field is ``−F`` (negate A and every V_h), or ``None`` (noise).
-
-    Its stable equilibria are the equilibria of ``layer`` whose linearization has every
-    eigenvalue in the right half-plane, which the forward flow never reaches.
-    """
-    if layer.noise is not None and np.any(layer.noise):
-        return None
-    a, _ = layer.affine_ffn()
-    return Layer(-a, heads=[(-v, b) for v, b in layer.heads], dim=layer.dim)
-
-
-def _flow_start(
-    layer: Layer, start: FloatArray, budget: Budget, work: WorkMeter
-) -> FloatArray | None:
-    """Endpoint of the moment flow from ``start`` after 20 time constants (None if it fails).
-
-    At most ``_FLOW_MAX_EVALS`` field evaluations and 1/16 of the work left: at large d a flow
-    start is cheap to skip, Newton is where the work pays.
-    """
-    cost = field_flops(layer) / 2 + WorkMeter.OVERHEAD
-    max_evals = int(min(_FLOW_MAX_EVALS, work.left() / 16 / cost))
-    if max_evals < 50:
-        return None
-    g = Gaussian(np.zeros(layer.dim), start)
-    try:
-        # Only a start for Newton is wanted: low accuracy is enough. A stiff flow may make the
-        # integrator's LU warn; the start is then simply skipped, so the warning is not shown.
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", sla.LinAlgWarning)
-            traj = simulate_within(
-                layer,
-                g,
-                20.0 / field_rate(layer, start),
-                budget,
-                n_points=2,
-                rtol=1e-5,
-                atol=1e-10,
-                method="RK45",
-                max_evals=max_evals,
-            )
-    except (SolverError, InvalidParametersError, ValueError, BudgetExhausted):
-        work.used += max_evals * cost
-        return None
-    work.used += int(traj.stats.get("nfev", max_evals)) * cost
-    if traj.status is not Status.SUCCESS:
-        return None
-    end = np.asarray(traj.cov[-1])
-    top = float(np.linalg.eigvalsh(end)[-1])
-    if not np.all(np.isfinite(end)) or top <= 1e-8 * float(np.linalg.norm(start, 2)):
-        return None
-    return end
-
-
-def _as_start_sequence(starts: Any) -> Sequence[Any]:
-    """``starts`` as a sequence of matrices (a single array or a non-sequence is refused)."""
-    if isinstance(starts, np.ndarray) and starts.ndim == 3:
-        return list(starts)
-    if isinstance(starts, (str, bytes, np.ndarray)) or not isinstance(starts, Sequence):
-        raise InvalidParametersError(
-            f"starts: expected a sequence of symmetric d×d matrices, got {type(starts).__name__}"
-        )
-    if len(starts) > _MAX_STARTS:
-        raise InvalidParametersError(
-            f"starts: expected at most {_MAX_STARTS} extra starts, got {len(starts)}"
-        )
-    return starts
-
-
-def _start_list(
-    layer: Layer,
-    starts: Sequence[Any],
-    opts: _NewtonOptions,
-    budget: Budget,
-    per_start: float | None,
-    work: WorkMeter,
-) -> list[FloatArray]:
-    """Newton starts: flow endpoints first, then the given starts, multiples of I, random."""
-    d = layer.dim
-    s0 = _typical_scale(layer)
-    rng = np.random.default_rng(opts.seed)
-    base = [
-        sym(as_float_array(f"starts[{i}]", s, ndim=2, shape=(d, d)))
-        for i, s in enumerate(_as_start_sequence(starts))
-    ]
-    base += [c * s0 * np.eye(d) for c in (1.0, 0.3, 3.0)]
-    n_flow = len(base)
-    for _ in range(opts.n_random):
-        q, _ = np.linalg.qr(rng.standard_normal((d, d)))
-        w = s0 * np.exp(rng.uniform(-1.5, 1.5, d))
-        base.append(sym((q * w) @ q.T))
-    # Flow endpoints first (from the given starts and the multiples of I): the forward flow
-    # leads to stable equilibria, the reversed flow to fully unstable ones; then the raw starts
-    # (saddles and the rest).
-    rev = _reversed(layer)
-    start_list: list[FloatArray] = []
-    for st in base[:n_flow]:
-        for lay in (layer, rev):
-            if lay is not None and is_pd(st) and not budget.exhausted:
-                end = _flow_start(lay, st, budget.sub(per_start), work)
-                if end is not None:
-                    start_list.append(end)
-    return start_list + base
-
-
 def _newton_equilibria(
     layer: Layer,
-    starts: Sequence[Any],
+    given: list[FloatArray],
     opts: _NewtonOptions,
     budget: Budget,
     per_start: float | None,
+    *,
+    known: list[FloatArray] | None = None,
+    found: list[Equilibrium] | None = None,
 ) -> EquilibriaResult:
+    """Deflated Newton from every kind of start; ``known``/``found`` carry earlier roots."""
     clock = time.perf_counter()
-    d = layer.dim
-    work = WorkMeter(opts.work_cap)
-    start_list = _start_list(layer, starts, opts, budget, per_start, work)
-    known: list[FloatArray] = [np.zeros((d, d))]
-    found: list[Equilibrium] = []
-    outcomes: dict[str, int] = {}
-    stopped = ""
-    total_iter = 0
-    try:
-        for st in start_list:
-            budget.check()
-            # Deflation proper: after each new root, retry the same start with it deflated.
-            for _ in range(_MAX_ROOTS_PER_START):
-                if total_iter >= _TOTAL_MAX_ITER:
-                    raise BudgetExhausted(
-                        f"the cap of {_TOTAL_MAX_ITER} Newton iterations over all starts "
-                        "was reached"
-                    )
-                res = newton_run(layer, st, known, opts, budget.sub(per_start), work)
-                total_iter += res.iterations
-                if res.stats["termination"] == "time_limit" and work.left() == 0.0:
-                    raise BudgetExhausted(res.message)
-                key = _record_root(layer, res, known, found)
-                key = key or str(res.stats["termination"])
-                outcomes[key] = outcomes.get(key, 0) + 1
-                if key not in ("new", "not_positive_definite"):
-                    break
-    except BudgetExhausted as exc:
-        stopped = exc.reason
+    out = deflated_search(layer, given, opts, budget, per_start, list(known or []))
+    found = list(found or []) + [
+        _make_equilibrium(layer, cov, "newton", its, None, None) for cov, its in out.roots
+    ]
     found.sort(key=lambda e: (not e.stable, -float(np.trace(e.cov))))
+    kinds = out.kinds()
     stats = {
-        "starts": len(start_list),
-        "outcomes": outcomes,
-        "newton_iterations": total_iter,
-        "work_flops": work.used,
-        "work_cap": work.cap,
+        "starts": len(out.log),
+        "start_kinds": kinds,
+        "outcomes": out.outcomes,
+        "start_log": out.log,
+        "newton_iterations": out.newton_iterations,
+        "work_flops": out.work_flops,
+        "work_cap": out.work_cap,
         "seconds": time.perf_counter() - clock,
     }
-    if stopped:
+    tried = f"{len(out.log)} starts ({kinds}; outcomes {out.outcomes})"
+    if out.stopped:
         status = Status.BUDGET_EXHAUSTED
         message = (
-            f"deflated Newton stopped ({stopped}) with {len(found)} positive-definite "
-            f"equilibria found (outcomes {outcomes})"
+            f"deflated Newton stopped ({out.stopped}) with {len(found)} positive-definite "
+            f"equilibria found from {tried}"
         )
     elif found:
         status = Status.SUCCESS
-        message = (
-            f"{len(found)} positive-definite equilibria found by deflated Newton from "
-            f"{len(start_list)} starts"
-        )
+        message = f"{len(found)} positive-definite equilibria found by deflated Newton from {tried}"
     else:
-        status = Status.INFEASIBLE
+        status = Status.NOT_FOUND
         message = (
-            f"no positive-definite equilibrium found by deflated Newton from {len(start_list)} "
-            f"starts (outcomes {outcomes}); this is a search result, not a proof"
+            f"no positive-definite equilibrium found by deflated Newton from {tried}; a search "
+            "result, not a proof that none exists"
         )
     return EquilibriaResult(
         equilibria=tuple(found), status=status, message=message, method="newton", stats=stats
     )
 
 
-def _record_root(
-    layer: Layer, res: NewtonResult, known: list[FloatArray], found: list[Equilibrium]
-) -> str:
-    """File a Newton outcome: ``"new"``, ``"duplicate"``, ``"not_positive_definite"`` or ``""``
-    (not converged). New roots are appended to ``known`` (and PD ones to ``found``)."""
-    if not res.success:
-        return ""
-    cov = np.asarray(res.cov)
-    scale = max(float(np.linalg.norm(cov)), 1e-300)
-    if any(np.linalg.norm(cov - k) <= _DISTINCT_RTOL * scale for k in known):
-        return "duplicate"
-    known.append(cov)
-    if not is_pd(cov):
-        return "not_positive_definite"
-    found.append(_make_equilibrium(layer, cov, "newton", res.iterations, None, None))
-    return "new"
-
-
 def search_equilibria(layer: Layer, opts: _NewtonOptions, budget: Budget) -> EquilibriaResult:
     """:func:`equilibria` with ``method="auto"`` on validated options and a running budget."""
-    form = _bernoulli_form(layer)
+    form = riccati_form_of(layer)
     if form is not None:
         return _riccati_equilibria(layer, form, "auto", None)
-    return _newton_equilibria(layer, (), opts, budget, None)
+    if layer.dim <= _AUTO_HOMOTOPY_MAX_DIM:
+        return _complete_search(layer, [], opts, budget, None)
+    return _newton_equilibria(layer, [], opts, budget, None)

@@ -78,9 +78,8 @@ def _residual_scale(layer: Layer, cov: FloatArray) -> float:
         cores = np.matmul(np.matmul(fh.v, cov), fh.k.transpose(0, 2, 1)) * fh.scale
         terms = np.matmul(np.matmul(fh.o, cores), np.matmul(fh.q, cov))
         s += 2.0 * float(np.sum(np.sqrt(np.einsum("hij,hij->h", terms, terms))))
-    else:
-        for v_h, b_h in layer.heads:
-            s += 2.0 * float(np.linalg.norm(v_h @ cov @ b_h @ cov))
+    for v_h, b_h in layer.dense_heads:
+        s += 2.0 * float(np.linalg.norm(v_h @ cov @ b_h @ cov))
     if layer.noise is not None:
         s += float(np.linalg.norm(layer.noise @ layer.noise.T))
     return s
@@ -120,9 +119,10 @@ def field_flops(layer: Layer) -> float:
     """Flops of one evaluation of the covariance field ``F(Σ)`` (dense or factored heads)."""
     d = float(layer.dim)
     fh = layer.factored_heads
+    dense = 4.0 * d**3 * len(layer.dense_heads)
     if fh is not None:
-        return 4.0 * d**3 + 6.0 * d * d * fh.n_heads * fh.head_dim
-    return 4.0 * d**3 * (1 + layer.n_heads)
+        return 4.0 * d**3 + 6.0 * d * d * fh.n_heads * fh.head_dim + dense
+    return 4.0 * d**3 + dense
 
 
 class _Jacobian:
@@ -136,16 +136,17 @@ class _Jacobian:
         d = layer.dim
         self.m_mat, _ = affine_velocity(layer, np.zeros(d), cov)
         self.fh = layer.factored_heads
+        # The heads held as dense pairs: all of them, or those after the factored group.
+        self.pairs: list[tuple[FloatArray, FloatArray]] = [
+            (v_h, b_h @ cov) for v_h, b_h in layer.dense_heads
+        ]
+        self.flops = 4.0 * d**3 * (1 + len(self.pairs))
         if self.fh is not None:
             fh = self.fh
             hd = fh.n_heads * fh.head_dim
             self.qs = np.matmul(fh.q, cov) * fh.scale  # (H, d_head, d): s W_Q,h Σ
             self.kt = fh.k.transpose(0, 2, 1)  # (H, d, d_head)
-            self.flops = 4.0 * d**3 + 4.0 * d * d * hd + 2.0 * hd * fh.head_dim * (d + d)
-            self.pairs: list[tuple[FloatArray, FloatArray]] = []
-        else:
-            self.pairs = [(v_h, b_h @ cov) for v_h, b_h in layer.heads]
-            self.flops = 4.0 * d**3 * (1 + len(self.pairs))
+            self.flops += 4.0 * d * d * hd + 2.0 * hd * fh.head_dim * (d + d)
 
     def __call__(self, h: FloatArray) -> FloatArray:
         if self.fh is None:
@@ -153,8 +154,10 @@ class _Jacobian:
         fh = self.fh
         p = self.m_mat @ h
         cores = np.matmul(np.matmul(fh.v, h), self.kt)  # (H, d_head, d_head)
-        q = fh.o_cat @ np.matmul(cores, self.qs).reshape(-1, h.shape[0])
-        out: FloatArray = p + p.T + q + q.T
+        p += fh.o_cat @ np.matmul(cores, self.qs).reshape(-1, h.shape[0])
+        for v_h, bs in self.pairs:
+            p += v_h @ h @ bs
+        out: FloatArray = p + p.T
         return out
 
     def lyapunov_matrix(self) -> FloatArray:
@@ -165,9 +168,8 @@ class _Jacobian:
             fh = self.fh
             tr = np.einsum("hij,hji->h", fh.v, fh.o) / d  # tr(W_O,h W_V,h) / d
             n_mat += np.einsum("h,hji,hjk->ki", tr, fh.k, self.qs)  # Σ_h c_h (s W_K,hᵀ W_Q,h Σ)ᵀ
-        else:
-            for v_h, bs in self.pairs:
-                n_mat += (float(np.trace(v_h)) / d) * bs.T
+        for v_h, bs in self.pairs:
+            n_mat += (float(np.trace(v_h)) / d) * bs.T
         return n_mat
 
 
@@ -176,17 +178,24 @@ class WorkMeter:
 
     A wall-clock ``time_limit`` is optional; this cap is not, so that a default call ends
     whatever d is. Work is counted in flops of the dominant products (Jacobian applications,
-    Schur forms, flow-start field evaluations) plus a fixed per-operation overhead.
+    Schur forms, flow-start field evaluations) plus a fixed per-operation overhead. With a
+    ``budget`` every charge also checks its deadline, and refuses an operation whose predicted
+    duration (at the speed measured so far) would run past it.
     """
 
-    __slots__ = ("cap", "used")
+    __slots__ = ("budget", "cap", "start", "used")
 
     #: Overhead of one operation in flop-equivalents (Python and LAPACK call costs at small d).
     OVERHEAD = 2e5
 
-    def __init__(self, cap: float = DEFAULT_WORK_CAP) -> None:
+    #: Assumed speed (flop/s) until 0.05 s of work has been measured.
+    SPEED = 1e9
+
+    def __init__(self, cap: float = DEFAULT_WORK_CAP, budget: Budget | None = None) -> None:
         self.cap = cap
         self.used = 0.0
+        self.budget = budget
+        self.start = time.perf_counter()
 
     def left(self) -> float:
         """Work still allowed."""
@@ -194,11 +203,26 @@ class WorkMeter:
 
     def charge(self, flops: float, n: int = 1) -> None:
         """Count ``n`` operations of ``flops`` each; raise :class:`BudgetExhausted` past the cap."""
+        done = self.used
         self.used += n * (flops + self.OVERHEAD)
         if self.used > self.cap:
             raise BudgetExhausted(
                 f"the work cap of {self.cap:.3g} flops was reached (raise work_cap= to search on)"
             )
+        if self.budget is None:
+            return
+        # With a deadline, an operation that would run past it is not started: its duration
+        # is predicted from the speed measured so far (one Schur form at d = 1024 takes s).
+        self.budget.check()
+        left = self.budget.remaining()
+        if math.isfinite(left):
+            elapsed = time.perf_counter() - self.start
+            speed = done / elapsed if elapsed > 0.05 and done > 0 else self.SPEED
+            if n * flops / speed > left:
+                raise BudgetExhausted(
+                    f"the time limit of {self.budget.time_limit:g} s would be passed by the "
+                    f"next operation (about {n * flops / speed:.2g} s)"
+                )
 
 
 def _kron_sym(m_mat: FloatArray, pairs: Sequence[tuple[FloatArray, FloatArray]]) -> FloatArray:
@@ -397,11 +421,56 @@ class NewtonResult(ResultFields, Outcome):
         draw_residuals(ax, self.residuals, title=f"Newton–Kantorovich ({self.status.value})")
 
 
+#: Up to this size a 2-norm is an SVD; beyond, a power-iteration estimate (a scale, not a bound).
+_EXACT_NORM_MAX_DIM = 64
+
+
+def norm2(m: FloatArray) -> float:
+    """``‖m‖₂``: exact up to 64×64, else 20 power iterations on ``mᵀm`` (``O(d²)`` each).
+
+    The estimate is a lower bound, typically within a few per cent: it sets scales (starts,
+    time constants), never a certificate, and keeps a d = 1024 layer from spending seconds in
+    SVDs before any budget check.
+    """
+    if max(m.shape) <= _EXACT_NORM_MAX_DIM:
+        return float(np.linalg.norm(m, 2))
+    x = np.cos(np.arange(m.shape[1]) * 1.7) + 1.0  # a fixed start with no zero projection
+    est = 0.0
+    for _ in range(20):
+        nx = float(np.linalg.norm(x))
+        if nx == 0.0 or not np.isfinite(nx):
+            break
+        y = m @ (x / nx)
+        est = float(np.linalg.norm(y))
+        x = m.T @ y
+    return est
+
+
+def _low_rank_norm(x: FloatArray, y: FloatArray) -> float:
+    """``‖XY‖₂`` for ``X`` (d×k), ``Y`` (k×d) from the k×k product ``(XᵀX)(YYᵀ)``, exactly."""
+    w = np.linalg.eigvals((x.T @ x) @ (y @ y.T))
+    return float(np.sqrt(max(float(np.max(w.real)), 0.0))) if w.size else 0.0
+
+
+def head_norm_sum(layer: Layer) -> float:
+    """``Σ_h ‖V_h‖₂‖B_h‖₂`` (factored heads from their rank-d_head factors, never d×d)."""
+    total = 0.0
+    fh = layer.factored_heads
+    if fh is not None:
+        for h in range(fh.n_heads):
+            nv = _low_rank_norm(fh.o[h], fh.v[h])
+            nb = fh.scale * _low_rank_norm(fh.k[h].T, fh.q[h])
+            total += nv * nb
+    for v, b in layer.dense_heads if fh is not None else layer.heads:
+        total += norm2(v) * norm2(b)
+    return total
+
+
 def _typical_scale(layer: Layer) -> float:
     """A covariance size where the linear and quadratic terms of F balance."""
     a, _ = layer.affine_ffn()
-    na = float(np.linalg.norm(a, 2))
-    q = sum(float(np.linalg.norm(v, 2) * np.linalg.norm(b, 2)) for v, b in layer.heads)
+    na = norm2(a)
+    q = head_norm_sum(layer)
     if q == 0 or na == 0:
         return 1.0
     return na / q
@@ -647,7 +716,20 @@ def newton_run(
     ``None``); running past it ends the run like the time limit.
     """
     clock = time.perf_counter()
-    run = _Run(layer, cov, known, opts, work if work is not None else WorkMeter(opts.work_cap))
+    work = work if work is not None else WorkMeter(opts.work_cap)
+    try:  # the first residual costs two field evaluations (seconds at d = 1024)
+        budget.check()
+        work.charge(2.0 * field_flops(layer))
+    except BudgetExhausted as exc:
+        return NewtonResult(
+            cov=frozen(np.array(cov)),
+            status=Status.BUDGET_EXHAUSTED,
+            message=f"{exc.reason} before the first iteration",
+            iterations=0,
+            residuals=(),
+            stats={"termination": "time_limit", "seconds": time.perf_counter() - clock},
+        )
+    run = _Run(layer, cov, known, opts, work)
     term, message = "max_iter", f"no convergence in {opts.max_iter} iterations"
     try:
         for _ in range(opts.max_iter):

@@ -40,10 +40,10 @@ from .equilibria import (
     Equilibrium,
     _make_equilibrium,
     _mean_matrix,
+    riccati_form_of,
     search_equilibria,
 )
 from .newton import _field, _NewtonOptions, _residual_scale, newton_options, newton_run
-from .riccati import _bernoulli_form
 
 __all__ = ["KINDS", "Regime", "analyze", "mean_dynamics_ss"]
 
@@ -90,7 +90,8 @@ class Regime(OutcomeOrBlowup):
         ``Status.BUDGET_EXHAUSTED`` when ``time_limit`` ran out first, ``Status.FAILED`` when a
         solver failed in a way that left no answer (``message`` says which).
     stats
-        Timings and the numbers used.
+        Timings, the numbers used and ``evidence``: what decided the regime (``certificate``,
+        the rule ``by`` which, and for the integrator its measured numbers and ``law``).
     """
 
     kind: str
@@ -165,7 +166,12 @@ def analyze(
 
     Otherwise (general V, or the cases above do not apply): the equilibria and their
     linearization spectra (:func:`gtcontrol.equilibria`) plus an integration of the moment ODE
-    up to ``T`` decide; the numbers are stated in ``message``.
+    up to ``T`` decide; the numbers are stated in ``message``. A trajectory that neither comes
+    to rest nor reaches ``10⁻⁹`` is integrated on to ``10·T`` and its measured power law decides
+    an algebraic collapse (``λ_max Σ(t) ∝ t^p``, p < 0, e.g. ``Σ → 0`` like ``1/t``); only a
+    trajectory that stays bounded and keeps its rank without any such law is ``"bounded"``.
+    ``stats["evidence"]`` holds what decided: the certificate and its rule, or the
+    integrator's measured numbers and law.
 
     Parameters
     ----------
@@ -241,7 +247,7 @@ def _decide(
     opts: _NewtonOptions,
     budget: Budget,
 ) -> Verdict:
-    form = _bernoulli_form(layer)
+    form = riccati_form_of(layer)
     if blow.status is Status.BLOWUP:
         return blowup_verdict(form, g0, blow)
     if form is not None:
@@ -262,6 +268,7 @@ def _undecided(status: Status, message: str, blow: BlowupResult | None) -> Regim
         certificate="none",
         blowup=blow,
         status=status,
+        stats={"evidence": {"certificate": "none", "by": message}},
     )
 
 
@@ -298,6 +305,13 @@ def _build(layer: Layer, v: Verdict, blow: BlowupResult) -> Regime:
         _mean_limit(layer, limit) if v.kind in ("converges", "collapses") else (None, None, "")
     )
     b = v.blowup if v.blowup is not None else blow
+    # Every regime carries what decided it: the certificate's rule or the integrator's numbers.
+    nums = {k: x for k, x in v.stats.items() if k != "evidence"}
+    evidence = dict(v.stats.get("evidence") or {})
+    evidence.setdefault("certificate", v.certificate)
+    evidence.setdefault("by", v.message.split(":", 1)[0] if ":" in v.message else v.message)
+    if nums:
+        evidence.setdefault("numbers", nums)
     return Regime(
         kind=v.kind,
         equilibrium=v.equilibrium,
@@ -310,7 +324,7 @@ def _build(layer: Layer, v: Verdict, blow: BlowupResult) -> Regime:
         blowup=b,
         equilibria=v.eqs,
         status=Status.BLOWUP if v.kind == "blowup" else Status.SUCCESS,
-        stats=dict(v.stats),
+        stats={**v.stats, "evidence": evidence},
     )
 
 
@@ -412,6 +426,11 @@ def _trajectory_verdict(
     rate = max(_residual_scale(layer, s_end) / max(float(np.linalg.norm(s_end)), 1e-300), 1e-300)
     if speed <= 1e-7 * rate:
         return _stationary_verdict(layer, s_end, rank, speed, t[-1], eqs, nums, opts, budget)
+    law = _decay_law(layer, traj, rank, budget)
+    if law is not None and law[1]["evidence"]["quantity"] == "lambda_max":
+        return Verdict.collapse_to_zero(d, law[0], "integrator", eqs=eqs, stats={**nums, **law[1]})
+    if law is not None:
+        return Verdict("collapses", law[0], "integrator", eqs=eqs, stats={**nums, **law[1]})
     return Verdict(
         "bounded",
         f"integrator: Σ(t) stays bounded (λ_max ≤ {float(np.max(top)):.3g}), keeps rank {rank} "
@@ -421,6 +440,69 @@ def _trajectory_verdict(
         eqs=eqs,
         stats=nums,
     )
+
+
+#: A power law is read off λ(t) at t = T, √10·T, 10·T: both log–log slopes at most this (Σ
+#: decays at least like t^−¼) and within ``_LAW_RTOL`` of each other (or steepening).
+_LAW_MAX_SLOPE = -0.25
+_LAW_RTOL = 0.2
+
+
+def _decay_law(
+    layer: Layer, traj: Trajectory, rank: int, budget: Budget
+) -> tuple[str, dict[str, Any]] | None:
+    """Algebraic collapse: integrate on from depth T to 10·T and measure the power laws of
+    ``λ_max Σ(t)`` (Σ → 0) and of ``λ_r/λ_1`` (rank loss); ``(message, stats)`` or ``None``.
+
+    A slow collapse (e.g. ``Σ(t) ≈ Σ0/(1 + ct)``, the law of every Σ-contracting head with
+    A = 0) neither reaches the ``10⁻⁹`` threshold nor comes to rest by the default depth. Its
+    log–log slopes over ``[T, √10 T]`` and ``[√10 T, 10 T]`` agree (a power law t^p, p < 0) or
+    steepen (faster than any power); either is a collapse, stated with the measured law.
+    """
+    t_end = float(traj.t[-1])
+    start = Gaussian(np.asarray(traj.mean[-1]), np.asarray(traj.cov[-1]))
+    ext = simulate_within(layer, start, 9.0 * t_end, budget, n_points=201)
+    budget.check()
+    if ext.status is not Status.SUCCESS:
+        return None
+    times = t_end + np.asarray(ext.t)
+    lam = np.array([np.linalg.eigvalsh(c)[::-1] for c in ext.cov])
+    marks = [int(np.argmin(np.abs(times - f * t_end))) for f in (1.0, math.sqrt(10.0), 10.0)]
+    series = {"lambda_max": lam[:, 0], f"lambda_{rank}/lambda_1": lam[:, rank - 1] / lam[:, 0]}
+    for name, y in series.items():
+        if np.any(y[marks] <= 0) or not np.all(np.isfinite(y[marks])):
+            continue
+        p1, p2 = (
+            math.log(y[marks[k + 1]] / y[marks[k]])
+            / math.log(times[marks[k + 1]] / times[marks[k]])
+            for k in (0, 1)
+        )
+        if max(p1, p2) > _LAW_MAX_SLOPE or (p2 > p1 and p2 - p1 > _LAW_RTOL * abs(p2)):
+            continue
+        t_last = float(times[-1])
+        law = (
+            f"∝ t^{p2:.3f} (log–log slopes {p1:.3f} over [{t_end:.4g}, {times[marks[1]]:.4g}] "
+            f"and {p2:.3f} over [{times[marks[1]]:.4g}, {t_last:.4g}])"
+            if abs(p2 - p1) <= _LAW_RTOL * abs(p2)
+            else f"decays faster than any power (log–log slopes {p1:.3f}, then {p2:.3f})"
+        )
+        trace_t = float(np.trace(ext.cov[-1])) * t_last
+        what = (
+            f"Σ(t) → 0 algebraically: λ_max Σ(t) {law}; tr Σ(t)·t = {trace_t:.4g} at t = "
+            f"{t_last:.4g}"
+            if name == "lambda_max"
+            else f"the rank-{rank} part of Σ degenerates algebraically: λ_{rank}/λ_1 {law}"
+        )
+        evidence = {
+            "law": "power" if abs(p2 - p1) <= _LAW_RTOL * abs(p2) else "faster_than_power",
+            "quantity": name,
+            "exponent": p2,
+            "slopes": (p1, p2),
+            "window": (t_end, t_last),
+            "trace_times_t": trace_t,
+        }
+        return f"integrator: {what}", {"evidence": evidence}
+    return None
 
 
 def _stationary_verdict(

@@ -37,11 +37,13 @@ __all__ = [
     "PointTask",
     "SweepPlan",
     "axis_values",
+    "batch_size",
     "failed_row",
     "plan_sweep",
     "point_key",
     "point_model",
     "run_point",
+    "run_points",
     "worker_version",
 ]
 
@@ -130,10 +132,29 @@ def point_key(base: Mapping[str, Any], params: Mapping[str, float]) -> str:
     Returns
     -------
     str
-        :data:`KEY_LENGTH` hexadecimal digits of a SHA-256 of the canonical JSON text.
+        :data:`KEY_LENGTH` hexadecimal digits of a SHA-256 of the canonical JSON text
+        ``{"base": ..., "point": ...}`` (sorted keys).
     """
-    text = json.dumps(_canonical({"base": base, "point": params}), sort_keys=True)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:KEY_LENGTH]
+    return _Keys(base)(params)
+
+
+class _Keys:
+    """:func:`point_key` for many points of one base: the base's JSON text is hashed once.
+
+    ``json.dumps({"base": b, "point": p}, sort_keys=True)`` is ``'{"base": ' + B + ', "point": '
+    + P + '}'`` with ``B``, ``P`` the sorted JSON of each part, so the hash of the common prefix
+    is computed once and copied (the keys are those of the text of the whole dictionary; a
+    100,000-point plan no longer serializes the base layer 100,000 times).
+    """
+
+    def __init__(self, base: Mapping[str, Any]) -> None:
+        prefix = '{"base": ' + json.dumps(_canonical(base), sort_keys=True) + ', "point": '
+        self._head = hashlib.sha256(prefix.encode("utf-8"))
+
+    def __call__(self, params: Mapping[str, float]) -> str:
+        h = self._head.copy()
+        h.update((json.dumps(_canonical(params), sort_keys=True) + "}").encode("utf-8"))
+        return h.hexdigest()[:KEY_LENGTH]
 
 
 def point_model(
@@ -268,11 +289,12 @@ def plan_sweep(design: Design, *, deadline: float) -> SweepPlan:
         "initial": {"mean": initial.mean.tolist(), "cov": initial.cov.tolist()},
     }
     points = []
+    keys = _Keys(base)
     for combo in itertools.product(*(values[a] for a in axes)):
         params = dict(zip(axes, combo, strict=True))
         points.append(
             PointTask(
-                key=point_key(base, params),
+                key=keys(params),
                 params=params,
                 layer=layer,
                 initial=initial,
@@ -405,6 +427,46 @@ def run_point(task: PointTask) -> dict[str, Any]:
     row["seconds"] = time.perf_counter() - t0
     row["time_limit"] = limit
     return row
+
+
+def run_points(tasks: Sequence[PointTask]) -> list[dict[str, Any]]:
+    """Run a batch of points one after the other (one dask task); their rows, in order.
+
+    A sweep submits its points in batches (:func:`batch_size`): one task per point costs the
+    scheduler about a millisecond and the client one file per point, more than a point of a
+    small model takes. Every point keeps its own time limit and the sweep's deadline
+    (:func:`run_point`), so a batch ends soon after the deadline whatever its size.
+
+    Parameters
+    ----------
+    tasks
+        The points.
+
+    Returns
+    -------
+    list of dict
+        One row per point (:func:`run_point`).
+    """
+    return [run_point(task) for task in tasks]
+
+
+#: Largest batch of points per dask task, and batches per worker a sweep aims for: enough to
+#: keep every worker busy to the end and to store the first points within a second or two.
+MAX_BATCH, BATCHES_PER_WORKER = 64, 16
+
+
+def batch_size(n_points: int, n_workers: int) -> int:
+    """Points per dask task: ``n_points / (16 n_workers)``, from 1 to :data:`MAX_BATCH`.
+
+    Small sweeps run one point per task (one stored file per point, as they finish); a sweep of
+    10⁴ points on two workers runs 64 per task.
+
+    Examples
+    --------
+    >>> batch_size(8, 2), batch_size(1000, 2), batch_size(10**5, 2)
+    (1, 31, 64)
+    """
+    return int(min(MAX_BATCH, max(1, n_points // (BATCHES_PER_WORKER * max(n_workers, 1)))))
 
 
 def worker_version() -> str:

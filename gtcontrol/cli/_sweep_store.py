@@ -4,10 +4,16 @@ Unlike the other tasks (whose whole folder is swapped in at the end), a sweep wr
 ``OUTDIR`` as it goes, so that a killed run keeps every finished point::
 
     OUTDIR/.gtcontrol-sweep        marks the folder as a sweep's (and is locked while one runs)
-    OUTDIR/points/<key>.parquet    one row per finished point, written as soon as it finished
+    OUTDIR/points/<id>.parquet     the rows of a batch of finished points (each row names its
+                                   point in ``point``), written as soon as the batch finished;
+                                   ``<id>`` is the point's key for a batch of one point
     OUTDIR/sweep.parquet           the table of all points (at the end)
     OUTDIR/phase_diagram.png       the figure (at the end)
     OUTDIR/result.json             the run's record (at the end)
+
+At the end of a run, stored rows that no point of the current grid uses (another design, a
+superseded row of a point computed again) are dropped: a file left with none is removed, one
+left with some is rewritten with those.
 
 Every file is written to a hidden ``.<name>.tmp-<pid>-<random><suffix>`` beside it and renamed
 into place (``os.replace``), so a file is either absent or complete; temporaries of killed runs
@@ -19,12 +25,13 @@ ever removed.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
 import secrets
 import shutil
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +47,16 @@ from .._output import (
 from .._result_file import _show
 from .._version import __version__
 
-__all__ = ["FIGURE", "MARKER", "POINTS", "RESULT", "TABLE", "SweepFolder", "check_sweep_folder"]
+__all__ = [
+    "FIGURE",
+    "MARKER",
+    "POINTS",
+    "RESULT",
+    "TABLE",
+    "SweepFolder",
+    "batch_name",
+    "check_sweep_folder",
+]
 
 MARKER = ".gtcontrol-sweep"
 POINTS = "points"
@@ -49,6 +65,18 @@ FIGURE = "phase_diagram.png"
 RESULT = "result.json"
 _POINT = re.compile(r"points/[0-9a-f]{20}\.parquet")
 _TMP = re.compile(r"(?:points/)?\.[^/]+\.tmp-(\d+)-[0-9a-f]+(?:\.[a-z]+)?")
+
+
+def batch_name(keys: Sequence[str]) -> str:
+    """The file id of a batch of stored points: the key of a single point, else a hash of the
+    keys (20 hexadecimal digits, like a key)."""
+    if len(keys) == 1:
+        return keys[0]
+    return hashlib.sha256("\n".join(keys).encode("ascii")).hexdigest()[: len(keys[0])]
+
+
+#: Arrow types of the column dtypes of :data:`gtcontrol.cli._sweep_points.COLUMNS`.
+_ARROW = {"string": "string", "float64": "float64", "Int64": "int64"}
 
 
 def _result(out: Path) -> dict[str, Any] | None:
@@ -245,21 +273,47 @@ class SweepFolder:
         """Write ``result.json`` atomically (strict JSON, see :func:`gtcontrol._output.dumps`)."""
         self.write_text(RESULT, dumps(doc))
 
-    def point_path(self, key: str) -> Path:
-        """Where the row of point ``key`` is stored."""
-        return self.points / f"{key}.parquet"
+    def point_path(self, name: str) -> Path:
+        """Where the batch of stored points ``name`` (:func:`batch_name`) is."""
+        return self.points / f"{name}.parquet"
 
-    def stored_keys(self) -> set[str]:
-        """Keys of the points stored in the folder."""
+    def stored(self) -> dict[str, list[dict[str, Any]] | None]:
+        """The rows of every stored point file, by file id (``None``: unreadable, damaged)."""
         if not self.points.is_dir():
-            return set()
-        return {p.stem for p in self.points.iterdir() if _POINT.fullmatch(f"{POINTS}/{p.name}")}
+            return {}
+        out: dict[str, list[dict[str, Any]] | None] = {}
+        for p in sorted(self.points.iterdir()):
+            if not _POINT.fullmatch(f"{POINTS}/{p.name}"):
+                continue
+            import pyarrow.parquet as pq  # (only when there is something to read)
 
-    def remove_points(self, keys: set[str]) -> int:
-        """Remove the stored points ``keys`` (of another grid or base design); return how many."""
-        for key in keys:
-            self.point_path(key).unlink(missing_ok=True)
-        return len(keys)
+            try:
+                out[p.stem] = pq.read_table(p).to_pylist()
+            except Exception:  # damaged (a crash of the disk) or not a Parquet file
+                out[p.stem] = None
+        return out
+
+    def write_rows(
+        self, name: str, rows: Sequence[Mapping[str, Any]], axes: Sequence[str], dtypes: Any
+    ) -> None:
+        """Write a batch of rows to ``points/<name>.parquet`` atomically (pyarrow, one file).
+
+        ``axes`` are float64 columns; ``dtypes`` maps the other columns to the dtypes of
+        :data:`gtcontrol.cli._sweep_points.COLUMNS`.
+        """
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        fields = [pa.field(a, pa.float64()) for a in axes]
+        fields += [pa.field(c, getattr(pa, _ARROW[t])()) for c, t in dtypes.items()]
+        schema = pa.schema(fields)
+        columns = [f.name for f in fields]
+        table = pa.Table.from_pylist([{c: r.get(c) for c in columns} for r in rows], schema=schema)
+        self.write_atomic(f"{POINTS}/{name}.parquet", lambda p: pq.write_table(table, p))
+
+    def remove_point_file(self, name: str) -> None:
+        """Remove the stored batch ``name``."""
+        self.point_path(name).unlink(missing_ok=True)
 
     def files(self) -> list[str]:
         """Every file of the folder, relative to it (all written by the sweep)."""

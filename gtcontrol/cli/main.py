@@ -1,5 +1,6 @@
 """Command line: ``gtcontrol run DESIGN.toml [-o OUTDIR] [-q]``, ``gtcontrol reproduce``,
-``gtcontrol designs [NAME]``, ``gtcontrol init TASK [-o FILE]`` (also ``python -m gtcontrol``).
+``gtcontrol designs [NAME]``, ``gtcontrol init TASK [-o FILE]``, ``gtcontrol models`` (also
+``python -m gtcontrol``).
 
 A run shows progress bars on stderr when it is a terminal (never in a pipe or a log, nor with
 ``--quiet``) and ends with a summary of the result (a table on a terminal, aligned lines in a
@@ -88,6 +89,13 @@ def _build_parser() -> argparse.ArgumentParser:
         "With NAME: print that design file (e.g. gtcontrol designs quickstart > my.toml).",
     )
     des.add_argument("name", nargs="?", default=None, help="a shipped design to print")
+    sub.add_parser(
+        "models",
+        help="list the models gtcontrol can load offline (needs the 'experiments' extra)",
+        description="List the model names of the 'model' task and of gtcontrol.experiments.extract "
+        "(the packaged MiniLM and random-weight encoders of the paper's shapes), whether each "
+        "loads offline here, and what else is read: a Hugging Face folder or an .onnx file.",
+    )
     ini = sub.add_parser(
         "init",
         help="write a commented starter design for a task",
@@ -201,7 +209,28 @@ def _other_command(args: argparse.Namespace) -> None:
     print(f"gtcontrol: wrote {path} (edit it, then: gtcontrol run {path})")
 
 
+def _list_models() -> None:
+    """``gtcontrol models``: the named models, whether each loads offline, what else is read."""
+    from ..experiments.models import FAMILIES, available_models
+
+    entries = available_models()
+    width = max(len(e.name) for e in entries)
+    for e in entries:
+        state = "ok" if e.available else "missing"
+        print(f"{e.name:{width}}  {state:7}  {e.description}")
+    for e in entries:
+        if not e.available:
+            print(f"gtcontrol: {e.name}: {_one_line(e.reason, 300)}")
+    print(
+        "also: a Hugging Face folder (config.json + model.safetensors) of the families "
+        f"{', '.join(FAMILIES)}, or an .onnx file (docs/own_model.md)"
+    )
+
+
 def _run(args: argparse.Namespace) -> Path | None:
+    if args.command == "models":
+        _list_models()
+        return None
     if args.command in ("designs", "init"):
         _other_command(args)
         return None

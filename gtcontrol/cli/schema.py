@@ -151,10 +151,11 @@ def _read_text(p: Path) -> str:
         raise DesignFileError(f"{p}: is a directory, not a design file") from None
     except OSError as exc:
         raise DesignFileError(f"{p}: cannot read design file ({exc.strerror or exc})") from None
+    st = os.fstat(fd)
+    if stat.S_ISDIR(st.st_mode):  # checked before fdopen, which refuses a directory itself
+        os.close(fd)
+        raise DesignFileError(f"{p}: is a directory, not a design file")
     with os.fdopen(fd, "rb") as fh:
-        st = os.fstat(fd)
-        if stat.S_ISDIR(st.st_mode):
-            raise DesignFileError(f"{p}: is a directory, not a design file")
         if not stat.S_ISREG(st.st_mode):
             raise DesignFileError(
                 f"{p}: is not a regular file (a FIFO, device or socket); give a TOML file"

@@ -100,6 +100,17 @@ def _at_most(limit: int, *, zero: bool = False) -> Callable[[Any], str | None]:
     return check
 
 
+def _nonempty(x: Any) -> str | None:
+    return None if x.strip() else "must not be empty"
+
+
+def _between(lo: int, hi: int) -> Callable[[Any], str | None]:
+    def check(x: Any) -> str | None:
+        return None if lo <= x <= hi else f"must be from {lo} to {hi}"
+
+    return check
+
+
 def _one_of(*choices: str) -> Callable[[Any], str | None]:
     """One of ``choices`` (the names the called function accepts)."""
 
@@ -218,6 +229,19 @@ def _axis_size(x: Any) -> int:
 
 def _axis_min(x: Any) -> float:
     return float(min(x["start"], x["stop"])) if isinstance(x, dict) else float(min(x))
+
+
+def _stabilize_check(options: Mapping[str, Any], doc: Mapping[str, Any]) -> str | None:
+    """``model`` names a model, or the design has a ``[layer]`` and a ``[target]``."""
+    if options.get("model"):
+        return None
+    missing = [name for name in ("layer", "target") if name not in doc]
+    if missing:
+        return (
+            "stabilize: give model = '<name or path>' in [stabilize], or the sections "
+            + " and ".join(f"[{m}]" for m in missing)
+        )
+    return None
 
 
 def _sweep_check(options: Mapping[str, Any], doc: Mapping[str, Any]) -> str | None:
@@ -356,6 +380,41 @@ SPECS: dict[str, TaskSpec] = {
         },
         summary="design a stable layer carrying every Gaussian to a target mean/covariance",
     ),
+    "stabilize": TaskSpec(
+        needs=(),
+        options={
+            "model": Option(
+                str,
+                "",
+                None,
+                "a model of `gtcontrol models`, a Hugging Face folder or an .onnx file (extra "
+                "experiments); empty: the design's [layer] and [target]",
+            ),
+            "layer": Option(int, 0, _at_most(10_000, zero=True), "with model: the layer index"),
+            "target_from": Option(
+                str,
+                "text",
+                _one_of("text", "identity"),
+                "with model: 'text' (the tokens entering the layer, Ledoit–Wolf) or 'identity'",
+            ),
+            "add": Option(str, "head", _one_of("auto", "head", "gains"), "the family of the extra"),
+            "rate": Option(float, 1.0, _positive, "required exponential rate"),
+            "token_check": Option(
+                int,
+                0,
+                _at_most(_MAX_TOKENS, zero=True),
+                "tokens run through the stabilized and the given layer (0: none)",
+            ),
+            "T": Option(
+                float, 0.0, _nonneg, "depth of the verification (0: from the rate and the starts)"
+            ),
+            "before": Option(
+                bool, True, None, "simulate the given layer from the first start (figure)"
+            ),
+        },
+        summary="keep a layer's heads and make a target a certified stable equilibrium",
+        check=_stabilize_check,
+    ),
     "filter": TaskSpec(
         needs=("initial", "T"),
         options={
@@ -379,6 +438,27 @@ SPECS: dict[str, TaskSpec] = {
             ),
         },
         summary="the paper's evidence on real pretrained models (extra 'experiments')",
+    ),
+    "model": TaskSpec(
+        needs=(),
+        options={
+            "model": Option(
+                str,
+                "minilm",
+                _nonempty,
+                "a name of `gtcontrol models`, a Hugging Face folder or an .onnx file",
+            ),
+            "n_tokens": Option(
+                int,
+                0,
+                _at_most(_MAX_TOKENS, zero=True),
+                "Gaussian tokens fed to the network (0: max(512, d + 64))",
+            ),
+            "T": Option(float, 4.0, _positive, "horizon of the attention flows"),
+            "n_null": Option(int, 16, _between(8, 10000), "replicates of each Gaussianity null"),
+            "flows": Option(bool, True, None, "run the attention flows (slow at large widths)"),
+        },
+        summary="per-layer report of any Transformer: Gaussianity, blow-up, dominant head",
     ),
     "sweep": TaskSpec(
         needs=("initial", "model"),

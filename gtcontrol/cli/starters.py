@@ -1,10 +1,11 @@
 """Starter designs (``gtcontrol init TASK``) and the shipped examples (``gtcontrol designs``).
 
 Every task of :data:`gtcontrol.cli.specs.SPECS` has a starter: a small, commented design that
-loads as it is (and, but for ``experiment``, runs in seconds), with every option of the task
-listed: the ones the starter sets, then the others commented out at their defaults, each with
-its one-line help. The shipped examples live in the package folder ``gtcontrol/designs`` (the
-repository's ``designs/`` links to it), so an installed package lists them too.
+loads as it is (and, but for ``experiment`` and ``model``, runs in seconds), with every option
+of the task listed: the ones the starter sets, then the others commented out at their defaults,
+each with its one-line help. The shipped examples live in the package folder
+``gtcontrol/designs`` (the repository's ``designs/`` links to it), so an installed package lists
+them too.
 """
 
 from __future__ import annotations
@@ -109,6 +110,14 @@ T = 5.0
 seed = 0
 time_limit = 3600        # seconds for the whole run
 """,
+    "model": """\
+# The per-layer report of any Transformer: Gaussianity of Gaussian tokens after every layer,
+# blow-up time of every attention sublayer's flow from the identity and from data, dominant
+# head (needs the 'experiments' extra; `gtcontrol models` lists the names; a Hugging Face
+# folder or an .onnx file also works; docs/own_model.md).
+seed = 0
+time_limit = 600         # seconds for the whole run
+""",
 }
 
 #: The options each starter sets (the others are listed commented out at their defaults).
@@ -125,6 +134,7 @@ _SET: dict[str, dict[str, Any]] = {
         "Q": [[0.8, 0.2], [0.2, 0.5]],
     },
     "experiment": {"quick": True},
+    "model": {"model": "random-bert", "n_tokens": 448, "T": 1.0, "n_null": 8},
     # a 4 × 3 grid that crosses regimes (blow-up for V_scale < 0), in a few seconds
     "sweep": {
         "run": "analyze",

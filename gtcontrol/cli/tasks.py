@@ -37,10 +37,12 @@ from .. import (
     simulate,
     simulate_discrete,
     simulate_tokens,
+    stabilize,
     steer,
 )
 from .._status import Status
 from .._validation import as_float_array
+from ..control.design.stabilize import Stabilization
 from ..errors import DesignFileError
 from .records import (
     CERTIFICATE_KEYS,
@@ -536,6 +538,146 @@ def _run_design(design: Design, out: Path) -> dict[str, Any]:
     return result(status, outputs, ["convergence.png"], summary)
 
 
+def _run_stabilize(design: Design, out: Path) -> dict[str, Any]:
+    if not design.options["model"]:
+        return _stabilize_run(design, out)
+    from ..experiments._deps import single_threaded_blas
+
+    with single_threaded_blas():  # torch is loaded: numpy's BLAS on one thread
+        return _stabilize_run(design, out)
+
+
+def _stabilize_run(design: Design, out: Path) -> dict[str, Any]:
+    from ..plotting.design import plot_stabilization
+
+    o = design.options
+    clock = _Clock(design)
+    probe = None
+    source = "the design's [layer] and [target]"
+    if o["model"]:
+        from ..experiments.models import extract
+        from ..experiments.stabilization import data_tokens, text_target
+
+        em = extract(o["model"])
+        k = int(o["layer"])
+        if k >= len(em.layers):
+            raise DesignFileError(
+                f"stabilize.layer: {k} is not a layer of {em.label} (0 … {len(em.layers) - 1})"
+            )
+        layer = em.layers[k].attention_layer
+        tokens, what = data_tokens(em, seed=design.seed)
+        probe = np.hstack([tokens[k], np.ones((tokens[k].shape[0], 1))])
+        if o["target_from"] == "text":
+            target, delta = text_target(tokens[k])
+            source = (
+                f"{em.label} layer {k}; target: the {tokens[k].shape[0]} tokens entering it "
+                f"({what}), covariance shrunk by Ledoit–Wolf δ = {delta:.3g}"
+            )
+        else:
+            d = layer.dim
+            cov = np.eye(d)
+            cov[-1, -1] = 0.0
+            target = Gaussian(np.eye(d)[-1], cov, name="target")
+            source = f"{em.label} layer {k}; target N(e, I ⊕ 0)"
+    else:
+        if not isinstance(design.model, Layer) or design.target is None:
+            raise DesignFileError("stabilize: expected a [layer] (not a schedule) and a [target]")
+        layer, target = design.model, design.target
+    res = _stabilize_design(design, layer, target, probe, clock)
+    curves = {f"stabilized, from {name}": (v.t, v.lam_max) for name, v in _named_checks(res)}
+    blowup = None
+    if o["before"] and res.starts and clock.left() is not None and clock.left() > 1.0:
+        T0 = float(res.verification[0].t[-1]) if res.verification else 10.0 / o["rate"]
+        before = simulate(res.original, res.starts[0], T0, n_points=201, time_limit=clock.left())
+        lam = np.array([float(np.linalg.eigvalsh(c)[-1]) for c in before.cov])
+        curves = {f"given layer ({before.status.value})": (np.asarray(before.t), lam), **curves}
+        blowup = before.blowup_time
+    plot_stabilization(
+        curves,
+        None if res.base is None else res.base.eigenvalues,
+        None if res.spectrum is None else res.spectrum.eigenvalues,
+        out / "stabilization.png",
+        rate=o["rate"],
+        blowup=blowup,
+        title=design.title,
+    )
+    checks = {
+        name: {
+            "converged": v.converged,
+            "cov_error": float(v.cov_error[-1]),
+            "mean_error": float(v.mean_error[-1]),
+            "T": float(v.t[-1]),
+            "basin_distance": v.basin_distance,
+        }
+        for name, v in _named_checks(res)
+    }
+    outputs: dict[str, Any] = {
+        "source": source,
+        "success": res.success,
+        "message": res.message,
+        "family": res.family,
+        "c": res.c,
+        "scale": res.scale,
+        "gains": res.gains,
+        "change": res.change,
+        "rate": res.rate,
+        "base_abscissa": None if res.base is None else res.base.abscissa,
+        "abscissa": None if res.spectrum is None else res.spectrum.abscissa,
+        "local_certificate": res.local_certificate,
+        "global_certificate": res.global_certificate,
+        "global_bound": res.global_bound,
+        "basin_radius": res.basin_radius,
+        "function_change": res.function_change,
+        "verification": checks,
+        "given_blowup_time": blowup,
+        "stats": dict(res.stats),
+    }
+    if layer.dim <= 64:
+        outputs["layer"] = res.layer.to_dict()
+    summary: dict[str, Any] = {
+        "family": res.family,
+        "change": res.change,
+        "abscissa before": outputs["base_abscissa"],
+        "abscissa after": outputs["abscissa"],
+        "global": res.global_certificate,
+        "function_change": res.function_change,
+    }
+    if res.token_certificate is not None:
+        tc, un = res.token_certificate, res.untouched_tokens
+        outputs["token_certificate"] = {
+            "status": tc.status,
+            "message": tc.message,
+            "w2": tc.w2,
+            "floor": tc.floor,
+            "untouched_w2": None if un is None else un.w2,
+            "untouched_status": None if un is None else un.status,
+        }
+        summary["token W2 / floor"] = tc.w2 / tc.floor if tc.floor > 0 else None
+    return result(_status(res, Status.FAILED), outputs, ["stabilization.png"], summary)
+
+
+def _stabilize_design(
+    design: Design, layer: Layer, target: Gaussian, probe: Any, clock: _Clock
+) -> Stabilization:
+    o = design.options
+    return stabilize(
+        layer,
+        target,
+        add=o["add"],
+        rate=o["rate"],
+        initial=design.initial,
+        T=o["T"] or None,
+        token_check=o["token_check"] or None,
+        tokens=probe,
+        seed=design.seed,
+        time_limit=clock.left(),
+    )
+
+
+def _named_checks(res: Stabilization) -> list[tuple[str, Any]]:
+    return [(v.name, v) for v in res.verification]
+
+
 def _run_filter(design: Design, out: Path) -> dict[str, Any]:
     from ..plotting.design import plot_filter_covariance
 
@@ -634,14 +776,38 @@ def _run_experiment(design: Design, out: Path) -> dict[str, Any]:
     return done
 
 
+def _run_model(design: Design, out: Path) -> dict[str, Any]:
+    from ..experiments.model_report import run_model_task
+    from ..experiments.models import MODELS
+
+    o = design.options
+    model = o["model"]
+    if model not in MODELS and not Path(model).is_absolute():
+        beside = Path(design.source).parent / model  # a path relative to the design file
+        if beside.exists():
+            model = str(beside)
+    return run_model_task(
+        out,
+        model=model,
+        n_tokens=o["n_tokens"],
+        seed=design.seed,
+        T=o["T"],
+        n_null=o["n_null"],
+        flows=o["flows"],
+        time_limit=design.time_limit,
+    )
+
+
 _RUNNERS: dict[str, Runner] = {
     "simulate": _run_simulate,
     "compare-tokens": _run_compare_tokens,
     "analyze": _run_analyze,
     "steer": _run_steer,
     "design": _run_design,
+    "stabilize": _run_stabilize,
     "filter": _run_filter,
     "experiment": _run_experiment,
+    "model": _run_model,
     "sweep": sweep_task,  # gtcontrol run resumes sweeps with gtcontrol.cli.sweep.run_sweep
 }
 if set(_RUNNERS) != set(SPECS):  # pragma: no cover - a programming error, caught by the tests

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -242,3 +242,39 @@ def draw_radii(ax: Axes, radii: Mapping[str, float], *, title: str = "") -> None
     ax.set_ylabel("distance to instability")
     if title:
         ax.set_title(title, fontsize=10, parse_math=False)
+
+
+def draw_stabilization(ax: Axes, before: Any, after: Any, *, rate: float) -> None:
+    """The rightmost eigenvalues of the linearization before and after stabilization."""
+    from ..analysis._figures import draw_spectrum
+
+    if before is not None and len(before):
+        draw_spectrum(ax, before, label="heads kept, A designed", marker="o")
+    if after is not None and len(after):
+        draw_spectrum(
+            ax, after, label="stabilized", marker="x", rate=rate, title="linearization spectrum"
+        )
+    ax.legend(loc="best", fontsize="small")
+
+
+def draw_lambda_paths(
+    ax: Axes,
+    curves: Mapping[str, tuple[FloatArray, FloatArray]],
+    *,
+    blowup: float | None = None,
+    title: str = "λ_max(Σ) over depth",
+) -> None:
+    """``λ_max(Σ(t))`` of several runs on a log scale (e.g. before and after stabilization).
+
+    ``curves`` maps a label to ``(t, λ_max)``; ``blowup`` draws the given layer's blow-up depth.
+    """
+    for label, (t, lam) in curves.items():
+        ok = np.asarray(lam) > 0
+        ax.plot(np.asarray(t)[ok], np.asarray(lam)[ok], label=label, lw=1.4)
+    if blowup is not None and math.isfinite(blowup):
+        ax.axvline(blowup, color="C3", ls=":", lw=1.0, label=f"blow-up t* = {blowup:.4g}")
+    ax.set_yscale("log")
+    ax.set_xlabel("depth t")
+    ax.set_ylabel("λ_max(Σ)")
+    ax.set_title(title, parse_math=False)
+    ax.legend(fontsize=7, loc="best")

@@ -172,9 +172,12 @@ def end_state(layer: Layer, start: State, h: float, rtol: float) -> State | None
     return traj.mean[-1], sym(traj.cov[-1])
 
 
-def layer_energy(layer: Layer, start: State, h: float, n_points: int = 33) -> float:
-    """``∫₀ʰ E|v|² dt`` of one layer from ``start`` (:func:`gtcontrol.kinetic_energy`)."""
-    return kinetic_energy(layer, Gaussian(*start), h, n_points=n_points)
+def layer_energy(
+    layer: Layer, start: State, h: float, n_points: int = 33, time_limit: float | None = None
+) -> float:
+    """``∫₀ʰ E|v|² dt`` of one layer from ``start`` (:func:`gtcontrol.kinetic_energy`; ``nan``
+    when ``time_limit`` runs out first)."""
+    return kinetic_energy(layer, Gaussian(*start), h, n_points=n_points, time_limit=time_limit)
 
 
 @dataclass(frozen=True)

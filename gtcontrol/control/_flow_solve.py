@@ -47,7 +47,15 @@ from ._flow import (
     shoot,
 )
 from ._steer_options import Plan
-from ._steer_result import SteeringResult, finish, measure, verify
+from ._steer_result import (
+    SteeringResult,
+    closed_form_estimate,
+    finish,
+    identity_result,
+    measure,
+    no_time_for_closed_form,
+    verify,
+)
 from ._warm_starts import _mean_path
 from .ot import ot_steering
 from .realization import exact_layer_steering
@@ -87,9 +95,13 @@ def _geodesic_nodes(plan: Plan, means: Callable[[float], FloatArray] | None) -> 
     return nodes
 
 
-def _ffn_layers(nodes: list[State], h: float) -> list[Layer]:
+def _ffn_layers(nodes: list[State], h: float, budget: Budget) -> list[Layer] | None:
+    """The exact node-to-node feed-forward layers; ``None`` if the budget ran out first."""
     out = []
     for a, b in pairwise(nodes):
+        left = budget.grace()  # the exact layers are the fallback: they may use the grace
+        if left is not None and left <= 1e-9:
+            return None
         m_mat, c = ffn_field(a, b, h)
         out.append(Layer(A=m_mat, b=c))
     return out
@@ -131,18 +143,21 @@ def _best_shot(
             build.failed_shots += 1
             continue
         build.iterations += shot.iterations
-        energy = layer_energy(shot.layer, ends[0], h)
+        energy = layer_energy(shot.layer, ends[0], h, time_limit=budget.grace())
         if energy < build.energies[k]:
             build.layers[k], build.labels[k], build.energies[k] = shot.layer, label, energy
         hit = True
     return hit
 
 
-def _full(plan: Plan, budget: Budget) -> tuple[_Build, bool]:
-    """Exact feed-forward layers, each replaced by a cheaper attention gauge when one exists."""
+def _full(plan: Plan, budget: Budget) -> tuple[_Build | None, bool]:
+    """Exact feed-forward layers, each replaced by a cheaper attention gauge when one exists
+    (``None`` when the budget ran out before the exact layers were built)."""
     h = plan.T / plan.n
     nodes = _geodesic_nodes(plan, None)
-    base = _ffn_layers(nodes, h)
+    base = _ffn_layers(nodes, h, budget)
+    if base is None:
+        return None, False
     build = _Build(list(base), ["ffn"] * plan.n, [math.inf] * plan.n)
     if plan.mode == "ffn":
         return build, True
@@ -150,7 +165,7 @@ def _full(plan: Plan, budget: Budget) -> tuple[_Build, bool]:
         for k in range(plan.n):
             if budget.exhausted:
                 return build, False
-            build.energies[k] = layer_energy(base[k], nodes[k], h)
+            build.energies[k] = layer_energy(base[k], nodes[k], h, time_limit=budget.grace())
             candidates = [
                 (f"curvature θ={theta:g} ε={eps:g}", _curvature_maker(theta, eps))
                 for theta, eps in FULL_GAUGES
@@ -205,9 +220,11 @@ def _attention(plan: Plan, budget: Budget) -> tuple[_Build | None, bool, list[st
     return best, not budget.exhausted, notes
 
 
-def _baseline(plan: Plan) -> tuple[Schedule | None, str]:
+def _baseline(plan: Plan, budget: Budget) -> tuple[Schedule | None, str]:
     if plan.mode != "attention":
         return None, "exact L-layer geodesic"
+    if no_time_for_closed_form(plan, budget):
+        return None, "exact attention construction not built (no time left)"
     try:
         return exact_layer_steering(
             plan.initial, plan.target, plan.T, plan.n, "attention"
@@ -224,12 +241,17 @@ def _result(
     budget: Budget,
     stats: dict[str, Any],
 ) -> SteeringResult:
-    traj = verify(schedule, plan.initial)
+    traj = verify(schedule, plan.initial, budget)
     reached = traj is not None and traj.status is Status.SUCCESS
     err = traj.final.bures_wasserstein(plan.target) if reached and traj is not None else math.inf
     if not reached:
         status = Status.FAILED if traj is None else traj.status
         message = "the re-simulated moments of the flow construction do not reach T"
+        if traj is not None and traj.status is Status.BUDGET_EXHAUSTED:
+            message = (
+                f"the flow construction ({label}) is not verified: its re-simulation ran out "
+                f"of time ({traj.message})"
+            )
     elif err > plan.opts.terminal_tol:
         status, message = (
             Status.FAILED,
@@ -249,13 +271,20 @@ def _result(
     else:
         status = Status.SUCCESS
         message = f"flow construction ({label}); re-simulated terminal error {err:.3g}"
-    return measure(plan, schedule, traj, status, message, {**stats, "warm_start": label})
+    return measure(plan, schedule, traj, status, message, {**stats, "warm_start": label}, budget)
 
 
 def solve_flow(plan: Plan, budget: Budget, clock: float) -> SteeringResult | None:
     """Steer by exact node-to-node layers; ``None`` when no control could be built."""
     start = time.perf_counter()
-    baseline, base_label = _baseline(plan)
+    if no_time_for_closed_form(plan, budget):
+        why = (
+            f"the time limit of {budget.time_limit:g} s leaves {budget.remaining():.3g} s (and "
+            f"a grace of {budget.grace():.3g} s for a fallback), less than the exact "
+            f"construction's estimated {closed_form_estimate(plan):.3g} s"
+        )
+        return identity_result(plan, budget, clock, why, {"method": "flow"})
+    baseline, base_label = _baseline(plan, budget)
     notes: list[str] = []
     if plan.mode == "attention":
         build, complete, notes = _attention(plan, budget)
@@ -285,6 +314,8 @@ def solve_flow(plan: Plan, budget: Budget, clock: float) -> SteeringResult | Non
     if baseline is not None:
         results.append(_result(plan, baseline, base_label, complete, budget, stats))
     if not results:
+        if budget.exhausted:
+            return identity_result(plan, budget, clock, budget.reason(), stats)
         return None
     tol = plan.opts.terminal_tol
     best = min(results, key=lambda r: (not r.success, not r.terminal_error <= tol, r.cost))

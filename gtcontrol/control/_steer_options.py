@@ -16,10 +16,12 @@ from typing import Any
 import numpy as np
 
 from .._validation import (
+    _short,
     as_choice,
     as_nonnegative_float,
     as_positive_float,
     as_positive_int,
+    as_seed,
 )
 from ..errors import InvalidParametersError
 from ..model.gaussian import Gaussian
@@ -58,9 +60,19 @@ def _frozen_bounds(name: str, value: Any) -> Mapping[str, float]:
     return MappingProxyType(out)
 
 
-def _nonnegative_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-        raise InvalidParametersError(f"{name}: expected an integer >= 0, got {value!r}")
+#: Caps of the integer options (finite loops; larger values are refused as absurd).
+MAX_ITER, MAX_INTERVALS, MAX_CORRECTIONS, MAX_VERIFY_TOKENS = 10**6, 64, 100, 10**6
+
+
+def _nonnegative_int(name: str, value: Any, maximum: int) -> int:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, np.integer))
+        or not 0 <= value <= maximum
+    ):
+        raise InvalidParametersError(
+            f"{name}: expected an integer from 0 to {maximum}, got {_short(value)}"
+        )
     return int(value)
 
 
@@ -111,10 +123,13 @@ class _SteerOptions:
             as_nonnegative_float("regularization", self.regularization)
         if self.cov_bound is not None:
             as_positive_float("cov_bound", self.cov_bound)
-        as_positive_int("intervals", self.intervals)
-        as_positive_int("max_iter", self.max_iter)
-        _nonnegative_int("max_corrections", self.max_corrections)
-        _nonnegative_int("verify_tokens", self.verify_tokens)
+        as_positive_int("intervals", self.intervals, maximum=MAX_INTERVALS)
+        as_positive_int("max_iter", self.max_iter, maximum=MAX_ITER)
+        _nonnegative_int("max_corrections", self.max_corrections, MAX_CORRECTIONS)
+        _nonnegative_int("verify_tokens", self.verify_tokens, MAX_VERIFY_TOKENS)
+        as_seed("seed", self.seed)
+        if not isinstance(self.cache, (bool, np.bool_)):
+            raise InvalidParametersError(f"cache: expected a bool, got {_short(self.cache)}")
         if self.initial_guess is not None and not isinstance(self.initial_guess, Schedule):
             raise InvalidParametersError(
                 f"initial_guess: expected a Schedule, got {type(self.initial_guess).__name__}"

@@ -18,15 +18,15 @@ from typing import Any
 import numpy as np
 
 from .._display import Axes, SummaryItems
-from .._status import Outcome, ResultFields, Status
+from .._status import Budget, Outcome, ResultFields, Status
 from ..errors import SolverError
 from ..model.gaussian import Gaussian
 from ..model.moments import Trajectory, simulate
-from ..model.params import Schedule
+from ..model.params import Layer, Schedule
 from ..model.tokens import simulate_tokens
 from ._steer_options import Plan
 from ._transcription import Solution
-from .ot import kinetic_energy
+from .ot import trajectory_energy
 from .reachability import problem_scale
 
 __all__ = ["SteeringResult"]
@@ -128,22 +128,44 @@ class SteeringResult(ResultFields, Outcome):
 _VERIFY_RTOL, _VERIFY_ATOL = 1e-13, 1e-16
 
 
-def _energy_points(n_layers: int) -> int:
-    """Records for :func:`kinetic_energy`: 64 Simpson intervals per layer, at least 512.
+#: Memory for the records of the verifying re-simulation (each a ``d × d`` covariance).
+_RECORD_BYTES = 64 * 2**20
+
+
+def _energy_points(n_layers: int, d: int) -> int:
+    """Records of the verifying re-simulation, the nodes of the kinetic energy's Simpson rule:
+    64 intervals per layer, at least 512, at most what fits in 64 MiB (at least 8 per layer).
 
     Measured on steering schedules (d = 8 and 32, L = 8): 64 per layer agree with 16,000 records
     to 1e-13 relative; more records only cost time at large ``d`` (each is a ``d × d`` matrix:
     4,001 records took 3 s of re-simulation at d = 64).
     """
-    return max(64 * n_layers, 512) + 1
+    fits = _RECORD_BYTES // (8 * d * d)
+    return max(min(max(64 * n_layers, 512), fits), 8 * n_layers) + 1
 
 
-def verify(schedule: Schedule, initial: Gaussian) -> Trajectory | None:
-    """Re-simulate with the adaptive integrator; ``None`` if the integrator fails."""
+def verify(schedule: Schedule, initial: Gaussian, budget: Budget) -> Trajectory | None:
+    """Re-simulate with the adaptive integrator; ``None`` if the integrator fails.
+
+    The re-simulation runs within the budget's grace (:meth:`Budget.grace`: up to half the
+    ``max(1 s, 10 %)`` tolerance past the deadline); when it runs out, the trajectory's status
+    is ``BUDGET_EXHAUSTED`` and the control is not verified.
+    """
     try:
-        return simulate(schedule, initial, rtol=_VERIFY_RTOL, atol=_VERIFY_ATOL)
+        return simulate(
+            schedule,
+            initial,
+            rtol=_VERIFY_RTOL,
+            atol=_VERIFY_ATOL,
+            n_points=_energy_points(schedule.n_layers, schedule.dim),
+            time_limit=budget.grace(),
+        )
     except SolverError:
         return None
+
+
+def _short(traj: Trajectory | None) -> str:
+    return "" if traj is None else traj.message
 
 
 def reached(traj: Trajectory | None) -> bool:
@@ -165,6 +187,11 @@ def classify(plan: Plan, sol: Solution, traj: Trajectory | None) -> tuple[Status
     """Status and message of a solve from IPOPT's verdict and the re-simulation."""
     if not reached(traj):
         status = Status.FAILED if traj is None else traj.status
+        if status is Status.BUDGET_EXHAUSTED:
+            return status, (
+                f"the verifying re-simulation ran out of time ({_short(traj)}); the last "
+                f"iterate is not verified (IPOPT: {sol.status})"
+            )
         return status, (
             f"the re-simulated moments blow up or cannot be integrated (IPOPT: {sol.status})"
         )
@@ -197,8 +224,13 @@ def measure(
     status: Status,
     message: str,
     run_stats: dict[str, Any],
+    budget: Budget,
 ) -> SteeringResult:
-    """Measure the re-simulated control: energies, terminal error, optional token check."""
+    """Measure the re-simulated control: energies, terminal error, optional token check.
+
+    The kinetic energy is Simpson's rule on the records of the verifying re-simulation (no
+    second one); the optional token check runs within the budget's grace.
+    """
     initial, target, opts = plan.initial, plan.target, plan.opts
     stats: dict[str, Any] = dict(run_stats)
     lower = initial.bures_wasserstein(target) ** 2 / plan.T
@@ -211,10 +243,10 @@ def measure(
         stats["mean_error"] = float(np.linalg.norm(final.mean - target.mean))
         stats["cov_error"] = float(np.linalg.norm(final.cov - target.cov))
         stats["cov_norm_max"] = float(np.max(np.linalg.norm(reached.cov, axis=(1, 2))))
-        kin = kinetic_energy(schedule, initial, n_points=_energy_points(schedule.n_layers))
+        kin = trajectory_energy(schedule, reached)  # the verifying re-simulation's records
         if opts.verify_tokens:
             x = initial.sample(int(opts.verify_tokens), np.random.default_rng(opts.seed))
-            tok = simulate_tokens(schedule, x)
+            tok = simulate_tokens(schedule, x, time_limit=budget.grace())
             stats["token_terminal_error"] = (
                 tok.final.bures_wasserstein(target) if tok.status is Status.SUCCESS else math.inf
             )
@@ -236,6 +268,70 @@ def measure(
         trajectory=reached,
         stats=MappingProxyType(stats),
     )
+
+
+#: Seconds per layer of the closed-form starts (eigen-decompositions and polar factors of
+#: ``d × d`` matrices) at d = 256, measured on a loaded 2-core machine; ``O(d³)``.
+_CLOSED_FORM_SECONDS_D256 = 0.15
+
+
+def closed_form_estimate(plan: Plan) -> float:
+    """Estimated seconds to build a closed-form start (``L`` layers of ``O(d³)`` work)."""
+    return plan.n * _CLOSED_FORM_SECONDS_D256 * (plan.initial.dim / 256) ** 3
+
+
+def no_time_for_closed_form(plan: Plan, budget: Budget) -> bool:
+    """Whether even a closed-form start would outlast the budget's grace (:meth:`Budget.grace`:
+    the start is the best iterate a spent budget returns, so it may use the grace)."""
+    left = budget.grace()
+    return left is not None and closed_form_estimate(plan) > left
+
+
+def identity_result(
+    plan: Plan, budget: Budget, clock: float, why: str, stats: dict[str, Any]
+) -> SteeringResult:
+    """No control could be built in time: the ``L`` zero layers, ``BUDGET_EXHAUSTED``.
+
+    The identity control leaves the initial Gaussian in place, so its numbers are exact
+    without a re-simulation (which at large ``d`` would itself outlast the limit): energies 0,
+    terminal error ``W2(initial, target)``, ``gap`` undefined (``nan``: nothing was steered).
+    """
+    schedule = Schedule([Layer(dim=plan.initial.dim)] * plan.n, plan.T)
+    message = (
+        f"{why}; no control was built: returning the identity control ({plan.n} zero layers, "
+        "which leave the initial Gaussian in place)"
+    )
+    lower = plan.initial.bures_wasserstein(plan.target) ** 2 / plan.T
+    all_stats: dict[str, Any] = {
+        "ipopt_status": None,
+        "converged": False,
+        "iterations": 0,
+        "corrections": 0,
+        "solve_seconds": 0.0,
+        "nlp_objective": math.nan,
+        "warm_start": "identity (no time to build a start)",
+        "regularization": plan.reg_weight,
+        "regularization_energy": 0.0,
+        "redundancy": plan.redundancy if plan.mode == "full" else None,
+        "time_limit": budget.time_limit,
+        "build_seconds": 0.0,
+        "cached": False,
+        **stats,
+    }
+    result = SteeringResult(
+        controls=schedule,
+        status=Status.BUDGET_EXHAUSTED,
+        message=message,
+        cost=0.0,
+        kinetic_energy=0.0,
+        parameter_energy=0.0,
+        lower_bound=lower,
+        gap=math.nan,
+        terminal_error=math.sqrt(lower * plan.T),
+        trajectory=None,
+        stats=MappingProxyType(all_stats),
+    )
+    return finish(result, clock, [])
 
 
 def finish(result: SteeringResult, clock: float, notes: list[str]) -> SteeringResult:

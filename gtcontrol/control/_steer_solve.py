@@ -25,8 +25,17 @@ from ..model.params import Layer, Schedule
 from ._flow_solve import solve_flow
 from ._ocp import pack, to_layer
 from ._steer_options import Plan, make_plan
-from ._steer_result import SteeringResult, classify, finish, measure, reached, verify
-from ._transcription import Solution, Transcription, transcription
+from ._steer_result import (
+    SteeringResult,
+    classify,
+    finish,
+    identity_result,
+    measure,
+    no_time_for_closed_form,
+    reached,
+    verify,
+)
+from ._transcription import Solution, Transcription, build_estimate, transcription
 from ._warm_starts import check_guess, states_of, warm_starts
 
 __all__: list[str] = []
@@ -79,7 +88,7 @@ def solve_from(
         iterations += sol.iterations
         solve_seconds += sol.seconds
         schedule = Schedule([to_layer(p, plan.mode, d) for p in sol.params], plan.T)
-        traj = verify(schedule, initial)
+        traj = verify(schedule, initial, budget)
         if not reached(traj) or not sol.success or plan.opts.terminal != "exact":
             break
         assert traj is not None
@@ -115,9 +124,10 @@ def attempt(
     n = plan.n
     start = Schedule(layers0, plan.T)
     try:
-        colloc = states_of(start, plan.initial, nlp.collocation_times()).reshape(n, -1)
+        times = nlp.collocation_times()
+        colloc = states_of(start, plan.initial, times, budget.grace()).reshape(n, -1)
         ends = np.arange(1, n + 1, dtype=float) * (plan.T / n)
-        states = states_of(start, plan.initial, ends)
+        states = states_of(start, plan.initial, ends, budget.grace())
     except SolverError as exc:
         return f"{label}: skipped ({exc})"
     params0 = np.array([pack(lay, plan.mode) for lay in layers0])
@@ -126,7 +136,8 @@ def attempt(
     except RuntimeError as exc:
         return f"{label}: CasADi/IPOPT failed ({exc})"
     status, message = classify(plan, sol, traj)
-    return measure(plan, schedule, traj, status, message, {**stats, **common, "warm_start": label})
+    stats = {**stats, **common, "warm_start": label}
+    return measure(plan, schedule, traj, status, message, stats, budget)
 
 
 @dataclass
@@ -174,16 +185,30 @@ def run(plan: Plan, budget: Budget, clock: float) -> SteeringResult:
         stats = {**result.stats, "flow_fallback": True}
         result = replace(result, message=fallback + result.message, stats=stats)
     tried = [plan.opts.intervals]
-    while _mesh_too_coarse(plan, result) and not budget.exhausted:
-        k = plan.opts.intervals * 2
-        if k > _MAX_INTERVALS:
+    cut = ""  # why a refinement the miss calls for did not run
+    while _mesh_too_coarse(plan, result) and plan.opts.intervals * 2 <= _MAX_INTERVALS:
+        if budget.exhausted:
+            cut = budget.reason()
             break
+        k = plan.opts.intervals * 2
         opts = replace(plan.opts, intervals=k, initial_guess=result.controls, method="collocation")
         plan = make_plan(plan.initial, plan.target, plan.T, plan.n, plan.mode, opts)
         refined = _run_once(plan, budget, clock)
         tried.append(k)
         if refined.success or refined.terminal_error < result.terminal_error:
             result = refined
+        elif "build_estimate" in refined.stats:
+            cut = (
+                f"the NLP with {k} intervals per layer is estimated to take "
+                f"{refined.stats['build_estimate']:.3g} s to build, more than the time left"
+            )
+            break
+    if cut and _mesh_too_coarse(plan, result):
+        result = replace(
+            result,
+            status=Status.BUDGET_EXHAUSTED,
+            message=f"{cut} before the collocation mesh could be refined; {result.message}",
+        )
     if len(tried) > 1:
         verdict = (
             ""
@@ -213,6 +238,19 @@ def _run_once(plan: Plan, budget: Budget, clock: float) -> SteeringResult:
     }
     nlp: Transcription | None = None
     stop = budget.reason() if budget.exhausted else ""
+    estimate = build_estimate(plan.problem, cache=plan.opts.cache)
+    refused = not stop and estimate > budget.remaining()
+    if refused:
+        prob = plan.problem
+        stop = (
+            f"building the collocation NLP (d = {prob.d}, {prob.L} layers, mode {prob.mode!r}) "
+            f"is estimated at {estimate:.3g} s, more than the {budget.remaining():.3g} s left of "
+            f"the time limit of {budget.time_limit:g} s (the build cannot be interrupted; "
+            "raise time_limit, or use method='flow')"
+        )
+        common["build_estimate"] = estimate
+    if stop and no_time_for_closed_form(plan, budget):
+        return identity_result(plan, budget, clock, stop, common)  # no time for a start either
     if not stop:
         try:
             nlp, cached = transcription(plan.problem, cache=plan.opts.cache)
@@ -238,7 +276,7 @@ def _run_once(plan: Plan, budget: Budget, clock: float) -> SteeringResult:
         else:
             log.notes.append(f"{label}: {outcome.message}")
             log.failures.append(outcome)
-    return conclude(plan, log, first, budget, clock, common, stop)
+    return conclude(plan, log, first, budget, clock, common, stop, refused)
 
 
 def conclude(
@@ -249,8 +287,13 @@ def conclude(
     clock: float,
     common: dict[str, Any],
     stop: str,
+    refused: bool = False,
 ) -> SteeringResult:
-    """The best verified result, else the best iterate with the reason the attempts ended."""
+    """The best verified result, else the best iterate with the reason the attempts ended.
+
+    ``refused``: the NLP was not built because its estimated build time exceeds the time left
+    (``stop`` says so); the starting control is returned with ``BUDGET_EXHAUSTED``.
+    """
     if log.successes:
         best = min(log.successes, key=lambda r: r.cost)
         labels = [r.stats["warm_start"] for r in log.successes if r is not best]
@@ -268,18 +311,20 @@ def conclude(
         if not best.stats.get("converged") and not best.terminal_error <= plan.opts.terminal_tol:
             # IPOPT stopped short (budget, iterations, failure): a feasible start beats an
             # infeasible iterate. (A converged solve on too coarse a mesh is refined by run.)
-            best = _feasible_start(plan, log, best, common) or best
+            best = _feasible_start(plan, log, best, common, budget) or best
         return finish(best, clock, log.notes)
     if first is None:  # unreachable: every mode has a closed-form start
         raise SolverError("steer: no starting control", status="no_start")
     # No solve ran (time limit, build failure) or every start was unusable: the first start.
-    if budget.exhausted:
+    if refused:
+        status, why = Status.BUDGET_EXHAUSTED, stop
+    elif budget.exhausted:
         status, why = Status.BUDGET_EXHAUSTED, budget.reason()
     else:
         status, why = Status.FAILED, stop or "no start could be integrated"
     layers0, label = first
     schedule = Schedule(layers0, plan.T)
-    traj = verify(schedule, plan.initial)
+    traj = verify(schedule, plan.initial, budget)
     if status is Status.FAILED and not stop and not reached(traj):
         status = traj.status if traj is not None else Status.FAILED
     message = f"{why}; returning the starting control ({label}) without optimization"
@@ -293,12 +338,12 @@ def conclude(
         "warm_start": label,
         **common,
     }
-    result = measure(plan, schedule, traj, status, message, stats)
+    result = measure(plan, schedule, traj, status, message, stats, budget)
     return finish(result, clock, log.notes)
 
 
 def _feasible_start(
-    plan: Plan, log: _Log, best: SteeringResult, common: dict[str, Any]
+    plan: Plan, log: _Log, best: SteeringResult, common: dict[str, Any], budget: Budget
 ) -> SteeringResult | None:
     """The cheapest starting control that reaches the target, when no iterate does.
 
@@ -314,7 +359,8 @@ def _feasible_start(
             f"{best.message}; returning instead the feasible starting control ({label}) without "
             "its optimization"
         )
-        res = measure(plan, schedule, verify(schedule, plan.initial), best.status, message, stats)
+        traj = verify(schedule, plan.initial, budget)
+        res = measure(plan, schedule, traj, best.status, message, stats, budget)
         if res.terminal_error <= plan.opts.terminal_tol:
             found.append(res)
     return min(found, key=lambda r: r.cost) if found else None

@@ -386,6 +386,29 @@ class Transcription:
 _CACHE: OrderedDict[tuple[Any, ...], Transcription] = OrderedDict()
 _CACHE_SIZE = 8
 
+#: Cost model of building the NLP, per mode: ``(c, c_expanded, floor)`` in seconds. Building is
+#: dominated by CasADi's ``nlpsol`` set-up (the exact Hessian of the Lagrangian), one native
+#: call that cannot be interrupted, so a build that cannot fit the time left is refused up front
+#: (:func:`build_estimate`). Fitted on the upper envelope of builds measured on a loaded 2-core
+#: machine (L = 10, one interval; seconds): full 0.11/0.44/1.5/0.8/1.8/7.9/23 at
+#: d = 2/3/4/5/6/8/10 (d ≤ 4 expanded to SX), attention 3.4/4.3/30 at d = 4/6/8, ffn
+#: 1.3/1.3/1.6/2.8 at d = 4/6/8/10; L = 2 as L = 10, L = 30 about 3.7 times that.
+_BUILD_COST = {"full": (9.0, 1.6, 0.1), "attention": (30.0, 3.5, 0.5), "ffn": (0.6, 0.2, 1.3)}
+
+
+def build_estimate(prob: Problem, *, cache: bool = True) -> float:
+    """Estimated seconds to build the NLP of ``prob`` (0 when ``cache`` and it is cached).
+
+    ``c · (d/8)⁵ · max(1, L/10)^1.2 · intervals + floor`` (``c_expanded · (d/4)⁵ ...`` up to
+    ``EXPAND_MAX_DIM``, where the NLP is expanded to scalar form): the Hessian has
+    ``O(d⁴)`` entries, each an expression of ``O(d)`` terms.
+    """
+    if cache and prob.key() in _CACHE:
+        return 0.0
+    c, c_exp, floor = _BUILD_COST[prob.mode]
+    size = c_exp * (prob.d / 4) ** 5 if prob.d <= EXPAND_MAX_DIM else c * (prob.d / 8) ** 5
+    return float(size * max(1.0, prob.L / 10) ** 1.2 * prob.intervals + floor)
+
 
 def transcription(prob: Problem, *, cache: bool = True) -> tuple[Transcription, bool]:
     """The NLP of ``prob``, reused from a small LRU cache when its structure was built before.

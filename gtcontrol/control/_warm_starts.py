@@ -67,8 +67,11 @@ def _curvature_split(m_mat: FloatArray, c: FloatArray, state: Gaussian) -> Layer
     d = state.dim
     s_dot = m_mat @ state.cov + state.cov @ m_mat.T
     w, u = np.linalg.eigh(sym(s_dot))
-    eps = 1e-6 * max(float(np.max(np.abs(w))), np.finfo(float).tiny)
-    x = -m_mat @ m_mat @ ((u * (w / (w * w + eps * eps))) @ u.T)
+    top = float(np.max(np.abs(w)))
+    if not top > 0.0:  # Σ̇ = 0 (e.g. Σ = 0): no field variation to reproduce, no attention
+        return Layer(A=m_mat, b=c, V=np.zeros((d, d)), B=np.zeros((d, d)))
+    r = w / top  # the regularized inverse w/(w² + ε²), ε = 1e-6 top, without underflow
+    x = -m_mat @ m_mat @ ((u * (r / (r * r + 1e-12) / top)) @ u.T)
     beta = math.sqrt(float(np.linalg.norm(x)) / math.sqrt(d))
     if beta == 0.0:
         return Layer(A=m_mat, b=c, V=np.zeros((d, d)), B=np.zeros((d, d)))
@@ -147,16 +150,21 @@ def warm_starts(
     yield approx, "closed form realized at Σ + εI (approximate, singular Σ)"
 
 
-def states_of(control: Control, initial: Gaussian, times: FloatArray) -> FloatArray:
+def states_of(
+    control: Control, initial: Gaussian, times: FloatArray, time_limit: float | None = None
+) -> FloatArray:
     """Moment vectors ``(m, vech Σ)`` of ``control`` at ``times`` (any shape), as guesses.
 
     Taken from :func:`gtcontrol.simulate` (linear interpolation between 32 records per
-    layer), so that the guess satisfies the dynamics of the starting control.
+    layer), so that the guess satisfies the dynamics of the starting control; a
+    :class:`SolverError` when that simulation blows up or runs out of ``time_limit``.
     """
     flat = np.asarray(times, dtype=float).ravel()
     iu = vech_index(initial.dim)[0]
     n_seg = len(control.breakpoints) - 1
-    traj = simulate(control, initial, n_points=32 * n_seg + 1)
+    traj = simulate(control, initial, n_points=32 * n_seg + 1, time_limit=time_limit)
+    if traj.status is Status.BUDGET_EXHAUSTED and time_limit is not None:
+        raise SolverError(f"its moments ran out of time ({traj.message})", status="time")
     if traj.status is not Status.SUCCESS:
         raise SolverError("the starting control blows up", status="warm_start_blowup")
     data = np.concatenate([traj.mean, traj.cov[:, iu[0], iu[1]]], axis=1)

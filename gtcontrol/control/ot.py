@@ -25,7 +25,7 @@ from .._status import Status
 from .._validation import as_positive_float, as_positive_int, frozen
 from ..errors import InvalidParametersError
 from ..model.gaussian import Gaussian
-from ..model.moments import affine_velocity, simulate
+from ..model.moments import Trajectory, affine_velocity, simulate
 from ..model.params import Control, Layer, Schedule, as_control
 from .reachability import check_reachable
 
@@ -321,6 +321,7 @@ def kinetic_energy(
     T: float | None = None,
     *,
     n_points: int = 4001,
+    time_limit: float | None = None,
 ) -> float:
     """Kinetic energy ``∫₀ᵀ E|v|² dt`` of a control started at ``initial``.
 
@@ -341,12 +342,15 @@ def kinetic_energy(
         Horizon; only for a single :class:`Layer` (controls carry their own).
     n_points
         About how many depths the moments are recorded at (the quadrature nodes).
+    time_limit
+        Wall-clock limit in seconds of the re-simulation (``None``: none); when it runs out
+        the energy is unknown and ``nan`` is returned.
 
     Returns
     -------
     float
         The energy; ``math.inf`` when the moments do not reach ``T`` (a finite-time blow-up or
-        an overflow: the energy is then infinite).
+        an overflow: the energy is then infinite); ``nan`` when ``time_limit`` ran out first.
 
     Raises
     ------
@@ -355,7 +359,15 @@ def kinetic_energy(
     """
     ctrl = as_control(control, T)
     n = as_positive_int("n_points", n_points)
-    traj = simulate(ctrl, initial, n_points=n)
+    traj = simulate(ctrl, initial, n_points=n, time_limit=time_limit)
+    if traj.status is Status.BUDGET_EXHAUSTED and time_limit is not None:
+        return math.nan  # (the evaluation cap is far above a finite energy's needs)
+    return trajectory_energy(ctrl, traj)
+
+
+def trajectory_energy(ctrl: Control, traj: Trajectory) -> float:
+    """``∫ E|v|² dt`` from a trajectory of ``ctrl`` recorded densely enough for Simpson's rule on
+    every segment (as :func:`kinetic_energy` records it); ``inf`` unless it reached ``T``."""
     if traj.status is not Status.SUCCESS:
         return math.inf
     breaks = np.asarray(ctrl.breakpoints, dtype=float)

@@ -174,8 +174,13 @@ def steer(
         ``initial_guess`` when no iterate reaches the target) is returned with
         ``Status.BUDGET_EXHAUSTED``. The flow construction checks it between re-simulations and
         returns the best feasible control built so far (at worst the exact construction).
-        Building the NLP (seconds for ``d ≥ 8`` the first time, minutes for ``d ≥ 16``) and the
-        verifying re-simulation are not interrupted.
+        Building the NLP (CasADi's exact Hessian, one native call: seconds for ``d ≥ 8`` the
+        first time, minutes for ``d ≥ 16``) cannot be interrupted: a cost model refuses it up
+        front when its estimate exceeds the time left (the message names both), and the
+        starting control is returned. The verifying re-simulations run within the budget, plus
+        at most half of the ``max(1 s, 10 %)`` tolerance for the final verification; a control
+        whose verification runs out is returned unverified with ``BUDGET_EXHAUSTED``. When not
+        even a closed-form start fits (``d = 256``: seconds), the identity control is returned.
 
     Returns
     -------

@@ -2,16 +2,23 @@
 
 * :func:`gaussianity` — Mardia skewness/kurtosis, energy, sliced Wasserstein and per-coordinate
   normality statistics against Monte Carlo Gaussian nulls (numpy/scipy only).
-* :func:`pretrained_gaussianity` — Gaussian tokens through all-MiniLM-L6-v2 (and random BERT /
-  ViT-shaped encoders), diagnosed layer by layer.
+* :func:`pretrained_gaussianity` — Gaussian tokens through all-MiniLM-L6-v2 (or any model, e.g.
+  random BERT / ViT-shaped encoders), diagnosed layer by layer.
 * :func:`moment_surrogate` — the Gaussian moment model of the real network (exactly extracted
   ``B_h``, ``V_h``), predicted against measured moments.
 * :func:`prescribed_attention_regimes`, :func:`feedforward_closeness` — token-level Transformers
   against the moment predictions (collapse, convergence and blow-up; identity vs ReLU
   feed-forward, with the Gaussian closure :func:`closure_flow`).
-* :func:`attention_flows` — every MiniLM-L6 attention sublayer as a continuous-time flow
-  (blow-up time and direction, from ``Σ0 = I`` and from real text; docs/minilm_flows.md).
+* :func:`attention_flows` — every attention sublayer (MiniLM-L6 by default) as a
+  continuous-time flow (blow-up time and direction, from ``Σ0 = I`` and from data;
+  docs/minilm_flows.md).
+* :func:`stabilize_model` — every attention sublayer stabilized around data and identity
+  targets (:func:`gtcontrol.stabilize`), tabulated.
 * :func:`reproduce` — all of it, with figures, ``report.md`` and ``report.html``.
+* :func:`extract` — any Transformer the user brings (a ``transformers`` model of the BERT,
+  RoBERTa, ELECTRA, DistilBERT, ViT, DeiT, ModernBERT or GPT-2 family, a local Hugging Face
+  folder, an ONNX file) as :class:`ExtractedModel`; every experiment above that reads a real
+  network takes one, and :func:`model_report` gives its per-layer report (docs/own_model.md).
 
 Every result carries ``success``, ``status`` (a :class:`~gtcontrol.Status`), ``message`` and
 ``stats``; every entry point that loops takes a keyword-only ``time_limit`` (seconds) and, when
@@ -25,8 +32,9 @@ Reference: the paper cited in :mod:`gtcontrol`.
 
 from __future__ import annotations
 
-from ._deps import ExperimentDependencyError
-from .attention_flows import SENTENCES, AttentionFlows, FlowRow, attention_flows, text_moments
+from ._deps import ExperimentDependencyError, ModelFileError
+from ._weights import AttentionWeights, FeedForwardWeights, LayerNormWeights, gelu_moments
+from .attention_flows import SENTENCES, AttentionFlows, FlowRow, attention_flows, data_moments
 from .closure import (
     ClosenessCurve,
     ClosureFlow,
@@ -34,60 +42,85 @@ from .closure import (
     closure_flow,
     feedforward_closeness,
 )
-from .extraction import ExtractedLayer, extract_layers, gelu_moments
+from .extraction import ExtractedLayer, ExtractedModel
 from .gaussianity import (
     STATISTICS,
     GaussianityResult,
     NullStatistic,
     gaussianity,
 )
+from .model_report import ModelLayerRow, ModelReport, model_report
+from .models import FAMILIES, MODELS, ModelEntry, available_models, extract, load_model
 from .pretrained import (
-    MODELS,
     GaussianityTable,
     LayerGaussianity,
     encoder_states,
-    load_model,
     pretrained_gaussianity,
 )
 from .regimes import RegimeResult, RegimeRow, prescribed_attention_regimes
 from .report import ReproduceResult, reproduce
 from .sample_statistics import MardiaStatistics, mardia, sliced_wasserstein
+from .stabilization import (
+    StabilizationRow,
+    StabilizationTable,
+    data_tokens,
+    ledoit_wolf,
+    stabilize_model,
+    text_target,
+)
 from .surrogate import SurrogateComparison, SurrogateRow, moment_surrogate
 
 __all__ = [
+    "FAMILIES",
     "MODELS",
     "SENTENCES",
     "STATISTICS",
     "AttentionFlows",
+    "AttentionWeights",
     "ClosenessCurve",
     "ClosureFlow",
     "ExperimentDependencyError",
     "ExtractedLayer",
+    "ExtractedModel",
     "FeedForwardCloseness",
+    "FeedForwardWeights",
     "FlowRow",
     "GaussianityResult",
     "GaussianityTable",
     "LayerGaussianity",
+    "LayerNormWeights",
     "MardiaStatistics",
+    "ModelEntry",
+    "ModelFileError",
+    "ModelLayerRow",
+    "ModelReport",
     "NullStatistic",
     "RegimeResult",
     "RegimeRow",
     "ReproduceResult",
+    "StabilizationRow",
+    "StabilizationTable",
     "SurrogateComparison",
     "SurrogateRow",
     "attention_flows",
+    "available_models",
     "closure_flow",
+    "data_moments",
+    "data_tokens",
     "encoder_states",
-    "extract_layers",
+    "extract",
     "feedforward_closeness",
     "gaussianity",
     "gelu_moments",
+    "ledoit_wolf",
     "load_model",
     "mardia",
+    "model_report",
     "moment_surrogate",
     "prescribed_attention_regimes",
     "pretrained_gaussianity",
     "reproduce",
     "sliced_wasserstein",
-    "text_moments",
+    "stabilize_model",
+    "text_target",
 ]

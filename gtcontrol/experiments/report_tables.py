@@ -12,7 +12,7 @@ import numpy as np
 
 from .closure import FeedForwardCloseness
 from .gaussianity import STATISTICS
-from .pretrained import MODELS, GaussianityTable
+from .pretrained import GaussianityTable
 from .regimes import RegimeResult
 from .surrogate import SurrogateComparison
 
@@ -124,7 +124,7 @@ def _attribute_columns(
 
 
 def surrogate_table(c: SurrogateComparison) -> Table:
-    title = f"Moment surrogate vs measured — {MODELS[c.model]}, N = {c.n_tokens}, seed {c.seed}"
+    title = f"Moment surrogate vs measured — {c.description}, N = {c.n_tokens}, seed {c.seed}"
     return _attribute_columns(title, c.rows, _SURROGATE_COLUMNS)
 
 

@@ -1,9 +1,12 @@
-"""How well the Gaussian moment surrogate of a real BERT encoder predicts the network.
+"""How well the Gaussian moment surrogate of a real Transformer predicts the network.
 
 :mod:`~gtcontrol.experiments.extraction` extracts every layer's matrices exactly (``B_h``,
-``V_h``, the key-bias tilt, LayerNorms, the GELU feed-forward) and carries a Gaussian through the
-layer: attention exact in the mean-field limit, LayerNorm linearized by concentration, GELU by
-Gaussian moment matching. :func:`moment_surrogate` runs the real network on Gaussian tokens and
+``V_h``, the key-bias tilt, LayerNorms, the feed-forward) of any model
+:func:`~gtcontrol.experiments.extract` reads, post-LN or pre-LN, and carries a Gaussian through
+the layer: attention exact in the mean-field limit, LayerNorm linearized by concentration, the
+feed-forward by Gaussian moment matching. What the moment model does not have — GPT-2's causal
+mask, ModernBERT's rotary positions and local windows — stays in the real network and shows in
+the errors. :func:`moment_surrogate` runs the real network on Gaussian tokens and
 reports, per layer, the predicted and measured moments both **propagated** from the input and
 **local** (one layer, from the measured moments of that layer's input), next to what the layer
 changes (the do-nothing prediction), the spread of the LayerNorm scale and the effective sample
@@ -29,11 +32,10 @@ from ..errors import InvalidParametersError
 from ..model.gaussian import Gaussian
 from ._common import as_seed, stop_reason
 from ._deps import single_threaded_blas
-from .extraction import ExtractedLayer, extract_layers
-from .extraction import gelu_moments as gelu_moments  # still importable from here (compatibility)
-from .pretrained import MAX_TOKENS, MODELS, encoder_states, load_model
+from .extraction import ExtractedLayer
+from .models import extract
+from .pretrained import MAX_TOKENS, encoder_states
 
-#: The names of :mod:`.extraction` it uses stay importable from here; their home is there.
 __all__ = ["SurrogateComparison", "SurrogateRow", "moment_surrogate"]
 
 
@@ -91,8 +93,9 @@ class SurrogateComparison(ResultFields, Outcome):
 
     Attributes
     ----------
-    model
-        Model key (``"minilm"`` or ``"random-bert"``).
+    model, description
+        The model's short label and its description
+        (:class:`~gtcontrol.experiments.ExtractedModel`).
     n_tokens, seed
         Sequence length and seed of the input.
     rows
@@ -113,6 +116,7 @@ class SurrogateComparison(ResultFields, Outcome):
     """
 
     model: str
+    description: str
     n_tokens: int
     seed: int
     rows: tuple[SurrogateRow, ...]
@@ -166,15 +170,23 @@ def _errors(
 
 
 def _attention_ess(ex: ExtractedLayer, x: FloatArray) -> float:
-    """Median over heads and queries of ``1/(N Σ_j p_ij²)`` for the layer's softmax weights."""
+    """Median over heads and queries of ``1/(N Σ_j p_ij²)`` for the layer's softmax weights.
+
+    ``x`` are the tokens the attention reads; logits ``s (W_Q,h x_i + b_Q,h)ᵀ W_K,h x_j`` (the
+    key bias cancels in the softmax).
+    """
+    w = ex.weights
+    n, dh = int(x.shape[0]), w.head_dim
+    q = (x @ w.w_q.T + w.b_q).reshape(n, w.n_heads, dh)
+    k = (x @ w.w_k.T).reshape(n, w.n_heads, dh)
     out = []
-    for (_, b), u in zip(ex.heads, ex.key_tilt, strict=True):
-        logits = (x @ b.T + u) @ x.T  # row i: x_jᵀ(B x_i + u)
+    for h in range(w.n_heads):
+        logits = w.scale * (q[:, h] @ k[:, h].T)  # row i: query i against every key
         logits -= logits.max(axis=1, keepdims=True)
         p = np.exp(logits)
         p /= p.sum(axis=1, keepdims=True)
         out.append(1.0 / np.sum(p * p, axis=1))
-    return float(np.median(np.concatenate(out))) / int(x.shape[0])
+    return float(np.median(np.concatenate(out))) / n
 
 
 def _scale_cv(y: FloatArray, eps: float) -> float:
@@ -186,10 +198,10 @@ def moment_surrogate(
     n_tokens: int = 1024,
     seed: int = 0,
     *,
-    model: str = "minilm",
+    model: Any = "minilm",
     time_limit: float | None = None,
 ) -> SurrogateComparison:
-    """Run a BERT encoder on Gaussian tokens and compare every layer with the moment surrogate.
+    """Run a Transformer on Gaussian tokens and compare every layer with the moment surrogate.
 
     Parameters
     ----------
@@ -197,9 +209,10 @@ def moment_surrogate(
         Sequence length N of ``x_i ~ N(0, I_d)`` (the same input as
         :func:`~gtcontrol.experiments.pretrained.pretrained_gaussianity` with the same seed).
     seed
-        Seed of the input tokens (and of the weights of ``"random-bert"``).
+        Seed of the input tokens (and of the weights of the ``random-*`` models).
     model
-        ``"minilm"`` or ``"random-bert"`` (the surrogate handles post-LayerNorm BERT layers).
+        Anything :func:`~gtcontrol.experiments.extract` reads (default ``"minilm"``): post-LN
+        and pre-LN layers, plain or gated feed-forwards.
     time_limit
         Wall-clock limit in seconds for the layer-by-layer comparison (``None``: none); the
         model is loaded and run in any case. When it runs out the layers compared so far are
@@ -213,7 +226,8 @@ def moment_surrogate(
     Raises
     ------
     InvalidParametersError
-        On a model the surrogate does not handle, too few tokens or a bad seed.
+        On a model that cannot be read (:class:`~gtcontrol.experiments.ModelFileError`), too
+        few tokens or a bad seed.
     ExperimentDependencyError
         Without the ``experiments`` extra.
 
@@ -224,25 +238,20 @@ def moment_surrogate(
     (6, <Status.SUCCESS: 'success'>)
     """
     clock = time.perf_counter()
-    if model not in ("minilm", "random-bert"):
-        raise InvalidParametersError(
-            f"model: the surrogate handles post-LayerNorm BERT encoders ('minilm', "
-            f"'random-bert'), got {model!r} (known models: {tuple(MODELS)})"
-        )
     n = as_positive_int("n_tokens", n_tokens, maximum=MAX_TOKENS)
     sd = as_seed(seed)
     budget = Budget(as_time_limit(time_limit))
-    net = load_model(model, seed=sd)
-    d = int(net.config.hidden_size)
+    em = extract(model, seed=sd)
+    d = em.dim
     if n < d + 2:
         raise InvalidParametersError(f"n_tokens: expected at least {d + 2}, got {n}")
-    extracted = extract_layers(net)
     rng = np.random.default_rng([sd, 20260607])  # the input of pretrained_gaussianity
-    states = encoder_states(net, rng.standard_normal((n, d)))
+    states = encoder_states(em, rng.standard_normal((n, d)))
     with single_threaded_blas():
-        rows, pm, ps, meas, status, message = _compare_layers(extracted, states, budget)
+        rows, pm, ps, meas, status, message = _compare_layers(em.layers, states, budget)
     return SurrogateComparison(
-        model=model,
+        model=em.label,
+        description=em.description,
         n_tokens=n,
         seed=sd,
         rows=tuple(rows),
@@ -271,7 +280,8 @@ def _compare_layer(
     lme, lce, lbw = _errors(lm, ls, m_meas, s_meas)
     change = float(np.linalg.norm(s_meas - meas[k - 1][1]) / np.linalg.norm(s_meas))
     inter = ex.forward(x_in)
-    cv = max(_scale_cv(inter["ln1_in"], ex.ln1[2]), _scale_cv(inter["ln2_in"], ex.ln2[2]))
+    norms = (("ln1_in", ex.ln1), ("ln2_in", ex.ln2))
+    cv = max((_scale_cv(inter[key], ln.eps) for key, ln in norms if ln is not None), default=0.0)
     return SurrogateRow(
         layer=k,
         mean_error=me,
@@ -283,7 +293,7 @@ def _compare_layer(
         local_bures_wasserstein=lbw,
         layer_change=change,
         ln_scale_cv=cv,
-        attention_ess=_attention_ess(ex, x_in),
+        attention_ess=_attention_ess(ex, inter["attention_in"]),
     )
 
 

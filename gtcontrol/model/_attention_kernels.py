@@ -36,6 +36,7 @@ import math
 import os
 import sys
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
@@ -213,6 +214,7 @@ class _Problem:
     free: AnyArray
     plan: TilePlan
     acc: AnyArray  # (N, d_v + 1), each block writes its own rows
+    check: Callable[[], None] | None = None  # raises to stop between query blocks
 
 
 _LOCAL = threading.local()
@@ -229,6 +231,8 @@ def _thread_buffer(size: int, dtype: np.dtype[Any]) -> AnyArray:
 
 def _run_block(p: _Problem, s: int) -> None:
     """Rows ``s : s + rows`` of the accumulator: shift-free, or exact row max then shifted."""
+    if p.check is not None:
+        p.check()  # a spent budget stops the evaluation between two query blocks
     e = min(s + p.plan.rows, p.q.shape[0])
     buf = _thread_buffer(p.plan.rows * p.plan.cols, p.q.dtype)
     with np.errstate(under="ignore"):  # numpy's error state is per thread: set it here
@@ -255,11 +259,20 @@ def workers() -> int:
     return max(1, min(cpus, MAX_WORKERS))
 
 
-def numpy_softmax(q: AnyArray, k_t: AnyArray, values: AnyArray, plan: TilePlan) -> AnyArray:
+def numpy_softmax(
+    q: AnyArray,
+    k_t: AnyArray,
+    values: AnyArray,
+    plan: TilePlan,
+    check: Callable[[], None] | None = None,
+) -> AnyArray:
     """``Σ_j v_j e^{q_i·k_j} / Σ_j e^{q_i·k_j}`` for every query row, tiled (module doc).
 
     Query blocks are shared among :func:`workers` threads (numpy releases the GIL in ``matmul``
-    and ``exp``); each thread reuses its own tile buffer.
+    and ``exp``); each thread reuses its own tile buffer. ``check`` is called before every
+    query block (``O(rows · N · d)`` work, milliseconds): an exception it raises (a spent
+    :class:`~gtcontrol._status.Budget`) ends the evaluation there, so no single evaluation
+    outlasts a time limit by more than a block.
     """
     n = q.shape[0]
     v1 = with_ones(values)
@@ -268,7 +281,7 @@ def numpy_softmax(q: AnyArray, k_t: AnyArray, values: AnyArray, plan: TilePlan) 
     if not free.all():
         k_aug = np.vstack([k_t, np.ones((1, k_t.shape[1]), dtype=q.dtype)])
     acc = np.empty((n, v1.shape[1]), dtype=q.dtype)
-    prob = _Problem(q, k_t, k_aug, v1, free, plan, acc)
+    prob = _Problem(q, k_t, k_aug, v1, free, plan, acc, check)
     starts = range(0, n, plan.rows)
     n_workers = min(workers(), len(starts))
     if n_workers <= 1:

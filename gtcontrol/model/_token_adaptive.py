@@ -40,7 +40,7 @@ from scipy.integrate import DOP853, RK45
 
 from .._status import BudgetExhausted, Status
 from .attention import _velocity
-from .token_integrators import _DONE, _End, _finite, _layer_source, _Run
+from .token_integrators import _DONE, _End, _finite, _in_range, _layer_source, _Run
 
 __all__: list[str] = []
 
@@ -197,7 +197,7 @@ def _piece(
                 h = end - t  # land on the end exactly instead of leaving a sliver
             x_new = st.attempt(get, x, f, t, h, seg)
             t_new = end if h == end - t else t + h
-            f_new = _velocity(get(t_new, *seg), x_new, work) if _finite(x_new) else None
+            f_new = _velocity(get(t_new, *seg), x_new, work) if _in_range(x_new) else None
         except BudgetExhausted as exc:
             if rec.t[-1] < t:
                 rec.add(t, x)

@@ -142,7 +142,7 @@ def _prepare(layer: Layer, dtype: np.dtype[Any]) -> _Prepared:
     fh = layer.factored_heads
     if fh is not None:
         mean_v, factored = _prepare_factored(fh, cast)
-    for v_h, b_h in () if fh is not None else layer.heads:
+    for v_h, b_h in layer.dense_heads:
         if not np.any(v_h):
             continue  # V_h = 0: the head contributes nothing
         if not np.any(b_h):
@@ -246,7 +246,8 @@ def _softmax(q: AnyArray, k_t: AnyArray, values: AnyArray, work: _Workspace) -> 
     if work._torch_softmax is not None:
         out: AnyArray = work._torch_softmax(q, k_t, values)
     else:
-        out = numpy_softmax(q, k_t, values, work.plan)
+        check = None if work.budget is None else work.budget.check
+        out = numpy_softmax(q, k_t, values, work.plan, check)
     work.n_attention += 1
     return out
 

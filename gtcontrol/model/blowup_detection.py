@@ -209,12 +209,14 @@ class BlowupWatch:
             return ""
         v = u[:, -1]
         fh = layer.factored_heads
+        tilt = np.array([v @ b @ v for _, b in layer.dense_heads])
+        size = np.array([np.linalg.norm(b) for _, b in layer.dense_heads])
         if fh is not None:  # B_h = s k_hᵀ q_h: vᵀB_h v = s (k_h v)·(q_h v), no dense head
-            tilt = fh.scale * np.einsum("hi,hi->h", fh.k @ v, fh.q @ v)
-            size = fh.scale * np.linalg.norm(fh.k, axis=(1, 2)) * np.linalg.norm(fh.q, axis=(1, 2))
-        else:
-            tilt = np.array([v @ b @ v for _, b in layer.heads])
-            size = np.array([np.linalg.norm(b) for _, b in layer.heads])
+            f_tilt = fh.scale * np.einsum("hi,hi->h", fh.k @ v, fh.q @ v)
+            f_size = (
+                fh.scale * np.linalg.norm(fh.k, axis=(1, 2)) * np.linalg.norm(fh.q, axis=(1, 2))
+            )
+            tilt, size = np.concatenate([f_tilt, tilt]), np.concatenate([f_size, size])
         if tilt.size == 0 or not np.all(size > 0):
             return ""
         flat = float(np.max(np.abs(tilt) / size))

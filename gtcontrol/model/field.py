@@ -70,11 +70,12 @@ def affine_velocity(
     fh = _factored(layer)
     if fh is not None:
         cores = _cores(fh, fh.flat("v") @ cov, fh.k)
-        m_fac = fh.o_cat @ np.matmul(cores, fh.q).reshape(-1, fh.dim)
-        return a + m_fac, b + fh.o_cat @ (fh.flat("v") @ mean)
-    m_mat = a.copy()
-    c = b.copy()
-    for v_h, b_h in layer.heads:
+        m_mat = a + fh.o_cat @ np.matmul(cores, fh.q).reshape(-1, fh.dim)
+        c = b + fh.o_cat @ (fh.flat("v") @ mean)
+    else:
+        m_mat = a.copy()
+        c = b.copy()
+    for v_h, b_h in _dense(layer):
         m_mat += v_h @ (cov @ b_h)
         c += v_h @ mean
     return m_mat, c
@@ -85,6 +86,12 @@ def _factored(layer: Layer) -> FactoredHeads | None:
     symbolic layer of :mod:`gtcontrol.control._ocp` has ``affine_ffn``, ``heads``, ``noise``)."""
     fh: FactoredHeads | None = getattr(layer, "factored_heads", None)
     return fh
+
+
+def _dense(layer: Layer) -> tuple[tuple[FloatArray, FloatArray], ...]:
+    """The heads held as dense pairs (every head of a duck-typed layer)."""
+    dense: tuple[tuple[FloatArray, FloatArray], ...] = getattr(layer, "dense_heads", layer.heads)
+    return dense
 
 
 def _cores(fh: FactoredHeads, v_x: FloatArray, k_y: FloatArray) -> FloatArray:
@@ -155,6 +162,9 @@ def moment_field(layer: Layer, mean: FloatArray, cov: FloatArray) -> tuple[Float
     if fh is not None:
         a, b = layer.affine_ffn()
         dm, p = _factored_apply(fh, a, b, mean, cov, gram=False)
+        for v_h, b_h in _dense(layer):
+            dm += v_h @ (cov @ (b_h @ mean) + mean)
+            p += v_h @ (cov @ (b_h @ cov))
     else:
         m_mat, c = affine_velocity(layer, mean, cov)
         p = m_mat @ cov
@@ -193,9 +203,14 @@ def factor_field(
     """
     a, b = layer.affine_ffn()
     fh = _factored(layer)
-    if fh is not None:
-        return _factored_apply(fh, a, b, mean, factor, gram=True)
     x = np.column_stack([mean, factor])  # apply M to m and L in one pass
+    if fh is not None:
+        dm, dl = _factored_apply(fh, a, b, mean, factor, gram=True)
+        for v_h, b_h in _dense(layer):
+            vx = v_h @ (factor @ (factor.T @ (b_h @ x)))
+            dm += vx[:, 0] + v_h @ mean
+            dl += vx[:, 1:]
+        return dm, dl
     mx = a @ x
     c = b.copy()
     for v_h, b_h in layer.heads:

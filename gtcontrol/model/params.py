@@ -99,9 +99,11 @@ class Layer:
     v
         Shorthand for ``V = v I`` (scalar). Exclusive with ``V``.
     heads
-        Several heads as a sequence of ``(V_h, B_h)`` pairs, or a
-        :class:`~gtcontrol.model.heads.FactoredHeads` (see :meth:`from_projections`); exclusive
-        with ``B``, ``V``, ``v``. A scalar ``V_h`` means ``V_h I``.
+        Several heads as a sequence of ``(V_h, B_h)`` pairs, a
+        :class:`~gtcontrol.model.heads.FactoredHeads` (see :meth:`from_projections`), or a
+        sequence whose first item is a ``FactoredHeads`` followed by dense pairs (a pretrained
+        layer with heads added to it, e.g. by :func:`gtcontrol.stabilize`); exclusive with
+        ``B``, ``V``, ``v``. A scalar ``V_h`` means ``V_h I``.
     ffn
         Optional non-affine token-level feed-forward term (see :class:`FeedForward`).
     noise
@@ -114,12 +116,16 @@ class Layer:
     Attributes
     ----------
     A, b, heads
-        Always set: zero matrices for omitted parts, ``heads`` a tuple of ``(V_h, B_h)``. For a
-        layer with factored heads the dense pairs are computed on first access and cached.
+        Always set: zero matrices for omitted parts, ``heads`` a tuple of ``(V_h, B_h)``, the
+        factored heads first, then the dense ones. For a layer with factored heads their dense
+        pairs are computed on first access and cached.
     factored_heads
         The :class:`~gtcontrol.model.heads.FactoredHeads` the layer was built with, else ``None``.
         The moment and token fields use it when set; the layer equals the dense layer built from
         ``heads`` in every computation (to round-off).
+    dense_heads
+        The heads held as dense ``(V_h, B_h)`` pairs: every head of a layer without factored
+        heads, the heads after the factored group otherwise.
 
     Raises
     ------
@@ -148,8 +154,10 @@ class Layer:
     factored_heads: FactoredHeads | None
     ffn: FeedForward | None
     noise: FloatArray | None
-    # ``heads`` is a property: dense pairs, or computed once from ``factored_heads``.
-    _dense_heads: tuple[tuple[FloatArray, FloatArray], ...] | None
+    dense_heads: tuple[tuple[FloatArray, FloatArray], ...]
+    # ``heads`` is a property: the dense pairs of ``factored_heads`` (computed once), then
+    # ``dense_heads``.
+    _all_heads: tuple[tuple[FloatArray, FloatArray], ...] | None
 
     def __init__(
         self,
@@ -171,7 +179,7 @@ class Layer:
         d = _infer_dim(A, B, V, b, heads, ffn, dim)
         a = np.zeros((d, d)) if A is None else as_float_array("A", A, ndim=2, shape=(d, d))
         bb = np.zeros(d) if b is None else as_float_array("b", b, ndim=1, shape=(d,))
-        factored = heads if isinstance(heads, FactoredHeads) else None
+        factored, rest = _split_heads(heads)
         pairs: list[tuple[Any, Any]] = []
         names: list[tuple[str, str]] = []
         if heads is None:
@@ -180,9 +188,12 @@ class Layer:
             if B is not None or V is not None:
                 pairs.append((V, B))
             names = [("V", "B")] * len(pairs)
-        elif not isinstance(heads, FactoredHeads):
-            pairs = [tuple(h) for h in heads]
-            names = [(f"heads[{i}].V", f"heads[{i}].B") for i in range(len(pairs))]
+        else:
+            offset = 0 if factored is None else 1
+            pairs = [tuple(h) for h in rest]
+            names = [
+                (f"heads[{i + offset}].V", f"heads[{i + offset}].B") for i in range(len(pairs))
+            ]
         hs: list[tuple[FloatArray, FloatArray]] = []
         for (vh, bh), (nv, nb) in zip(pairs, names, strict=True):
             if vh is None:
@@ -202,7 +213,8 @@ class Layer:
         object.__setattr__(self, "A", frozen(a))
         object.__setattr__(self, "b", frozen(bb))
         object.__setattr__(self, "factored_heads", factored)
-        object.__setattr__(self, "_dense_heads", None if factored is not None else tuple(hs))
+        object.__setattr__(self, "dense_heads", tuple(hs))
+        object.__setattr__(self, "_all_heads", None if factored is not None else tuple(hs))
         object.__setattr__(self, "ffn", ffn)
         g = (
             None
@@ -270,20 +282,31 @@ class Layer:
 
     @property
     def heads(self) -> tuple[tuple[FloatArray, FloatArray], ...]:
-        """The heads as dense ``(V_h, B_h)`` pairs (computed once for factored heads)."""
-        dense = self._dense_heads
-        if dense is None:
+        """Every head as a dense ``(V_h, B_h)`` pair, the factored ones first (computed once)."""
+        every = self._all_heads
+        if every is None:
             assert self.factored_heads is not None
-            dense = self.factored_heads.dense()
-            object.__setattr__(self, "_dense_heads", dense)
-        return dense
+            every = self.factored_heads.dense() + self.dense_heads
+            object.__setattr__(self, "_all_heads", every)
+        return every
 
     @property
     def n_heads(self) -> int:
         """Number of attention heads (without forming dense factored heads)."""
+        n_factored = 0 if self.factored_heads is None else self.factored_heads.n_heads
+        return n_factored + len(self.dense_heads)
+
+    @property
+    def head_groups(self) -> list[FactoredHeads | tuple[FloatArray, FloatArray]]:
+        """The heads as given: the factored group (if any), then the dense pairs.
+
+        ``Layer(A, b=b, heads=layer.head_groups)`` rebuilds the layer with the same storage.
+        """
+        group: list[FactoredHeads | tuple[FloatArray, FloatArray]] = []
         if self.factored_heads is not None:
-            return self.factored_heads.n_heads
-        return len(self.heads)
+            group.append(self.factored_heads)
+        group.extend(self.dense_heads)
+        return group
 
     @property
     def dim(self) -> int:
@@ -336,7 +359,7 @@ class Layer:
         kw: dict[str, Any] = {
             "A": self.A,
             "b": self.b,
-            "heads": self.factored_heads if self.factored_heads is not None else self.heads,
+            "heads": self.head_groups,
             "ffn": self.ffn,
             "noise": self.noise,
         }
@@ -383,10 +406,34 @@ class Layer:
     def __repr__(self) -> str:
         fh = self.factored_heads
         factored = "" if fh is None else f", factored=True, head_dim={fh.head_dim}"
+        if fh is not None and self.dense_heads:
+            factored += f", dense_heads={len(self.dense_heads)}"
         return (
             f"Layer(dim={self.dim}, heads={self.n_heads}{factored}, ffn={self.ffn is not None}, "
             f"noise={self.noise is not None})"
         )
+
+
+def _split_heads(heads: Any) -> tuple[FactoredHeads | None, Sequence[Any]]:
+    """``heads`` as ``(factored group or None, the dense pairs that follow)``."""
+    if heads is None:
+        return None, ()
+    if isinstance(heads, FactoredHeads):
+        return heads, ()
+    if isinstance(heads, (str, bytes)) or not isinstance(heads, Sequence):
+        raise InvalidParametersError(
+            "heads: expected a sequence of (V_h, B_h) pairs, a FactoredHeads, or a FactoredHeads "
+            "followed by pairs"
+        )
+    factored = heads[0] if len(heads) and isinstance(heads[0], FactoredHeads) else None
+    rest = heads[1:] if factored is not None else heads
+    for i, h in enumerate(rest):
+        if isinstance(h, FactoredHeads):
+            raise InvalidParametersError(
+                f"heads[{i + (factored is not None)}]: a FactoredHeads may only come first "
+                "(one factored group, then dense (V_h, B_h) pairs)"
+            )
+    return factored, rest
 
 
 def _scalar_times_identity(name: str, value: Any, d: int) -> FloatArray:
@@ -402,14 +449,13 @@ def _infer_dim(
         n = None if val is None else leading_size(name, val)
         if n is not None:
             candidates.append((name, n))
-    if isinstance(heads, FactoredHeads):
-        candidates.append(("heads", heads.dim))
-    elif heads is not None:
-        if isinstance(heads, (str, bytes)) or not isinstance(heads, Sequence):
-            raise InvalidParametersError(
-                "heads: expected a sequence of (V_h, B_h) pairs or a FactoredHeads"
-            )
-        for i, h in enumerate(heads):
+    factored, rest = _split_heads(heads)
+    if factored is not None:
+        candidates.append(("heads", factored.dim))
+    if heads is not None:
+        offset = 0 if factored is None else 1
+        for j, h in enumerate(rest):
+            i = j + offset
             if not isinstance(h, Sequence) or len(h) != 2:
                 raise InvalidParametersError(f"heads[{i}]: expected a pair (V_h, B_h)")
             for nm, val in zip(("V", "B"), h):

@@ -22,6 +22,7 @@ from numpy.typing import NDArray
 from .._linalg import FloatArray, sym
 from .._status import DEFAULT_MAX_EVALS, MAX_EVALS_LIMIT, BudgetExhausted, Status
 from .._validation import (
+    MAX_ENTRY,
     as_choice,
     as_float_array,
     as_nonnegative_float,
@@ -254,13 +255,22 @@ def _layer_source(
 
 
 def _finite(x: AnyArray) -> bool:
-    """True when the tokens and their second moments are finite.
-
-    A finite float64 sum of squares bounds every (centered) second moment, so the recorded
-    empirical covariance cannot overflow either.
-    """
+    """True when the entries of ``x`` (a velocity) and their sum of squares are finite."""
     x64 = np.asarray(x, dtype=np.float64).ravel()
     return math.isfinite(float(np.dot(x64, x64)))
+
+
+def _in_range(x: AnyArray) -> bool:
+    """True when the tokens' empirical moments are within the range of a :class:`Gaussian`.
+
+    The mean square ``Σ|x_i|² / N`` bounds every entry of the (centered, ``1/N``) empirical
+    covariance and the square of every entry of the mean, so when it is at most
+    :data:`gtcontrol._validation.MAX_ENTRY` (``1e150``) the recorded moments are valid
+    Gaussians (``TokenTrajectory.empirical``); beyond it the tokens have overflowed the range
+    in which products of moments stay finite, and the integration stops with ``OVERFLOW``.
+    """
+    x64 = np.asarray(x, dtype=np.float64).ravel()
+    return bool(float(np.dot(x64, x64)) <= MAX_ENTRY * max(x.shape[0], 1))  # False: inf, NaN
 
 
 @dataclass(frozen=True)
@@ -273,7 +283,10 @@ class _End:
 
     def message(self) -> str:
         if self.status is Status.OVERFLOW:
-            return f"the tokens became non-finite at depth {self.depth:.12g}"
+            return (
+                f"the tokens left the floating-point range at depth {self.depth:.12g} (non-finite, "
+                f"or second moments above {MAX_ENTRY:g}, gtcontrol._validation.MAX_ENTRY)"
+            )
         if self.status is Status.BUDGET_EXHAUSTED:
             return f"{self.detail} at depth {self.depth:.6g}; the tokens stop there"
         if self.status is Status.FAILED:
@@ -286,12 +299,24 @@ _DONE = _End(Status.SUCCESS)
 
 def _step_grid(breaks: FloatArray, steps: int) -> FloatArray:
     """Depth 0, then the end of every fixed step (every breakpoint is hit exactly)."""
-    grid = [float(breaks[0])]
+    parts = [np.array([float(breaks[0])])]
     for k in range(len(breaks) - 1):
         t0, t1 = float(breaks[k]), float(breaks[k + 1])
         h = (t1 - t0) / steps
-        grid += [t0 + j * h + h if j < steps - 1 else t1 for j in range(steps)]
-    return np.array(grid)
+        ends = t0 + np.arange(steps) * h + h  # the same rounding as the steps' t + h
+        ends[-1] = t1
+        parts.append(ends)
+    return np.concatenate(parts)
+
+
+def _nearest(grid: FloatArray, times: FloatArray) -> set[int]:
+    """Index of the grid point nearest to each time (the first one on a tie): ``O(n log n)``."""
+    if len(times) == 0:
+        return set()
+    hi = np.clip(np.searchsorted(grid, times), 0, len(grid) - 1)
+    lo = np.clip(hi - 1, 0, len(grid) - 1)
+    pick = np.where(np.abs(grid[hi] - times) < np.abs(grid[lo] - times), hi, lo)
+    return {int(i) for i in pick}
 
 
 @dataclass(frozen=True)
@@ -350,7 +375,7 @@ def _run_fixed(
     breaks = np.asarray(ctrl.breakpoints, dtype=float)
     steps = opts.steps
     grid = _step_grid(breaks, steps)  # decides which steps are snapshotted
-    snap_idx = {int(np.argmin(np.abs(grid - s))) for s in snap_times}
+    snap_idx = _nearest(grid, np.asarray(snap_times, dtype=float))
     g_t = None if noise is None else np.ascontiguousarray(noise.T, dtype=opts.dtype)
     step = _Stepper(
         _layer_source(ctrl, opts.dtype), work, opts.method == "rk4", g_t, gen, opts.dtype
@@ -371,7 +396,7 @@ def _run_fixed(
                 if rec.t[-1] < t_now:
                     rec.add(t_now, x)
                 return x, _End(Status.BUDGET_EXHAUSTED, t_now, exc.reason), idx
-            if not _finite(x_new):
+            if not _in_range(x_new):
                 return x, _End(Status.OVERFLOW, t + h), idx
             x = x_new
             idx += 1

@@ -75,7 +75,9 @@ class TokenTrajectory(Outcome):
         overflow, the last completed step when the budget ran out).
     status
         :class:`~gtcontrol.Status`: ``SUCCESS`` (carried to the horizon), ``OVERFLOW`` (the
-        tokens became non-finite), ``BUDGET_EXHAUSTED`` (``time_limit`` or ``max_evals`` ran
+        tokens left the floating-point range: non-finite, or a mean square above ``1e150``,
+        beyond which their empirical moments are no valid :class:`Gaussian`),
+        ``BUDGET_EXHAUSTED`` (``time_limit`` or ``max_evals`` ran
         out; the tokens of the last completed step are kept) or ``FAILED`` (the adaptive step
         size collapsed; ``message`` says why).
     blowup_time
@@ -251,8 +253,9 @@ def simulate_tokens(
     -------
     TokenTrajectory
         Empirical moments along depth, snapshots, final tokens. ``Status.SUCCESS`` when the
-        tokens reached ``T``; ``Status.OVERFLOW`` when they became non-finite (the trajectory
-        stops at the last finite state); ``Status.BUDGET_EXHAUSTED`` when ``time_limit`` or
+        tokens reached ``T``; ``Status.OVERFLOW`` when they left the floating-point range
+        (non-finite, or a mean square ``Σ|x_i|²/N`` above ``1e150``; the trajectory stops at the
+        last state in range); ``Status.BUDGET_EXHAUSTED`` when ``time_limit`` or
         ``max_evals`` ran out; ``Status.FAILED`` when the adaptive integrator failed.
 
     Raises

@@ -1,4 +1,4 @@
-"""Figures of the ``design`` and ``filter`` tasks (matplotlib's object API, no pyplot state).
+"""Figures of the ``design``, ``stabilize`` and ``filter`` tasks (matplotlib's object API).
 
 Each function draws one figure from plain data on Axes that it is given (``ax=``) or on a new
 detached figure, saves it as PNG when given a ``path``, and returns its Axes. The panels are
@@ -7,18 +7,19 @@ drawn by :mod:`gtcontrol.control._figures` and :mod:`gtcontrol.analysis._figures
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from matplotlib.axes import Axes
 
 from .._linalg import FloatArray
 from ..analysis._figures import draw_filter_difference, draw_filter_entries
-from ..control._figures import draw_design_errors
+from ..control._figures import draw_design_errors, draw_lambda_paths, draw_stabilization
 from .core import finish, panels
 
-__all__ = ["plot_design_convergence", "plot_filter_covariance"]
+__all__ = ["plot_design_convergence", "plot_filter_covariance", "plot_stabilization"]
 
 
 def plot_design_convergence(
@@ -107,3 +108,49 @@ def plot_filter_covariance(
     draw_filter_difference(ax_e, t, filter_cov, transformer_cov)
     finish([ax_c, ax_e], path, title)
     return ax_c, ax_e
+
+
+def plot_stabilization(
+    curves: Mapping[str, tuple[FloatArray, FloatArray]],
+    before: Any,
+    after: Any,
+    path: str | Path | None = None,
+    *,
+    ax: Sequence[Axes] | None = None,
+    rate: float = 1.0,
+    blowup: float | None = None,
+    title: str = "",
+) -> tuple[Axes, Axes]:
+    """A stabilized layer: ``λ_max(Σ)`` over depth before and after, and the spectra.
+
+    Left: ``λ_max(Σ(t))`` of each run in ``curves`` (label → ``(t, λ_max)``), with the given
+    layer's blow-up depth. Right: the rightmost eigenvalues of the linearization at the target
+    with the heads kept (``before``) and after stabilization (``after``), with ``Re λ = −rate``.
+
+    Parameters
+    ----------
+    curves
+        The runs to draw, e.g. from :class:`gtcontrol.Stabilization`'s ``verification``.
+    before, after
+        Eigenvalues (complex), or ``None``.
+    path
+        Where to write the PNG (``None``: not saved).
+    ax
+        Two Axes to draw on; ``None``: a new figure.
+    rate
+        The certified rate (dotted line).
+    blowup
+        The given layer's blow-up depth, if any.
+    title
+        Figure title, drawn as plain text.
+
+    Returns
+    -------
+    tuple of matplotlib.axes.Axes
+        The λ_max and the spectrum panels.
+    """
+    ax_l, ax_s = panels(ax, 2, 9.0, 3.6)
+    draw_lambda_paths(ax_l, curves, blowup=blowup)
+    draw_stabilization(ax_s, before, after, rate=rate)
+    finish([ax_l, ax_s], path, title)
+    return ax_l, ax_s

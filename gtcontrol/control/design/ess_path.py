@@ -69,12 +69,23 @@ _REFINE_PEAKS, _REFINE_POINTS = 3, 21
 #: Integrator of the predicted path: the bound needs a few digits, and designs with extreme
 #: rate ratios (mean rate 0.01, covariance rate 50) are stiff, where LSODA switches to BDF.
 _PATH_METHOD, _PATH_RTOL = "LSODA", 1e-8
+#: LSODA stores a dense Jacobian of the moment state (``n = d + d(d+1)/2`` unknowns, ``n²``
+#: floats: 8.8 GB at d = 256); above this state size the path is integrated by the default
+#: explicit pair instead (no Jacobian; a stiff path then runs into the evaluation cap).
+_LSODA_MAX_STATE = 2_000
+
+
 #: Cap on right-hand-side evaluations of one path integration: a design whose predicted path
 #: needs more (a target with eigenvalues 1e6 apart, measured 1e6 evaluations and 25 s) gets its
 #: ESS report from the depths reached, with the integrator's BUDGET_EXHAUSTED status.
 _PATH_MAX_EVALS = 400_000
 #: Overshoot of each scale update (the path moves with s; a bare fixed point converges slowly).
 _OVERSHOOT = 1.02
+
+
+def _path_method(d: int) -> str:
+    """LSODA while its dense Jacobian is small, else the explicit DOP853 (simulate's default)."""
+    return _PATH_METHOD if d + d * (d + 1) // 2 <= _LSODA_MAX_STATE else "DOP853"
 
 
 @dataclass(frozen=True, eq=False)
@@ -216,7 +227,7 @@ def _refine(
             start,
             t[hi] - t[lo],
             n_points=_REFINE_POINTS,
-            method=_PATH_METHOD,
+            method=_path_method(layer.dim),
             rtol=_PATH_RTOL,
             max_evals=_PATH_MAX_EVALS,
             time_limit=_time_left(budget),
@@ -244,7 +255,8 @@ def path_ess(
 
     The bound is evaluated at coarse depths (about 2 per unit of ``T`` times the fastest rate
     of the moment field), then resampled finely around its three lowest local minima. The path
-    is integrated by LSODA to a relative 1e-8 (stiff designs stay cheap).
+    is integrated by LSODA to a relative 1e-8 (stiff designs stay cheap; from ``d = 62`` on,
+    where LSODA's dense Jacobian would not fit in memory, by simulate's default method).
     """
     n_points = _n_points(layer, target, T)
     traj = simulate(
@@ -252,7 +264,7 @@ def path_ess(
         initial,
         T,
         n_points=n_points,
-        method=_PATH_METHOD,
+        method=_path_method(layer.dim),
         rtol=_PATH_RTOL,
         max_evals=_PATH_MAX_EVALS,
         time_limit=_time_left(budget),

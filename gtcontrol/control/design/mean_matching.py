@@ -57,7 +57,9 @@ class MeanMatchingDesign(ResultFields, Outcome):
         (``certificate.valid`` says whether it verifies). ``Status.INFEASIBLE``: IPOPT
         converged with a rate margin out of reach and the layer does not verify (``message``
         names the margin and the best rate reached). ``Status.FAILED``: any other failure of
-        IPOPT or of the verification, named in ``message``.
+        IPOPT or of the verification, or a requirement the caller set that the certified layer
+        does not meet (``min_ess`` on the predicted path, the ``token_check``), named first in
+        ``message``.
     message
         The certificate's statement, or why the design is incomplete.
     method
@@ -84,7 +86,8 @@ class MeanMatchingDesign(ResultFields, Outcome):
         head's softmax along the moment path from ``initial`` to depth ``T`` (``None`` when the
         design has no certificate or the time limit ran out first). With ``min_ess`` set and
         V and B designed, the heads were scaled ``(V, B) → (sV, B/s)`` (``ess.scale``) until
-        it holds.
+        it holds; when no scale up to ``10⁶`` achieves it the unscaled design is kept and the
+        status is ``FAILED``.
     token_certificate
         :class:`~gtcontrol.control.design.token_check.TokenCertificate` of ``token_check``
         tokens (``None`` unless requested).
@@ -241,6 +244,21 @@ def _finite_n(
     )
     if rep.scale == 1.0:
         return out, rep, ""
+    if not rep.ok:
+        # The search ended without meeting min_ess (no scale up to its cap of 10⁶ does, or a
+        # cap or the time limit cut it short): keep the unscaled design (a large scale buys
+        # nothing then and makes the layer stiff) and report its own path.
+        depth = path_depth(out.layer, tgt, cov_rate) if req.T is None else req.T
+        base = path_ess(
+            out.layer, tgt, g0, depth, n_std=opts.ess_n_std, min_ess=opts.min_ess, budget=budget
+        )
+        why = (
+            f" (the scale search ended without meeting it: {rep.message}; the unscaled "
+            "design is kept)"
+        )
+        if rep.status is Status.BUDGET_EXHAUSTED and not base.ok:
+            base = dataclasses.replace(base, status=Status.BUDGET_EXHAUSTED)
+        return out, base, why
     cert = design_certificate(
         layer,
         tgt,
@@ -291,6 +309,25 @@ def _token_check(
         seed=int(req.opts.seed),
         time_limit=None if left == float("inf") else max(left, 1e-6),
     )
+
+
+def _requirement(
+    status: Status, message: str, check: PathEss | TokenCertificate, name: str, value: Any
+) -> tuple[Status, str]:
+    """The design's status once a requirement the caller set (``min_ess``, ``token_check``)
+    is checked: a certified design whose requirement is not met is not ``SUCCESS``.
+
+    A check cut short by the time limit gives ``BUDGET_EXHAUSTED``; one that fails (the bound
+    is violated, the tokens or the predicted path overflow or fail) gives ``FAILED``, with the
+    reason put first in ``message``.
+    """
+    if check.success or status is not Status.SUCCESS:
+        return status, message
+    if check.status is Status.BUDGET_EXHAUSTED:
+        return Status.BUDGET_EXHAUSTED, message
+    if value is None:  # only reported (min_ess=None): the predicted path is not a requirement
+        return status, message
+    return Status.FAILED, f"{name} = {value:g} is not met ({check.status.value}): {message}"
 
 
 # ----------------------------------------------------------------------------- entry point
@@ -414,8 +451,9 @@ def design_mean_matching(
         ``(V, B) → (sV, B/s)`` with the smallest ``s ≥ 1`` that achieves it
         (:mod:`gtcontrol.control.design.ess_path`): the covariance dynamics, ``R`` and the
         covariance rate are unchanged, the mean rate becomes ``s·rate`` and ``b = −K m*`` is
-        recomputed. With a fixed B or V there is no such freedom: the predicted ESS is only
-        reported (``ess.ok``, ``message``).
+        recomputed. With a fixed B or V there is no such freedom. Either way a bound that is
+        not met (``ess.ok`` false) makes the status ``FAILED``, with the worst ESS in
+        ``message``; pass ``min_ess=None`` to only report the predicted ESS.
     ess_n_std
         Radius of the query ball of ``min_ess`` in standard deviations (default 3; ``≥ 0``).
         In ``d`` dimensions most tokens lie near ``√d`` standard deviations, so for large
@@ -438,8 +476,11 @@ def design_mean_matching(
         finite cap anyway). IPOPT gets the remaining time as ``max_wall_time`` and stops at
         the next iteration once it is spent, the attempts stop, and the robustness search stops
         early; running out before a certified optimal design gives
-        ``Status.BUDGET_EXHAUSTED`` with the best iterate. Setting up the NLP (CasADi
-        derivatives; about a second for a general V at d = 5) is not interrupted.
+        ``Status.BUDGET_EXHAUSTED`` with the best iterate. Setting up an IPOPT solver
+        (CasADi's exact Hessian: seconds at d = 12, a minute at d = 24 in the V = vI class;
+        seconds at d = 5 for a general V) cannot be interrupted: it is refused up front, and
+        the closed-form starting design returned, when its estimated cost exceeds the time
+        left (the message names both).
     options
         Deprecated: a ``DesignOptions`` object. Accepted for one release with a
         :class:`DeprecationWarning`; pass its fields as the keywords above instead.
@@ -528,16 +569,14 @@ def design_mean_matching(
     status, message = _verdict(out)
     if ess is not None:
         message += f"; finite N: {ess.message}{ess_note}"
-        if ess.status is Status.BUDGET_EXHAUSTED and status is Status.SUCCESS:
-            status = Status.BUDGET_EXHAUSTED
+        status, message = _requirement(status, message, ess, "min_ess", req.opts.min_ess)
     rob = _robustness_report(req, out, budget)
     if rob is not None and not rob.success:
         message += f"; robustness report incomplete: {rob.message}"
     tokens = _token_check(req, out, ess, budget)
     if tokens is not None:
         message += f"; tokens: {tokens.message}"
-        if tokens.status is Status.BUDGET_EXHAUSTED and status is Status.SUCCESS:
-            status = Status.BUDGET_EXHAUSTED
+        status, message = _requirement(status, message, tokens, "token_check", req.opts.token_check)
     stats = dict(out.stats)
     stats["ess_scale"] = 1.0 if ess is None else ess.scale
     stats["seconds"] = time.perf_counter() - clock

@@ -48,6 +48,18 @@ _SLACK_TOL = 1e-7
 _ATTEMPTS: tuple[dict[str, Any], ...] = ({}, {"ipopt.mu_strategy": "adaptive"})
 #: IPOPT return statuses that mean a cap (iterations, time) ran out.
 _CAPS = ("Maximum_Iterations_Exceeded", "Maximum_WallTime_Exceeded", "Maximum_CpuTime_Exceeded")
+#: Cost model of setting up one IPOPT solver (CasADi's ``nlpsol``: the exact Hessian of the
+#: Lagrangian, one native call that cannot be interrupted): ``c · (d / d0)^p`` seconds, per
+#: class. Fitted on the upper envelope of set-ups measured on a loaded 2-core machine: Riccati
+#: class (V = vI: a fixed B, A or v, or minimum_norm) 0.38/2.3/11.6/36 s at d = 8/12/16/20;
+#: a general V (the d(d+1)/2-square covariance certificate) 0.9/3.4/13.8 s at d = 4/5/6.
+_SETUP_COST = {True: (0.4, 8.0, 5.3), False: (14.0, 6.0, 7.5)}
+
+
+def setup_estimate(p: Problem) -> float:
+    """Estimated seconds to set up one IPOPT solver of the design NLP of ``p``."""
+    c, d0, power = _SETUP_COST[bool(p.riccati)]
+    return float(c * (p.d / d0) ** power)
 
 
 # ----------------------------------------------------------------------------- start, polish
@@ -305,6 +317,14 @@ def _cap_reason(p: Problem, return_status: str, budget: Budget) -> str | None:
     return None
 
 
+def _refusal(p: Problem, estimate: float, budget: Budget, what: str) -> str:
+    return (
+        f"setting up {what} (d = {p.d}) is estimated at {estimate:.3g} s, more than the "
+        f"{budget.remaining():.3g} s left of the time limit of {budget.time_limit:g} s (the "
+        "set-up cannot be interrupted; raise time_limit)"
+    )
+
+
 def solve_nlp(p: Problem, build: Builder, budget: Budget) -> DesignAttempt:
     """Solve the NLP (with retries, within ``budget``) and verify the result.
 
@@ -313,7 +333,8 @@ def solve_nlp(p: Problem, build: Builder, budget: Budget) -> DesignAttempt:
     objective). If no attempt verifies but the starting design does (it is feasible by
     construction for a fixed B with positive symmetric part, a fixed A or v, or no fixed
     parts), that design is returned, certified but not minimal. When the budget runs out
-    before IPOPT starts, the (polished) starting design is the best iterate.
+    before IPOPT starts, or setting up an IPOPT solver is estimated (:func:`setup_estimate`)
+    to take longer than the time left, the (polished) starting design is the best iterate.
     """
     clock = time.perf_counter()
     guess = initial_guess(p)
@@ -321,11 +342,16 @@ def solve_nlp(p: Problem, build: Builder, budget: Budget) -> DesignAttempt:
     history: list[str] = []
     runner: _Runner | None = None
     exhausted: str | None = None
-    if not budget.exhausted:
+    estimate = setup_estimate(p)
+    refused = ""
+    if not budget.exhausted and estimate <= budget.remaining():
         nlp = NLP(p)
         runner = _Runner(p, nlp, nlp.initial(*guess))
         for extra in _ATTEMPTS if not p.opts.ipopt else ({},):
             if budget.exhausted:
+                break
+            if estimate > budget.remaining():
+                refused = _refusal(p, estimate, budget, "another IPOPT attempt")
                 break
             att = runner.attempt(extra, budget, build)
             history.append(att.stats["return_status"])
@@ -333,11 +359,13 @@ def solve_nlp(p: Problem, build: Builder, budget: Budget) -> DesignAttempt:
                 best = att
             if att.certificate.valid and att.stats["optimal"]:
                 break
+    elif not budget.exhausted:
+        refused = _refusal(p, estimate, budget, "the NLP")
     if best is None:
-        exhausted = budget.reason()
+        exhausted = refused or budget.reason()
         layer, cert = _starting_design(p, build, guess)
         stats: dict[str, Any] = {"return_status": "", "optimal": False}
-        diagnosis = f"IPOPT did not run: {exhausted}"
+        diagnosis = "IPOPT did not run"
         short = False
     else:
         layer, cert, stats, diagnosis, short = (
@@ -348,8 +376,8 @@ def solve_nlp(p: Problem, build: Builder, budget: Budget) -> DesignAttempt:
             best.short,
         )
         if not (cert.valid and stats["optimal"]):
-            if budget.exhausted:
-                exhausted = budget.reason()
+            if budget.exhausted or refused:
+                exhausted = refused or budget.reason()
             else:
                 exhausted = _cap_reason(p, stats["return_status"], budget)
         if not cert.valid:
@@ -362,6 +390,7 @@ def solve_nlp(p: Problem, build: Builder, budget: Budget) -> DesignAttempt:
                 )
                 layer, cert = layer0, cert0
     stats["attempts"] = history
+    stats["setup_estimate"] = estimate
     stats["iterations"] = 0 if runner is None else runner.iterations
     stats["nlp_seconds"] = time.perf_counter() - clock
     return DesignAttempt(layer, cert, stats, diagnosis, exhausted, short)

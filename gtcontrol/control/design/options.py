@@ -21,6 +21,7 @@ from ..._validation import (
     as_nonnegative_float,
     as_positive_float,
     as_positive_int,
+    as_seed,
 )
 from ...errors import InvalidParametersError
 
@@ -88,8 +89,7 @@ class _DesignOptions:
         )
         as_positive_int("robustness_samples", self.robustness_samples, maximum=_MAX_SAMPLES)
         as_positive_float("robustness_max", self.robustness_max)
-        if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)):
-            raise InvalidParametersError(f"seed: expected an integer, got {self.seed!r}")
+        as_seed("seed", self.seed)
         if self.min_ess is not None and not 0.0 < as_positive_float("min_ess", self.min_ess) < 1.0:
             raise InvalidParametersError(
                 f"min_ess: expected None or a number in (0, 1), got {self.min_ess!r}"

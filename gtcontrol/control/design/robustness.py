@@ -19,7 +19,7 @@ import numpy as np
 from ..._display import Axes, SummaryItems
 from ..._linalg import FloatArray, identity_multiple, numerical_rank
 from ..._status import Budget, BudgetExhausted, Outcome, ResultFields, Status, as_time_limit
-from ..._validation import as_positive_float, as_positive_int
+from ..._validation import as_positive_float, as_positive_int, as_seed
 from ...analysis.equilibria import equilibria, equilibrium_at, mean_matrix
 from ...analysis.newton import newton_equilibrium
 from ...analysis.riccati import riccati_form
@@ -204,6 +204,12 @@ class _Block:
         return np.asarray(-sv[-1] * np.outer(u[:, -1], wh[-1, :]))
 
 
+#: Largest covariance block built explicitly (``d(d+1)/2``-square: 134 MB at this size, reached
+#: at d = 90); a larger one (outside the normal Riccati case, which is Lyapunov-structured) is
+#: refused with a SolverError rather than left to exhaust memory.
+_MAX_COV_BLOCK = 4096
+
+
 def _cov_block(hat: Layer) -> _Block:
     form = riccati_form(hat)
     if form is not None and form.is_bernoulli:
@@ -211,6 +217,13 @@ def _cov_block(hat: Layer) -> _Block:
         n_mat = form.A - form.R
         if is_normal(n_mat):
             return _Block("covariance", np.zeros((0, 0)), lyapunov_of=n_mat)
+    n_sym = hat.dim * (hat.dim + 1) // 2
+    if n_sym > _MAX_COV_BLOCK:
+        raise SolverError(
+            f"the covariance linearization is a {n_sym} × {n_sym} matrix at d = {hat.dim}, "
+            f"larger than the {_MAX_COV_BLOCK} rows its stability radius is computed for",
+            status="too_large",
+        )
     return _Block("covariance", orthonormal_cov_jacobian(hat, np.eye(hat.dim)))
 
 
@@ -224,22 +237,44 @@ class _Linear:
     worst: float
 
 
-def _linear_radii(layer: Layer, tgt: Gaussian, n_samp: int, rng: np.random.Generator) -> _Linear:
+def _grace_check(budget: Budget) -> None:
+    """Raise :class:`BudgetExhausted` when even the budget's grace is spent."""
+    left = budget.grace()
+    if left is not None and left <= 1e-9:
+        raise BudgetExhausted(budget.reason())
+
+
+def _linear_radii(
+    layer: Layer, tgt: Gaussian, n_samp: int, rng: np.random.Generator, budget: Budget
+) -> _Linear:
+    """Both blocks' radii, checked by ``n_samp`` sampled perturbations each (``O(n³)`` each).
+
+    The radii are the report's core: they are computed within the budget's grace
+    (:meth:`Budget.grace`), and :class:`BudgetExhausted` is raised when even that is spent; the
+    sampling stops when it runs out (the fraction is over the samples done).
+    """
     hat = Whitening.of(tgt.cov).layer(layer)
-    blocks = [_Block("mean", mean_matrix(hat, np.eye(hat.dim))), _cov_block(hat)]
+    _grace_check(budget)
+    blocks = [_Block("mean", mean_matrix(hat, np.eye(hat.dim)))]
+    _grace_check(budget)
+    blocks.append(_cov_block(hat))
     for blk in blocks:
         if blk.radius <= 0:
             raise InvalidParametersError(
                 f"layer: the {blk.name} linearization at the target is not Hurwitz"
             )
     bind = min(blocks, key=lambda b: b.radius)
-    stable_count = 0
-    for blk in blocks:
-        for _ in range(n_samp):
-            if blk.abscissa(blk.random(0.999 * blk.radius, rng)) < 0:
-                stable_count += 1
+    _grace_check(budget)
     worst = bind.abscissa(bind.worst()) / bind.radius
-    return _Linear(blocks, bind, stable_count / (2 * n_samp), worst)
+    stable_count = done = 0
+    for _ in range(n_samp):
+        for blk in blocks:
+            left = budget.grace()
+            if left is not None and left <= 1e-9:
+                break
+            stable_count += blk.abscissa(blk.random(0.999 * blk.radius, rng)) < 0
+            done += 1
+    return _Linear(blocks, bind, stable_count / done if done else math.nan, worst)
 
 
 # ----------------------------------------------------------------------------- parameters
@@ -272,18 +307,24 @@ def _random_direction(blocks: _Blocks, rng: np.random.Generator) -> list[FloatAr
     return out
 
 
-def _stable_at(layer: Layer, start: FloatArray) -> bool:
+def _stable_at(layer: Layer, start: FloatArray, budget: Budget) -> bool:
     """Does ``layer`` have a positive-definite, locally stable equilibrium (continued from
-    ``start``) with a Hurwitz mean matrix?"""
+    ``start``) with a Hurwitz mean matrix? Raises :class:`BudgetExhausted` when the budget
+    runs out before the equilibrium is known."""
     form = riccati_form(layer)
+    left = budget.grace()
     try:
         if form is not None and form.is_bernoulli:
-            eqs = equilibria(layer, cross_check=False)
+            eqs = equilibria(layer, cross_check=False, time_limit=left)
+            if eqs.status is Status.BUDGET_EXHAUSTED:
+                raise BudgetExhausted(budget.reason())
             if not eqs.success or len(eqs) != 1:
                 return False
             eq = eqs[0]
         else:
-            res = newton_equilibrium(layer, start)
+            res = newton_equilibrium(layer, start, time_limit=left)
+            if res.status is Status.BUDGET_EXHAUSTED:
+                raise BudgetExhausted(budget.reason())
             if not res.success:
                 return False
             cov = np.asarray(res.cov)
@@ -311,7 +352,7 @@ class _ParameterSearch:
     def stable(self, dirs: list[FloatArray], eps: float) -> bool:
         self.budget.check()
         self.evaluations += 1
-        return _stable_at(_perturbed(self.layer, self.blocks, dirs, eps), self.start)
+        return _stable_at(_perturbed(self.layer, self.blocks, dirs, eps), self.start, self.budget)
 
     def along(self, dirs: list[FloatArray], eps_max: float) -> None:
         """Search one direction; keep it if it destabilizes earlier than the best so far."""
@@ -340,7 +381,10 @@ class _ParameterSearch:
             return None
         bad = _perturbed(self.layer, self.blocks, self.best_dirs, self.best * (1 + 1e-3))
         # A non-monotone direction: keep the bracket, report no layer.
-        return None if _stable_at(bad, self.start) else bad
+        try:
+            return None if _stable_at(bad, self.start, self.budget) else bad
+        except BudgetExhausted:  # not confirmed in time: no layer
+            return None
 
     def stable_fraction(self, eps: float, n_samp: int, rng: np.random.Generator) -> float:
         ok = done = 0
@@ -368,9 +412,10 @@ def _robustness(
     clock = time.perf_counter()
     rng = np.random.default_rng(seed)
     try:
-        lin = _linear_radii(layer, tgt, samples, rng)
-    except SolverError as exc:
+        lin = _linear_radii(layer, tgt, samples, rng, budget)
+    except (SolverError, BudgetExhausted) as exc:
         nan = math.nan
+        cut = isinstance(exc, BudgetExhausted)
         return Robustness(
             mean_radius=nan,
             cov_radius=nan,
@@ -385,8 +430,8 @@ def _robustness(
             parameter_stable_fraction=nan,
             destabilizing=None,
             stats={"evaluations": 0, "seconds": time.perf_counter() - clock},
-            status=Status.FAILED,
-            message=str(exc),
+            status=Status.BUDGET_EXHAUSTED if cut else Status.FAILED,
+            message=f"incomplete: {exc}" if cut else str(exc),
         )
     search = _ParameterSearch(layer, tgt.cov, budget)
     exhausted: str | None = None
@@ -485,8 +530,7 @@ def design_robustness(
     n_samp = as_positive_int("samples", samples, maximum=_MAX_SAMPLES)
     eps_max = as_positive_float("max_relative", max_relative)
     budget = Budget(as_time_limit(time_limit))
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise InvalidParametersError(f"seed: expected an integer, got {seed!r}")
+    as_seed("seed", seed)
     if rel_residual(layer, tgt) > RESIDUAL_TOL:
         raise InvalidParametersError("layer: the target is not an equilibrium of the layer")
     return _robustness(

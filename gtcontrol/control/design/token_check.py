@@ -36,6 +36,7 @@ from ..._validation import (
     as_nonnegative_float,
     as_positive_float,
     as_positive_int,
+    as_seed,
     frozen,
     option_values,
 )
@@ -165,8 +166,7 @@ class _TokenCheckOptions:
             as_positive_float("T", self.T)
         if self.steps is not None:
             as_positive_int("steps", self.steps, maximum=_MAX_STEPS)
-        if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)):
-            raise InvalidParametersError(f"seed: expected an integer, got {self.seed!r}")
+        as_seed("seed", self.seed)
         if not as_nonnegative_float("min_token_ess", self.min_token_ess) <= 1.0:
             raise InvalidParametersError(
                 f"min_token_ess: expected a number in [0, 1], got {self.min_token_ess!r}"
@@ -193,14 +193,19 @@ def _auto_steps(layer: Layer, target: Gaussian, initial: Gaussian, T: float) -> 
     return int(min(max(math.ceil(T * lam / _STEP_RATE), 1), _MAX_STEPS))
 
 
-def _empirical_ess(layer: Layer, x: FloatArray) -> float:
-    """``min_i (Σ_j w_ij)² / (N Σ_j w_ij²)``, ``w_ij = exp(x_jᵀ B_h x_i)``, over tokens, heads."""
+def _empirical_ess(layer: Layer, x: FloatArray, budget: Budget | None = None) -> float:
+    """``min_i (Σ_j w_ij)² / (N Σ_j w_ij²)``, ``w_ij = exp(x_jᵀ B_h x_i)``, over tokens, heads.
+
+    ``nan`` when ``budget``'s grace runs out between two blocks of queries (``O(N² d)`` work).
+    """
     n = x.shape[0]
     block = max(1, _ESS_BLOCK_WEIGHTS // n)
     low = 1.0
     for _, b in layer.heads:
         q = x @ b.T  # rows u_i = B x_i
         for i0 in range(0, n, block):
+            if budget is not None and _spent(budget):
+                return math.nan
             logits = q[i0 : i0 + block] @ x.T
             w = np.exp(logits - logits.max(axis=1, keepdims=True))
             ess = w.sum(axis=1) ** 2 / (n * np.einsum("ij,ij->i", w, w))
@@ -215,12 +220,28 @@ def _n_snapshots(requested: int | None, steps: int, numbers: int) -> int:
     return int(max(2, min(steps + 1, _SNAPSHOT_BYTES // (8 * numbers), _MAX_SNAPSHOTS)))
 
 
-def _floor(target: Gaussian, n: int, samples: int, rng: np.random.Generator) -> float:
-    dists = [
-        Gaussian.from_samples(target.sample(n, rng)).bures_wasserstein(target)
-        for _ in range(samples)
-    ]
-    return float(np.median(dists))
+def _spent(budget: Budget) -> bool:
+    """Whether the budget's grace (:meth:`Budget.grace`) is spent: no more measurements."""
+    left = budget.grace()
+    return left is not None and left <= 1e-9
+
+
+def _floor(
+    target: Gaussian, n: int, samples: int, rng: np.random.Generator, budget: Budget
+) -> float:
+    """Median ``W2`` of fresh ``n``-point target samples (those drawn within the budget's
+    grace; ``nan`` when none was)."""
+    dists = []
+    for _ in range(samples):
+        if _spent(budget):
+            break
+        dists.append(Gaussian.from_samples(target.sample(n, rng)).bures_wasserstein(target))
+    return float(np.median(dists)) if dists else math.nan
+
+
+def _measured(values: list[float], count: int) -> FloatArray:
+    """``values`` padded with ``nan`` to ``count`` entries (measurements cut by the budget)."""
+    return np.array(values + [math.nan] * (count - len(values)), dtype=float)
 
 
 def _default_depth(layer: Layer, target: Gaussian) -> float:
@@ -327,9 +348,10 @@ def design_token_certificate(
     budget = Budget(opts.time_limit)
     depth = _default_depth(layer, tgt) if opts.T is None else float(opts.T)
     n_steps = _auto_steps(layer, tgt, g0, depth) if opts.steps is None else int(opts.steps)
+    if budget.exhausted:  # the set-up took the time: no tokens are drawn
+        return _not_run(opts, depth, n_steps, g0, budget, clock)
     rng = np.random.default_rng(int(opts.seed))
     x0 = g0.sample(opts.n_tokens, rng)
-    floor = _floor(tgt, opts.n_tokens, opts.floor_samples, rng)
     snaps = np.linspace(0.0, depth, _n_snapshots(opts.n_snapshots, n_steps, x0.size))
     left = budget.remaining()
     tr = simulate_tokens(
@@ -341,20 +363,36 @@ def design_token_certificate(
         snapshot_times=snaps,
         time_limit=None if math.isinf(left) else max(left, 1e-6),
     )
-    w2_path = np.array([tr.empirical(i).bures_wasserstein(tgt) for i in range(len(tr))])
+    # The measurements run within the budget's grace; those cut short are nan (and the
+    # certificate is then BUDGET_EXHAUSTED). The final distance first: it is the verdict.
+    w2 = tr.final.bures_wasserstein(tgt)
+    cut = tr.status is Status.BUDGET_EXHAUSTED  # no grace for a simulation cut short
+    floor = math.nan if cut else _floor(tgt, opts.n_tokens, opts.floor_samples, rng, budget)
+    w2_vals = []
+    for i in range(len(tr) - 1):
+        if cut or _spent(budget):
+            break
+        w2_vals.append(tr.empirical(i).bures_wasserstein(tgt))
+    w2_path = _measured(w2_vals, len(tr))
+    w2_path[-1] = w2
     snap_t = np.array([t for t, _ in tr.snapshots])
-    ess_path = np.array([_empirical_ess(layer, np.asarray(x, float)) for _, x in tr.snapshots])
-    predicted = min(
-        (
-            float(np.min(ess_fraction(layer, Gaussian.from_samples(x), np.asarray(x, float))))
-            for _, x in tr.snapshots
-        ),
-        default=1.0,
-    )
-    w2 = float(w2_path[-1])
-    low = float(np.min(ess_path)) if ess_path.size else 1.0
+    ess_vals, predicted = [], 1.0
+    for _, x in tr.snapshots:
+        if cut or _spent(budget):
+            break
+        x64 = np.asarray(x, float)
+        ess_vals.append(_empirical_ess(layer, x64, budget))
+        fraction = ess_fraction(layer, Gaussian.from_samples(x64), x64)
+        predicted = min(predicted, float(np.min(fraction)) if np.size(fraction) else 1.0)
+    ess_path = _measured(ess_vals, len(tr.snapshots))
+    low = float(np.min(ess_path)) if ess_path.size else 1.0  # nan if any was cut
+    complete = not (math.isnan(floor) or np.isnan(w2_path).any() or np.isnan(ess_path).any())
+    sim_status, sim_message = tr.status, tr.message
+    if sim_status is Status.SUCCESS and not complete:
+        sim_status = Status.BUDGET_EXHAUSTED
+        sim_message = f"the measurements of the tokens were cut short: {budget.reason()}"
     status, message, valid = _verdict(
-        tr.status, tr.message, w2, floor, low, predicted, len(ess_path), opts
+        sim_status, sim_message, w2, floor, low, predicted, len(ess_vals), opts
     )
     return TokenCertificate(
         n_tokens=opts.n_tokens,
@@ -380,6 +418,39 @@ def design_token_certificate(
             "n_velocity": tr.stats.get("n_velocity"),
             "seed": int(opts.seed),
         },
+    )
+
+
+def _not_run(
+    opts: _TokenCheckOptions,
+    depth: float,
+    n_steps: int,
+    g0: Gaussian,
+    budget: Budget,
+    clock: float,
+) -> TokenCertificate:
+    """The certificate of a token check whose time ran out before any token moved."""
+    nan = math.nan
+    empty = frozen(np.empty(0))
+    return TokenCertificate(
+        n_tokens=opts.n_tokens,
+        T=depth,
+        steps=n_steps,
+        initial=g0,
+        w2=nan,
+        floor=nan,
+        min_ess=nan,
+        predicted_min_ess=nan,
+        t=empty,
+        w2_path=empty,
+        snapshot_t=empty,
+        ess_path=empty,
+        w2_factor=opts.w2_factor,
+        min_token_ess=opts.min_token_ess,
+        valid=False,
+        status=Status.BUDGET_EXHAUSTED,
+        message=f"no token was moved: {budget.reason()} before the token simulation",
+        stats={"seconds": time.perf_counter() - clock, "n_velocity": 0, "seed": int(opts.seed)},
     )
 
 

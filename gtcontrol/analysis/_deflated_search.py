@@ -1,0 +1,506 @@
+"""Deflated Newton search for the covariance equilibria of any layer (private).
+
+:func:`deflated_search` runs Newton–Kantorovich (:mod:`gtcontrol.analysis.newton`) with
+deflation of every root found (Σ = 0 always) from several kinds of starts, sharing one budget:
+
+* ``flow`` / ``reversed_flow``: endpoints of the forward flow (which leads to stable equilibria)
+  and of the reversed flow ``−F`` (negate A and every V_h; its stable equilibria are the fully
+  unstable ones of the layer) from the given starts and ``s0·{1, 0.3, 3}·I``;
+* ``continuation``: the unique equilibrium of the Riccati-class layer with ``V_h → (tr V_h/d) I``
+  (when it is positive definite) followed by Newton along ``V_h(λ) = (1−λ)(tr V_h/d)I + λV_h``;
+* ``given``, ``identity`` and ``random`` starts ``Q diag(s0 e^u) Qᵀ`` (Haar Q, ``u ~ U(±1.5)``),
+  ``s0 = ‖A‖/Σ_h‖V_h‖‖B_h‖`` the scale where the linear and quadratic terms balance;
+* ``factor``: Newton in Cholesky coordinates ``Σ = LLᵀ`` (L lower triangular, a square system
+  ``F(LLᵀ) = 0`` with Jacobian ``DF(Σ)[δL Lᵀ + L δLᵀ]``) from random L: its iterates stay
+  positive semidefinite, so it converges to the positive-(semi)definite roots only — the ones
+  wanted — and is then polished in Σ coordinates (up to ``kron_max_dim``).
+
+* ``path``: the real curve of the Newton homotopy ``F(Σ) = (1 − t)F(Σ0)`` from a random
+  ``(Σ0, 0)``, followed by pseudo-arclength continuation through turning points; every crossing
+  of ``t = 1`` is a root (one curve often meets several).
+
+Random, factor and path starts keep coming, in turn, until ``_SATURATION`` of them in a row
+find no new positive-definite root (at least ``n_random`` of each), or a cap is reached.
+
+Reference: P. E. Farrell, Á. Birkisson, S. W. Funke, *Deflation techniques for finding distinct
+solutions of nonlinear PDEs*, SIAM J. Sci. Comput. 37 (2015); docs/theory.md §4.4.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import scipy.linalg as sla
+
+from .._linalg import FloatArray, sym, unvech, vech, vech_index
+from .._status import Budget, BudgetExhausted, Status
+from ..errors import InvalidParametersError, SolverError
+from ..model.gaussian import Gaussian
+from ..model.heads import FactoredHeads
+from ..model.params import Layer
+from ._core import field_rate, is_pd, simulate_within
+from ._homotopy import _System
+from .bernoulli import solve_bernoulli
+from .newton import (
+    WorkMeter,
+    _deflation_factor,
+    _deflation_weight,
+    _jacobian_parts,
+    _kron_sym,
+    _NewtonOptions,
+    _rel_residual,
+    _typical_scale,
+    field_flops,
+    newton_run,
+)
+from .riccati import _bernoulli_form
+
+__all__ = ["SearchLog", "as_start_sequence", "deflated_search"]
+
+#: Two roots closer than this (relative, Frobenius) are the same.
+DISTINCT_RTOL = 1e-6
+
+#: Deflation retries one start at most this many times (once per new root found).
+_MAX_ROOTS_PER_START = 8
+
+#: At most this many user-given extra starts.
+MAX_STARTS = 64
+
+#: Right-hand-side evaluations allowed to one flow-start integration (a stiff or slow flow is
+#: abandoned, its start skipped; about 0.3 s at d = 3).
+_FLOW_MAX_EVALS = 6_000
+
+#: Newton iterations allowed to the whole search (all starts and deflation retries together):
+#: a finite cap on total work independent of ``time_limit``.
+_TOTAL_MAX_ITER = 20_000
+
+#: Random/factor starts in a row without a new positive-definite root that end the search.
+_SATURATION = 40
+
+#: At most this many random plus factor starts.
+_MAX_RANDOM = 2_000
+
+#: Steps allowed to one Newton-homotopy path (``_path_roots``).
+_PATH_MAX_STEPS = 400
+
+#: Continuation steps from the Riccati-class layer to the given one.
+_CONTINUATION_STEPS = 8
+
+
+@dataclass
+class SearchLog:
+    """What a deflated search found and how each start ended."""
+
+    roots: list[tuple[FloatArray, int]] = field(default_factory=list)
+    known: list[FloatArray] = field(default_factory=list)
+    outcomes: dict[str, int] = field(default_factory=dict)
+    log: list[dict[str, Any]] = field(default_factory=list)
+    newton_iterations: int = 0
+    stopped: str = ""
+    work_flops: float = 0.0
+    work_cap: float = 0.0
+
+    def kinds(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for entry in self.log:
+            out[entry["start"]] = out.get(entry["start"], 0) + 1
+        return out
+
+
+def as_start_sequence(starts: Any) -> Sequence[Any]:
+    """``starts`` as a sequence of matrices (a single array or a non-sequence is refused)."""
+    if isinstance(starts, np.ndarray) and starts.ndim == 3:
+        return list(starts)
+    if isinstance(starts, (str, bytes, np.ndarray)) or not isinstance(starts, Sequence):
+        raise InvalidParametersError(
+            f"starts: expected a sequence of symmetric d×d matrices, got {type(starts).__name__}"
+        )
+    if len(starts) > MAX_STARTS:
+        raise InvalidParametersError(
+            f"starts: expected at most {MAX_STARTS} extra starts, got {len(starts)}"
+        )
+    return starts
+
+
+def _reversed(layer: Layer) -> Layer | None:
+    """The layer whose covariance field is ``−F`` (negate A and every V_h), or ``None`` (noise)."""
+    if layer.noise is not None and np.any(layer.noise):
+        return None
+    a, _ = layer.affine_ffn()
+    fh = layer.factored_heads
+    if fh is not None and not layer.dense_heads:  # V_h = o_h v_h: negate o, keep the factors
+        return Layer(-a, heads=FactoredHeads(fh.q, fh.k, fh.v, -fh.o, scale=fh.scale))
+    return Layer(-a, heads=[(-v, b) for v, b in layer.heads], dim=layer.dim)
+
+
+def _flow_start(
+    layer: Layer, start: FloatArray, budget: Budget, work: WorkMeter
+) -> FloatArray | None:
+    """Endpoint of the moment flow from ``start`` after 20 time constants (None if it fails).
+
+    At most ``_FLOW_MAX_EVALS`` field evaluations and 1/16 of the work left: at large d a flow
+    start is cheap to skip, Newton is where the work pays.
+    """
+    cost = field_flops(layer) / 2 + WorkMeter.OVERHEAD
+    max_evals = int(min(_FLOW_MAX_EVALS, work.left() / 16 / cost))
+    if max_evals < 50:
+        return None
+    g = Gaussian(np.zeros(layer.dim), start)
+    try:
+        # Only a start for Newton is wanted: low accuracy is enough. A stiff flow may make the
+        # integrator's LU warn; the start is then simply skipped, so the warning is not shown.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", sla.LinAlgWarning)
+            traj = simulate_within(
+                layer,
+                g,
+                20.0 / field_rate(layer, start),
+                budget,
+                n_points=2,
+                rtol=1e-5,
+                atol=1e-10,
+                method="RK45",
+                max_evals=max_evals,
+            )
+    except (SolverError, InvalidParametersError, ValueError, BudgetExhausted):
+        work.used += max_evals * cost
+        return None
+    work.used += int(traj.stats.get("nfev", max_evals)) * cost
+    if traj.status is not Status.SUCCESS:
+        return None
+    end = np.asarray(traj.cov[-1])
+    top = float(np.linalg.eigvalsh(end)[-1])
+    if not np.all(np.isfinite(end)) or top <= 1e-8 * float(np.linalg.norm(start, 2)):
+        return None
+    return end
+
+
+def _continuation_start(
+    layer: Layer, opts: _NewtonOptions, budget: Budget, work: WorkMeter
+) -> FloatArray | None:
+    """Follow the Riccati-class equilibrium (``V_h → (tr V_h/d) I``) to the layer by Newton."""
+    if layer.factored_heads is not None or layer.noise is not None:
+        return None
+    d = layer.dim
+    a, _ = layer.affine_ffn()
+    means = [(float(np.trace(v)) / d, v, b) for v, b in layer.heads]
+    if all(m == 0.0 for m, _, _ in means):
+        return None
+
+    def at(lam: float) -> Layer:
+        return Layer(a, heads=[((1 - lam) * m * np.eye(d) + lam * v, b) for m, v, b in means])
+
+    form = _bernoulli_form(at(0.0))
+    if form is None:
+        return None
+    sol = solve_bernoulli(form)
+    if sol.cov is None:
+        return None
+    cov = np.asarray(sol.cov)
+    for lam in np.linspace(0.0, 1.0, _CONTINUATION_STEPS + 1)[1:]:
+        res = newton_run(at(float(lam)), cov, [], opts, budget, work)
+        if not res.success:
+            return cov if lam > 0.5 else None
+        cov = np.asarray(res.cov)
+    return cov
+
+
+def _fixed_starts(
+    layer: Layer,
+    given: list[FloatArray],
+    opts: _NewtonOptions,
+    budget: Budget,
+    per_start: float | None,
+    work: WorkMeter,
+) -> list[tuple[str, FloatArray]]:
+    """Flow endpoints, the continuation start, the given starts and the multiples of I."""
+    d = layer.dim
+    s0 = _typical_scale(layer)
+    base = [("given", g) for g in given]
+    base += [("identity", c * s0 * np.eye(d)) for c in (1.0, 0.3, 3.0)]
+    rev = _reversed(layer)
+    out: list[tuple[str, FloatArray]] = []
+    for kind0, st in base:
+        if budget.exhausted or (kind0 == "given" and not is_pd(st)):
+            continue
+        for kind, lay in (("flow", layer), ("reversed_flow", rev)):
+            if lay is not None and not budget.exhausted:
+                end = _flow_start(lay, st, budget.sub(per_start), work)
+                if end is not None:
+                    out.append((kind, end))
+    if not budget.exhausted:
+        cont = _continuation_start(layer, opts, budget.sub(per_start), work)
+        if cont is not None:
+            out.append(("continuation", cont))
+    return out + base
+
+
+def _random_spd(rng: np.random.Generator, d: int, s0: float) -> FloatArray:
+    q, _ = np.linalg.qr(rng.standard_normal((d, d)))
+    w = s0 * np.exp(rng.uniform(-1.5, 1.5, d))
+    return sym((q * w) @ q.T)
+
+
+def _factor_newton(
+    layer: Layer,
+    chol: FloatArray,
+    known: list[FloatArray],
+    opts: _NewtonOptions,
+    budget: Budget,
+    work: WorkMeter,
+) -> tuple[FloatArray | None, int]:
+    """Newton on ``G(L) = F(LLᵀ)`` over lower-triangular L, deflated; ``(Σ or None, its)``.
+
+    The iterates ``Σ = LLᵀ`` stay positive semidefinite. Each step solves
+    ``DF(Σ)[δL Lᵀ + L δLᵀ] = −F(Σ)`` (dense, ``d(d+1)/2`` unknowns), scaled by the deflation
+    factor and damped by backtracking on the deflated relative residual.
+    """
+    d = layer.dim
+    iu, _ = vech_index(d)
+    ia, ib = iu  # rows: the (a, b), a ≤ b, entries of a symmetric matrix
+    li, lj = np.tril_indices(d)  # columns: the (i, j), i ≥ j, entries of L
+    s0 = max(float(np.linalg.norm(chol @ chol.T)), _typical_scale(layer))
+    lmat = chol.copy()
+    cost = float(d) ** 6 / 12 + 2 * field_flops(layer)
+    for it in range(opts.max_iter):
+        cov = lmat @ lmat.T
+        f, rel = _rel_residual(layer, cov)
+        if not np.isfinite(rel):
+            return None, it
+        if rel <= 1e-8:
+            return cov, it
+        budget.check()
+        work.charge(cost)
+        # ∂vech(δL Lᵀ + L δLᵀ)/∂δL_ij = [a = i] L_bj + [b = i] L_aj.
+        p = (ia[:, None] == li[None, :]) * lmat[ib[:, None], lj[None, :]] + (
+            ib[:, None] == li[None, :]
+        ) * lmat[ia[:, None], lj[None, :]]
+        jac = _kron_sym(*_jacobian_parts(layer, cov)) @ p
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", sla.LinAlgWarning)
+                step = sla.solve(jac, -vech(f), check_finite=False)
+        except (np.linalg.LinAlgError, ValueError):
+            return None, it
+        dl = np.zeros((d, d))
+        dl[li, lj] = step
+        tau = _deflation_factor(cov, dl @ lmat.T + lmat @ dl.T, known, s0, opts)
+        merit = rel * _deflation_weight(cov, known, s0, opts)
+        alpha, moved = tau, False
+        for _ in range(12):
+            cand = lmat + alpha * dl
+            c_cov = cand @ cand.T
+            if np.all(np.isfinite(c_cov)):
+                _, rc = _rel_residual(layer, c_cov)
+                if rc * _deflation_weight(c_cov, known, s0, opts) < (1 - 1e-4) * merit:
+                    lmat, moved = cand, True
+                    break
+            alpha *= 0.5
+        if not moved or float(np.linalg.norm(lmat)) ** 2 > 1e8 * s0:
+            return None, it + 1
+    return None, opts.max_iter
+
+
+def deflated_search(
+    layer: Layer,
+    given: list[FloatArray],
+    opts: _NewtonOptions,
+    budget: Budget,
+    per_start: float | None,
+    known: list[FloatArray],
+) -> SearchLog:
+    """Deflated Newton from every kind of start (module docstring); ``known`` is deflated.
+
+    Returns the positive-definite roots with their Newton iterations, and how each start ended.
+    """
+    d = layer.dim
+    out = SearchLog(known=[np.zeros((d, d))] + [k for k in known if np.any(k)])
+    work = WorkMeter(opts.work_cap, budget)
+    rng = np.random.default_rng(opts.seed)
+    s0 = _typical_scale(layer)
+    factor_ok = d <= opts.kron_max_dim
+    try:
+        for kind, st in _fixed_starts(layer, given, opts, budget, per_start, work):
+            _run_start(layer, kind, st, opts, budget, per_start, work, out)
+        poly = _System(layer, 1.0, np.ones(d * (d + 1) // 2 + 1)) if factor_ok else None
+        dry, count = 0, {"random": 0, "factor": 0, "path": 0}
+        cycle = ("path", "factor", "random") if poly is not None else ("random",)
+        while dry < _SATURATION or min(count[k] for k in cycle) < opts.n_random:
+            total = sum(count.values())
+            if total >= _MAX_RANDOM:
+                break
+            kind = cycle[total % len(cycle)]
+            count[kind] += 1
+            before = len(out.roots)
+            st = _random_spd(rng, d, s0)
+            try:
+                _one_start(layer, kind, st, poly, opts, budget, per_start, work, out)
+            except BudgetExhausted:
+                if budget.exhausted or work.left() == 0.0:
+                    raise
+                out.log.append({"start": kind, "runs": ["time_limit"]})  # its own limit only
+                out.outcomes["time_limit"] = out.outcomes.get("time_limit", 0) + 1
+            dry = 0 if len(out.roots) > before else dry + 1
+    except BudgetExhausted as exc:
+        out.stopped = exc.reason
+    out.work_flops, out.work_cap = work.used, work.cap
+    return out
+
+
+def _one_start(
+    layer: Layer,
+    kind: str,
+    st: FloatArray,
+    poly: _System | None,
+    opts: _NewtonOptions,
+    budget: Budget,
+    per_start: float | None,
+    work: WorkMeter,
+    out: SearchLog,
+) -> None:
+    """One random, factor or path start (a per-start limit raises :class:`BudgetExhausted`)."""
+    if kind == "random":
+        _run_start(layer, "random", st, opts, budget, per_start, work, out)
+        return
+    sub = budget.sub(per_start)
+    if kind == "factor":
+        chol = np.asarray(np.linalg.cholesky(st), dtype=float)
+        cov, its = _factor_newton(layer, chol, out.known, opts, sub, work)
+        out.newton_iterations += its
+        roots = [] if cov is None else [cov]
+    else:
+        assert poly is not None
+        roots = _path_roots(poly, st, sub, work, _PATH_MAX_STEPS)
+    if not roots:
+        out.log.append({"start": kind, "runs": ["no_root"]})
+        out.outcomes["no_root"] = out.outcomes.get("no_root", 0) + 1
+    for root in roots:
+        _run_start(layer, kind, root, opts, budget, per_start, work, out)
+
+
+def _run_start(
+    layer: Layer,
+    kind: str,
+    start: FloatArray,
+    opts: _NewtonOptions,
+    budget: Budget,
+    per_start: float | None,
+    work: WorkMeter,
+    out: SearchLog,
+) -> None:
+    """Newton from one start, retried with each new root deflated; the outcomes are logged."""
+    budget.check()
+    ends: list[str] = []
+    out.log.append({"start": kind, "runs": ends})
+    for _ in range(_MAX_ROOTS_PER_START):
+        if out.newton_iterations >= _TOTAL_MAX_ITER:
+            raise BudgetExhausted(
+                f"the cap of {_TOTAL_MAX_ITER} Newton iterations over all starts was reached"
+            )
+        res = newton_run(layer, start, out.known, opts, budget.sub(per_start), work)
+        out.newton_iterations += res.iterations
+        if res.stats["termination"] == "time_limit" and work.left() == 0.0:
+            raise BudgetExhausted(res.message)
+        key = str(res.stats["termination"])
+        if res.success:
+            cov = np.asarray(res.cov)
+            scale = max(float(np.linalg.norm(cov)), 1e-300)
+            if any(np.linalg.norm(cov - k) <= DISTINCT_RTOL * scale for k in out.known):
+                key = "duplicate"
+            else:
+                out.known.append(cov)
+                key = "not_positive_definite"
+                if is_pd(cov):
+                    out.roots.append((cov, res.iterations))
+                    key = "new"
+        ends.append(key)
+        out.outcomes[key] = out.outcomes.get(key, 0) + 1
+        if key not in ("new", "not_positive_definite"):
+            break
+
+
+def _path_roots(
+    poly: _System, cov0: FloatArray, budget: Budget, work: WorkMeter, max_steps: int
+) -> list[FloatArray]:
+    """Roots met along the Newton homotopy ``H(x, t) = E(x) − (1 − t)E(x0)`` from ``(x0, 0)``.
+
+    ``E`` is the scaled polynomial form of F (``x = vech(Σ)/s``, :class:`_homotopy._System`).
+    The real solution curve of H through ``(x0, 0)`` is followed by pseudo-arclength
+    continuation (Euler predictor along the tangent, chord-Newton corrector on
+    ``[H; τᵀ(y − y_pred)] = 0``, adaptive step), through turning points in t; every crossing of
+    ``t = 1`` is a root of F (returned as Σ, to be polished by Newton). The curve is followed
+    until it leaves ``‖x‖ ≤ 10⁶`` or ``max_steps`` run out.
+    """
+    n = poly.n
+    d = poly.d
+    x0 = vech(cov0) / poly.scale
+    q_flat = poly.q_flat.real
+    lin, c = poly.lin, poly.c
+
+    def parts(x: FloatArray) -> tuple[FloatArray, FloatArray]:
+        qx = (x @ q_flat).reshape(n, n)
+        return qx @ x + lin @ x + c, 2.0 * qx + lin
+
+    f0, _ = parts(x0)
+    fs = max(float(np.linalg.norm(f0)), 1e-300)
+    f0 = f0 / fs
+    cost = 2.0 * n**3 + 4.0 * n**2
+    y = np.concatenate([x0, [0.0]])
+    tau = np.zeros(n + 1)
+    tau[n] = 1.0
+    h = 0.05
+    aug = np.empty((n + 1, n + 1))
+    aug[:n, n] = f0
+    roots: list[FloatArray] = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", sla.LinAlgWarning)
+        for _ in range(max_steps):
+            budget.check()
+            work.charge(cost)
+            _, jx = parts(y[:n])
+            aug[:n, :n] = jx / fs
+            aug[n] = tau
+            try:
+                inv = np.linalg.inv(aug)
+            except np.linalg.LinAlgError:
+                break
+            z = inv[:, n]  # inv @ e_last
+            if not np.all(np.isfinite(z)):
+                break
+            tau = z / np.linalg.norm(z)
+            # Chord corrector with the inverse at y (its last row, the old tangent, is close).
+            ok = False
+            while h >= 1e-6 and not ok:
+                yp = y + h * tau
+                yc = yp.copy()
+                first = prev = math.inf
+                for k in range(6):
+                    e, _ = parts(yc[:n])
+                    g = np.concatenate([e / fs - (1 - yc[n]) * f0, [tau @ (yc - yp)]])
+                    dy = -(inv @ g)
+                    yc = yc + dy
+                    nd = float(np.linalg.norm(dy))
+                    first = nd if k == 0 else first
+                    if not np.isfinite(nd) or (k and nd > 0.5 * prev):
+                        break
+                    prev = nd
+                    if nd <= 1e-7 * (1 + float(np.linalg.norm(yc))):
+                        ok = first <= 0.2 * h
+                        break
+                if not ok:
+                    h *= 0.5
+            if not ok:
+                break
+            if (y[n] - 1.0) * (yc[n] - 1.0) <= 0 and yc[n] != y[n]:
+                w = (1.0 - y[n]) / (yc[n] - y[n])
+                roots.append(unvech((1 - w) * y[:n] + w * yc[:n], d) * poly.scale)
+            y = yc
+            h = min(2.0 * h, 0.5 * (1 + float(np.linalg.norm(y[:n]))))
+            if float(np.linalg.norm(y[:n])) > 1e6:
+                break
+    return roots

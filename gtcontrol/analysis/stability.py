@@ -1,0 +1,643 @@
+"""Local stability of a Gaussian equilibrium: the spectrum of the linearized moment flow, at scale.
+
+At an equilibrium ``N(m*, Σ*)`` of a layer the moment ODE (docs/theory.md §2) linearizes to a
+block-triangular system, because the covariance equation does not involve the mean:
+
+    dH/dt = L(H) = M*H + HM*ᵀ + Σ_h (V_h H B_h Σ* + Σ* B_hᵀ H V_hᵀ),     (H symmetric)
+    dδm/dt = K δm + (terms in H),         K = A + Σ_h V_h (I + Σ* B_h),
+
+with ``M* = A + Σ_h V_h Σ* B_h``. ``L`` is the Fréchet derivative ``DF(Σ*)`` of the covariance
+field (:func:`gtcontrol.covariance_jacobian`, the one home of that operator), so the
+equilibrium is locally exponentially stable with rate ``ρ`` exactly when the spectral abscissa
+of ``L`` on symmetric matrices and that of ``K`` are both ``≤ −ρ`` (docs/theory.md, "Stability
+of a prescribed equilibrium").
+
+**Active subspace.** A layer may never move some directions ``n`` (``nᵀA = 0``, ``nᵀb = 0``,
+``nᵀV_h = 0``): then ``nᵀx`` is constant on every token, like the affine coordinate of an
+extracted Transformer layer, which carries the query bias. An equilibrium may be singular along
+such directions, ``Σ* = S ⊕ 0``; the flow then lives on the complement (the *active subspace*,
+``r = rank Σ*``) and ``L``, ``K`` are taken there. A covariance singular along a direction the
+layer moves is refused.
+
+**At scale.** ``L`` acts on ``Sym(r)``, of dimension ``r(r+1)/2`` (73,920 at ``r = 384``): it is
+never formed. Each product ``L(H)`` costs three ``r×r×r`` products with factored heads
+(``V_h H B_h Σ* = W_O,h (s W_V,h H W_K,hᵀ)(W_Q,h Σ*)``), and implicitly restarted Arnoldi
+(ARPACK) finds its rightmost eigenvalues. For ``r(r+1)/2 ≤ 1,500`` the matrix of ``L`` is formed
+and all its eigenvalues computed (LAPACK), which is also the independent check of the Krylov
+answer in the tests.
+
+**Lyapunov bound.** In the coordinates ``G = Σ*^{-1/2} H Σ*^{-1/2}`` the rotation ``M*`` is
+skew (at an equilibrium ``M*Σ* + Σ*M*ᵀ = 0``), so the numerical abscissa
+``ω = λ_max(½(L̂ + L̂*))`` comes from the heads alone and bounds the spectral abscissa from
+above. ``ω < 0`` is a Lyapunov certificate: ``‖G(t)‖_F ≤ e^{ωt} ‖G(0)‖_F`` for the
+linearization, with no transient growth; it is computed by Lanczos on a symmetric operator.
+
+Reference: the paper cited in :mod:`gtcontrol`, §4; R. B. Lehoucq, D. C. Sorensen, C. Yang,
+*ARPACK Users' Guide* (SIAM, 1998); docs/theory.md.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import scipy.sparse.linalg as sla
+
+from .._display import Axes, SummaryItems
+from .._linalg import FloatArray, spd_sqrt_pair, sym, unvech, vech, vech_scale
+from .._status import Budget, BudgetExhausted, Outcome, ResultFields, Status, as_time_limit
+from .._validation import as_choice, as_positive_int, frozen
+from ..errors import InvalidGaussianError, InvalidParametersError
+from ..model.field import affine_velocity, moment_field
+from ..model.gaussian import Gaussian, check_gaussian
+from ..model.heads import FactoredHeads
+from ..model.params import Layer
+from .newton import _Jacobian, _rel_residual
+
+__all__ = [
+    "LinearizationSpectrum",
+    "active_subspace",
+    "linearization_spectrum",
+    "reduced_layer",
+]
+
+ComplexArray = np.ndarray[Any, np.dtype[np.complex128]]
+
+
+def _complex(a: Any) -> ComplexArray:
+    out: ComplexArray = frozen(np.asarray(a, dtype=complex))
+    return out
+
+
+#: Largest ``r(r+1)/2`` for which the matrix of ``L`` is formed (method ``"auto"``).
+DENSE_LIMIT = 1500
+#: Largest ``r(r+1)/2`` accepted by ``method="dense"`` (memory ``8 n²`` bytes: 800 MB).
+_DENSE_MAX = 10_000
+#: A relative residual of the equilibrium equations above this is refused as "not an equilibrium".
+EQUILIBRIUM_RTOL = 1e-8
+#: Eigenvalues of ``Σ*`` below this times ``λ_max`` count as zero (the frozen directions).
+_RANK_RTOL = 1e-10
+#: Entries of ``nᵀA``, ``nᵀV_h``, ``nᵀb`` up to this times the layer's size count as zero.
+_FROZEN_RTOL = 1e-12
+#: Arnoldi: cap on restarts and the smallest basis size.
+_ARPACK_MAXITER = 2000
+_MIN_NCV = 20
+
+
+def active_subspace(layer: Layer, cov: FloatArray, name: str = "equilibrium") -> FloatArray:
+    """Orthonormal basis ``U`` (``d×r``) of ``range Σ``, checked against the frozen directions.
+
+    When ``Σ`` is singular its null space must consist of directions the layer never moves
+    (``nᵀA = 0``, ``nᵀb = 0``, ``nᵀV_h = 0``); zero rows and columns of ``Σ`` give coordinate
+    axes exactly (``U`` is then a selection of the identity's columns).
+
+    Raises
+    ------
+    InvalidGaussianError
+        Naming ``name``, if ``Σ`` is singular along a direction the layer moves.
+    """
+    d = layer.dim
+    c = sym(cov)
+    top = float(np.max(np.abs(c))) if c.size else 0.0
+    if top == 0.0:
+        raise InvalidGaussianError(f"{name}: the covariance is zero; expected rank ≥ 1")
+    zero = np.all(c == 0.0, axis=1)
+    active = np.flatnonzero(~zero)
+    w = np.linalg.eigvalsh(c[np.ix_(active, active)])
+    if float(w[0]) > _RANK_RTOL * float(w[-1]):
+        basis = np.eye(d)[:, active]
+    else:
+        w_full, u_full = np.linalg.eigh(c)
+        keep = w_full > _RANK_RTOL * float(w_full[-1])
+        basis = u_full[:, keep]
+    if basis.shape[1] < d:
+        _check_frozen(layer, _complement(basis), name)
+    return basis
+
+
+def _complement(basis: FloatArray) -> FloatArray:
+    d, r = basis.shape
+    if np.all(np.isin(basis, (0.0, 1.0))) and np.allclose(basis.sum(axis=0), 1.0):
+        rows = np.flatnonzero(basis.sum(axis=1) == 0.0)
+        return np.eye(d)[:, rows]
+    q, _ = np.linalg.qr(basis, mode="complete")
+    return q[:, r:]
+
+
+def _check_frozen(layer: Layer, null: FloatArray, name: str) -> None:
+    a, b = layer.affine_ffn()
+    parts: list[tuple[str, FloatArray]] = [("A", null.T @ a), ("b", null.T @ b)]
+    fh = layer.factored_heads
+    if fh is not None:
+        parts.append(("heads (W_O)", null.T @ fh.o_cat))
+    parts += [(f"dense head {h}", null.T @ v_h) for h, (v_h, _) in enumerate(layer.dense_heads)]
+    scale = max(
+        [1.0, float(np.max(np.abs(a)))]
+        + [float(np.max(np.abs(v_h))) for v_h, _ in layer.dense_heads]
+        + ([float(np.max(np.abs(fh.o_cat)))] if fh is not None else [])
+    )
+    for what, block in parts:
+        dev = float(np.max(np.abs(block))) if block.size else 0.0
+        if dev > _FROZEN_RTOL * scale:
+            raise InvalidGaussianError(
+                f"{name}: the covariance is singular along a direction the layer moves "
+                f"({what} acts on it, |entry| up to {dev:.3g}); expected a covariance positive "
+                "definite on the layer's active subspace (singular only along directions with "
+                "nᵀA = 0, nᵀb = 0 and nᵀV_h = 0, such as an affine coordinate)"
+            )
+
+
+def reduced_layer(layer: Layer, basis: FloatArray) -> Layer:
+    """The layer's covariance dynamics on ``range U``: ``A_r = UᵀAU``, heads ``(UᵀV_hU, UᵀB_hU)``.
+
+    Factored heads stay factored (``W_Q U``, ``W_K U``, ``W_V U``, ``Uᵀ W_O``). The bias and the
+    parts of ``B_h`` that act on the frozen directions only enter the mean equation, so they
+    are dropped; with ``Σ = U S Uᵀ`` the reduced field gives ``dS/dt`` exactly.
+    """
+    a, _ = layer.affine_ffn()
+    r = basis.shape[1]
+    groups: list[Any] = []
+    fh = layer.factored_heads
+    if fh is not None:
+        groups.append(
+            FactoredHeads(
+                fh.q @ basis,
+                fh.k @ basis,
+                fh.v @ basis,
+                np.einsum("ji,hjk->hik", basis, fh.o),
+                scale=fh.scale,
+            )
+        )
+    groups += [(basis.T @ v_h @ basis, basis.T @ b_h @ basis) for v_h, b_h in layer.dense_heads]
+    return Layer(basis.T @ a @ basis, heads=groups, dim=r)
+
+
+def _mean_block(layer: Layer, mean: FloatArray, cov: FloatArray, basis: FloatArray) -> FloatArray:
+    """``K = A + Σ_h V_h (I + Σ* B_h)`` restricted to the active subspace."""
+    m_mat, _ = affine_velocity(layer, np.zeros(layer.dim), cov)
+    fh = layer.factored_heads
+    k_mat = m_mat.copy()
+    if fh is not None:
+        k_mat += fh.o_cat @ fh.flat("v")
+    for v_h, _ in layer.dense_heads:
+        k_mat += v_h
+    out: FloatArray = basis.T @ k_mat @ basis
+    return out
+
+
+def equilibrium_residuals(layer: Layer, target: Gaussian) -> tuple[float, float]:
+    """Relative residuals ``(covariance, mean)`` of the moment field at ``target``.
+
+    Each is the size of the field relative to the sum of the sizes of its terms (for the
+    covariance :func:`~.newton._rel_residual`, the residual of the equilibrium searches), so
+    ``1e-16`` is exact to round-off whatever the scale.
+    """
+    _, rc = _rel_residual(layer, np.asarray(target.cov, dtype=float))
+    dm, _ = moment_field(layer, target.mean, target.cov)
+    m_mat, c = affine_velocity(layer, target.mean, target.cov)
+    a, b = layer.affine_ffn()
+    mean = np.asarray(target.mean, dtype=float)
+    mean_scale = (
+        float(np.linalg.norm(a @ mean))
+        + float(np.linalg.norm((m_mat - a) @ mean))
+        + float(np.linalg.norm(b))
+        + float(np.linalg.norm(c - b))
+    )
+    nm = float(np.linalg.norm(dm))
+    return float(rc), (nm / mean_scale if mean_scale > 0 else nm)
+
+
+class SymOperator:
+    """``L = DF(Σ*)`` on ``Sym(r)`` in orthonormal coordinates (``√2`` off the diagonal).
+
+    ``matvec`` maps the coordinates of ``H`` to those of ``L(H)`` (:class:`~.newton._Jacobian`,
+    the one home of the operator), or of ``L*(H)`` with ``adjoint=True``; the Frobenius
+    product is the Euclidean one of the coordinates, so the numerical abscissa is the top
+    eigenvalue of ``(J + Jᵀ)/2``. Every product ticks ``budget``.
+    """
+
+    def __init__(
+        self, layer: Layer, cov: FloatArray, budget: Budget | None = None, *, adjoint: bool = False
+    ) -> None:
+        self.r = layer.dim
+        self.n = self.r * (self.r + 1) // 2
+        self.jac: Any = _AdjointJacobian(layer, cov) if adjoint else _Jacobian(layer, cov)
+        self.w = vech_scale(self.r)
+        self.budget = budget
+        self.count = 0
+
+    def to_matrix(self, x: FloatArray) -> FloatArray:
+        """The symmetric ``H`` of coordinates ``x``."""
+        return unvech(x / self.w, self.r)
+
+    def to_coords(self, h: FloatArray) -> FloatArray:
+        """The coordinates of a symmetric ``H``."""
+        out: FloatArray = vech(h) * self.w
+        return out
+
+    def matvec(self, x: Any) -> Any:
+        """``L`` applied to coordinates (real; complex input is split into two products)."""
+        if np.iscomplexobj(x):
+            return self.matvec(x.real) + 1j * self.matvec(x.imag)
+        self.count += 1
+        if self.budget is not None:
+            self.budget.tick()
+        return self.to_coords(self.jac(self.to_matrix(np.asarray(x, dtype=float).ravel())))
+
+    def linear_operator(self) -> sla.LinearOperator:
+        """The operator for scipy's iterative eigensolvers."""
+        return sla.LinearOperator((self.n, self.n), matvec=self.matvec, dtype=float)
+
+    def dense(self) -> FloatArray:
+        """The ``n×n`` matrix (``n`` products with the unit coordinate vectors)."""
+        out = np.empty((self.n, self.n))
+        e = np.zeros(self.n)
+        for j in range(self.n):
+            e[j] = 1.0
+            out[:, j] = self.matvec(e)
+            e[j] = 0.0
+        return out
+
+
+@dataclass(frozen=True, eq=False)
+class LinearizationSpectrum(ResultFields, Outcome):
+    """The spectrum of the moment flow linearized at an equilibrium ``N(m*, Σ*)``.
+
+    Attributes
+    ----------
+    abscissa
+        ``max(cov_abscissa, mean_abscissa)``: the equilibrium is locally exponentially stable
+        with rate ``ρ`` iff ``abscissa ≤ −ρ`` (``ρ > 0``).
+    cov_abscissa
+        Spectral abscissa of ``L = DF(Σ*)`` on symmetric matrices of the active subspace.
+    mean_abscissa
+        Spectral abscissa of ``K = A + Σ_h V_h (I + Σ* B_h)`` on the active subspace.
+    eigenvalues
+        The ``k`` rightmost eigenvalues of ``L`` found, by decreasing real part.
+    modes
+        Their eigenvectors as ``d×d`` complex symmetric matrices ``H`` (unit Frobenius norm),
+        shape ``(k, d, d)``: where the covariance departs first.
+    mean_eigenvalues
+        Every eigenvalue of ``K`` (active subspace), by decreasing real part.
+    numerical_abscissa
+        ``ω = λ_max`` of the symmetric part of ``L`` in the ``Σ*``-normalized coordinates
+        (``≥ cov_abscissa``); ``ω < 0`` certifies ``‖Σ*^{-1/2}H(t)Σ*^{-1/2}‖_F ≤ e^{ωt}·(same at
+        0)`` for the linearized flow. ``nan`` when not computed.
+    residual
+        Relative residuals ``(covariance, mean)`` of the equilibrium equations at the input.
+    active_dim
+        ``r``, the dimension of the active subspace.
+    method
+        ``"dense"`` (every eigenvalue of the formed ``n×n`` matrix) or ``"krylov"`` (ARPACK).
+    status, message, stats
+        ``SUCCESS``; ``BUDGET_EXHAUSTED`` when ``time_limit`` ran out (nothing computed is
+        reported as known); ``FAILED`` when Arnoldi did not converge. ``stats``: ``matvecs``,
+        ``seconds``, ``residuals`` (``‖LH − λH‖_F`` of each pair).
+    """
+
+    abscissa: float
+    cov_abscissa: float
+    mean_abscissa: float
+    eigenvalues: ComplexArray
+    modes: ComplexArray
+    mean_eigenvalues: ComplexArray
+    numerical_abscissa: float
+    residual: tuple[float, float]
+    active_dim: int
+    method: str
+
+    def _summary_items(self) -> SummaryItems:
+        return [
+            ("abscissa", self.abscissa),
+            ("cov_abscissa", self.cov_abscissa),
+            ("mean_abscissa", self.mean_abscissa),
+            ("numerical_abscissa", self.numerical_abscissa),
+            ("active_dim", self.active_dim),
+            ("method", self.method),
+        ]
+
+    def _draw(self, ax: Axes) -> None:
+        from ._figures import draw_spectrum
+
+        draw_spectrum(ax, self.eigenvalues, label="L = DF(Σ*)", title="linearization spectrum")
+
+
+def linearization_spectrum(
+    layer: Layer,
+    equilibrium: Gaussian,
+    *,
+    k: int = 6,
+    method: str = "auto",
+    tol: float = 1e-10,
+    numerical_abscissa: bool = True,
+    time_limit: float | None = None,
+) -> LinearizationSpectrum:
+    """Spectral abscissa and leading modes of the moment flow linearized at an equilibrium.
+
+    The covariance part ``L(H) = M*H + HM*ᵀ + Σ_h (V_h H B_h Σ* + Σ* B_hᵀ H V_hᵀ)`` (``H``
+    symmetric on the active subspace) and the mean part ``K = A + Σ_h V_h(I + Σ*B_h)`` decide
+    local exponential stability: rate ``ρ`` iff both spectral abscissas are ``≤ −ρ``
+    (docs/theory.md, "Stability of a prescribed equilibrium"). ``L`` is applied through the
+    factored heads in ``O(r³ + H r² d_head)`` and never formed at scale.
+
+    Parameters
+    ----------
+    layer
+        The layer (dense or factored heads; affine feed-forward).
+    equilibrium
+        ``N(m*, Σ*)``, an equilibrium of ``layer`` (relative residual ``≤ 1e-8``). ``Σ*`` may be
+        singular along directions the layer never moves (an affine coordinate).
+    k
+        Number of rightmost eigenvalues of ``L`` reported (``1 ≤ k``; default 6).
+    method
+        ``"auto"`` (dense when ``r(r+1)/2 ≤ 1500``, else Krylov), ``"dense"`` or ``"krylov"``.
+    tol
+        Relative accuracy of the Krylov eigenvalues (ARPACK ``tol``; default 1e-10).
+    numerical_abscissa
+        Also compute the numerical abscissa ``ω`` (Lanczos on the symmetric part; default
+        true).
+    time_limit
+        Wall-clock limit in seconds (``None``: none); reaching it returns
+        ``Status.BUDGET_EXHAUSTED``.
+
+    Returns
+    -------
+    LinearizationSpectrum
+        The abscissas, the leading eigenvalues and modes, ``ω``, and the residuals.
+
+    Raises
+    ------
+    InvalidParametersError
+        If ``layer`` is not a Layer, an option is malformed, or ``equilibrium`` is not an
+        equilibrium of ``layer`` (the residual is named).
+    InvalidGaussianError
+        If ``equilibrium`` is not a Gaussian of the layer's dimension, or is singular along a
+        direction the layer moves.
+
+    Examples
+    --------
+    The Riccati-class layer ``A = I``, ``V = −I``, ``B = I`` has the equilibrium ``Σ* = I``;
+    its linearization is ``H ↦ −2H`` and the mean matrix is ``−I``:
+
+    >>> import numpy as np, gtcontrol as gt
+    >>> layer = gt.Layer(A=np.eye(2), V=-np.eye(2), B=np.eye(2))
+    >>> spec = gt.linearization_spectrum(layer, gt.Gaussian(np.zeros(2), np.eye(2)))
+    >>> spec.success, round(spec.cov_abscissa, 12), round(spec.mean_abscissa, 12)
+    (True, -2.0, -1.0)
+
+    References
+    ----------
+    Alcalde, Ji, Zuazua, arXiv:2606.07600 (2026), §4; Lehoucq, Sorensen, Yang, *ARPACK Users'
+    Guide* (SIAM, 1998); docs/theory.md.
+    """
+    clock = time.perf_counter()
+    limit = as_time_limit(time_limit)
+    if not isinstance(layer, Layer):
+        raise InvalidParametersError(
+            f"layer: expected a gtcontrol Layer, got {type(layer).__name__}"
+        )
+    target = check_gaussian(equilibrium, layer.dim, "equilibrium")
+    kk = as_positive_int("k", k, maximum=10_000)
+    as_choice("method", method, ("auto", "dense", "krylov"))
+    if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not 0.0 <= float(tol) < 1.0:
+        raise InvalidParametersError(f"tol: expected a number in [0, 1), got {tol!r}")
+    if not isinstance(numerical_abscissa, bool):
+        raise InvalidParametersError(
+            f"numerical_abscissa: expected True or False, got {numerical_abscissa!r}"
+        )
+    layer.affine_ffn()  # refuses a non-affine feed-forward
+    budget = Budget(limit)
+    residual = equilibrium_residuals(layer, target)
+    if not max(residual) <= EQUILIBRIUM_RTOL:
+        raise InvalidParametersError(
+            f"equilibrium: N(m, Σ) is not an equilibrium of the layer (relative residuals: "
+            f"covariance {residual[0]:.3g}, mean {residual[1]:.3g}; expected ≤ "
+            f"{EQUILIBRIUM_RTOL:g})"
+        )
+    basis = active_subspace(layer, target.cov)
+    return _spectrum(
+        layer, target, basis, kk, method, float(tol), numerical_abscissa, budget, residual, clock
+    )
+
+
+def _spectrum(
+    layer: Layer,
+    target: Gaussian,
+    basis: FloatArray,
+    k: int,
+    method: str,
+    tol: float,
+    want_omega: bool,
+    budget: Budget,
+    residual: tuple[float, float],
+    clock: float,
+    v0: FloatArray | None = None,
+) -> LinearizationSpectrum:
+    """The work of :func:`linearization_spectrum` on a validated input (also used by stabilize)."""
+    r = basis.shape[1]
+    red = reduced_layer(layer, basis)
+    s_act = basis.T @ target.cov @ basis
+    k_mean = _mean_block(layer, target.mean, target.cov, basis)
+    mean_eigs = np.linalg.eigvals(k_mean)
+    mean_eigs = mean_eigs[np.argsort(-mean_eigs.real, kind="stable")]
+    op = SymOperator(red, s_act, budget)
+    n = op.n
+    use_dense = (method == "auto" and n <= DENSE_LIMIT) or method == "dense"
+    if method == "dense" and n > _DENSE_MAX:
+        raise InvalidParametersError(
+            f"method: 'dense' forms an n×n matrix with n = r(r+1)/2 = {n} > {_DENSE_MAX}; "
+            "use 'krylov'"
+        )
+    k = min(k, n)
+    nan = float("nan")
+    empty = np.zeros(0, dtype=complex)
+    stats: dict[str, Any] = {}
+    try:
+        if use_dense:
+            vals, vecs = _dense_pairs(op, k)
+            name = "dense"
+        else:
+            vals, vecs = _krylov_pairs(op, k, tol, v0)
+            name = "krylov"
+        stats["matvecs_eigs"] = op.count
+        omega = _numerical_abscissa(red, s_act, tol, budget) if want_omega else nan
+    except BudgetExhausted as exc:
+        return LinearizationSpectrum(
+            abscissa=nan,
+            cov_abscissa=nan,
+            mean_abscissa=float(mean_eigs[0].real) if mean_eigs.size else nan,
+            eigenvalues=empty,
+            modes=_complex(np.zeros((0, layer.dim, layer.dim))),
+            mean_eigenvalues=_complex(mean_eigs),
+            numerical_abscissa=nan,
+            residual=residual,
+            active_dim=r,
+            method="dense" if use_dense else "krylov",
+            status=Status.BUDGET_EXHAUSTED,
+            message=f"stopped before the spectrum of L was known: {exc.reason}",
+            stats={"matvecs": op.count, "seconds": time.perf_counter() - clock},
+        )
+    except sla.ArpackNoConvergence as exc:
+        return LinearizationSpectrum(
+            abscissa=nan,
+            cov_abscissa=nan,
+            mean_abscissa=float(mean_eigs[0].real) if mean_eigs.size else nan,
+            eigenvalues=empty,
+            modes=_complex(np.zeros((0, layer.dim, layer.dim))),
+            mean_eigenvalues=_complex(mean_eigs),
+            numerical_abscissa=nan,
+            residual=residual,
+            active_dim=r,
+            method="krylov",
+            status=Status.FAILED,
+            message=f"Arnoldi (ARPACK) did not converge: {exc}",
+            stats={"matvecs": op.count, "seconds": time.perf_counter() - clock},
+        )
+    modes = np.stack([basis @ op.to_matrix(v) @ basis.T for v in vecs.T]) if k else None
+    residuals = [
+        float(np.linalg.norm(op.matvec(vecs[:, j]) - vals[j] * vecs[:, j])) for j in range(k)
+    ]
+    alpha = float(vals[0].real)
+    mean_alpha = float(mean_eigs[0].real) if mean_eigs.size else -math.inf
+    msg = (
+        f"spectral abscissa {max(alpha, mean_alpha):.6g}: covariance part {alpha:.6g} "
+        f"(rightmost λ = {_fmt(vals[0])}, {name}, n = {n}), mean part {mean_alpha:.6g}"
+        + (f"; numerical abscissa ω = {omega:.6g}" if want_omega else "")
+    )
+    stats.update(matvecs=op.count, seconds=time.perf_counter() - clock, residuals=residuals, n=n)
+    return LinearizationSpectrum(
+        abscissa=max(alpha, mean_alpha),
+        cov_abscissa=alpha,
+        mean_abscissa=mean_alpha,
+        eigenvalues=_complex(vals),
+        modes=_complex(modes if modes is not None else np.zeros((0, layer.dim, layer.dim))),
+        mean_eigenvalues=_complex(mean_eigs),
+        numerical_abscissa=omega,
+        residual=residual,
+        active_dim=r,
+        method=name,
+        status=Status.SUCCESS,
+        message=msg,
+        stats=stats,
+    )
+
+
+def _fmt(z: complex) -> str:
+    return f"{z.real:.6g}" if abs(z.imag) <= 1e-12 * max(abs(z), 1.0) else f"{z:.6g}"
+
+
+def _order(vals: ComplexArray, vecs: Any) -> tuple[ComplexArray, Any]:
+    idx = np.lexsort((-np.abs(vals.imag), -vals.real))
+    return vals[idx], vecs[:, idx]
+
+
+def _dense_pairs(op: SymOperator, k: int) -> tuple[ComplexArray, ComplexArray]:
+    import scipy.linalg
+
+    mat = op.dense()
+    vals, vecs = scipy.linalg.eig(mat, check_finite=False)
+    vals, vecs = _order(vals, vecs)
+    return vals[:k], vecs[:, :k]
+
+
+def _krylov_pairs(
+    op: SymOperator, k: int, tol: float, v0: FloatArray | None
+) -> tuple[ComplexArray, ComplexArray]:
+    """Rightmost pairs by ARPACK (``which="LR"``), from a deterministic start vector.
+
+    Two more pairs than asked are computed (ARPACK's ``k < n − 1`` and the conjugate of a
+    complex pair at the edge), with a basis of ``max(2k + 1, 20)`` vectors.
+    """
+    n = op.n
+    kk = min(k + 2, n - 2)
+    if kk < 1:
+        return _dense_pairs(op, k)
+    start = v0 if v0 is not None else _default_start(op)
+    ncv = min(n, max(2 * kk + 1, _MIN_NCV))
+    vals, vecs = sla.eigs(
+        op.linear_operator(),
+        k=kk,
+        which="LR",
+        ncv=ncv,
+        tol=tol,
+        v0=start,
+        maxiter=_ARPACK_MAXITER,
+    )
+    vals, vecs = _order(vals, vecs)
+    return vals[:k], vecs[:, :k]
+
+
+def _default_start(op: SymOperator) -> FloatArray:
+    """A fixed start mixing the identity with a seeded random symmetric matrix (reproducible)."""
+    rng = np.random.default_rng(20240611)
+    x = rng.standard_normal(op.n) + op.to_coords(np.eye(op.r))
+    out: FloatArray = x / np.linalg.norm(x)
+    return out
+
+
+def _numerical_abscissa(red: Layer, s_act: FloatArray, tol: float, budget: Budget) -> float:
+    """``λ_max`` of the symmetric part of ``L`` in ``G = S^{-1/2} H S^{-1/2}`` coordinates."""
+    root, inv_root = spd_sqrt_pair(s_act)
+    # L̂(G) = S^{-1/2} L(S^{1/2} G S^{1/2}) S^{-1/2}; its adjoint (Frobenius) is
+    # S^{1/2} L*(S^{-1/2} G S^{-1/2}) S^{1/2} with L* applied as the transposed Jacobian.
+    op = SymOperator(red, s_act, budget)
+    adj = _AdjointJacobian(red, s_act)
+    r = red.dim
+
+    def half_sum(x: FloatArray) -> FloatArray:
+        budget.tick()
+        g = op.to_matrix(x)
+        forward = inv_root @ op.jac(root @ g @ root) @ inv_root
+        backward = root @ adj(inv_root @ g @ inv_root) @ root
+        return op.to_coords(0.5 * (forward + backward))
+
+    n = op.n
+    if n <= DENSE_LIMIT:
+        mat = np.empty((n, n))
+        e = np.zeros(n)
+        for j in range(n):
+            e[j] = 1.0
+            mat[:, j] = half_sum(e)
+            e[j] = 0.0
+        return float(np.linalg.eigvalsh(sym(mat))[-1])
+    lin = sla.LinearOperator((n, n), matvec=half_sum, dtype=float)
+    start = op.to_coords(np.eye(r))
+    val = sla.eigsh(
+        lin,
+        k=1,
+        which="LA",
+        v0=start / np.linalg.norm(start),
+        tol=tol,
+        maxiter=_ARPACK_MAXITER,
+        return_eigenvectors=False,
+        ncv=min(n, _MIN_NCV),
+    )
+    return float(val[0])
+
+
+class _AdjointJacobian:
+    """The Frobenius adjoint of ``DF(Σ)`` on ``Sym``: ``L*(G) = P* + P*ᵀ``,
+    ``P* = MᵀG + Σ_h V_hᵀ G (B_hΣ)ᵀ`` (factored: ``s W_V,hᵀ (W_O,hᵀ G Σ W_Q,hᵀ) W_K,h``)."""
+
+    def __init__(self, layer: Layer, cov: FloatArray) -> None:
+        self.m_t, _ = affine_velocity(layer, np.zeros(layer.dim), cov)
+        self.m_t = self.m_t.T
+        self.fh = layer.factored_heads
+        if self.fh is not None:
+            self.sq_t = np.matmul(cov, self.fh.q.transpose(0, 2, 1)) * self.fh.scale  # (H, d, dh)
+        self.pairs = [(v_h.T, (b_h @ cov).T) for v_h, b_h in layer.dense_heads]
+
+    def __call__(self, g: FloatArray) -> FloatArray:
+        p = self.m_t @ g
+        fh = self.fh
+        if fh is not None:
+            og = np.matmul(fh.o.transpose(0, 2, 1), g)  # (H, dh, d): W_O,hᵀ G
+            cores = np.matmul(og, self.sq_t)  # (H, dh, dh)
+            p += np.einsum("hai,hab,hbj->ij", fh.v, cores, fh.k, optimize=True)
+        for v_t, y_t in self.pairs:
+            p += v_t @ g @ y_t
+        out: FloatArray = p + p.T
+        return out

@@ -1,0 +1,1100 @@
+"""Stabilize a given layer around a target: keep its heads, make ``N(m*, Σ*)`` a stable equilibrium.
+
+A pretrained attention layer is usually not stable anywhere: its covariance blows up in finite
+depth (docs/minilm_flows.md). :func:`stabilize` keeps the layer's heads exactly and designs
+the smallest addition, in a named family, that makes a chosen target ``N(m*, Σ*)`` an
+exponentially stable equilibrium with rate ``≥ rate`` (docs/theory.md, "Stability of a
+prescribed equilibrium"):
+
+1. **Feed-forward.** The equilibrium equation ``AΣ* + Σ*Aᵀ = −Q(Σ*)``,
+   ``Q(Σ) = Σ_h (V_hΣB_hΣ + ΣB_hᵀΣV_hᵀ)``, is linear in ``A``: every solution is
+   ``A = (−Q(Σ*)/2 + K)Σ*⁻¹`` with ``K`` skew. The one nearest to the layer's own ``A``
+   (Frobenius) is used: ``K`` solves the Lyapunov equation ``KP² + P²K = PEᵀ − EP``,
+   ``P = Σ*⁻¹``, ``E = −Q(Σ*)P/2 − A_old``. Then ``b`` makes the mean equation hold at ``m*``.
+2. **The extra, in a family.** At any such equilibrium ``M* = A + Σ_h V_hΣ*B_h`` is
+   ``Σ*``-skew, so ``A`` alone never makes ``Σ*`` attract; stability is decided by the heads.
+
+   * ``"head"``: one extra Riccati-class head ``(−cI, Σ*⁻¹)`` with ``A → A + cI``. It keeps the
+     equilibrium and shifts the covariance linearization ``L`` by exactly ``−2c`` and the mean
+     matrix ``K`` by ``−c`` (``−sc`` in the gauge below), so the smallest ``c`` is closed-form
+     from the spectral abscissas of the pretrained part:
+     ``c = max(0, (α(L) + ρ)/2, (α(K) + ρ)/s)``. For tokens the head is used in the gauge
+     ``(sV₀, B₀/s)``, which leaves the covariance dynamics unchanged; ``s`` makes the softmax
+     effective sample size ``ESS/N = exp(−uᵀΣu)`` of the added head at least ``min_ess`` for
+     queries within 3 standard deviations of the target and of the start (the rule of
+     :func:`gtcontrol.design_mean_matching`).
+   * ``"gains"``: per-head gains ``V_h → g_h V_h``, ``g ∈ [0, 1]ᴴ``, with ``‖1 − g‖₂`` minimal
+     (a local minimum, by sequential linear programming on the eigenvalue sensitivities
+     ``∂λ/∂g_h = ψᴴ L_h φ / ψᴴ φ``). The family cannot reach the rate when the mean
+     eigenvalue of ``L`` or of ``K`` (affine in ``g``: ``tr L(g) = Σ_h g_h (tr V_h tr(B_hΣ*) +
+     ⟨V_h, B_hΣ*⟩)``, ``tr K(g) = Σ_h g_h tr V_h``) exceeds ``−ρ`` for every ``g`` in the box:
+     that is a proof, and the result is ``INFEASIBLE``.
+   * ``"auto"``: both, and the certified one that changes the layer's function least (the
+     relative change of the attention output on probe tokens).
+
+Certificates, stated in the result:
+
+* **local**: the spectral abscissa of the linearization (covariance and mean parts) at the
+  target is ``≤ −rate`` (:func:`gtcontrol.linearization_spectrum`, recomputed on the final
+  layer);
+* **global** (head family): with ``q = Σ_h ‖Σ*^{-½}V_hΣ*^{½}‖₂ ‖Σ*^{½}B_hΣ*^{½}‖₂`` over the
+  kept heads, ``c > q`` makes the extra head's quadratic term dominate: for every ``Σ0 ⪰ 0``,
+  ``tr(Σ*⁻¹Σ(t)) ≤ max(tr(Σ*⁻¹Σ0), r a⁺/(c − q))`` with ``a = λ_max(sym(Σ*^{-½}AΣ*^{½}))``: no
+  blow-up from anywhere;
+* **basin**: with the numerical abscissa ``ω < 0`` of ``L`` and the quadratic remainder
+  bounded by ``β‖G‖²``, ``β = 2(q + c)``, every start with
+  ``‖Σ*^{-½}(Σ0 − Σ*)Σ*^{-½}‖_F < −ω/β`` converges; the result says where each ``initial``
+  lies;
+* **verified**: :func:`gtcontrol.simulate` from each initial reaches the target to a relative
+  ``1e-6`` at depth ``T``; with ``token_check=N``, ``N`` real tokens follow
+  (:func:`gtcontrol.design_token_certificate`).
+
+Reference: the paper cited in :mod:`gtcontrol`, §4; docs/theory.md.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import scipy.optimize
+import scipy.sparse.linalg as sla
+
+from ..._display import Axes, SummaryItems
+from ..._linalg import FloatArray, psd_sqrt, spd_sqrt_pair, sym
+from ..._status import Budget, BudgetExhausted, Outcome, ResultFields, Status, as_time_limit
+from ..._validation import as_choice, as_float_array, as_positive_float, as_positive_int, frozen
+from ...analysis.stability import (
+    EQUILIBRIUM_RTOL,
+    LinearizationSpectrum,
+    SymOperator,
+    _mean_block,
+    _spectrum,
+    active_subspace,
+    equilibrium_residuals,
+    reduced_layer,
+)
+from ...errors import InvalidGaussianError, InvalidParametersError
+from ...model.attention import token_velocity
+from ...model.field import affine_velocity, moment_field
+from ...model.gaussian import Gaussian, check_gaussian
+from ...model.heads import FactoredHeads
+from ...model.moments import simulate
+from ...model.params import Layer
+from .token_check import TokenCertificate, design_token_certificate
+
+__all__ = ["FAMILIES", "Stabilization", "stabilize"]
+
+#: The families of additions :func:`stabilize` designs.
+FAMILIES = ("auto", "head", "gains")
+#: Required relative error of the verifying simulations at depth ``T``.
+VERIFY_RTOL = 1e-6
+#: Relative tolerance of the verifying integration (its global error stays far below 1e-6).
+_VERIFY_INTEGRATOR_RTOL = 1e-9
+#: e-folds added to the default verification depth for transients.
+_TRANSIENT_EFOLDS = 8.0
+#: Relative margin on the smallest ``c`` (the certificate must hold despite round-off).
+_C_MARGIN = 1e-4
+#: Queries within this many standard deviations keep ``ESS/N ≥ min_ess`` (as in the designs).
+_ESS_N_STD = 3.0
+#: Gains search: iterations, trust region, and the step below which it has converged.
+_GAINS_MAX_ITER = 30
+_GAINS_TRUST = 0.25
+_GAINS_STEP_TOL = 1e-4
+#: Probe tokens for the function change when none are given.
+_PROBE_TOKENS = 512
+#: Relative size of the perturbed-target start.
+_PERTURBATION = 0.1
+
+
+@dataclass(frozen=True, eq=False)
+class Verification:
+    """One verifying simulation: depths, ``λ_max(Σ)`` and the relative errors to the target."""
+
+    name: str
+    t: FloatArray
+    lam_max: FloatArray
+    cov_error: FloatArray
+    mean_error: FloatArray
+    status: Status
+    message: str
+    basin_distance: float
+
+    @property
+    def converged(self) -> bool:
+        """The simulation reached ``T`` with both relative errors ``≤ 1e-6``."""
+        return (
+            self.status is Status.SUCCESS
+            and float(self.cov_error[-1]) <= VERIFY_RTOL
+            and float(self.mean_error[-1]) <= VERIFY_RTOL
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class Stabilization(ResultFields, Outcome):
+    """A layer whose given heads are kept and whose target is a certified stable equilibrium.
+
+    Attributes
+    ----------
+    layer
+        The stabilized layer: the given heads first, unchanged and in order (a factored group
+        stays factored), then the added head (``family == "head"``); ``A`` and ``b`` designed.
+    original
+        The layer that was given.
+    base_layer
+        The given heads with ``A, b`` designed and no extra: ``target`` is its equilibrium.
+    target
+        ``N(m*, Σ*)``.
+    family
+        ``"head"``, ``"gains"``, or ``"none"`` when the designed ``A, b`` alone already give the
+        rate (no extra needed).
+    rate
+        The requested rate ``ρ``.
+    c, scale
+        Head family: the added head is ``(−s c P, P Σ*⁺ P / s)`` with ``P`` the projection on the
+        active subspace; ``c`` minimal, ``s`` the token gauge. ``nan`` for other families.
+    gains
+        Gains family: ``g`` (one per head); ``None`` otherwise.
+    change
+        The size of the change in its family: ``c`` or ``‖1 − g‖₂``.
+    base
+        Spectrum of the linearization with the heads kept and ``A, b`` designed, before any
+        extra (:class:`~gtcontrol.analysis.stability.LinearizationSpectrum`).
+    spectrum
+        The same for the stabilized layer: the local certificate is ``spectrum.abscissa ≤ −rate``.
+    local_certificate
+        ``spectrum.abscissa ≤ −rate``.
+    global_certificate
+        Whether the global no-blow-up bound holds (``c > q``).
+    global_bound
+        The global statement in words, with its bound (or what ``c`` it would need).
+    q
+        ``Σ_h ‖Σ*^{-½}V_hΣ*^{½}‖₂ ‖Σ*^{½}B_hΣ*^{½}‖₂`` of the kept (gained) heads.
+    basin_radius
+        ``−ω/β`` in the ``Σ*``-normalized Frobenius norm (``nan`` when ``ω ≥ 0``).
+    starts
+        The initial Gaussians of the verification (and of the token check: the first).
+    verification
+        One :class:`Verification` per initial.
+    function_change
+        ``‖v_new(X) − v_old(X)‖_F / ‖v_old(X)‖_F``: the relative change of the layer's token
+        velocity (attention output plus feed-forward) on the probe tokens ``X``.
+    token_certificate, untouched_tokens
+        With ``token_check=N``: ``N`` tokens under the stabilized layer, and under the given
+        layer from the same start, each against the target (``None`` otherwise).
+    candidates
+        ``add="auto"``: the results of both families, which were compared (else empty).
+    candidates
+        ``add="auto"``: the family results that were compared.
+    status
+        ``SUCCESS`` when every requirement holds (local certificate, every verification, the
+        token check when asked); ``INFEASIBLE`` when the family provably cannot reach the rate
+        (the proof in ``message``); ``NOT_FOUND`` when the gains search found no certified
+        gains; ``FAILED`` when a verification or the token check contradicts the certificate;
+        ``BUDGET_EXHAUSTED`` when ``time_limit`` ran out.
+    message
+        What was designed, every certificate and check with its figures, or why it failed.
+    stats
+        ``seconds``, ``matvecs`` (operator products of the spectra), ``active_dim``.
+    """
+
+    layer: Layer
+    original: Layer
+    base_layer: Layer
+    target: Gaussian
+    family: str
+    rate: float
+    c: float
+    scale: float
+    gains: FloatArray | None
+    change: float
+    base: LinearizationSpectrum | None
+    spectrum: LinearizationSpectrum | None
+    local_certificate: bool
+    global_certificate: bool
+    global_bound: str
+    q: float
+    basin_radius: float
+    starts: tuple[Gaussian, ...]
+    verification: tuple[Verification, ...]
+    function_change: float
+    token_certificate: TokenCertificate | None = None
+    untouched_tokens: TokenCertificate | None = None
+    candidates: tuple[Stabilization, ...] = field(default=())
+
+    def _summary_items(self) -> SummaryItems:
+        return [
+            ("family", self.family),
+            ("change", self.change),
+            ("abscissa", None if self.spectrum is None else self.spectrum.abscissa),
+            ("rate", self.rate),
+            ("local_certificate", self.local_certificate),
+            ("global_certificate", self.global_certificate),
+            ("function_change", self.function_change),
+            ("token_check", None if self.token_certificate is None else self.token_certificate),
+        ]
+
+    def _draw(self, ax: Axes) -> None:
+        from .._figures import draw_stabilization
+
+        draw_stabilization(
+            ax,
+            None if self.base is None else self.base.eigenvalues,
+            None if self.spectrum is None else self.spectrum.eigenvalues,
+            rate=self.rate,
+        )
+
+
+def stabilize(
+    layer: Layer,
+    target: Gaussian,
+    *,
+    add: str = "auto",
+    rate: float = 1.0,
+    initial: Gaussian | Sequence[Gaussian] | None = None,
+    T: float | None = None,
+    token_check: int | None = None,
+    min_ess: float = 0.5,
+    tokens: Any = None,
+    seed: int = 0,
+    time_limit: float | None = None,
+) -> Stabilization:
+    """Keep a layer's heads and make ``N(m*, Σ*)`` an exponentially stable equilibrium.
+
+    Designs ``A, b`` (the equilibrium equation ``AΣ* + Σ*Aᵀ = −Q(Σ*)``, the ``A`` nearest to
+    the layer's own, then ``b`` from the mean equation) and the smallest extra in the family
+    ``add`` such that the linearized moment flow at the target has spectral abscissa
+    ``≤ −rate``; then states and checks the certificates (module docstring).
+
+    Parameters
+    ----------
+    layer
+        The layer (dense or factored heads, any number; affine feed-forward).
+    target
+        ``N(m*, Σ*)``, ``Σ*`` positive definite on the layer's active subspace (it may be
+        singular along directions the layer never moves, e.g. ``S ⊕ 0`` for an extracted
+        layer's affine coordinate).
+    add
+        ``"head"``, ``"gains"`` or ``"auto"`` (default): see the module docstring.
+    rate
+        Required exponential rate ``ρ > 0`` (default 1).
+    initial
+        Start(s) of the verifying simulations: a Gaussian or a sequence; ``None``: the
+        identity start ``N(m*_frozen, P)`` (``P`` the projection on the active subspace, the
+        mean zero on it) and a perturbed target (10 %, seeded).
+    T
+        Depth of the verification; ``None``: ``(ln(e0/1e-6) + 8) / rate`` with ``e0`` the
+        largest relative error of the starts (covariance or mean).
+    token_check
+        ``N`` (``≥ 2``): also drive ``N`` real tokens from the first initial with the stabilized
+        and with the given layer (:func:`gtcontrol.design_token_certificate`); required:
+        ``W2 ≤ 2 ×`` the sampling floor.
+    min_ess
+        Required predicted ``ESS/N`` of the added head's softmax (in ``(0, 1)``; default 0.5).
+    tokens
+        Probe tokens ``(n, d)`` for the function change; ``None``: 512 samples of the target.
+    seed
+        Seed of the perturbed start, the probe tokens and the token check.
+    time_limit
+        Wall-clock limit in seconds (``None``: none); reaching it returns
+        ``Status.BUDGET_EXHAUSTED``.
+
+    Returns
+    -------
+    Stabilization
+        ``.layer`` is the stabilized layer; the certificates and checks are its fields.
+
+    Raises
+    ------
+    InvalidParametersError
+        On a malformed layer or option (``rate ≤ 0``, an unknown family, ...).
+    InvalidGaussianError
+        On a target or initial of another dimension, or a target that is not positive definite
+        on the active subspace.
+
+    Examples
+    --------
+    A layer whose single head ``V = 0.5 I``, ``B = I`` blows up; an added head makes ``N(0, I)``
+    attract at rate 1:
+
+    >>> import numpy as np, gtcontrol as gt
+    >>> layer = gt.Layer(V=0.5 * np.eye(2), B=np.eye(2))
+    >>> res = gt.stabilize(layer, gt.Gaussian(np.zeros(2), np.eye(2)), add="head", rate=1.0)
+    >>> res.success, res.family, round(res.c, 4), res.layer.n_heads
+    (True, 'head', 1.0001, 2)
+    >>> res.spectrum.abscissa <= -1.0
+    True
+
+    References
+    ----------
+    Alcalde, Ji, Zuazua, arXiv:2606.07600 (2026), §4; docs/theory.md.
+    """
+    clock = time.perf_counter()
+    limit = as_time_limit(time_limit)
+    if not isinstance(layer, Layer):
+        raise InvalidParametersError(
+            f"layer: expected a gtcontrol Layer, got {type(layer).__name__}"
+        )
+    if not isinstance(target, Gaussian):
+        raise InvalidGaussianError(f"target: expected a Gaussian, got {type(target).__name__}")
+    tgt = check_gaussian(target, layer.dim, "target")
+    family = as_choice("add", add, FAMILIES)
+    rho = as_positive_float("rate", rate)
+    depth = None if T is None else as_positive_float("T", T)
+    n_tok = (
+        None if token_check is None else as_positive_int("token_check", token_check, maximum=10**6)
+    )
+    if n_tok is not None and n_tok < 2:
+        raise InvalidParametersError(
+            f"token_check: expected at least 2 tokens, got {token_check!r}"
+        )
+    if (
+        isinstance(min_ess, bool)
+        or not isinstance(min_ess, (int, float))
+        or not 0.0 < min_ess < 1.0
+    ):
+        raise InvalidParametersError(f"min_ess: expected a number in (0, 1), got {min_ess!r}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise InvalidParametersError(f"seed: expected a non-negative integer, got {seed!r}")
+    layer.affine_ffn()
+    probe = (
+        None
+        if tokens is None
+        else as_float_array("tokens", tokens, ndim=2, shape=(None, layer.dim))
+    )
+    basis = active_subspace(layer, tgt.cov, "target")
+    starts = _starts(initial, tgt, basis, int(seed), layer.dim)
+    ctx = _Context(layer, tgt, basis, rho, Budget(limit), int(seed), float(min_ess), starts)
+    try:
+        base_layer = ctx.design_ffn(layer)
+        ctx.base_layer = base_layer
+        base = ctx.spectrum(base_layer, omega=True, k=1)
+        if base.status is not Status.SUCCESS:
+            return ctx.result_without(base_layer, base, family, base.status, base.message, clock)
+        kinds = ("head", "gains") if family == "auto" else (family,)
+        found = []
+        for kind in kinds:
+            found.append(ctx.family(kind, base_layer, base, depth, n_tok, probe, clock))
+            if ctx.budget.exhausted:
+                break
+    except BudgetExhausted as exc:
+        return ctx.result_without(
+            layer, None, family, Status.BUDGET_EXHAUSTED, f"stopped: {exc.reason}", clock
+        )
+    if family != "auto":
+        return found[0]
+    good = [r for r in found if r.success]
+    pool = good or found
+    best = min(
+        pool, key=lambda r: r.function_change if math.isfinite(r.function_change) else math.inf
+    )
+    names = "; ".join(
+        f"{r.family}: {r.status.value}, function change {r.function_change:.3g}" for r in found
+    )
+    from dataclasses import replace
+
+    return replace(
+        best,
+        candidates=tuple(found),
+        message=f"auto chose {best.family} ({names}); {best.message}",
+        stats=dict(best.stats, seconds=time.perf_counter() - clock),
+    )
+
+
+def _starts(
+    initial: Any, tgt: Gaussian, basis: FloatArray, seed: int, d: int
+) -> list[tuple[str, Gaussian]]:
+    if initial is None:
+        proj = basis @ basis.T
+        frozen_mean = tgt.mean - proj @ tgt.mean
+        identity = Gaussian(frozen_mean, proj, name="initial")
+        rng = np.random.default_rng(seed)
+        s_act = basis.T @ tgt.cov @ basis
+        root, _ = spd_sqrt_pair(s_act)
+        e = rng.standard_normal((basis.shape[1], basis.shape[1]))
+        e = sym(e)
+        e *= _PERTURBATION / max(float(np.linalg.norm(e, 2)), 1e-300)
+        cov = basis @ (root @ (np.eye(basis.shape[1]) + e) @ root) @ basis.T
+        mean = tgt.mean + _PERTURBATION * (basis @ (root @ rng.standard_normal(basis.shape[1])))
+        return [
+            ("identity", identity),
+            ("perturbed target", Gaussian(mean, sym(cov), name="initial")),
+        ]
+    items = [initial] if isinstance(initial, Gaussian) else list(initial)
+    if not items:
+        raise InvalidGaussianError("initial: expected a Gaussian or a non-empty sequence of them")
+    out = []
+    for i, g in enumerate(items):
+        if not isinstance(g, Gaussian):
+            raise InvalidGaussianError(f"initial[{i}]: expected a Gaussian, got {type(g).__name__}")
+        out.append((f"initial {i}", check_gaussian(g, d, f"initial[{i}]")))
+    return out
+
+
+def _nearest_skew(e: FloatArray, s_act: FloatArray) -> FloatArray:
+    """Skew ``K`` minimizing ``‖E + KP‖_F``, ``P = S⁻¹``: ``KP² + P²K = PEᵀ − EP``."""
+    w, u = np.linalg.eigh(s_act)
+    p = (u / w) @ u.T
+    rhs = u.T @ (p @ e.T - e @ p) @ u
+    inv2 = w**-2.0
+    k = rhs / (inv2[:, None] + inv2[None, :])
+    out: FloatArray = u @ k @ u.T
+    return 0.5 * (out - out.T)
+
+
+def _designed_a(red: Layer, s_act: FloatArray, a_old: FloatArray) -> FloatArray:
+    """``A = (−Q(S)/2 + K) S⁻¹`` nearest to ``a_old`` (reduced coordinates)."""
+    q = moment_field(red.replace(A=np.zeros_like(a_old)), np.zeros(red.dim), s_act)[1]
+    p = np.linalg.inv(s_act)
+    a0 = -0.5 * q @ p
+    k = _nearest_skew(a0 - a_old, s_act)
+    out: FloatArray = a0 + k @ p
+    return out
+
+
+def _with_gains(layer: Layer, g: FloatArray) -> Layer:
+    """``V_h → g_h V_h`` for every head (factored group first)."""
+    groups: list[Any] = []
+    i = 0
+    fh = layer.factored_heads
+    if fh is not None:
+        o = fh.o * g[: fh.n_heads, None, None]
+        groups.append(FactoredHeads(fh.q, fh.k, fh.v, o, scale=fh.scale))
+        i = fh.n_heads
+    for j, (v_h, b_h) in enumerate(layer.dense_heads):
+        groups.append((g[i + j] * v_h, b_h))
+    return layer.replace(heads=groups)
+
+
+def _single_heads(layer: Layer) -> list[Layer]:
+    """One layer per head (A = 0), factored heads kept factored."""
+    out = []
+    fh = layer.factored_heads
+    if fh is not None:
+        for h in range(fh.n_heads):
+            sl = slice(h, h + 1)
+            one = FactoredHeads(fh.q[sl], fh.k[sl], fh.v[sl], fh.o[sl], scale=fh.scale)
+            out.append(Layer(heads=one, dim=layer.dim))
+    out += [Layer(heads=[pair], dim=layer.dim) for pair in layer.dense_heads]
+    return out
+
+
+def _norm2_product(x: FloatArray, y: FloatArray) -> float:
+    """``‖X Y‖₂`` for tall ``X`` (``r×p``) and wide ``Y`` (``p×r``) through two QRs."""
+    _, rx = np.linalg.qr(x)
+    _, ry = np.linalg.qr(y.T)
+    return float(np.linalg.norm(rx @ ry.T, 2))
+
+
+def _quadratic_growth(red: Layer, s_act: FloatArray) -> float:
+    """``q = Σ_h ‖S^{-½}V_hS^{½}‖₂ ‖S^{½}B_hS^{½}‖₂`` (factored heads through their factors)."""
+    root, inv_root = spd_sqrt_pair(s_act)
+    total = 0.0
+    fh = red.factored_heads
+    if fh is not None:
+        for h in range(fh.n_heads):
+            nv = _norm2_product(inv_root @ fh.o[h], fh.v[h] @ root)
+            nb = fh.scale * _norm2_product((fh.k[h] @ root).T, fh.q[h] @ root)
+            total += nv * nb
+    for v_h, b_h in red.dense_heads:
+        total += float(np.linalg.norm(inv_root @ v_h @ root, 2)) * float(
+            np.linalg.norm(root @ b_h @ root, 2)
+        )
+    return total
+
+
+class _Context:
+    """The validated problem and the shared budget of one :func:`stabilize` call."""
+
+    def __init__(
+        self,
+        layer: Layer,
+        target: Gaussian,
+        basis: FloatArray,
+        rate: float,
+        budget: Budget,
+        seed: int,
+        min_ess: float,
+        starts: list[tuple[str, Gaussian]],
+    ) -> None:
+        self.layer = layer
+        self.target = target
+        self.basis = basis
+        self.rate = rate
+        self.budget = budget
+        self.seed = seed
+        self.min_ess = min_ess
+        self.starts = starts
+        self.s_act = basis.T @ target.cov @ basis
+        self.proj = basis @ basis.T
+        self.a_old_r = basis.T @ layer.affine_ffn()[0] @ basis
+        self.base_layer = layer
+
+    # -- design of A and b ----------------------------------------------------------------
+    def design_ffn(self, layer: Layer) -> Layer:
+        """``layer`` with ``A`` (nearest solution of the equilibrium equation) and ``b`` set."""
+        red = reduced_layer(layer, self.basis)
+        a_r = _designed_a(red, self.s_act, self.a_old_r)
+        a_full = self.layer.A + self.basis @ (a_r - self.a_old_r) @ self.basis.T
+        lay = layer.replace(A=a_full, b=self.layer.b)
+        return self.fix_bias(lay)
+
+    def fix_bias(self, layer: Layer) -> Layer:
+        m_mat, c = affine_velocity(layer, self.target.mean, self.target.cov)
+        v = m_mat @ self.target.mean + c
+        return layer.replace(b=layer.b - self.proj @ v)
+
+    def spectrum(
+        self, layer: Layer, *, omega: bool, k: int = 6, v0: FloatArray | None = None
+    ) -> LinearizationSpectrum:
+        residual = equilibrium_residuals(layer, self.target)
+        if not max(residual) <= EQUILIBRIUM_RTOL:
+            raise RuntimeError(f"internal: the designed layer is not an equilibrium {residual}")
+        return _spectrum(
+            layer,
+            self.target,
+            self.basis,
+            k,
+            "auto",
+            1e-10,
+            omega,
+            self.budget,
+            residual,
+            time.perf_counter(),
+            v0,
+        )
+
+    # -- families ---------------------------------------------------------------------------
+    def family(
+        self,
+        kind: str,
+        base_layer: Layer,
+        base: LinearizationSpectrum,
+        depth: float | None,
+        n_tok: int | None,
+        probe: FloatArray | None,
+        clock: float,
+    ) -> Stabilization:
+        if kind == "head":
+            return self._head(base_layer, base, depth, n_tok, probe, clock)
+        return self._gains(base_layer, base, depth, n_tok, probe, clock)
+
+    def _start_vector(self, spec: LinearizationSpectrum) -> FloatArray | None:
+        """The rightmost mode of ``spec`` (real coordinates), plus a little seeded noise."""
+        if spec.modes.shape[0] == 0 or self.basis.shape[1] * (self.basis.shape[1] + 1) // 2 <= 1500:
+            return None
+        h = self.basis.T @ spec.modes[0] @ self.basis
+        r = h.shape[0]
+        w = np.where(np.eye(r, dtype=bool), 1.0, np.sqrt(2.0))[np.triu_indices(r)]
+        x = (np.real(h) + np.imag(h))[np.triu_indices(r)] * w
+        x = x / max(float(np.linalg.norm(x)), 1e-300)
+        noise = np.random.default_rng(self.seed).standard_normal(x.size)
+        out: FloatArray = x + 1e-3 * noise / np.linalg.norm(noise)
+        return out
+
+    def default_depth(self) -> float:
+        """``(ln(e0 / 1e-6) + 8) / rate``: the certified rate brings the largest initial error
+        ``e0`` (relative, covariance or mean) to ``1e-6``, with eight e-folds for transients."""
+        errs = [1e-3]
+        cov_ref = float(np.linalg.norm(self.target.cov))
+        for _, g in self.starts:
+            errs.append(float(np.linalg.norm(g.cov - self.target.cov)) / cov_ref)
+            errs.append(float(np.linalg.norm(g.mean - self.target.mean)) / self._mean_ref())
+        return (math.log(max(errs) / VERIFY_RTOL) + _TRANSIENT_EFOLDS) / self.rate
+
+    def _mean_ref(self) -> float:
+        """The scale of mean errors: ``max(|m*|, sqrt(tr Σ*))``."""
+        return max(
+            float(np.linalg.norm(self.target.mean)), math.sqrt(float(np.trace(self.target.cov)))
+        )
+
+    def _ess_scale(self) -> float:
+        """Smallest ``s ≥ 1`` with the added head's predicted worst ``ESS/N ≥ min_ess``."""
+        rho_req = math.sqrt(math.log(1.0 / self.min_ess))
+        b0 = self.basis @ np.linalg.inv(self.s_act) @ self.basis.T
+        radius = 0.0
+        for g in [self.target] + [g for _, g in self.starts]:
+            root = psd_sqrt(g.cov)
+            rb = root @ b0
+            r_g = float(np.linalg.norm(rb @ g.mean)) + _ESS_N_STD * float(
+                np.linalg.norm(rb @ root, 2)
+            )
+            radius = max(radius, r_g)
+        return max(1.0, (1.0 + 1e-9) * radius / rho_req)
+
+    def _head(
+        self,
+        base_layer: Layer,
+        base: LinearizationSpectrum,
+        depth: float | None,
+        n_tok: int | None,
+        probe: FloatArray | None,
+        clock: float,
+    ) -> Stabilization:
+        s = self._ess_scale()
+        c_cov = (base.cov_abscissa + self.rate) / 2.0
+        c_mean = (base.mean_abscissa + self.rate) / s
+        c_min = max(c_cov, c_mean, 0.0)
+        if c_min == 0.0:
+            final = base_layer
+            c = 0.0
+        else:
+            c = c_min * (1.0 + _C_MARGIN) + 1e-12 * self.rate
+            b0 = self.basis @ np.linalg.inv(self.s_act) @ self.basis.T
+            added = (-s * c * self.proj, b0 / s)
+            final = base_layer.replace(
+                A=base_layer.A + c * self.proj, heads=[*base_layer.head_groups, added]
+            )
+            final = self.fix_bias(final)
+        red = reduced_layer(self.layer, self.basis)
+        q = _quadratic_growth(red, self.s_act)
+        # The shift is exact, so the base's rightmost mode starts the independent recomputation.
+        spec = self.spectrum(final, omega=False, k=1, v0=self._start_vector(base))
+        omega = base.numerical_abscissa - 2.0 * c
+        family = "head" if c > 0 else "none"
+        what = (
+            f"added head (−s·c·I, Σ*⁻¹/s) with c = {c:.6g} (minimal {c_min:.6g}: "
+            f"covariance needs {c_cov:.6g}, mean {c_mean:.6g}), token gauge s = {s:.4g}"
+            if c > 0
+            else "no extra needed: the designed A, b alone give the rate"
+        )
+        return self._finish(
+            final, family, base, spec, c, s, None, c, q, omega, depth, n_tok, probe, clock, what
+        )
+
+    def _gains(
+        self,
+        base_layer: Layer,
+        base: LinearizationSpectrum,
+        depth: float | None,
+        n_tok: int | None,
+        probe: FloatArray | None,
+        clock: float,
+    ) -> Stabilization:
+        red = reduced_layer(self.layer, self.basis)
+        singles = _single_heads(red)
+        n_h = len(singles)
+        s_act = self.s_act
+        # Affine pieces: A(g) = A_fix + Σ g_h A_h, L(g) = L_fix + Σ g_h L_h, K(g) likewise.
+        a_heads = [_designed_a(one, s_act, np.zeros_like(s_act)) for one in singles]
+        ops = [
+            SymOperator(one.replace(A=a_h), s_act)
+            for one, a_h in zip(singles, a_heads, strict=True)
+        ]
+        k_heads = []
+        tr_l = np.empty(n_h)
+        tr_k = np.empty(n_h)
+        r = s_act.shape[0]
+        for h, (one, a_h) in enumerate(zip(singles, a_heads, strict=True)):
+            v_h, b_h = one.heads[0]
+            k_heads.append(a_h + v_h @ (np.eye(r) + s_act @ b_h))
+            bs = b_h @ s_act
+            tr_l[h] = float(np.trace(v_h)) * float(np.trace(bs)) + float(np.sum(v_h * bs))
+            tr_k[h] = float(np.trace(v_h))
+        n_sym = r * (r + 1) / 2.0
+        best_l = float(np.sum(np.minimum(tr_l, 0.0))) / n_sym
+        best_k = float(np.sum(np.minimum(tr_k, 0.0))) / r
+        if best_l > -self.rate or best_k > -self.rate:
+            part, val = ("L", best_l) if best_l > -self.rate else ("K", best_k)
+            proof = (
+                f"no gains g ∈ [0,1]^{n_h} reach rate {self.rate:g}: the mean eigenvalue of "
+                f"{part}(g) is affine in g and at least {val:.6g} > −{self.rate:g} on the whole "
+                "box, and the spectral abscissa is at least the mean eigenvalue"
+            )
+            return self._refused(base_layer, base, "gains", Status.INFEASIBLE, proof, clock)
+        g = np.ones(n_h)
+        best: tuple[FloatArray, LinearizationSpectrum, Layer] | None = None
+        v0: FloatArray | None = None
+        history = []
+        for _ in range(_GAINS_MAX_ITER):
+            self.budget.check()
+            lay = self.design_ffn(_with_gains(self.layer, g))
+            spec = self.spectrum(lay, omega=False, k=1, v0=v0)
+            if spec.status is not Status.SUCCESS:
+                break
+            history.append((g.copy(), spec.abscissa))
+            ok = spec.abscissa <= -self.rate
+            if ok and (best is None or np.linalg.norm(1 - g) < np.linalg.norm(1 - best[0])):
+                best = (g.copy(), spec, lay)
+            grad_l, lam_l, phi = self._grad_cov(lay, ops, spec)
+            v0 = np.real(phi) + np.imag(phi)
+            kg = _mean_block(lay, self.target.mean, self.target.cov, self.basis)
+            grad_k, lam_k = _grad_mean(kg, k_heads)
+            g_new = _gains_step(g, lam_l, grad_l, lam_k, grad_k, -self.rate * (1.0 + _C_MARGIN))
+            if g_new is None:
+                break
+            if np.max(np.abs(g_new - g)) < _GAINS_STEP_TOL and ok:
+                break
+            g = g_new
+        if best is None:
+            tried = len(history)
+            low = min((a for _, a in history), default=math.nan)
+            msg = (
+                f"no certified gains found in {tried} steps of the gains search (sequential "
+                f"linear programming from g = 1; lowest spectral abscissa reached {low:.6g}, "
+                f"required ≤ −{self.rate:g}); this is not a proof that none exist"
+            )
+            return self._refused(base_layer, base, "gains", Status.NOT_FOUND, msg, clock)
+        g_best, spec_best, lay_best = best
+        q = _quadratic_growth(_with_gains(red, g_best), s_act)
+        omega = self.spectrum(lay_best, omega=True, k=1).numerical_abscissa
+        change = float(np.linalg.norm(1.0 - g_best))
+        what = (
+            f"gains ‖1 − g‖₂ = {change:.6g} (a local minimum of the gains search, "
+            f"{len(history)} steps); g = {np.array2string(g_best, precision=4)}"
+        )
+        return self._finish(
+            lay_best,
+            "gains",
+            base,
+            spec_best,
+            math.nan,
+            math.nan,
+            g_best,
+            change,
+            q,
+            omega,
+            depth,
+            n_tok,
+            probe,
+            clock,
+            what,
+        )
+
+    def _grad_cov(
+        self, lay: Layer, ops: list[SymOperator], spec: LinearizationSpectrum
+    ) -> tuple[FloatArray, float, Any]:
+        """``∂ Re λ / ∂g_h = Re(ψᴴ L_h φ / ψᴴ φ)`` at the rightmost eigenvalue λ of ``L(g)``."""
+        red = reduced_layer(lay, self.basis)
+        lam = complex(spec.eigenvalues[0])
+        fwd = SymOperator(red, self.s_act, self.budget)
+        phi = fwd.to_coords(self.basis.T @ spec.modes[0] @ self.basis)
+        adj = SymOperator(red, self.s_act, self.budget, adjoint=True)
+        kk = min(3, adj.n - 2)
+        vals, vecs = sla.eigs(
+            adj.linear_operator(), k=kk, which="LR", tol=1e-9, v0=np.real(phi) + np.imag(phi)
+        )
+        j = int(np.argmin(np.abs(vals - np.conj(lam))))
+        psi = vecs[:, j]
+        denom = np.vdot(psi, phi)
+        if abs(denom) <= 1e-8 * float(np.linalg.norm(psi) * np.linalg.norm(phi)):
+            # a defective or repeated eigenvalue: no derivative; use the Rayleigh quotient's
+            psi, denom = phi, np.vdot(phi, phi)
+        grad = np.array([float((np.vdot(psi, op.matvec(phi)) / denom).real) for op in ops])
+        return grad, lam.real, phi
+
+    # -- results ----------------------------------------------------------------------------
+    def _finish(
+        self,
+        final: Layer,
+        family: str,
+        base: LinearizationSpectrum,
+        spec: LinearizationSpectrum,
+        c: float,
+        s: float,
+        gains: FloatArray | None,
+        change: float,
+        q: float,
+        omega: float,
+        depth: float | None,
+        n_tok: int | None,
+        probe: FloatArray | None,
+        clock: float,
+        what: str,
+    ) -> Stabilization:
+        rate = self.rate
+        local = spec.status is Status.SUCCESS and spec.abscissa <= -rate
+        c_eff = c if c > 0 else 0.0
+        root, inv_root = spd_sqrt_pair(self.s_act)
+        a_r = self.basis.T @ final.affine_ffn()[0] @ self.basis
+        a_top = float(np.linalg.eigvalsh(sym(inv_root @ a_r @ root))[-1])
+        r = self.basis.shape[1]
+        holds = c_eff > q
+        if holds:
+            bound = (
+                f"global: c = {c_eff:.6g} > q = {q:.6g}, so for every Σ0 ⪰ 0 "
+                f"tr(Σ*⁻¹Σ(t)) ≤ max(tr(Σ*⁻¹Σ0), {r * max(a_top, 0.0) / (c_eff - q):.6g}): "
+                "no blow-up from any start"
+            )
+        else:
+            bound = (
+                f"no global bound: the added quadratic term (c = {c_eff:.6g}) does not dominate "
+                f"the kept heads' (q = {q:.6g}); c > q would give one"
+            )
+        beta = 2.0 * (q + c_eff)
+        radius = (-omega / beta if beta > 0 else math.inf) if omega < 0 else math.nan
+        t_end = depth if depth is not None else self.default_depth()
+        checks = [
+            self._verify(final, name, g0, t_end, radius, inv_root) for name, g0 in self.starts
+        ]
+        change_fn = self._function_change(final, probe)
+        tc = untouched = None
+        if n_tok is not None and not self.budget.exhausted:
+            tc, untouched = self._tokens(final, n_tok, t_end)
+        reasons = []
+        if not local:
+            reasons.append(
+                f"the local certificate fails (spectral abscissa {spec.abscissa:.6g} > −{rate:g})"
+            )
+        for v in checks:
+            if not v.converged:
+                reasons.append(
+                    f"the simulation from the {v.name} start did not converge: {v.message}"
+                )
+        if tc is not None and not tc.success:
+            reasons.append(f"the token check fails: {tc.message}")
+        spent = (
+            self.budget.exhausted
+            or any(v.status is Status.BUDGET_EXHAUSTED for v in checks)
+            or (tc is not None and tc.status is Status.BUDGET_EXHAUSTED)
+        )
+        status = (
+            Status.SUCCESS if not reasons else (Status.BUDGET_EXHAUSTED if spent else Status.FAILED)
+        )
+        verified = "; ".join(
+            f"{v.name}: relative error {float(v.cov_error[-1]):.2g} (Σ), "
+            f"{float(v.mean_error[-1]):.2g} (m) at T = {float(v.t[-1]):.4g}"
+            + (
+                f", distance {v.basin_distance:.3g} × the basin radius"
+                if math.isfinite(v.basin_distance)
+                else ""
+            )
+            for v in checks
+        )
+        basin = (
+            f"basin: ‖Σ*^(-1/2)(Σ0 − Σ*)Σ*^(-1/2)‖_F < {radius:.4g} converges (ω = {omega:.6g})"
+            if math.isfinite(radius)
+            else (
+                f"no basin from the Σ*-Frobenius Lyapunov function (ω = {omega:.6g} ≥ 0)"
+                if math.isnan(radius)
+                else "every start in the ball converges"
+            )
+        )
+        parts = [
+            what,
+            f"local: spectral abscissa {spec.abscissa:.6g} ≤ −{rate:g}" if local else reasons[0],
+            bound,
+            basin,
+            verified,
+            f"function change {change_fn:.3g} on {len(self._probe(probe))} probe tokens",
+        ]
+        if tc is not None:
+            parts.append(f"tokens: {tc.message}")
+            if untouched is not None:
+                parts.append(f"untouched layer's tokens: {untouched.message}")
+        head = "stabilized" if status is Status.SUCCESS else "not certified: " + "; ".join(reasons)
+        return Stabilization(
+            layer=final,
+            original=self.layer,
+            base_layer=self.base_layer,
+            target=self.target,
+            family=family,
+            rate=rate,
+            c=c,
+            scale=s,
+            gains=None if gains is None else frozen(gains),
+            change=change,
+            base=base,
+            spectrum=spec,
+            local_certificate=local,
+            global_certificate=holds,
+            global_bound=bound,
+            q=q,
+            basin_radius=radius,
+            starts=tuple(g for _, g in self.starts),
+            verification=tuple(checks),
+            function_change=change_fn,
+            token_certificate=tc,
+            untouched_tokens=untouched,
+            status=status,
+            message=head + "; " + "; ".join(parts),
+            stats={
+                "seconds": time.perf_counter() - clock,
+                "matvecs": int(base.stats.get("matvecs", 0)) + int(spec.stats.get("matvecs", 0)),
+                "active_dim": r,
+            },
+        )
+
+    def _probe(self, probe: FloatArray | None) -> FloatArray:
+        if probe is not None:
+            return probe
+        return self.target.sample(_PROBE_TOKENS, np.random.default_rng(self.seed))
+
+    def _function_change(self, final: Layer, probe: FloatArray | None) -> float:
+        x = self._probe(probe)
+        old = token_velocity(self.layer, x)
+        new = token_velocity(final, x)
+        size = float(np.linalg.norm(old))
+        return float(np.linalg.norm(new - old)) / size if size > 0 else math.inf
+
+    def _verify(
+        self,
+        final: Layer,
+        name: str,
+        g0: Gaussian,
+        t_end: float,
+        radius: float,
+        inv_root: FloatArray,
+    ) -> Verification:
+        left = self.budget.remaining()
+        traj = simulate(
+            final,
+            g0,
+            t_end,
+            n_points=65,
+            rtol=_VERIFY_INTEGRATOR_RTOL,
+            time_limit=None if math.isinf(left) else max(left, 1e-6),
+        )
+        t = np.asarray(traj.t, dtype=float)
+        cov_ref = float(np.linalg.norm(self.target.cov))
+        mean_ref = self._mean_ref()
+        cov_err = np.array([float(np.linalg.norm(c - self.target.cov)) / cov_ref for c in traj.cov])
+        mean_err = np.array(
+            [float(np.linalg.norm(m - self.target.mean)) / mean_ref for m in traj.mean]
+        )
+        lam = np.array([float(np.linalg.eigvalsh(sym(c))[-1]) for c in traj.cov])
+        dist = float(
+            np.linalg.norm(inv_root @ (self.basis.T @ g0.cov @ self.basis - self.s_act) @ inv_root)
+        )
+        ratio = dist / radius if radius > 0 and math.isfinite(radius) else math.nan
+        return Verification(
+            name=name,
+            t=frozen(t),
+            lam_max=frozen(lam),
+            cov_error=frozen(cov_err),
+            mean_error=frozen(mean_err),
+            status=traj.status,
+            message=traj.message,
+            basin_distance=ratio,
+        )
+
+    def _tokens(
+        self, final: Layer, n_tok: int, t_end: float
+    ) -> tuple[TokenCertificate, TokenCertificate | None]:
+        start = self.starts[0][1]
+        runs = []
+        for lay in (final, self.layer):
+            left = self.budget.remaining()
+            runs.append(
+                design_token_certificate(
+                    lay,
+                    self.target,
+                    n_tokens=n_tok,
+                    initial=start,
+                    T=t_end,
+                    seed=self.seed,
+                    min_token_ess=0.0,
+                    n_snapshots=2,
+                    time_limit=None if math.isinf(left) else max(left, 1e-6),
+                )
+            )
+        return runs[0], runs[1]
+
+    def _refused(
+        self,
+        base_layer: Layer,
+        base: LinearizationSpectrum | None,
+        family: str,
+        status: Status,
+        message: str,
+        clock: float,
+    ) -> Stabilization:
+        return Stabilization(
+            layer=base_layer,
+            original=self.layer,
+            base_layer=base_layer,
+            target=self.target,
+            family=family,
+            rate=self.rate,
+            c=math.nan,
+            scale=math.nan,
+            gains=None,
+            change=math.nan,
+            base=base,
+            spectrum=None,
+            local_certificate=False,
+            global_certificate=False,
+            global_bound="",
+            q=math.nan,
+            basin_radius=math.nan,
+            starts=tuple(g for _, g in self.starts),
+            verification=(),
+            function_change=math.nan,
+            status=status,
+            message=message,
+            stats={"seconds": time.perf_counter() - clock},
+        )
+
+    def result_without(
+        self,
+        base_layer: Layer,
+        base: LinearizationSpectrum | None,
+        family: str,
+        status: Status,
+        message: str,
+        clock: float,
+    ) -> Stabilization:
+        return self._refused(base_layer, base, family, status, message, clock)
+
+
+def _grad_mean(k_mat: FloatArray, k_heads: list[FloatArray]) -> tuple[FloatArray, float]:
+    """``∂ Re λ / ∂g_h`` at the rightmost eigenvalue of ``K(g)`` (left and right eigenvectors)."""
+    import scipy.linalg
+
+    vals, left, right = scipy.linalg.eig(k_mat, left=True, right=True)
+    j = int(np.argmax(vals.real))
+    y, x = left[:, j], right[:, j]
+    denom = np.vdot(y, x)
+    grad = np.array([float((np.vdot(y, k_h @ x) / denom).real) for k_h in k_heads])
+    return grad, float(vals[j].real)
+
+
+def _gains_step(
+    g: FloatArray,
+    lam_l: float,
+    grad_l: FloatArray,
+    lam_k: float,
+    grad_k: FloatArray,
+    goal: float,
+) -> FloatArray | None:
+    """One trust-region step of ``min ‖1 − g'‖²`` under the linearized abscissa constraints."""
+    lo = np.maximum(0.0, g - _GAINS_TRUST)
+    hi = np.minimum(1.0, g + _GAINS_TRUST)
+    cons = [
+        {
+            "type": "ineq",
+            "fun": lambda x: goal - (lam_l + grad_l @ (x - g)),
+            "jac": lambda x: -grad_l,
+        },
+        {
+            "type": "ineq",
+            "fun": lambda x: goal - (lam_k + grad_k @ (x - g)),
+            "jac": lambda x: -grad_k,
+        },
+    ]
+    res = scipy.optimize.minimize(
+        lambda x: float(np.sum((1.0 - x) ** 2)),
+        np.clip(g, lo, hi),
+        jac=lambda x: -2.0 * (1.0 - x),
+        bounds=list(zip(lo, hi, strict=True)),
+        constraints=cons,
+        method="SLSQP",
+        options={"maxiter": 200, "ftol": 1e-12},
+    )
+    x = np.clip(np.asarray(res.x, dtype=float), lo, hi)
+    if not np.all(np.isfinite(x)):
+        return None
+    viol = max(lam_l + grad_l @ (x - g), lam_k + grad_k @ (x - g)) - goal
+    if viol > 1e-9:
+        # the linearization cannot reach the goal inside the trust region: steepest descent
+        worst = grad_l if lam_l >= lam_k else grad_k
+        step = -_GAINS_TRUST * worst / max(float(np.max(np.abs(worst))), 1e-300)
+        x = np.clip(g + step, lo, hi)
+    if np.max(np.abs(x - g)) == 0.0:
+        return None
+    out: FloatArray = x
+    return out

@@ -1,0 +1,602 @@
+"""Reading the layers of a ``transformers`` model, family by family, and running the real network.
+
+Each family (:data:`FAMILIES`) names where its layers, projections, norms and feed-forward
+live, how its layers are wired (post-LN or pre-LN) and what its attention has beyond
+``softmax(s q·k)`` (the notes of :class:`~.extraction.ExtractedModel`). The weights are read
+in float64 from the module's parameters: GPT-2's ``Conv1D`` stores ``(in, out)`` and is
+transposed to ``nn.Linear``'s ``(out, in)``; fused projections (GPT-2 ``c_attn``, ModernBERT
+``Wqkv``) are split in the order the module splits them (query, key, value).
+
+The real network is run layer by layer on a given sequence (the embeddings bypassed): the
+module's own layers, with what they need to behave as in the full model — GPT-2 a causal mask;
+ModernBERT its rotary embeddings and local windows, built by the model itself (its forward runs
+with the embedding output replaced by the tokens).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .._linalg import FloatArray
+from ._deps import ModelFileError, quiet_transformers, require_torch, require_transformers
+from ._weights import AttentionWeights, FeedForwardWeights, LayerNormWeights
+from .extraction import ExtractedLayer, ExtractedModel
+
+__all__ = [
+    "FAMILIES",
+    "attention_inputs",
+    "data_batch",
+    "from_module",
+    "load_folder",
+    "query_module",
+    "run_network",
+]
+
+#: The families gtcontrol reads from ``transformers`` models (``kind`` of ``extract``).
+FAMILIES: dict[str, str] = {
+    "bert": "BERT (post-LN encoder; MiniLM is one)",
+    "roberta": "RoBERTa (post-LN encoder, BERT's layers)",
+    "electra": "ELECTRA (post-LN encoder, BERT's layers)",
+    "distilbert": "DistilBERT (post-LN encoder)",
+    "vit": "ViT (pre-LN vision encoder)",
+    "deit": "DeiT (pre-LN vision encoder, ViT's layers)",
+    "modernbert": "ModernBERT (pre-LN encoder, rotary positions, GeGLU, local/global attention)",
+    "gpt2": "GPT-2 (pre-LN causal decoder)",
+}
+#: ``config.model_type`` → family.
+_MODEL_TYPES = {name: name for name in FAMILIES}
+_ACTIVATIONS = {
+    "gelu": "gelu",
+    "gelu_python": "gelu",
+    "gelu_new": "gelu_tanh",
+    "gelu_pytorch_tanh": "gelu_tanh",
+    "relu": "relu",
+    "silu": "silu",
+    "swish": "silu",
+}
+
+
+def _np(t: Any) -> FloatArray:
+    return np.asarray(t.detach().to(require_torch().float64).cpu().numpy(), dtype=float)
+
+
+def _get(obj: Any, paths: tuple[str, ...], where: str) -> Any:
+    """The first of the dotted ``paths`` that exists under ``obj``, else a ModelFileError."""
+    for path in paths:
+        cur = obj
+        for part in path.split("."):
+            cur = getattr(cur, part, None)
+            if cur is None:
+                break
+        if cur is not None:
+            return cur
+    names = " or ".join(paths)
+    raise ModelFileError(f"{where}: expected a module {names}, found none (not this family?)")
+
+
+def _linear(mod: Any) -> tuple[FloatArray, FloatArray | None]:
+    """``(W (out, in), b)`` of an ``nn.Linear`` or a ``Conv1D`` (GPT-2: weight ``(in, out)``)."""
+    w = _np(mod.weight)
+    if type(mod).__name__ == "Conv1D":
+        w = w.T
+    bias = getattr(mod, "bias", None)
+    return w, (None if bias is None else _np(bias))
+
+
+def _norm(mod: Any, where: str) -> LayerNormWeights | None:
+    if type(mod).__name__ == "Identity":
+        return None
+    shape = getattr(mod, "normalized_shape", None)
+    if shape is None or not hasattr(mod, "eps"):
+        raise ModelFileError(f"{where}: expected a LayerNorm, got {type(mod).__name__}")
+    weight, bias = getattr(mod, "weight", None), getattr(mod, "bias", None)
+    return LayerNormWeights(
+        None if weight is None else _np(weight),
+        None if bias is None else _np(bias),
+        float(mod.eps),
+        dim=int(shape[-1]),
+    )
+
+
+def _activation(cfg: Any, keys: tuple[str, ...], where: str) -> str:
+    for key in keys:
+        value = getattr(cfg, key, None)
+        if value is not None:
+            if isinstance(value, str) and value in _ACTIVATIONS:
+                return _ACTIVATIONS[value]
+            raise ModelFileError(
+                f"{where}: activation {key} = {value!r} is not one gtcontrol reads "
+                f"(expected one of {sorted(_ACTIVATIONS)})"
+            )
+    raise ModelFileError(f"{where}: the config names no activation ({' or '.join(keys)})")
+
+
+def _attention(
+    qkvo: list[tuple[FloatArray, FloatArray | None]], n_heads: int, scale: float | None
+) -> AttentionWeights:
+    """Query, key, value and output ``(W, b)`` as :class:`AttentionWeights`."""
+    (wq, bq), (wk, bk), (wv, bv), (wo, bo) = qkvo
+    return AttentionWeights(
+        wq, wk, wv, wo, b_q=bq, b_k=bk, b_v=bv, b_o=bo, n_heads=n_heads, scale=scale
+    )
+
+
+def _split3(w: FloatArray, b: FloatArray | None) -> list[tuple[FloatArray, FloatArray | None]]:
+    """A fused ``(3d, d)`` projection as (query, key, value), in the module's own order."""
+    n = w.shape[0] // 3
+    return [
+        (w[i * n : (i + 1) * n], None if b is None else b[i * n : (i + 1) * n]) for i in range(3)
+    ]
+
+
+def _ffn(w_in: Any, w_out: Any, act: str, *, gated: bool = False) -> FeedForwardWeights:
+    (wi, bi), (wo, bo) = _linear(w_in), _linear(w_out)
+    return FeedForwardWeights(wi, wo, b_in=bi, b_out=bo, activation=act, gated=gated)
+
+
+def _scale(att: Any, dh: int) -> float:
+    s = getattr(att, "scaling", None)
+    return float(s) if isinstance(s, (int, float)) and s > 0 else 1.0 / math.sqrt(dh)
+
+
+# ---------------------------------------------------------------------------- per family
+def _bert(lay: Any, cfg: Any, k: int, where: str) -> ExtractedLayer:
+    att = _get(lay, ("attention.self",), where)
+    so = _get(lay, ("attention.output",), where)
+    n_heads = int(cfg.num_attention_heads)
+    qkvo = [
+        _linear(_get(m, (p,), where))
+        for m, p in ((att, "query"), (att, "key"), (att, "value"), (so, "dense"))
+    ]
+    dh = qkvo[0][0].shape[0] // n_heads
+    return ExtractedLayer(
+        _attention(qkvo, n_heads, _scale(att, dh)),
+        _ffn(
+            _get(lay, ("intermediate.dense",), where),
+            _get(lay, ("output.dense",), where),
+            _activation(cfg, ("hidden_act",), where),
+        ),
+        _norm(_get(so, ("LayerNorm",), where), where),
+        _norm(_get(lay, ("output.LayerNorm",), where), where),
+        "post-LN",
+    )
+
+
+def _distilbert(lay: Any, cfg: Any, k: int, where: str) -> ExtractedLayer:
+    att = _get(lay, ("attention",), where)
+    n_heads = int(cfg.n_heads)
+    qkvo = [_linear(_get(att, (p,), where)) for p in ("q_lin", "k_lin", "v_lin", "out_lin")]
+    dh = qkvo[0][0].shape[0] // n_heads
+    return ExtractedLayer(
+        _attention(qkvo, n_heads, _scale(att, dh)),
+        _ffn(
+            _get(lay, ("ffn.lin1",), where),
+            _get(lay, ("ffn.lin2",), where),
+            _activation(cfg, ("activation",), where),
+        ),
+        _norm(_get(lay, ("sa_layer_norm",), where), where),
+        _norm(_get(lay, ("output_layer_norm",), where), where),
+        "post-LN",
+    )
+
+
+def _vit(lay: Any, cfg: Any, k: int, where: str) -> ExtractedLayer:
+    n_heads = int(cfg.num_attention_heads)
+    # transformers 5: attention.{q,k,v,o}_proj, mlp.fc1/fc2; 4.x: attention.attention.query ...
+    names = (
+        ("attention.q_proj", "attention.attention.query"),
+        ("attention.k_proj", "attention.attention.key"),
+        ("attention.v_proj", "attention.attention.value"),
+        ("attention.o_proj", "attention.output.dense"),
+    )
+    qkvo = [_linear(_get(lay, p, where)) for p in names]
+    att = _get(lay, ("attention.attention", "attention"), where)
+    dh = qkvo[0][0].shape[0] // n_heads
+    return ExtractedLayer(
+        _attention(qkvo, n_heads, _scale(att, dh)),
+        _ffn(
+            _get(lay, ("mlp.fc1", "intermediate.dense"), where),
+            _get(lay, ("mlp.fc2", "output.dense"), where),
+            _activation(cfg, ("hidden_act",), where),
+        ),
+        _norm(_get(lay, ("layernorm_before",), where), where),
+        _norm(_get(lay, ("layernorm_after",), where), where),
+        "pre-LN",
+    )
+
+
+def _modernbert(lay: Any, cfg: Any, k: int, where: str) -> ExtractedLayer:
+    n_heads = int(cfg.num_attention_heads)
+    q, kk, v = _split3(*_linear(_get(lay, ("attn.Wqkv",), where)))
+    o = _linear(_get(lay, ("attn.Wo",), where))
+    dh = q[0].shape[0] // n_heads
+    return ExtractedLayer(
+        _attention([q, kk, v, o], n_heads, 1.0 / math.sqrt(dh)),
+        _ffn(
+            _get(lay, ("mlp.Wi",), where),
+            _get(lay, ("mlp.Wo",), where),
+            _activation(cfg, ("hidden_activation",), where),
+            gated=True,
+        ),
+        _norm(_get(lay, ("attn_norm",), where), where),
+        _norm(_get(lay, ("mlp_norm",), where), where),
+        "pre-LN",
+    )
+
+
+def _gpt2(lay: Any, cfg: Any, k: int, where: str) -> ExtractedLayer:
+    att = _get(lay, ("attn",), where)
+    n_heads = int(cfg.n_head)
+    q, kk, v = _split3(*_linear(_get(att, ("c_attn",), where)))
+    o = _linear(_get(att, ("c_proj",), where))
+    dh = q[0].shape[0] // n_heads
+    scale = getattr(att, "scaling", None)
+    if not isinstance(scale, (int, float)):  # transformers 4.x computes it in the forward
+        scale = 1.0 / math.sqrt(dh) if getattr(cfg, "scale_attn_weights", True) else 1.0
+        if getattr(cfg, "scale_attn_by_inverse_layer_idx", False):
+            scale /= k + 1
+    return ExtractedLayer(
+        _attention([q, kk, v, o], n_heads, float(scale)),
+        _ffn(
+            _get(lay, ("mlp.c_fc",), where),
+            _get(lay, ("mlp.c_proj",), where),
+            _activation(cfg, ("activation_function",), where),
+        ),
+        _norm(_get(lay, ("ln_1",), where), where),
+        _norm(_get(lay, ("ln_2",), where), where),
+        "pre-LN",
+    )
+
+
+@dataclass(frozen=True)
+class _Spec:
+    read: Callable[[Any, Any, int, str], ExtractedLayer]
+    layers: tuple[str, ...]
+    query: tuple[str, ...]  # the module whose input is what the attention reads
+    placement: str
+    inputs: str = "text"
+    final_norm: tuple[str, ...] = ()
+    causal: bool = False
+
+
+_BERT = _Spec(_bert, ("encoder.layer",), ("attention.self.query",), "post-LN")
+_VIT = _Spec(
+    _vit,
+    ("layers", "encoder.layer"),
+    ("attention.q_proj", "attention.attention.query"),
+    "pre-LN",
+    inputs="image",
+    final_norm=("layernorm",),
+)
+_SPECS: dict[str, _Spec] = {
+    "bert": _BERT,
+    "roberta": _BERT,
+    "electra": _BERT,
+    "distilbert": _Spec(_distilbert, ("transformer.layer",), ("attention.q_lin",), "post-LN"),
+    "vit": _VIT,
+    "deit": _VIT,
+    "modernbert": _Spec(
+        _modernbert, ("layers",), ("attn.Wqkv",), "pre-LN", final_norm=("final_norm",)
+    ),
+    "gpt2": _Spec(_gpt2, ("h",), ("attn.c_attn",), "pre-LN", final_norm=("ln_f",), causal=True),
+}
+
+
+def _notes(family: str, cfg: Any) -> tuple[str, ...]:
+    """What the Gaussian model keeps and drops for ``family`` (docs/own_model.md)."""
+    if family in ("vit", "deit"):
+        extra = " and DeiT's distillation token" if family == "deit" else ""
+        return (
+            "patch, class-token and absolute position embeddings (added before the first layer)"
+            f"{extra} are bypassed: the layers see tokens without position",
+        )
+    if family == "gpt2":
+        return (
+            "causal: token i attends to tokens 1..i only; the moment model is the mean-field "
+            "limit, where a token deep in an i.i.d. sequence sees the law of all tokens, so it "
+            "equals the non-causal flow there and is wrong for the first few positions",
+            "absolute position embeddings (wpe, added before the first layer) are bypassed",
+        )
+    if family == "modernbert":
+        rope = getattr(cfg, "rope_parameters", None) or {}
+        theta_g = (rope.get("full_attention") or {}).get(
+            "rope_theta", getattr(cfg, "global_rope_theta", "?")
+        )
+        theta_l = (rope.get("sliding_attention") or {}).get(
+            "rope_theta", getattr(cfg, "local_rope_theta", "?")
+        )
+        types = list(getattr(cfg, "layer_types", None) or [])
+        local = [i for i, t in enumerate(types) if t == "sliding_attention"]
+        half = int(getattr(cfg, "local_attention", 128)) // 2
+        return (
+            f"rotary positions (θ = {theta_g} global, {theta_l} local): the logit of key j for "
+            "query i is (R_i q_i)ᵀ(R_j k_j) = s (W_Q x_i + b_Q)ᵀ R(j − i) W_K x_j, so B_h "
+            "depends on the offset j − i; the extracted B_h = s W_K,hᵀ W_Q,h is offset 0 "
+            "(no rotation): what a token sees of a key at its own position, and the "
+            "position-free part of the attention",
+            f"layers {local} attend within ±{half} tokens only (local attention); the mean-field "
+            "model lets every token see every other",
+            "layer 0 has no attention norm (its attention reads the embedding output)",
+        )
+    return (
+        "absolute position (and token-type) embeddings are added before the first layer: "
+        "bypassed, the layers see tokens without position",
+    )
+
+
+def family_of(net: Any, kind: str | None, where: str) -> str:
+    """The family of a ``transformers`` model (``kind`` forces it)."""
+    if kind is not None:
+        if kind not in FAMILIES:
+            raise ModelFileError(f"kind: expected one of {tuple(FAMILIES)} or 'onnx', got {kind!r}")
+        return kind
+    cfg = getattr(net, "config", None)
+    model_type = getattr(cfg, "model_type", None)
+    if model_type in _MODEL_TYPES:
+        return _MODEL_TYPES[str(model_type)]
+    found = f"model_type {model_type!r}" if cfg is not None else "no transformers config"
+    raise ModelFileError(
+        f"{where}: unknown architecture ({type(net).__name__}, {found}); gtcontrol reads "
+        f"{', '.join(FAMILIES)} (pass kind=... for a clone of one of them)"
+    )
+
+
+def _base(net: Any) -> Any:
+    base = getattr(net, "base_model", None)
+    return net if base is None else base
+
+
+def layer_list(net: Any, family: str) -> list[Any]:
+    """The layer modules of a model of ``family``."""
+    return list(_get(_base(net), _SPECS[family].layers, f"{type(net).__name__} ({family})"))
+
+
+def from_module(
+    net: Any, *, kind: str | None, source: str, label: str, description: str | None = None
+) -> ExtractedModel:
+    """Every layer of a ``transformers`` model as an :class:`~.extraction.ExtractedModel`."""
+    torch = require_torch()
+    if not isinstance(net, torch.nn.Module):
+        raise ModelFileError(
+            f"{source}: expected a transformers model (torch.nn.Module), a folder, an .onnx file "
+            f"or a model name, got {type(net).__name__}"
+        )
+    family = family_of(net, kind, source)
+    spec = _SPECS[family]
+    base = _base(net)
+    cfg = base.config
+    pos = getattr(cfg, "position_embedding_type", "absolute")
+    if pos not in (None, "absolute"):
+        raise ModelFileError(
+            f"{source}: position_embedding_type {pos!r} puts positions inside the attention; "
+            "gtcontrol reads 'absolute' only"
+        )
+    layers = tuple(
+        spec.read(lay, cfg, k, f"{source}: layer {k}")
+        for k, lay in enumerate(layer_list(base, family))
+    )
+    final = None
+    if spec.final_norm:
+        final = _norm(_get(base, spec.final_norm, source), source)
+    dtype = str(next(base.parameters()).dtype).removeprefix("torch.")
+    shape = f"{len(layers)} layers, d = {layers[0].dim}, {layers[0].weights.n_heads} heads"
+    return ExtractedModel(
+        layers,
+        family=family,
+        norm_placement=spec.placement,
+        final_norm=final,
+        label=label,
+        description=description or f"{FAMILIES[family].split(' (')[0]} {label} ({shape})",
+        source=source,
+        causal=spec.causal or bool(getattr(cfg, "is_decoder", False)),
+        inputs=spec.inputs,
+        notes=_notes(family, cfg),
+        dtype=dtype,
+        network=base.eval(),
+    )
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text("utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ModelFileError(f"{path}: not a readable JSON config ({exc})") from None
+    if not isinstance(data, dict):
+        raise ModelFileError(f"{path}: expected a JSON object (a transformers config)")
+    return data
+
+
+def _check_heads(cfg: dict[str, Any], path: Path) -> None:
+    width = next((cfg[k] for k in ("hidden_size", "n_embd", "dim") if k in cfg), None)
+    heads = next((cfg[k] for k in ("num_attention_heads", "n_head", "n_heads") if k in cfg), None)
+    if not isinstance(width, int) or not isinstance(heads, int) or heads <= 0 or width % heads:
+        raise ModelFileError(
+            f"{path}: the attention's head count ({heads!r}) must be a positive divisor of the "
+            f"width ({width!r}): expected num_attention_heads dividing hidden_size"
+        )
+
+
+def load_folder(path: Path) -> Any:
+    """A ``transformers`` model from a local folder (config.json + safetensors), offline."""
+    config = path / "config.json"
+    if not config.is_file():
+        weights = sorted(p.name for p in path.glob("*.safetensors"))
+        held = f"holds {', '.join(weights)} but " if weights else ""
+        raise ModelFileError(
+            f"{path}: {held}no config.json: a safetensors file holds weights only; expected the "
+            "config.json that save_pretrained writes beside model.safetensors"
+        )
+    cfg = _read_json(config)
+    model_type = cfg.get("model_type")
+    if model_type not in _MODEL_TYPES:
+        raise ModelFileError(
+            f"{config}: unknown architecture (model_type {model_type!r}); gtcontrol reads "
+            f"{', '.join(FAMILIES)}"
+        )
+    _check_heads(cfg, config)
+    if not any(path.glob("*.safetensors")):
+        raise ModelFileError(
+            f"{path}: no *.safetensors weights beside config.json (expected model.safetensors, "
+            "as save_pretrained writes it)"
+        )
+    tr = require_transformers()
+    torch = require_torch()
+    try:
+        with quiet_transformers():
+            net = tr.AutoModel.from_pretrained(str(path), local_files_only=True, dtype="auto")
+    except (OSError, ValueError, RuntimeError, KeyError, TypeError, AttributeError) as exc:
+        line = " ".join(str(exc).split())[:400]
+        raise ModelFileError(f"{path}: transformers could not load the model ({line})") from None
+    if not isinstance(net, torch.nn.Module):  # pragma: no cover - AutoModel returns modules
+        raise ModelFileError(f"{path}: transformers returned {type(net).__name__}, not a model")
+    return net.eval()
+
+
+def query_module(em: ExtractedModel, k: int) -> Any:
+    """The module of layer ``k`` whose input is what the attention reads (a query projection)."""
+    spec = _SPECS[em.family]
+    return _get(layer_list(em.network, em.family)[k], spec.query, f"{em.label}: layer {k}")
+
+
+@contextmanager
+def _hooks(modules: list[Any], hook: Callable[..., Any]) -> Iterator[None]:
+    handles = [m.register_forward_hook(hook(i)) for i, m in enumerate(modules)]
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def run_network(em: ExtractedModel, tokens: FloatArray) -> list[FloatArray]:
+    """The real network's layers on one sequence (embeddings bypassed); input and each output."""
+    torch = require_torch()
+    net = em.network
+    layers = layer_list(net, em.family)
+    dtype = next(net.parameters()).dtype
+    n = tokens.shape[0]
+    h = torch.as_tensor(tokens, dtype=dtype)[None]
+    out = [np.asarray(tokens, dtype=float).copy()]
+    if em.family == "modernbert":
+        got: list[Any] = [None] * len(layers)
+
+        def keep(i: int) -> Callable[..., None]:
+            def f(mod: Any, inp: Any, res: Any) -> None:
+                got[i] = res[0] if isinstance(res, tuple) else res
+
+            return f
+
+        def embed(mod: Any, inp: Any, res: Any) -> Any:
+            return h
+
+        with torch.inference_mode(), _hooks(layers, keep):
+            handle = net.embeddings.register_forward_hook(embed)
+            try:
+                net(input_ids=torch.zeros((1, n), dtype=torch.long))
+            finally:
+                handle.remove()
+        return out + [g[0].to(torch.float64).numpy().copy() for g in got]
+    kwargs: dict[str, Any] = {}
+    if em.causal:
+        mask = torch.full((n, n), torch.finfo(dtype).min, dtype=dtype).triu(1)
+        kwargs["attention_mask"] = mask[None, None]
+    with torch.inference_mode():
+        for lay in layers:
+            res = lay(h, **kwargs)
+            # transformers 4.x returns a tuple (hidden, ...), 5.x the tensor itself.
+            h = res[0] if isinstance(res, tuple) else res
+            out.append(h[0].to(torch.float64).numpy().copy())
+    return out
+
+
+def attention_inputs(em: ExtractedModel, inputs: dict[str, Any]) -> list[FloatArray]:
+    """What every layer's attention reads when the full model runs on ``inputs`` (a batch).
+
+    Returns one array ``(B, N, d)`` per layer (float64), captured at the input of the query
+    projection (:func:`query_module`).
+    """
+    torch = require_torch()
+    mods = [query_module(em, k) for k in range(em.n_layers)]
+    got: list[Any] = [None] * len(mods)
+
+    def keep(i: int) -> Callable[..., None]:
+        def f(mod: Any, inp: Any, res: Any) -> None:
+            got[i] = inp[0].detach().to(torch.float64).numpy().copy()
+
+        return f
+
+    with torch.inference_mode(), _hooks(mods, keep):
+        em.network(**inputs)
+    return [np.asarray(g) for g in got]
+
+
+def _tokenizer(net: Any) -> Any:
+    """The model's own tokenizer from its folder, or ``None`` (random models have none)."""
+    where = str(getattr(net.config, "name_or_path", "") or "")
+    files = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "tokenizer.model")
+    if not where or not any((Path(where) / f).is_file() for f in files):
+        return None  # transformers would build an empty tokenizer (every word unknown)
+    tr = require_transformers()
+    try:
+        with quiet_transformers():
+            return tr.AutoTokenizer.from_pretrained(where, local_files_only=True)
+    except Exception:  # no or an unreadable tokenizer: random token ids instead (said so)
+        return None
+
+
+def _smooth_images(rng: np.random.Generator, n: int, channels: int, size: int) -> FloatArray:
+    """``n`` image-like inputs: Gaussian noise low-passed (Gaussian kernel of width size/16),
+    then per channel mean 0 and variance 1 — spatially correlated, not natural images."""
+    noise = rng.standard_normal((n, channels, size, size))
+    f = np.fft.fftfreq(size)
+    width = size / 16.0
+    kernel = np.exp(-2.0 * (np.pi * width) ** 2 * (f[:, None] ** 2 + f[None, :] ** 2))
+    img = np.real(np.fft.ifft2(np.fft.fft2(noise) * kernel))
+    img -= img.mean(axis=(2, 3), keepdims=True)
+    img /= img.std(axis=(2, 3), keepdims=True)
+    return np.asarray(img)
+
+
+def data_batch(
+    em: ExtractedModel, sentences: list[str], seed: int
+) -> tuple[dict[str, Any], np.ndarray | None, str]:
+    """A batch of data for the real network: ``(inputs, non-padding mask or None, what)``."""
+    torch = require_torch()
+    net = em.network
+    if net is None:
+        raise ModelFileError(
+            f"{em.label}: data need the model's own embeddings; an ONNX file has none"
+        )
+    cfg = net.config
+    rng = np.random.default_rng([seed, 20260623])
+    dtype = next(net.parameters()).dtype
+    if em.inputs == "image":
+        size, ch = int(cfg.image_size), int(getattr(cfg, "num_channels", 3))
+        img = _smooth_images(rng, 8, ch, size)
+        what = (
+            f"8 random image-like inputs ({ch}×{size}×{size} smooth Gaussian fields, not natural "
+            "images) through the model's patch embedding"
+        )
+        return {"pixel_values": torch.as_tensor(img, dtype=dtype)}, None, what
+    tok = _tokenizer(net)
+    if tok is not None:
+        if tok.pad_token is None:
+            tok.pad_token = tok.eos_token
+        batch = dict(tok(sentences, padding=True, return_tensors="pt"))
+        mask = batch["attention_mask"].numpy().astype(bool)
+        return batch, mask, f"{len(sentences)} English sentences through the model's tokenizer"
+    vocab = int(cfg.vocab_size)
+    ids = rng.integers(0, vocab, size=(40, 16))
+    what = (
+        f"random token ids (40 sequences of 16, uniform over the {vocab}-token vocabulary): the "
+        "model has no tokenizer"
+    )
+    return {"input_ids": torch.as_tensor(ids, dtype=torch.long)}, np.ones(ids.shape, bool), what

@@ -1,0 +1,518 @@
+"""The weights of one Transformer layer, as frozen values with their token map and moment map.
+
+Three parts, each in the layout of PyTorch's ``nn.Linear`` (weights ``(out, in)``):
+
+* :class:`AttentionWeights` — ``W_Q, b_Q, W_K, b_K, W_V, b_V, W_O, b_O``, the head count and
+  the logit scale ``s``. Head ``h`` gives ``B_h = s W_K,hᵀ W_Q,h``, ``V_h = W_O,h W_V,h`` and the
+  key tilt ``u_h = s W_K,hᵀ b_Q,h`` (docs/theory.md §1). The key bias ``b_K`` adds
+  ``s b_K,hᵀ(W_Q,h x + b_Q,h)`` to every logit of query ``x`` alike, so it cancels in the softmax
+  exactly: it is kept for the record and enters nothing. :meth:`AttentionWeights.layer` is the
+  sublayer as a gtcontrol :class:`~gtcontrol.model.params.Layer` on ``R^{d+1}`` (the affine
+  coordinate carries the query bias; :mod:`.extraction`).
+* :class:`LayerNormWeights` — ``LN(x) = γ ⊙ P x / sqrt(|P x|²/d + ε) + β`` with ``P = I −
+  11ᵀ/d``, and its linearization at a Gaussian with the per-token scale frozen at its mean
+  ``s̄² = (tr(PΣP) + |Pm|²)/d + ε``: ``LN(x) ≈ G x + β``, ``G = diag(γ/s̄) P``.
+* :class:`FeedForwardWeights` — ``W_out σ(W_in z + b_in) + b_out`` with ``σ`` one of
+  :data:`ACTIVATIONS`, or gated (GeGLU, ModernBERT): ``W_out (σ(a) ⊙ g) + b_out`` with
+  ``[a; g] = W_in z + b_in``. Its statistical linearization at a Gaussian keeps the exact mean
+  and the exact cross-covariance with the input (Stein's lemma) and adds the variance the
+  linearization misses, treating the hidden units' nonlinear residuals as uncorrelated.
+
+Reference: Alcalde, Ji, Zuazua, arXiv:2606.07600 (2026), §1–§2; docs/own_model.md.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+from scipy.special import expit, ndtr
+
+from .._linalg import FloatArray, sym
+from .._validation import as_float_array, as_positive_float, as_positive_int, frozen
+from ..errors import InvalidParametersError
+from ..model.gaussian_closure import activation_moments
+from ..model.params import Layer
+
+__all__ = [
+    "ACTIVATIONS",
+    "AttentionWeights",
+    "FeedForwardWeights",
+    "LayerNormWeights",
+    "activation",
+    "activation_moments_any",
+    "gelu_moments",
+]
+
+#: The feed-forward activations read from models: ``"gelu"`` (exact, ``a Φ(a)``),
+#: ``"gelu_tanh"`` (GPT-2's tanh approximation), ``"relu"`` and ``"silu"`` (``a σ(a)``).
+ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu")
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+_HERMITE = np.polynomial.hermite_e.hermegauss(80)
+_TANH_C = math.sqrt(2.0 / math.pi)
+
+
+def activation(kind: str, x: Any, *, derivative: bool = False) -> FloatArray:
+    """``σ(x)`` (or ``σ'(x)``) elementwise for one of :data:`ACTIVATIONS`.
+
+    Parameters
+    ----------
+    kind
+        The activation.
+    x
+        Pre-activations (any shape).
+    derivative
+        Return ``σ'(x)`` instead (``relu``: the step, 0 at 0).
+
+    Returns
+    -------
+    numpy.ndarray
+        The values, the shape of ``x``.
+
+    Examples
+    --------
+    >>> float(activation("gelu", 0.0)), float(activation("relu", 2.0, derivative=True))
+    (0.0, 1.0)
+    """
+    a = np.asarray(x, dtype=float)
+    if kind == "gelu":
+        p = ndtr(a)
+        out = a * p if not derivative else p + a * _INV_SQRT_2PI * np.exp(-0.5 * a * a)
+    elif kind == "gelu_tanh":
+        t = np.tanh(_TANH_C * (a + 0.044715 * a**3))
+        out = 0.5 * a * (1.0 + t)
+        if derivative:
+            out = 0.5 * (1.0 + t) + 0.5 * a * (1.0 - t * t) * _TANH_C * (1.0 + 0.134145 * a * a)
+    elif kind == "relu":
+        out = np.maximum(a, 0.0) if not derivative else (a > 0).astype(float)
+    elif kind == "silu":
+        s = expit(a)
+        out = a * s if not derivative else s * (1.0 + a * (1.0 - s))
+    else:
+        raise InvalidParametersError(f"activation: expected one of {ACTIVATIONS}, got {kind!r}")
+    return np.asarray(out, dtype=float)
+
+
+def gelu_moments(mean: Any, var: Any) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """``E g(a)``, ``E g'(a)``, ``Var g(a)`` for ``g(a) = a Φ(a)`` (exact GELU), ``a ~ N(μ, s²)``.
+
+    The first two in closed form (``κ = μ/sqrt(1+s²)``): ``E g = μΦ(κ) + s²φ(κ)/sqrt(1+s²)``,
+    ``E g' = Φ(κ) + μφ(κ)/(1+s²)^{3/2}``; the variance by 80-point Gauss–Hermite quadrature
+    (GELU is smooth and grows linearly, so the rule is accurate to ~1e-12 relative).
+
+    Parameters
+    ----------
+    mean
+        Means ``μ`` (any shape).
+    var
+        Variances ``s² ≥ 0``, broadcastable with ``mean``.
+
+    Returns
+    -------
+    (E g, E g', Var g)
+        Three arrays of the broadcast shape.
+
+    Examples
+    --------
+    >>> e_g, e_dg, var_g = gelu_moments(np.array([0.0]), np.array([0.0]))
+    >>> float(e_g[0]), float(e_dg[0]), float(var_g[0])
+    (0.0, 0.5, 0.0)
+    """
+    return activation_moments_any("gelu", mean, var)
+
+
+def activation_moments_any(
+    kind: str, mean: Any, var: Any
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """``E σ(a)``, ``E σ'(a)``, ``Var σ(a)`` for ``a ~ N(μ, s²)`` and any of :data:`ACTIVATIONS`.
+
+    ReLU and GELU take the closed forms of
+    :func:`~gtcontrol.model.gaussian_closure.activation_moments` for the first two; the tanh
+    GELU and SiLU take 80-point Gauss–Hermite quadrature (smooth integrands: ~1e-12 relative).
+    The variance is by quadrature too, but for ReLU (closed form: its kink would leave ~4e-4).
+
+    Parameters
+    ----------
+    kind
+        The activation.
+    mean, var
+        Means and variances (``≥ 0``) of the pre-activations, broadcastable.
+
+    Returns
+    -------
+    (E σ, E σ', Var σ)
+        Three arrays of the broadcast shape.
+
+    Examples
+    --------
+    >>> e, de, v = activation_moments_any("silu", np.zeros(1), np.zeros(1))
+    >>> float(e[0]), float(de[0]), float(v[0])
+    (0.0, 0.5, 0.0)
+    """
+    mu, s2 = np.broadcast_arrays(np.asarray(mean, dtype=float), np.asarray(var, dtype=float))
+    s2 = np.maximum(s2, 0.0)
+    nodes, weights = _HERMITE
+    a = mu[..., None] + np.sqrt(s2)[..., None] * nodes
+    g = activation(kind, a)
+    if kind in ("gelu", "relu"):
+        e_g, e_dg = activation_moments(kind, mu, s2)
+    else:
+        e_g = g @ weights * _INV_SQRT_2PI
+        e_dg = activation(kind, a, derivative=True) @ weights * _INV_SQRT_2PI
+    e_g2 = (g * g) @ weights * _INV_SQRT_2PI
+    if kind == "relu":  # E relu(a)² = (μ² + s²) Φ(μ/s) + μ s φ(μ/s): the kink defeats quadrature
+        s = np.sqrt(s2)
+        k = np.divide(mu, s, out=np.where(mu >= 0, np.inf, -np.inf), where=s > 0)
+        pdf = np.where(s > 0, _INV_SQRT_2PI * np.exp(-0.5 * np.where(s > 0, k, 0.0) ** 2), 0.0)
+        e_g2 = (mu * mu + s2) * ndtr(k) + mu * s * pdf
+    return e_g, e_dg, np.maximum(e_g2 - e_g * e_g, 0.0)
+
+
+def _matrix(name: str, value: Any, shape: tuple[int | None, ...]) -> FloatArray:
+    return frozen(as_float_array(name, value, ndim=len(shape), shape=shape).copy())
+
+
+@dataclass(frozen=True, eq=False, init=False)
+class AttentionWeights:
+    """A multi-head self-attention's projections in ``nn.Linear`` layout (module docstring).
+
+    Rows ``h·d_head … (h+1)·d_head − 1`` of ``W_Q``, ``W_K``, ``W_V`` (and those columns of
+    ``W_O``) belong to head ``h``.
+
+    Parameters
+    ----------
+    w_q, w_k, w_v
+        Query, key and value weights ``(H·d_head, d)``.
+    w_o
+        Output weight ``(d, H·d_head)``.
+    b_q, b_k, b_v, b_o
+        Biases ``(H·d_head,)`` (``b_o``: ``(d,)``); ``None`` means zero.
+    n_heads
+        Number of heads ``H``; it must divide the rows of ``w_q``.
+    scale
+        Logit scale ``s > 0``; ``None`` means ``1/sqrt(d_head)``.
+
+    Raises
+    ------
+    InvalidParametersError
+        On a non-finite weight, shapes that do not fit together (the message names the weight),
+        a head count that does not divide ``H·d_head`` or a non-positive scale.
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> w = [rng.standard_normal((4, 3)) for _ in range(3)]
+    >>> att = AttentionWeights(*w, rng.standard_normal((3, 4)), n_heads=2)
+    >>> att.head_dim, att.dim, round(att.scale, 4), att.layer().dim
+    (2, 3, 0.7071, 4)
+    """
+
+    w_q: FloatArray
+    w_k: FloatArray
+    w_v: FloatArray
+    w_o: FloatArray
+    b_q: FloatArray
+    b_k: FloatArray
+    b_v: FloatArray
+    b_o: FloatArray
+    n_heads: int
+    scale: float
+
+    def __init__(
+        self,
+        w_q: Any,
+        w_k: Any,
+        w_v: Any,
+        w_o: Any,
+        *,
+        b_q: Any = None,
+        b_k: Any = None,
+        b_v: Any = None,
+        b_o: Any = None,
+        n_heads: int,
+        scale: float | None = None,
+    ) -> None:
+        wq = _matrix("w_q", w_q, (None, None))
+        inner, d = wq.shape
+        h = as_positive_int("n_heads", n_heads)
+        if inner == 0 or d == 0 or inner % h:
+            raise InvalidParametersError(
+                f"n_heads: {h} heads do not divide the {inner} rows of w_q (expected w_q of "
+                "shape (n_heads·d_head, d))"
+            )
+        vals = {
+            "w_q": wq,
+            "w_k": _matrix("w_k", w_k, (inner, d)),
+            "w_v": _matrix("w_v", w_v, (inner, d)),
+            "w_o": _matrix("w_o", w_o, (d, inner)),
+        }
+        for name, value, n in (("b_q", b_q, inner), ("b_k", b_k, inner), ("b_v", b_v, inner)):
+            vals[name] = _matrix(name, np.zeros(n) if value is None else value, (n,))
+        vals["b_o"] = _matrix("b_o", np.zeros(d) if b_o is None else b_o, (d,))
+        for name, value in vals.items():
+            object.__setattr__(self, name, value)
+        object.__setattr__(self, "n_heads", h)
+        s = 1.0 / math.sqrt(inner // h) if scale is None else as_positive_float("scale", scale)
+        object.__setattr__(self, "scale", s)
+
+    @property
+    def dim(self) -> int:
+        """The model width ``d``."""
+        return int(self.w_q.shape[1])
+
+    @property
+    def head_dim(self) -> int:
+        """The head width ``d_head``."""
+        return int(self.w_q.shape[0]) // self.n_heads
+
+    @property
+    def output_bias(self) -> FloatArray:
+        """``Σ_h W_O,h b_V,h + b_O = W_O b_V + b_O``: attention weights sum to one."""
+        return np.asarray(self.w_o @ self.b_v + self.b_o)
+
+    @property
+    def key_tilt(self) -> FloatArray:
+        """``u_h = s W_K,hᵀ b_Q,h`` per head, ``(H, d)``."""
+        wk = self.w_k.reshape(self.n_heads, self.head_dim, self.dim)
+        bq = self.b_q.reshape(self.n_heads, self.head_dim)
+        return np.asarray(self.scale * np.einsum("hed,he->hd", wk, bq))
+
+    def dense_heads(self) -> tuple[tuple[FloatArray, FloatArray], ...]:
+        """The dense heads ``((V_h, B_h), ...)``, each ``(d, d)``."""
+        dh = self.head_dim
+        out = []
+        for h in range(self.n_heads):
+            sl = slice(h * dh, (h + 1) * dh)
+            v = self.w_o[:, sl] @ self.w_v[sl]
+            out.append((v, self.scale * (self.w_k[sl].T @ self.w_q[sl])))
+        return tuple(out)
+
+    def layer(self) -> Layer:
+        """The sublayer as a factored :class:`Layer` on ``R^{d+1}`` (affine coordinate last).
+
+        ``W̃_Q = [W_Q, b_Q]``, ``W̃_K = [W_K, 0]``, ``W̃_V = [W_V, 0]``, ``W̃_O = [W_O; 0]`` and
+        ``b̃ = (W_O b_V + b_O, 0)``: then ``ỹᵀ B̃_h x̃ = yᵀ B_h x + yᵀ u_h`` and the last coordinate
+        never moves (:mod:`gtcontrol.experiments.extraction`).
+        """
+        zero = np.zeros((self.w_q.shape[0], 1))
+        return Layer.from_projections(
+            np.hstack([self.w_q, self.b_q[:, None]]),
+            np.hstack([self.w_k, zero]),
+            np.hstack([self.w_v, zero]),
+            np.vstack([self.w_o, zero.T]),
+            self.n_heads,
+            b=np.append(self.output_bias, 0.0),
+            scale=self.scale,
+        )
+
+
+@dataclass(frozen=True, eq=False, init=False)
+class LayerNormWeights:
+    """A LayerNorm ``γ ⊙ (x − mean x)/sqrt(var x + ε) + β`` over the last axis.
+
+    Parameters
+    ----------
+    gamma, beta
+        Scale and shift ``(d,)``; ``None`` means ones / zeros (a LayerNorm without them).
+    eps
+        ``ε ≥ 0``.
+    dim
+        The width, needed only when both ``gamma`` and ``beta`` are ``None``.
+
+    Raises
+    ------
+    InvalidParametersError
+        On non-finite or mismatched parameters or a negative ``eps``.
+
+    Examples
+    --------
+    >>> ln = LayerNormWeights(None, None, 0.0, dim=2)
+    >>> ln(np.array([[1.0, 3.0]])).tolist()
+    [[-1.0, 1.0]]
+    """
+
+    gamma: FloatArray
+    beta: FloatArray
+    eps: float
+
+    def __init__(self, gamma: Any, beta: Any, eps: float, *, dim: int | None = None) -> None:
+        ref = gamma if gamma is not None else beta
+        d = as_positive_int("dim", dim) if ref is None else len(np.atleast_1d(ref))
+        g = _matrix("gamma", np.ones(d) if gamma is None else gamma, (d,))
+        b = _matrix("beta", np.zeros(d) if beta is None else beta, (d,))
+        e = float(eps)
+        if not math.isfinite(e) or e < 0:
+            raise InvalidParametersError(f"eps: expected a finite number >= 0, got {eps!r}")
+        object.__setattr__(self, "gamma", g)
+        object.__setattr__(self, "beta", b)
+        object.__setattr__(self, "eps", e)
+
+    def __call__(self, x: Any) -> FloatArray:
+        """The normalized tokens (rows of ``x``)."""
+        a = np.asarray(x, dtype=float)
+        c = a - a.mean(axis=-1, keepdims=True)
+        return np.asarray(
+            c / np.sqrt((c * c).mean(axis=-1, keepdims=True) + self.eps) * self.gamma + self.beta
+        )
+
+    def scale(self, x: Any) -> FloatArray:
+        """The per-token scale ``s(x) = sqrt(|P x|²/d + ε)`` (rows of ``x``)."""
+        a = np.asarray(x, dtype=float)
+        return np.asarray(np.sqrt(a.var(axis=-1) + self.eps))
+
+    def linearization(self, mean: FloatArray, cov: FloatArray) -> FloatArray:
+        """``G = diag(γ/s̄) P`` with ``s̄² = (tr(PΣP) + |Pm|²)/d + ε`` (``LN(x) ≈ G x + β``)."""
+        d = mean.shape[0]
+        pm = mean - mean.mean()
+        tr = float(np.trace(cov)) - float(cov.sum()) / d  # tr(P Σ P) = tr Σ − 1ᵀΣ1/d
+        s_bar = math.sqrt((tr + float(pm @ pm)) / d + self.eps)
+        g = self.gamma / s_bar
+        return np.asarray(g[:, None] * (np.eye(d) - 1.0 / d))
+
+    def moments(self, mean: FloatArray, cov: FloatArray) -> tuple[FloatArray, FloatArray]:
+        """``(G m + β, G Σ Gᵀ)``: the Gaussian through the linearized LayerNorm."""
+        g = self.linearization(mean, cov)
+        return g @ mean + self.beta, sym(g @ cov @ g.T)
+
+
+@dataclass(frozen=True, eq=False, init=False)
+class FeedForwardWeights:
+    """A feed-forward ``W_out σ(W_in z + b_in) + b_out``, or gated (module docstring).
+
+    Parameters
+    ----------
+    w_in
+        ``(k, d)``; gated: ``(2k, d)``, rows ``[:k]`` the activation's input, ``[k:]`` the gate.
+    w_out
+        ``(d, k)``.
+    b_in, b_out
+        Biases; ``None`` means zero.
+    activation
+        One of :data:`ACTIVATIONS`.
+    gated
+        ``σ(a) ⊙ g`` (GeGLU) instead of ``σ(a)``.
+
+    Raises
+    ------
+    InvalidParametersError
+        On mismatched or non-finite weights or an unknown activation.
+
+    Examples
+    --------
+    >>> ffn = FeedForwardWeights(np.eye(2), np.eye(2), activation="relu")
+    >>> ffn(np.array([[1.0, -1.0]])).tolist()
+    [[1.0, 0.0]]
+    """
+
+    w_in: FloatArray
+    b_in: FloatArray
+    w_out: FloatArray
+    b_out: FloatArray
+    activation: str
+    gated: bool
+
+    def __init__(
+        self,
+        w_in: Any,
+        w_out: Any,
+        *,
+        b_in: Any = None,
+        b_out: Any = None,
+        activation: str = "gelu",
+        gated: bool = False,
+    ) -> None:
+        wi = _matrix("w_in", w_in, (None, None))
+        rows, d = wi.shape
+        k = rows // 2 if gated else rows
+        if gated and rows % 2:
+            raise InvalidParametersError(f"w_in: a gated feed-forward needs 2k rows, got {rows}")
+        wo = _matrix("w_out", w_out, (d, k))
+        if activation not in ACTIVATIONS:
+            raise InvalidParametersError(
+                f"activation: expected one of {ACTIVATIONS}, got {activation!r}"
+            )
+        object.__setattr__(self, "w_in", wi)
+        object.__setattr__(
+            self, "b_in", _matrix("b_in", np.zeros(rows) if b_in is None else b_in, (rows,))
+        )
+        object.__setattr__(self, "w_out", wo)
+        object.__setattr__(
+            self, "b_out", _matrix("b_out", np.zeros(d) if b_out is None else b_out, (d,))
+        )
+        object.__setattr__(self, "activation", activation)
+        object.__setattr__(self, "gated", bool(gated))
+
+    @property
+    def hidden(self) -> int:
+        """The hidden width ``k``."""
+        return int(self.w_out.shape[1])
+
+    def __call__(self, z: Any) -> FloatArray:
+        """The feed-forward of every token (rows of ``z``)."""
+        a = np.asarray(z, dtype=float) @ self.w_in.T + self.b_in
+        if self.gated:
+            k = self.hidden
+            h = activation(self.activation, a[..., :k]) * a[..., k:]
+        else:
+            h = activation(self.activation, a)
+        return np.asarray(h @ self.w_out.T + self.b_out)
+
+    @cached_property
+    def _split(self) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+        k = self.hidden
+        return self.w_in[:k], self.b_in[:k], self.w_in[k:], self.b_in[k:]
+
+    def linearization(
+        self, mean: FloatArray, cov: FloatArray
+    ) -> tuple[FloatArray, FloatArray, FloatArray]:
+        """``(E f, J, R)`` at ``z ~ N(m, Σ)``: ``f(z) ≈ E f + J (z − m)`` plus independent noise.
+
+        ``J = W_out D W_in`` with ``D = E σ'(a)`` (Stein's lemma: ``Cov(z, f(z)) = Σ Jᵀ``
+        exactly), ``R = W_out diag(Var σ(a_i) − D_i² Var a_i) W_outᵀ``. Gated: for each unit
+        ``(a, g)`` is a bivariate Gaussian; ``E[σ(a) g]``, ``D_a = E[σ'(a) g]``,
+        ``D_g = E σ(a)`` and ``E[(σ(a) g)²]`` are one-dimensional Gauss–Hermite integrals over
+        ``a`` with ``g | a`` Gaussian, and ``J = W_out (D_a W_a + D_g W_g)``.
+
+        Parameters
+        ----------
+        mean, cov
+            The law of the feed-forward's input.
+
+        Returns
+        -------
+        (numpy.ndarray, numpy.ndarray, numpy.ndarray)
+            The output mean ``(d,)``, ``J`` and ``R`` ``(d, d)``.
+        """
+        if not self.gated:
+            mu = self.w_in @ mean + self.b_in
+            var = np.einsum("ij,ij->i", self.w_in @ cov, self.w_in)
+            e_f, e_df, var_f = activation_moments_any(self.activation, mu, var)
+            jac = (self.w_out * e_df) @ self.w_in
+            res = np.maximum(var_f - e_df**2 * var, 0.0)
+            return self.w_out @ e_f + self.b_out, jac, (self.w_out * res) @ self.w_out.T
+        wa, ba, wg, bg = self._split
+        mu_a, mu_g = wa @ mean + ba, wg @ mean + bg
+        sa, sg = wa @ cov, wg @ cov
+        var_a = np.maximum(np.einsum("ij,ij->i", sa, wa), 0.0)
+        var_g = np.maximum(np.einsum("ij,ij->i", sg, wg), 0.0)
+        c_ag = np.einsum("ij,ij->i", sa, wg)
+        slope = np.divide(c_ag, var_a, out=np.zeros_like(c_ag), where=var_a > 0)
+        v_r = np.maximum(var_g - slope * c_ag, 0.0)
+        nodes, weights = _HERMITE
+        z = np.sqrt(var_a)[:, None] * nodes
+        a = mu_a[:, None] + z
+        m_g = mu_g[:, None] + slope[:, None] * z  # E[g | a]
+        f = activation(self.activation, a)
+        df = activation(self.activation, a, derivative=True)
+        w = weights * _INV_SQRT_2PI
+        e_fg = (f * m_g) @ w
+        d_a = (df * m_g) @ w
+        d_g = f @ w
+        e_fg2 = (f * f * (m_g * m_g + v_r[:, None])) @ w
+        lin_var = d_a**2 * var_a + 2 * d_a * d_g * c_ag + d_g**2 * var_g
+        res = np.maximum(e_fg2 - e_fg**2 - lin_var, 0.0)
+        jac = self.w_out @ (d_a[:, None] * wa + d_g[:, None] * wg)
+        return self.w_out @ e_fg + self.b_out, jac, (self.w_out * res) @ self.w_out.T

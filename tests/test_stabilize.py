@@ -1,0 +1,378 @@
+"""Stabilizing a given layer (gtcontrol.stabilize) and the linearization spectrum at scale.
+
+Independent evidence:
+
+* the Jacobian of the covariance field is formed here from Kronecker products of the layer's
+  dense matrices (nothing of gtcontrol's field or Jacobian), restricted to symmetric matrices by
+  a duplication matrix built here, and its eigenvalues by LAPACK confirm the Krylov abscissa;
+* the verifying convergence is re-checked by scipy's DOP853 on the full-matrix moment ODE written
+  here;
+* minimality: ``c (1 − 1e-3)`` misses the rate, and the shift of the spectrum is exactly ``−2c``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import pytest
+from helpers import random_spd
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.integrate import solve_ivp
+
+import gtcontrol as gt
+from gtcontrol import GTControlError, InvalidGaussianError, InvalidParametersError, Status
+
+# -- independent references ------------------------------------------------------------------
+
+
+def dense_heads(layer: gt.Layer) -> list[tuple[np.ndarray, np.ndarray]]:
+    return [(np.array(v), np.array(b)) for v, b in layer.heads]
+
+
+def field(layer: gt.Layer, m: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The moment field written out: dm = Mm + b + Σ V_h m, dΣ = MΣ + ΣMᵀ."""
+    a = np.array(layer.A)
+    mm = a.copy()
+    c = np.array(layer.b).copy()
+    for v, b in dense_heads(layer):
+        mm += v @ s @ b
+        c += v @ m
+    return mm @ m + c, mm @ s + s @ mm.T
+
+
+def duplication(r: int) -> np.ndarray:
+    """``vec(H) = D vech(H)`` (column-major vec, lower-triangle vech)."""
+    cols = [(i, j) for j in range(r) for i in range(j, r)]
+    out = np.zeros((r * r, len(cols)))
+    for k, (i, j) in enumerate(cols):
+        out[i + j * r, k] = 1.0
+        out[j + i * r, k] = 1.0
+    return out
+
+
+def kron_spectrum(layer: gt.Layer, s: np.ndarray, basis: np.ndarray | None = None) -> np.ndarray:
+    """Every eigenvalue of DF(Σ) on symmetric matrices, by Kronecker products (LAPACK)."""
+    a = np.array(layer.A)
+    heads = dense_heads(layer)
+    if basis is not None:
+        a = basis.T @ a @ basis
+        heads = [(basis.T @ v @ basis, basis.T @ b @ basis) for v, b in heads]
+        s = basis.T @ s @ basis
+    r = s.shape[0]
+    mm = a + sum((v @ s @ b for v, b in heads), np.zeros((r, r)))
+    eye = np.eye(r)
+    j = np.kron(eye, mm) + np.kron(mm, eye)
+    for v, b in heads:
+        y = b @ s
+        j += np.kron(y.T, v) + np.kron(v, y.T)
+    dup = duplication(r)
+    red = np.linalg.pinv(dup) @ j @ dup
+    return np.linalg.eigvals(red)
+
+
+def random_layer(rng: np.random.Generator, d: int, n_heads: int, *, factored: bool) -> gt.Layer:
+    if factored:
+        dh = max(1, d // (2 * n_heads))
+        wq, wk, wv = (rng.standard_normal((n_heads * dh, d)) / math.sqrt(d) for _ in range(3))
+        wo = rng.standard_normal((d, n_heads * dh)) / math.sqrt(dh)
+        return gt.Layer.from_projections(wq, wk, wv, wo, n_heads)
+    heads = [
+        (rng.standard_normal((d, d)) / math.sqrt(d), rng.standard_normal((d, d)) / math.sqrt(d))
+        for _ in range(n_heads)
+    ]
+    return gt.Layer(heads=heads)
+
+
+def reference_final(layer: gt.Layer, start: gt.Gaussian, T: float) -> tuple[np.ndarray, np.ndarray]:
+    d = layer.dim
+
+    def rhs(_t: float, y: np.ndarray) -> np.ndarray:
+        dm, ds = field(layer, y[:d], y[d:].reshape(d, d))
+        return np.concatenate([dm, ds.ravel()])
+
+    y0 = np.concatenate([start.mean, np.array(start.cov).ravel()])
+    sol = solve_ivp(rhs, (0.0, T), y0, method="DOP853", rtol=1e-10, atol=1e-12)
+    assert sol.success, sol.message
+    return sol.y[:d, -1], sol.y[d:, -1].reshape(d, d)
+
+
+# -- linearization_spectrum ------------------------------------------------------------------
+
+
+def test_riccati_class_closed_form() -> None:
+    # A = aI, V = vI, B = bI at Σ* = (a/(|v| b)) I: L(H) = (2a − 4a) H = −2aH, K = a + v − a
+    layer = gt.Layer(A=0.7 * np.eye(3), V=-2.0 * np.eye(3), B=0.5 * np.eye(3))
+    spec = gt.linearization_spectrum(layer, gt.Gaussian(np.zeros(3), 0.7 * np.eye(3)))
+    assert spec.success
+    assert spec.cov_abscissa == pytest.approx(-1.4, abs=1e-12)
+    assert spec.mean_abscissa == pytest.approx(-2.0, abs=1e-12)
+    assert spec.numerical_abscissa == pytest.approx(-1.4, abs=1e-12)
+
+
+def equilibrium_layer(
+    rng: np.random.Generator, d: int, n_heads: int, *, factored: bool
+) -> tuple[gt.Layer, gt.Gaussian]:
+    """A random layer with A, b set by stabilize's own design step (heads untouched)."""
+    layer = random_layer(rng, d, n_heads, factored=factored)
+    target = gt.Gaussian(rng.standard_normal(d), random_spd(rng, d))
+    res = gt.stabilize(layer, target, add="head", rate=0.5, T=1e-3)
+    return res.base_layer, target
+
+
+@pytest.mark.parametrize(("d", "factored"), [(6, False), (12, True), (20, False), (40, True)])
+def test_krylov_abscissa_matches_kronecker_reference(d: int, factored: bool) -> None:
+    rng = np.random.default_rng(100 + d)
+    layer, target = equilibrium_layer(rng, d, 3, factored=factored)
+    ref = kron_spectrum(layer, np.array(target.cov))
+    krylov = gt.linearization_spectrum(layer, target, method="krylov", k=3)
+    assert krylov.success and krylov.method == "krylov"
+    top = float(np.max(ref.real))
+    assert abs(krylov.cov_abscissa - top) <= 1e-8 * max(1.0, abs(top))
+    if d <= 20:
+        dense = gt.linearization_spectrum(layer, target, method="dense", k=3)
+        assert abs(dense.cov_abscissa - top) <= 1e-10 * max(1.0, abs(top))
+    # the numerical abscissa bounds the spectral abscissa from above
+    assert krylov.numerical_abscissa >= top - 1e-8
+
+
+def test_rotation_is_skew_at_the_designed_equilibrium(rng: np.random.Generator) -> None:
+    layer, target = equilibrium_layer(rng, 7, 2, factored=False)
+    s = np.array(target.cov)
+    m_star = np.array(layer.A) + sum((v @ s @ b for v, b in dense_heads(layer)), np.zeros((7, 7)))
+    assert np.max(np.abs(m_star @ s + s @ m_star.T)) <= 1e-12 * np.linalg.norm(s) * np.linalg.norm(
+        m_star
+    )
+
+
+def test_singular_target_on_frozen_coordinate() -> None:
+    """An affine coordinate the layer never moves: S ⊕ 0 works, spectrum = reduced reference."""
+    rng = np.random.default_rng(7)
+    d = 5
+    layer = random_layer(rng, d, 2, factored=False)
+    heads = []
+    for v, b in layer.heads:
+        vt = np.zeros((d + 1, d + 1))
+        vt[:d, :d] = v
+        bt = np.zeros((d + 1, d + 1))
+        bt[:d, :d] = b
+        bt[:d, d] = rng.standard_normal(d)  # a query bias through the affine coordinate
+        heads.append((vt, bt))
+    aug = gt.Layer(heads=heads)
+    s = np.zeros((d + 1, d + 1))
+    s[:d, :d] = random_spd(rng, d)
+    m = np.append(rng.standard_normal(d), 1.0)
+    res = gt.stabilize(aug, gt.Gaussian(m, s), add="head", rate=1.0)
+    assert res.success, res.message
+    assert res.spectrum.active_dim == d
+    basis = np.eye(d + 1)[:, :d]
+    ref = kron_spectrum(res.layer, s, basis)
+    assert res.spectrum.cov_abscissa == pytest.approx(float(np.max(ref.real)), abs=1e-9)
+    # the affine coordinate stays frozen: last rows of A, b and every V_h are zero
+    assert not np.any(res.layer.A[d]) and res.layer.b[d] == 0.0
+    assert all(not np.any(v[d]) for v, _ in res.layer.heads)
+
+
+def test_spectrum_refuses_non_equilibrium_and_moving_singular_direction() -> None:
+    layer = gt.Layer(A=np.eye(2), V=-np.eye(2), B=np.eye(2))
+    with pytest.raises(InvalidParametersError, match="not an equilibrium"):
+        gt.linearization_spectrum(layer, gt.Gaussian(np.zeros(2), 2.0 * np.eye(2)))
+    with pytest.raises(InvalidGaussianError, match="active subspace"):
+        gt.linearization_spectrum(layer, gt.Gaussian(np.zeros(2), np.diag([1.0, 0.0])))
+    for bad in ({"k": 0}, {"method": "qr"}, {"tol": -1.0}, {"time_limit": float("nan")}):
+        with pytest.raises(GTControlError):
+            gt.linearization_spectrum(layer, gt.Gaussian(np.zeros(2), np.eye(2)), **bad)
+
+
+# -- stabilize: head family --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("d", "n_heads", "factored", "seed"),
+    [(8, 2, False, 1), (8, 3, True, 2), (16, 4, True, 3), (24, 2, False, 4), (64, 4, True, 5)],
+)
+def test_head_family_random_layers(d: int, n_heads: int, factored: bool, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    layer = random_layer(rng, d, n_heads, factored=factored)
+    layer = layer.replace(heads=[(2.0 * v, b) for v, b in layer.heads]) if not factored else layer
+    target = gt.Gaussian(rng.standard_normal(d), random_spd(rng, d))
+    rate = 0.8
+    res = gt.stabilize(layer, target, add="head", rate=rate)
+    assert res.success, res.message
+    assert res.family == "head" and res.layer.n_heads == layer.n_heads + 1
+    # the given heads are kept exactly, in order
+    for (v0, b0), (v1, b1) in zip(layer.heads, res.layer.heads, strict=False):
+        assert np.array_equal(v0, v1) and np.array_equal(b0, b1)
+    if factored:
+        assert res.layer.factored_heads is layer.factored_heads
+    # local certificate, recomputed independently
+    ref = kron_spectrum(res.layer, np.array(target.cov)) if d <= 24 else None
+    assert res.spectrum.abscissa <= -rate
+    if ref is not None:
+        assert float(np.max(ref.real)) <= -rate + 1e-9
+        base_ref = kron_spectrum(res.base_layer, np.array(target.cov))
+        # the added head shifts the covariance spectrum by exactly −2c
+        assert float(np.max(ref.real)) == pytest.approx(
+            float(np.max(base_ref.real)) - 2.0 * res.c, abs=1e-9
+        )
+    # minimality: 0.999 c misses the rate (closed form shift)
+    shortfall = res.base.cov_abscissa - 2.0 * 0.999 * res.c
+    mean_short = res.base.mean_abscissa - res.scale * 0.999 * res.c
+    assert max(shortfall, mean_short) > -rate
+    # verification, by an independent integrator
+    for check in res.verification:
+        assert check.converged
+    m, s = reference_final(res.layer, _start(res, 1), float(res.verification[1].t[-1]))
+    assert np.linalg.norm(s - target.cov) <= 1e-6 * np.linalg.norm(target.cov)
+    assert np.linalg.norm(m - target.mean) <= 1e-6 * max(1.0, np.linalg.norm(target.mean))
+
+
+def _start(res: gt.Stabilization, i: int) -> gt.Gaussian:
+    return res.starts[i]
+
+
+def test_head_family_global_bound_holds_for_weak_heads() -> None:
+    rng = np.random.default_rng(11)
+    d = 5
+    layer = gt.Layer(heads=[(0.05 * rng.standard_normal((d, d)), np.eye(d))])
+    res = gt.stabilize(layer, gt.Gaussian(np.zeros(d), np.eye(d)), add="head", rate=1.0)
+    assert res.success and res.global_certificate, res.message
+    assert res.c > res.q
+    # from a far-away start nothing blows up and the bound of the message holds
+    far = gt.Gaussian(np.zeros(d), 50.0 * np.eye(d))
+    traj = gt.simulate(res.layer, far, 30.0)
+    assert traj.status is Status.SUCCESS
+    assert np.linalg.norm(traj.final.cov - np.eye(d)) <= 1e-6
+
+
+def test_no_extra_needed_when_heads_already_stabilize() -> None:
+    layer = gt.Layer(V=-1.0 * np.eye(3), B=np.eye(3))
+    res = gt.stabilize(layer, gt.Gaussian(np.ones(3), np.eye(3)), add="head", rate=0.5)
+    assert res.success and res.family == "none" and res.c == 0.0
+    assert res.layer.n_heads == 1
+
+
+# -- stabilize: gains family ------------------------------------------------------------------
+
+
+def test_gains_infeasible_is_proven_and_true() -> None:
+    """Every head drives the instability: the trace proof refuses; random gains confirm it."""
+    d = 3
+    layer = gt.Layer(heads=[(0.5 * np.eye(d), np.eye(d)), (0.3 * np.eye(d), np.eye(d))])
+    target = gt.Gaussian(np.zeros(d), np.eye(d))
+    res = gt.stabilize(layer, target, add="gains", rate=1.0)
+    assert res.status is Status.INFEASIBLE and not res.success
+    assert "mean eigenvalue" in res.message
+    rng = np.random.default_rng(0)
+    for g in rng.uniform(0, 1, (20, 2)):
+        gained = gt.Layer(heads=[(gi * v, b) for gi, (v, b) in zip(g, layer.heads, strict=True)])
+        probe = gt.stabilize(gained, target, add="head", rate=1.0, T=1e-3)
+        assert probe.base.abscissa > -1.0
+
+
+def test_gains_family_finds_certified_gains() -> None:
+    """A strongly stabilizing head and a destabilizing one: damping the second one suffices."""
+    d = 4
+    rng = np.random.default_rng(3)
+    # at Σ* = I with V_h = v_h I, B_h = I: α(K) = Σ g_h v_h, so g_bad ≈ 1/2 is the answer
+    good = (-1.5 * np.eye(d), np.eye(d))
+    bad = (np.eye(d) + 0.05 * rng.standard_normal((d, d)), np.eye(d))
+    layer = gt.Layer(heads=[good, bad])
+    target = gt.Gaussian(np.zeros(d), np.eye(d))
+    res = gt.stabilize(layer, target, add="gains", rate=1.0)
+    assert res.success, res.message
+    assert res.gains is not None and np.all((0 <= res.gains) & (res.gains <= 1))
+    assert res.spectrum.abscissa <= -1.0
+    assert res.change == pytest.approx(0.5, abs=0.05)
+    assert res.change == pytest.approx(float(np.linalg.norm(1 - res.gains)))
+    # the change is not larger than needed along its own direction
+    g_less = 1 - 0.999 * (1 - res.gains)
+    gained = gt.Layer(heads=[(gi * v, b) for gi, (v, b) in zip(g_less, layer.heads, strict=True)])
+    probe = gt.stabilize(gained, target, add="head", rate=1.0, T=1e-3)
+    assert probe.base.abscissa > -1.0
+
+
+def test_auto_picks_the_smaller_function_change() -> None:
+    d = 4
+    layer = gt.Layer(heads=[(-1.5 * np.eye(d), np.eye(d)), (np.eye(d), np.eye(d))])
+    res = gt.stabilize(layer, gt.Gaussian(np.zeros(d), np.eye(d)), add="auto", rate=1.0)
+    assert res.success
+    assert len(res.candidates) == 2
+    ok = [c for c in res.candidates if c.success]
+    assert res.function_change == min(c.function_change for c in ok)
+
+
+# -- tokens ---------------------------------------------------------------------------------
+
+
+def test_token_check_passes_and_reports_the_untouched_layer() -> None:
+    layer = gt.Layer(V=0.5 * np.eye(2), B=np.eye(2))
+    target = gt.Gaussian([0.5, -0.3], [[1.0, 0.2], [0.2, 0.6]])
+    res = gt.stabilize(layer, target, add="head", rate=1.0, token_check=256)
+    assert res.success, res.message
+    tc = res.token_certificate
+    assert tc is not None and tc.w2 <= 2.0 * tc.floor
+    assert res.untouched_tokens is not None and res.untouched_tokens.w2 > tc.w2
+
+
+# -- bad input --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"rate": 0.0},
+        {"rate": -1.0},
+        {"rate": float("nan")},
+        {"rate": True},
+        {"add": "everything"},
+        {"token_check": 1},
+        {"min_ess": 1.5},
+        {"seed": -1},
+        {"T": 0.0},
+        {"time_limit": -1.0},
+        {"tokens": np.ones((3, 5))},
+        {"initial": "x"},
+    ],
+)
+def test_bad_options_raise(kwargs: dict[str, object]) -> None:
+    layer = gt.Layer(V=0.5 * np.eye(2), B=np.eye(2))
+    with pytest.raises(GTControlError):
+        gt.stabilize(layer, gt.Gaussian(np.zeros(2), np.eye(2)), **kwargs)
+
+
+def test_bad_targets_raise() -> None:
+    layer = gt.Layer(V=0.5 * np.eye(2), B=np.eye(2))
+    with pytest.raises(InvalidGaussianError, match="active subspace"):
+        gt.stabilize(layer, gt.Gaussian(np.zeros(2), np.diag([1.0, 0.0])))
+    with pytest.raises(InvalidGaussianError):
+        gt.stabilize(layer, gt.Gaussian(np.zeros(3), np.eye(3)))
+    with pytest.raises(InvalidGaussianError):
+        gt.stabilize(layer, (np.zeros(2), np.eye(2)))  # type: ignore[arg-type]
+    with pytest.raises(InvalidParametersError):
+        gt.stabilize("layer", gt.Gaussian(np.zeros(2), np.eye(2)))  # type: ignore[arg-type]
+
+
+def test_small_time_limit_is_honoured() -> None:
+    rng = np.random.default_rng(5)
+    layer = random_layer(rng, 96, 4, factored=True)
+    target = gt.Gaussian(np.zeros(96), np.eye(96))
+    t0 = time.perf_counter()
+    res = gt.stabilize(layer, target, add="auto", time_limit=0.3)
+    assert time.perf_counter() - t0 <= 1.3
+    assert res.status is Status.BUDGET_EXHAUSTED and not res.success
+
+
+@settings(max_examples=5, deadline=None)
+@given(seed=st.integers(0, 10_000), d=st.integers(2, 6), rate=st.floats(0.5, 3.0))
+def test_property_head_family_always_certifies(seed: int, d: int, rate: float) -> None:
+    rng = np.random.default_rng(seed)
+    layer = random_layer(rng, d, 2, factored=False)
+    target = gt.Gaussian(rng.standard_normal(d), random_spd(rng, d))
+    res = gt.stabilize(layer, target, add="head", rate=rate)
+    assert res.success, res.message
+    assert res.spectrum.abscissa <= -rate
+    ref = kron_spectrum(res.layer, np.array(target.cov))
+    assert float(np.max(ref.real)) <= -rate + 1e-8 * max(1.0, rate)

@@ -119,7 +119,26 @@ def text_target(tokens: FloatArray) -> tuple[Gaussian, float]:
 
 @dataclass(frozen=True)
 class StabilizationRow:
-    """One (layer, target, family) of :func:`stabilize_model`."""
+    """One (layer, target, family) of :func:`stabilize_model`.
+
+    Attributes
+    ----------
+    layer, target, family
+        The layer index, the target (``"text"`` or ``"identity"``) and the family used.
+    status, message
+        The :class:`~gtcontrol.Stabilization`'s status and message.
+    change, c
+        The size of the change (``c`` or ``‖1 − g‖₂``) and ``c`` (``nan`` for gains).
+    base_abscissa, abscissa
+        Spectral abscissa with the heads kept (``A, b`` designed), and stabilized.
+    seconds
+        Wall time of the call.
+    function_change
+        Relative change of the attention sublayer's velocity on the data tokens.
+    token_w2, token_floor, untouched_w2
+        With a token check: the tokens' W2 to the target, its sampling floor, and the
+        untouched layer's W2 (``nan`` otherwise).
+    """
 
     layer: int
     target: str
@@ -180,7 +199,19 @@ def _row(k: int, target: str, res: Stabilization, seconds: float) -> Stabilizati
 class StabilizationTable(ResultFields, Outcome):
     """Every (layer, target) of a model stabilized: one :class:`StabilizationRow` each.
 
-    ``results`` holds the :class:`~gtcontrol.Stabilization` of every row (same order).
+    Attributes
+    ----------
+    model
+        The model's label.
+    rows
+        One :class:`StabilizationRow` per (layer, target).
+    results
+        The :class:`~gtcontrol.Stabilization` of every row (same order).
+    data
+        What the data tokens were.
+    status, message, stats
+        ``SUCCESS`` when every pair is stabilized; ``FAILED`` when one is not;
+        ``BUDGET_EXHAUSTED`` when ``time_limit`` cut the table short. ``stats``: ``seconds``.
     """
 
     model: str

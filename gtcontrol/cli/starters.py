@@ -110,6 +110,21 @@ T = 5.0
 seed = 0
 time_limit = 3600        # seconds for the whole run
 """,
+    "stabilize": """\
+# Keep a layer's heads and make a target a certified stable equilibrium with the smallest added
+# head (or per-head gains; docs/designs.md, task `stabilize`). For a real model's attention
+# sublayer drop [layer] and [target] and set model = "minilm" and layer = k below (needs the
+# 'experiments' extra).
+seed = 0
+
+[layer]                  # one head that blows up on its own
+V = [[0.5, 0.1], [0.0, 0.5]]
+B = [[1.0, 0.0], [0.0, 1.0]]
+
+[target]
+mean = [0.5, -0.2]
+cov = [[1.0, 0.2], [0.2, 0.6]]
+""",
     "model": """\
 # The per-layer report of any Transformer: Gaussianity of Gaussian tokens after every layer,
 # blow-up time of every attention sublayer's flow from the identity and from data, dominant
@@ -134,6 +149,7 @@ _SET: dict[str, dict[str, Any]] = {
         "Q": [[0.8, 0.2], [0.2, 0.5]],
     },
     "experiment": {"quick": True},
+    "stabilize": {"add": "head", "rate": 1.0},
     "model": {"model": "random-bert", "n_tokens": 448, "T": 1.0, "n_null": 8},
     # a 4 × 3 grid that crosses regimes (blow-up for V_scale < 0), in a few seconds
     "sweep": {

@@ -147,7 +147,32 @@ def _results() -> dict[str, Any]:
         ),
     }
     out.update(_experiment_containers(D2.sample(200, 1)))
+    out.update(_stabilization_results())
     return out
+
+
+def _stabilization_results() -> dict[str, Any]:
+    """A stabilized layer, its linearization spectrum, a one-row table and a model report."""
+    from gtcontrol.experiments.model_report import ModelLayerRow, ModelReport
+    from gtcontrol.experiments.stabilization import StabilizationTable, _row
+
+    layer = gt.Layer(V=0.5 * np.eye(2), B=np.eye(2))
+    stab = gt.stabilize(layer, gt.Gaussian(np.zeros(2), np.eye(2)), add="head", T=2.0)
+    table = StabilizationTable(
+        model="toy", rows=(_row(0, "identity", stab, 0.1),), results=(stab,), data="toy",
+        message="1 of 1 stabilized",
+    )  # fmt: skip
+    report = ModelReport(
+        model="toy", description="a toy", family="bert", norm_placement="post-LN", n_layers=1,
+        dim=2, n_heads=1, notes=(), data="none", rows=(ModelLayerRow(0, False, 0.5, 1.0, 2.0, 0, 1.0),),
+        message="1 layer",
+    )  # fmt: skip
+    return {
+        "Stabilization": stab,
+        "LinearizationSpectrum": stab.spectrum,
+        "StabilizationTable": table,
+        "ModelReport": report,
+    }
 
 
 CASES = [

@@ -164,8 +164,8 @@ def _stabilization_results() -> dict[str, Any]:
     )  # fmt: skip
     report = ModelReport(
         model="toy", description="a toy", family="bert", norm_placement="post-LN", n_layers=1,
-        dim=2, n_heads=1, notes=(), data="none", rows=(ModelLayerRow(0, False, 0.5, 1.0, 2.0, 0, 1.0),),
-        message="1 layer",
+        dim=2, n_heads=1, notes=(), data="none",
+        rows=(ModelLayerRow(0, False, 0.5, 1.0, 2.0, 0, 1.0),), message="1 layer",
     )  # fmt: skip
     return {
         "Stabilization": stab,

@@ -98,7 +98,7 @@ def test_factored_heads_value_and_layer_plumbing() -> None:
     layer = Layer(heads=fh, b=np.ones(6))
     assert layer.factored_heads is fh and layer.dim == 6
     assert "factored=True" in repr(layer) and "heads=3" in repr(layer)
-    assert layer._dense_heads is None  # repr and n_heads do not form the dense heads
+    assert layer._all_heads is None  # repr and n_heads do not form the dense heads
     # replace keeps the factors unless the heads are replaced.
     assert layer.replace(b=np.zeros(6)).factored_heads is fh
     dense = layer.replace(heads=layer.heads)

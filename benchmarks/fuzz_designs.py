@@ -309,6 +309,24 @@ def _worker(conn: Connection, workdir: str, limit: int) -> None:
         conn.send((index, outcome, detail))
 
 
+class _Logged(list[tuple[int, str, str]]):
+    """The results, each also appended to ``log`` (JSON lines, flushed) as it arrives, so that
+    a run killed part-way keeps what it measured."""
+
+    def __init__(self, log: Path | None, cases: list[tuple[str, str]]) -> None:
+        super().__init__()
+        self.cases = cases
+        self.fh = None if log is None else log.open("a", encoding="utf-8")
+
+    def append(self, item: tuple[int, str, str]) -> None:
+        super().append(item)
+        if self.fh is not None:
+            index, outcome, detail = item
+            row = {"case": index, "mutation": self.cases[index][0], "outcome": outcome}
+            self.fh.write(json.dumps({**row, "detail": detail}) + "\n")
+            self.fh.flush()
+
+
 class _Pool:
     """Worker processes, each running one case at a time; a stuck worker is killed."""
 
@@ -325,8 +343,10 @@ class _Pool:
         child.close()
         return {"proc": proc, "conn": parent, "job": None, "since": 0.0}
 
-    def run(self, cases: list[tuple[str, str]], progress: bool) -> list[tuple[int, str, str]]:
-        results: list[tuple[int, str, str]] = []
+    def run(
+        self, cases: list[tuple[str, str]], progress: bool, log: Path | None = None
+    ) -> list[tuple[int, str, str]]:
+        results = _Logged(log, cases)
         todo = list(enumerate(cases))[::-1]
         hard = self.limit + 30  # the alarm fires first unless C code does not return
         while todo or any(w["job"] is not None for w in self.workers):
@@ -373,6 +393,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path, default=None, help="write every case's outcome here")
     p.add_argument("--progress", action="store_true")
     p.add_argument(
+        "--log", type=Path, default=None, help="append every outcome here as it arrives (JSONL)"
+    )
+    p.add_argument(
         "--hostile2",
         type=float,
         default=_SHARE[0],
@@ -397,7 +420,7 @@ def main(argv: list[str] | None = None) -> int:
     cases = [make_case(i, args.seed, bases) for i in range(n)]
     clock = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="gtcontrol-fuzz-") as workdir:
-        results = _Pool(args.workers, workdir, limit).run(cases, args.progress)
+        results = _Pool(args.workers, workdir, limit).run(cases, args.progress, args.log)
     seconds = time.perf_counter() - clock
     counts = Counter(outcome for _, outcome, _ in results)
     print(

@@ -65,6 +65,16 @@ def ledoit_wolf(points: FloatArray) -> tuple[FloatArray, FloatArray, float]:
     ``δ = min(1, b̄²/‖Σ̂ − μI‖_F²)``, ``b̄² = N⁻² Σ_k ‖x_k x_kᵀ − Σ̂‖_F²`` (centred ``x_k``): the
     consistent estimate of the optimal shrinkage (Ledoit & Wolf 2004).
 
+    Parameters
+    ----------
+    points
+        Samples as rows, ``(N, d)``.
+
+    Returns
+    -------
+    (numpy.ndarray, numpy.ndarray, float)
+        The mean ``(d,)``, the shrunk covariance ``(d, d)`` and ``δ``.
+
     Examples
     --------
     >>> import numpy as np
@@ -95,6 +105,21 @@ def data_tokens(
 
     The batch is that of :func:`~gtcontrol.experiments.data_moments` (the sentences through the
     model's tokenizer, random ids or random image-like inputs, said in the second value).
+
+    Parameters
+    ----------
+    model
+        Anything :func:`~gtcontrol.experiments.extract` reads with its ``transformers`` module,
+        or an :class:`~gtcontrol.experiments.ExtractedModel`.
+    sentences
+        The texts (default :data:`~gtcontrol.experiments.SENTENCES`).
+    seed
+        Seed of random token ids or images.
+
+    Returns
+    -------
+    (list of numpy.ndarray, str)
+        The tokens per layer and what the data were.
     """
     em = model if isinstance(model, ExtractedModel) else extract(model)
     batch, mask, what = data_batch(em, list(sentences), as_seed(seed))
@@ -112,7 +137,18 @@ def _augmented(mean: FloatArray, cov: FloatArray) -> Gaussian:
 
 
 def text_target(tokens: FloatArray) -> tuple[Gaussian, float]:
-    """``N(m̂, Σ_LW ⊕ 0)`` of data tokens on ``R^{d+1}`` (affine coordinate last) and ``δ``."""
+    """``N(m̂, Σ_LW ⊕ 0)`` of data tokens on ``R^{d+1}`` (affine coordinate last) and ``δ``.
+
+    Parameters
+    ----------
+    tokens
+        The tokens, ``(N, d)`` (e.g. one entry of :func:`data_tokens`).
+
+    Returns
+    -------
+    (Gaussian, float)
+        The target and the Ledoit–Wolf shrinkage ``δ`` (:func:`ledoit_wolf`).
+    """
     mean, cov, delta = ledoit_wolf(tokens)
     return _augmented(mean, cov), delta
 

@@ -453,7 +453,6 @@ def _spectrum(
         )
     k = min(k, n)
     nan = float("nan")
-    empty = np.zeros(0, dtype=complex)
     stats: dict[str, Any] = {}
     try:
         if use_dense:
@@ -465,37 +464,18 @@ def _spectrum(
         stats["matvecs_eigs"] = op.count
         omega = _numerical_abscissa(red, s_act, tol, budget) if want_omega else nan
     except BudgetExhausted as exc:
-        return LinearizationSpectrum(
-            abscissa=nan,
-            cov_abscissa=nan,
-            mean_abscissa=float(mean_eigs[0].real) if mean_eigs.size else nan,
-            eigenvalues=empty,
-            modes=_complex(np.zeros((0, layer.dim, layer.dim))),
-            mean_eigenvalues=_complex(mean_eigs),
-            numerical_abscissa=nan,
-            residual=residual,
-            active_dim=r,
-            method="dense" if use_dense else "krylov",
-            status=Status.BUDGET_EXHAUSTED,
-            message=f"stopped before the spectrum of L was known: {exc.reason}",
-            stats={"matvecs": op.count, "seconds": time.perf_counter() - clock},
-        )
+        return _unfinished(
+            Status.BUDGET_EXHAUSTED,
+            f"stopped before the spectrum of L was known: {exc.reason}",
+            "dense" if use_dense else "krylov",
+            layer.dim, r, mean_eigs, residual, op.count, clock,
+        )  # fmt: skip
     except sla.ArpackNoConvergence as exc:
-        return LinearizationSpectrum(
-            abscissa=nan,
-            cov_abscissa=nan,
-            mean_abscissa=float(mean_eigs[0].real) if mean_eigs.size else nan,
-            eigenvalues=empty,
-            modes=_complex(np.zeros((0, layer.dim, layer.dim))),
-            mean_eigenvalues=_complex(mean_eigs),
-            numerical_abscissa=nan,
-            residual=residual,
-            active_dim=r,
-            method="krylov",
-            status=Status.FAILED,
-            message=f"Arnoldi (ARPACK) did not converge: {exc}",
-            stats={"matvecs": op.count, "seconds": time.perf_counter() - clock},
-        )
+        return _unfinished(
+            Status.FAILED,
+            f"Arnoldi (ARPACK) did not converge: {exc}",
+            "krylov", layer.dim, r, mean_eigs, residual, op.count, clock,
+        )  # fmt: skip
     modes = np.stack([basis @ op.to_matrix(v) @ basis.T for v in vecs.T]) if k else None
     residuals = [
         float(np.linalg.norm(op.matvec(vecs[:, j]) - vals[j] * vecs[:, j])) for j in range(k)
@@ -522,6 +502,36 @@ def _spectrum(
         status=Status.SUCCESS,
         message=msg,
         stats=stats,
+    )
+
+
+def _unfinished(
+    status: Status,
+    message: str,
+    method: str,
+    d: int,
+    r: int,
+    mean_eigs: Any,
+    residual: tuple[float, float],
+    matvecs: int,
+    clock: float,
+) -> LinearizationSpectrum:
+    """A spectrum whose covariance part is unknown (spent budget, no convergence)."""
+    nan = float("nan")
+    return LinearizationSpectrum(
+        abscissa=nan,
+        cov_abscissa=nan,
+        mean_abscissa=float(mean_eigs[0].real) if mean_eigs.size else nan,
+        eigenvalues=_complex(np.zeros(0)),
+        modes=_complex(np.zeros((0, d, d))),
+        mean_eigenvalues=_complex(mean_eigs),
+        numerical_abscissa=nan,
+        residual=residual,
+        active_dim=r,
+        method=method,
+        status=status,
+        message=message,
+        stats={"matvecs": matvecs, "seconds": time.perf_counter() - clock},
     )
 
 

@@ -22,8 +22,9 @@ Outcomes:
     a failed run that left an output folder, a successful one whose folder is incomplete, or a
     hidden temporary left beside it.
 ``parse only``
-    a valid ``experiment`` design (it would run real pretrained models for minutes); only
-    validated.
+    a valid ``experiment``, ``model`` or ``sweep`` design, or a ``stabilize`` design of a
+    pretrained model's layer (they would load real pretrained models or start a cluster, for
+    minutes); only validated.
 ``overtime``
     a run that ended more than ``max(1 s, 10 %)`` after its top-level ``time_limit`` (plus
     3 s for writing the folder and its figures).
@@ -140,7 +141,7 @@ def make_hostile2(index: int, seed: int) -> tuple[str, str]:
         doc["layer"] = {
             "A": [[g.gauss(0, 1) / math.sqrt(d) for _ in range(d)] for _ in range(d)],
             "B": _spd(g, d, 10.0, 1.0 / scale if kind == "scale" else 1.0),
-            "v": -1.0,
+            "V": -1.0,
         }
         doc["horizon"] = {"T": rng.choice([0.5, 2.0, 20.0])}
         if task == "compare-tokens":
@@ -223,6 +224,14 @@ def make_case(index: int, seed: int, bases: dict[str, dict[str, Any]]) -> tuple[
     return f"{name}+{'+'.join(ops)}", text
 
 
+def _pretrained_stabilize(doc: dict[str, Any]) -> bool:
+    """Whether a design stabilizes a layer of a pretrained model: like the ``model`` and
+    ``experiment`` tasks it loads that model (torch and its weights, minutes on two cores), so
+    it is only validated."""
+    opts = doc.get("stabilize")
+    return doc.get("task") == "stabilize" and isinstance(opts, dict) and bool(opts.get("model"))
+
+
 def _on_alarm(signum: int, frame: Any) -> None:
     raise Hang()
 
@@ -238,10 +247,11 @@ def run_case(text: str, root: Path, limit: int) -> tuple[str, str]:
     design.write_text(text, "utf-8", errors="surrogatepass")
     out = root / "out"
     try:
-        task = tomllib.loads(text).get("task")
+        parsed = tomllib.loads(text)
     except tomllib.TOMLDecodeError:
-        task = None
-    if task in SLOW_TASKS:
+        parsed = {}
+    task = parsed.get("task")
+    if task in SLOW_TASKS or _pretrained_stabilize(parsed):
         try:
             parse_design(text)
         except DesignFileError:

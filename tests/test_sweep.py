@@ -42,7 +42,7 @@ cov = [[2.0, 0.5], [0.5, 0.3]]
 [layer]
 A = [[0.0, 1.0], [-1.0, 0.0]]
 B = [[1.0, 0.2], [0.0, 0.6]]
-v = 1.0
+V = 1.0
 """
 GRID = """
 [sweep]
@@ -51,7 +51,7 @@ V_scale = [-1.0, 0.0, 1.0]
 A_shift = [-0.5, 0.5]
 """
 #: A general V (outside the Riccati class): Newton equilibria and integration, ~0.5 s a point.
-GENERAL = BASE.replace("v = 1.0", "V = [[1.0, 0.4], [-0.3, 0.7]]") + (
+GENERAL = BASE.replace("V = 1.0", "V = [[1.0, 0.4], [-0.3, 0.7]]") + (
     "\n[sweep]\nworkers = 2\nV_scale = [-1.5, -1.0, -0.5, 0.5]\nA_shift = [-0.5, 0.5]\n"
 )
 #: Columns that differ between two runs of the same points.
@@ -564,7 +564,8 @@ def test_hostile_output_paths_are_one_line_and_touch_nothing(tmp_path: Path, cap
 def test_a_bad_scheduler_address_is_one_line_and_no_traceback(
     tmp_path: Path, address: str, text: str
 ) -> None:
-    design = write(tmp_path, "time_limit = 2\n" + BASE + GRID)
+    # 4 s: the imports and the plan (1-2 s on a loaded machine) leave time to connect
+    design = write(tmp_path, "time_limit = 4\n" + BASE + GRID)
     out = tmp_path / "out"
     t0 = time.perf_counter()
     cmd = [sys.executable, "-m", "gtcontrol", "run", str(design), "-o", str(out), "-q"]

@@ -34,6 +34,7 @@ from .specs import SWEEP_AXES, range_values
 
 __all__ = [
     "COLUMNS",
+    "BatchSizer",
     "PointTask",
     "SweepPlan",
     "axis_values",
@@ -153,8 +154,36 @@ class _Keys:
 
     def __call__(self, params: Mapping[str, float]) -> str:
         h = self._head.copy()
-        h.update((json.dumps(_canonical(params), sort_keys=True) + "}").encode("utf-8"))
+        h.update((_point_json(params) + "}").encode("utf-8"))
         return h.hexdigest()[:KEY_LENGTH]
+
+    def grid(self, axes: Sequence[str], values: Mapping[str, Sequence[float]]) -> Iterator[str]:
+        """The keys of the grid points in grid order (``itertools.product`` of the axes):
+        each axis value's JSON text is written once, not once per point."""
+        order = sorted(range(len(axes)), key=lambda i: axes[i])
+        texts = [
+            [_point_json({axes[i]: v})[1:-1] for v in values[axes[i]]] for i in range(len(axes))
+        ]
+        for combo in itertools.product(*(range(len(values[a])) for a in axes)):
+            h = self._head.copy()
+            text = "{" + ", ".join(texts[i][combo[i]] for i in order) + "}}"
+            h.update(text.encode("utf-8"))
+            yield h.hexdigest()[:KEY_LENGTH]
+
+
+def _point_json(params: Mapping[str, float]) -> str:
+    """``json.dumps(_canonical(params), sort_keys=True)``, written directly for the usual point
+    (plain axis names, finite floats): the same text, ten times faster (a 100,000-point plan in
+    a fraction of a second)."""
+    parts = []
+    for name in sorted(params):
+        x = params[name]
+        if not (isinstance(name, str) and name.isidentifier() and name.isascii()):
+            return json.dumps(_canonical(params), sort_keys=True)
+        if type(x) is not float or not math.isfinite(x):
+            return json.dumps(_canonical(params), sort_keys=True)
+        parts.append(f'"{name}": {float.__repr__(x + 0.0)}')
+    return "{" + ", ".join(parts) + "}"
 
 
 def point_model(
@@ -288,22 +317,22 @@ def plan_sweep(design: Design, *, deadline: float) -> SweepPlan:
         "layer": layer.to_dict(),
         "initial": {"mean": initial.mean.tolist(), "cov": initial.cov.tolist()},
     }
-    points = []
     keys = _Keys(base)
-    for combo in itertools.product(*(values[a] for a in axes)):
-        params = dict(zip(axes, combo, strict=True))
-        points.append(
-            PointTask(
-                key=keys(params),
-                params=params,
-                layer=layer,
-                initial=initial,
-                run=run,
-                horizon=horizon,
-                time_limit=float(o["point_time_limit"]),
-                deadline=deadline,
-            )
+    limit = float(o["point_time_limit"])
+    combos = list(itertools.product(*(values[a] for a in axes)))
+    points = [
+        PointTask(
+            key=key,
+            params=dict(zip(axes, combo, strict=True)),
+            layer=layer,
+            initial=initial,
+            run=run,
+            horizon=horizon,
+            time_limit=limit,
+            deadline=deadline,
         )
+        for combo, key in zip(combos, keys.grid(axes, values), strict=True)
+    ]
     return SweepPlan(axes, values, tuple(points), base, run)
 
 
@@ -432,7 +461,7 @@ def run_point(task: PointTask) -> dict[str, Any]:
 def run_points(tasks: Sequence[PointTask]) -> list[dict[str, Any]]:
     """Run a batch of points one after the other (one dask task); their rows, in order.
 
-    A sweep submits its points in batches (:func:`batch_size`): one task per point costs the
+    A sweep submits its points in batches (:class:`BatchSizer`): one task per point costs the
     scheduler about a millisecond and the client one file per point, more than a point of a
     small model takes. Every point keeps its own time limit and the sweep's deadline
     (:func:`run_point`), so a batch ends soon after the deadline whatever its size.
@@ -450,23 +479,65 @@ def run_points(tasks: Sequence[PointTask]) -> list[dict[str, Any]]:
     return [run_point(task) for task in tasks]
 
 
-#: Largest batch of points per dask task, and batches per worker a sweep aims for: enough to
-#: keep every worker busy to the end and to store the first points within a second or two.
-MAX_BATCH, BATCHES_PER_WORKER = 64, 16
+#: Largest batch of points per dask task, and batches per worker a sweep aims for at least.
+MAX_BATCH, BATCHES_PER_WORKER = 256, 16
+#: Seconds of work a batch aims for once the points' cost is known (:class:`BatchSizer`).
+BATCH_SECONDS = 1.0
 
 
 def batch_size(n_points: int, n_workers: int) -> int:
-    """Points per dask task: ``n_points / (16 n_workers)``, from 1 to :data:`MAX_BATCH`.
+    """The largest batch: ``n_points / (16 n_workers)``, from 1 to :data:`MAX_BATCH`.
 
-    Small sweeps run one point per task (one stored file per point, as they finish); a sweep of
-    10⁴ points on two workers runs 64 per task.
+    Small sweeps run one point per task (one stored file per point, as they finish), so every
+    worker has work to the end; :class:`BatchSizer` keeps batches below this.
 
     Examples
     --------
     >>> batch_size(8, 2), batch_size(1000, 2), batch_size(10**5, 2)
-    (1, 31, 64)
+    (1, 31, 256)
     """
     return int(min(MAX_BATCH, max(1, n_points // (BATCHES_PER_WORKER * max(n_workers, 1)))))
+
+
+class BatchSizer:
+    """The size of the next batch: one point at first, then about :data:`BATCH_SECONDS` of work.
+
+    The first batches hold one point each, so the first points are stored as soon as a worker
+    is up; each finished batch reports its points' mean cost, and the next batch holds
+    ``BATCH_SECONDS / cost`` points, at most twice the largest batch so far (a ramp: a few
+    cheap points do not launch a batch of minutes) and at most :func:`batch_size`.
+
+    Parameters
+    ----------
+    n_points, n_workers
+        The points to compute and the workers computing them.
+
+    Examples
+    --------
+    >>> s = BatchSizer(10**4, 2)
+    >>> s.next(), s.done(1, 0.01), s.next(), s.done(2, 0.02), s.next()
+    (1, None, 2, None, 4)
+    """
+
+    def __init__(self, n_points: int, n_workers: int) -> None:
+        self.cap = batch_size(n_points, n_workers)
+        self.largest = 1
+        self.points = 0
+        self.seconds = 0.0
+
+    def next(self) -> int:
+        """Points in the next batch."""
+        if self.points == 0:
+            return 1
+        cost = self.seconds / self.points
+        want = self.cap if cost <= 0 else max(1, int(BATCH_SECONDS / cost))
+        return max(1, min(want, 2 * self.largest, self.cap))
+
+    def done(self, points: int, seconds: float) -> None:
+        """Record a finished batch: its number of points and the seconds they took."""
+        self.points += points
+        self.seconds += max(0.0, seconds)
+        self.largest = max(self.largest, points)
 
 
 def worker_version() -> str:

@@ -24,6 +24,7 @@ import logging
 import math
 import os
 import secrets
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator, Mapping
@@ -38,10 +39,10 @@ from .._version import __version__
 from ..errors import GTControlError
 from ._sweep_points import (
     COLUMNS,
+    BatchSizer,
     PointTask,
     SweepPlan,
     axis_values,
-    batch_size,
     failed_row,
     plan_sweep,
     reusable,
@@ -192,6 +193,9 @@ def _execute(
     written: set[str] = set()
     computed = lost = 0
     where = "none needed"
+    preload = threading.Thread(target=_preload, name="gtcontrol-sweep-preload", daemon=True)
+    if missing:  # the table's and the figure's modules load while the points run
+        preload.start()
     if missing and scheduler is not None:
         _check_address(scheduler)  # a malformed address is an error whatever the time left
     if missing and time.time() >= deadline:  # no time left to start a cluster
@@ -202,7 +206,9 @@ def _execute(
         # never more worker processes than points to compute
         n_workers = min(design.options["workers"] or _cores(), len(missing))
         with _client(scheduler, n_workers, deadline) as (client, where):
-            run = _Run(client, folder, plan, rows, written, deadline, _grace(design.time_limit))
+            grace = _grace(design.time_limit)
+            workers = n_workers if scheduler is None else None
+            run = _Run(client, folder, plan, rows, written, deadline, grace, workers=workers)
             computed, lost = run.compute(missing)
     table = _frame([rows[t.key] for t in plan], plan)
     folder.write_atomic(TABLE, lambda p: table.to_parquet(p, index=False))
@@ -258,6 +264,17 @@ def _execute(
         "stale_points_removed": stale,
     }
     return {"status": status, "outputs": outputs, "figures": figures, "summary": summary}
+
+
+def _preload() -> None:
+    """Import what the end of a sweep needs (pandas, pyarrow, matplotlib and the phase
+    diagram's module: 1-3 s on a loaded machine), so that the table and figure are written
+    within the sweep's reserve; run in a thread while the points run."""
+    with contextlib.suppress(Exception):
+        import pandas  # noqa: F401
+        import pyarrow.parquet  # noqa: F401
+
+        from ..plotting import sweep  # noqa: F401
 
 
 def _answered(row: Mapping[str, Any]) -> bool:
@@ -380,8 +397,16 @@ def _quiet_dask() -> Iterator[None]:
 
 
 @contextmanager
-def _client(scheduler: str | None, n_workers: int, deadline: float) -> Iterator[tuple[Any, str]]:
+def _client(
+    scheduler: str | None,
+    n_workers: int,
+    deadline: float,
+) -> Iterator[tuple[Any, str]]:
     """A dask client: of the cluster at ``scheduler``, or of a new local cluster; closed after.
+
+    A local cluster starts its scheduler at once and its ``n_workers`` worker processes in the
+    background (points are submitted while they start, so a slow start does not hold the
+    sweep past its deadline).
 
     Yields ``(client, where)``, ``where`` the scheduler address or ``"local: N workers"``.
     """
@@ -407,7 +432,7 @@ def _client(scheduler: str | None, n_workers: int, deadline: float) -> Iterator[
             return
         try:
             cluster = dd.LocalCluster(
-                n_workers=n_workers,
+                n_workers=0,
                 threads_per_worker=1,
                 processes=True,
                 # no dashboard; the scheduler's HTTP endpoint on a free local port (not 8787,
@@ -419,11 +444,13 @@ def _client(scheduler: str | None, n_workers: int, deadline: float) -> Iterator[
         except Exception as exc:
             raise SweepError(f"sweep: cannot start a local dask cluster ({exc})") from None
         try:
-            client = dd.Client(cluster, set_as_default=False)
+            client = dd.Client(cluster, set_as_default=False)  # before any worker: at once
+            cluster.scale(n_workers)  # returns at once; the workers join when they are up
             try:
                 yield client, f"local: {n_workers} worker processes"
             finally:
-                client.close()
+                with contextlib.suppress(Exception):
+                    client.close(timeout=_CLOSE_TIMEOUT)
         finally:
             _close(cluster)
 
@@ -498,10 +525,11 @@ def _check_workers(client: Any, scheduler: str, timeout: float) -> None:
         )
 
 
-#: Seconds kept from a sweep's time_limit for what follows the points (at most a tenth of it):
-#: the table, the figure, the record and stopping the cluster; 2 s plus 60 µs a point (measured
-#: on a loaded 2-core machine: 2.5 s at 10⁴ points, 6.4 s at 10⁵).
-_WRAP_UP, _WRAP_UP_PER_POINT = 2.0, 60e-6
+#: Seconds kept from a sweep's time_limit for what follows the points (at most a quarter of
+#: it): stopping the cluster (up to :data:`_CLOSE_TIMEOUT`), the table, the figure and the
+#: record; 3 s plus 60 µs a point (measured on a loaded 2-core machine: 2.5-3.5 s at 10⁴
+#: points, 6.4 s at 10⁵).
+_WRAP_UP, _WRAP_UP_PER_POINT, _WRAP_UP_SHARE = 3.0, 60e-6, 0.25
 
 
 def _points_deadline(design: Design) -> float:
@@ -511,7 +539,8 @@ def _points_deadline(design: Design) -> float:
     given = design.raw.get("sweep", {})
     axes = [k for k in (given if isinstance(given, dict) else {}) if k in SWEEP_AXES]
     n_points = math.prod(len(axis_values(o[a])) for a in axes)
-    return time.time() + limit - min(_WRAP_UP + _WRAP_UP_PER_POINT * n_points, 0.1 * limit)
+    reserve = min(_WRAP_UP + _WRAP_UP_PER_POINT * n_points, _WRAP_UP_SHARE * limit)
+    return time.time() + limit - reserve
 
 
 def _grace(time_limit: float) -> float:
@@ -526,9 +555,10 @@ def _grace(time_limit: float) -> float:
 class _Run:
     """The points of one sweep on a dask cluster: submitted in batches, stored as they finish.
 
-    At most ``2 × workers`` batches (:func:`batch_size` points each) are in flight, so the
-    scheduler never holds more than that many tasks whatever the size of the grid; a new batch
-    is submitted whenever one finishes, until the deadline. Each finished batch is stored at
+    At most ``2 × workers`` batches are in flight, so the scheduler never holds more than that
+    many tasks whatever the size of the grid; a new batch is submitted whenever one finishes,
+    until the deadline. The first batches hold one point each, later ones about a second of
+    work (:class:`~gtcontrol.cli._sweep_points.BatchSizer`). Each finished batch is stored at
     once as one file (its points not cut short by the deadline).
     """
 
@@ -541,14 +571,23 @@ class _Run:
         written: set[str],
         deadline: float,
         grace: float,
+        *,
+        workers: int | None = None,
     ) -> None:
         self.client, self.folder, self.plan = client, folder, plan
         self.rows, self.written, self.deadline, self.grace = rows, written, deadline, grace
         self.token = secrets.token_hex(4)
         self.inflight: dict[str, tuple[Any, list[PointTask]]] = {}  # by key: (future, batch)
         self.computed = self.lost = self.done = 0
+        self.workers = workers  # None: ask the scheduler
+        self.sizer = BatchSizer(0, 1)
+        self.pending: list[PointTask] = []
+        self.next = 0
+        self.first_stored: float | None = None  # time.time() of the first stored point
 
     def _workers(self) -> int:
+        if self.workers is not None:
+            return max(1, self.workers)
         try:
             return max(1, sum(int(n) for n in self.client.nthreads().values()))
         except Exception:  # a scheduler that does not answer: one batch at a time
@@ -562,34 +601,35 @@ class _Run:
         ``time_limit = 0``."""
         dd = _distributed()
         workers = self._workers()
-        size = batch_size(len(missing), workers)
-        queue = iter([missing[i : i + size] for i in range(0, len(missing), size)])
+        self.sizer = BatchSizer(len(missing), workers)
+        self.pending, self.next = missing, 0
         timeout = max(self.deadline - time.time(), 0.0) + self.grace
         done = dd.as_completed(loop=self.client.loop, timeout=timeout)
         for _ in range(2 * workers):
-            if not self._submit(queue, done):
+            if not self._submit(done):
                 break
         with progress(f"sweep: {len(missing)} points", total=len(missing)) as update:
             try:
                 for fut in done:
                     self._finished(fut)
                     update(self.done)
-                    self._submit(queue, done)
+                    self._submit(done)
             except TimeoutError:
                 with contextlib.suppress(Exception):
                     self.client.cancel([fut for fut, _ in self.inflight.values()])
                 for _, batch in self.inflight.values():
                     self._not_computed(batch)
-        for batch in queue:  # never submitted: the deadline came first
-            self._not_computed(batch)
+        self._not_computed(missing[self.next :])  # never submitted: the deadline came first
         return self.computed, self.lost
 
-    def _submit(self, queue: Iterator[list[PointTask]], done: Any) -> bool:
-        if time.time() >= self.deadline:
+    def _submit(self, done: Any) -> bool:
+        """Submit the next batch (:class:`BatchSizer`); ``False`` when none is left or the
+        deadline has passed."""
+        if time.time() >= self.deadline or self.next >= len(self.pending):
             return False
-        batch = next(queue, None)
-        if batch is None:
-            return False
+        size = self.sizer.next()
+        batch = self.pending[self.next : self.next + size]
+        self.next += len(batch)
         key = f"gtcontrol-sweep-{batch[0].key}-{len(batch)}-{self.token}"
         fut = self.client.submit(run_points, batch, key=key, pure=False)
         self.inflight[fut.key] = (fut, batch)
@@ -605,12 +645,16 @@ class _Run:
             got = [failed_row(t, Status.FAILED, text) for t in batch]
             self.lost += len(batch)
         else:
+            spent = [r.get("seconds") for r in got]
+            self.sizer.done(len(got), sum(x for x in spent if isinstance(x, (int, float))))
             keep = [r for r, t in zip(got, batch, strict=True) if not _cut_short(r, t.time_limit)]
             if keep:  # the others are computed by the next run
                 name = batch_name([r["point"] for r in keep])
                 self.folder.write_rows(name, keep, self.plan.axes, COLUMNS[self.plan.run])
                 self.written.add(name)
                 self.computed += len(keep)
+                if self.first_stored is None:
+                    self.first_stored = time.time()
         for row, task in zip(got, batch, strict=True):
             self.rows[task.key] = row
         self.done += len(batch)

@@ -303,7 +303,13 @@ def run_case(text: str, root: Path, limit: int) -> tuple[str, str]:
 
 
 def _worker(conn: Connection, workdir: str, limit: int) -> None:
+    from threadpoolctl import threadpool_limits
+
     import gtcontrol.cli  # noqa: F401 - import once per worker
+
+    # one BLAS thread per worker (as dask's workers): several workers with a thread per core
+    # each oversubscribe the cores, and the time limits measure the contention
+    threadpool_limits(1)
 
     while True:
         job = conn.recv()
@@ -354,10 +360,10 @@ class _Pool:
         return {"proc": proc, "conn": parent, "job": None, "since": 0.0}
 
     def run(
-        self, cases: list[tuple[str, str]], progress: bool, log: Path | None = None
+        self, cases: list[tuple[str, str]], progress: bool, log: Path | None = None, start: int = 0
     ) -> list[tuple[int, str, str]]:
         results = _Logged(log, cases)
-        todo = list(enumerate(cases))[::-1]
+        todo = list(enumerate(cases))[start:][::-1]
         hard = self.limit + 30  # the alarm fires first unless C code does not return
         while todo or any(w["job"] is not None for w in self.workers):
             for w in self.workers:
@@ -398,6 +404,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("-n", type=int, default=2000, help="number of design files (default 2000)")
     p.add_argument("--quick", action="store_true", help="200 files, 30 s per case")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--start",
+        type=int,
+        default=0,
+        help="first case index (a run split in parts: cases START .. N-1, same files)",
+    )
     p.add_argument("--workers", type=int, default=max(1, min(4, (os.cpu_count() or 2))))
     p.add_argument("--timeout", type=int, default=60, help="seconds per case (default 60)")
     p.add_argument("--json", type=Path, default=None, help="write every case's outcome here")
@@ -430,11 +442,13 @@ def main(argv: list[str] | None = None) -> int:
     cases = [make_case(i, args.seed, bases) for i in range(n)]
     clock = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="gtcontrol-fuzz-") as workdir:
-        results = _Pool(args.workers, workdir, limit).run(cases, args.progress, args.log)
+        pool = _Pool(args.workers, workdir, limit)
+        results = pool.run(cases, args.progress, args.log, start=args.start)
     seconds = time.perf_counter() - clock
     counts = Counter(outcome for _, outcome, _ in results)
     print(
-        f"{n} mutated design files (seed {args.seed}), {args.workers} workers, "
+        f"{len(results)} mutated design files (cases {args.start}-{n - 1}, seed {args.seed}), "
+        f"{args.workers} workers, "
         f"{limit} s per case: {seconds:.1f} s"
     )
     for outcome in OUTCOMES:

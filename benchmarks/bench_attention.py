@@ -2,7 +2,7 @@
 
 What is measured
 ----------------
-* **Attention rate.** One softmax head, ``token_velocity(Layer(B=B, v=1), x)`` with ``x`` of
+* **Attention rate.** One softmax head, ``token_velocity(Layer(B=B, V=1), x)`` with ``x`` of
   shape ``(N, d)``, counted the standard way: ``2 N² d`` flops for the logits ``Q Kᵀ`` plus
   ``2 N² d`` for the weighted sum ``P V``, i.e. ``4 N² d`` per head. The ``N²`` exponentials, the
   ``2 N²`` flops of the denominator column and the ``O(N d²)`` projections are *not* counted: they
@@ -148,7 +148,7 @@ def _rate_table(args: argparse.Namespace, rng: np.random.Generator) -> None:
     n, d = args.n, args.d
     x = rng.standard_normal((n, d))
     b = rng.standard_normal((d, d)) / d
-    layer = Layer(B=b, v=1.0)
+    layer = Layer(B=b, V=1.0)
     q = x @ b.T
     flops = 4.0 * n * n * d
     gemm_shapes = [(64, 256), (128, 256), (256, 1024), (1024, n)]
@@ -203,7 +203,7 @@ def _maxrss_mib() -> float:
 def _big(args: argparse.Namespace, rng: np.random.Generator) -> None:
     n, d = args.big_n, args.d
     x = rng.standard_normal((n, d))
-    layer = Layer(B=rng.standard_normal((d, d)) / d, v=1.0)
+    layer = Layer(B=rng.standard_normal((d, d)) / d, V=1.0)
     rss0 = _maxrss_mib()
     tracemalloc.start()
     t = _time(lambda: token_velocity(layer, x, backend="numpy"))
@@ -222,7 +222,7 @@ def _big(args: argparse.Namespace, rng: np.random.Generator) -> None:
 def _sweep(args: argparse.Namespace, rng: np.random.Generator) -> None:
     n, d = args.n, args.d
     x = rng.standard_normal((n, d))
-    layer = Layer(B=rng.standard_normal((d, d)) / d, v=1.0)
+    layer = Layer(B=rng.standard_normal((d, d)) / d, V=1.0)
     flops = 4.0 * n * n * d
     default = kern.CPU_TILE
     print(f"[3] N={n}: numpy kernel time by tile (query rows × keys), best of 3")

@@ -70,7 +70,7 @@ def _compare(label: str, cand: Callable[[], Any], base: Callable[[], Any], repea
 def bench_a(repeats: int) -> None:
     for d in (10, 50):
         g = _target(d, d)
-        res = design_mean_matching(g.mean, g.cov, rate=1.0)
+        res = design_mean_matching(g, rate=1.0)
         rob = res.robustness
         assert res.success and rob is not None
         print(
@@ -81,8 +81,8 @@ def bench_a(repeats: int) -> None:
         )
         _compare(
             f"    constructive design (candidate) vs + robustness report (baseline), d = {d}",
-            lambda g=g: design_mean_matching(g.mean, g.cov, rate=1.0, **NO_ROB),
-            lambda g=g: design_mean_matching(g.mean, g.cov, rate=1.0),
+            lambda g=g: design_mean_matching(g, rate=1.0, **NO_ROB),
+            lambda g=g: design_mean_matching(g, rate=1.0),
             repeats,
         )
 
@@ -90,16 +90,16 @@ def bench_a(repeats: int) -> None:
 def bench_b(repeats: int) -> None:
     d = 10
     g = _target(d, 1)
-    ref = design_mean_matching(g.mean, g.cov, rate=1.0, **NO_ROB)
-    nlp = design_mean_matching(g.mean, g.cov, rate=1.0, minimum_norm=True, **NO_ROB)
+    ref = design_mean_matching(g, rate=1.0, **NO_ROB)
+    nlp = design_mean_matching(g, rate=1.0, minimum_norm=True, **NO_ROB)
     print(
         f"(b) d = {d}: whitened norms constructive {ref.whitened_norm:.6g}, NLP "
         f"{nlp.whitened_norm:.6g} ({nlp.status}, {nlp.stats['iterations']} IPOPT iterations)"
     )
     _compare(
         "    constructive (candidate) vs CasADi minimum-norm NLP (baseline)",
-        lambda: design_mean_matching(g.mean, g.cov, rate=1.0, **NO_ROB),
-        lambda: design_mean_matching(g.mean, g.cov, rate=1.0, minimum_norm=True, **NO_ROB),
+        lambda: design_mean_matching(g, rate=1.0, **NO_ROB),
+        lambda: design_mean_matching(g, rate=1.0, minimum_norm=True, **NO_ROB),
         repeats,
     )
 
@@ -111,7 +111,7 @@ def _closed_form_fixed_b(g: Gaussian, b_fixed: np.ndarray, rate: float, cov_rate
     bs = 0.5 * (b_hat + b_hat.T)
     v = -max(rate, cov_rate / (2.0 * float(np.linalg.eigvalsh(bs)[0])))
     a = t @ (-v * bs) @ ti  # Â = R̂/2 with R̂ = −2v sym(B̂)
-    layer = Layer(a, B=b_fixed, v=v)
+    layer = Layer(a, B=b_fixed, V=v)
     k = design_certificate(layer, g).mean_matrix  # K does not depend on b
     layer = layer.replace(b=-k @ g.mean)
     return layer, design_certificate(layer, g, rate=rate, cov_rate=cov_rate)
@@ -134,7 +134,7 @@ def bench_c(repeats: int) -> None:
     y = rng.standard_normal((d, d))
     s = rng.standard_normal((d, d))
     b_fixed = y @ y.T / d + 0.2 * np.eye(d) + 0.2 * (s - s.T)
-    res = design_mean_matching(g.mean, g.cov, rate=1.0, fixed_B=b_fixed, **NO_ROB)
+    res = design_mean_matching(g, rate=1.0, fixed_B=b_fixed, **NO_ROB)
     layer, cert = _closed_form_fixed_b(g, b_fixed, 1.0, 2.0)
     base_norm = _whitened_norm(layer, g)
     print(
@@ -145,7 +145,7 @@ def bench_c(repeats: int) -> None:
     )
     _compare(
         "    CasADi fixed-B design (candidate) vs closed-form fixed-B design (baseline)",
-        lambda: design_mean_matching(g.mean, g.cov, rate=1.0, fixed_B=b_fixed, **NO_ROB),
+        lambda: design_mean_matching(g, rate=1.0, fixed_B=b_fixed, **NO_ROB),
         lambda: _closed_form_fixed_b(g, b_fixed, 1.0, 2.0),
         repeats,
     )
@@ -154,7 +154,7 @@ def bench_c(repeats: int) -> None:
 def bench_d(repeats: int) -> None:
     for d in (10, 50):
         g = _target(d, d)
-        res = design_mean_matching(g.mean, g.cov, rate=1.0, robustness=False)
+        res = design_mean_matching(g, rate=1.0, robustness=False)
         assert res.success and res.ess is not None
         print(
             f"(d) d = {d}: scale s = {res.ess.scale:.4g} (mean rate "
@@ -165,8 +165,8 @@ def bench_d(repeats: int) -> None:
         )
         _compare(
             f"    design with min_ess=0.5 (candidate) vs min_ess=None (baseline), d = {d}",
-            lambda g=g: design_mean_matching(g.mean, g.cov, rate=1.0, robustness=False),
-            lambda g=g: design_mean_matching(g.mean, g.cov, rate=1.0, **NO_ROB),
+            lambda g=g: design_mean_matching(g, rate=1.0, robustness=False),
+            lambda g=g: design_mean_matching(g, rate=1.0, **NO_ROB),
             repeats,
         )
 

@@ -39,7 +39,7 @@ def _run(d: int, former: bool, limit: float | None) -> tuple[float, gt.Equilibri
     try:
         t0 = time.perf_counter()
         res = gt.equilibria(
-            _layer(d, dense=former), time_limit=limit, work_cap=1e18 if former else 2e11
+            _layer(d, dense=former), time_limit=limit, max_work=1e18 if former else 2e11
         )
         return time.perf_counter() - t0, res
     finally:

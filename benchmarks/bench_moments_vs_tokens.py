@@ -39,7 +39,7 @@ def _spd(rng: np.random.Generator, d: int) -> np.ndarray:
 
 def _layer(rng: np.random.Generator, d: int) -> Layer:
     a = -np.eye(d) + 0.3 * rng.standard_normal((d, d)) / np.sqrt(d)
-    return Layer(A=a, B=0.5 * rng.standard_normal((d, d)) / np.sqrt(d), v=-0.5, b=np.ones(d))
+    return Layer(A=a, B=0.5 * rng.standard_normal((d, d)) / np.sqrt(d), V=-0.5, b=np.ones(d))
 
 
 def bench_a(repeats: int) -> None:

@@ -55,7 +55,7 @@ def bench_blowup() -> None:
     cases.append(
         (
             "d=1 scalar a>0",
-            Layer(A=[[a]], B=[[c]], v=1.0),
+            Layer(A=[[a]], B=[[c]], V=1.0),
             Gaussian([0.0], [[s0]]),
             math.log(1 + a / (c * s0)) / (2 * a),
         )
@@ -63,7 +63,7 @@ def bench_blowup() -> None:
     d = 8
     b = _spd(rng, d, 0.2, 1.0)
     cov = _spd(rng, d, 0.3, 1.5)
-    lay = Layer(B=b, v=0.6, dim=d)
+    lay = Layer(B=b, V=0.6, dim=d)
     r = riccati_form(lay).R  # type: ignore[union-attr]
     w, u = np.linalg.eigh(cov)
     half = (u * np.sqrt(w)) @ u.T
@@ -81,7 +81,7 @@ def bench_blowup() -> None:
     sv = rng.uniform(0.5, 2.0, d)
     q, _ = np.linalg.qr(rng.standard_normal((d, d)))
     # Diagonal in a rotated basis: coordinates decouple, T* = min of the scalar closed forms.
-    lay = Layer(A=q @ np.diag(av) @ q.T, B=q @ np.diag(cv) @ q.T, v=1.0)
+    lay = Layer(A=q @ np.diag(av) @ q.T, B=q @ np.diag(cv) @ q.T, V=1.0)
     t_cf = min(
         math.log(1 + ai / (ci * si)) / (2 * ai) if ai != 0 else 1 / (2 * ci * si)
         for ai, ci, si in zip(av, cv, sv)
@@ -110,7 +110,7 @@ def bench_bernoulli(d: int = 200) -> None:
     a = rng.standard_normal((d, d)) / np.sqrt(d) + 2.0 * np.eye(d)
     b = _spd(rng, d, 0.5, 1.5)
     v = -0.5
-    lay = Layer(A=a, B=b, v=v)
+    lay = Layer(A=a, B=b, V=v)
     r = -v * (b + b.T)
     t_eq, t_ly = [], []
     res = None

@@ -3,7 +3,7 @@ the accuracy of the default (adaptive) token stepping against the former fixed R
 
 Issue item 8c and issue 13 item 2. Four measurements, in one process:
 
-1. One field evaluation of a single softmax head (``token_velocity`` of ``Layer(B=B, v=1)``) at
+1. One field evaluation of a single softmax head (``token_velocity`` of ``Layer(B=B, V=1)``) at
    ``N = 65,536``, ``d = 16``: median time of ``--repeats`` runs, and peak memory two ways:
    ``tracemalloc`` (numpy registers its buffers with it, so this is the peak of the arrays
    allocated during the evaluation, above what already existed) and ``resource.getrusage``
@@ -84,7 +84,7 @@ def _accuracy_layers(rng: np.random.Generator) -> dict[str, tuple[Layer, Gaussia
     )
     d = 8
     a = -0.3 * np.eye(d) + 0.3 * rng.standard_normal((d, d)) / np.sqrt(d)
-    eight = Layer(A=a, B=0.5 * rng.standard_normal((d, d)) / np.sqrt(d), v=-0.5, b=np.ones(d))
+    eight = Layer(A=a, B=0.5 * rng.standard_normal((d, d)) / np.sqrt(d), V=-0.5, b=np.ones(d))
     f = rng.standard_normal((d, d))
     return {
         "mild d=2": (mild, Gaussian([0.5, -0.2], [[1.0, 0.3], [0.3, 0.5]])),
@@ -136,7 +136,7 @@ def main() -> None:
     rng = np.random.default_rng(20260607)
     d = args.d
     b = rng.standard_normal((d, d)) / d
-    layer = Layer(B=b, v=1.0)
+    layer = Layer(B=b, V=1.0)
 
     # 1. Large N: time and memory.
     x_big = rng.standard_normal((args.n, d))

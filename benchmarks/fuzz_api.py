@@ -342,7 +342,7 @@ def _budget_call(a: dict[str, Any]) -> Any:
     cov = (q * np.linspace(0.5, 2.0, d)) @ q.T
     g = gc.Gaussian(rng.standard_normal(d), cov)
     skew = rng.standard_normal((d, d))
-    lay = gc.Layer(A=5.0 * (skew - skew.T) / math.sqrt(d) - 0.1 * np.eye(d), B=0.3 * cov, v=-1.0)
+    lay = gc.Layer(A=5.0 * (skew - skew.T) / math.sqrt(d) - 0.1 * np.eye(d), B=0.3 * cov, V=-1.0)
     solver = a["solver"]
     if solver == "simulate":
         return lambda: gc.simulate(lay, g, T=100.0, time_limit=tl)
@@ -355,7 +355,7 @@ def _budget_call(a: dict[str, Any]) -> Any:
         return lambda: gc.steer(g, g1, 1.0, layers=6, time_limit=tl)
     if solver == "design_mean_matching":
         mean = rng.standard_normal(d)
-        return lambda: gc.design_mean_matching(mean, cov, time_limit=tl)
+        return lambda: gc.design_mean_matching(gc.Gaussian(mean, cov), time_limit=tl)
     if solver == "compare_tokens":
         n = min(a["n"], 2048)
         return lambda: gc.compare_tokens(
@@ -371,7 +371,7 @@ def _budget_call(a: dict[str, Any]) -> Any:
     if solver == "blowup_analysis":
         return lambda: gc.blowup_analysis(lay, g, T=100.0, time_limit=tl)
     design = gc.design_mean_matching(
-        rng.standard_normal(d), cov, robustness=False, min_ess=None, time_limit=2.0
+        gc.Gaussian(rng.standard_normal(d), cov), robustness=False, min_ess=None, time_limit=2.0
     )
     if solver == "design_token_certificate":
         return lambda: gc.design_token_certificate(
@@ -393,12 +393,14 @@ def _hostile2_call(kind: str, a: dict[str, Any]) -> Any:
         if a["what"] == "steer":
             return gc.steer(g0, g1, 1.0, layers=4, time_limit=5.0)
         if a["what"] == "simulate":
-            lay = gc.Layer(A=-np.eye(d), B=np.linalg.inv(c1) if d else np.eye(d), v=-1.0)
+            lay = gc.Layer(A=-np.eye(d), B=np.linalg.inv(c1) if d else np.eye(d), V=-1.0)
             return gc.simulate(lay, g0, T=2.0, time_limit=5.0)
         if a["what"] == "design":
-            return gc.design_mean_matching(np.ones(d) * a["s0"] ** 0.5, c1, time_limit=5.0)
+            return gc.design_mean_matching(
+                gc.Gaussian(np.ones(d) * a["s0"] ** 0.5, c1), time_limit=5.0
+            )
         if a["what"] == "analyze":
-            return gc.analyze(gc.Layer(A=-np.eye(d), B=np.eye(d), v=-1.0), g0, time_limit=5.0)
+            return gc.analyze(gc.Layer(A=-np.eye(d), B=np.eye(d), V=-1.0), g0, time_limit=5.0)
         w = g0.bures_wasserstein(g1)
         assert w >= 0 and math.isfinite(w), w
         return None
@@ -415,8 +417,7 @@ def _hostile2_call(kind: str, a: dict[str, Any]) -> Any:
             m = rng.standard_normal((d, d))
             fixed = m @ m.T / d + np.eye(d)
         return gc.design_mean_matching(
-            a["mean_scale"] * rng.standard_normal(d),
-            cov,
+            gc.Gaussian(a["mean_scale"] * rng.standard_normal(d), cov),
             fixed_B=fixed,
             min_ess=a["min_ess"],
             token_check=a["token_check"],
@@ -427,7 +428,9 @@ def _hostile2_call(kind: str, a: dict[str, Any]) -> Any:
     if kind == "token_check":
         d = a["d"]
         cov = _ill_spd(rng, d, 10.0, a["scale"])
-        design = gc.design_mean_matching(np.ones(d), cov, robustness=False, min_ess=None)
+        design = gc.design_mean_matching(
+            gc.Gaussian(np.ones(d), cov), robustness=False, min_ess=None
+        )
         return gc.design_token_certificate(
             design.layer,
             design.target,
@@ -438,15 +441,17 @@ def _hostile2_call(kind: str, a: dict[str, Any]) -> Any:
             time_limit=5.0,
         )
     s, g = a["seed"], gc.Gaussian([0.0, 1.0], [[1.0, 0.2], [0.2, 0.5]])
-    lay = gc.Layer(A=-np.eye(2), B=np.eye(2), v=-1.0)
+    lay = gc.Layer(A=-np.eye(2), B=np.eye(2), V=-1.0)
     if a["what"] == "steer":
         return gc.steer(g, g, 1.0, layers=2, mode="ffn", seed=s, verify_tokens=8)
     if a["what"] == "design":
-        return gc.design_mean_matching([1.0, 2.0], g.cov, seed=s, robustness_samples=2)
+        return gc.design_mean_matching(
+            gc.Gaussian([1.0, 2.0], g.cov), seed=s, robustness=gc.RobustnessCheck(samples=2)
+        )
     if a["what"] == "compare":
         return gc.compare_tokens(lay, g, T=0.3, n_tokens=(16, 32), repeats=1, seed=s)
     if a["what"] == "robustness":
-        design = gc.design_mean_matching([1.0, 2.0], g.cov, robustness=False)
+        design = gc.design_mean_matching(gc.Gaussian([1.0, 2.0], g.cov), robustness=False)
         return gc.design_robustness(design.layer, design.target, seed=s, samples=2)
     return g.sample(3, s)
 

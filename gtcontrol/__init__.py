@@ -24,16 +24,15 @@ from .analysis.filtering import (
 )
 from .analysis.newton import NewtonResult, covariance_jacobian, newton_equilibrium
 from .analysis.regimes import Regime, analyze, mean_dynamics_ss
-from .analysis.riccati import RiccatiForm, riccati_flow, riccati_form
+from .analysis.riccati import CovarianceFlow, RiccatiForm, riccati_flow, riccati_form
 from .analysis.stability import LinearizationSpectrum, linearization_spectrum
 from .control.design import (
-    Certificate as DesignCertificate,
-)
-from .control.design import (
     ConvergenceData,
+    DesignCertificate,
     MeanMatchingDesign,
     PathEss,
     Robustness,
+    RobustnessCheck,
     TokenCertificate,
     design_certificate,
     design_convergence,
@@ -45,7 +44,7 @@ from .control.design.stabilize import Stabilization, stabilize
 from .control.ot import OTSteering, kinetic_energy, ot_steering
 from .control.reachability import MODES, check_reachable, is_reachable
 from .control.realization import exact_layer_steering, realize
-from .control.steering import SteeringResult, schedule_to_dict, steer
+from .control.steering import SteeringResult, steer
 from .errors import (
     DesignFileError,
     GTControlError,
@@ -75,6 +74,7 @@ __all__ = [
     "BlowupResult",
     "Control",
     "ConvergenceData",
+    "CovarianceFlow",
     "DesignCertificate",
     "DesignFileError",
     "EquilibriaResult",
@@ -97,6 +97,7 @@ __all__ = [
     "Result",
     "RiccatiForm",
     "Robustness",
+    "RobustnessCheck",
     "Schedule",
     "SolverError",
     "Stabilization",
@@ -139,7 +140,6 @@ __all__ = [
     "realize",
     "riccati_flow",
     "riccati_form",
-    "schedule_to_dict",
     "simulate",
     "simulate_closure",
     "simulate_discrete",
@@ -151,30 +151,3 @@ __all__ = [
     "token_velocity",
     "worst_ess_fraction",
 ]
-
-# Options objects of 0.1: the API now takes keyword-only arguments (docs/architecture.md).
-# The old names still resolve, with a DeprecationWarning, until 0.3.
-_DEPRECATED_OPTIONS = {
-    "IntegratorOptions": ("gtcontrol.model.moment_integrator", "_IntegratorOptions", "simulate"),
-    "TokenOptions": ("gtcontrol.model.token_integrators", "_TokenOptions", "simulate_tokens"),
-    "BlowupOptions": ("gtcontrol.analysis.blowup", "BlowupOptions", "blowup_analysis"),
-    "NewtonOptions": ("gtcontrol.analysis.newton", "NewtonOptions", "equilibria"),
-    "SteerOptions": ("gtcontrol.control._steer_options", "_SteerOptions", "steer"),
-    "DesignOptions": ("gtcontrol.control.design.options", "_DesignOptions", "design_mean_matching"),
-}
-
-
-def __getattr__(name: str) -> object:
-    if name in _DEPRECATED_OPTIONS:
-        import importlib
-        import warnings
-
-        module, attr, func = _DEPRECATED_OPTIONS[name]
-        warnings.warn(
-            f"gtcontrol.{name} is deprecated and will be removed in 0.3: pass the options as "
-            f"keyword arguments of gtcontrol.{func}",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return getattr(importlib.import_module(module), attr)
-    raise AttributeError(f"module 'gtcontrol' has no attribute {name!r}")

@@ -28,7 +28,9 @@ import textwrap
 from collections.abc import Callable
 from typing import TypeVar
 
-__all__ = ["fill"]
+from ._status import DEFAULT_MAX_EVALS, MAX_EVALS_LIMIT
+
+__all__ = ["fill", "integrator_budget_doc"]
 
 _T = TypeVar("_T")
 
@@ -55,3 +57,25 @@ def fill(**fragments: str) -> Callable[[_T], _T]:
         return obj
 
     return decorate
+
+
+def _power(n: int) -> str:
+    """``10**k`` for a power of ten (how the docstrings write the caps), else the number."""
+    k = len(str(n)) - 1
+    return f"10**{k}" if n == 10**k else f"{n:,}"
+
+
+def integrator_budget_doc(evaluations: str) -> str:
+    """The ``max_evals`` and ``time_limit`` entries of an integrator's docstring (numpydoc).
+
+    One home for the description of the caps ``DEFAULT_MAX_EVALS`` and ``MAX_EVALS_LIMIT`` of
+    :mod:`gtcontrol._status` and of what running out returns; ``evaluations`` says what is
+    counted (``"right-hand-side"``, ``"velocity-field"``). Spliced in by :func:`fill`.
+    """
+    return f"""\
+max_evals
+    Cap on {evaluations} evaluations (default ``{_power(DEFAULT_MAX_EVALS)}``, at most
+    ``{_power(MAX_EVALS_LIMIT)}``); reaching it returns ``Status.BUDGET_EXHAUSTED``.
+time_limit
+    Wall-clock limit in seconds (``None``: none); reaching it returns
+    ``Status.BUDGET_EXHAUSTED``."""

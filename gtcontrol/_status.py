@@ -11,7 +11,6 @@ wall-clock limit) and turns it into a :class:`Budget`, which its loops consult.
 
 from __future__ import annotations
 
-import enum
 import math
 import time
 from collections.abc import Mapping
@@ -21,7 +20,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 import numpy as np
 
 from ._display import Displayable
-from .errors import InvalidParametersError
+from .errors import InvalidParametersError, Status
 
 __all__ = [
     "DEFAULT_MAX_EVALS",
@@ -36,47 +35,7 @@ __all__ = [
     "ResultFields",
     "Status",
     "as_time_limit",
-    "integrator_budget_doc",
 ]
-
-
-class Status(enum.StrEnum):
-    """How a computation ended (one enum for every result of gtcontrol).
-
-    Members compare equal to their lower-case string values (``Status.BLOWUP == "blowup"``).
-
-    Attributes
-    ----------
-    SUCCESS
-        The question was answered to the requested tolerance.
-    BLOWUP
-        The covariance diverges in finite time; the result carries ``blowup_time``. For
-        simulations and blow-up/regime analyses this *is* the answer (``success`` is true).
-    BUDGET_EXHAUSTED
-        The ``time_limit`` or a finite iteration/step cap ran out; the result holds the best
-        iterate reached so far.
-    INFEASIBLE
-        The request provably has no solution (e.g. no positive-definite equilibrium, an
-        unreachable target, a constraint that cannot hold); ``message`` says which condition
-        fails and why that is a proof. Never the outcome of a search that merely gave up.
-    NOT_FOUND
-        A search ended without finding a solution but cannot prove that none exists (e.g.
-        deflated Newton from many starts found no positive-definite equilibrium);
-        ``message`` and ``stats`` say how hard it looked: the starts and why each ended.
-    OVERFLOW
-        The state left the floating-point range without a finite-time singularity (e.g. fast
-        exponential growth, or non-finite tokens); the result holds the last finite state.
-    FAILED
-        A numerical method failed for another reason, given in ``message``.
-    """
-
-    SUCCESS = "success"
-    BLOWUP = "blowup"
-    BUDGET_EXHAUSTED = "budget_exhausted"
-    INFEASIBLE = "infeasible"
-    NOT_FOUND = "not_found"
-    OVERFLOW = "overflow"
-    FAILED = "failed"
 
 
 @runtime_checkable
@@ -195,22 +154,6 @@ def _shown(value: Any, limit: int = 80) -> str:
 DEFAULT_MAX_EVALS = 10**6
 #: Largest ``max_evals`` an integrator accepts (larger caps are refused as absurd).
 MAX_EVALS_LIMIT = 10**9
-
-
-def integrator_budget_doc(evaluations: str) -> str:
-    """The ``max_evals`` and ``time_limit`` entries of an integrator's docstring (numpydoc).
-
-    One home for the description of :data:`DEFAULT_MAX_EVALS`, :data:`MAX_EVALS_LIMIT` and of
-    what running out returns; ``evaluations`` says what is counted (``"right-hand-side"``,
-    ``"velocity-field"``). Spliced in by :func:`gtcontrol._docstring.fill`.
-    """
-    return f"""\
-max_evals
-    Cap on {evaluations} evaluations (default ``10**6``, at most ``10**9``); reaching it
-    returns ``Status.BUDGET_EXHAUSTED``.
-time_limit
-    Wall-clock limit in seconds (``None``: none); reaching it returns
-    ``Status.BUDGET_EXHAUSTED``."""
 
 
 class BudgetExhausted(Exception):

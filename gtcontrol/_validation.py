@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -16,7 +15,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ._linalg import FloatArray
-from ._status import _shown, as_time_limit
+from ._status import MAX_EVALS_LIMIT, _shown, as_time_limit
 from .errors import InvalidParametersError
 
 __all__ = [
@@ -26,13 +25,13 @@ __all__ = [
     "as_choice",
     "as_dim",
     "as_float_array",
+    "as_max_evals",
     "as_nonnegative_float",
     "as_positive_float",
     "as_positive_int",
     "as_rng",
     "as_seed",
     "as_time_limit",
-    "deprecated_module_attribute",
     "frozen",
     "option_values",
 ]
@@ -246,6 +245,20 @@ def as_nonnegative_float(name: str, value: Any) -> float:
     return x
 
 
+def as_max_evals(value: Any) -> int:
+    """Validate an integrator's ``max_evals``: a positive integer up to ``MAX_EVALS_LIMIT``.
+
+    The one check of every evaluation cap (the default, ``DEFAULT_MAX_EVALS``, and the ceiling
+    live in :mod:`gtcontrol._status`).
+
+    Examples
+    --------
+    >>> as_max_evals(1000)
+    1000
+    """
+    return as_positive_int("max_evals", value, maximum=MAX_EVALS_LIMIT)
+
+
 def as_positive_int(name: str, value: Any, *, maximum: int | None = None) -> int:
     """Validate a strictly positive integer (bools are refused), at most ``maximum``."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
@@ -269,22 +282,6 @@ def as_choice(name: str, value: _C, choices: Sequence[_C]) -> _C:
     if not ok:
         raise InvalidParametersError(f"{name}: expected one of {tuple(choices)}, got {value!r}")
     return value
-
-
-def deprecated_module_attribute(
-    module: str, name: str, aliases: Mapping[str, tuple[Any, str]]
-) -> Any:
-    """The body of a module ``__getattr__`` that serves deprecated names.
-
-    ``aliases`` maps a deprecated name to ``(object, warning message)``: the object is returned
-    with a :class:`DeprecationWarning` pointing at the caller; other names raise
-    :class:`AttributeError` as a module does.
-    """
-    if name in aliases:
-        obj, message = aliases[name]
-        warnings.warn(message, DeprecationWarning, stacklevel=3)
-        return obj
-    raise AttributeError(f"module {module!r} has no attribute {name!r}")
 
 
 def option_values(cls: type, values: Mapping[str, Any]) -> dict[str, Any]:

@@ -6,6 +6,7 @@ finite differences of the moment field, and the independent integrator gtcontrol
 
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import dataclass
 
@@ -21,7 +22,7 @@ from gtcontrol.analysis.equilibria import (
     equilibrium_at,
     mean_matrix,
 )
-from gtcontrol.analysis.newton import NewtonOptions, covariance_jacobian, newton_equilibrium
+from gtcontrol.analysis.newton import covariance_jacobian, newton_equilibrium
 from gtcontrol.analysis.regime_figures import cone_coordinates, regime_figure_data
 from gtcontrol.analysis.regimes import analyze, mean_dynamics_ss
 from gtcontrol.analysis.riccati import riccati_form
@@ -84,7 +85,7 @@ def test_scalar_equilibrium_and_its_stability():
     # σ* = −a/c; DF(σ*) = 2a + 4cσ* = −2a: stable iff a > 0 (docs/theory.md §2–3).
     for a, v, b in ((1.0, -1.0, 2.0), (-1.0, 1.0, 2.0)):
         c = v * b
-        res = equilibria(Layer(A=[[a]], B=[[b]], v=v))
+        res = equilibria(Layer(A=[[a]], B=[[b]], V=v))
         assert res.status is Status.SUCCESS and len(res) == 1 and res.proved
         eq = res[0]
         assert eq.cov[0, 0] == pytest.approx(-a / c, rel=1e-14)
@@ -99,7 +100,7 @@ def test_three_ways_agree(sign):
     rng = np.random.default_rng(1)
     d = 5
     a = 0.3 * rng.standard_normal((d, d)) + sign * 1.5 * np.eye(d)
-    lay = Layer(A=a, B=random_spd(rng, d, 0.2, 1.0), v=-sign * 0.8)
+    lay = Layer(A=a, B=random_spd(rng, d, 0.2, 1.0), V=-sign * 0.8)
     by_lyap = equilibria(lay, method="lyapunov", cross_check=True)
     by_care = equilibria(lay, method="care")
     by_newton = equilibria(lay, method="newton")
@@ -193,11 +194,11 @@ def test_deflation_collects_distinct_positive_definite_equilibria():
 
 
 def test_equilibria_ill_posed_and_options():
-    rot = Layer(A=np.array([[0.0, 1.0], [-1.0, 0.0]]), B=np.eye(2), v=-1.0)
+    rot = Layer(A=np.array([[0.0, 1.0], [-1.0, 0.0]]), B=np.eye(2), V=-1.0)
     res = equilibria(rot)
     assert res.status is Status.FAILED and res.degenerate and not res.success and len(res) == 0
     assert "imaginary axis" in res.message
-    none = equilibria(Layer(A=-np.eye(2), B=np.eye(2), v=-1.0))
+    none = equilibria(Layer(A=-np.eye(2), B=np.eye(2), V=-1.0))
     assert none.status is Status.INFEASIBLE and none.success and none.proved and len(none) == 0
     assert isinstance(none, EquilibriaResult) and list(none) == []
     with pytest.raises(InvalidParametersError, match="method"):
@@ -208,7 +209,7 @@ def test_equilibria_ill_posed_and_options():
         equilibria(rot, tol=2.0)
     with pytest.raises(InvalidParametersError, match="n_random"):
         equilibria(rot, n_random=-1)
-    eq = equilibrium_at(Layer(A=[[1.0]], B=[[1.0]], v=-1.0), [[1.0]])
+    eq = equilibrium_at(Layer(A=[[1.0]], B=[[1.0]], V=-1.0), [[1.0]])
     assert eq.residual <= 1e-16 and eq.stable
 
 
@@ -238,7 +239,7 @@ def _table() -> list[Case]:
     cases.append(
         Case(
             "d1-stable-sigma*",
-            Layer(A=[[1.0]], B=[[1.0]], v=-1.0, b=[0.5]),
+            Layer(A=[[1.0]], B=[[1.0]], V=-1.0, b=[0.5]),
             np.array([[0.2]]),
             "converges",
             20.0,
@@ -248,7 +249,7 @@ def _table() -> list[Case]:
     cases.append(
         Case(
             "d1-blowup-a>0",
-            Layer(A=[[1.0]], B=[[0.5]], v=1.0),
+            Layer(A=[[1.0]], B=[[0.5]], V=1.0),
             np.array([[0.3]]),
             "blowup",
             0.0,
@@ -258,7 +259,7 @@ def _table() -> list[Case]:
     cases.append(
         Case(
             "d1-below-unstable",
-            Layer(A=[[-1.0]], B=[[1.0]], v=1.0),
+            Layer(A=[[-1.0]], B=[[1.0]], V=1.0),
             np.array([[0.5]]),
             "collapses",
             20.0,
@@ -268,7 +269,7 @@ def _table() -> list[Case]:
     cases.append(
         Case(
             "d1-above-unstable",
-            Layer(A=[[-1.0]], B=[[1.0]], v=1.0),
+            Layer(A=[[-1.0]], B=[[1.0]], V=1.0),
             np.array([[2.0]]),
             "blowup",
             0.0,
@@ -288,7 +289,7 @@ def _table() -> list[Case]:
     )
     b2 = np.array([[0.5, 0.1], [0.1, 0.3]])
     s2 = np.array([[1.0, 0.3], [0.3, 0.5]])
-    lay = Layer(B=b2, v=1.0, dim=2)
+    lay = Layer(B=b2, V=1.0, dim=2)
     r2 = -(b2 + b2.T)
     w, u = np.linalg.eigh(s2)
     half = (u * np.sqrt(w)) @ u.T
@@ -305,7 +306,7 @@ def _table() -> list[Case]:
     cases.append(
         Case(
             "d2-omega*-singular",
-            Layer(A=np.eye(2), B=np.diag([1.0, 0.0]), v=-1.0),
+            Layer(A=np.eye(2), B=np.diag([1.0, 0.0]), V=-1.0),
             np.eye(2),
             "unbounded",
             15.0,
@@ -314,7 +315,7 @@ def _table() -> list[Case]:
     cases.append(
         Case(
             "d2-hurwitz-below-sigma*",
-            Layer(A=-np.eye(2), B=np.eye(2), v=1.0),
+            Layer(A=-np.eye(2), B=np.eye(2), V=1.0),
             0.5 * np.eye(2),
             "collapses",
             20.0,
@@ -333,7 +334,7 @@ def _table() -> list[Case]:
     cases.append(
         Case(
             "d3-design-recipe",
-            Layer(A=a3, B=r3 / 2.0, v=-1.0, b=[1.0, 0.0, -1.0]),
+            Layer(A=a3, B=r3 / 2.0, V=-1.0, b=[1.0, 0.0, -1.0]),
             0.3 * np.eye(d),
             "converges",
             40.0,
@@ -346,7 +347,7 @@ def _table() -> list[Case]:
             Layer(
                 A=-np.eye(3) + 0.3 * np.array([[0, 1, 0], [-1, 0, 0], [0, 0, 0.0]]),
                 B=np.eye(3),
-                v=-1.0,
+                V=-1.0,
             ),
             np.eye(3),
             "collapses",
@@ -367,7 +368,7 @@ def _table() -> list[Case]:
     cases.append(
         Case(
             "d4-A0-opposite-sign",
-            Layer(B=np.diag([1.0, 2.0, 3.0, 4.0]), v=-0.5, dim=4),
+            Layer(B=np.diag([1.0, 2.0, 3.0, 4.0]), V=-0.5, dim=4),
             np.eye(4),
             "collapses",
             1e4,
@@ -391,7 +392,7 @@ def _table() -> list[Case]:
     cases.append(
         Case(
             "d4-rank2-same-sign",
-            Layer(A=0.2 * rng.standard_normal((4, 4)), B=np.eye(4), v=1.0),
+            Layer(A=0.2 * rng.standard_normal((4, 4)), B=np.eye(4), V=1.0),
             f @ f.T,
             "blowup",
             0.0,
@@ -424,7 +425,7 @@ def _table() -> list[Case]:
             Layer(
                 A=np.diag([1.0, -1.0, 0.5, -0.5, -1.0, -2.0]),
                 B=np.diag([0.0, 1.0, 0.0, 1.0, 1.0, 1.0]),
-                v=-1.0,
+                V=-1.0,
             ),
             0.5 * np.eye(6),
             "unbounded",
@@ -536,18 +537,18 @@ def test_headline_conditions_with_their_spectral_conditions():
     s0 = np.array([[0.4, 0.1], [0.1, 0.3]])
     rot = np.array([[0.0, 0.4], [-0.4, 0.0]])
     # Opposite sign (v < 0 ⇒ R ≻ 0): converges iff every eigenvalue of A has Re > 0 …
-    reg = analyze(Layer(A=np.eye(d) + rot, B=b, v=-1.0), _g(s0))
+    reg = analyze(Layer(A=np.eye(d) + rot, B=b, V=-1.0), _g(s0))
     assert reg.kind == "converges" and reg.certificate == "global" and "opposite" in reg.message
     # … and collapses as soon as one eigenvalue has Re ≤ 0.
     for a in (-np.eye(d) + rot, np.diag([1.0, -0.5]), np.zeros((d, d))):
-        reg = analyze(Layer(A=a, B=b, v=-1.0, dim=d), _g(s0))
+        reg = analyze(Layer(A=a, B=b, V=-1.0, dim=d), _g(s0))
         assert reg.kind == "collapses" and reg.certificate == "exact", reg.message
     # Same sign (v > 0 ⇒ R ≺ 0): Σ0 ≻ 0 blows up whenever A is not Hurwitz …
     for a in (np.zeros((d, d)), rot, np.diag([0.3, -2.0])):
-        reg = analyze(Layer(A=a, B=b, v=1.0, dim=d), _g(s0))
+        reg = analyze(Layer(A=a, B=b, V=1.0, dim=d), _g(s0))
         assert reg.kind == "blowup" and "same sign" in reg.message
     # … and, for A Hurwitz, iff Σ0 ⋠ Σ* (the unstable equilibrium).
-    lay = Layer(A=-np.eye(d), B=b, v=1.0)
+    lay = Layer(A=-np.eye(d), B=b, V=1.0)
     eq = equilibria(lay)[0]
     assert not eq.stable
     assert analyze(lay, _g(0.9 * np.asarray(eq.cov))).kind == "collapses"
@@ -555,7 +556,7 @@ def test_headline_conditions_with_their_spectral_conditions():
 
 
 def test_noisy_layer_goes_through_the_general_path():
-    lay = Layer(A=-np.eye(2), B=np.eye(2), v=-1.0, noise=0.5 * np.eye(2))
+    lay = Layer(A=-np.eye(2), B=np.eye(2), V=-1.0, noise=0.5 * np.eye(2))
     reg = analyze(lay, _g(np.eye(2)))
     # dσ/dt = −2σ − 2σ² + 0.25 per coordinate: σ* = (−1 + √1.5)/2
     sig = (-1 + math.sqrt(1.5)) / 2
@@ -567,7 +568,7 @@ def test_noisy_layer_goes_through_the_general_path():
 
 
 def test_regime_figure_data_and_plots(tmp_path):
-    lay = Layer(A=np.array([[0.2, 0.5], [-0.5, 0.0]]), B=np.array([[1.0, 0.3], [0.3, 0.5]]), v=1.0)
+    lay = Layer(A=np.array([[0.2, 0.5], [-0.5, 0.0]]), B=np.array([[1.0, 0.3], [0.3, 0.5]]), V=1.0)
     g0 = _g(np.array([[0.2, 0.05], [0.05, 0.1]]))
     data = regime_figure_data(lay, g0, n_points=101)
     assert data.regime.kind == "blowup" and data.trajectory.status == "blowup"
@@ -588,10 +589,10 @@ def test_regime_figure_data_and_plots(tmp_path):
         path = tmp_path / f"{fn.__name__}.png"
         fn(data, path)
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    conv = regime_figure_data(Layer(A=np.eye(2), B=np.eye(2), v=-1.0), g0, n_points=51)
+    conv = regime_figure_data(Layer(A=np.eye(2), B=np.eye(2), V=-1.0), g0, n_points=51)
     assert conv.regime.kind == "converges" and conv.equilibrium_cone is not None
     plot_cone(conv, tmp_path / "conv.png")
-    three = regime_figure_data(Layer(A=np.eye(3), B=np.eye(3), v=-1.0), _g(np.eye(3)), n_points=11)
+    three = regime_figure_data(Layer(A=np.eye(3), B=np.eye(3), V=-1.0), _g(np.eye(3)), n_points=11)
     assert three.cone is None
     with pytest.raises(InvalidParametersError, match="2-dimensional"):
         plot_cone(three, tmp_path / "x.png")
@@ -619,33 +620,22 @@ def test_result_protocol_of_equilibria_newton_and_regimes():
     assert capped.status is Status.BUDGET_EXHAUSTED and not capped.success
     assert capped.stats["termination"] == "max_iter"
     assert capped.iterations == 1 and np.all(np.isfinite(capped.cov))
-    blow = analyze(Layer(A=[[1.0]], B=[[0.5]], v=1.0), _g(np.array([[0.3]])))
+    blow = analyze(Layer(A=[[1.0]], B=[[0.5]], V=1.0), _g(np.array([[0.3]])))
     assert blow.status is Status.BLOWUP and blow.success and blow.kind == "blowup"
 
 
-def test_deprecated_options_horizon_and_reason():
+def test_removed_aliases_are_gone():
     rng = np.random.default_rng(12)
     lay, s = _known_general_equilibrium(rng, 3)
-    with pytest.warns(DeprecationWarning, match="NewtonOptions"):
-        opts = NewtonOptions(kron_max_dim=2)
-    with pytest.warns(DeprecationWarning, match="options"):
-        old = newton_equilibrium(lay, 0.6 * s, options=opts)
-    assert old.success and old.stats["linear_solver"] == "gmres"
-    with pytest.warns(DeprecationWarning, match="options"):
-        eqs = equilibria(lay, options={"n_random": 0})
-    assert eqs.status is Status.SUCCESS
-    with pytest.warns(DeprecationWarning):
-        with pytest.raises(InvalidParametersError, match="tol"):
-            NewtonOptions(tol=2.0)
-    one = Layer(A=[[1.0]], B=[[2.0]], v=-1.0)
-    g0 = _g(np.array([[0.2]]))
-    with pytest.warns(DeprecationWarning, match="horizon"):
-        reg = analyze(one, g0, horizon=10.0)
-    assert reg.kind == "converges"
-    with pytest.warns(DeprecationWarning, match="reason"):
-        assert reg.reason == reg.message
-    with pytest.warns(DeprecationWarning, match="deprecated"):
-        assert analyze(lay, _g(0.8 * s), options=NewtonOptions(n_random=0)).kind == "converges"
+    assert newton_equilibrium(lay, 0.6 * s, kron_max_dim=2).stats["linear_solver"] == "gmres"
+    for func, kw in (
+        (equilibria, "options"),
+        (newton_equilibrium, "options"),
+        (analyze, "horizon"),
+    ):
+        assert kw not in inspect.signature(func).parameters
+    reg = analyze(Layer(A=[[1.0]], B=[[2.0]], V=-1.0), _g(np.array([[0.2]])), T=10.0)
+    assert reg.kind == "converges" and not hasattr(reg, "reason")
     with pytest.raises(TypeError):
         equilibria(lay, "newton")  # type: ignore[misc]
 

@@ -73,7 +73,7 @@ def _layers(rng: np.random.Generator, d: int) -> dict[str, Layer]:
     wq, wk, wv = (rng.standard_normal((12, d)) / math.sqrt(d) for _ in range(3))
     wo = rng.standard_normal((d, 12)) / math.sqrt(12)
     return {
-        "one head": Layer(B=m(), v=1.0, dim=d),
+        "one head": Layer(B=m(), V=1.0, dim=d),
         "multi-head affine": Layer(heads=heads, A=m(), b=rng.standard_normal(d)),
         "relu": Layer(heads=heads[:1], ffn=ffn["relu"]),
         "gelu": Layer(heads=heads[:2], ffn=ffn["gelu"]),
@@ -103,7 +103,7 @@ def test_huge_logits_take_the_shift_and_stay_exact(rng: np.random.Generator) -> 
     assert kern.unshifted_rows(x @ b.T, x.T, x).mean() < 0.05
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        got = token_velocity(Layer(B=b, v=1.0), x, block_size=16, backend="numpy")
+        got = token_velocity(Layer(B=b, V=1.0), x, block_size=16, backend="numpy")
     ref = softmax(x @ b.T @ x.T, axis=1) @ x
     assert np.all(np.isfinite(got)) and _rel(got, ref) < 1e-12
 
@@ -116,7 +116,7 @@ def test_blocks_mixing_shifted_and_shift_free_rows(rng: np.random.Generator) -> 
     b = np.array([[0.3, -0.2], [0.1, 0.25]])
     free = kern.unshifted_rows(x @ b.T, x.T, x)
     assert 0 < free.sum() < 200
-    got = token_velocity(Layer(B=b, v=1.0), x, block_size=16, backend="numpy")
+    got = token_velocity(Layer(B=b, V=1.0), x, block_size=16, backend="numpy")
     ref = softmax(x @ b.T @ x.T, axis=1) @ x
     # The largest logits are ~2e3: the shifted reference itself rounds them to ~2e3 ε.
     assert _rel(got, ref) < 1e-12
@@ -138,7 +138,7 @@ def test_equal_to_the_former_kernel_for_any_scale(
     b = 10.0**log_scale * r.standard_normal((d, d))
     q = x @ b.T
     ref = _former_softmax(q, x.T, x, block)
-    got = token_velocity(Layer(B=b, v=1.0), x, block_size=block, backend="numpy")
+    got = token_velocity(Layer(B=b, V=1.0), x, block_size=block, backend="numpy")
     # Both round a logit l to ~ε|l| before exponentiating, so they may differ by a few ε max|l|
     # (the conditioning of softmax); 1e-12 covers logits up to ~1e3, the floor of the bound.
     tol = max(1e-12, 16 * _EPS64 * float(np.max(np.abs(q @ x.T))))
@@ -219,8 +219,8 @@ def test_torch_backend_shifted_rows(rng: np.random.Generator) -> None:
     x = rng.standard_normal((300, 2))
     x[::3] *= 40.0
     b = np.array([[0.3, -0.2], [0.1, 0.25]])
-    a = token_velocity(Layer(B=b, v=1.0), x, block_size=16, backend="numpy")
-    t = token_velocity(Layer(B=b, v=1.0), x, block_size=16, backend="torch")
+    a = token_velocity(Layer(B=b, V=1.0), x, block_size=16, backend="numpy")
+    t = token_velocity(Layer(B=b, V=1.0), x, block_size=16, backend="torch")
     assert _rel(t, a) < 1e-13
 
 
@@ -242,7 +242,7 @@ def test_auto_is_numpy_without_cuda_and_never_imports_torch_for_a_cpu() -> None:
         "import sys, numpy as np; from gtcontrol import Layer, token_velocity; "
         "from gtcontrol.model.attention import _Workspace; "
         "x = np.random.default_rng(0).standard_normal((4096, 4)); "
-        "token_velocity(Layer(B=np.eye(4), v=1.0), x); "
+        "token_velocity(Layer(B=np.eye(4), V=1.0), x); "
         "print(_Workspace(4096, np.dtype(float), None, backend='auto').backend, "
         "'torch' in sys.modules)"
     )
@@ -285,7 +285,7 @@ def test_torch_backend_without_torch_is_refused(monkeypatch: pytest.MonkeyPatch)
 
     monkeypatch.setattr(backend, "load_torch", lambda: None)
     with pytest.raises(InvalidParametersError, match="backend: 'torch' needs the torch package"):
-        token_velocity(Layer(B=np.eye(2), v=1.0), np.ones((3, 2)), backend="torch")
+        token_velocity(Layer(B=np.eye(2), V=1.0), np.ones((3, 2)), backend="torch")
 
 
 def test_worker_threads_do_not_change_the_result(

@@ -24,7 +24,7 @@ cov = [[1.0, 0.0], [0.0, 2.0]]
 [layer]
 A = [[-0.5, 0.0], [0.0, -0.5]]
 B = [[1.0, 0.0], [0.0, 1.0]]
-v = -0.5
+V = -0.5
 [horizon]
 T = 1.0
 """
@@ -54,7 +54,7 @@ def test_parse_fills_defaults_and_builds_the_model() -> None:
     [
         (lambda s: "foo = 1\n" + s, "unknown key 'foo'"),
         (lambda s: s + "\nfoo = 1\n", r"unknown key 'horizon\.foo'"),
-        (lambda s: s.replace("v = -0.5", "v = -0.5\nC = 1"), r"unknown key 'layer\.C'"),
+        (lambda s: s.replace("V = -0.5", "V = -0.5\nC = 1"), r"unknown key 'layer\.C'"),
         (lambda s: s + "\n[simulate]\nbogus = 1\n", r"unknown key 'simulate\.bogus'"),
         (lambda s: s + "\n[simulate]\nn_points = 'many'\n", r"'simulate\.n_points' must be"),
         (lambda s: s + "\n[simulate]\nrtol = -1.0\n", r"'simulate\.rtol' must be positive"),
@@ -93,7 +93,7 @@ def test_cli_run_writes_result_and_figures(tmp_path: Path) -> None:
     assert main(["run", str(design), "-o", str(out)]) == 0
     res = json.loads((out / "result.json").read_text())
     assert res["task"] == "simulate" and res["status"] == "success"
-    assert res["inputs"]["layer"]["v"] == -0.5
+    assert res["inputs"]["layer"]["V"] == -0.5
     assert res["outputs"]["trajectory"]["blowup_time"] == "inf"
     for fig in res["figures"]:
         assert (out / fig).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -128,7 +128,7 @@ def test_cli_failure_during_run_keeps_previous_output(tmp_path: Path) -> None:
     bad = tmp_path / "blow.toml"
     bad.write_text(
         BASE.replace('task = "simulate"', 'task = "compare-tokens"')
-        .replace("v = -0.5", "v = 2.0")
+        .replace("V = -0.5", "V = 2.0")
         .replace("T = 1.0", "T = 5.0")
     )
     assert main(["run", str(bad), "-o", str(out)]) == 2
@@ -191,14 +191,14 @@ def test_cli_compare_tokens_report(tmp_path: Path) -> None:
 
 
 def test_cli_simulate_noisy_layer_and_blowup(tmp_path: Path) -> None:
-    noisy = BASE.replace("v = -0.5", "v = -0.5\nnoise = [[0.3, 0.0], [0.0, 0.2]]")
+    noisy = BASE.replace("V = -0.5", "V = -0.5\nnoise = [[0.3, 0.0], [0.0, 0.2]]")
     noisy += "\n[simulate]\ntokens = 300\n"
     design = tmp_path / "noisy.toml"
     design.write_text(noisy)
     assert main(["run", str(design), "-o", str(tmp_path / "n")]) == 0
     res = json.loads((tmp_path / "n" / "result.json").read_text())
     assert "token_clouds.png" in res["figures"]
-    blow = BASE.replace("v = -0.5", "v = 1.0").replace("T = 1.0", "T = 3.0")
+    blow = BASE.replace("V = -0.5", "V = 1.0").replace("T = 1.0", "T = 3.0")
     design = tmp_path / "blow.toml"
     design.write_text(blow + "\n[simulate]\ntokens = 300\n")
     assert main(["run", str(design), "-o", str(tmp_path / "b")]) == 0
@@ -219,7 +219,7 @@ mean = [0.0, 0.0, 1.0]
 cov = [[1.0, 0.2, 0.0], [0.2, 0.5, 0.0], [0.0, 0.0, 0.25]]
 [layer]
 B = [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]
-v = 1.0
+V = 1.0
 """
     design = tmp_path / "an.toml"
     design.write_text(text)
@@ -731,7 +731,7 @@ def test_huge_and_non_finite_numbers_are_refused() -> None:
     big = "1" + "0" * 400
     for edit, match in [
         (lambda s: s.replace("mean = [0.0, 1.0]", f"mean = [{big}, 1.0]"), "floating-point"),
-        (lambda s: s.replace("v = -0.5", f"v = {big}"), "floating-point"),
+        (lambda s: s.replace("V = -0.5", f"V = {big}"), "floating-point"),
         (lambda s: s + f"\n[simulate]\nrtol = {big}\n", "floating-point"),
         (lambda s: s + "\n[simulate]\nrtol = inf\n", "finite"),
         (lambda s: s + "\n[simulate]\nrtol = nan\n", "finite"),
@@ -744,3 +744,15 @@ def test_huge_and_non_finite_numbers_are_refused() -> None:
         with pytest.raises(DesignFileError, match=match) as info:
             parse_design(edit(BASE))
         assert "\n" not in str(info.value) and len(str(info.value)) < 300
+
+
+def test_debug_flag_adds_the_traceback_after_the_error_line(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    design = tmp_path / "d.toml"
+    design.write_text(BASE.replace("V = -0.5", "V = -0.5\nC = 1"))
+    assert main(["run", str(design), "-o", str(tmp_path / "a")]) == 2
+    plain = capsys.readouterr().err
+    assert plain.count("\n") == 1 and "Traceback" not in plain
+    assert main(["--debug", "run", str(design), "-o", str(tmp_path / "b")]) == 2
+    debug = capsys.readouterr().err
+    assert debug.startswith(plain) and "Traceback (most recent call last)" in debug
+    assert "DesignFileError" in debug

@@ -47,7 +47,7 @@ cov = [[1.0, 0.3], [0.3, 0.5]]
 [layer]
 A = [[0.3, -0.6], [0.6, 0.2]]
 B = [[1.0, 0.2], [0.2, 0.8]]
-v = -1.0
+V = -1.0
 [horizon]
 T = 4.0
 [simulate]
@@ -137,7 +137,7 @@ def test_progress_is_a_noop_without_reporting() -> None:
 def test_library_calls_report_inside_a_reporting_block() -> None:
     from gtcontrol import Gaussian, Layer, simulate, simulate_tokens
 
-    layer = Layer(A=[[0.3, -0.6], [0.6, 0.2]], B=np.eye(2), v=-1.0)
+    layer = Layer(A=[[0.3, -0.6], [0.6, 0.2]], B=np.eye(2), V=-1.0)
     g0 = Gaussian([1.0, -0.5], [[1.0, 0.3], [0.3, 0.5]])
     stream = io.StringIO()
     with reporting(enabled=True, stream=stream):

@@ -145,7 +145,7 @@ _KEYS = st.sampled_from(
         "cov",
         "A",
         "B",
-        "v",
+        "V",
         "T",
         "layers",
         "heads",

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _setup() -> tuple[Layer, Gaussian]:
-    lay = Layer(A=[[0.2, -0.5], [0.5, 0.1]], B=[[0.8, 0.3], [-0.1, 0.6]], v=-0.7, b=[0.3, -0.2])
+    lay = Layer(A=[[0.2, -0.5], [0.5, 0.1]], B=[[0.8, 0.3], [-0.1, 0.6]], V=-0.7, b=[0.3, -0.2])
     return lay, Gaussian([0.5, -0.3], [[0.8, 0.2], [0.2, 0.5]])
 
 
@@ -72,7 +72,7 @@ def test_starved_softmax_is_not_consistent_and_says_why() -> None:
     ~5e-2); ESS/N = exp(-uᵀΣu) is ~1e-44 for queries 2σ out, so the softmax is starved: the
     outer queries' attention falls short of the tilted mean 5Σx, the outer tokens lag, and the
     cloud becomes heavy-tailed (Mardia kurtosis well above its Gaussian value)."""
-    lay = Layer(B=5.0 * np.eye(2), v=-0.5)
+    lay = Layer(B=5.0 * np.eye(2), V=-0.5)
     g0 = Gaussian(np.zeros(2), np.eye(2))
     cmp = compare_tokens(lay, g0, 2.0, n_tokens=(128, 512, 2048), repeats=2)
     assert cmp.status is Status.SUCCESS and cmp.success  # the comparison itself completed
@@ -103,12 +103,12 @@ def test_relu_feedforward_is_compared_against_the_gaussian_closure() -> None:
     from gtcontrol.experiments.closure import closure_flow
 
     ffn = FeedForward([[0.5, 0.2], [-0.1, 0.4]], [[1.0, 0.3], [-0.2, 1.0]], [0.1, -0.2])
-    lay = Layer(A=-0.3 * np.eye(2), B=[[0.5, 0.1], [0.0, 0.4]], v=-0.5, ffn=ffn)
+    lay = Layer(A=-0.3 * np.eye(2), B=[[0.5, 0.1], [0.0, 0.4]], V=-0.5, ffn=ffn)
     g0 = Gaussian([0.3, -0.1], [[1.0, 0.2], [0.2, 0.6]])
     cmp = compare_tokens(lay, g0, 1.0, n_tokens=(64, 256), repeats=2)
     assert cmp.status is Status.SUCCESS and cmp.reference == "Gaussian closure"
     assert "against the Gaussian closure" in cmp.message
-    flow = closure_flow(lay, g0, 1.0, t_eval=[0.0, 1.0])
+    flow = closure_flow(lay, g0, 1.0, times=[0.0, 1.0])
     np.testing.assert_allclose(cmp.predicted.final.cov, flow.cov[-1], rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(cmp.predicted.final.mean, flow.mean[-1], rtol=1e-9, atol=1e-12)
     # ReLU kinks cost the 8th-order pair its order; still far below the statistical error
@@ -121,7 +121,7 @@ def test_gaussian_closure_is_the_moment_ode_for_affine_layers_and_stein_exact() 
     lay = Layer(
         A=-0.4 * np.eye(2),
         B=0.3 * np.eye(2),
-        v=-0.5,
+        V=-0.5,
         ffn=FeedForward(w, u, c, activation="identity"),
     )
     g0 = Gaussian([0.2, -0.4], [[0.7, 0.1], [0.1, 0.4]])
@@ -160,7 +160,7 @@ def test_compare_tokens_refuses_blowup_bad_counts_and_absurd_sizes_up_front() ->
         compare_tokens(lay, g0, 0.5, n_tokens=(64, 128), slope_tol=5.0)
     with pytest.raises(InvalidParametersError, match="rtol"):
         compare_tokens(lay, g0, 0.5, n_tokens=(64, 128), method="rk4", rtol=1e-6)
-    blow = Layer(B=np.eye(2), v=2.0)
+    blow = Layer(B=np.eye(2), V=2.0)
     with pytest.raises(InvalidParametersError, match="blow up"):
         compare_tokens(blow, g0, 5.0, n_tokens=(64, 128))
     # Absurd sizes: refused at once, with the limit named (formerly: hours of softmax).
@@ -202,7 +202,7 @@ def test_stiff_moment_reference_is_capped() -> None:
     reference is capped at 1e5 evaluations: the comparison ends in seconds, honestly."""
     from gtcontrol.analysis._compare_checks import REFERENCE_MAX_EVALS
 
-    lay = Layer(A=[[1e7, -0.6], [0.6, 0.2]], B=[[1.0, 0.2], [0.2, 0.8]], v=-1.0, b=[0.1, 0.0])
+    lay = Layer(A=[[1e7, -0.6], [0.6, 0.2]], B=[[1.0, 0.2], [0.2, 0.8]], V=-1.0, b=[0.1, 0.0])
     g0 = Gaussian([1.0, -0.5], [[1.0, 0.3], [0.3, 0.5]])
     clock = time.perf_counter()
     cmp = compare_tokens(lay, g0, 1.5, n_tokens=(16, 32), repeats=1, steps_per_layer=3)
@@ -224,7 +224,7 @@ def test_work_cap_stops_with_an_honest_status() -> None:
 def test_adaptive_and_fixed_token_methods_run_with_their_default_steps() -> None:
     """``steps_per_layer`` defaults to the method's own choice, so "adaptive" works (it refused
     the former integer default of 20 and always failed); ``steps_per_layer`` alone means rk4."""
-    layer = Layer(A=-0.5 * np.eye(2), B=0.5 * np.eye(2), v=-0.5)
+    layer = Layer(A=-0.5 * np.eye(2), B=0.5 * np.eye(2), V=-0.5)
     g0 = Gaussian(np.zeros(2), np.eye(2))
     cmp = compare_tokens(layer, g0, T=0.5, n_tokens=(64, 128), repeats=1, method="adaptive")
     assert cmp.status is Status.SUCCESS and cmp.success

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 import time
-import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from helpers import random_skew
 from gtcontrol._status import Result, Status
 from gtcontrol.analysis.equilibria import equilibria, equilibrium_at
 from gtcontrol.control.design import (
+    RobustnessCheck,
     design_certificate,
     design_convergence,
     design_mean_matching,
@@ -63,7 +63,7 @@ def test_constructive_design_converges_from_20_starts_at_the_promised_rate(d: in
     target = Gaussian(rng.standard_normal(d), _spd(rng, d))
     rate = float(rng.uniform(0.5, 1.5))
     rotation = 0.3 * random_skew(rng, d) if d % 2 else None
-    res = design_mean_matching(target.mean, target.cov, rate=rate, rotation=rotation, **EXACT)
+    res = design_mean_matching(target, rate=rate, rotation=rotation, **EXACT)
     assert res.success and res.status is Status.SUCCESS and res.method == "constructive"
     assert res.optimal
     assert res.certificate.kind == "global"
@@ -104,9 +104,7 @@ def test_constructive_design_closed_forms() -> None:
     target = Gaussian(rng.standard_normal(d), _spd(rng, d))
     omega = np.linalg.inv(target.cov)
     s = random_skew(rng, d)
-    res = design_mean_matching(
-        target.mean, target.cov, rate=0.8, cov_rate=3.0, rotation=s, min_ess=None
-    )
+    res = design_mean_matching(target, rate=0.8, cov_rate=3.0, rotation=s, min_ess=None)
     lay = res.layer
     (v_mat, b_mat) = lay.heads[0]
     np.testing.assert_allclose(lay.A, 1.5 * np.eye(d) + s @ omega, rtol=0, atol=1e-14)
@@ -131,7 +129,7 @@ def test_constructive_design_closed_forms() -> None:
 
 
 def test_default_rates_give_B_equal_to_target_precision_and_identity_default_cov() -> None:
-    res = design_mean_matching([1.0, -2.0, 0.5], rate=0.5, **EXACT)
+    res = design_mean_matching(Gaussian([1.0, -2.0, 0.5], np.eye(3)), rate=0.5, **EXACT)
     np.testing.assert_allclose(res.target.cov, np.eye(3))
     lay = res.layer
     np.testing.assert_allclose(lay.A, 0.5 * np.eye(3), atol=1e-15)
@@ -142,7 +140,7 @@ def test_default_rates_give_B_equal_to_target_precision_and_identity_default_cov
 
 def test_design_convergence_data_reaches_the_target() -> None:
     rng = np.random.default_rng(3)
-    res = design_mean_matching(rng.standard_normal(3), _spd(rng, 3), rate=1.0, **EXACT)
+    res = design_mean_matching(Gaussian(rng.standard_normal(3), _spd(rng, 3)), rate=1.0, **EXACT)
     data = design_convergence(res, n_starts=3, n_points=41, seed=1)
     assert data.mean_error.shape == (3, len(data.t)) == data.cov_error.shape
     assert np.all(data.mean_error[:, -1] < 1e-5) and np.all(data.cov_error[:, -1] < 1e-12)
@@ -158,13 +156,11 @@ def test_robustness_of_constructive_design_equals_its_rates() -> None:
     d = 3
     target = Gaussian(rng.standard_normal(d), _spd(rng, d))
     res = design_mean_matching(
-        target.mean,
-        target.cov,
+        target,
         rate=0.6,
         cov_rate=2.0,
         rotation=random_skew(rng, d),
-        robustness_directions=4,
-        robustness_samples=8,
+        robustness=RobustnessCheck(directions=4, samples=8),
         min_ess=None,
     )
     rob = res.robustness
@@ -190,7 +186,7 @@ def test_stability_radius_of_nonnormal_design_matches_a_frequency_sweep() -> Non
     d = 3
     target = Gaussian(rng.standard_normal(d), _spd(rng, d))
     v = -1.2 * np.eye(d) + 0.5 * rng.standard_normal((d, d))
-    res = design_mean_matching(target.mean, target.cov, rate=0.4, fixed_V=v, **EXACT)
+    res = design_mean_matching(target, rate=0.4, fixed_V=v, **EXACT)
     assert res.success
     rob = design_robustness(res.layer, res.target, directions=2, samples=4)
     # Brute force in whitened coordinates: K̂ = Σ*^{-½} K Σ*^{½}.
@@ -206,7 +202,7 @@ def test_stability_radius_of_nonnormal_design_matches_a_frequency_sweep() -> Non
 
 
 def test_robustness_refuses_a_layer_without_the_target_equilibrium() -> None:
-    lay = Layer(np.eye(2), B=np.eye(2), v=-1.0)
+    lay = Layer(np.eye(2), B=np.eye(2), V=-1.0)
     with pytest.raises(InvalidParametersError, match="not an equilibrium"):
         design_robustness(lay, Gaussian([0.0, 0.0], 3.0 * np.eye(2)))
 
@@ -239,7 +235,7 @@ def test_casadi_design_with_fixed_pretrained_B_is_exact_global_and_converges() -
     d = 4
     target = Gaussian(rng.standard_normal(d), _spd(rng, d))
     b_fixed = _spd(rng, d, 0.2) + 0.3 * random_skew(rng, d)
-    res = design_mean_matching(target.mean, target.cov, rate=1.0, fixed_B=b_fixed, **EXACT)
+    res = design_mean_matching(target, rate=1.0, fixed_B=b_fixed, **EXACT)
     assert res.success, res.message
     assert res.method == "casadi" and res.fixed == ("B",)
     np.testing.assert_array_equal(res.layer.heads[0][1], b_fixed)
@@ -256,14 +252,12 @@ def test_minimum_norm_design_is_no_larger_than_a_feasible_constructive_one() -> 
     rng = np.random.default_rng(22)
     d = 3
     target = Gaussian(rng.standard_normal(d), _spd(rng, d))
-    res = design_mean_matching(target.mean, target.cov, rate=0.7, minimum_norm=True, **EXACT)
+    res = design_mean_matching(target, rate=0.7, minimum_norm=True, **EXACT)
     assert res.success and res.certificate.kind == "global"
     # The constructive design with covariance rate 1.4 (1 + 1/κ) is feasible for the NLP (its
     # Lyapunov weight has tr P = κ n exactly), so the optimum is no larger (whitened metric).
     kappa = 100.0  # the default max_condition
-    ref = design_mean_matching(
-        target.mean, target.cov, rate=0.7, cov_rate=1.4 * (1 + 1 / kappa), **EXACT
-    )
+    ref = design_mean_matching(target, rate=0.7, cov_rate=1.4 * (1 + 1 / kappa), **EXACT)
     assert res.whitened_norm <= ref.whitened_norm * (1 + 1e-6)
     assert res.certificate.mean_rate == pytest.approx(0.7, rel=1e-5)  # the bound is active
     assert res.certificate.cov_rate >= 1.4
@@ -275,7 +269,7 @@ def test_casadi_design_with_fixed_general_V_is_local_and_exact() -> None:
     d = 3
     target = Gaussian(rng.standard_normal(d), _spd(rng, d))
     v = -1.5 * np.eye(d) + 0.4 * rng.standard_normal((d, d))
-    res = design_mean_matching(target.mean, target.cov, rate=0.5, fixed_V=v, **EXACT)
+    res = design_mean_matching(target, rate=0.5, fixed_V=v, **EXACT)
     assert res.success, res.message
     np.testing.assert_array_equal(res.layer.heads[0][0], v)
     cert = res.certificate
@@ -292,8 +286,7 @@ def test_casadi_design_with_full_designed_V_and_fixed_A_and_fixed_scalar_v() -> 
     d = 3
     target = Gaussian(rng.standard_normal(d), _spd(rng, d))
     full = design_mean_matching(
-        target.mean,
-        target.cov,
+        target,
         rate=0.5,
         V_structure="full",
         **EXACT,
@@ -302,15 +295,11 @@ def test_casadi_design_with_full_designed_V_and_fixed_A_and_fixed_scalar_v() -> 
     # fixed A with eigenvalues 0.8 ± i·…: covariance rate 1.6 ≥ 1.
     a0 = 0.8 * np.eye(d) + 0.3 * random_skew(rng, d)
     a_fixed = target.cov @ a0 @ np.linalg.inv(target.cov)
-    res_a = design_mean_matching(
-        target.mean, target.cov, rate=0.5, cov_rate=1.0, fixed_A=a_fixed, **EXACT
-    )
+    res_a = design_mean_matching(target, rate=0.5, cov_rate=1.0, fixed_A=a_fixed, **EXACT)
     assert res_a.success and res_a.certificate.kind == "global"
     np.testing.assert_array_equal(res_a.layer.A, a_fixed)
     assert res_a.certificate.cov_rate == pytest.approx(1.6, rel=1e-10)
-    res_v = design_mean_matching(
-        target.mean, target.cov, rate=0.5, cov_rate=1.0, fixed_V=-0.7, **EXACT
-    )
+    res_v = design_mean_matching(target, rate=0.5, cov_rate=1.0, fixed_V=-0.7, **EXACT)
     assert res_v.success and res_v.certificate.kind == "global"
     np.testing.assert_array_equal(res_v.layer.heads[0][0], -0.7 * np.eye(d))
     assert res_v.certificate.mean_rate == pytest.approx(0.7, rel=1e-10)
@@ -322,8 +311,7 @@ def test_casadi_design_with_indefinite_B_is_local_when_allowed() -> None:
     target = Gaussian(rng.standard_normal(d), _spd(rng, d))
     b_fixed = np.diag([1.0, -0.3])
     res = design_mean_matching(
-        target.mean,
-        target.cov,
+        target,
         rate=0.5,
         fixed_B=b_fixed,
         require_global=False,
@@ -359,7 +347,7 @@ def test_casadi_design_with_indefinite_B_is_local_when_allowed() -> None:
 )
 def test_infeasible_requests_fail_with_the_reason(kwargs, opts, match) -> None:
     with pytest.raises(UnreachableTargetError, match=match):
-        design_mean_matching([1.0, 0.5], np.eye(2), **(opts or {}), **kwargs)
+        design_mean_matching(Gaussian([1.0, 0.5], np.eye(2)), **(opts or {}), **kwargs)
 
 
 def test_margin_out_of_reach_of_the_bounded_certificate_is_named() -> None:
@@ -368,8 +356,7 @@ def test_margin_out_of_reach_of_the_bounded_certificate_is_named() -> None:
     # mean-margin slack stays positive and is named; the layer itself still verifies (its
     # spectral mean rate is 1.2 ≥ 1), so the result is certified but "suboptimal".
     res = design_mean_matching(
-        [1.0, -1.0],
-        np.eye(2),
+        Gaussian([1.0, -1.0], np.eye(2)),
         rate=1.0,
         fixed_V=np.diag([-1.2, -1.2 + 1e-3]),
         max_condition=1.0,
@@ -385,7 +372,11 @@ def test_margin_out_of_reach_of_the_bounded_certificate_is_named() -> None:
 
 def test_iteration_limit_is_reported() -> None:
     res = design_mean_matching(
-        [1.0, -1.0], [[1.0, 0.4], [0.4, 0.8]], rate=2.0, V_structure="full", max_iter=1, **EXACT
+        Gaussian([1.0, -1.0], [[1.0, 0.4], [0.4, 0.8]]),
+        rate=2.0,
+        V_structure="full",
+        max_iter=1,
+        **EXACT,
     )
     assert res.stats["return_status"] == "Maximum_Iterations_Exceeded"
     assert not res.stats["optimal"]
@@ -399,35 +390,37 @@ def test_iteration_limit_is_reported() -> None:
 
 def test_input_validation() -> None:
     with pytest.raises(InvalidGaussianError, match="positive-definite"):
-        design_mean_matching([0.0, 0.0], [[1.0, 1.0], [1.0, 1.0]])
+        design_mean_matching(Gaussian([0.0, 0.0], [[1.0, 1.0], [1.0, 1.0]]))
     with pytest.raises(InvalidParametersError, match="rate"):
-        design_mean_matching([0.0, 0.0], rate=-1.0)
+        design_mean_matching(Gaussian([0.0, 0.0], np.eye(2)), rate=-1.0)
     with pytest.raises(InvalidParametersError, match="skew"):
-        design_mean_matching([0.0, 0.0], rotation=np.eye(2))
+        design_mean_matching(Gaussian([0.0, 0.0], np.eye(2)), rotation=np.eye(2))
     with pytest.raises(InvalidParametersError, match="rotation"):
-        design_mean_matching([0.0, 0.0], rotation=np.zeros((2, 2)), fixed_V=-1.0)
+        design_mean_matching(
+            Gaussian([0.0, 0.0], np.eye(2)), rotation=np.zeros((2, 2)), fixed_V=-1.0
+        )
     with pytest.raises(InvalidParametersError, match="fixed_B"):
-        design_mean_matching([0.0, 0.0], fixed_B=np.eye(3))
+        design_mean_matching(Gaussian([0.0, 0.0], np.eye(2)), fixed_B=np.eye(3))
     with pytest.raises(InvalidParametersError, match="V_structure"):
-        design_mean_matching([0.0, 0.0], V_structure="diag")
+        design_mean_matching(Gaussian([0.0, 0.0], np.eye(2)), V_structure="diag")
     with pytest.raises(InvalidParametersError, match="max_condition"):
-        design_mean_matching([0.0, 0.0], max_condition=0.5)
+        design_mean_matching(Gaussian([0.0, 0.0], np.eye(2)), max_condition=0.5)
 
 
 def test_certificate_of_layers_that_do_not_match() -> None:
     target = Gaussian([0.0, 0.0], np.eye(2))
     # Not an equilibrium.
     cert = design_certificate(
-        Layer(np.eye(2), B=np.eye(2), v=-1.0), Gaussian([0.0, 0.0], 3 * np.eye(2))
+        Layer(np.eye(2), B=np.eye(2), V=-1.0), Gaussian([0.0, 0.0], 3 * np.eye(2))
     )
     assert cert.kind == "none" and not cert.valid and "not an equilibrium" in cert.message
     # Blow-up regime (same-sign V and B): R = −I ≺ 0 and −2Σ + Σ² = 0 at Σ* = 2I, whose
     # linearization has spectrum −(λ_i + λ_j)(A) = 2 > 0.
-    lay = Layer(-np.eye(2), B=np.eye(2), v=0.5)
+    lay = Layer(-np.eye(2), B=np.eye(2), V=0.5)
     cert = design_certificate(lay, Gaussian([0.0, 0.0], 2 * np.eye(2)))
     assert cert.kind == "none" and cert.residual < 1e-15 and cert.cov_rate < 0
     # Requested rate above what the layer delivers.
-    good = design_mean_matching([0.0, 0.0], rate=1.0, **EXACT).layer
+    good = design_mean_matching(Gaussian([0.0, 0.0], np.eye(2)), rate=1.0, **EXACT).layer
     cert = design_certificate(good, target, rate=1.5)
     assert cert.kind == "global" and not cert.valid and "mean rate" in cert.message
 
@@ -435,7 +428,7 @@ def test_certificate_of_layers_that_do_not_match() -> None:
 def test_convergence_figure_is_written(tmp_path: Path) -> None:
     from gtcontrol.plotting.design import plot_design_convergence
 
-    res = design_mean_matching([1.0, -1.0], rate=1.0, **EXACT)
+    res = design_mean_matching(Gaussian([1.0, -1.0], np.eye(2)), rate=1.0, **EXACT)
     data = design_convergence(res, n_starts=2, n_points=21)
     out = tmp_path / "convergence.png"
     plot_design_convergence(
@@ -457,7 +450,10 @@ def _assert_protocol(res: Any) -> None:
 
 def test_every_design_result_follows_the_result_protocol() -> None:
     res = design_mean_matching(
-        [1.0, -1.0], rate=1.0, robustness_directions=2, robustness_samples=2, min_ess=None
+        Gaussian([1.0, -1.0], np.eye(2)),
+        rate=1.0,
+        robustness=RobustnessCheck(directions=2, samples=2),
+        min_ess=None,
     )
     assert res.status is Status.SUCCESS and res.optimal
     _assert_protocol(res)
@@ -482,7 +478,7 @@ def test_tiny_time_limit_returns_the_best_iterate_quickly() -> None:
     target = Gaussian(rng.standard_normal(d), _spd(rng, d))
     b_fixed = _spd(rng, d, 0.2) + 0.3 * random_skew(rng, d)
     t0 = time.perf_counter()
-    res = design_mean_matching(target.mean, target.cov, rate=1.0, fixed_B=b_fixed, time_limit=1e-6)
+    res = design_mean_matching(target, rate=1.0, fixed_B=b_fixed, time_limit=1e-6)
     assert time.perf_counter() - t0 < 5.0
     _assert_protocol(res)
     assert res.status is Status.BUDGET_EXHAUSTED and not res.success and not res.optimal
@@ -500,16 +496,14 @@ def test_tiny_time_limit_returns_the_best_iterate_quickly() -> None:
 def test_generous_time_limit_does_not_change_the_design() -> None:
     rng = np.random.default_rng(22)
     target = Gaussian(rng.standard_normal(2), _spd(rng, 2))
-    a = design_mean_matching(target.mean, target.cov, rate=0.7, minimum_norm=True, **EXACT)
-    b = design_mean_matching(
-        target.mean, target.cov, rate=0.7, minimum_norm=True, time_limit=60.0, **EXACT
-    )
+    a = design_mean_matching(target, rate=0.7, minimum_norm=True, **EXACT)
+    b = design_mean_matching(target, rate=0.7, minimum_norm=True, time_limit=60.0, **EXACT)
     assert a.status is b.status is Status.SUCCESS
     assert b.whitened_norm == pytest.approx(a.whitened_norm, rel=1e-8)
 
 
 def test_robustness_and_convergence_respect_a_tiny_time_limit() -> None:
-    res = design_mean_matching([1.0, -1.0], rate=1.0, **EXACT)
+    res = design_mean_matching(Gaussian([1.0, -1.0], np.eye(2)), rate=1.0, **EXACT)
     t0 = time.perf_counter()
     rob = design_robustness(res.layer, res.target, directions=50, time_limit=1e-6)
     assert time.perf_counter() - t0 < 5.0
@@ -519,7 +513,7 @@ def test_robustness_and_convergence_respect_a_tiny_time_limit() -> None:
     assert data.status is Status.BUDGET_EXHAUSTED and len(data.starts) == 1
     assert data.mean_error.shape == (1, 11)
     with pytest.raises(InvalidParametersError, match="time_limit"):
-        design_mean_matching([1.0, -1.0], time_limit=-1.0)
+        design_mean_matching(Gaussian([1.0, -1.0], np.eye(2)), time_limit=-1.0)
     with pytest.raises(InvalidParametersError, match="time_limit"):
         design_robustness(res.layer, res.target, time_limit=0.0)
 
@@ -533,7 +527,7 @@ def test_design_convergence_honours_its_time_limit_inside_a_start() -> None:
     rng = np.random.default_rng(10)
     d = 10
     target = Gaussian(rng.standard_normal(d), _spd(rng, d))
-    res = design_mean_matching(target.mean, target.cov, rate=0.01, cov_rate=50.0, **EXACT)
+    res = design_mean_matching(target, rate=0.01, cov_rate=50.0, **EXACT)
     t0 = time.perf_counter()
     data = design_convergence(res, n_starts=5, n_points=101, time_limit=0.5)
     assert time.perf_counter() - t0 < 1.5
@@ -548,31 +542,6 @@ def test_design_convergence_honours_its_time_limit_inside_a_start() -> None:
     np.testing.assert_allclose(data.t, np.linspace(0.0, 1600.0, 101))
     with pytest.raises(InvalidParametersError, match="n_points"):
         design_convergence(res, n_points=1)
-
-
-# ----------------------------------------------------------------------------- deprecations
-
-
-def test_options_object_is_deprecated_but_still_accepted() -> None:
-    import gtcontrol.control.design as design_pkg
-
-    with pytest.warns(DeprecationWarning, match="keyword"):
-        options_cls = design_pkg.DesignOptions
-    with pytest.warns(DeprecationWarning, match="robustness=..."):
-        old = design_mean_matching([1.0, -1.0], rate=0.5, options=options_cls(robustness=False))
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        new = design_mean_matching([1.0, -1.0], rate=0.5, robustness=False)
-    assert old.robustness is None and new.robustness is None
-    np.testing.assert_array_equal(old.layer.A, new.layer.A)
-    assert old.status is new.status is Status.SUCCESS
-    with (
-        pytest.warns(DeprecationWarning),
-        pytest.raises(InvalidParametersError, match="not both"),
-    ):
-        design_mean_matching([1.0, -1.0], options=options_cls(robustness=False), max_condition=3.0)
-    with pytest.warns(DeprecationWarning), pytest.raises(InvalidParametersError, match="options"):
-        design_mean_matching([1.0, -1.0], options={"robustness": False})
 
 
 def test_ipopt_stops_when_the_budget_runs_out_during_a_solve(monkeypatch) -> None:
@@ -594,9 +563,7 @@ def test_ipopt_stops_when_the_budget_runs_out_during_a_solve(monkeypatch) -> Non
     monkeypatch.setattr(mm, "Budget", RunsOutInsideIpopt)
     rng = np.random.default_rng(21)
     target = Gaussian(rng.standard_normal(3), _spd(rng, 3))
-    res = design_mean_matching(
-        target.mean, target.cov, rate=1.0, minimum_norm=True, time_limit=100.0, **EXACT
-    )
+    res = design_mean_matching(target, rate=1.0, minimum_norm=True, time_limit=100.0, **EXACT)
     assert res.stats["attempts"] == ["User_Requested_Stop"]
     assert res.status is Status.BUDGET_EXHAUSTED and "time limit" in res.message
     assert res.certificate.residual < 1e-9  # the best iterate is polished to an equilibrium

@@ -3,7 +3,7 @@ the (sV, B/s) scale split that keeps it high, and the token-level certificate.
 
 Evidence independent of the construction: real tokens (gtcontrol.simulate_tokens, and a plain
 numpy RK4 with its own softmax), the sampling floor of the target, the closed forms of the
-scale split (DESIGN.md §2 "Finite N", §4), and the moment integrator."""
+scale split (docs/theory.md §2 "Finite N", §4), and the moment integrator."""
 
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ def _rk4(layer: Layer, x: np.ndarray, T: float, n: int) -> np.ndarray:
 @pytest.mark.parametrize("seed", [0, 1, 3])
 def test_default_design_reaches_random_targets_at_token_level(seed: int) -> None:
     target = _issue_target(seed)
-    res = design_mean_matching(target.mean, target.cov, robustness=False, token_check=N_SUITE)
+    res = design_mean_matching(target, robustness=False, token_check=N_SUITE)
     assert res.status is Status.SUCCESS, res.message
     # The moment-level certificate is kept: global, covariance rate 2 exactly, mean rate s·1.
     cert = res.certificate
@@ -97,7 +97,7 @@ def test_default_design_reaches_random_targets_at_token_level(seed: int) -> None
 def test_exact_closed_form_design_stalls_at_token_level() -> None:
     """The issue's failure (before): B = Σ*⁻¹ starves the softmax; the tokens stall far away."""
     target = _issue_target(3)
-    res = design_mean_matching(target.mean, target.cov, robustness=False, min_ess=None)
+    res = design_mean_matching(target, robustness=False, min_ess=None)
     assert res.status is Status.SUCCESS and res.certificate.kind == "global"
     assert res.ess is not None and res.ess.scale == 1.0 and res.ess.worst_overall < 1e-10
     tc = design_token_certificate(res.layer, target, n_tokens=N_SUITE, T=12.0)
@@ -108,7 +108,7 @@ def test_exact_closed_form_design_stalls_at_token_level() -> None:
 
 def test_token_integration_is_converged_and_agrees_with_an_independent_integrator() -> None:
     target = _issue_target(1)
-    res = design_mean_matching(target.mean, target.cov, robustness=False)
+    res = design_mean_matching(target, robustness=False)
     T = res.ess.T
     tc = design_token_certificate(res.layer, target, n_tokens=256, T=T, seed=5)
     fine = design_token_certificate(
@@ -130,7 +130,7 @@ def test_token_integration_is_converged_and_agrees_with_an_independent_integrato
 def test_scale_split_keeps_the_covariance_field_and_speeds_only_the_mean() -> None:
     rng = np.random.default_rng(8)
     target = _issue_target(2)
-    base = design_mean_matching(target.mean, target.cov, robustness=False, min_ess=None).layer
+    base = design_mean_matching(target, robustness=False, min_ess=None).layer
     s = 7.5
     lay = scale_heads(base, s, target)
     (v0, b0), (v1, b1) = base.heads[0], lay.heads[0]
@@ -159,7 +159,7 @@ def test_scale_split_keeps_the_covariance_field_and_speeds_only_the_mean() -> No
 
 def test_path_ess_starts_at_the_closed_form_and_bounds_the_whole_path() -> None:
     target = _issue_target(0)
-    res = design_mean_matching(target.mean, target.cov, robustness=False, ess_n_std=2.0)
+    res = design_mean_matching(target, robustness=False, ess_n_std=2.0)
     ess = res.ess
     assert ess is not None and ess.ok and ess.n_std == 2.0 and ess.min_ess == 0.5
     # Start N(0, I): ESS/N ≥ exp(−(2‖B‖₂)²) (queries m + z, |z| ≤ 2, m = 0).
@@ -181,11 +181,9 @@ def test_minimum_norm_design_is_rescaled_and_stays_certified() -> None:
     rng = np.random.default_rng(22)
     target = Gaussian(2.0 * rng.standard_normal(2), np.diag([0.5, 2.0]))
     plain = design_mean_matching(
-        target.mean, target.cov, rate=0.7, minimum_norm=True, robustness=False, min_ess=None
+        target, rate=0.7, minimum_norm=True, robustness=False, min_ess=None
     )
-    res = design_mean_matching(
-        target.mean, target.cov, rate=0.7, minimum_norm=True, robustness=False
-    )
+    res = design_mean_matching(target, rate=0.7, minimum_norm=True, robustness=False)
     assert plain.success and res.success, res.message
     assert res.ess is not None and res.ess.ok and res.ess.scale > 1.0
     assert res.certificate.kind == "global" and res.certificate.mean_rate >= 0.7
@@ -200,7 +198,7 @@ def test_minimum_norm_design_is_rescaled_and_stays_certified() -> None:
 def test_fixed_B_design_reports_the_ess_it_cannot_enforce() -> None:
     target = Gaussian([2.0, -1.0, 1.5], np.diag([0.4, 1.0, 2.0]))
     b_fixed = np.diag([1.5, 1.0, 0.8]) + 0.1 * np.array([[0, 1, 0], [-1, 0, 0], [0, 0, 0.0]])
-    res = design_mean_matching(target.mean, target.cov, fixed_B=b_fixed, robustness=False)
+    res = design_mean_matching(target, fixed_B=b_fixed, robustness=False)
     # certified, but min_ess (default 0.5) is not met: not a success (issue 22), with the reason
     assert res.status is Status.FAILED and res.method == "casadi" and res.certificate.valid
     assert res.message.startswith("min_ess = 0.5 is not met")
@@ -208,9 +206,7 @@ def test_fixed_B_design_reports_the_ess_it_cannot_enforce() -> None:
     assert res.ess is not None and not res.ess.ok and res.ess.status is Status.INFEASIBLE
     assert res.ess.scale == 1.0 and "no scale freedom" in res.message
     # only reported, the predicted ESS is no requirement: the same design is a success
-    plain = design_mean_matching(
-        target.mean, target.cov, fixed_B=b_fixed, robustness=False, min_ess=None
-    )
+    plain = design_mean_matching(target, fixed_B=b_fixed, robustness=False, min_ess=None)
     assert (
         plain.status is Status.SUCCESS and plain.ess is not None and plain.ess.worst_overall < 0.5
     )
@@ -229,10 +225,12 @@ def test_finite_n_options_are_validated() -> None:
         ({"T": -1.0}, "T"),
     ):
         with pytest.raises(InvalidParametersError, match=match):
-            design_mean_matching([1.0, 0.0], robustness=False, **kw)
+            design_mean_matching(Gaussian([1.0, 0.0], np.eye(2)), robustness=False, **kw)
     with pytest.raises(InvalidGaussianError, match="initial"):
-        design_mean_matching([1.0, 0.0], robustness=False, initial=Gaussian.standard(3))
-    res = design_mean_matching([1.0, 0.0], robustness=False)
+        design_mean_matching(
+            Gaussian([1.0, 0.0], np.eye(2)), robustness=False, initial=Gaussian.standard(3)
+        )
+    res = design_mean_matching(Gaussian([1.0, 0.0], np.eye(2)), robustness=False)
     with pytest.raises(InvalidParametersError, match="n_tokens"):
         design_token_certificate(res.layer, res.target, n_tokens=1)
     with pytest.raises(InvalidParametersError, match="min_token_ess"):
@@ -242,7 +240,11 @@ def test_finite_n_options_are_validated() -> None:
 def test_a_chosen_start_and_depth_are_used() -> None:
     g0 = Gaussian([3.0, -3.0], [[2.0, 0.5], [0.5, 1.0]])
     res = design_mean_matching(
-        [1.0, 0.0], robustness=False, initial=(g0.mean, g0.cov), T=3.0, token_check=64
+        Gaussian([1.0, 0.0], np.eye(2)),
+        robustness=False,
+        initial=(g0.mean, g0.cov),
+        T=3.0,
+        token_check=64,
     )
     assert res.ess is not None and res.ess.T == 3.0 and res.ess.initial == g0
     assert res.token_certificate is not None and res.token_certificate.initial == g0
@@ -250,7 +252,7 @@ def test_a_chosen_start_and_depth_are_used() -> None:
 
 
 def test_token_check_respects_its_time_limit() -> None:
-    res = design_mean_matching([1.0, -1.0], robustness=False)
+    res = design_mean_matching(Gaussian([1.0, -1.0], np.eye(2)), robustness=False)
     t0 = time.perf_counter()
     tc = design_token_certificate(res.layer, res.target, n_tokens=2048, time_limit=0.2)
     assert time.perf_counter() - t0 < 1.5

@@ -33,11 +33,11 @@ ge = pytest.importorskip("gtcontrol.experiments")
 
 D2 = gt.Gaussian([0.5, -0.2], [[1.0, 0.2], [0.2, 0.6]])
 TARGET = gt.Gaussian([1.0, 0.5], [[0.8, 0.1], [0.1, 0.5]])
-CONVERGES = gt.Layer(0.5 * np.eye(2), B=np.eye(2), v=-1.0)  # Σ(t) → I/2 from every Σ0 ≻ 0
-BLOWS_UP = gt.Layer(0.2 * np.eye(2), B=np.eye(2), v=1.0)  # dΣ/dt = 0.4Σ + 2Σ²
+CONVERGES = gt.Layer(0.5 * np.eye(2), B=np.eye(2), V=-1.0)  # Σ(t) → I/2 from every Σ0 ≻ 0
+BLOWS_UP = gt.Layer(0.2 * np.eye(2), B=np.eye(2), V=1.0)  # dΣ/dt = 0.4Σ + 2Σ²
 FILTER = gt.from_kalman(-np.eye(2), np.eye(2), np.eye(2), 0.5 * np.eye(2))
 RELU = gt.Layer(
-    0.5 * np.eye(2), B=np.eye(2), v=-1.0, ffn=gt.FeedForward(np.eye(2), 0.5 * np.eye(2))
+    0.5 * np.eye(2), B=np.eye(2), V=-1.0, ffn=gt.FeedForward(np.eye(2), 0.5 * np.eye(2))
 )
 
 
@@ -83,7 +83,7 @@ def _experiment_containers(samples: np.ndarray) -> dict[str, Any]:
     )  # fmt: skip
     flows = ge.AttentionFlows(rows=(row,), curves={(0, "identity"): (traj.t, lam)}, T=2.0)
     regimes = ge.prescribed_attention_regimes(d=2, n_tokens=200, n_layers=10)
-    closeness = ge.feedforward_closeness(d=2, n_tokens=200, n_times=3, n_projections=8)
+    closeness = ge.feedforward_closeness(d=2, n_tokens=200, n_points=3, n_projections=8)
     report = ge.ReproduceResult(
         outdir=Path("report"), files=("report.md",), gaussianity=(table,),
         surrogate=(surrogate,), regimes=regimes, feedforward=closeness,
@@ -107,7 +107,7 @@ def _experiment_containers(samples: np.ndarray) -> dict[str, Any]:
 @functools.cache
 def _results() -> dict[str, Any]:
     """One real result of every public result class (several for the different figures)."""
-    design = gt.design_mean_matching(TARGET.mean, TARGET.cov, robustness=False)
+    design = gt.design_mean_matching(TARGET, robustness=False)
     eqs = gt.equilibria(CONVERGES)
     form = gt.riccati_form(CONVERGES)
     assert form is not None
@@ -121,6 +121,7 @@ def _results() -> dict[str, Any]:
             CONVERGES, D2.sample(200, 0), 1.0, snapshot_times=[0.0, 1.0]
         ),
         "BlowupResult": gt.blowup_analysis(BLOWS_UP, D2),
+        "CovarianceFlow": gt.riccati_flow(BLOWS_UP, D2, [0.1, 0.5, 5.0]),
         "Regime": gt.analyze(CONVERGES, D2),
         "Regime(blowup)": gt.analyze(BLOWS_UP, D2),
         "EquilibriaResult": eqs,
@@ -138,7 +139,7 @@ def _results() -> dict[str, Any]:
         "SteeringResult": steering,
         "SteeringResult(no trajectory)": dataclasses.replace(steering, trajectory=None),
         "MeanMatchingDesign": design,
-        "Certificate": design.certificate,
+        "DesignCertificate": design.certificate,
         "PathEss": design.ess,
         "ConvergenceData": gt.design_convergence(design, n_starts=2, n_points=51),
         "Robustness": gt.design_robustness(design.layer, TARGET, directions=2, samples=4),
@@ -177,10 +178,11 @@ def _stabilization_results() -> dict[str, Any]:
 
 CASES = [
     "Gaussian", "Gaussian(1-d)", "Trajectory", "Trajectory(blowup)", "TokenTrajectory",
-    "BlowupResult", "Regime", "Regime(blowup)", "EquilibriaResult", "EquilibriaResult(none)",
-    "Equilibrium", "RiccatiForm", "BernoulliSolution", "NewtonResult", "SteadyState",
+    "BlowupResult", "CovarianceFlow", "Regime", "Regime(blowup)", "EquilibriaResult",
+    "EquilibriaResult(none)", "Equilibrium", "RiccatiForm", "BernoulliSolution", "NewtonResult",
+    "SteadyState",
     "FilterComparison", "TokenComparison", "OTSteering", "SteeringResult",
-    "SteeringResult(no trajectory)", "MeanMatchingDesign", "Certificate", "PathEss",
+    "SteeringResult(no trajectory)", "MeanMatchingDesign", "DesignCertificate", "PathEss",
     "ConvergenceData", "Robustness", "TokenCertificate", "GaussianityResult",
     "GaussianityTable", "SurrogateComparison", "AttentionFlows", "RegimeResult",
     "FeedForwardCloseness", "ClosenessCurve", "ClosureFlow", "ReproduceResult",

@@ -20,7 +20,7 @@ _NO_PD = Layer(
     _rng.standard_normal((2, 2)),
     heads=[(_rng.standard_normal((2, 2)), _rng.standard_normal((2, 2)))],
 )
-_RICCATI = Layer(A=np.eye(2), B=np.eye(2), v=-1.0)
+_RICCATI = Layer(A=np.eye(2), B=np.eye(2), V=-1.0)
 
 
 def _proof_of(res: gt.EquilibriaResult) -> bool:
@@ -61,7 +61,7 @@ def test_infeasible_only_with_a_proof(d: int, seed: int, general: bool, method: 
     if general:
         layer = Layer(a, heads=[(rng.standard_normal((d, d)), rng.standard_normal((d, d)))])
     else:
-        layer = Layer(a, B=rng.standard_normal((d, d)), v=float(rng.choice([-1.0, 1.0])))
+        layer = Layer(a, B=rng.standard_normal((d, d)), V=float(rng.choice([-1.0, 1.0])))
     res = gt.equilibria(layer, method=method, n_random=2, time_limit=20.0)
     if res.status is Status.INFEASIBLE:
         assert _proof_of(res), res.message
@@ -84,7 +84,7 @@ def test_infeasible_only_with_a_proof(d: int, seed: int, general: bool, method: 
         {"max_iter": 0},
         {"kron_max_dim": 0},
         {"deflation_power": -1.0},
-        {"work_cap": 0.0},
+        {"max_work": 0.0},
         {"cross_check": "yes"},
         {"time_limit": -1.0},
         {"start_time_limit": "1"},

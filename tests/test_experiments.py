@@ -324,19 +324,19 @@ def test_prescribed_attention_regimes() -> None:
 def test_predicted_regimes_are_what_analyze_returns(d: int, seed: int) -> None:
     """Issue 13.5: the experiment's regime names are gtcontrol.analyze's kinds, for its layers."""
     from gtcontrol import analyze
-    from gtcontrol.analysis.regimes import KINDS as ANALYZE_KINDS
+    from gtcontrol.analysis.regimes import REGIME_KINDS as ANALYZE_KINDS
     from gtcontrol.experiments import regimes
     from gtcontrol.experiments._common import random_spd
     from gtcontrol.experiments.report_tables import regime_table
 
-    assert set(regimes.KINDS) <= set(ANALYZE_KINDS)
+    assert set(regimes.PRESCRIBED_KINDS) <= set(ANALYZE_KINDS)
     rng = np.random.default_rng(seed)
     b_mat = random_spd(rng, d, 0.5, 1.5)
     g0 = Gaussian(0.2 * rng.standard_normal(d), random_spd(rng, d, 0.5, 1.5))
     root = g0.factor()
     t_star = 1.0 / float(np.linalg.eigvalsh(root @ (2.0 * b_mat) @ root)[-1])
     configs = regimes._configs(b_mat, t_star)
-    assert [c.kind for c in configs] == list(regimes.KINDS)
+    assert [c.kind for c in configs] == list(regimes.PRESCRIBED_KINDS)
     for cfg in configs:
         reg = analyze(cfg.layer, g0)
         assert reg.success and reg.certificate in ("exact", "global"), (cfg.name, reg.message)
@@ -346,7 +346,7 @@ def test_predicted_regimes_are_what_analyze_returns(d: int, seed: int) -> None:
     # ... and the report's table prints exactly those kinds in its "predicted" column.
     _, head, rows = regime_table(prescribed_attention_regimes(d, 10 * d + 20, seed, n_layers=4))
     col = head.index("predicted")
-    assert [row[col] for row in rows] == list(regimes.KINDS)
+    assert [row[col] for row in rows] == list(regimes.PRESCRIBED_KINDS)
 
 
 def test_closure_flow_of_an_affine_layer_is_the_exact_moment_ode() -> None:
@@ -358,9 +358,9 @@ def test_closure_flow_of_an_affine_layer_is_the_exact_moment_ode() -> None:
         rng.standard_normal(k),
         activation="identity",
     )
-    layer = Layer(B=0.3 * _spd(rng, d), v=-0.5, ffn=ffn)
+    layer = Layer(B=0.3 * _spd(rng, d), V=-0.5, ffn=ffn)
     g0 = Gaussian(rng.standard_normal(d), _spd(rng, d))
-    flow = closure_flow(layer, g0, 1.0, t_eval=[0.0, 1.0])
+    flow = closure_flow(layer, g0, 1.0, times=[0.0, 1.0])
     assert flow.status is Status.SUCCESS and flow.success
     exact = simulate(layer, g0, 1.0, n_points=2)
     np.testing.assert_allclose(flow.mean[-1], exact.mean[-1], rtol=1e-8, atol=1e-9)
@@ -381,7 +381,7 @@ def test_relu_closure_derivative_matches_monte_carlo() -> None:
     layer = Layer(dim=d, ffn=ffn)
     g0 = Gaussian(rng.standard_normal(d), _spd(rng, d))
     h = 1e-4
-    flow = closure_flow(layer, g0, h, t_eval=[0.0, h], rtol=1e-12)
+    flow = closure_flow(layer, g0, h, times=[0.0, h], rtol=1e-12)
     m, s = flow.mean, flow.cov
     x = g0.sample(n, rng)
     v = np.maximum(x @ ffn.U.T + ffn.c, 0.0) @ ffn.W.T
@@ -392,7 +392,7 @@ def test_relu_closure_derivative_matches_monte_carlo() -> None:
 
 
 def test_feedforward_closeness_identity_stays_relu_departs() -> None:
-    res = feedforward_closeness(4, 600, 1, T=2.0, n_times=3, n_projections=32)
+    res = feedforward_closeness(4, 600, 1, T=2.0, n_points=3, n_projections=32)
     ident, relu = res.curves
     assert ident.moment_gap[0] < 1e-12 and relu.moment_gap[0] < 1e-12  # same start
     assert relu.moment_gap[-1] > 5 * ident.moment_gap[-1]
@@ -491,33 +491,31 @@ def test_prescribed_attention_regimes_keeps_the_configurations_done(monkeypatch)
 
 
 def test_feedforward_closeness_follows_the_protocol_and_time_limit(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    res = feedforward_closeness(2, 200, 0, T=0.5, n_times=2, n_projections=8)
+    res = feedforward_closeness(2, 200, 0, T=0.5, n_points=2, n_projections=8)
     _assert_protocol(res, Status.SUCCESS)
     for c in res.curves:
         _assert_protocol(c, Status.SUCCESS)
-    cut = feedforward_closeness(2, 200, 0, T=0.5, n_times=2, n_projections=8, time_limit=1e-6)
+    cut = feedforward_closeness(2, 200, 0, T=0.5, n_points=2, n_projections=8, time_limit=1e-6)
     _assert_protocol(cut, Status.BUDGET_EXHAUSTED)
     assert cut.curves == ()
 
     from gtcontrol.experiments import closure
 
     monkeypatch.setattr(closure, "Budget", _OneUnit)
-    one = closure.feedforward_closeness(2, 200, 0, T=0.5, n_times=2, n_projections=8)
+    one = closure.feedforward_closeness(2, 200, 0, T=0.5, n_points=2, n_projections=8)
     assert one.status is Status.BUDGET_EXHAUSTED
     assert [c.activation for c in one.curves] == ["identity"]
 
 
 def test_closure_flow_time_limit_and_step_cap_keep_the_best_iterate(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    from gtcontrol.experiments import closure
 
-    layer = Layer(B=np.eye(2), v=-0.5)
+    layer = Layer(B=np.eye(2), V=-0.5)
     g0 = Gaussian(np.ones(2), np.eye(2))
-    flow = closure_flow(layer, g0, 1.0, t_eval=[0.0, 0.5, 1.0], time_limit=1e-9)
+    flow = closure_flow(layer, g0, 1.0, times=[0.0, 0.5, 1.0], time_limit=1e-9)
     _assert_protocol(flow, Status.BUDGET_EXHAUSTED)
     np.testing.assert_array_equal(flow.t, [0.0])  # the initial state is kept
     np.testing.assert_array_equal(flow.cov[0], g0.cov)
-    monkeypatch.setattr(closure, "MAX_RHS_EVALS", 30)
-    capped = closure_flow(layer, g0, 100.0)
+    capped = closure_flow(layer, g0, 100.0, max_evals=30)
     _assert_protocol(capped, Status.BUDGET_EXHAUSTED)
     assert "cap of 30 evaluations" in capped.message
     assert 1 < capped.t.size and capped.t[-1] < 100.0
@@ -526,22 +524,20 @@ def test_closure_flow_time_limit_and_step_cap_keep_the_best_iterate(monkeypatch)
 
 def test_closure_flow_blowup_is_a_status_not_an_exception() -> None:
     # d = 1, A = 0, v B = 1, σ0 = 1: the moment ODE blows up at T* = 1/(2 c σ0) = 0.5.
-    flow = closure_flow(Layer(B=[[1.0]], v=1.0), Gaussian([0.0], [[1.0]]), 1.0)
+    flow = closure_flow(Layer(B=[[1.0]], V=1.0), Gaussian([0.0], [[1.0]]), 1.0)
     assert flow.status in (Status.FAILED, Status.OVERFLOW, Status.BUDGET_EXHAUSTED)
     assert not flow.success and flow.message
     assert flow.t[-1] <= 0.5 + 1e-9
 
 
-def test_closure_flow_validates_and_unpacking_is_deprecated() -> None:
-    layer = Layer(B=np.eye(2), v=-0.5)
+def test_closure_flow_validates() -> None:
+    layer = Layer(B=np.eye(2), V=-0.5)
     g0 = Gaussian(np.zeros(2), np.eye(2))
-    with pytest.raises(InvalidParametersError, match="t_eval"):
-        closure_flow(layer, g0, 1.0, t_eval=[0.0, 2.0])
+    with pytest.raises(InvalidParametersError, match="times"):
+        closure_flow(layer, g0, 1.0, times=[0.0, 2.0])
     with pytest.raises(InvalidParametersError, match="initial"):
         closure_flow(layer, Gaussian([0.0], [[1.0]]), 1.0)
     with pytest.raises(InvalidParametersError, match="T"):
         closure_flow(layer, g0, -1.0)
-    flow = closure_flow(layer, g0, 1.0, t_eval=[0.0, 1.0])
-    with pytest.warns(DeprecationWarning, match=r"\.t, \.mean"):
-        t, m, s = flow
-    assert t is flow.t and m is flow.mean and s is flow.cov
+    flow = closure_flow(layer, g0, 1.0, times=[0.0, 1.0])
+    assert not hasattr(flow, "__iter__") and flow.t.shape == (2,)

@@ -101,7 +101,7 @@ def test_decaying_covariance_keeps_relative_accuracy() -> None:
 )
 def test_scalar_blowup_time_matches_closed_form(a: float, c: float, s0: float) -> None:
     t_star = 1 / (2 * c * s0) if a == 0 else math.log(1 + a / (c * s0)) / (2 * a)
-    traj = simulate(Layer(A=[[a]], B=[[c]], v=1.0), Gaussian([0.0], [[s0]]), T=2 * t_star + 1)
+    traj = simulate(Layer(A=[[a]], B=[[c]], V=1.0), Gaussian([0.0], [[s0]]), T=2 * t_star + 1)
     assert traj.status is Status.BLOWUP and traj.success
     assert abs(traj.blowup_time - t_star) <= 1e-10 * t_star
     assert traj.blowup_bracket is not None
@@ -168,7 +168,7 @@ def test_general_v_blowup_matches_independent_integration() -> None:
 def test_blowup_inside_the_third_layer_of_a_schedule() -> None:
     # scalar layers dσ/dt = 2aσ + 2cσ²; layers 1, 2 bounded over their unit depth, 3 blows up
     params = [(-1.0, 0.5), (0.3, 0.2), (0.5, 3.0), (0.0, 1.0)]
-    layers = [Layer(A=[[a]], B=[[c]], v=1.0) for a, c in params]
+    layers = [Layer(A=[[a]], B=[[c]], V=1.0) for a, c in params]
     sigma = 0.4
     for a, c in params[:2]:  # ω(t) = (ω0 + c/a) e^{−2at} − c/a over one unit of depth
         omega = (1 / sigma + c / a) * math.exp(-2 * a) - c / a
@@ -189,7 +189,7 @@ def test_step_collapse_in_several_dimensions_is_classified() -> None:
     s0 = _spd(rng, d)
     h = np.real(sqrtm(s0))
     t_star = 1 / np.linalg.eigvalsh(h @ (b + b.T) @ h)[-1]
-    traj = simulate(Layer(B=b, v=1.0), Gaussian(np.zeros(d), s0), T=2 * t_star, blowup_factor=1e300)
+    traj = simulate(Layer(B=b, V=1.0), Gaussian(np.zeros(d), s0), T=2 * t_star, blowup_factor=1e300)
     assert traj.status is Status.BLOWUP and "step size collapsed" in traj.message
     assert abs(traj.blowup_time - t_star) <= 1e-9 * t_star
     assert traj.blowup_bracket is not None and traj.blowup_bracket[0] < traj.blowup_bracket[1]
@@ -220,7 +220,7 @@ def test_stiff_rotation_returns_quickly_and_matches_closed_forms() -> None:
     # weak isotropic attention V = vI, B = I from Σ0 = I: Σ = σI, dσ/dt = −2σ + 2vσ²
     v = 0.01
     clock = time.perf_counter()
-    traj = simulate(Layer(A=a, B=np.eye(2), v=v), Gaussian(m0, np.eye(2)), T=1.0)
+    traj = simulate(Layer(A=a, B=np.eye(2), V=v), Gaussian(m0, np.eye(2)), T=1.0)
     assert time.perf_counter() - clock < 5.0
     assert traj.status is Status.SUCCESS and traj.stats["switched_to"]
     sigma = 1 / ((1 - v) * math.exp(2.0) + v)
@@ -231,7 +231,7 @@ def test_stiff_rotation_returns_quickly_and_matches_closed_forms() -> None:
 
 def test_dissipative_stiffness_switches_to_radau() -> None:
     a = np.diag([-1e5, -1.0])
-    traj = simulate(Layer(A=a, B=0.1 * np.eye(2), v=0.1), Gaussian([1.0, 1.0], np.eye(2)), T=2.0)
+    traj = simulate(Layer(A=a, B=0.1 * np.eye(2), V=0.1), Gaussian([1.0, 1.0], np.eye(2)), T=2.0)
     assert traj.status is Status.SUCCESS
     assert any("Radau" in s for s in traj.stats["switched_to"]) and traj.stats["njev"] >= 1
     assert traj.stats["nfev"] < 200_000
@@ -313,3 +313,60 @@ def test_null_cone_note_sees_an_attention_flat_top_direction() -> None:
         scale=1.0,
     )
     assert "null cone" in watch.null_cone_note(Layer(A=-np.eye(3), heads=fh), cov)
+
+
+# ---------------------------------------------------------------------------- gauge
+def test_horizontal_gauge_holds_an_equilibrium_still_and_changes_no_moment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """At an equilibrium the factor rotates (``K̇ = M*K`` with ``M*`` Σ*-skew) while Σ stands
+    still; the horizontal gauge removes that rotation, so the steps grow to the stability limit.
+    Off the equilibrium it changes no moment: the run with the gauge switched off agrees (there,
+    with Σ itself oscillating fast, it may cost steps: 239 against 149 for this start)."""
+    import gtcontrol.model.moment_integrator as mi
+
+    rng = np.random.default_rng(3)
+    d = 6
+    w = rng.standard_normal((d, d))
+    skew = 4.0 * (w - w.T)  # ‖A‖ ≈ 40: the factor turns ~40 rad per unit depth
+    s_star = np.diag(np.linspace(0.5, 2.0, d))
+    a = skew @ np.linalg.inv(s_star)  # A Σ* = skew: A Σ* + Σ* Aᵀ = 0, Σ* an equilibrium
+    still = Gaussian(np.zeros(d), s_star)
+    # a perturbed start under weak attention: the same moments with and without the gauge
+    lay2 = Layer(A=a - 0.5 * np.eye(d), heads=[(0.05 * np.eye(d), np.eye(d))])
+    f0 = rng.standard_normal((d, d))
+    g0 = Gaussian(rng.standard_normal(d), s_star + 0.1 * f0 @ f0.T)
+    traj = simulate(Layer(A=a), still, T=10.0, n_points=3, rtol=1e-10)
+    on = simulate(lay2, g0, T=2.0, n_points=5, rtol=1e-11)
+    monkeypatch.setattr(mi, "_GAUGE_SHARE", math.inf)
+    plain = simulate(Layer(A=a), still, T=10.0, n_points=3, rtol=1e-10)
+    off = simulate(lay2, g0, T=2.0, n_points=5, rtol=1e-11)
+    assert traj.status is Status.SUCCESS and plain.status is Status.SUCCESS
+    assert any("horizontal gauge" in s for s in traj.stats["switched_to"])
+    # the steps are then limited by the stability of Σ's own oscillation ([M*, H], frequencies
+    # up to 2‖M*‖), not by the accuracy of K's rotation: 86 against 562 steps when written
+    assert 4 * traj.stats["nsteps"] < plain.stats["nsteps"]
+    np.testing.assert_allclose(traj.cov[-1], s_star, rtol=0, atol=1e-12)
+    assert any("horizontal gauge" in s for s in on.stats["switched_to"])
+    assert not any("horizontal gauge" in s for s in off.stats["switched_to"])
+    for c_on, c_off in zip(on.cov, off.cov, strict=True):
+        np.testing.assert_allclose(c_on, c_off, rtol=0, atol=1e-9 * np.linalg.norm(c_off))
+    np.testing.assert_allclose(on.mean[-1], off.mean[-1], rtol=0, atol=1e-9)
+
+
+def test_scalar_value_head_is_applied_as_a_scaling() -> None:
+    """``V = v I`` (the stabilizing head's form) takes the scaling path of ``factor_field``;
+    ``moment_field`` forms ``V Σ B`` as a product, independently."""
+    from gtcontrol.model.field import factor_field, moment_field
+
+    rng = np.random.default_rng(8)
+    d = 5
+    b = rng.standard_normal((d, d))
+    heads = [(-2.5 * np.eye(d), b), (rng.standard_normal((d, d)), np.eye(d))]
+    layer = Layer(A=rng.standard_normal((d, d)), heads=heads)
+    lf = rng.standard_normal((d, 3))
+    m = rng.standard_normal(d)
+    dm, dl = factor_field(layer, m, lf)
+    dm2, ds2 = moment_field(layer, m, lf @ lf.T)
+    np.testing.assert_allclose(dm, dm2, rtol=1e-13, atol=1e-12)
+    np.testing.assert_allclose(dl @ lf.T + lf @ dl.T, ds2, rtol=1e-13, atol=1e-11)

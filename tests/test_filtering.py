@@ -83,7 +83,7 @@ def test_to_kalman_refuses_layers_without_a_filter_counterpart() -> None:
     with pytest.raises(InvalidParametersError, match="Riccati class"):
         to_kalman(Layer(np.eye(2), B=np.eye(2), V=np.diag([-1.0, -2.0])))
     with pytest.raises(InvalidParametersError, match="negative eigenvalue"):
-        to_kalman(Layer(np.eye(2), B=np.eye(2), v=1.0))  # same-sign V and B: R ≺ 0
+        to_kalman(Layer(np.eye(2), B=np.eye(2), V=1.0))  # same-sign V and B: R ≺ 0
 
 
 def test_kalman_data_validation() -> None:
@@ -110,10 +110,10 @@ def test_kalman_bucy_covariance_equals_transformer_covariance_along_trajectories
     traj = simulate(layer, g0, 4.0, n_points=41)
     assert traj.status == "success"
     # The filter ODE in filter variables (its own field and integrator).
-    p = kalman_covariance(KalmanData(f, h, r, q if noisy else None), g0.cov, traj.t)
+    p = kalman_covariance(KalmanData(f, h, r, q if noisy else None), g0.cov, traj.t).cov
     assert _rel(traj.cov, p) < 1e-9
     # The exact Radon solution [X; Y]' = [[F, Q], [HᵀR⁻¹H, −Fᵀ]] [X; Y], P = XY⁻¹.
-    exact = riccati_flow(layer, g0, traj.t)
+    exact = riccati_flow(layer, g0, traj.t).cov
     assert _rel(traj.cov, exact) < 1e-9
     assert _rel(p, exact) < 1e-9
     cmp = compare_filter(layer, g0, 4.0, n_points=41)
@@ -154,8 +154,7 @@ def test_noiseless_filter_steady_state_is_the_designed_equilibrium() -> None:
     x = rng.standard_normal((3, 3))
     target = x @ x.T / 3 + 0.4 * np.eye(3)
     design = design_mean_matching(
-        [1.0, 0.0, -1.0],
-        target,
+        Gaussian([1.0, 0.0, -1.0], target),
         rate=0.7,
         rotation=np.array([[0.0, 0.5, 0.0], [-0.5, 0.0, 0.2], [0.0, -0.2, 0.0]]),
         robustness=False,
@@ -187,7 +186,7 @@ def test_noisy_tokens_match_the_noisy_moment_recursion_within_sampling_error() -
     rng = np.random.default_rng(0)
     x0 = rng.multivariate_normal([0.5, -0.3], [[0.3, 0.05], [0.05, 0.2]], size=n)
     tok = simulate_tokens(
-        layer, x0, T, method="euler", steps_per_layer=steps, noise=layer.noise, rng=1
+        layer, x0, T, method="euler", steps_per_layer=steps, noise=layer.noise, seed=1
     )
     start = Gaussian.from_samples(x0)
     pred = simulate_discrete(layer, start, T, steps_per_layer=steps).final.cov
@@ -226,8 +225,6 @@ def test_steady_state_failure_is_a_status_not_an_exception() -> None:
 def test_filter_time_limits() -> None:
     import time
 
-    from gtcontrol.errors import SolverError
-
     f, h, r, q = _filter_problem(6)
     layer = from_kalman(f, h, r, q)
     g0 = Gaussian(np.zeros(3), np.eye(3))
@@ -236,8 +233,8 @@ def test_filter_time_limits() -> None:
     assert time.perf_counter() - t0 < 2.0
     assert cmp.status is Status.BUDGET_EXHAUSTED and not cmp.success
     assert cmp.steady_care.success  # the direct solves always come back
-    with pytest.raises(SolverError) as info:
-        kalman_covariance(KalmanData(f, h, r, q), np.eye(3), [0.0, 50.0], max_evals=10)
-    assert info.value.status == Status.BUDGET_EXHAUSTED
+    capped = kalman_covariance(KalmanData(f, h, r, q), np.eye(3), [0.0, 50.0], max_evals=10)
+    assert capped.status is Status.BUDGET_EXHAUSTED and not capped.success
+    assert np.isfinite(capped.cov[0]).all() and np.isnan(capped.cov[1]).all()
     with pytest.raises(InvalidParametersError, match="time_limit"):
         compare_filter(layer, g0, 1.0, time_limit=0.0)

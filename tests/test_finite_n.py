@@ -1,4 +1,5 @@
-"""ESS/N = exp(−uᵀΣu) of the softmax (DESIGN.md §2 "Finite N") against Monte Carlo and its bound."""
+"""ESS/N = exp(−uᵀΣu) of the softmax (docs/theory.md §2 "Finite N") against Monte Carlo and its
+bound."""
 
 from __future__ import annotations
 

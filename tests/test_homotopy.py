@@ -126,7 +126,7 @@ def test_riccati_class_has_2_to_the_d_finite_roots_and_the_lyapunov_one(d: int) 
     # Hamiltonian, 2^d for distinct eigenvalues; the positive-definite one is Ω⁻¹ (SB03MD).
     rng = np.random.default_rng(d)
     for a in (np.eye(d) + 0.4 * rng.standard_normal((d, d)), 0.5 * rng.standard_normal((d, d))):
-        layer = Layer(A=a, B=np.eye(d) + 0.2 * rng.standard_normal((d, d)), v=-1.0)
+        layer = Layer(A=a, B=np.eye(d) + 0.2 * rng.standard_normal((d, d)), V=-1.0)
         hom = homotopy_roots(layer, Budget(None))
         assert hom.complete and hom.failed == 0 and hom.jumped == 0
         assert hom.finite == 2**d and hom.paths == 2 ** (d * (d + 1) // 2)
@@ -199,7 +199,7 @@ def test_homotopy_at_d4_finds_the_planted_equilibrium() -> None:
     assert min(np.linalg.norm(e.cov - s) for e in res) <= 1e-12 * np.linalg.norm(s)
     if res.proved:
         assert res.status is Status.SUCCESS
-    riccati = Layer(A=np.eye(4) + 0.3 * rng.standard_normal((4, 4)), B=np.eye(4), v=-1.0)
+    riccati = Layer(A=np.eye(4) + 0.3 * rng.standard_normal((4, 4)), B=np.eye(4), V=-1.0)
     hom = homotopy_roots(riccati, Budget(None))
     assert hom.finite == 16 and len(hom.pd) == 1
 

@@ -63,7 +63,7 @@ def test_sample_accepts_seed_and_generator() -> None:
 
 
 def test_option_types_and_dtype() -> None:
-    layer = Layer(A=[[0.0]], B=[[1.0]], v=1.0)
+    layer = Layer(A=[[0.0]], B=[[1.0]], V=1.0)
     with pytest.raises(GTControlError):
         gc.simulate(layer, Gaussian([0.0], [[1.0]]), T=1.0, rtol="x")
     with pytest.raises(GTControlError):
@@ -172,10 +172,10 @@ def test_no_runtime_warning_escapes() -> None:
         warnings.simplefilter("error")
         g.bures_wasserstein(Gaussian([0.0, 0.0], np.eye(2)))
         g.sample(4, 0)
-        gc.simulate(Layer(A=[[50.0]], B=[[1.0]], v=1.0), Gaussian([1e10], [[1e100]]), T=1.0)
+        gc.simulate(Layer(A=[[50.0]], B=[[1.0]], V=1.0), Gaussian([1e10], [[1e100]]), T=1.0)
         gc.equilibria(_GENERAL)
-        gc.ot_steering(Gaussian([0.0], [[1e-300]]), Gaussian([1e150], [[1e150]]))
-        gc.simulate_tokens(Layer(A=[[1.0]], B=[[1e3]], v=1.0), np.ones((4, 1)) * 1e5, T=1.0)
+        gc.ot_steering(Gaussian([0.0], [[1e-300]]), Gaussian([1e150], [[1e150]]), 1.0)
+        gc.simulate_tokens(Layer(A=[[1.0]], B=[[1e3]], V=1.0), np.ones((4, 1)) * 1e5, T=1.0)
 
 
 @pytest.mark.parametrize("v", [-8e-321, -1e-300])
@@ -183,7 +183,7 @@ def test_analyze_of_a_vanishingly_weak_head_answers_without_raising_or_warning(v
     """A denormal head makes the equilibrium Σ* ≈ 1/|v| overflow float64: analyze answers
     (it used to raise LinAlgError from eigvals of an infinite mean matrix) and stays quiet."""
     g0 = Gaussian([1.0, -1.0], [[2.0, 0.5], [0.5, 0.3]])
-    layer = Layer(A=[[0.5, -1.0], [1.0, 0.3]], B=[[1.0, 0.2], [0.0, 0.6]], v=v, b=[0.2, -0.1])
+    layer = Layer(A=[[0.5, -1.0], [1.0, 0.3]], B=[[1.0, 0.2], [0.0, 0.6]], V=v, b=[0.2, -0.1])
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         reg = gc.analyze(layer, g0)

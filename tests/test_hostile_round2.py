@@ -72,7 +72,7 @@ SOLVERS = {
         time_limit=tl,
     ),
     "design_mean_matching": lambda tl: gt.design_mean_matching(
-        [1.0, -2.0], [[1.0, 0.3], [0.3, 0.5]], robustness=False, time_limit=tl
+        gt.Gaussian([1.0, -2.0], [[1.0, 0.3], [0.3, 0.5]]), robustness=False, time_limit=tl
     ),
     "compare_tokens": lambda tl: gt.compare_tokens(
         LAYER, G2, T=0.5, n_tokens=(32, 64), repeats=1, time_limit=tl
@@ -109,10 +109,10 @@ def test_01_as_time_limit_is_the_one_check() -> None:
     "call",
     [
         lambda s: gt.steer(G2, G2, 1.0, layers=2, mode="ffn", seed=s),
-        lambda s: gt.design_mean_matching([1.0], [[1.0]], robustness=False, seed=s),
+        lambda s: gt.design_mean_matching(gt.Gaussian([1.0], [[1.0]]), robustness=False, seed=s),
         lambda s: gt.compare_tokens(LAYER, G2, T=0.5, n_tokens=(32, 64), repeats=1, seed=s),
         lambda s: gt.design_token_certificate(
-            gt.design_mean_matching([1.0], [[1.0]], robustness=False).layer,
+            gt.design_mean_matching(gt.Gaussian([1.0], [[1.0]]), robustness=False).layer,
             ([1.0], [[1.0]]),
             seed=s,
         ),
@@ -130,7 +130,7 @@ def test_01_numeric_options_refuse_huge_integers_by_name() -> None:
     with pytest.raises(InvalidParametersError, match="max_iter"):
         gt.steer(G2, G2, 1.0, layers=2, max_iter=10**400)
     with pytest.raises(InvalidParametersError, match="rate"):
-        gt.design_mean_matching([1.0], [[1.0]], rate=10**400)
+        gt.design_mean_matching(gt.Gaussian([1.0], [[1.0]]), rate=10**400)
 
 
 # -- 02: compare_tokens never leaks the internal BudgetExhausted -----------------------------------
@@ -224,7 +224,7 @@ def test_06_steer_between_zero_covariances() -> None:
     ids=["condition-1e8-d8", "mean-1e8-var-1e-8"],
 )
 def test_07_min_ess_not_met_is_not_success(mean: Any, cov: Any) -> None:
-    res = gt.design_mean_matching(mean, cov, robustness=False, time_limit=30)
+    res = gt.design_mean_matching(gt.Gaussian(mean, cov), robustness=False, time_limit=30)
     assert res.ess is not None and not res.ess.ok
     assert res.status is gt.Status.FAILED and not res.success
     assert res.message.startswith("min_ess = 0.5 is not met")
@@ -232,13 +232,13 @@ def test_07_min_ess_not_met_is_not_success(mean: Any, cov: Any) -> None:
     assert res.certificate.valid and res.ess.scale == 1.0
     assert res.certificate.mean_rate == pytest.approx(1.0, rel=1e-6)
     # without the requirement the same design is a success
-    plain = gt.design_mean_matching(mean, cov, robustness=False, min_ess=None)
+    plain = gt.design_mean_matching(gt.Gaussian(mean, cov), robustness=False, min_ess=None)
     assert plain.success and np.allclose(plain.layer.A, res.layer.A)
 
 
 def test_07_a_success_never_contradicts_its_requirements() -> None:
     res = gt.design_mean_matching(
-        [1.0, -2.0], [[1.0, 0.3], [0.3, 0.5]], robustness=False, token_check=128
+        gt.Gaussian([1.0, -2.0], [[1.0, 0.3], [0.3, 0.5]]), robustness=False, token_check=128
     )
     assert res.success
     assert res.certificate.valid and res.ess is not None and res.ess.ok
@@ -255,7 +255,9 @@ def test_08_design_with_fixed_b_at_d24_keeps_half_a_second() -> None:
     rng = np.random.default_rng(5)
     bf = rng.standard_normal((24, 24))
     bf = bf @ bf.T / 24 + np.eye(24)
-    res, wall = timed(lambda: gt.design_mean_matching(np.ones(24), cov, fixed_B=bf, time_limit=0.5))
+    res, wall = timed(
+        lambda: gt.design_mean_matching(gt.Gaussian(np.ones(24), cov), fixed_B=bf, time_limit=0.5)
+    )
     assert wall <= allowed(0.5), wall  # was 34-40 s
     assert res.status is gt.Status.BUDGET_EXHAUSTED
     assert "estimated at" in res.message and "time limit of 0.5 s" in res.message
@@ -268,7 +270,7 @@ def test_08_design_with_fixed_b_at_d24_keeps_half_a_second() -> None:
 
 def test_09_design_token_check_whose_tokens_overflow() -> None:
     res = gt.design_mean_matching(
-        [1.0, -2.0], [[1.0, 0.3], [0.3, 0.5]], T=1e9, token_check=64, time_limit=60
+        gt.Gaussian([1.0, -2.0], [[1.0, 0.3], [0.3, 0.5]]), T=1e9, token_check=64, time_limit=60
     )
     tc = res.token_certificate
     assert tc is not None and tc.status is gt.Status.OVERFLOW and not tc.valid
@@ -279,7 +281,7 @@ def test_09_tokens_that_leave_the_range_stop_with_overflow() -> None:
     x = np.random.default_rng(0).standard_normal((64, 2))
     for method in ("adaptive", "rk4"):
         tr = gt.simulate_tokens(gt.Layer(A=200 * np.eye(2)), x, T=5.0, method=method)
-        assert tr.status is gt.Status.OVERFLOW and tr.blowup_time < 5.0
+        assert tr.status is gt.Status.OVERFLOW and tr.overflow_time < 5.0
         # every recorded state is a valid Gaussian (it used to raise past 1e150)
         assert np.max(np.abs(tr.cov)) <= 1e150
         tr.final, tr.empirical(0)
@@ -295,7 +297,9 @@ def test_09_compare_tokens_reports_the_overflow_of_the_moments() -> None:
 def test_09_the_reproducer() -> None:
     cov = _ill_conditioned(32, 1e8)
     res, wall = timed(
-        lambda: gt.design_mean_matching(np.linspace(-3, 3, 32), cov, token_check=512, time_limit=60)
+        lambda: gt.design_mean_matching(
+            gt.Gaussian(np.linspace(-3, 3, 32), cov), token_check=512, time_limit=60
+        )
     )
     assert wall <= allowed(60.0)
     assert not res.success

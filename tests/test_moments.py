@@ -47,7 +47,7 @@ def _omega(t: np.ndarray, a: float, c: float, s0: float) -> np.ndarray:
 )
 def test_scalar_trajectory_matches_closed_form(a, v, B, s0, T) -> None:
     c = v * B
-    traj = simulate(Layer([[a]], [[B]], v=v), Gaussian([0.0], [[s0]]), T=T)
+    traj = simulate(Layer([[a]], [[B]], V=v), Gaussian([0.0], [[s0]]), T=T)
     assert traj.status == "success" and traj.blowup_time == math.inf
     sigma = 1.0 / _omega(traj.t, a, c, s0)
     np.testing.assert_allclose(traj.cov[:, 0, 0], sigma, rtol=1e-9, atol=0)
@@ -60,7 +60,7 @@ def test_scalar_trajectory_matches_closed_form(a, v, B, s0, T) -> None:
 def test_scalar_blowup_time(a, c, s0) -> None:
     t_star = 1.0 / (2 * c * s0) if a == 0 else math.log(1 + a / (c * s0)) / (2 * a)
     # T is not a multiple of t_star, so that no recorded depth sits on the singularity
-    traj = simulate(Layer([[a]], [[c]], v=1.0), Gaussian([1.0], [[s0]]), T=1.7 * t_star)
+    traj = simulate(Layer([[a]], [[c]], V=1.0), Gaussian([1.0], [[s0]]), T=1.7 * t_star)
     assert traj.status == "blowup"
     assert traj.blowup_time == pytest.approx(t_star, rel=1e-9)
     # all recorded points precede the singularity and follow the closed form
@@ -71,7 +71,7 @@ def test_scalar_blowup_time(a, c, s0) -> None:
 
 def test_unstable_equilibrium_above_and_below() -> None:
     a, c = -0.5, 1.0  # σ* = 0.5 unstable
-    lay = Layer([[a]], [[c]], v=1.0)
+    lay = Layer([[a]], [[c]], V=1.0)
     below = simulate(lay, Gaussian([0.0], [[0.45]]), T=20.0)
     above = simulate(lay, Gaussian([0.0], [[0.55]]), T=20.0)
     assert below.status == "success" and below.cov[-1, 0, 0] < 1e-8
@@ -136,7 +136,7 @@ def test_schedule_switches_exactly_at_layer_boundaries() -> None:
     for _ in range(L):
         a = rng.standard_normal((d, d)) * 0.4
         bb = _spd(rng, d)
-        layers.append(Layer(a, bb, v=-0.5))
+        layers.append(Layer(a, bb, V=-0.5))
         data.append((a, 0.5 * 2 * bb))
     s0 = _spd(rng, d)
     traj = simulate(Schedule(layers, T), Gaussian(np.zeros(d), s0))
@@ -212,7 +212,7 @@ def test_rank_is_invariant_and_cov_is_congruent() -> None:
     d, r = 5, 2
     f = rng.standard_normal((d, r))
     s0 = f @ f.T
-    lay = Layer(rng.standard_normal((d, d)) * 0.5, rng.standard_normal((d, d)), v=0.4)
+    lay = Layer(rng.standard_normal((d, d)) * 0.5, rng.standard_normal((d, d)), V=0.4)
     traj = simulate(lay, Gaussian(np.ones(d), s0), T=1.0)
     assert set(traj.rank.tolist()) == {r}
     # the null space of Σ0ᵀ transported by Φ^{-T} stays the null space: Σ(t) = Φ Σ0 Φᵀ
@@ -332,12 +332,12 @@ def test_bad_input_names_the_input() -> None:
 def test_trajectory_follows_the_result_protocol() -> None:
     from gtcontrol import Result, Status
 
-    traj = simulate(Layer([[-0.5]], [[1.0]], v=-1.0), Gaussian([1.0], [[0.5]]), T=1.0)
+    traj = simulate(Layer([[-0.5]], [[1.0]], V=-1.0), Gaussian([1.0], [[0.5]]), T=1.0)
     assert isinstance(traj, Result)
     assert traj.status is Status.SUCCESS and traj.success is True
     assert traj.message == "integrated to the horizon"
     assert traj.stats["nfev"] > 0 and traj.stats["seconds"] >= 0
-    blow = simulate(Layer(B=[[1.0]], v=1.0), Gaussian([0.0], [[0.5]]), T=2.0)
+    blow = simulate(Layer(B=[[1.0]], V=1.0), Gaussian([0.0], [[0.5]]), T=2.0)
     assert blow.status is Status.BLOWUP and blow.success  # a blow-up is the answer
     assert "blow-up" in blow.message and blow.blowup_time == pytest.approx(1.0, rel=1e-9)
 
@@ -347,7 +347,7 @@ def test_tiny_time_limit_returns_budget_exhausted_quickly() -> None:
 
     from gtcontrol import Status
 
-    lay = Layer(np.eye(2) * 0.1, np.eye(2), v=-0.5)
+    lay = Layer(np.eye(2) * 0.1, np.eye(2), V=-0.5)
     clock = time.perf_counter()
     traj = simulate(lay, Gaussian.standard(2), T=50.0, time_limit=1e-6)
     assert time.perf_counter() - clock < 0.5
@@ -367,7 +367,7 @@ def test_evaluation_cap_keeps_an_accurate_partial_trajectory() -> None:
     from gtcontrol import Status
 
     a, c, s0 = 0.3, -1.0, 0.5  # converges to σ* = -a/c
-    lay = Layer([[a]], [[c]], v=1.0)
+    lay = Layer([[a]], [[c]], V=1.0)
     traj = simulate(lay, Gaussian([1.0], [[s0]]), T=2.0, max_evals=100)
     assert traj.status is Status.BUDGET_EXHAUSTED
     assert "cap of 100 evaluations" in traj.message
@@ -386,7 +386,7 @@ def test_step_collapse_at_a_singularity_is_classified_as_blowup() -> None:
 
     # blowup_factor so large that the watch never samples: the step size collapses at T* = 1,
     # which is evidence of the blow-up (issue 11), not a failure
-    traj = simulate(Layer(B=[[1.0]], v=1.0), Gaussian([0.0], [[0.5]]), T=2.0, blowup_factor=1e300)
+    traj = simulate(Layer(B=[[1.0]], V=1.0), Gaussian([0.0], [[0.5]]), T=2.0, blowup_factor=1e300)
     assert traj.status is Status.BLOWUP and traj.success
     assert "step size collapsed" in traj.message
     assert traj.blowup_time == pytest.approx(1.0, rel=1e-10)

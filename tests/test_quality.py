@@ -14,23 +14,6 @@ def test_public_api_is_exported() -> None:
         assert hasattr(gtcontrol, name), name
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        "IntegratorOptions",
-        "TokenOptions",
-        "BlowupOptions",
-        "NewtonOptions",
-        "SteerOptions",
-        "DesignOptions",
-    ],
-)
-def test_former_option_classes_still_resolve_with_a_deprecation_warning(name: str) -> None:
-    with pytest.warns(DeprecationWarning, match=name):
-        cls = getattr(gtcontrol, name)
-    assert isinstance(cls, type)
-
-
 def test_unknown_attribute_raises_attribute_error() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")

@@ -60,8 +60,8 @@ def test_algebraic_collapse_is_named_collapses_with_its_rate_law() -> None:
 def test_every_regime_carries_its_evidence() -> None:
     g0 = Gaussian([0.0], [[0.2]])
     for layer in (
-        Layer(A=[[1.0]], B=[[2.0]], v=-1.0),  # global convergence certificate
-        Layer(A=[[1.0]], B=[[0.5]], v=1.0),  # blow-up
+        Layer(A=[[1.0]], B=[[2.0]], V=-1.0),  # global convergence certificate
+        Layer(A=[[1.0]], B=[[0.5]], V=1.0),  # blow-up
         Layer(A=[[-1.0]], dim=1),  # R = 0, exponential collapse
     ):
         reg = gt.analyze(layer, g0)

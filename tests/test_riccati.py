@@ -17,7 +17,7 @@ from scipy.optimize import brentq
 from gtcontrol import Gaussian, Layer, Result, Status, moment_field, simulate
 from gtcontrol.analysis._core import gramian as _gramian
 from gtcontrol.analysis.bernoulli import solve_bernoulli
-from gtcontrol.analysis.blowup import BlowupOptions, blowup_analysis, blowup_time
+from gtcontrol.analysis.blowup import blowup_analysis, blowup_time
 from gtcontrol.analysis.riccati import riccati_flow, riccati_form
 from gtcontrol.errors import (
     GTControlError,
@@ -76,7 +76,7 @@ def test_riccati_form_detection_and_ffn():
     no_heads = riccati_form(Layer(A=np.eye(d)))
     assert no_heads is not None and not np.any(no_heads.R) and no_heads.is_bernoulli
     w, u = rng.standard_normal((d, 2)), rng.standard_normal((2, d))
-    lay = Layer(A=np.eye(d), B=b, v=0.5, ffn=FeedForward(w, u, activation="identity"))
+    lay = Layer(A=np.eye(d), B=b, V=0.5, ffn=FeedForward(w, u, activation="identity"))
     form = riccati_form(lay)
     assert form is not None
     np.testing.assert_allclose(form.A, np.eye(d) + w @ u, rtol=1e-15)
@@ -122,7 +122,7 @@ SCALAR_CASES = [
 
 @pytest.mark.parametrize(("a", "v", "b", "s0"), SCALAR_CASES)
 def test_scalar_blowup_time_closed_form(a, v, b, s0):
-    lay = Layer(A=[[a]], B=[[b]], v=v)
+    lay = Layer(A=[[a]], B=[[b]], V=v)
     res = blowup_analysis(lay, Gaussian([0.0], [[s0]]))
     expected = _scalar_tstar(a, v * b, s0)
     if math.isinf(expected):
@@ -141,7 +141,7 @@ def test_zero_A_blowup_closed_form():
     d = 3
     b = random_spd(rng, d)
     s0 = random_spd(rng, d)
-    lay = Layer(B=b, heads=None, v=0.8)
+    lay = Layer(B=b, heads=None, V=0.8)
     form = riccati_form(lay)
     assert form is not None
     w, u = np.linalg.eigh(s0)
@@ -155,7 +155,7 @@ def test_first_root_certified_against_a_short_dip():
     # stays positive; a coarse scan misses the dip altogether.
     a = np.array([[0.0, 2.0], [-2.0, 0.0]])
     r = np.diag([3.0, -1.0])
-    lay = Layer(A=a, B=r / 2, v=-1.0)
+    lay = Layer(A=a, B=r / 2, V=-1.0)
     s0 = np.diag([1e-3, 5.9])
     f = np.linalg.cholesky(s0)
 
@@ -192,7 +192,7 @@ def test_blowup_matches_integrator_random_and_rank_deficient():
     rng = np.random.default_rng(4)
     d = 4
     a = 0.5 * rng.standard_normal((d, d))
-    lay = Layer(A=a, B=random_spd(rng, d, 0.2, 1.0), v=0.7)
+    lay = Layer(A=a, B=random_spd(rng, d, 0.2, 1.0), V=0.7)
     f = rng.standard_normal((d, 2))
     for s0 in (random_spd(rng, d), f @ f.T):
         res = blowup_analysis(lay, _g(s0))
@@ -205,7 +205,7 @@ def test_blowup_matches_integrator_random_and_rank_deficient():
 
 def test_tail_certificates_and_horizon():
     # Indefinite R on decoupled modes: collapses along e2, e4 and converges along e1, e3.
-    lay = Layer(A=np.diag([1.0, -1.0, 0.5, -0.3]), B=np.diag([1.0, -1.0, 0.5, -2.0]), v=-1.0)
+    lay = Layer(A=np.diag([1.0, -1.0, 0.5, -0.3]), B=np.diag([1.0, -1.0, 0.5, -2.0]), V=-1.0)
     res = blowup_analysis(lay, _g(0.1 * np.eye(4)))
     assert res.status is Status.SUCCESS and res.proved_never and res.certified
     assert "W₋(∞)" in res.message
@@ -218,7 +218,7 @@ def test_tail_certificates_and_horizon():
         w = np.linalg.eigvalsh(r)
         if np.all(np.linalg.eigvals(a).real > 0) and w[0] < 0 < w[-1]:
             break
-    lay2 = Layer(A=a, B=r / 2, v=-1.0)
+    lay2 = Layer(A=a, B=r / 2, V=-1.0)
     s0 = np.linalg.inv(om) * 1.05
     res2 = blowup_analysis(lay2, _g(s0))
     assert res2.status is Status.SUCCESS and res2.proved_never and res2.certified
@@ -226,7 +226,7 @@ def test_tail_certificates_and_horizon():
     assert traj.status == "success"
     # Rank-1 Σ0 with −A Hurwitz and indefinite R: no tail applies; the search stops at the
     # horizon with [0, horizon] certified.
-    lay3 = Layer(A=np.eye(2), B=np.diag([1.0, -0.5]), v=-1.0)
+    lay3 = Layer(A=np.eye(2), B=np.diag([1.0, -0.5]), V=-1.0)
     f = np.array([[1.0], [0.5]])
     res3 = blowup_analysis(lay3, _g(f @ f.T), T=20.0)
     assert res3.status is Status.SUCCESS and not res3.proved_never and not res3.certified
@@ -258,13 +258,13 @@ def test_exact_flow_matches_integrator(method):
     b = random_spd(rng, d, 0.2, 1.0)
     s0 = random_spd(rng, d, 0.1, 0.6)
     for lay, horizon in (
-        (Layer(A=a, B=b, v=0.7), None),
-        (Layer(A=a + 2 * np.eye(d), B=b, v=-0.7), 8.0),
+        (Layer(A=a, B=b, V=0.7), None),
+        (Layer(A=a + 2 * np.eye(d), B=b, V=-0.7), 8.0),
     ):
         t_star = blowup_time(lay, _g(s0))
         t_end = 0.9 * t_star if horizon is None else horizon
         traj = simulate(lay, _g(s0), t_end, n_points=41)
-        exact = riccati_flow(lay, _g(s0), traj.t, method=method)
+        exact = riccati_flow(lay, _g(s0), traj.t, method=method).cov
         err = np.linalg.norm(exact - traj.cov, axis=(1, 2)) / np.linalg.norm(traj.cov, axis=(1, 2))
         # Integrator rtol 1e-11, accumulated over the run and amplified near blow-up.
         assert err.max() <= 1e-8
@@ -277,13 +277,13 @@ def test_radon_keeps_rank_and_handles_noise():
     b = random_spd(rng, d, 0.2, 1.0)
     f = rng.standard_normal((d, 1))
     g0 = _g(f @ f.T)
-    lay = Layer(A=a, B=b, v=-0.5)
+    lay = Layer(A=a, B=b, V=-0.5)
     ts = np.linspace(0, 3, 7)
-    flow = riccati_flow(lay, g0, ts)
+    flow = riccati_flow(lay, g0, ts).cov
     assert all(np.linalg.matrix_rank(s, tol=1e-9 * np.linalg.norm(s)) == 1 for s in flow)
     # With noise Q = GGᵀ the Hamiltonian gets the block Q (full Riccati equation).
-    noisy = Layer(A=a, B=b, v=-0.5, noise=0.3 * np.eye(d))
-    flow_n = riccati_flow(noisy, g0, ts)
+    noisy = Layer(A=a, B=b, V=-0.5, noise=0.3 * np.eye(d))
+    flow_n = riccati_flow(noisy, g0, ts).cov
     traj = simulate(noisy, g0, 3.0, n_points=7)
     np.testing.assert_allclose(flow_n, traj.cov, rtol=1e-8, atol=1e-10)
     with pytest.raises(InvalidParametersError, match="noise"):
@@ -291,14 +291,18 @@ def test_radon_keeps_rank_and_handles_noise():
 
 
 def test_flow_errors():
-    lay = Layer(A=[[1.0]], B=[[0.5]], v=1.0)
+    lay = Layer(A=[[1.0]], B=[[0.5]], V=1.0)
     g0 = Gaussian([0.0], [[0.3]])
     t_star = blowup_time(lay, g0)
-    with pytest.raises(InvalidParametersError, match="blow-up"):
-        riccati_flow(lay, g0, [0.5 * t_star, 1.01 * t_star])
+    past = riccati_flow(lay, g0, [1.01 * t_star, 0.5 * t_star])  # a blow-up is a result
+    assert past.status is Status.BLOWUP and past.success and past.blowup_time == t_star
+    assert np.isnan(past.cov[0]).all() and np.isfinite(past.cov[1]).all()
+    assert past.stats["computed"] == 1 and "T*" in past.message
+    spent = riccati_flow(lay, g0, [0.5 * t_star], time_limit=1e-9)
+    assert spent.status is Status.BUDGET_EXHAUSTED and not spent.success
     with pytest.raises(InvalidGaussianError, match="non-singular"):
         riccati_flow(
-            Layer(A=np.eye(2), B=np.eye(2), v=-1.0),
+            Layer(A=np.eye(2), B=np.eye(2), V=-1.0),
             _g(np.diag([1.0, 0.0])),
             [1.0],
             method="lyapunov",
@@ -311,8 +315,6 @@ def test_flow_errors():
         riccati_flow(lay, g0, [-1.0])
     with pytest.raises(InvalidParametersError, match="rtol"):
         blowup_analysis(lay, g0, rtol=0.5)
-    with pytest.warns(DeprecationWarning), pytest.raises(InvalidParametersError, match="rtol"):
-        BlowupOptions(rtol=0.5)
 
 
 # --------------------------------------------------------------------------- Bernoulli solves
@@ -325,7 +327,7 @@ def test_bernoulli_lyapunov_and_care_agree_both_signs():
     b = random_spd(rng, d, 0.2, 1.0)
     # −A Hurwitz, R ≻ 0 (stable equilibrium; CARE sort 'S') and A Hurwitz, R ≺ 0 (unstable; 'U').
     for a, v in ((base + 1.5 * np.eye(d), -0.8), (base - 1.5 * np.eye(d), 0.8)):
-        form = riccati_form(Layer(A=a, B=b, v=v))
+        form = riccati_form(Layer(A=a, B=b, V=v))
         assert form is not None
         lyap = solve_bernoulli(form, method="lyapunov")
         care = solve_bernoulli(form, method="care")
@@ -346,7 +348,7 @@ def test_bernoulli_ill_posed_cases_answer_clearly():
     b = np.eye(2)
     # Imaginary-axis eigenvalues of A (rotation) and A = 0 (singular Hamiltonian).
     for a in (np.array([[0.0, 1.0], [-1.0, 0.0]]), np.zeros((2, 2))):
-        form = riccati_form(Layer(A=a, B=b, v=-1.0, dim=2))
+        form = riccati_form(Layer(A=a, B=b, V=-1.0, dim=2))
         assert form is not None
         for method in ("lyapunov", "care"):
             sol = solve_bernoulli(form, method=method)
@@ -354,30 +356,30 @@ def test_bernoulli_ill_posed_cases_answer_clearly():
             assert not sol.success and sol.cov is None
             assert "imaginary axis" in sol.message
     # A Hurwitz with R ≻ 0: the Lyapunov solution is negative definite — no equilibrium.
-    form = riccati_form(Layer(A=-np.eye(2), B=b, v=-1.0))
+    form = riccati_form(Layer(A=-np.eye(2), B=b, V=-1.0))
     sol = solve_bernoulli(form, method="lyapunov")
     assert sol.status is Status.INFEASIBLE and sol.success
     assert "no positive-definite" in sol.message
     assert solve_bernoulli(form, method="care").status is Status.INFEASIBLE
     # Mixed spectrum: the CARE route does not apply (but says so).
-    form = riccati_form(Layer(A=np.diag([1.0, -2.0]), B=np.diag([1.0, -1.0]), v=-1.0))
+    form = riccati_form(Layer(A=np.diag([1.0, -2.0]), B=np.diag([1.0, -1.0]), V=-1.0))
     sol = solve_bernoulli(form, method="care")
     assert sol.status is Status.FAILED and sol.stats["not_applicable"] and not sol.degenerate
     assert "both sides" in sol.message
     assert solve_bernoulli(form, method="lyapunov").status is Status.SUCCESS
     # Eigenvalue pairs λ, −λ (1 and −1): singular Lyapunov operator, reported, never a raw error.
-    form = riccati_form(Layer(A=np.diag([1.0, -1.0, 0.5]), B=np.eye(3), v=-1.0))
+    form = riccati_form(Layer(A=np.diag([1.0, -1.0, 0.5]), B=np.eye(3), V=-1.0))
     assert solve_bernoulli(form, method="lyapunov").degenerate
     with pytest.raises(InvalidParametersError, match="Q = G Gᵀ"):
-        solve_bernoulli(riccati_form(Layer(A=np.eye(2), B=b, v=-1.0, noise=np.eye(2))))
+        solve_bernoulli(riccati_form(Layer(A=np.eye(2), B=b, V=-1.0, noise=np.eye(2))))
 
 
 def test_no_raw_exception_on_ill_posed_layers():
     cases = [
-        Layer(A=np.array([[0.0, 1.0], [-1.0, 0.0]]), B=np.eye(2), v=1.0),
-        Layer(A=np.zeros((2, 2)), B=np.eye(2), v=-1.0),
-        Layer(A=np.diag([1.0, -1.0]), B=np.eye(2), v=1.0),
-        Layer(A=np.array([[0.0, 1.0], [0.0, 0.0]]), B=np.eye(2), v=-1.0),
+        Layer(A=np.array([[0.0, 1.0], [-1.0, 0.0]]), B=np.eye(2), V=1.0),
+        Layer(A=np.zeros((2, 2)), B=np.eye(2), V=-1.0),
+        Layer(A=np.diag([1.0, -1.0]), B=np.eye(2), V=1.0),
+        Layer(A=np.array([[0.0, 1.0], [0.0, 0.0]]), B=np.eye(2), V=-1.0),
     ]
     for lay in cases:
         for s0 in (np.eye(2), np.diag([1.0, 0.0])):
@@ -387,32 +389,29 @@ def test_no_raw_exception_on_ill_posed_layers():
                 continue
             assert res.status in (Status.BLOWUP, Status.SUCCESS)
     with pytest.raises(SolverError) as info:
-        raise SolverError("x", status="s", stats={"a": 1})
-    assert info.value.status == "s" and info.value.stats == {"a": 1}
+        raise SolverError("x", status="budget_exhausted", stats={"a": 1})
+    assert info.value.status is Status.BUDGET_EXHAUSTED and info.value.stats == {"a": 1}
+    assert SolverError("y").status is Status.FAILED
+    with pytest.raises(ValueError, match="singular"):
+        SolverError("z", status="singular")  # a status is a Status, the detail is stats["cause"]
 
 
 # --------------------------------------------------------------------------- result protocol
 
 
-def test_blowup_result_protocol_and_deprecated_aliases():
-    lay = Layer(A=[[1.0]], B=[[0.5]], v=1.0)
+def test_blowup_result_protocol():
+    lay = Layer(A=[[1.0]], B=[[0.5]], V=1.0)
     g0 = Gaussian([0.0], [[0.3]])
     res = blowup_analysis(lay, g0)
     assert isinstance(res, Result)
     assert res.status is Status.BLOWUP and res.success and res.message
     assert {"steps", "gramians", "seconds", "T"} <= set(res.stats)
-    with pytest.warns(DeprecationWarning, match="blowup_time"):
-        assert res.time == res.blowup_time
-    with pytest.warns(DeprecationWarning, match="horizon"):
-        old = blowup_analysis(lay, g0, horizon=5.0)
+    old = blowup_analysis(lay, g0, T=5.0)
     assert old.blowup_time == res.blowup_time and old.stats["T"] == 5.0
-    with pytest.warns(DeprecationWarning, match="horizon"):
-        assert blowup_time(lay, g0, horizon=5.0) == res.blowup_time
-    with pytest.warns(DeprecationWarning), pytest.raises(InvalidParametersError, match="not both"):
-        blowup_analysis(lay, g0, T=1.0, horizon=5.0)
-    with pytest.warns(DeprecationWarning):
-        opts = BlowupOptions(horizon=3.0)
-    assert opts.T == 3.0
+    assert blowup_time(lay, g0, T=5.0) == res.blowup_time
+    assert not hasattr(res, "time")
+    with pytest.raises(TypeError):
+        blowup_analysis(lay, g0, horizon=5.0)  # type: ignore[call-arg]
     with pytest.raises(TypeError):
         blowup_time(lay, g0, 5.0)  # type: ignore[misc]
     with pytest.raises(InvalidParametersError, match="time_limit"):
@@ -422,7 +421,7 @@ def test_blowup_result_protocol_and_deprecated_aliases():
 def test_blowup_time_limit_and_step_cap_return_budget_exhausted():
     # A rotation with an indefinite R and a rank-1 Σ0: no tail certificate applies, so the
     # march runs to the depth T; a tiny budget stops it early with [0, lower] certified.
-    lay = Layer(A=np.array([[0.0, 2.0], [-2.0, 0.0]]), B=np.diag([1.5, -0.5]), v=-1.0)
+    lay = Layer(A=np.array([[0.0, 2.0], [-2.0, 0.0]]), B=np.diag([1.5, -0.5]), V=-1.0)
     g0 = _g(np.diag([1.0, 0.0]))
     t0 = time.perf_counter()
     res = blowup_analysis(lay, g0, T=1e6, time_limit=1e-3)
@@ -432,7 +431,10 @@ def test_blowup_time_limit_and_step_cap_return_budget_exhausted():
     capped = blowup_analysis(lay, g0, T=1e6, max_steps=3)
     assert capped.status is Status.BUDGET_EXHAUSTED and "max_steps" in capped.message
     assert capped.lower > 0
-    assert blowup_time(lay, g0, T=1e6, max_steps=3) == math.inf  # the float, never an error
+    # The float cannot say "undecided": blowup_time raises where blowup_analysis returns.
+    with pytest.raises(SolverError, match="undecided") as info:
+        blowup_time(lay, g0, T=1e6, max_steps=3)
+    assert info.value.status is Status.BUDGET_EXHAUSTED and info.value.stats["steps"] == 3
     # The integrator path (general V) is budgeted too.
     gen = Layer(A=np.eye(2), B=np.eye(2), V=np.diag([-1.0, -2.0]))
     res_i = blowup_analysis(gen, _g(np.eye(2)), T=1e6, time_limit=1e-3)

@@ -241,11 +241,11 @@ def test_method_option(monkeypatch: pytest.MonkeyPatch) -> None:
     forced = steer(g0, g1, 1.0, layers=4, mode="full", method="flow")
     assert forced.stats["method"] == "flow" and forced.success
     with pytest.raises(InvalidParametersError, match="method"):
-        steer(g0, g1, mode="ffn", objective="parameter", method="flow")
+        steer(g0, g1, 1.0, mode="ffn", objective="parameter", method="flow")
     with pytest.raises(InvalidParametersError, match="method"):
-        steer(g0, g1, mode="full", redundancy="joint", method="flow")
+        steer(g0, g1, 1.0, mode="full", redundancy="joint", method="flow")
     with pytest.raises(InvalidParametersError, match="method"):
-        steer(g0, g1, method="shooting")
+        steer(g0, g1, 1.0, method="shooting")
     # When the flow construction builds nothing feasible, the NLP takes over and says so.
     monkeypatch.setattr(steer_solve, "solve_flow", lambda plan, budget, clock: None)
     fell = steer(g0, g1, 1.0, layers=4, mode="attention", method="flow")

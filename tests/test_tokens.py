@@ -66,7 +66,7 @@ def test_attention_is_stable_for_huge_logits() -> None:
     assert not np.all(np.isfinite(naive))  # the unshifted formula overflows here
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        got = token_velocity(Layer(B=b, v=1.0), x, block_size=8)
+        got = token_velocity(Layer(B=b, V=1.0), x, block_size=8)
     assert np.all(np.isfinite(got))
     assert _rel(got, _dense_attention(x, b)) < 1e-12
 
@@ -269,7 +269,7 @@ def test_recording_snapshots_and_result_object() -> None:
     tr = simulate_tokens(sched, x, steps_per_layer=4, snapshot_times=[0.0, 0.3, 1.0])
     np.testing.assert_array_equal(x, x_in)  # input untouched
     assert isinstance(tr, TokenTrajectory) and tr.status == "success"
-    assert tr.blowup_time == math.inf
+    assert tr.overflow_time == math.inf
     np.testing.assert_allclose(tr.t, np.linspace(0, 1, 9), rtol=0, atol=1e-15)
     assert [s[0] for s in tr.snapshots] == [0.0, 0.25, 1.0]  # 0.3 -> nearest step depth 0.25
     np.testing.assert_array_equal(tr.snapshots[0][1], x)
@@ -320,15 +320,15 @@ def test_float32_tokens() -> None:
 
 def test_overflow_is_a_status_not_a_crash() -> None:
     x = np.array([[1.0], [2.0], [-0.5]])
-    layer = Layer([[1e4]], [[1.0]], v=1.0)
+    layer = Layer([[1e4]], [[1.0]], V=1.0)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         tr = simulate_tokens(layer, x, 1.0)
         ad = simulate_tokens(layer, x, 1.0, method="adaptive")
     for r in (tr, ad):
-        assert r.status == "overflow" and 0 < r.blowup_time < 1.0
+        assert r.status == "overflow" and 0 < r.overflow_time < 1.0
         assert np.all(np.isfinite(r.final_tokens)) and np.all(np.isfinite(r.cov))
-    assert tr.t[-1] < tr.blowup_time
+    assert tr.t[-1] < tr.overflow_time
 
 
 # ---------------------------------------------------------------- noisy tokens (§6)
@@ -337,14 +337,14 @@ def test_euler_maruyama_covariance_grows_by_g_gt_t() -> None:
     d, n, T = 2, 200_000, 0.8
     g = np.array([[0.6, 0.0], [0.3, 0.4]])
     x = Gaussian([1.0, -1.0], [[0.5, 0.1], [0.1, 0.3]]).sample(n, rng)
-    tr = simulate_tokens(Layer(dim=d), x, T, method="euler", steps_per_layer=8, noise=g, rng=14)
+    tr = simulate_tokens(Layer(dim=d), x, T, method="euler", steps_per_layer=8, noise=g, seed=14)
     q = g @ g.T * T
     final = tr.cov[0] + q
     # Standard error of a 1/N covariance entry: sqrt((S_ii S_jj + S_ij²) / N); 5 SE bound.
     se = np.sqrt((np.outer(np.diag(final), np.diag(final)) + final**2) / n)
     assert np.all(np.abs(tr.cov[-1] - tr.cov[0] - q) < 5 * se)
     assert np.all(np.abs(tr.mean[-1] - tr.mean[0]) < 5 * np.sqrt(np.diag(q) / n))
-    again = simulate_tokens(Layer(dim=d), x, T, method="euler", steps_per_layer=8, noise=g, rng=14)
+    again = simulate_tokens(Layer(dim=d), x, T, method="euler", steps_per_layer=8, noise=g, seed=14)
     np.testing.assert_array_equal(again.final_tokens, tr.final_tokens)
 
 
@@ -390,7 +390,7 @@ def test_noise_is_refused_outside_euler() -> None:
         ({"snapshot_times": [1.5]}, "snapshot_times"),
         ({"snapshot_times": [-0.1]}, "snapshot_times"),
         ({"noise": np.eye(3), "method": "euler"}, "noise"),
-        ({"rng": "seed", "noise": np.eye(2), "method": "euler"}, "rng"),
+        ({"seed": "x", "noise": np.eye(2), "method": "euler"}, "seed"),
         ({"rtol": 1e-6, "method": "rk4"}, "rtol"),
         ({"rtol": 1e-6, "steps_per_layer": 4}, "rtol"),
         ({"ivp_method": "RK45", "method": "euler"}, "ivp_method"),
@@ -401,18 +401,18 @@ def test_noise_is_refused_outside_euler() -> None:
         ({"method": "adaptive", "steps_per_layer": 3}, "steps_per_layer"),
         ({"method": "adaptive", "ivp_method": "Radau"}, "ivp_method"),
         ({"dtype": np.int64}, "dtype"),
-        ({"model": "layer"}, "model"),
+        ({"control": "layer"}, "control"),
     ],
 )
 def test_bad_input(kwargs, match) -> None:
-    args = {"model": Layer(dim=2), "tokens": np.zeros((5, 2)), "T": 1.0} | kwargs
+    args = {"control": Layer(dim=2), "tokens": np.zeros((5, 2)), "T": 1.0} | kwargs
     with pytest.raises(InvalidParametersError, match=match):
-        simulate_tokens(args.pop("model"), args.pop("tokens"), args.pop("T"), **args)
+        simulate_tokens(args.pop("control"), args.pop("tokens"), args.pop("T"), **args)
 
 
 def test_bad_input_token_velocity_and_options() -> None:
     with pytest.raises(InvalidParametersError, match="layer"):
-        token_velocity(Schedule([Layer(dim=2)]), np.zeros((3, 2)))  # type: ignore[arg-type]
+        token_velocity(Schedule([Layer(dim=2)], 1.0), np.zeros((3, 2)))  # type: ignore[arg-type]
     with pytest.raises(InvalidParametersError, match="tokens"):
         token_velocity(Layer(dim=2), np.zeros((3, 4)))
     with pytest.raises(InvalidParametersError, match="block_size"):
@@ -431,9 +431,9 @@ def test_layer_noise_drives_euler_maruyama_tokens() -> None:
     g = np.array([[0.4, 0.0], [0.1, 0.3]])
     lay = Layer(np.array([[-0.5, 0.2], [0.0, -0.3]]), noise=g)
     x0 = np.random.default_rng(3).standard_normal((500, 2))
-    via_layer = simulate_tokens(lay, x0, 1.0, method="euler", steps_per_layer=10, rng=5)
+    via_layer = simulate_tokens(lay, x0, 1.0, method="euler", steps_per_layer=10, seed=5)
     explicit = simulate_tokens(
-        lay.replace(noise=None), x0, 1.0, method="euler", steps_per_layer=10, noise=g, rng=5
+        lay.replace(noise=None), x0, 1.0, method="euler", steps_per_layer=10, noise=g, seed=5
     )
     np.testing.assert_array_equal(via_layer.final_tokens, explicit.final_tokens)
     with pytest.raises(InvalidParametersError, match="noise"):
@@ -449,15 +449,9 @@ def test_token_trajectory_follows_the_result_protocol() -> None:
     assert isinstance(tr, Result)
     assert tr.status is Status.SUCCESS and tr.success is True
     assert tr.message == "tokens carried to the horizon"
-    assert tr.stats["n_velocity"] == 16 and tr.blowup_time == math.inf
-    over = simulate_tokens(Layer([[1e4]], [[1.0]], v=1.0), np.array([[1.0], [2.0]]), 1.0)
+    assert tr.stats["n_velocity"] == 16 and tr.overflow_time == math.inf
+    over = simulate_tokens(Layer([[1e4]], [[1.0]], V=1.0), np.array([[1.0], [2.0]]), 1.0)
     assert over.status is Status.OVERFLOW and not over.success and "non-finite" in over.message
-
-
-def test_overflow_time_is_a_deprecated_alias_of_blowup_time() -> None:
-    over = simulate_tokens(Layer([[1e4]], [[1.0]], v=1.0), np.array([[1.0], [2.0]]), 1.0)
-    with pytest.warns(DeprecationWarning, match="blowup_time"):
-        assert over.overflow_time == over.blowup_time
 
 
 @pytest.mark.parametrize("method", ["rk4", "euler", "adaptive"])
@@ -471,7 +465,7 @@ def test_tiny_time_limit_returns_budget_exhausted_quickly(method: str) -> None:
     tr = simulate_tokens(_attention_layer(), x, 50.0, method=method, time_limit=1e-6)
     assert time.perf_counter() - clock < 0.5
     assert tr.status is Status.BUDGET_EXHAUSTED and not tr.success
-    assert "time limit" in tr.message and tr.blowup_time == math.inf
+    assert "time limit" in tr.message and tr.overflow_time == math.inf
     # the partial trajectory holds at least the initial cloud
     assert len(tr) >= 1 and tr.t[0] == 0.0
     np.testing.assert_allclose(tr.mean[0], x.mean(axis=0), rtol=1e-14)

@@ -83,7 +83,7 @@ _hostile_not_ragged = st.one_of(
 @pytest.mark.parametrize(
     "kw",
     [
-        {"B": [[], [0.0]], "v": -1.0},
+        {"B": [[], [0.0]], "V": -1.0},
         {"A": [[1.0, 2.0], [3.0]]},
         {"heads": [([[1.0], [2.0, 3.0]], [[1.0, 0.0], [0.0, 1.0]])]},
         {"b": [[1.0], []], "A": [[1.0, 0.0], [0.0, 1.0]]},
@@ -98,7 +98,7 @@ def test_ragged_layer_matrix_is_a_gtcontrol_error(kw: dict[str, object]) -> None
 @given(_hostile_not_ragged, _hostile_not_ragged)
 def test_invalid_layers_raise_gtcontrol_errors_only(a: object, b: object) -> None:
     try:
-        Layer(A=a, B=b, v=-1.0)
+        Layer(A=a, B=b, V=-1.0)
     except GTControlError as exc:
         assert str(exc).startswith(("A", "B", "Layer", "dim"))
 

@@ -18,8 +18,8 @@ import scipy.linalg as sla
 from numpy.typing import NDArray
 
 from .._linalg import RANK_RTOL, FloatArray, sym
-from .._status import Budget
-from ..errors import InvalidParametersError, SolverError
+from .._status import Budget, Status
+from ..errors import SolverError
 from ..model.gaussian import Gaussian
 from ..model.moments import Trajectory, simulate
 from ..model.params import Layer
@@ -30,7 +30,6 @@ __all__ = [
     "PD_RTOL",
     "SEP_RTOL",
     "SIGN_RTOL",
-    "deprecated_keyword",
     "field_rate",
     "gramian",
     "gramian_limit",
@@ -181,8 +180,8 @@ def slycot_lyapunov(a: FloatArray, c: FloatArray) -> tuple[FloatArray, ComplexAr
     Raises
     ------
     SolverError
-        If SB03MD fails (``status="slycot"``) or A and −Aᵀ have (numerically) common eigenvalues
-        (``status="singular_lyapunov"``).
+        If SB03MD fails (``stats["cause"] == "slycot"``) or A and −Aᵀ have (numerically)
+        common eigenvalues (``stats["cause"] == "singular_lyapunov"``).
     """
     import slycot
     from slycot.exceptions import SlycotError, SlycotResultWarning
@@ -202,7 +201,7 @@ def slycot_lyapunov(a: FloatArray, c: FloatArray) -> tuple[FloatArray, ComplexAr
             raise SolverError(
                 f"Lyapunov solve (slycot SB03MD) for AᵀΩ + ΩA = R: A and -Aᵀ have common or "
                 f"very close eigenvalues, so the solution is not unique ({exc})",
-                status="singular_lyapunov",
+                stats={"cause": "singular_lyapunov"},
             ) from None
         except (SlycotError, ValueError, ArithmeticError) as exc:
             # SB03MD reports A and −Aᵀ with (nearly) common eigenvalues as INFO = n+1.
@@ -213,14 +212,15 @@ def slycot_lyapunov(a: FloatArray, c: FloatArray) -> tuple[FloatArray, ComplexAr
                     "Lyapunov solve (slycot SB03MD) for AᵀX + XA = C: A and -Aᵀ have common or "
                     f"very close eigenvalues (min |λ_i + λ_j| = {sep:.3g}), so the solution is "
                     f"not unique ({exc})",
-                    status="singular_lyapunov",
+                    stats={"cause": "singular_lyapunov"},
                 ) from None
             raise SolverError(
-                f"Lyapunov solve (slycot SB03MD) failed: {exc}", status="slycot"
+                f"Lyapunov solve (slycot SB03MD) failed: {exc}", stats={"cause": "slycot"}
             ) from None
     if not (scale > 0 and np.all(np.isfinite(x))):
         raise SolverError(
-            "Lyapunov solve (slycot SB03MD) returned a non-finite solution", status="slycot"
+            "Lyapunov solve (slycot SB03MD) returned a non-finite solution",
+            stats={"cause": "slycot"},
         )
     return sym(np.asarray(x) / scale), _schur_eigvals(np.asarray(t_schur)), float(scale)
 
@@ -239,7 +239,7 @@ def inv_spd(omega: FloatArray) -> FloatArray:
         c = sla.cho_factor(omega)
     except np.linalg.LinAlgError:
         raise SolverError(
-            "the precision Ω(t) lost positive definiteness", status="blowup"
+            "the precision Ω(t) lost positive definiteness", status=Status.BLOWUP
         ) from None
     return sym(sla.cho_solve(c, np.eye(omega.shape[0])))
 
@@ -294,17 +294,3 @@ def remaining_limit(budget: Budget) -> float | None:
     budget.check()
     rem = budget.remaining()
     return None if math.isinf(rem) else max(rem, 1e-9)
-
-
-def deprecated_keyword(func: str, old: str, new: str, old_value: Any, new_value: Any) -> Any:
-    """Map the deprecated keyword ``old`` onto ``new`` (``None`` means not given)."""
-    if old_value is None:
-        return new_value
-    warnings.warn(
-        f"{func}({old}=...) is deprecated and will be removed in 0.3; use {new}=...",
-        DeprecationWarning,
-        stacklevel=3,
-    )
-    if new_value is not None:
-        raise InvalidParametersError(f"{old}: give {new} or the deprecated {old}, not both")
-    return old_value

@@ -19,8 +19,16 @@ deflation of every root found (Σ = 0 always) from several kinds of starts, shar
   ``(Σ0, 0)``, followed by pseudo-arclength continuation through turning points; every crossing
   of ``t = 1`` is a root (one curve often meets several).
 
-Random, factor and path starts keep coming, in turn, until ``_SATURATION`` of them in a row
-find no new positive-definite root (at least ``n_random`` of each), or a cap is reached.
+* ``whitened``: Levenberg–Marquardt on the whitened residual ``L⁻¹F(LLᵀ)L⁻ᵀ`` in the factor
+  ``Σ = LLᵀ`` from random positive-definite starts, then Newton polish
+  (:mod:`gtcontrol.analysis._whitened_search`; up to ``kron_max_dim``). Σ = 0 and the singular
+  roots of F are no minima of this residual, and a planted equilibrium (a saddle, out of reach
+  of the flows) is typically found within a few starts. These run *first*, until
+  ``_WHITENED_SATURATION`` of them in a row find no new positive-definite root (at least
+  ``n_random``), then the other kinds.
+
+Random, factor, path and whitened starts keep coming, in turn, until ``_SATURATION`` of them in a
+row find no new positive-definite root (at least ``n_random`` of each), or a cap is reached.
 
 Reference: P. E. Farrell, Á. Birkisson, S. W. Funke, *Deflation techniques for finding distinct
 solutions of nonlinear PDEs*, SIAM J. Sci. Comput. 37 (2015); docs/theory.md §4.4.
@@ -31,7 +39,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -45,6 +53,7 @@ from ..model.heads import FactoredHeads
 from ..model.params import Layer
 from ._core import field_rate, is_pd, simulate_within
 from ._homotopy import _System
+from ._whitened_search import LM_MAX_ITER, whitened_lm
 from .bernoulli import solve_bernoulli
 from .newton import (
     WorkMeter,
@@ -88,6 +97,11 @@ _MAX_RANDOM = 2_000
 #: Steps allowed to one Newton-homotopy path (``_path_roots``).
 _PATH_MAX_STEPS = 400
 
+#: Whitened Levenberg–Marquardt starts in a row without a new positive-definite root that end
+#: the first phase of the search, and the cap on its starts.
+_WHITENED_SATURATION = 24
+_MAX_WHITENED = 600
+
 #: Continuation steps from the Riccati-class layer to the given one.
 _CONTINUATION_STEPS = 8
 
@@ -103,7 +117,7 @@ class SearchLog:
     newton_iterations: int = 0
     stopped: str = ""
     work_flops: float = 0.0
-    work_cap: float = 0.0
+    max_work: float = 0.0
 
     def kinds(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -320,16 +334,18 @@ def deflated_search(
     """
     d = layer.dim
     out = SearchLog(known=[np.zeros((d, d))] + [k for k in known if np.any(k)])
-    work = WorkMeter(opts.work_cap, budget)
+    work = WorkMeter(opts.max_work, budget)
     rng = np.random.default_rng(opts.seed)
     s0 = _typical_scale(layer)
     factor_ok = d <= opts.kron_max_dim
     try:
+        if factor_ok:
+            _whitened_phase(layer, opts, budget, per_start, work, out, rng, s0)
         for kind, st in _fixed_starts(layer, given, opts, budget, per_start, work):
             _run_start(layer, kind, st, opts, budget, per_start, work, out)
         poly = _System(layer, 1.0, np.ones(d * (d + 1) // 2 + 1)) if factor_ok else None
-        dry, count = 0, {"random": 0, "factor": 0, "path": 0}
-        cycle = ("path", "factor", "random") if poly is not None else ("random",)
+        dry, count = 0, {"random": 0, "factor": 0, "path": 0, "whitened": 0}
+        cycle = ("whitened", "path", "factor", "random") if poly is not None else ("random",)
         while dry < _SATURATION or min(count[k] for k in cycle) < opts.n_random:
             total = sum(count.values())
             if total >= _MAX_RANDOM:
@@ -348,7 +364,7 @@ def deflated_search(
             dry = 0 if len(out.roots) > before else dry + 1
     except BudgetExhausted as exc:
         out.stopped = exc.reason
-    out.work_flops, out.work_cap = work.used, work.cap
+    out.work_flops, out.max_work = work.used, work.cap
     return out
 
 
@@ -367,6 +383,9 @@ def _one_start(
     if kind == "random":
         _run_start(layer, "random", st, opts, budget, per_start, work, out)
         return
+    if kind == "whitened":
+        _whitened_start(layer, st, opts, budget.sub(per_start), work, out)
+        return
     sub = budget.sub(per_start)
     if kind == "factor":
         chol = np.asarray(np.linalg.cholesky(st), dtype=float)
@@ -381,6 +400,79 @@ def _one_start(
         out.outcomes["no_root"] = out.outcomes.get("no_root", 0) + 1
     for root in roots:
         _run_start(layer, kind, root, opts, budget, per_start, work, out)
+
+
+def _whitened_phase(
+    layer: Layer,
+    opts: _NewtonOptions,
+    budget: Budget,
+    per_start: float | None,
+    work: WorkMeter,
+    out: SearchLog,
+    rng: np.random.Generator,
+    s0: float,
+) -> None:
+    """Whitened Levenberg–Marquardt from random starts until ``_WHITENED_SATURATION`` in a row
+    find nothing new (at least ``n_random`` starts, at most ``_MAX_WHITENED``)."""
+    dry = 0
+    for k in range(_MAX_WHITENED):
+        if dry >= _WHITENED_SATURATION and k >= opts.n_random:
+            return
+        before = len(out.roots)
+        try:
+            _whitened_start(
+                layer, _random_spd(rng, layer.dim, s0), opts, budget.sub(per_start), work, out
+            )
+        except BudgetExhausted:
+            if budget.exhausted or work.left() == 0.0:
+                raise
+            out.log.append({"start": "whitened", "runs": ["time_limit"]})  # its own limit only
+            out.outcomes["time_limit"] = out.outcomes.get("time_limit", 0) + 1
+        dry = 0 if len(out.roots) > before else dry + 1
+
+
+def _whitened_start(
+    layer: Layer,
+    start: FloatArray,
+    opts: _NewtonOptions,
+    budget: Budget,
+    work: WorkMeter,
+    out: SearchLog,
+) -> None:
+    """One whitened Levenberg–Marquardt run, its end point polished by Newton and logged.
+
+    The run's end (``stalled``, ``stuck``, ``singular``, ``max_iter``) is logged when it did not
+    converge; a converged one is polished by Newton on F (tolerance ``min(tol, 1e-14)``, kept
+    if the best iterate reaches ``tol``) and logged ``new``, ``duplicate``,
+    ``not_positive_definite`` or ``polish_failed``.
+    """
+    if out.newton_iterations >= _TOTAL_MAX_ITER:
+        raise BudgetExhausted(
+            f"the cap of {_TOTAL_MAX_ITER} Newton iterations over all starts was reached"
+        )
+    run = whitened_lm(layer, start, budget, work, max_iter=max(opts.max_iter, LM_MAX_ITER))
+    out.newton_iterations += run.iterations
+    key = run.end
+    if run.end == "converged":
+        polish = newton_run(
+            layer, run.cov, [], replace(opts, tol=min(opts.tol, 1e-14)), budget, work
+        )
+        out.newton_iterations += polish.iterations
+        cov = np.asarray(polish.cov)
+        _, rel = _rel_residual(layer, cov)
+        key = "polish_failed"
+        if rel <= opts.tol:
+            scale = max(float(np.linalg.norm(cov)), 1e-300)
+            if any(np.linalg.norm(cov - k) <= DISTINCT_RTOL * scale for k in out.known):
+                key = "duplicate"
+            else:
+                out.known.append(cov)
+                key = "not_positive_definite"
+                if is_pd(cov):
+                    out.roots.append((cov, run.iterations + polish.iterations))
+                    key = "new"
+    out.log.append({"start": "whitened", "runs": [key]})
+    out.outcomes[key] = out.outcomes.get(key, 0) + 1
 
 
 def _run_start(

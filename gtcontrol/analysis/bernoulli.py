@@ -111,6 +111,15 @@ def solve_bernoulli(form: RiccatiForm, *, method: str = "lyapunov") -> Bernoulli
     InvalidParametersError
         If ``form`` is not a :class:`RiccatiForm`, has noise, or the method is unknown.
 
+    Examples
+    --------
+    The positive-definite equilibrium of ``a = 1``, ``vB = −2``: ``σ* = 0.5``.
+
+    >>> from gtcontrol import Layer, riccati_form, solve_bernoulli
+    >>> sol = solve_bernoulli(riccati_form(Layer(A=[[1.0]], B=[[2.0]], V=-1.0)))
+    >>> sol.status, round(float(sol.cov[0, 0]), 12)
+    (<Status.SUCCESS: 'success'>, 0.5)
+
     References
     ----------
     Alcalde, Ji, Zuazua, arXiv:2606.07600 (2026), §4; docs/theory.md §3–5.
@@ -133,7 +142,7 @@ def solve_bernoulli(form: RiccatiForm, *, method: str = "lyapunov") -> Bernoulli
             str(exc),
             method,
             np.linalg.eigvals(form.A),
-            {"seconds": time.perf_counter() - clock, "solver_status": exc.status},
+            {"seconds": time.perf_counter() - clock, "cause": exc.stats.get("cause")},
         )
 
 
@@ -184,7 +193,7 @@ def _bernoulli_lyapunov(form: RiccatiForm) -> BernoulliSolution:
     try:
         omega, eig, scale = slycot_lyapunov(a, r)
     except SolverError as exc:
-        if exc.status != "singular_lyapunov":
+        if exc.stats.get("cause") != "singular_lyapunov":
             raise
         eig = np.linalg.eigvals(a)
         return _degenerate(form, eig, "lyapunov", lyapunov_sep(eig), clock)
@@ -268,13 +277,13 @@ def _bernoulli_care(form: RiccatiForm) -> BernoulliSolution:
         )
     except (SlycotError, ValueError, ArithmeticError) as exc:
         raise SolverError(
-            f"CARE solve (slycot SB02MD, G = R, Q = 0) failed: {exc}", status="slycot"
+            f"CARE solve (slycot SB02MD, G = R, Q = 0) failed: {exc}", stats={"cause": "slycot"}
         ) from None
     x = sym(np.asarray(x))
     stats = {"sep": sep, "rcond": float(rcond), "sort": sort}
     if not np.all(np.isfinite(x)):
         raise SolverError(
-            "CARE solve (slycot SB02MD) returned a non-finite solution", status="slycot"
+            "CARE solve (slycot SB02MD) returned a non-finite solution", stats={"cause": "slycot"}
         )
     w = np.linalg.eigvalsh(x)
     stats["seconds"] = time.perf_counter() - clock

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import math
 import time
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,15 +39,14 @@ from typing import Any
 from .._display import Axes, SummaryItems
 from .._status import Budget, BudgetExhausted, OutcomeOrBlowup, Status
 from .._validation import as_positive_float, as_positive_int, as_time_limit
-from ..errors import InvalidParametersError
+from ..errors import InvalidParametersError, SolverError
 from ..model.gaussian import Gaussian, check_gaussian
 from ..model.params import Layer
-from ._core import deprecated_keyword, field_rate, simulate_within
+from ._core import field_rate, simulate_within
 from ._march import march_blowup
 from .riccati import riccati_form
 
 __all__ = [
-    "BlowupOptions",
     "BlowupResult",
     "blowup_analysis",
     "blowup_time",
@@ -87,45 +85,6 @@ class _BlowupOptions:
         as_positive_int("max_steps", self.max_steps)
 
 
-class BlowupOptions(_BlowupOptions):
-    """Deprecated (removed in 0.3): pass ``T``, ``rtol``, ``max_steps`` to :func:`blowup_analysis`.
-
-    Parameters
-    ----------
-    T
-        Search depth; ``horizon`` is its deprecated name.
-    rtol
-        Relative width of the certified bracket.
-    max_steps
-        Cap on certified steps of the march.
-    horizon
-        Deprecated alias of ``T``.
-    """
-
-    def __init__(
-        self,
-        *,
-        T: float | None = None,
-        rtol: float = DEFAULT_RTOL,
-        max_steps: int = DEFAULT_MAX_STEPS,
-        horizon: float | None = None,
-    ) -> None:
-        warnings.warn(
-            "BlowupOptions is deprecated and will be removed in 0.3; pass T=, rtol=, max_steps= "
-            "to blowup_analysis",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        T = deprecated_keyword("BlowupOptions", "horizon", "T", horizon, T)
-        super().__init__(T=T, rtol=rtol, max_steps=max_steps)
-
-    @property
-    def horizon(self) -> float | None:
-        """Deprecated alias of :attr:`T`."""
-        warnings.warn("BlowupOptions.horizon is deprecated; use T", DeprecationWarning, 2)
-        return self.T
-
-
 @dataclass(frozen=True, eq=False)
 class BlowupResult(OutcomeOrBlowup):
     """Outcome of :func:`blowup_analysis`.
@@ -133,7 +92,7 @@ class BlowupResult(OutcomeOrBlowup):
     Attributes
     ----------
     blowup_time
-        First blow-up time T*, ``math.inf`` if none was found (``time`` is its deprecated name).
+        First blow-up time T*, ``math.inf`` if none was found.
     lower, upper
         Certified bracket: no blow-up on ``[0, lower]``; Σ is already singular-or-past at
         ``upper`` (``upper = inf`` when there is no blow-up). From the integrator (not
@@ -184,14 +143,6 @@ class BlowupResult(OutcomeOrBlowup):
         bounds = {"lower": self.lower, "upper": self.upper, "blowup_time": self.blowup_time}
         draw_blowup(ax, **bounds, proved_never=self.proved_never, note=note)
 
-    @property
-    def time(self) -> float:
-        """Deprecated alias of :attr:`blowup_time` (removed in 0.3)."""
-        warnings.warn(
-            "BlowupResult.time is deprecated; use blowup_time", DeprecationWarning, stacklevel=2
-        )
-        return self.blowup_time
-
 
 def default_horizon(layer: Layer, initial: Gaussian) -> float:
     """Default search depth: ``200 / rate``, ``rate = ‖A‖₂ + 2 Σ_h ‖V_h‖₂‖B_h‖₂ ‖Σ0‖₂``.
@@ -224,7 +175,6 @@ def blowup_analysis(
     rtol: float = DEFAULT_RTOL,
     max_steps: int = DEFAULT_MAX_STEPS,
     time_limit: float | None = None,
-    horizon: float | None = None,
 ) -> BlowupResult:
     """First finite-time blow-up of the covariance, with a certificate.
 
@@ -258,8 +208,6 @@ def blowup_analysis(
     time_limit
         Wall-clock limit in seconds (``None``: none); running out gives
         ``Status.BUDGET_EXHAUSTED`` with the certified ``[0, lower]``.
-    horizon
-        Deprecated alias of ``T`` (``DeprecationWarning``).
 
     Returns
     -------
@@ -271,11 +219,23 @@ def blowup_analysis(
     InvalidParametersError, InvalidGaussianError
         On malformed input.
 
+    Examples
+    --------
+    Scalar ``dσ/dt = 2aσ + 2cσ²`` with ``a = 1``, ``c = vB = 0.5``, ``σ0 = 0.3``: a certified
+    blow-up at ``T* = ln(1 + a/(cσ0))/(2a)``.
+
+    >>> import math
+    >>> from gtcontrol import Gaussian, Layer, blowup_analysis
+    >>> res = blowup_analysis(Layer(A=[[1.0]], B=[[0.5]], V=1.0), Gaussian([0.0], [[0.3]]))
+    >>> res.status, res.certified, abs(res.blowup_time - math.log(1 + 1 / 0.15) / 2) < 1e-12
+    (<Status.BLOWUP: 'blowup'>, True, True)
+    >>> res.lower <= res.blowup_time <= res.upper
+    True
+
     References
     ----------
     Alcalde, Ji, Zuazua, arXiv:2606.07600 (2026), §3–§4.
     """
-    T = deprecated_keyword("blowup_analysis", "horizon", "T", horizon, T)
     opts = _BlowupOptions(T=T, rtol=rtol, max_steps=max_steps)
     if not isinstance(layer, Layer):
         raise InvalidParametersError(f"layer: expected a Layer, got {type(layer).__name__}")
@@ -315,18 +275,19 @@ def blowup_time(
     rtol: float = DEFAULT_RTOL,
     max_steps: int = DEFAULT_MAX_STEPS,
     time_limit: float | None = None,
-    horizon: float | None = None,
 ) -> float:
-    """First blow-up time of Σ(t), ``math.inf`` if none (see :func:`blowup_analysis`).
+    """First blow-up time of Σ(t), ``math.inf`` if none (the number of :func:`blowup_analysis`).
 
     Exact to ``rtol`` (1e-12 relative by default) in the Riccati class, from the adaptive
-    integrator otherwise. ``inf`` means: no blow-up found — proved for every depth, or none up
-    to ``T``, or the search ran out of ``time_limit``/``max_steps`` or could not certify a step.
-    This function never raises for those cases; :func:`blowup_analysis` gives the status.
+    integrator otherwise. The float answers only what was decided: ``inf`` means no blow-up
+    (proved for every depth, or none up to ``T``); a search that could not decide (the
+    ``time_limit`` or ``max_steps`` ran out, or a step could not be certified) raises
+    :class:`~gtcontrol.SolverError` with that status. :func:`blowup_analysis` returns the same
+    search as a result with its status and partial bracket, never raising.
 
     Parameters
     ----------
-    layer, initial, T, rtol, max_steps, time_limit, horizon
+    layer, initial, T, rtol, max_steps, time_limit
         As in :func:`blowup_analysis`.
 
     Returns
@@ -338,6 +299,9 @@ def blowup_time(
     ------
     InvalidParametersError, InvalidGaussianError
         On malformed input.
+    SolverError
+        When the search ended ``Status.BUDGET_EXHAUSTED`` or ``Status.FAILED`` (its ``status``,
+        ``stats`` and message are those of :func:`blowup_analysis`).
 
     Examples
     --------
@@ -346,16 +310,23 @@ def blowup_time(
 
     >>> import math
     >>> from gtcontrol import Gaussian, Layer, blowup_time
-    >>> t = blowup_time(Layer(A=[[1.0]], B=[[0.5]], v=1.0), Gaussian([0.0], [[0.3]]))
+    >>> t = blowup_time(Layer(A=[[1.0]], B=[[0.5]], V=1.0), Gaussian([0.0], [[0.3]]))
     >>> abs(t - math.log(1 + 1 / 0.15) / 2) < 1e-12
     True
-    >>> blowup_time(Layer(A=[[1.0]], B=[[0.5]], v=-1.0), Gaussian([0.0], [[0.3]]))
+    >>> blowup_time(Layer(A=[[1.0]], B=[[0.5]], V=-1.0), Gaussian([0.0], [[0.3]]))
     inf
     """
-    T = deprecated_keyword("blowup_time", "horizon", "T", horizon, T)
-    return blowup_analysis(
+    res = blowup_analysis(
         layer, initial, T=T, rtol=rtol, max_steps=max_steps, time_limit=time_limit
-    ).blowup_time
+    )
+    if res.status in (Status.BUDGET_EXHAUSTED, Status.FAILED):
+        raise SolverError(
+            f"blowup_time: undecided ({res.status.value}): {res.message}; blowup_analysis "
+            "returns the partial result",
+            status=res.status,
+            stats=res.stats,
+        )
+    return res.blowup_time
 
 
 def _integrator_blowup(layer: Layer, g0: Gaussian, hz: float, budget: Budget) -> BlowupResult:

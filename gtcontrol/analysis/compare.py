@@ -89,7 +89,7 @@ class _CompareOptions:
     method: str | None = None
     steps_per_layer: int | None = None
     rtol: float | None = None
-    snapshots: int = 4
+    n_snapshots: int = 4
     slope_tol: float = 0.25
     max_work: int = DEFAULT_MAX_WORK
     time_limit: float | None = None
@@ -113,7 +113,7 @@ class _CompareOptions:
         object.__setattr__(self, "method", as_choice("method", method, _METHODS))
         if self.rtol is not None and method != "adaptive":
             raise InvalidParametersError(f"rtol: only used by method 'adaptive', got {method!r}")
-        as_positive_int("snapshots", self.snapshots, maximum=10**4)
+        as_positive_int("n_snapshots", self.n_snapshots, maximum=10**4)
         tol = as_positive_float("slope_tol", self.slope_tol)
         if tol > 2.0:
             raise InvalidParametersError(f"slope_tol: expected at most 2, got {self.slope_tol!r}")
@@ -233,7 +233,7 @@ class TokenComparison(ResultFields, Outcome):
 
 
 def compare_tokens(
-    model: Layer | Schedule | Control,
+    control: Layer | Schedule | Control,
     initial: Gaussian,
     T: float | None = None,
     *,
@@ -243,7 +243,7 @@ def compare_tokens(
     method: str | None = None,
     steps_per_layer: int | None = None,
     rtol: float | None = None,
-    snapshots: int = 4,
+    n_snapshots: int = 4,
     slope_tol: float = 0.25,
     max_work: int = DEFAULT_MAX_WORK,
     time_limit: float | None = None,
@@ -261,7 +261,7 @@ def compare_tokens(
 
     Parameters
     ----------
-    model
+    control
         A :class:`~gtcontrol.Layer`, :class:`~gtcontrol.Schedule` or any control.
     initial
         ``N(m0, Σ0)``.
@@ -284,7 +284,7 @@ def compare_tokens(
         ``clip(0.05 ρ / sqrt(N_max), 1e-9, 1e-3)`` with ``ρ ≤ 1`` the smallest ratio of the
         cloud's spread to its size along the path (the DOP853 error estimate is conservative by
         about 5; the integration check measures the real error).
-    snapshots
+    n_snapshots
         Recorded depths of the example run (≥ 2).
     slope_tol
         Accepted distance of the fitted Bures–Wasserstein slope from −1/2 (default 0.25: with
@@ -311,14 +311,14 @@ def compare_tokens(
     --------
     >>> import numpy as np
     >>> from gtcontrol import Gaussian, Layer, compare_tokens
-    >>> layer = Layer(A=-0.5 * np.eye(2), B=0.5 * np.eye(2), v=-0.5)
+    >>> layer = Layer(A=-0.5 * np.eye(2), B=0.5 * np.eye(2), V=-0.5)
     >>> cmp = compare_tokens(layer, Gaussian(np.zeros(2), np.eye(2)), T=0.5,
     ...                      n_tokens=(64, 256), repeats=2)
     >>> cmp.status, sorted(cmp.slopes), cmp.integration_error < 1e-6
     (<Status.SUCCESS: 'success'>, ['bures_wasserstein', 'cov_error', 'mean_error'], True)
     """
     opts = _CompareOptions(**option_values(_CompareOptions, locals()))
-    ctrl = as_control(model, T)
+    ctrl = as_control(control, T)
     budget = Budget(opts.time_limit)
     clock = time.perf_counter()
     _work_needed(ctrl, None, opts)  # absurd sizes are refused before anything is computed
@@ -327,7 +327,7 @@ def compare_tokens(
     predicted, reference = reference_flow(ctrl, initial, left)
     if predicted.status is Status.BLOWUP:
         raise InvalidParametersError(
-            f"model: the moments blow up at t = {predicted.blowup_time:.6g} < T = {ctrl.T:g}; "
+            f"control: the moments blow up at t = {predicted.blowup_time:.6g} < T = {ctrl.T:g}; "
             "choose a shorter horizon to compare with tokens"
         )
     plan = _plan(ctrl, predicted, opts)
@@ -447,7 +447,7 @@ class _Runner:
     def all(self, predicted: Trajectory) -> None:
         """Every run, smallest N first; the integration check right after the first."""
         ns = self.opts.n_tokens
-        snap_t = np.linspace(0.0, self.ctrl.T, max(self.opts.snapshots, 2))
+        snap_t = np.linspace(0.0, self.ctrl.T, max(self.opts.n_snapshots, 2))
         rng = np.random.default_rng(self.opts.seed)
         try:
             if predicted.status is not Status.SUCCESS:

@@ -42,13 +42,12 @@ from ._deflated_search import as_start_sequence, deflated_search
 from ._homotopy import HOMOTOPY_MAX_DIM, homotopy_roots
 from .bernoulli import solve_bernoulli
 from .newton import (
-    DEFAULT_WORK_CAP,
+    DEFAULT_MAX_WORK,
     _Jacobian,
     _jacobian_parts,
     _kron_sym,
     _NewtonOptions,
     _rel_residual,
-    newton_options,
 )
 from .riccati import RiccatiForm, _bernoulli_form
 
@@ -107,11 +106,6 @@ class Equilibrium(Displayable):
     def dim(self) -> int:
         return int(self.cov.shape[0])
 
-    @property
-    def mean_limit_exists(self) -> bool:
-        """True when K is Hurwitz (the mean then converges to ``−K⁻¹ b``)."""
-        return bool(np.max(np.linalg.eigvals(self.mean_matrix).real) < 0)
-
     def _summary_items(self) -> SummaryItems:
         return [
             ("dim", self.dim),
@@ -157,6 +151,12 @@ def mean_matrix(layer: Layer, cov: Any) -> FloatArray:
     ------
     InvalidParametersError
         If ``cov`` is not a finite ``d×d`` array.
+
+    Examples
+    --------
+    >>> from gtcontrol import Layer, mean_matrix
+    >>> mean_matrix(Layer(A=[[1.0]], B=[[2.0]], V=-1.0), [[0.5]])  # K = A + V(I + ΣB)
+    array([[-1.]])
     """
     d = layer.dim
     return _mean_matrix(layer, sym(as_float_array("cov", cov, ndim=2, shape=(d, d))))
@@ -185,7 +185,8 @@ def _spectrum(
         except ArpackNoConvergence as exc:
             if exc.eigenvalues.size == 0:
                 raise SolverError(
-                    "ARPACK did not converge on the linearization spectrum", status="arpack"
+                    "ARPACK did not converge on the linearization spectrum",
+                    stats={"cause": "arpack"},
                 ) from None
             spec = exc.eigenvalues
     spec = np.asarray(spec, dtype=complex)
@@ -335,10 +336,9 @@ def equilibria(
     kron_max_dim: int = 16,
     deflation_power: float = 2.0,
     deflation_shift: float = 1.0,
-    work_cap: float = DEFAULT_WORK_CAP,
+    max_work: float = DEFAULT_MAX_WORK,
     time_limit: float | None = None,
     start_time_limit: float | None = None,
-    options: Any = None,
 ) -> EquilibriaResult:
     """Positive-definite equilibria of the covariance dynamics ``F(Σ) = 0``.
 
@@ -388,7 +388,7 @@ def equilibria(
         Newton: dense Kronecker steps up to this d, preconditioned GMRES beyond.
     deflation_power, deflation_shift
         Newton: deflation ``m(Σ) = Π_i ((‖Σ − Σ_i‖/s0)^{−p} + shift)`` of the roots found.
-    work_cap
+    max_work
         Newton: cap on the floating-point work of the whole search (flops of the Jacobian
         applications, Schur forms and flow starts; default ``2e11``, about 10–40 s on one
         core at any d). Reaching it returns the equilibria found so far with
@@ -405,8 +405,6 @@ def equilibria(
         skipped), each Newton run ``max_iter`` iterations and the whole search 1,500 Newton
         iterations, after which the equilibria found so far are returned with
         ``Status.BUDGET_EXHAUSTED``.
-    options
-        Deprecated (``DeprecationWarning``): a ``NewtonOptions``; use the keywords above.
 
     Returns
     -------
@@ -424,7 +422,7 @@ def equilibria(
     stable because ``DF(σ*) = −2a < 0``.
 
     >>> from gtcontrol import Layer, equilibria
-    >>> res = equilibria(Layer(A=[[1.0]], B=[[2.0]], v=-1.0))
+    >>> res = equilibria(Layer(A=[[1.0]], B=[[2.0]], V=-1.0))
     >>> res.status, len(res), res.proved
     (<Status.SUCCESS: 'success'>, 1, True)
     >>> round(float(res[0].cov[0, 0]), 12), res[0].stable
@@ -443,7 +441,7 @@ def equilibria(
             f"method: expected 'auto', 'lyapunov', 'care', 'homotopy' or 'newton', got {method!r}"
         )
     # Every argument is validated, whichever method runs (issue 21).
-    opts = newton_options("equilibria", options, **option_values(_NewtonOptions, locals()))
+    opts = _NewtonOptions(**option_values(_NewtonOptions, locals()))
     budget = Budget(as_time_limit(time_limit))
     per_start = as_time_limit(start_time_limit, "start_time_limit")
     if cross_check is not None and not isinstance(cross_check, (bool, np.bool_)):
@@ -623,7 +621,7 @@ def _newton_equilibria(
         "start_log": out.log,
         "newton_iterations": out.newton_iterations,
         "work_flops": out.work_flops,
-        "work_cap": out.work_cap,
+        "max_work": out.max_work,
         "seconds": time.perf_counter() - clock,
     }
     tried = f"{len(out.log)} starts ({kinds}; outcomes {out.outcomes})"

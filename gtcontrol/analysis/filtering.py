@@ -43,12 +43,13 @@ import numpy as np
 from scipy.integrate import solve_ivp
 
 from .._display import Axes, SummaryItems
+from .._docstring import fill, integrator_budget_doc
 from .._linalg import SYM_RTOL, FloatArray, psd_sqrt, sym, unvech, vech, vech_index
-from .._status import Budget, BudgetExhausted, Outcome, ResultFields, Status
+from .._status import DEFAULT_MAX_EVALS, Budget, BudgetExhausted, Outcome, ResultFields, Status
 from .._validation import (
     as_float_array,
+    as_max_evals,
     as_positive_float,
-    as_positive_int,
     as_time_limit,
     frozen,
 )
@@ -58,7 +59,7 @@ from ..model.moments import Trajectory
 from ..model.params import Layer
 from ._core import ComplexArray, remaining_limit, simulate_within
 from .equilibria import equilibria
-from .riccati import riccati_form
+from .riccati import CovarianceFlow, riccati_form
 
 __all__ = [
     "FilterComparison",
@@ -188,7 +189,7 @@ def to_kalman(layer: Layer, *, rtol: float = 1e-10) -> KalmanData:
     --------
     >>> import numpy as np
     >>> from gtcontrol import Layer, to_kalman
-    >>> data = to_kalman(Layer(A=-np.eye(2), B=np.eye(2), v=-0.5))  # R = −v(B + Bᵀ) = I
+    >>> data = to_kalman(Layer(A=-np.eye(2), B=np.eye(2), V=-0.5))  # R = −v(B + Bᵀ) = I
     >>> np.allclose(data.H.T @ np.linalg.solve(data.R, data.H), np.eye(2))
     True
     """
@@ -250,7 +251,7 @@ def from_kalman(F: Any, H: Any, R: Any, Q: Any = None) -> Layer:
     """
     data = F if isinstance(F, KalmanData) else KalmanData(F, H, R, Q)
     g = psd_sqrt(data.Q) if np.any(data.Q) else None
-    return Layer(data.F, B=0.5 * data.information, v=-1.0, noise=g)
+    return Layer(data.F, B=0.5 * data.information, V=-1.0, noise=g)
 
 
 @dataclass(frozen=True, eq=False)
@@ -363,6 +364,17 @@ def kalman_steady_state(data: KalmanData | Layer, *, method: str = "care") -> St
     ------
     InvalidParametersError
         For an unknown method or a layer without a filter counterpart.
+
+    Examples
+    --------
+    Scalar filter ``F = A = −1``, ``HᵀR_n⁻¹H = R = −v(B + Bᵀ) = 1`` and ``Q = GGᵀ = 1``: the
+    ARE ``−2P + 1 − P² = 0`` has the stabilizing root ``P = √2 − 1``.
+
+    >>> import math
+    >>> from gtcontrol import Layer, kalman_steady_state
+    >>> ss = kalman_steady_state(Layer(A=[[-1.0]], B=[[1.0]], V=-0.5, noise=[[1.0]]))
+    >>> ss.status, abs(float(ss.cov[0, 0]) - (math.sqrt(2) - 1)) < 1e-12
+    (<Status.SUCCESS: 'success'>, True)
     """
     import control
 
@@ -416,6 +428,7 @@ def kalman_steady_state(data: KalmanData | Layer, *, method: str = "care") -> St
     )
 
 
+@fill(budget=integrator_budget_doc("right-hand-side"))
 def kalman_covariance(
     data: KalmanData,
     P0: Any,
@@ -423,9 +436,9 @@ def kalman_covariance(
     *,
     rtol: float = 1e-12,
     atol: float = 1e-15,
-    max_evals: int = 1_000_000,
+    max_evals: int = DEFAULT_MAX_EVALS,
     time_limit: float | None = None,
-) -> FloatArray:
+) -> CovarianceFlow:
     """Integrate the Kalman–Bucy Riccati ODE ``dP/dt = FP + PFᵀ + Q − PHᵀR_n⁻¹HP``.
 
     In filter variables (independently of the Transformer's moment field), with
@@ -441,25 +454,34 @@ def kalman_covariance(
         Increasing depths ``≥ 0``; the first may be 0.
     rtol, atol
         Integrator tolerances (``atol`` scaled by ``max(‖P0‖_max, 1)``).
-    max_evals
-        Cap on right-hand-side evaluations.
-    time_limit
-        Wall-clock limit in seconds (``None``: none).
+    %(budget)s
 
     Returns
     -------
-    ndarray
-        ``(n, d, d)`` covariances at ``times``.
+    CovarianceFlow
+        ``P(t)`` at ``times`` (``.cov``): ``Status.SUCCESS``; ``Status.BUDGET_EXHAUSTED`` when
+        ``max_evals`` or ``time_limit`` ran out and ``Status.FAILED`` when the integrator
+        failed, with NaN at the depths not reached. ``H ᵀR_n⁻¹H ⪰ 0`` keeps P bounded, so
+        there is no blow-up.
 
     Raises
     ------
     InvalidParametersError, InvalidGaussianError
         On malformed input.
-    SolverError
-        If the integration fails, or with ``status=Status.BUDGET_EXHAUSTED`` when ``max_evals``
-        or ``time_limit`` runs out (an array has no status; :func:`compare_filter` turns this
-        into a result).
+
+    Examples
+    --------
+    Scalar filter ``dP/dt = 2fP + q − hP²`` with ``f = −1``, ``q = 1``, ``h = 1``: P tends to
+    the positive root of ``−2P + 1 − P² = 0``, ``P∞ = √2 − 1``.
+
+    >>> import math
+    >>> from gtcontrol import KalmanData, kalman_covariance
+    >>> data = KalmanData(F=[[-1.0]], H=[[1.0]], R=[[1.0]], Q=[[1.0]])
+    >>> flow = kalman_covariance(data, [[1.0]], [0.0, 20.0])
+    >>> flow.status, abs(float(flow.cov[-1, 0, 0]) - (math.sqrt(2) - 1)) < 1e-9
+    (<Status.SUCCESS: 'success'>, True)
     """
+    clock = time.perf_counter()
     if not isinstance(data, KalmanData):
         raise InvalidParametersError(f"data: expected KalmanData, got {type(data).__name__}")
     d = data.dim
@@ -468,7 +490,7 @@ def kalman_covariance(
     t = as_float_array("times", np.atleast_1d(np.asarray(times, dtype=float)), ndim=1)
     if t.size == 0 or t[0] < 0 or np.any(np.diff(t) <= 0):
         raise InvalidParametersError("times: expected increasing depths ≥ 0")
-    budget = Budget(as_time_limit(time_limit), max_evals=as_positive_int("max_evals", max_evals))
+    budget = Budget(as_time_limit(time_limit), max_evals=as_max_evals(max_evals))
     f, q, info = data.F, data.Q, data.information
     iu, _ = vech_index(d)
 
@@ -480,11 +502,23 @@ def kalman_covariance(
 
     y0 = vech(sym(p0))
     scale = max(float(np.max(np.abs(y0))), 1.0)
-    out = np.empty((t.size, d, d))
+    out = np.full((t.size, d, d), np.nan)
     start = 0
     if t[0] == 0.0:
         out[0] = sym(p0)
         start = 1
+
+    def result(status: Status, message: str) -> CovarianceFlow:
+        stats = {
+            "method": "DOP853",
+            "computed": int(np.sum(np.isfinite(out[:, 0, 0]))),
+            "evaluations": budget.count,
+            "seconds": time.perf_counter() - clock,
+        }
+        return CovarianceFlow(
+            t=frozen(t), cov=frozen(out), status=status, message=message, stats=stats
+        )
+
     if start < t.size:
         try:
             sol = solve_ivp(
@@ -497,18 +531,12 @@ def kalman_covariance(
                 atol=atol * scale,
             )
         except BudgetExhausted as exc:
-            raise SolverError(
-                f"Kalman–Bucy integration stopped: {exc.reason}",
-                status=Status.BUDGET_EXHAUSTED,
-                stats={"evaluations": budget.count},
-            ) from None
-        if sol.status != 0 or sol.y.shape[1] != t.size - start:
-            raise SolverError(
-                f"Kalman–Bucy integration failed: {sol.message}", status="integrator_error"
-            )
+            return result(Status.BUDGET_EXHAUSTED, f"Kalman–Bucy integration stopped: {exc.reason}")
         for i in range(sol.y.shape[1]):
             out[start + i] = unvech(sol.y[:, i], d)
-    return out
+        if sol.status != 0 or sol.y.shape[1] != t.size - start:
+            return result(Status.FAILED, f"Kalman–Bucy integration failed: {sol.message}")
+    return result(Status.SUCCESS, f"P(t) at {t.size} depths")
 
 
 @dataclass(frozen=True, eq=False)
@@ -617,8 +645,11 @@ def compare_filter(
     eq_cov: FloatArray | None = None
     try:
         if traj.status is Status.SUCCESS:
-            p = kalman_covariance(kd, initial.cov, traj.t, time_limit=remaining_limit(budget))
-            status, message = Status.SUCCESS, "filter and Transformer integrated to depth T"
+            flow = kalman_covariance(kd, initial.cov, traj.t, time_limit=remaining_limit(budget))
+            p = np.asarray(flow.cov)
+            status, message = flow.status, flow.message
+            if flow.success:
+                message = "filter and Transformer integrated to depth T"
         eqs = equilibria(layer, time_limit=remaining_limit(budget))
         stable = [e for e in eqs if e.stable]
         eq_cov = np.asarray(stable[0].cov) if stable else None
@@ -626,9 +657,7 @@ def compare_filter(
     except BudgetExhausted as exc:
         status, message = Status.BUDGET_EXHAUSTED, exc.reason
     except SolverError as exc:
-        exhausted = exc.status == Status.BUDGET_EXHAUSTED
-        status = Status.BUDGET_EXHAUSTED if exhausted else Status.FAILED
-        message = str(exc)
+        status, message = Status.FAILED, str(exc)
     denom = float(np.max(np.linalg.norm(traj.cov, axis=(1, 2))))
     diff = float(np.max(np.linalg.norm(p - traj.cov, axis=(1, 2)))) / denom
     sdiff = (

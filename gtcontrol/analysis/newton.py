@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,14 +45,13 @@ from ..model.moments import affine_velocity, moment_field
 from ..model.params import Layer
 
 __all__ = [
-    "NewtonOptions",
     "NewtonResult",
     "covariance_jacobian",
     "newton_equilibrium",
 ]
 
 #: Default work cap of a search (flops): about 10–40 s on a laptop core, whatever d is.
-DEFAULT_WORK_CAP = 2e11
+DEFAULT_MAX_WORK = 2e11
 
 #: GMRES per Newton step: inner iterations per restart and restarts (≤ 180 Jacobian
 #: applications); an unconverged solve is an inexact Newton direction the line search checks.
@@ -129,7 +128,7 @@ class _Jacobian:
     """``H ↦ DF(Σ)[H]`` at a fixed Σ, dense or with factored heads, and its cost in flops.
 
     With factored heads ``V_h H B_h Σ = W_O,h (s W_V,h H W_K,hᵀ)(W_Q,h Σ)``: every head at once
-    in ``O(d² H d_head)`` (DESIGN.md §2 "Factored heads"), never a ``d×d`` head.
+    in ``O(d² H d_head)`` (docs/theory.md §2 "Factored heads"), never a ``d×d`` head.
     """
 
     def __init__(self, layer: Layer, cov: FloatArray) -> None:
@@ -191,7 +190,7 @@ class WorkMeter:
     #: Assumed speed (flop/s) until 0.05 s of work has been measured.
     SPEED = 1e9
 
-    def __init__(self, cap: float = DEFAULT_WORK_CAP, budget: Budget | None = None) -> None:
+    def __init__(self, cap: float = DEFAULT_MAX_WORK, budget: Budget | None = None) -> None:
         self.cap = cap
         self.used = 0.0
         self.budget = budget
@@ -207,7 +206,7 @@ class WorkMeter:
         self.used += n * (flops + self.OVERHEAD)
         if self.used > self.cap:
             raise BudgetExhausted(
-                f"the work cap of {self.cap:.3g} flops was reached (raise work_cap= to search on)"
+                f"the work cap of {self.cap:.3g} flops was reached (raise max_work= to search on)"
             )
         if self.budget is None:
             return
@@ -267,6 +266,15 @@ def covariance_jacobian(layer: Layer, cov: Any) -> FloatArray:
     ------
     InvalidParametersError
         If ``cov`` is not a finite ``d×d`` array.
+
+    Examples
+    --------
+    Scalar ``F(σ) = 2aσ + 2cσ²`` with ``a = 1``, ``c = vB = −2``: ``DF(σ) = 2a + 4cσ = −2`` at
+    the equilibrium ``σ* = 0.5``.
+
+    >>> from gtcontrol import Layer, covariance_jacobian
+    >>> covariance_jacobian(Layer(A=[[1.0]], B=[[2.0]], V=-1.0), [[0.5]])
+    array([[-2.]])
     """
     c = sym(as_float_array("cov", cov, ndim=2, shape=(layer.dim, layer.dim)))
     return _kron_sym(*_jacobian_parts(layer, c))
@@ -310,7 +318,7 @@ class _NewtonOptions:
         (d = 40: 85 ms vs 1.3 s per solve), hence the default 16.
     deflation_power, deflation_shift
         Deflation ``m(Σ) = Π_i (‖Σ − Σ_i‖^{−p}/s0^{−p} + shift)`` of the roots already found.
-    work_cap
+    max_work
         Cap on the floating-point work of a search (:class:`WorkMeter`).
     """
 
@@ -321,7 +329,7 @@ class _NewtonOptions:
     kron_max_dim: int = 16
     deflation_power: float = 2.0
     deflation_shift: float = 1.0
-    work_cap: float = DEFAULT_WORK_CAP
+    max_work: float = DEFAULT_MAX_WORK
 
     def __post_init__(self) -> None:
         if not 0 < as_positive_float("tol", self.tol) < 1:
@@ -340,47 +348,7 @@ class _NewtonOptions:
         as_positive_int("kron_max_dim", self.kron_max_dim)
         as_positive_float("deflation_power", self.deflation_power)
         as_positive_float("deflation_shift", self.deflation_shift)
-        as_positive_float("work_cap", self.work_cap)
-
-
-class NewtonOptions(_NewtonOptions):
-    """Deprecated (removed in 0.3): pass the same keywords to :func:`gtcontrol.equilibria` or
-    :func:`newton_equilibrium` (``tol``, ``max_iter``, ``n_random``, ``seed``, ``kron_max_dim``,
-    ``deflation_power``, ``deflation_shift``)."""
-
-    def __post_init__(self) -> None:
-        warnings.warn(
-            "NewtonOptions is deprecated and will be removed in 0.3; pass tol=, max_iter=, "
-            "n_random=, seed=, kron_max_dim=, deflation_power=, deflation_shift= directly",
-            DeprecationWarning,
-            stacklevel=3,
-        )
-        super().__post_init__()
-
-
-def newton_options(func: str, options: Any, **kw: Any) -> _NewtonOptions:
-    """Validate the Newton keywords; map the deprecated ``options=`` onto them (with a warning).
-
-    The fields of a given ``options`` (a :class:`NewtonOptions` or a mapping) take precedence.
-    """
-    if options is None:
-        return _NewtonOptions(**kw)
-    warnings.warn(
-        f"{func}(options=...) is deprecated and will be removed in 0.3; pass tol=, max_iter=, "
-        "n_random=, seed=, kron_max_dim=, deflation_power=, deflation_shift= directly",
-        DeprecationWarning,
-        stacklevel=3,
-    )
-    if isinstance(options, _NewtonOptions):
-        return options
-    if isinstance(options, Mapping):
-        try:
-            return _NewtonOptions(**{**kw, **options})
-        except TypeError as exc:
-            raise InvalidParametersError(f"options: {exc}") from None
-    raise InvalidParametersError(
-        f"options: expected NewtonOptions or a mapping, got {type(options).__name__}"
-    )
+        as_positive_float("max_work", self.max_work)
 
 
 @dataclass(frozen=True, eq=False)
@@ -497,9 +465,9 @@ def _newton_step(
                 warnings.simplefilter("ignore", sla.LinAlgWarning)
                 x = sla.solve(lmat, rhs, check_finite=False)
         except (np.linalg.LinAlgError, ValueError):
-            raise SolverError("Newton: DF(Σ) is singular", status="singular") from None
+            raise SolverError("Newton: DF(Σ) is singular", stats={"cause": "singular"}) from None
         if not np.all(np.isfinite(x)):
-            raise SolverError("Newton: DF(Σ) is singular", status="singular")
+            raise SolverError("Newton: DF(Σ) is singular", stats={"cause": "singular"})
         return unvech(x, d), 0, "kronecker"
     jac = _Jacobian(layer, cov)
     # Lyapunov preconditioner with N = M + Σ_h v̄_h Σ B_hᵀ, v̄_h = tr V_h / d: DF(Σ)[H] equals
@@ -534,12 +502,12 @@ def _newton_step(
         callback_type="pr_norm",
     )
     if info < 0 or not np.all(np.isfinite(y)):
-        raise SolverError(f"Newton: GMRES failed (info {info})", status="singular")
+        raise SolverError(f"Newton: GMRES failed (info {info})", stats={"cause": "singular"})
     if not pre.ok:
         raise SolverError(
             "Newton: the Lyapunov preconditioner is singular (N has eigenvalues with "
             "λ_i + λ_j = 0)",
-            status="singular",
+            stats={"cause": "singular"},
         )
     return pre(unvech(y, d)), count[0], "gmres"
 
@@ -555,7 +523,6 @@ def newton_equilibrium(
     deflation_power: float = 2.0,
     deflation_shift: float = 1.0,
     time_limit: float | None = None,
-    options: Any = None,
 ) -> NewtonResult:
     """Newton–Kantorovich for ``F(Σ) = 0`` from ``start``, optionally deflating known roots.
 
@@ -587,8 +554,6 @@ def newton_equilibrium(
     time_limit
         Wall-clock limit in seconds (``None``: none); running out returns the best iterate
         with ``Status.BUDGET_EXHAUSTED``.
-    options
-        Deprecated (``DeprecationWarning``): a ``NewtonOptions``; use the keywords above.
 
     Returns
     -------
@@ -599,8 +564,17 @@ def newton_equilibrium(
     ------
     InvalidParametersError
         On malformed input.
+
+    Examples
+    --------
+    From ``σ = 0.3`` to the equilibrium ``σ* = −a/(vB) = 0.5`` of ``a = 1``, ``vB = −2``:
+
+    >>> from gtcontrol import Layer, newton_equilibrium
+    >>> res = newton_equilibrium(Layer(A=[[1.0]], B=[[2.0]], V=-1.0), [[0.3]])
+    >>> res.status, round(float(res.cov[0, 0]), 12)
+    (<Status.SUCCESS: 'success'>, 0.5)
     """
-    opts = newton_options("newton_equilibrium", options, **option_values(_NewtonOptions, locals()))
+    opts = _NewtonOptions(**option_values(_NewtonOptions, locals()))
     budget = Budget(as_time_limit(time_limit))
     d = layer.dim
     cov = sym(as_float_array("start", start, ndim=2, shape=(d, d)))
@@ -716,7 +690,7 @@ def newton_run(
     ``None``); running past it ends the run like the time limit.
     """
     clock = time.perf_counter()
-    work = work if work is not None else WorkMeter(opts.work_cap)
+    work = work if work is not None else WorkMeter(opts.max_work)
     try:  # the first residual costs two field evaluations (seconds at d = 1024)
         budget.check()
         work.charge(2.0 * field_flops(layer))

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 import time
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -32,7 +31,7 @@ from ..errors import InvalidParametersError, SolverError
 from ..model.gaussian import Gaussian, check_gaussian
 from ..model.moments import Trajectory
 from ..model.params import Layer
-from ._core import deprecated_keyword, is_pd, remaining_limit, simulate_within
+from ._core import is_pd, remaining_limit, simulate_within
 from ._regime_rules import Verdict, blowup_verdict, hurwitz, riccati_verdict
 from .blowup import BlowupResult, blowup_analysis, default_horizon
 from .equilibria import (
@@ -43,12 +42,12 @@ from .equilibria import (
     riccati_form_of,
     search_equilibria,
 )
-from .newton import _field, _NewtonOptions, _residual_scale, newton_options, newton_run
+from .newton import _field, _NewtonOptions, _residual_scale, newton_run
 
-__all__ = ["KINDS", "Regime", "analyze", "mean_dynamics_ss"]
+__all__ = ["REGIME_KINDS", "Regime", "analyze", "mean_dynamics_ss"]
 
 #: The regime kinds (``Regime.kind``; not a :class:`~gtcontrol.Status`).
-KINDS = ("converges", "collapses", "blowup", "unbounded", "bounded")
+REGIME_KINDS = ("converges", "collapses", "blowup", "unbounded", "bounded")
 
 
 @dataclass(frozen=True, eq=False)
@@ -71,8 +70,7 @@ class Regime(OutcomeOrBlowup):
     mean_limit
         ``m* = −K⁻¹ b`` when Σ∞ is known and ``K = A + Σ_h V_h(I + Σ∞ B_h)`` is Hurwitz.
     message
-        The condition or certificate that decided, with its numbers (``reason`` is its
-        deprecated name).
+        The condition or certificate that decided, with its numbers.
     certificate
         ``"exact"`` (closed form or proved bound), ``"global"`` (global convergence theorem),
         ``"linearization"`` (spectrum at an equilibrium plus the integrated trajectory),
@@ -107,12 +105,6 @@ class Regime(OutcomeOrBlowup):
     status: Status = Status.SUCCESS
     stats: Mapping[str, Any] = field(default_factory=dict)
 
-    @property
-    def reason(self) -> str:
-        """Deprecated alias of :attr:`message` (removed in 0.3)."""
-        warnings.warn("Regime.reason is deprecated; use message", DeprecationWarning, stacklevel=2)
-        return self.message
-
     def _summary_items(self) -> SummaryItems:
         return [
             ("kind", self.kind),
@@ -141,8 +133,6 @@ def analyze(
     *,
     T: float | None = None,
     time_limit: float | None = None,
-    horizon: float | None = None,
-    options: Any = None,
 ) -> Regime:
     """Classify the long-run behaviour of ``N(m0, Σ0)`` under a fixed layer, and say why.
 
@@ -185,11 +175,6 @@ def analyze(
     time_limit
         Wall-clock limit in seconds (``None``: none); running out gives an undecided regime
         with ``Status.BUDGET_EXHAUSTED``.
-    horizon
-        Deprecated alias of ``T`` (``DeprecationWarning``).
-    options
-        Deprecated (``DeprecationWarning``): a ``NewtonOptions`` for the general equilibrium
-        search; call :func:`gtcontrol.equilibria` with keywords for a tuned search.
 
     Returns
     -------
@@ -207,7 +192,7 @@ def analyze(
     Opposite signs of V and B with −A Hurwitz: global convergence to ``σ* = 0.5``.
 
     >>> from gtcontrol import Gaussian, Layer, analyze
-    >>> reg = analyze(Layer(A=[[1.0]], B=[[2.0]], v=-1.0), Gaussian([0.0], [[0.2]]))
+    >>> reg = analyze(Layer(A=[[1.0]], B=[[2.0]], V=-1.0), Gaussian([0.0], [[0.2]]))
     >>> reg.kind, reg.status, reg.certificate
     ('converges', <Status.SUCCESS: 'success'>, 'global')
     >>> round(float(reg.limit_cov[0, 0]), 12)
@@ -217,8 +202,7 @@ def analyze(
     ----------
     Alcalde, Ji, Zuazua, arXiv:2606.07600 (2026), §3–§4.
     """
-    T = deprecated_keyword("analyze", "horizon", "T", horizon, T)
-    opts = newton_options("analyze", options)
+    opts = _NewtonOptions()
     if not isinstance(layer, Layer):
         raise InvalidParametersError(f"layer: expected a Layer, got {type(layer).__name__}")
     g0 = check_gaussian(initial, layer.dim)
@@ -582,6 +566,17 @@ def mean_dynamics_ss(layer: Layer, equilibrium: Equilibrium | Regime | Any) -> A
     ------
     InvalidParametersError
         If no covariance can be taken from ``equilibrium``.
+
+    Examples
+    --------
+    At ``σ* = 0.5`` of ``a = 1``, ``vB = −2`` the mean obeys ``dm/dt = K m + b`` with
+    ``K = A + V(1 + σ*B) = −1``:
+
+    >>> from gtcontrol import Layer, equilibria, mean_dynamics_ss
+    >>> layer = Layer(A=[[1.0]], B=[[2.0]], V=-1.0)
+    >>> sys = mean_dynamics_ss(layer, equilibria(layer)[0])
+    >>> sys.A
+    array([[-1.]])
     """
     import control
 

@@ -22,6 +22,7 @@ Reference: the paper cited in :mod:`gtcontrol`, §3–§4.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,16 +31,15 @@ import scipy.linalg as sla
 
 from .._display import Axes, Displayable, SummaryItems
 from .._linalg import FloatArray, identity_multiple, sym
-from .._status import Budget, Status
+from .._status import Budget, BudgetExhausted, OutcomeOrBlowup, ResultFields, Status, as_time_limit
 from .._validation import as_float_array, frozen
 from ..errors import InvalidGaussianError, InvalidParametersError, SolverError
 from ..model.gaussian import Gaussian, check_gaussian
-from ..model.moments import simulate
 from ..model.params import Layer
-from ._core import SIGN_RTOL, gramian, inv_spd
+from ._core import SIGN_RTOL, gramian, inv_spd, simulate_within
 from ._march import march_blowup
 
-__all__ = ["RiccatiForm", "riccati_flow", "riccati_form"]
+__all__ = ["CovarianceFlow", "RiccatiForm", "riccati_flow", "riccati_form"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -134,6 +134,16 @@ def riccati_form(layer: Layer) -> RiccatiForm | None:
     InvalidParametersError
         If the layer has a ReLU/GELU feed-forward (outside the moment model).
 
+    Examples
+    --------
+    >>> from gtcontrol import Layer, riccati_form
+    >>> form = riccati_form(Layer(B=[[1.0, 0.0], [0.0, 2.0]], V=-0.5))  # R = −v(B + Bᵀ)
+    >>> form.R
+    array([[1., 0.],
+           [0., 2.]])
+    >>> riccati_form(Layer(B=[[1.0, 0.0], [0.0, 2.0]], V=[[1.0, 0.0], [0.0, 2.0]])) is None
+    True
+
     References
     ----------
     Alcalde, Ji, Zuazua, arXiv:2606.07600 (2026), §4; docs/theory.md §3–5.
@@ -142,6 +152,15 @@ def riccati_form(layer: Layer) -> RiccatiForm | None:
         raise InvalidParametersError(f"layer: expected a Layer, got {type(layer).__name__}")
     a, _ = layer.affine_ffn()
     d = layer.dim
+    fh = layer.factored_heads
+    if (
+        fh is not None
+        and fh.head_dim < d
+        and all(np.any(o_h) and np.any(v_h) for o_h, v_h in zip(fh.o, fh.v, strict=True))
+    ):
+        # a factored head's V_h = W_O,h W_V,h has rank ≤ d_head < d, so it is v_h I only when
+        # zero (then a factor is zero, up to products that cancel exactly): not in the class
+        return None
     r = np.zeros((d, d))
     vs: list[float] = []
     for v_h, b_h in layer.heads:
@@ -182,9 +201,62 @@ def _check_times(times: Any) -> FloatArray:
     return t
 
 
+@dataclass(frozen=True, eq=False)
+class CovarianceFlow(ResultFields, OutcomeOrBlowup):
+    """Covariances at requested depths: the result of :func:`riccati_flow` and
+    :func:`gtcontrol.kalman_covariance`.
+
+    Attributes
+    ----------
+    t
+        The requested depths ``(n,)``, in the order given.
+    cov
+        ``(n, d, d)`` covariances at ``t``; NaN at a depth that was not computed (at or past
+        ``blowup_time``, or not reached when the budget ran out or the method failed).
+    blowup_time
+        ``T*`` when the covariance blows up at or before the last requested depth, else
+        ``math.inf``.
+    status
+        ``Status.SUCCESS`` (every depth computed), ``Status.BLOWUP`` (the depths before
+        ``blowup_time`` computed; a blow-up is an answer, so ``success`` is true),
+        ``Status.BUDGET_EXHAUSTED`` (``time_limit`` or a step cap ran out) or ``Status.FAILED``
+        (the method failed; ``message`` says how).
+    message
+        How the computation ended, with the numbers.
+    stats
+        ``method``, ``computed`` (how many depths hold a covariance) and ``seconds``.
+    """
+
+    t: FloatArray
+    cov: FloatArray
+    blowup_time: float = math.inf
+
+    def _summary_items(self) -> SummaryItems:
+        return [
+            ("dim", self.cov.shape[-1]),
+            ("n", self.t.size),
+            ("computed", int(np.sum(np.isfinite(self.cov[:, 0, 0])))),
+            ("blowup_time", self.blowup_time),
+        ]
+
+    def _draw(self, ax: Axes) -> None:
+        from ..model._figures import draw_covariance
+
+        keep = np.isfinite(self.cov[:, 0, 0])
+        order = np.argsort(self.t[keep], kind="stable")
+        draw_covariance(
+            ax, self.t[keep][order], self.cov[keep][order], blowup_time=self.blowup_time
+        )
+
+
 def riccati_flow(
-    layer: Layer, initial: Gaussian, times: Any, *, method: str = "radon"
-) -> FloatArray:
+    layer: Layer,
+    initial: Gaussian,
+    times: Any,
+    *,
+    method: str = "radon",
+    time_limit: float | None = None,
+) -> CovarianceFlow:
     """Exact covariance ``Σ(t)`` of a Riccati-class layer at the given depths.
 
     ``method="radon"``: ``[X; Y](t) = expm(t H) [Σ0; I]`` with ``H = [[A, Q], [R, −Aᵀ]]`` and
@@ -193,6 +265,9 @@ def riccati_flow(
     linear ODE ``dΩ/dt = −AᵀΩ − ΩA + R``, i.e. ``Ω(t) = e^{−Aᵀt}(Ω0 + W(t)) e^{−At}`` with
     ``W(t) = ∫₀ᵗ e^{Aᵀs} R e^{As} ds``; then ``Σ = Ω⁻¹``. Both advance from one requested depth
     to the next in sub-steps with ``‖H‖₁ Δ ≤ 2``, which keeps the exponentials well conditioned.
+    The first blow-up time up to the last depth is found first (the certified march of
+    :func:`gtcontrol.blowup_analysis`, or the integrator for a noisy layer); depths at or past
+    it are not computed.
 
     Parameters
     ----------
@@ -204,24 +279,42 @@ def riccati_flow(
         Depths ``≥ 0`` (any order), scalar or 1-d.
     method
         ``"radon"`` or ``"lyapunov"``.
+    time_limit
+        Wall-clock limit in seconds (``None``: none) of the blow-up search and the steps;
+        running out returns the depths computed so far with ``Status.BUDGET_EXHAUSTED``. The
+        certified blow-up march is also capped at 100,000 steps.
 
     Returns
     -------
-    ndarray
-        ``(n, d, d)`` covariances in the order of ``times``.
+    CovarianceFlow
+        ``Status.BLOWUP`` (with ``blowup_time``) when a requested depth is at or past the
+        blow-up, never an exception.
 
     Raises
     ------
     InvalidParametersError
-        Outside the Riccati class, for an unknown method (or ``"lyapunov"`` with noise), or if
-        a requested depth is at or past the blow-up time (the certified search of
-        :func:`gtcontrol.blowup_analysis`, or the integrator for a noisy layer).
+        Outside the Riccati class, for an unknown method (or ``"lyapunov"`` with noise), or
+        for a negative depth.
     InvalidGaussianError
         For ``method="lyapunov"`` with a singular Σ0.
-    SolverError
-        In the rare case that the blow-up search can neither certify nor refute a singularity
-        before the last depth (a tangential singularity of the Radon factor ``Y(t)``).
+
+    Examples
+    --------
+    Scalar ``dσ/dt = 2aσ + 2cσ²`` with ``a = 1``, ``c = vB = 0.5``: ``ω = 1/σ`` solves
+    ``ω(t) = (ω0 + c/a) e^{−2at} − c/a`` (docs/theory.md §2), and ``σ0 = 1`` blows up at
+    ``T* = ln(1 + a/(cσ0))/(2a) = ln(3)/2 ≈ 0.549``.
+
+    >>> import math
+    >>> from gtcontrol import Gaussian, Layer, riccati_flow
+    >>> layer, g0 = Layer(A=[[1.0]], B=[[0.5]], V=1.0), Gaussian([0.0], [[1.0]])
+    >>> flow = riccati_flow(layer, g0, [0.1, 1.0])
+    >>> flow.status, abs(flow.blowup_time - math.log(3) / 2) < 1e-12
+    (<Status.BLOWUP: 'blowup'>, True)
+    >>> w = 1.5 * math.exp(-0.2) - 0.5
+    >>> abs(float(flow.cov[0, 0, 0]) - 1 / w) < 1e-12, bool(math.isnan(flow.cov[1, 0, 0]))
+    (True, True)
     """
+    clock = time.perf_counter()
     form = _require_form(layer, "riccati_flow")
     g0 = check_gaussian(initial, form.dim)
     t = _check_times(times)
@@ -234,44 +327,87 @@ def riccati_flow(
             f"initial.cov: method='lyapunov' needs a non-singular Σ0 (rank {g0.rank} < {g0.dim});"
             " use method='radon'"
         )
-    t_max = float(t.max()) if t.size else 0.0
-    if t_max > 0:
-        t_star = _first_blowup(layer, form, g0, t_max * (1 + 1e-9))
-        if t_star <= t_max:
-            raise InvalidParametersError(
-                f"times: depth {t_max:g} is at or past the blow-up time T* = {t_star:.12g}"
-            )
-    a, r = form.A, form.R
+    budget = Budget(as_time_limit(time_limit))
     d = form.dim
+    out = np.full((t.size, d, d), np.nan)
+
+    def result(status: Status, message: str, t_star: float = math.inf) -> CovarianceFlow:
+        computed = int(np.sum(np.isfinite(out[:, 0, 0])))
+        stats = {"method": method, "computed": computed, "seconds": time.perf_counter() - clock}
+        protocol: dict[str, Any] = {"status": status, "message": message, "stats": stats}
+        return CovarianceFlow(t=frozen(t), cov=frozen(out), blowup_time=t_star, **protocol)
+
+    t_max = float(t.max()) if t.size else 0.0
+    t_star = math.inf
+    try:
+        if t_max > 0:
+            t_star = _first_blowup(layer, form, g0, t_max * (1 + 1e-9), budget)
+        _fill(form, g0, t, method, t_star, out, budget)
+    except BudgetExhausted as exc:
+        return result(Status.BUDGET_EXHAUSTED, f"riccati_flow: {exc.reason}")
+    except SolverError as exc:
+        return result(Status.FAILED, f"riccati_flow: {exc}")
+    if t_star <= t_max:
+        return result(
+            Status.BLOWUP,
+            f"Σ blows up at T* = {t_star:.12g}; the depths at or past it are not computed",
+            t_star,
+        )
+    return result(Status.SUCCESS, f"Σ(t) at {t.size} depths ({method})")
+
+
+def _fill(
+    form: RiccatiForm,
+    g0: Gaussian,
+    t: FloatArray,
+    method: str,
+    t_star: float,
+    out: FloatArray,
+    budget: Budget,
+) -> None:
+    """Write Σ at the depths ``t < t_star`` into ``out``, in increasing depth."""
     hn = float(np.linalg.norm(form.hamiltonian, 1))
     dt_max = math.inf if hn == 0 else 2.0 / hn
-    order = np.argsort(t, kind="stable")
-    out = np.empty((t.size, d, d))
     t_cur = 0.0
     state: FloatArray = g0.cov.copy() if method == "radon" else inv_spd(g0.cov)
-    for idx in order:
+    for idx in np.argsort(t, kind="stable"):
         target = float(t[idx])
+        if target >= t_star:
+            return
         while t_cur < target:
+            budget.check()
             dt = min(target - t_cur, dt_max)
             state = (
                 _radon_step(form, state, dt)
                 if method == "radon"
-                else _precision_step(a, r, state, dt)
+                else _precision_step(form.A, form.R, state, dt)
             )
             t_cur = t_cur + dt if dt < target - t_cur else target
         out[idx] = state if method == "radon" else inv_spd(state)
-    return out
 
 
-def _first_blowup(layer: Layer, form: RiccatiForm, g0: Gaussian, horizon: float) -> float:
-    """First blow-up time up to ``horizon`` (``inf`` if none): certified march or integrator."""
+def _first_blowup(
+    layer: Layer, form: RiccatiForm, g0: Gaussian, horizon: float, budget: Budget
+) -> float:
+    """First blow-up time up to ``horizon`` (``inf`` if none): certified march or integrator.
+
+    Raises :class:`BudgetExhausted` when the budget runs out and :class:`SolverError` when the
+    search cannot decide.
+    """
     if not form.is_bernoulli:
-        return simulate(layer, g0, horizon, n_points=2).blowup_time
+        traj = simulate_within(layer, g0, horizon, budget, n_points=2)
+        if traj.status is Status.BUDGET_EXHAUSTED:
+            raise BudgetExhausted(f"the blow-up search stopped: {traj.message}")
+        if traj.status not in (Status.SUCCESS, Status.BLOWUP):
+            raise SolverError(f"the blow-up search: {traj.message}", status=traj.status)
+        return traj.blowup_time
     out = march_blowup(
-        form.A, form.R, g0.cov, horizon, rtol=1e-12, max_steps=100_000, budget=Budget(None)
+        form.A, form.R, g0.cov, horizon, rtol=1e-12, max_steps=100_000, budget=budget
     )
-    if out.status in (Status.FAILED, Status.BUDGET_EXHAUSTED):
-        raise SolverError(f"riccati_flow: {out.message}", status=str(out.status))
+    if out.status is Status.BUDGET_EXHAUSTED:
+        raise BudgetExhausted(out.message)
+    if out.status is Status.FAILED:
+        raise SolverError(out.message, status=out.status)
     return out.t_star
 
 
@@ -284,7 +420,7 @@ def _radon_step(form: RiccatiForm, cov: FloatArray, dt: float) -> FloatArray:
         s = np.linalg.solve(y.T, x.T).T
     except np.linalg.LinAlgError:
         raise SolverError(
-            "Radon linearization: Y(t) is singular (blow-up)", status="blowup"
+            "Radon linearization: Y(t) is singular (blow-up)", status=Status.BLOWUP
         ) from None
     return sym(s)
 

@@ -9,7 +9,9 @@ pipe; not with ``--quiet``) on stdout, then the line ``gtcontrol: wrote OUTDIR/r
 Exit statuses: 0 success; 2 an error in the design, the inputs, the output folder or the
 system (a ``GTControlError``, ``OSError``, ``MemoryError`` or ``RecursionError``): one line on
 stderr; 3 an internal error (any other exception, a bug in gtcontrol): one line that names it;
-130 interrupted. Never a traceback; nothing half-written is left behind (the output directory is
+130 interrupted. No traceback unless ``--debug`` (given before the command,
+``gtcontrol --debug run ...``) asks for the full traceback of the error after its line, for a
+bug report or a look inside; nothing half-written is left behind (the output directory is
 replaced atomically on success only). Warnings raised during a successful run are printed
 after it as one line each (``gtcontrol: warning: ...``); after a failure only the error line is
 printed.
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import traceback
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -52,6 +55,11 @@ def _build_parser() -> argparse.ArgumentParser:
         epilog=f"tasks a design file can name:\n{tasks}\n\nschema: docs/designs.md",
     )
     p.add_argument("--version", action="version", version=f"gtcontrol {__version__}")
+    p.add_argument(
+        "--debug",
+        action="store_true",
+        help="after the error line, print the full traceback (for a bug report)",
+    )
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     run = sub.add_parser("run", help="run a design file", description="Run a design file.")
     run.add_argument("design", type=Path, help="the design file (TOML)")
@@ -256,7 +264,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     int
         Exit status: 0 on success; 2 on an error in the design, the inputs, the output folder
         or the system (one line on stderr); 3 on an internal error (one line naming the
-        exception); 130 when interrupted. Never a traceback.
+        exception); 130 when interrupted. A traceback only with ``--debug``.
+
+    Examples
+    --------
+    >>> from gtcontrol.cli import main
+    >>> main(["run", "no/such/design.toml"])  # the error line goes to stderr
+    2
     """
     parser = _build_parser()
     args = parser.parse_args(argv)
@@ -274,9 +288,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             what = str(exc) or "interrupted; no output written"
             print(f"gtcontrol: {what}", file=sys.stderr)
             return 130
-        except Exception as exc:  # every failure: one line, never a traceback
+        except Exception as exc:  # every failure: one line; the traceback only with --debug
             line, code = _error_line(exc)
             print(line, file=sys.stderr)
+            if args.debug:
+                traceback.print_exception(exc, file=sys.stderr)
             return code
     seen: set[str] = set()
     for w in caught:

@@ -52,8 +52,8 @@ _TOP_KEYS = {
 #: Default wall-clock limit of a run in seconds (the top-level key ``time_limit``).
 DEFAULT_TIME_LIMIT = 3600.0
 _GAUSSIAN_KEYS = {"mean", "cov"}
-_LAYER_KEYS = {"A", "B", "V", "b", "v", "heads", "ffn", "noise"}
-_HEAD_KEYS = {"V", "B", "v"}
+_LAYER_KEYS = {"A", "B", "V", "b", "heads", "ffn", "noise"}
+_HEAD_KEYS = {"V", "B"}
 _FFN_KEYS = {"W", "U", "c", "activation"}
 _HORIZON_KEYS = {"T", "layers"}
 #: Largest integer accepted for counts such as ``horizon.layers`` (larger is absurd).
@@ -343,18 +343,24 @@ class _Ctx:
         cov = self.array(t["cov"], f"{where}.cov", 2)
         return self.wrap(lambda: Gaussian(mean, cov, name=where), where)
 
+    def matrix_or_scalar(self, value: Any, where: str) -> Any:
+        """A ``V``: a matrix, or a number meaning that multiple of the identity."""
+        if isinstance(value, list):
+            return self.array(value, where, 2)
+        return self.scalar(value, where)
+
     def layer(self, value: Any, where: str) -> Layer:
         t = self.table(value, where, _LAYER_KEYS)
         kw: dict[str, Any] = {}
-        for key in ("A", "B", "V"):
+        for key in ("A", "B"):
             if key in t:
                 kw[key] = self.array(t[key], f"{where}.{key}", 2)
+        if "V" in t:
+            kw["V"] = self.matrix_or_scalar(t["V"], f"{where}.V")
         if "b" in t:
             kw["b"] = self.array(t["b"], f"{where}.b", 1)
         if "noise" in t:
             kw["noise"] = self.array(t["noise"], f"{where}.noise", 2)
-        if "v" in t:
-            kw["v"] = self.scalar(t["v"], f"{where}.v")
         if "heads" in t:
             heads = t["heads"]
             if not isinstance(heads, list) or not heads:
@@ -363,13 +369,7 @@ class _Ctx:
             for i, h in enumerate(heads):
                 hw = f"{where}.heads[{i}]"
                 ht = self.table(h, hw, _HEAD_KEYS)
-                if "v" in ht and "V" in ht:
-                    raise self.fail(f"'{hw}': give V or v, not both")
-                vh: Any = None
-                if "V" in ht:
-                    vh = self.array(ht["V"], f"{hw}.V", 2)
-                elif "v" in ht:
-                    vh = self.scalar(ht["v"], f"{hw}.v")
+                vh = self.matrix_or_scalar(ht["V"], f"{hw}.V") if "V" in ht else None
                 bh = self.array(ht["B"], f"{hw}.B", 2) if "B" in ht else None
                 pairs.append((vh, bh))
             kw["heads"] = pairs

@@ -261,7 +261,7 @@ def _sweep_check(options: Mapping[str, Any], doc: Mapping[str, Any]) -> str | No
     layer = doc.get("layer")
     if not isinstance(layer, dict):
         return None  # the missing [layer] is reported by the schema
-    has_head = any(k in layer for k in ("B", "V", "v", "heads"))
+    has_head = any(k in layer for k in ("B", "V", "heads"))
     needs = {"V_scale": has_head, "V_shift": has_head, "B_scale": has_head}
     needs |= {"A_scale": "A" in layer, "b_scale": "b" in layer, "noise_scale": "noise" in layer}
     what = {"A_scale": "A", "b_scale": "b", "noise_scale": "noise"}

@@ -34,7 +34,7 @@ _LAYER_2D = """\
 [layer]                  # velocity A x + b + V Attn(x), attention weight exp(yᵀ B x)
 A = [[0.3, -0.6], [0.6, 0.2]]
 B = [[1.0, 0.2], [0.2, 0.8]]
-v = -1.0                 # V = v I; v < 0 with B + Bᵀ ≻ 0 is a stabilizing head
+V = -1.0                 # a number: V = -1.0 · I; V = vI, v < 0, B + Bᵀ ≻ 0 stabilizes
 b = [0.1, 0.0]
 """
 

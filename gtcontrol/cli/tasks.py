@@ -188,7 +188,7 @@ def _token_cloud_figure(
         # Brownian forcing needs the Euler–Maruyama scheme (first order: more steps)
         method="euler" if noisy else "rk4",
         steps_per_layer=200 if noisy else 20,
-        rng=design.seed,
+        seed=design.seed,
         time_limit=clock.left(),
     )
     plot_token_clouds(
@@ -429,20 +429,20 @@ def _design_fixed_parts(design: Design) -> dict[str, Any]:
     if not isinstance(lay, Layer) or len(lay.heads) > 1 or lay.ffn is not None:
         raise DesignFileError(
             f"{design.source}: task 'design' takes at most one [layer] with one head whose "
-            "given A, B, V or v are kept fixed"
+            "given A, B or V are kept fixed"
         )
-    extra = set(given) - {"A", "B", "V", "v"}
+    extra = set(given) - {"A", "B", "V"}
     if extra:
         raise DesignFileError(
             f"{design.source}: 'layer.{sorted(extra)[0]}' cannot be fixed in task 'design' "
-            "(only A, B, V, v)"
+            "(only A, B, V)"
         )
     if "A" in given:
         fixed["fixed_A"] = lay.A
     if "B" in given:
         fixed["fixed_B"] = lay.heads[0][1]
-    if "V" in given or "v" in given:
-        fixed["fixed_V"] = given["v"] if "v" in given else lay.heads[0][0]
+    if "V" in given:  # a number V stays the scalar it means (V = vI)
+        fixed["fixed_V"] = lay.heads[0][0] if isinstance(given["V"], list) else given["V"]
     return fixed
 
 
@@ -453,8 +453,7 @@ def _run_design(design: Design, out: Path) -> dict[str, Any]:
     assert design.target is not None
     clock = _Clock(design)
     res = design_mean_matching(
-        design.target.mean,
-        design.target.cov,
+        design.target,
         time_limit=clock.left(),
         rate=o["rate"],
         cov_rate=o["cov_rate"] or None,

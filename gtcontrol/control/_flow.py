@@ -5,7 +5,7 @@ A constant feed-forward layer ``x ↦ M x + c`` has an exact flow: ``Σ(t) = e^{
 ``N(m_b, Σ_b)`` (``Σ_a, Σ_b ≻ 0``) the layer of duration ``h`` with ``e^{Mh} = C``, ``C`` the
 Bures–Wasserstein map ``Σ_a^{-1/2}(Σ_a^{1/2} Σ_b Σ_a^{1/2})^{1/2} Σ_a^{-1/2}`` (symmetric positive
 definite, so ``M = log C / h`` is real symmetric), moves one onto the other exactly
-(:func:`ffn_field`, the exact L-layer construction of DESIGN.md §5 layer by layer).
+(:func:`ffn_field`, the exact L-layer construction of docs/steering.md §4, layer by layer).
 
 Layers with attention (``M(t) = A + V Σ(t) B`` changes inside the layer) have no closed-form flow.
 :func:`shoot` makes such a layer hit a prescribed end state anyway: the field the layer should

@@ -5,8 +5,8 @@ layer switches ``t_k = kT/L`` (its covariance, and its straight mean line, or fo
 mean path that keeps away from 0). Every layer takes node ``k`` exactly to node ``k + 1``, so
 layers can be chosen one at a time and any mix of them is a feasible control:
 
-* ``"ffn"``: the exact constant layers of :func:`ffn_field` (DESIGN.md §5); this is the closed
-  form :func:`gtcontrol.exact_layer_steering`.
+* ``"ffn"``: the exact constant layers of :func:`ffn_field` (docs/steering.md §4); this is the
+  closed form :func:`gtcontrol.exact_layer_steering`.
 * ``"full"``: the same layers are the baseline; for each layer a few attention gauges
   (:func:`curvature_gauge`) are shot onto the next node (:func:`shoot`) and the layer with the
   lowest kinetic energy is kept. The result is never worse than the exact construction, layer by

@@ -1,8 +1,7 @@
 """Validation of a steering problem: the keyword options of :func:`gtcontrol.steer` (private).
 
 :class:`_SteerOptions` is the frozen holder of the defaults and the validator; the public
-interface is the keyword-only arguments of ``steer``, documented there. The former public name
-``SteerOptions`` resolves to this class with a ``DeprecationWarning``. :func:`make_plan` checks
+interface is the keyword-only arguments of ``steer``, documented there. :func:`make_plan` checks
 the end points and the options together and describes the NLP (:class:`Plan`).
 """
 

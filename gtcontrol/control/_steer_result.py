@@ -56,7 +56,8 @@ class SteeringResult(ResultFields, Outcome):
         ``Status.SUCCESS``: IPOPT converged, the re-simulation reached ``T`` and its terminal
         Bures–Wasserstein error is at most ``terminal_tol``. ``BUDGET_EXHAUSTED``: the
         ``time_limit`` or IPOPT's ``max_iter`` ran out (the best iterate is returned).
-        ``INFEASIBLE``: IPOPT found the constraints infeasible (e.g. tight bounds).
+        ``NOT_FOUND``: IPOPT found the constraints locally infeasible (e.g. tight bounds; a
+        local method, so no proof that no control exists).
         ``BLOWUP`` / ``OVERFLOW``: the re-simulated moments diverge. ``FAILED``: IPOPT failed
         otherwise, or converged but the re-simulated terminal error exceeds ``terminal_tol``.
         IPOPT's own return status is in ``stats["ipopt_status"]`` and in ``message``.
@@ -201,7 +202,7 @@ def classify(plan: Plan, sol: Solution, traj: Trajectory | None) -> tuple[Status
         if sol.status in _IPOPT_BUDGET:
             status = Status.BUDGET_EXHAUSTED
         elif sol.status in _IPOPT_INFEASIBLE:
-            status = Status.INFEASIBLE
+            status = Status.NOT_FOUND
         else:
             status = Status.FAILED
         why = "the time limit was reached" if sol.timed_out else f"IPOPT: {sol.status}"

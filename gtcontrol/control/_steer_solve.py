@@ -314,7 +314,7 @@ def conclude(
             best = _feasible_start(plan, log, best, common, budget) or best
         return finish(best, clock, log.notes)
     if first is None:  # unreachable: every mode has a closed-form start
-        raise SolverError("steer: no starting control", status="no_start")
+        raise SolverError("steer: no starting control", stats={"cause": "no_start"})
     # No solve ran (time limit, build failure) or every start was unusable: the first start.
     if refused:
         status, why = Status.BUDGET_EXHAUSTED, stop

@@ -164,9 +164,11 @@ def states_of(
     n_seg = len(control.breakpoints) - 1
     traj = simulate(control, initial, n_points=32 * n_seg + 1, time_limit=time_limit)
     if traj.status is Status.BUDGET_EXHAUSTED and time_limit is not None:
-        raise SolverError(f"its moments ran out of time ({traj.message})", status="time")
+        raise SolverError(
+            f"its moments ran out of time ({traj.message})", status=Status.BUDGET_EXHAUSTED
+        )
     if traj.status is not Status.SUCCESS:
-        raise SolverError("the starting control blows up", status="warm_start_blowup")
+        raise SolverError("the starting control blows up", status=traj.status)
     data = np.concatenate([traj.mean, traj.cov[:, iu[0], iu[1]]], axis=1)
     cols = [np.interp(flat, traj.t, data[:, j]) for j in range(data.shape[1])]
     return np.stack(cols, axis=1).reshape(*np.shape(times), -1)

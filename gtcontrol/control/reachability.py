@@ -144,10 +144,16 @@ def is_reachable(initial: Gaussian, target: Gaussian, mode: str = "full") -> boo
     return unreachable_reason(initial, target, check_mode(mode)) is None
 
 
-def check_reachable(initial: Gaussian, target: Gaussian, mode: str = "full") -> None:
-    """Raise :class:`UnreachableTargetError` with the reason when ``target`` is unreachable.
+def check_reachable(
+    initial: Gaussian, target: Gaussian, mode: str = "full"
+) -> tuple[Gaussian, Gaussian]:
+    """The validated pair ``(initial, target)``, or :class:`UnreachableTargetError` with the reason.
 
-    See :func:`is_reachable` for the reachable sets.
+    The ``check_*`` functions of gtcontrol validate and return what they checked (like
+    :func:`gtcontrol.model.gaussian.check_gaussian`); :func:`is_reachable` answers the same
+    question as a bool and has the reachable sets. Solvers that need a reachable target
+    (:func:`gtcontrol.steer`, :func:`gtcontrol.ot_steering`) call this check first, so an
+    unreachable target is the same error everywhere.
 
     Parameters
     ----------
@@ -158,6 +164,11 @@ def check_reachable(initial: Gaussian, target: Gaussian, mode: str = "full") -> 
     mode
         ``"full"``, ``"ffn"`` or ``"attention"``.
 
+    Returns
+    -------
+    tuple of Gaussian
+        ``(initial, target)``.
+
     Raises
     ------
     UnreachableTargetError
@@ -166,8 +177,21 @@ def check_reachable(initial: Gaussian, target: Gaussian, mode: str = "full") -> 
         If an argument is not a :class:`Gaussian` or the dimensions differ.
     InvalidParametersError
         On an unknown ``mode``.
+
+    Examples
+    --------
+    >>> from gtcontrol import Gaussian, UnreachableTargetError, check_reachable
+    >>> g0, g1 = Gaussian([1.0], [[0.5]]), Gaussian([-2.0], [[1.0]])
+    >>> check_reachable(g0, g1) == (g0, g1)
+    True
+    >>> try:
+    ...     check_reachable(g0, g1, mode="attention")
+    ... except UnreachableTargetError as err:
+    ...     print(str(err)[:60])
+    target unreachable in mode 'attention': in d = 1 pure attent
     """
     check_pair(initial, target)
     reason = unreachable_reason(initial, target, check_mode(mode))
     if reason is not None:
         raise UnreachableTargetError(f"target unreachable in mode {mode!r}: {reason}")
+    return initial, target

@@ -192,6 +192,19 @@ def realize(M: Any, c: Any, state: Gaussian, mode: str = "full") -> Layer:
     InvalidGaussianError
         If ``state`` is not a :class:`Gaussian`.
 
+    Examples
+    --------
+    A feed-forward layer (``mode="ffn"``) with the affine field ``v(x) = Mx + c`` at a state:
+
+    >>> import numpy as np
+    >>> from gtcontrol import Gaussian, affine_velocity, realize
+    >>> state = Gaussian([1.0, 0.0], [[1.0, 0.2], [0.2, 0.5]])
+    >>> M, c = np.array([[0.0, 1.0], [-1.0, 0.0]]), np.array([0.5, 0.0])
+    >>> layer = realize(M, c, state, mode="ffn")
+    >>> field = affine_velocity(layer, state.mean, state.cov)
+    >>> bool(np.allclose(field[0], M) and np.allclose(field[1], c))
+    True
+
     References
     ----------
     Alcalde, Ji, Zuazua, arXiv:2606.07600 (2026), §5.
@@ -389,7 +402,7 @@ def _attention_layers(initial: Gaussian, target: Gaussian, T: float, n: int) -> 
 def exact_layer_steering(
     initial: Gaussian,
     target: Gaussian,
-    T: float = 1.0,
+    T: float,
     layers: int = 10,
     mode: str = "full",
 ) -> Schedule:
@@ -441,6 +454,16 @@ def exact_layer_steering(
         singular Σ0.
     InvalidGaussianError
         If an argument is not a :class:`Gaussian` or the dimensions differ.
+
+    Examples
+    --------
+    Four constant layers carry ``N(1, 0.5)`` to ``N(2, 1.5)`` in depth 1, exactly:
+
+    >>> from gtcontrol import Gaussian, exact_layer_steering, simulate
+    >>> g0, g1 = Gaussian([1.0], [[0.5]]), Gaussian([2.0], [[1.5]])
+    >>> sched = exact_layer_steering(g0, g1, 1.0, layers=4)
+    >>> sched.n_layers, bool(simulate(sched, g0).final.bures_wasserstein(g1) < 1e-8)
+    (4, True)
 
     References
     ----------

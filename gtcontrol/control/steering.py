@@ -8,8 +8,7 @@ with the adaptive moment integrator. The parts, one idea each:
 * :mod:`.ot`: the closed-form geodesic (``ot_steering``) and ``kinetic_energy``;
 * :mod:`.realization`: ``realize`` and ``exact_layer_steering`` (also the warm starts,
   :mod:`._warm_starts`);
-* :mod:`._steer_options`: validation of the keyword options (and the deprecated
-  ``SteerOptions``);
+* :mod:`._steer_options`: validation of the keyword options;
 * :mod:`._ocp` and :mod:`._transcription`: the CasADi NLP (collocation blocks, assembly);
 * :mod:`._flow` and :mod:`._flow_solve`: the flow construction (exact node-to-node layers,
   ``method="flow"``, the default from ``d = 5`` on);
@@ -26,21 +25,20 @@ from collections.abc import Mapping
 from typing import Any
 
 from .._status import Budget, as_time_limit
-from .._validation import deprecated_module_attribute, option_values
-from ..errors import InvalidParametersError
+from .._validation import option_values
 from ..model.gaussian import Gaussian
 from ..model.params import Schedule
 from ._steer_options import _SteerOptions, make_plan
 from ._steer_result import SteeringResult
 from ._steer_solve import run
 
-__all__ = ["SteeringResult", "schedule_to_dict", "steer"]
+__all__ = ["SteeringResult", "steer"]
 
 
 def steer(
     initial: Gaussian,
     target: Gaussian,
-    T: float = 1.0,
+    T: float,
     *,
     layers: int = 10,
     mode: str = "full",
@@ -215,43 +213,3 @@ def steer(
     opts = _SteerOptions(**option_values(_SteerOptions, locals()))
     budget = Budget(as_time_limit(time_limit))
     return run(make_plan(initial, target, T, layers, mode, opts), budget, clock)
-
-
-def schedule_to_dict(schedule: Schedule) -> dict[str, Any]:
-    """The JSON-ready form of a schedule: an alias of :meth:`gtcontrol.Schedule.to_dict`.
-
-    ``{"T": T, "layers": [{"A": [[...]], "B": [[...]], "V": [[...]], "b": [...],
-    "duration": h}, ...]}`` (docs/designs.md). A layer without heads has ``V = B = 0``; a
-    multi-head layer has ``"heads": [{"V": ..., "B": ...}, ...]`` instead of ``V`` and ``B``; a
-    feed-forward term adds ``"ffn": {"W", "U", "c", "activation"}`` and Brownian forcing
-    ``"noise"``.
-
-    Parameters
-    ----------
-    schedule
-        The schedule to convert.
-
-    Returns
-    -------
-    dict
-        ``schedule.to_dict()``.
-
-    Raises
-    ------
-    InvalidParametersError
-        If ``schedule`` is not a :class:`Schedule`.
-    """
-    if not isinstance(schedule, Schedule):
-        raise InvalidParametersError(
-            f"schedule: expected a Schedule, got {type(schedule).__name__}"
-        )
-    return schedule.to_dict()
-
-
-def __getattr__(name: str) -> Any:
-    """Deprecated names: ``SteerOptions`` (pass its fields as keywords of :func:`steer`)."""
-    message = (
-        "SteerOptions is deprecated and will be removed: pass the options as keyword "
-        "arguments of steer(...) (objective=, terminal=, max_iter=, time_limit=, ...)"
-    )
-    return deprecated_module_attribute(__name__, name, {"SteerOptions": (_SteerOptions, message)})

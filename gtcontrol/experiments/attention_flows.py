@@ -284,6 +284,13 @@ def data_moments(
     ------
     ModelFileError
         For a model without its ``transformers`` module (an ONNX file).
+
+    Examples
+    --------
+    >>> from gtcontrol.experiments import data_moments
+    >>> moments, n, source = data_moments("random-bert")  # doctest: +SKIP
+    >>> len(moments), moments[0][1].shape  # doctest: +SKIP
+    (6, (384, 384))
     """
     em = extract(model)
     batch, mask, what = data_batch(em, list(sentences), as_seed(seed))
@@ -408,6 +415,15 @@ def attention_flows(
         without its module, a bad ``T``/``time_limit``, or a model that cannot be read.
     ExperimentDependencyError
         Without torch/transformers or the MiniLM files (the ``experiments`` extra).
+
+    Examples
+    --------
+    >>> from gtcontrol.experiments import attention_flows
+    >>> flows = attention_flows(  # doctest: +SKIP
+    ...     "random-bert", layers=[0], starts=["identity"], T=1.0
+    ... )
+    >>> len(flows.rows), flows.status  # doctest: +SKIP
+    (1, <Status.SUCCESS: 'success'>)
     """
     if not starts or any(s not in _STARTS for s in starts):
         raise InvalidParametersError(f"starts: expected 'identity' and/or 'data', got {starts!r}")

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import math
 import time
-import warnings
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,10 +23,16 @@ import numpy as np
 from scipy.integrate import DOP853
 
 from .._display import Axes, SummaryItems
-from .._docstring import fill
+from .._docstring import fill, integrator_budget_doc
 from .._linalg import FloatArray, unvech, vech
-from .._status import Budget, BudgetExhausted, Outcome, ResultFields, Status
-from .._validation import as_float_array, as_positive_float, as_positive_int, as_time_limit
+from .._status import DEFAULT_MAX_EVALS, Budget, BudgetExhausted, Outcome, ResultFields, Status
+from .._validation import (
+    as_float_array,
+    as_max_evals,
+    as_positive_float,
+    as_positive_int,
+    as_time_limit,
+)
 from ..errors import InvalidParametersError
 from ..model.gaussian import Gaussian
 from ..model.gaussian_closure import linearized_layer
@@ -55,10 +59,8 @@ __all__ = [
     "feedforward_closeness",
 ]
 
-#: Finite cap on the right-hand-side evaluations of one closure flow (DOP853: 12 per step).
-MAX_RHS_EVALS = 200_000
 #: Finite cap on the number of depths recorded by :func:`feedforward_closeness`.
-MAX_TIMES = 10_000
+MAX_POINTS = 10_000
 
 
 @dataclass(frozen=True, eq=False)
@@ -97,35 +99,27 @@ class ClosureFlow(ResultFields, Outcome):
 
         draw_covariance(ax, self.t, self.cov, title="Gaussian closure: covariance eigenvalues")
 
-    def __iter__(self) -> Iterator[FloatArray]:
-        """Deprecated: unpack as ``(t, mean, cov)`` (the former return value)."""
-        warnings.warn(
-            "unpacking closure_flow(...) as (t, mean, cov) is deprecated; use its .t, .mean and "
-            ".cov attributes",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return iter((self.t, self.mean, self.cov))
 
-
-def _check_t_eval(t_eval: Any, horizon: float) -> FloatArray | None:
-    if t_eval is None:
+def _check_times(times: Any, horizon: float) -> FloatArray | None:
+    if times is None:
         return None
-    pts = as_float_array("t_eval", t_eval, ndim=1)
+    pts = as_float_array("times", times, ndim=1)
     if pts.size and (pts[0] < 0 or pts[-1] > horizon or np.any(np.diff(pts) < 0)):
         raise InvalidParametersError(
-            f"t_eval: expected non-decreasing depths in [0, T] = [0, {horizon:g}], got {pts}"
+            f"times: expected non-decreasing depths in [0, T] = [0, {horizon:g}], got {pts}"
         )
     return pts
 
 
+@fill(budget=integrator_budget_doc("right-hand-side"))
 def closure_flow(
     layer: Layer,
     initial: Gaussian,
     T: float,
     *,
-    t_eval: Any = None,
+    times: Any = None,
     rtol: float = 1e-10,
+    max_evals: int = DEFAULT_MAX_EVALS,
     time_limit: float | None = None,
 ) -> ClosureFlow:
     """Gaussian-closure moment flow of a layer with a ReLU/GELU/identity feed-forward.
@@ -135,8 +129,7 @@ def closure_flow(
     is replaced by ``W (E σ(a) + D (a − E a))``, ``D = diag E σ'(a)``, ``a = Ux + c ~`` the
     current Gaussian. At a Gaussian state these are the exact moment derivatives (Stein's lemma);
     the flow is the assumed-density (Gaussian) approximation of the token law. With the identity
-    it is the exact moment ODE. Integrated by DOP853 (``atol = 1e-12``), at most
-    :data:`MAX_RHS_EVALS` right-hand-side evaluations.
+    it is the exact moment ODE. Integrated by DOP853 (``atol = 1e-12``).
 
     Parameters
     ----------
@@ -146,13 +139,12 @@ def closure_flow(
         The Gaussian at depth 0, of the layer's dimension.
     T
         Horizon ``> 0``.
-    t_eval
+    times
         Non-decreasing depths in ``[0, T]`` at which to report the moments (dense output);
         ``None``: the integrator's own steps, ``0`` included.
     rtol
         Relative tolerance of the integrator.
-    time_limit
-        Wall-clock limit in seconds (``None``: none).
+    %(budget)s
 
     Returns
     -------
@@ -163,12 +155,12 @@ def closure_flow(
     Raises
     ------
     InvalidParametersError
-        On a Gaussian of the wrong dimension, a bad horizon, tolerance or ``t_eval``.
+        On a Gaussian of the wrong dimension, a bad horizon, tolerance or ``times``.
 
     Examples
     --------
-    >>> layer = Layer(B=np.eye(2), v=-0.5)
-    >>> flow = closure_flow(layer, Gaussian(np.zeros(2), np.eye(2)), 1.0, t_eval=[0.0, 1.0])
+    >>> layer = Layer(B=np.eye(2), V=-0.5)
+    >>> flow = closure_flow(layer, Gaussian(np.zeros(2), np.eye(2)), 1.0, times=[0.0, 1.0])
     >>> flow.status, np.round(flow.cov[-1], 6)
     (<Status.SUCCESS: 'success'>, array([[0.5, 0. ], [0. , 0.5]]))
     """
@@ -181,9 +173,9 @@ def closure_flow(
             f"initial: expected a Gaussian of dimension {d}, got {initial!r}"
         )
     horizon = as_positive_float("T", T)
-    points = _check_t_eval(t_eval, horizon)
+    points = _check_times(times, horizon)
     tol = as_positive_float("rtol", rtol)
-    budget = Budget(as_time_limit(time_limit), max_evals=MAX_RHS_EVALS)
+    budget = Budget(as_time_limit(time_limit), max_evals=as_max_evals(max_evals))
 
     def rhs(_t: float, y: FloatArray) -> FloatArray:
         budget.tick()
@@ -385,7 +377,7 @@ def _curve(
 ) -> ClosenessCurve:
     """Tokens against the closure flow for one activation, at the depths ``times``."""
     ffn = FeedForward(setup.w, setup.u, setup.c, activation=act)
-    layer = Layer(B=setup.b_mat, v=-0.5, ffn=ffn)
+    layer = Layer(B=setup.b_mat, V=-0.5, ffn=ffn)
     g0 = Gaussian.from_samples(setup.x0)  # the flow starts from the tokens' own moments
     steps = max(1, math.ceil(10 * horizon))  # RK4 error ~h⁴ ≪ the O(N^-1/2) sampling error
     tok = simulate_tokens(
@@ -396,7 +388,7 @@ def _curve(
         snapshot_times=times,
         time_limit=time_left(budget),
     )
-    flow = closure_flow(layer, g0, horizon, t_eval=times, time_limit=time_left(budget))
+    flow = closure_flow(layer, g0, horizon, times=times, time_limit=time_left(budget))
     status, message = flow.status, flow.message
     if tok.status is not Status.SUCCESS and status is Status.SUCCESS:
         status, message = tok.status, f"tokens: {tok.message}"
@@ -434,7 +426,7 @@ def feedforward_closeness(
     seed: int = 0,
     *,
     T: float = 2.0,
-    n_times: int = 11,
+    n_points: int = 11,
     n_projections: int = 64,
     time_limit: float | None = None,
 ) -> FeedForwardCloseness:
@@ -452,7 +444,7 @@ def feedforward_closeness(
         Seed of the matrices, the tokens and the projection directions.
     T
         Depth of the layer.
-    n_times
+    n_points
         Equally spaced depths in ``[0, T]`` at which the distances are measured (at most
         10 000).
     n_projections
@@ -474,14 +466,14 @@ def feedforward_closeness(
 
     Examples
     --------
-    >>> res = feedforward_closeness(2, 200, T=0.5, n_times=2, n_projections=8)
+    >>> res = feedforward_closeness(2, 200, T=0.5, n_points=2, n_projections=8)
     >>> [c.activation for c in res.curves], res.status
     (['identity', 'relu'], <Status.SUCCESS: 'success'>)
     """
     clock = time.perf_counter()
     dd, n, sd = check_sizes(d, n_tokens, seed)
     horizon = as_positive_float("T", T)
-    nt = as_positive_int("n_times", n_times, maximum=MAX_TIMES)
+    nt = as_positive_int("n_points", n_points, maximum=MAX_POINTS)
     k = as_positive_int("n_projections", n_projections, maximum=MAX_PROJECTIONS)
     budget = Budget(as_time_limit(time_limit))
     setup = _setup(dd, n, sd)

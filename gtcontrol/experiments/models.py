@@ -146,6 +146,13 @@ def load_model(model: str = "minilm", *, seed: int = 0) -> Any:
         If torch, transformers or the model package is missing.
     InvalidParametersError
         On an unknown model name.
+
+    Examples
+    --------
+    >>> from gtcontrol.experiments import load_model
+    >>> net = load_model("random-bert")  # doctest: +SKIP
+    >>> net.config.num_hidden_layers  # doctest: +SKIP
+    6
     """
     _check_name(model)
     return _load(model, 0 if model == "minilm" else as_seed(seed))

@@ -93,6 +93,15 @@ def encoder_states(model: Any, tokens: Any) -> list[FloatArray]:
     InvalidParametersError
         If ``tokens`` is not ``(N, d)`` with the model's width ``d``, or the model cannot be
         read (:class:`~gtcontrol.experiments.ModelFileError`).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from gtcontrol.experiments import encoder_states, load_model
+    >>> x = np.random.default_rng(0).standard_normal((16, 384))
+    >>> states = encoder_states(load_model("random-bert"), x)  # doctest: +SKIP
+    >>> len(states), states[0].shape  # doctest: +SKIP
+    (7, (16, 384))
     """
     em = extract(model)
     x = np.asarray(tokens)

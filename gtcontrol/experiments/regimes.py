@@ -48,10 +48,10 @@ from ._common import (
 )
 from .gaussianity import gaussianity
 
-__all__ = ["KINDS", "RegimeResult", "RegimeRow", "prescribed_attention_regimes"]
+__all__ = ["PRESCRIBED_KINDS", "RegimeResult", "RegimeRow", "prescribed_attention_regimes"]
 
 #: The regime kinds a row can predict (a subset of those of :func:`gtcontrol.analyze`).
-KINDS = ("collapses", "converges", "blowup")
+PRESCRIBED_KINDS = ("collapses", "converges", "blowup")
 #: Finite cap on the number of layers of each residual network.
 MAX_LAYERS = 100_000
 
@@ -65,7 +65,7 @@ class RegimeRow:
     name, description
         Short key and a sentence (signs of V and B, A).
     predicted
-        The regime of the moment ODE, one of :data:`KINDS` (the kinds of
+        The regime of the moment ODE, one of :data:`PRESCRIBED_KINDS` (the kinds of
         :func:`gtcontrol.analyze`): ``"collapses"`` (Σ → 0), ``"converges"`` (to ``Σ*``) or
         ``"blowup"``.
     blowup_time
@@ -197,7 +197,7 @@ def _configs(b_mat: FloatArray, t_star: float) -> tuple[_Config, ...]:
         _Config(
             "opposite",
             "v = −1 (V ≺ 0), B ≻ 0, A = 0",
-            Layer(B=b_mat, v=-1.0),
+            Layer(B=b_mat, V=-1.0),
             "collapses",
             t_stable,
             inf,
@@ -206,7 +206,7 @@ def _configs(b_mat: FloatArray, t_star: float) -> tuple[_Config, ...]:
         _Config(
             "opposite+A",
             "v = −1, B ≻ 0, A = I",
-            Layer(A=np.eye(d), B=b_mat, v=-1.0),
+            Layer(A=np.eye(d), B=b_mat, V=-1.0),
             "converges",
             t_stable,
             inf,
@@ -215,7 +215,7 @@ def _configs(b_mat: FloatArray, t_star: float) -> tuple[_Config, ...]:
         _Config(
             "same",
             "v = +1 (V ≻ 0), B ≻ 0, A = 0",
-            Layer(B=b_mat, v=1.0),
+            Layer(B=b_mat, V=1.0),
             "blowup",
             2.0 * t_star,
             t_star,

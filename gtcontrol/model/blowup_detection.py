@@ -46,7 +46,7 @@ _EPS = float(2.0**-52)
 
 
 @dataclass(frozen=True)
-class Outcome:
+class IntegrationEnd:
     """How an integration ended (anything but reaching the horizon)."""
 
     status: Status
@@ -66,8 +66,8 @@ class _Sample:
         return self.t + self.remaining
 
 
-def _blowup(t_star: float, lower: float, upper: float, how: str) -> Outcome:
-    return Outcome(
+def _blowup(t_star: float, lower: float, upper: float, how: str) -> IntegrationEnd:
+    return IntegrationEnd(
         Status.BLOWUP,
         f"finite-time blow-up at depth {t_star:.12g} (bracket [{lower:.15g}, {upper:.15g}]; {how})",
         t_star,
@@ -98,7 +98,7 @@ class BlowupWatch:
         """Whether a sample is due (``tr Σ ≥ λ_max`` is a cheap pre-test)."""
         return trace >= self.level or not math.isfinite(trace)
 
-    def observe(self, t: float, lam: float, dlam: float) -> Outcome | None:
+    def observe(self, t: float, lam: float, dlam: float) -> IntegrationEnd | None:
         """Record a sample if ``λ_max`` passed the next level; return a blow-up or ``None``."""
         if lam < self.level:
             return None
@@ -149,7 +149,7 @@ class BlowupWatch:
             return 1.0
         return min(max(first.remaining / last.remaining, 1.0), MAX_RELAXATION)
 
-    def collapse(self, t: float, lam: float, dlam: float, why: str) -> Outcome | None:
+    def collapse(self, t: float, lam: float, dlam: float, why: str) -> IntegrationEnd | None:
         """Classify a step-size collapse at ``(t, λ, λ̇)``: a blow-up, or ``None`` (a failure).
 
         It is a blow-up when ``λ_max`` grew well past its reference and is still growing with a
@@ -235,9 +235,9 @@ class BlowupWatch:
         """The samples ``(t, λ_max, λ/λ̇)`` taken so far (``.stats["growth_samples"]``)."""
         return [(x.t, x.lam, x.remaining) for x in self.samples]
 
-    def overflow(self, t: float) -> Outcome:
+    def overflow(self, t: float) -> IntegrationEnd:
         """The outcome for λ_max past :data:`OVERFLOW_LEVEL` without a singularity."""
-        return Outcome(
+        return IntegrationEnd(
             Status.OVERFLOW,
             f"the covariance exceeded {OVERFLOW_LEVEL:g} at depth {t:g} without a finite-time "
             "singularity (exponential growth); the trajectory stops there",

@@ -65,6 +65,16 @@ def affine_velocity(
     ------
     InvalidParametersError
         If the layer has a ReLU/GELU feed-forward (outside the exact Gaussian theory).
+
+    Examples
+    --------
+    One head ``V = −I`` (``v = −1``) with ``B = I`` at ``N(2, 0.5)``: ``M = A + VΣB = −0.5``
+    and ``c = b + Vm = −2``.
+
+    >>> from gtcontrol import Layer, affine_velocity
+    >>> M, c = affine_velocity(Layer(B=[[1.0]], V=-1.0), [2.0], [[0.5]])
+    >>> M, c
+    (array([[-0.5]]), array([-2.]))
     """
     a, b = layer.affine_ffn()
     fh = _factored(layer)
@@ -157,6 +167,16 @@ def moment_field(layer: Layer, mean: FloatArray, cov: FloatArray) -> tuple[Float
     ------
     InvalidParametersError
         If the layer has a ReLU/GELU feed-forward (outside the exact Gaussian theory).
+
+    Examples
+    --------
+    The moment derivatives of the same layer at ``N(2, 0.5)``: ``dm/dt = Mm + c = −3`` and
+    ``dΣ/dt = MΣ + ΣMᵀ = −0.5``.
+
+    >>> from gtcontrol import Layer, moment_field
+    >>> dm, dS = moment_field(Layer(B=[[1.0]], V=-1.0), [2.0], [[0.5]])
+    >>> dm, dS
+    (array([-3.]), array([[-0.5]]))
     """
     fh = _factored(layer)
     if fh is not None:
@@ -176,7 +196,7 @@ def moment_field(layer: Layer, mean: FloatArray, cov: FloatArray) -> tuple[Float
 
 
 def factor_field(
-    layer: Layer, mean: FloatArray, factor: FloatArray
+    layer: Layer, mean: FloatArray, factor: FloatArray, *, shift: FloatArray | None = None
 ) -> tuple[FloatArray, FloatArray]:
     """Right-hand side of the moment ODE in factor form: ``(dm/dt, dL/dt) = (M m + c, M L)``.
 
@@ -195,6 +215,10 @@ def factor_field(
         The mean ``m``, shape ``(d,)``.
     factor
         ``L``, shape ``(d, r)``.
+    shift
+        A ``d×d`` matrix ``S`` subtracted from ``A``: the field of ``M − S`` (a rotating frame's
+        generator, :mod:`gtcontrol.model.moment_integrator`), formed without the cancellation
+        of ``M L − S L`` when ``S`` is large.
 
     Returns
     -------
@@ -202,18 +226,33 @@ def factor_field(
         ``(dm/dt, dL/dt)`` of shapes ``(d,)`` and ``(d, r)``.
     """
     a, b = layer.affine_ffn()
+    if shift is not None:
+        a = a - shift
     fh = _factored(layer)
     x = np.column_stack([mean, factor])  # apply M to m and L in one pass
     if fh is not None:
         dm, dl = _factored_apply(fh, a, b, mean, factor, gram=True)
         for v_h, b_h in _dense(layer):
-            vx = v_h @ (factor @ (factor.T @ (b_h @ x)))
-            dm += vx[:, 0] + v_h @ mean
+            vx = _times(v_h, factor @ (factor.T @ (b_h @ x)))
+            dm += vx[:, 0] + _times(v_h, mean)
             dl += vx[:, 1:]
         return dm, dl
     mx = a @ x
     c = b.copy()
     for v_h, b_h in layer.heads:
-        mx += v_h @ (factor @ (factor.T @ (b_h @ x)))
-        c += v_h @ mean
+        mx += _times(v_h, factor @ (factor.T @ (b_h @ x)))
+        c += _times(v_h, mean)
     return mx[:, 0] + c, mx[:, 1:]
+
+
+def _times(v: FloatArray, x: FloatArray) -> FloatArray:
+    """``V x``, as a scaling when ``V = v I`` (e.g. :func:`gtcontrol.stabilize`'s added head):
+    the test is O(d²), the product it saves O(d² r)."""
+    d = v.shape[0]
+    if d > 1 and np.count_nonzero(v) <= d:
+        diag = v.diagonal()
+        if diag[0] != 0 and np.all(diag == diag[0]):
+            out: FloatArray = diag[0] * x
+            return out
+    prod: FloatArray = v @ x
+    return prod

@@ -1,7 +1,7 @@
 """Finite-N validity of the moment model: the effective sample size of each head's softmax.
 
 For keys ``y ~ N(m, Σ)`` and a query ``x`` with ``u = B x``, the attention weights
-``w = exp(yᵀu)`` have the effective sample size (DESIGN.md §2 "Finite N")
+``w = exp(yᵀu)`` have the effective sample size (docs/theory.md §2 "Finite N")
 
     ESS/N = (E w)² / E w² = exp(−uᵀ Σ u),
 
@@ -65,7 +65,7 @@ def ess_fraction(layer: Layer, keys: Gaussian, queries: Any) -> FloatArray:
     Notes
     -----
     ``E w = exp(mᵀu + uᵀΣu/2)`` and ``E w² = exp(2mᵀu + 2uᵀΣu)``, so the ratio is
-    ``exp(−uᵀΣu)`` whatever the mean; DESIGN.md §2.
+    ``exp(−uᵀΣu)`` whatever the mean; docs/theory.md §2.
 
     Examples
     --------

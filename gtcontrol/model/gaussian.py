@@ -168,16 +168,16 @@ class Gaussian(Displayable):
         w, u = self._eig
         return (u * np.sqrt(w)) @ u.T
 
-    def sample(self, n: int, rng: np.random.Generator | int | None = None) -> FloatArray:
+    def sample(self, n: int, seed: np.random.Generator | int | None = None) -> FloatArray:
         """Draw ``n`` samples, shape ``(n, d)``; degenerate covariances stay on their support.
 
         Parameters
         ----------
         n
             Number of samples: a positive integer with ``n·d ≤ 1e7`` (``MAX_SAMPLES``).
-        rng
-            ``None`` (fresh entropy), a non-negative integer seed or a
-            ``numpy.random.Generator``; pass one for reproducible results.
+        seed
+            ``None`` (fresh entropy), a non-negative integer or a ``numpy.random.Generator``;
+            pass one for reproducible results.
 
         Returns
         -------
@@ -187,11 +187,11 @@ class Gaussian(Displayable):
         Raises
         ------
         InvalidParametersError
-            If ``n`` is not a positive integer, ``n·d`` exceeds ``1e7``, or ``rng`` is not one
+            If ``n`` is not a positive integer, ``n·d`` exceeds ``1e7``, or ``seed`` is not one
             of the accepted kinds.
         """
         n = as_positive_int("n", n, maximum=max(MAX_SAMPLES // self.dim, 1))
-        gen = as_rng("rng", rng)
+        gen = as_rng("seed", seed)
         w, u = self._eig
         # Eigenvalues below the rank threshold are round-off of a singular covariance: drop
         # them, so that samples of a rank-r Gaussian lie exactly on its r-dimensional support.

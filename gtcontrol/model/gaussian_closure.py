@@ -1,11 +1,12 @@
 """The moment-matched Gaussian flow of a layer with a ReLU/GELU feed-forward (Gaussian closure).
 
-A feed-forward ``W σ(U x + c)`` with ``σ`` ReLU or GELU does not keep Gaussians Gaussian, so the
-moment ODE of :mod:`gtcontrol.model.moments` does not apply (DESIGN.md §2). The Gaussian closure
-keeps, at every depth, the Gaussian ``N(m, Σ)`` with the moments of the current law and moves it
-with the exact moment derivatives *at* that Gaussian: with ``a = U x + c ~ N(U m + c, U Σ Uᵀ)``,
-Stein's lemma gives ``E[σ(a) (x − m)ᵀ] = D U Σ`` with ``D = diag E σ'(a)``, so the feed-forward
-enters ``dm/dt`` and ``dΣ/dt`` exactly as its statistical linearization
+A feed-forward ``W σ(U x + c)`` with ``σ`` ReLU or GELU does not keep Gaussians Gaussian, so
+the moment ODE of :mod:`gtcontrol.model.moments` does not apply (docs/theory.md §2). The Gaussian
+closure keeps, at every depth, the Gaussian ``N(m, Σ)`` with the moments of the current law and
+moves it with the exact moment derivatives *at* that Gaussian: with
+``a = U x + c ~ N(U m + c, U Σ Uᵀ)``, Stein's lemma gives ``E[σ(a) (x − m)ᵀ] = D U Σ`` with
+``D = diag E σ'(a)``, so the feed-forward enters ``dm/dt`` and ``dΣ/dt`` exactly as its
+statistical linearization
 
     W σ(U x + c)  →  W (E σ(a) + D (U x + c − E a)),
 
@@ -33,9 +34,10 @@ import numpy as np
 from scipy.integrate import DOP853
 from scipy.special import ndtr
 
+from .._docstring import fill, integrator_budget_doc
 from .._linalg import FloatArray, numerical_ranks, sym
-from .._status import Budget, BudgetExhausted, Status
-from .._validation import as_positive_float, as_positive_int, as_time_limit, frozen
+from .._status import DEFAULT_MAX_EVALS, Budget, BudgetExhausted, Status
+from .._validation import as_max_evals, as_positive_float, as_time_limit, frozen
 from ..errors import InvalidParametersError
 from .field import moment_field
 from .gaussian import Gaussian
@@ -45,8 +47,6 @@ from .params import Control, Layer, Schedule, as_control
 __all__ = ["activation_moments", "linearized_layer", "simulate_closure"]
 
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
-#: Default cap on right-hand-side evaluations of one closure flow (DOP853: 12 per step).
-_DEFAULT_MAX_EVALS = 200_000
 
 
 def activation_moments(kind: str, mu: FloatArray, var: FloatArray) -> tuple[FloatArray, FloatArray]:
@@ -149,13 +149,14 @@ def _segments(ctrl: Control) -> list[tuple[float, float]]:
     return [(float(bps[k]), float(bps[k + 1])) for k in range(len(bps) - 1)]
 
 
+@fill(budget=integrator_budget_doc("right-hand-side"))
 def simulate_closure(
-    model: Layer | Schedule | Control,
+    control: Layer | Schedule | Control,
     initial: Gaussian,
     T: float | None = None,
     *,
     rtol: float = 1e-10,
-    max_evals: int = _DEFAULT_MAX_EVALS,
+    max_evals: int = DEFAULT_MAX_EVALS,
     time_limit: float | None = None,
 ) -> Trajectory:
     """Integrate the Gaussian-closure moment flow ``(dm/dt, dΣ/dt)`` of any layer or schedule.
@@ -168,7 +169,7 @@ def simulate_closure(
 
     Parameters
     ----------
-    model
+    control
         A :class:`Layer` (needs ``T``), a :class:`Schedule` or any control.
     initial
         ``N(m0, Σ0)`` of the model's dimension.
@@ -176,10 +177,7 @@ def simulate_closure(
         Horizon; optional for controls that carry their own.
     rtol
         Relative tolerance of the integrator (``atol = rtol · 1e-2`` times the initial scale).
-    max_evals
-        Cap on right-hand-side evaluations (default ``200,000``, at most ``10**8``).
-    time_limit
-        Wall-clock limit in seconds (``None``: none).
+    %(budget)s
 
     Returns
     -------
@@ -208,16 +206,14 @@ def simulate_closure(
     (<Status.SUCCESS: 'success'>, np.float64(1.0))
     """
     clock = time.perf_counter()
-    ctrl = as_control(model, T)
+    ctrl = as_control(control, T)
     d = ctrl.layer_at(0.0).dim
     if not isinstance(initial, Gaussian) or initial.dim != d:
         raise InvalidParametersError(
             f"initial: expected a Gaussian of dimension {d}, got {initial!r}"
         )
     tol = as_positive_float("rtol", rtol)
-    budget = Budget(
-        as_time_limit(time_limit), max_evals=as_positive_int("max_evals", max_evals, maximum=10**8)
-    )
+    budget = Budget(as_time_limit(time_limit), max_evals=as_max_evals(max_evals))
     scale = max(float(np.max(np.abs(initial.mean))), float(np.max(np.abs(initial.cov))), 1e-300)
     y = np.concatenate([initial.mean, initial.cov.ravel()])
     ts, ys = [0.0], [y.copy()]

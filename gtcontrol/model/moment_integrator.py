@@ -16,7 +16,7 @@ breakpoints of the control (:func:`_integrate_segment`), a step-by-step loop ove
   Radau with the exact dense Jacobian of the (polynomial) field.
 
 Every right-hand-side evaluation ticks a :class:`~gtcontrol._status.Budget`; a spent budget, an
-integrator failure, a blow-up or an overflow ends the run with an :class:`Outcome`, never an
+integrator failure, a blow-up or an overflow ends the run with an :class:`IntegrationEnd`, never an
 exception.
 
 Reference: the paper cited in :mod:`gtcontrol`, §2–§3.
@@ -36,10 +36,16 @@ from scipy.linalg import LinAlgWarning
 
 from .._linalg import FloatArray
 from .._progress import progress
-from .._status import DEFAULT_MAX_EVALS, MAX_EVALS_LIMIT, Budget, BudgetExhausted, Status
-from .._validation import as_choice, as_positive_float, as_positive_int, as_time_limit
+from .._status import DEFAULT_MAX_EVALS, Budget, BudgetExhausted, Status
+from .._validation import (
+    as_choice,
+    as_max_evals,
+    as_positive_float,
+    as_positive_int,
+    as_time_limit,
+)
 from ..errors import InvalidParametersError
-from .blowup_detection import OVERFLOW_LEVEL, BlowupWatch, Outcome
+from .blowup_detection import OVERFLOW_LEVEL, BlowupWatch, IntegrationEnd
 from .factor_form import Form, _FactorForm, exact_jacobian, initial_factor, make_form
 from .gaussian import check_gaussian
 from .params import Control, Layer, Schedule, as_control
@@ -119,7 +125,7 @@ class _IntegratorOptions:
             "atol": as_positive_float("atol", self.atol),
             "n_points": as_positive_int("n_points", self.n_points, maximum=_MAX_POINTS),
             "max_step": as_positive_float("max_step", self.max_step, allow_inf=True),
-            "max_evals": as_positive_int("max_evals", self.max_evals, maximum=MAX_EVALS_LIMIT),
+            "max_evals": as_max_evals(self.max_evals),
             "time_limit": as_time_limit(self.time_limit),
             "method": as_choice("method", self.method, _METHODS),
         }
@@ -359,7 +365,9 @@ class _Segment:
         self.restart(t, y)
 
 
-def _stop_at(seg: _Segment, t: float, y: FloatArray, outcome: Outcome) -> tuple[Any, Outcome]:
+def _stop_at(
+    seg: _Segment, t: float, y: FloatArray, outcome: IntegrationEnd
+) -> tuple[Any, IntegrationEnd]:
     seg.run.rec.add(t, seg.form, y)
     return _state(seg.form, t, y), outcome
 
@@ -369,7 +377,7 @@ def _state(form: Form, t: float, y: FloatArray) -> tuple[FloatArray, FloatArray,
     return m, s, lf
 
 
-def _collapse(seg: _Segment, t: float, y: FloatArray, why: str) -> tuple[Any, Outcome]:
+def _collapse(seg: _Segment, t: float, y: FloatArray, why: str) -> tuple[Any, IntegrationEnd]:
     """The integrator cannot go on at ``(t, y)``: a blow-up (classified) or a failure."""
     outcome = None
     if np.all(np.isfinite(y)):
@@ -380,7 +388,9 @@ def _collapse(seg: _Segment, t: float, y: FloatArray, why: str) -> tuple[Any, Ou
         except (BudgetExhausted, ValueError, ArithmeticError, np.linalg.LinAlgError):
             outcome = None
     if outcome is None:
-        outcome = Outcome(Status.FAILED, f"moment integration failed at depth {t:.6g}: {why}")
+        outcome = IntegrationEnd(
+            Status.FAILED, f"moment integration failed at depth {t:.6g}: {why}"
+        )
     return _stop_at(seg, t, y, outcome)
 
 
@@ -396,7 +406,7 @@ def _record_step(seg: _Segment, grid: FloatArray, t_old: float, t: float, y: Flo
         rec.add(t, seg.form, y)
 
 
-def _after_step(seg: _Segment, t: float, y: FloatArray) -> Outcome | None:
+def _after_step(seg: _Segment, t: float, y: FloatArray) -> IntegrationEnd | None:
     """The blow-up watch and the overflow test at an accepted state."""
     form, watch = seg.form, seg.run.watch
     log_tr = form.log_scale(y)
@@ -413,7 +423,7 @@ def _after_step(seg: _Segment, t: float, y: FloatArray) -> Outcome | None:
 
 def _integrate_segment(
     run: _Run, setup: _Setup, k: int, state: tuple[FloatArray, FloatArray, Any]
-) -> tuple[tuple[FloatArray, FloatArray, Any], Outcome | None]:
+) -> tuple[tuple[FloatArray, FloatArray, Any], IntegrationEnd | None]:
     """Integrate segment ``k`` of the control from ``state = (m, Σ, L or None)``.
 
     Returns the state at the segment's end and ``None``, or the last state and the outcome
@@ -429,7 +439,7 @@ def _integrate_segment(
         run.forms.add(form.kind)
         seg = _Segment(run, form, t0, t1)
     except BudgetExhausted as exc:
-        return state, Outcome(Status.BUDGET_EXHAUSTED, f"{exc.reason} at depth {t0:.6g}")
+        return state, IntegrationEnd(Status.BUDGET_EXHAUSTED, f"{exc.reason} at depth {t0:.6g}")
     while seg.solver.status == "running":
         t_prev, y_prev = float(seg.solver.t), np.array(seg.solver.y)
         try:
@@ -463,7 +473,7 @@ def _integrate_segment(
                 f"{seg.run.watch.growth_note()}"
                 f"{seg.run.watch.null_cone_note(layer_at(t_s), cov_s)}"
             )
-            return _stop_at(seg, t_s, y_s, Outcome(Status.BUDGET_EXHAUSTED, msg))
+            return _stop_at(seg, t_s, y_s, IntegrationEnd(Status.BUDGET_EXHAUSTED, msg))
         except (ValueError, ArithmeticError, np.linalg.LinAlgError) as exc:
             return _collapse(seg, t_prev, y_prev, f"{type(exc).__name__}: {exc}")
     y_end = np.asarray(seg.solver.y)
@@ -471,7 +481,9 @@ def _integrate_segment(
     return _state(seg.form, t1, y_end), None
 
 
-def integrate(setup: _Setup, opts: _IntegratorOptions) -> tuple[_Record, Outcome, dict[str, Any]]:
+def integrate(
+    setup: _Setup, opts: _IntegratorOptions
+) -> tuple[_Record, IntegrationEnd, dict[str, Any]]:
     """Integrate every segment of the control; return the record, the outcome and the stats."""
     budget = Budget(opts.time_limit, max_evals=opts.max_evals)
     lam_ref = max(float(np.linalg.eigvalsh(setup.cov0)[-1]), 1.0)
@@ -483,7 +495,7 @@ def integrate(setup: _Setup, opts: _IntegratorOptions) -> tuple[_Record, Outcome
         watch=BlowupWatch(lam_ref, opts.blowup_factor, max(0.01 * opts.rtol, 1e-15)),
     )
     state: tuple[FloatArray, FloatArray, Any] = (setup.mean0, setup.cov0, lf0)
-    outcome = Outcome(Status.SUCCESS, "integrated to the horizon")
+    outcome = IntegrationEnd(Status.SUCCESS, "integrated to the horizon")
     t_start, t_end = float(setup.breaks[0]), float(setup.breaks[-1])
     with (
         np.errstate(over="ignore", invalid="ignore"),

@@ -32,19 +32,12 @@ from typing import Any
 import numpy as np
 
 from .._display import Axes, SummaryItems
-from .._docstring import fill
+from .._docstring import fill, integrator_budget_doc
 from .._linalg import FloatArray, numerical_ranks, sym
 from .._progress import progress
-from .._status import (
-    DEFAULT_MAX_EVALS,
-    Budget,
-    BudgetExhausted,
-    OutcomeOrBlowup,
-    Status,
-    integrator_budget_doc,
-)
+from .._status import DEFAULT_MAX_EVALS, Budget, BudgetExhausted, OutcomeOrBlowup, Status
 from .._validation import as_positive_int, as_time_limit, frozen, option_values
-from .blowup_detection import Outcome as _Outcome
+from .blowup_detection import IntegrationEnd
 from .field import affine_velocity, moment_field
 from .gaussian import Gaussian, check_gaussian
 from .moment_integrator import (
@@ -149,7 +142,7 @@ class Trajectory(OutcomeOrBlowup):
         draw_covariance(ax, self.t, self.cov, blowup_time=self.blowup_time, title=title)
 
 
-def _assemble(rec: _Record, outcome: _Outcome, stats: Mapping[str, Any]) -> Trajectory:
+def _assemble(rec: _Record, outcome: IntegrationEnd, stats: Mapping[str, Any]) -> Trajectory:
     """The :class:`Trajectory` of the recorded states."""
     covs = np.array(rec.covs)
     factor = None
@@ -172,7 +165,7 @@ def _assemble(rec: _Record, outcome: _Outcome, stats: Mapping[str, Any]) -> Traj
 
 @fill(budget=integrator_budget_doc("right-hand-side"))
 def simulate(
-    model: Layer | Schedule | Control,
+    control: Layer | Schedule | Control,
     initial: Gaussian,
     T: float | None = None,
     *,
@@ -187,13 +180,17 @@ def simulate(
 ) -> Trajectory:
     """Integrate the moment ODE ``dm/dt = M m + c``, ``dΣ/dt = M Σ + Σ Mᵀ`` (docs/theory.md §2).
 
-    The state is the mean and the upper triangle of Σ (each entry stored once). The integrator
-    restarts exactly at every layer switch of a schedule, so the piecewise-constant parameters
-    never straddle a step. Numerical trouble never raises: it is the trajectory's ``status``.
+    Noise-free layers integrate the factor form ``Σ = e^{2s} K Kᵀ`` (``dK/dt = M(Σ) K``, a
+    congruence: Σ stays positive semi-definite and keeps its rank by construction, and stays
+    relatively accurate when it decays; docs/theory.md §2), renormalizing ``K`` when its scale
+    drifts; layers with Brownian forcing integrate the entries of Σ. The integrator restarts
+    exactly at every layer switch of a schedule, so the piecewise-constant parameters never
+    straddle a step; a stiff flow switches to a rotating frame or to Radau. Numerical trouble
+    never raises: it is the trajectory's ``status``.
 
     Parameters
     ----------
-    model
+    control
         A :class:`Layer` (needs ``T``), a :class:`Schedule`, or any control with ``.T``,
         ``.breakpoints`` and ``.layer_at(t)`` (e.g. a closed-form steering control).
     initial
@@ -212,8 +209,10 @@ def simulate(
         Number of recorded depths, spread over the layers (every layer switch is recorded);
         at most ``10**6``.
     blowup_factor
-        The integrator pauses when ``tr Σ`` exceeds ``blowup_factor × max(tr Σ0, 1)`` (> 1) to
-        tell finite-time blow-up from exponential growth (then it goes on).
+        Growth of ``‖Σ‖₂ = λ_max`` over ``max(‖Σ0‖₂, 1)`` (> 1) at which the blow-up watch
+        starts: from there, at every tenfold growth of ``λ_max``, it extrapolates ``1/λ_max``
+        to tell a finite-time blow-up (successive extrapolations agree and the remaining time
+        shrinks) from exponential growth (the integration goes on).
     max_step
         Largest integrator step; ``inf`` (default) lets the error control decide.
     %(budget)s
@@ -223,7 +222,7 @@ def simulate(
     Trajectory
         ``Status.SUCCESS`` when integrated to ``T``; ``Status.BLOWUP`` with ``blowup_time``
         when Σ diverges in finite time (located to ~1e-10 relative in the quadratic regime by
-        extrapolating ``1/tr Σ``, which is linear near a Riccati singularity);
+        extrapolating ``1/λ_max``, which is near-linear in depth at a Riccati singularity);
         ``Status.OVERFLOW`` when Σ grows past 1e250 without a finite-time singularity;
         ``Status.FAILED`` when the integrator fails (``message`` says why);
         ``Status.BUDGET_EXHAUSTED`` when ``time_limit`` or ``max_evals`` runs out. The arrays
@@ -243,14 +242,14 @@ def simulate(
     ``T* = 1/(2cσ0) = 1`` (docs/theory.md §3).
 
     >>> from gtcontrol import Gaussian, Layer, simulate
-    >>> traj = simulate(Layer(B=[[1.0]], v=1.0), Gaussian([0.0], [[0.5]]), T=2.0)
+    >>> traj = simulate(Layer(B=[[1.0]], V=1.0), Gaussian([0.0], [[0.5]]), T=2.0)
     >>> traj.status, traj.success
     (<Status.BLOWUP: 'blowup'>, True)
     >>> round(traj.blowup_time, 9)
     1.0
     """
     opts = _IntegratorOptions(**option_values(_IntegratorOptions, locals()))
-    setup = _setup(model, initial, T, opts)
+    setup = _setup(control, initial, T, opts)
     rec, outcome, stats = integrate(setup, opts)
     return _assemble(rec, outcome, stats)
 
@@ -270,7 +269,7 @@ def _residual_step(
 
 
 def simulate_discrete(
-    model: Layer | Schedule,
+    control: Layer | Schedule,
     initial: Gaussian,
     T: float | None = None,
     *,
@@ -287,7 +286,7 @@ def simulate_discrete(
 
     Parameters
     ----------
-    model
+    control
         A :class:`Layer` (needs ``T``), a :class:`Schedule`, or any control with ``.T``,
         ``.breakpoints`` and ``.layer_at(t)`` (the layer at each step's midpoint is used).
     initial
@@ -312,8 +311,19 @@ def simulate_discrete(
         If ``initial`` is not a Gaussian of the model's dimension.
     InvalidParametersError
         On a malformed model, ``T`` or ``steps_per_layer``, or a ReLU/GELU feed-forward.
+
+    Examples
+    --------
+    One layer ``A = −1`` over depth 1 in two residual steps ``h = 0.5``: each step multiplies Σ by
+    ``(1 + hM)² = 0.25``.
+
+    >>> from gtcontrol import Gaussian, Layer, simulate_discrete
+    >>> g0 = Gaussian([0.0], [[1.0]])
+    >>> traj = simulate_discrete(Layer(A=[[-1.0]]), g0, 1.0, steps_per_layer=2)
+    >>> traj.cov[:, 0, 0]
+    array([1.    , 0.25  , 0.0625])
     """
-    ctrl = as_control(model, T)
+    ctrl = as_control(control, T)
     steps = as_positive_int("steps_per_layer", steps_per_layer, maximum=_MAX_STEPS_PER_LAYER)
     budget = Budget(as_time_limit(time_limit))
     d = ctrl.layer_at(0.0).dim
@@ -322,7 +332,7 @@ def simulate_discrete(
     breaks = np.asarray(ctrl.breakpoints, dtype=float)
     m, s = g0.mean.copy(), g0.cov.copy()
     ts, means, covs = [0.0], [m], [s]
-    outcome = _Outcome(Status.SUCCESS, "recursion completed")
+    outcome = IntegrationEnd(Status.SUCCESS, "recursion completed")
     try:
         with (
             np.errstate(over="ignore", invalid="ignore"),
@@ -339,13 +349,13 @@ def simulate_discrete(
                     if not (np.all(np.isfinite(s)) and np.all(np.isfinite(m))):
                         t_blow = float(t + h)
                         msg = f"the moments became non-finite at depth {t_blow:.12g}"
-                        raise _Stop(_Outcome(Status.BLOWUP, msg, t_blow))
+                        raise _Stop(IntegrationEnd(Status.BLOWUP, msg, t_blow))
                     ts.append(t + h if j < steps - 1 else t1)
                     means.append(m)
                     covs.append(s)
     except BudgetExhausted as exc:
         msg = f"{exc.reason} at depth {ts[-1]:.6g}; the recursion stops there"
-        outcome = _Outcome(Status.BUDGET_EXHAUSTED, msg)
+        outcome = IntegrationEnd(Status.BUDGET_EXHAUSTED, msg)
     except _Stop as stop:
         outcome = stop.outcome
     cov_arr = np.array(covs)
@@ -364,6 +374,6 @@ def simulate_discrete(
 class _Stop(Exception):
     """Leaves the nested step loops of :func:`simulate_discrete` with an outcome."""
 
-    def __init__(self, outcome: _Outcome) -> None:
+    def __init__(self, outcome: IntegrationEnd) -> None:
         super().__init__(outcome.message)
         self.outcome = outcome

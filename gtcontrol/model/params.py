@@ -95,15 +95,14 @@ class Layer:
         Affine feed-forward, shapes ``(d, d)`` and ``(d,)``; zero when omitted.
     B, V
         A single attention head; ``V`` defaults to zero when only ``B`` is given and ``B`` to
-        zero when only ``V`` is given (then attention returns the mean).
-    v
-        Shorthand for ``V = v I`` (scalar). Exclusive with ``V``.
+        zero when only ``V`` is given (then attention returns the mean). A scalar ``V`` means
+        ``V I`` (the Riccati class, docs/theory.md §2), as for the heads.
     heads
         Several heads as a sequence of ``(V_h, B_h)`` pairs, a
         :class:`~gtcontrol.model.heads.FactoredHeads` (see :meth:`from_projections`), or a
         sequence whose first item is a ``FactoredHeads`` followed by dense pairs (a pretrained
         layer with heads added to it, e.g. by :func:`gtcontrol.stabilize`); exclusive with
-        ``B``, ``V``, ``v``. A scalar ``V_h`` means ``V_h I``.
+        ``B`` and ``V``. A scalar ``V_h`` means ``V_h I``.
     ffn
         Optional non-affine token-level feed-forward term (see :class:`FeedForward`).
     noise
@@ -135,11 +134,11 @@ class Layer:
 
     Examples
     --------
-    One head ``V = vI`` with a feed-forward ``A``; omitted parts are zero.
+    One head ``V = −0.5 I`` (a scalar ``V``) with a feed-forward ``A``; omitted parts are zero.
 
     >>> import numpy as np
     >>> from gtcontrol import Layer
-    >>> layer = Layer(A=-np.eye(2), B=np.eye(2), v=-0.5)
+    >>> layer = Layer(A=-np.eye(2), B=np.eye(2), V=-0.5)
     >>> layer.dim, len(layer.heads)
     (2, 1)
     >>> V, B = layer.heads[0]
@@ -166,16 +165,13 @@ class Layer:
         V: Any = None,
         b: Any = None,
         *,
-        v: float | None = None,
         heads: Sequence[tuple[Any, Any]] | FactoredHeads | None = None,
         ffn: FeedForward | None = None,
         noise: Any = None,
         dim: int | None = None,
     ) -> None:
-        if v is not None and V is not None:
-            raise InvalidParametersError("Layer: give either V or the shorthand v, not both")
-        if heads is not None and (B is not None or V is not None or v is not None):
-            raise InvalidParametersError("Layer: give either heads or a single head (B, V, v)")
+        if heads is not None and (B is not None or V is not None):
+            raise InvalidParametersError("Layer: give either heads or a single head (B, V)")
         d = _infer_dim(A, B, V, b, heads, ffn, dim)
         a = np.zeros((d, d)) if A is None else as_float_array("A", A, ndim=2, shape=(d, d))
         bb = np.zeros(d) if b is None else as_float_array("b", b, ndim=1, shape=(d,))
@@ -183,8 +179,6 @@ class Layer:
         pairs: list[tuple[Any, Any]] = []
         names: list[tuple[str, str]] = []
         if heads is None:
-            if v is not None:
-                V = _scalar_times_identity("v", v, d)
             if B is not None or V is not None:
                 pairs.append((V, B))
             names = [("V", "B")] * len(pairs)
@@ -515,7 +509,7 @@ class Schedule:
     Examples
     --------
     >>> from gtcontrol import Layer, Schedule
-    >>> sched = Schedule([Layer(v=-1.0, dim=2), Layer(dim=2)], T=2.0)
+    >>> sched = Schedule([Layer(V=-1.0, dim=2), Layer(dim=2)], T=2.0)
     >>> sched.duration, sched.layer_at(1.5) is sched.layers[1]
     (1.0, True)
     """
@@ -525,7 +519,7 @@ class Schedule:
     #: Parameters are constant between breakpoints (integrators may fix the layer per segment).
     piecewise_constant = True
 
-    def __init__(self, layers: Sequence[Layer] | Layer, T: float = 1.0) -> None:
+    def __init__(self, layers: Sequence[Layer] | Layer, T: float) -> None:
         if isinstance(layers, Layer):
             layers = [layers]
         if isinstance(layers, (str, bytes)) or not isinstance(layers, Sequence):
@@ -612,15 +606,15 @@ class _ConstantControl:
         return self.layer
 
 
-def as_control(model: Any, T: float | None) -> Control:
-    """Normalize ``model`` (a Layer, a Schedule or any :class:`Control`) and a horizon.
+def as_control(control: Any, T: float | None) -> Control:
+    """Normalize ``control`` (a Layer, a Schedule or any :class:`Control`) and a horizon.
 
     A :class:`Layer` needs ``T``; a control with its own ``T`` accepts ``T=None`` or its own ``T``
     (a different value is an error rather than a silent rescaling).
 
     Parameters
     ----------
-    model
+    control
         A :class:`Layer`, a :class:`Schedule` or any :class:`Control`.
     T
         The horizon, or ``None`` to use the control's own.
@@ -628,28 +622,28 @@ def as_control(model: Any, T: float | None) -> Control:
     Returns
     -------
     Control
-        The control to integrate (a single layer held for ``T``, or ``model`` itself).
+        The control to integrate (a single layer held for ``T``, or ``control`` itself).
 
     Raises
     ------
     InvalidParametersError
         If ``T`` is missing for a Layer, not positive, or differs from the control's own, or if
-        ``model`` is not a control.
+        ``control`` is not a control.
     """
-    if isinstance(model, Layer):
+    if isinstance(control, Layer):
         if T is None:
             raise InvalidParametersError("T: a single Layer needs a horizon T > 0")
-        return _ConstantControl(model, as_positive_float("T", T))
-    if isinstance(model, Control):
+        return _ConstantControl(control, as_positive_float("T", T))
+    if isinstance(control, Control):
         if T is not None:
             t = as_positive_float("T", T)
-            if not np.isclose(t, model.T, rtol=1e-12, atol=0.0):
+            if not np.isclose(t, control.T, rtol=1e-12, atol=0.0):
                 raise InvalidParametersError(
-                    f"T: {t:g} differs from the model's own horizon T = {model.T:g}; "
+                    f"T: {t:g} differs from the model's own horizon T = {control.T:g}; "
                     "omit T or rebuild the schedule"
                 )
-        return model
+        return control
     raise InvalidParametersError(
-        f"model: expected a Layer, Schedule or control with .T and .layer_at, "
-        f"got {type(model).__name__}"
+        f"control: expected a Layer, Schedule or control with .T and .layer_at, "
+        f"got {type(control).__name__}"
     )

@@ -20,14 +20,16 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .._linalg import FloatArray, sym
-from .._status import DEFAULT_MAX_EVALS, MAX_EVALS_LIMIT, BudgetExhausted, Status
+from .._status import DEFAULT_MAX_EVALS, BudgetExhausted, Status
 from .._validation import (
     MAX_ENTRY,
     as_choice,
     as_float_array,
+    as_max_evals,
     as_nonnegative_float,
     as_positive_float,
     as_positive_int,
+    as_rng,
     as_time_limit,
     frozen,
 )
@@ -132,7 +134,7 @@ class _TokenOptions:
             as_nonnegative_float("atol", self.atol)
         if self.ivp_method is not None:
             as_choice("ivp_method", self.ivp_method, _IVP_METHODS)
-        as_positive_int("max_evals", self.max_evals, maximum=MAX_EVALS_LIMIT)
+        as_max_evals(self.max_evals)
         object.__setattr__(self, "time_limit", as_time_limit(self.time_limit))
         try:
             dt: np.dtype[Any] | None = np.dtype(self.dtype)
@@ -219,16 +221,6 @@ def _has_layer_noise(ctrl: Control) -> bool:
     bps = np.asarray(ctrl.breakpoints, dtype=float)
     mids = 0.5 * (bps[:-1] + bps[1:])
     return any(ctrl.layer_at(float(t)).noise is not None for t in mids)
-
-
-def _as_generator(rng: Any) -> np.random.Generator:
-    if isinstance(rng, np.random.Generator):
-        return rng
-    if rng is None or (isinstance(rng, (int, np.integer)) and not isinstance(rng, bool)):
-        return np.random.default_rng(rng)
-    raise InvalidParametersError(
-        f"rng: expected a numpy.random.Generator, an integer seed or None, got {rng!r}"
-    )
 
 
 def _layer_source(
@@ -410,14 +402,15 @@ def _run_fixed(
 
 
 def _check_noise_sources(
-    ctrl: Control, noise: Any, rng: Any, d: int, method: str
+    ctrl: Control, noise: Any, seed: Any, d: int, method: str
 ) -> tuple[FloatArray | None, np.random.Generator | None]:
     """The explicit noise matrix and the generator (``None`` when nothing is noisy)."""
     g = _check_noise(noise, d, method)
     layer_noise = _has_layer_noise(ctrl)
     if layer_noise and method not in ("euler", "discrete"):
         raise InvalidParametersError(
-            f"model: a layer with noise (dx = v(x) dt + G dW) needs method 'euler' "
+            f"control: a layer with noise (dx = v(x) dt + G dW) needs method 'euler' "
             f"(Euler–Maruyama), got method {method!r}"
         )
-    return g, (_as_generator(rng) if (g is not None or layer_noise) else None)
+    gen = as_rng("seed", seed)  # validated whether or not anything is noisy
+    return g, (gen if (g is not None or layer_noise) else None)

@@ -23,7 +23,6 @@ Reference: the paper cited in :mod:`gtcontrol`, §1 (model), §2 (Gaussian invar
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -80,10 +79,11 @@ class TokenTrajectory(Outcome):
         ``BUDGET_EXHAUSTED`` (``time_limit`` or ``max_evals`` ran
         out; the tokens of the last completed step are kept) or ``FAILED`` (the adaptive step
         size collapsed; ``message`` says why).
-    blowup_time
+    overflow_time
         Depth of the step that produced non-finite tokens (for ``"adaptive"``: the end of the
         shortest step tried, after the step size collapsed on non-finite tokens); ``math.inf``
-        otherwise. (Formerly ``overflow_time``.)
+        otherwise. Tokens overflow; only the moment model has a finite-time blow-up
+        (:attr:`Trajectory.blowup_time <gtcontrol.Trajectory.blowup_time>`).
     stats
         ``method``, ``steps`` (accepted steps), ``n_velocity`` (field evaluations over all
         tokens), ``n_attention`` (softmax-head evaluations, the ``O(N² d)`` passes),
@@ -105,19 +105,9 @@ class TokenTrajectory(Outcome):
     snapshots: tuple[tuple[float, AnyArray], ...]
     final_tokens: AnyArray
     status: Status
-    blowup_time: float = math.inf
+    overflow_time: float = math.inf
     stats: Mapping[str, Any] = field(default_factory=dict)
     message: str = ""
-
-    @property
-    def overflow_time(self) -> float:
-        """Deprecated alias of :attr:`blowup_time` (removed in 0.3)."""
-        warnings.warn(
-            "TokenTrajectory.overflow_time is deprecated; use blowup_time",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return self.blowup_time
 
     @property
     def dim(self) -> int:
@@ -145,7 +135,7 @@ class TokenTrajectory(Outcome):
             ("dim", self.dim),
             ("n", len(self)),
             ("t", (float(self.t[0]), float(self.t[-1]))),
-            ("blowup_time", self.blowup_time),
+            ("overflow_time", self.overflow_time),
             ("snapshots", len(self.snapshots)),
         ]
 
@@ -154,12 +144,17 @@ class TokenTrajectory(Outcome):
 
         title = f"{self.n_tokens} tokens, empirical covariance ({self.status.value})"
         draw_covariance(
-            ax, self.t, self.cov, blowup_time=self.blowup_time, blowup_label="overflow", title=title
+            ax,
+            self.t,
+            self.cov,
+            blowup_time=self.overflow_time,
+            blowup_label="overflow",
+            title=title,
         )
 
 
 def simulate_tokens(
-    model: Layer | Schedule | Control,
+    control: Layer | Schedule | Control,
     tokens: Any,
     T: float | None = None,
     *,
@@ -170,7 +165,7 @@ def simulate_tokens(
     record: str = "steps",
     snapshot_times: Any = None,
     noise: Any = None,
-    rng: np.random.Generator | int | None = None,
+    seed: np.random.Generator | int | None = None,
     rtol: float | None = None,
     atol: float | None = None,
     ivp_method: str | None = None,
@@ -190,7 +185,7 @@ def simulate_tokens(
 
     Parameters
     ----------
-    model
+    control
         A :class:`Layer` (needs ``T``; one segment), a :class:`Schedule`, or any control with
         ``.T``, ``.breakpoints`` and ``.layer_at(t)``. ReLU/GELU feed-forwards are allowed.
     tokens
@@ -228,8 +223,9 @@ def simulate_tokens(
         ``"discrete"``: each step adds ``sqrt(h) ξ Gᵀ``, ``ξ`` standard normal ``(N, k)``.
         When omitted, each layer's own ``Layer.noise`` is used (the same Euler–Maruyama step;
         other methods refuse a layer with noise).
-    rng
-        Generator or seed for the noise (pass one for reproducible runs).
+    seed
+        Seed (a non-negative integer) or ``numpy.random.Generator`` of the noise; pass one for
+        reproducible runs.
     rtol, atol
         Tolerances of ``"adaptive"``: a step is accepted when its local error, in the RMS over
         all coordinates of ``e / (atol + rtol · max(|x|, |x⁺|, rms of the tokens))``, is at most
@@ -289,12 +285,12 @@ def simulate_tokens(
     True
     """
     opts = _TokenOptions(**option_values(_TokenOptions, locals()))
-    ctrl = as_control(model, T)
+    ctrl = as_control(control, T)
     d = ctrl.layer_at(0.0).dim
     x = _check_tokens(tokens, d).astype(opts.dtype, copy=False)
     breaks = np.asarray(ctrl.breakpoints, dtype=float)
     snap_times = _check_snapshot_times(snapshot_times, float(breaks[-1]))
-    g, gen = _check_noise_sources(ctrl, noise, rng, d, str(opts.method))
+    g, gen = _check_noise_sources(ctrl, noise, seed, d, str(opts.method))
 
     budget = Budget(opts.time_limit, max_evals=opts.max_evals)
     work = _Workspace(x.shape[0], opts.dtype, opts.block_size, budget, backend=opts.backend)
@@ -330,7 +326,7 @@ def simulate_tokens(
         snapshots=tuple(rec.snaps),
         final_tokens=frozen(x),
         status=end.status,
-        blowup_time=end.depth if end.status is Status.OVERFLOW else math.inf,
+        overflow_time=end.depth if end.status is Status.OVERFLOW else math.inf,
         stats=stats,
         message=end.message(),
     )

@@ -24,23 +24,20 @@ Reference: the paper cited in :mod:`gtcontrol`, §4.
 
 from __future__ import annotations
 
-from typing import Any
-
-from ..._validation import deprecated_module_attribute
-from .certificate import Certificate, design_certificate
+from .certificate import DesignCertificate, design_certificate
 from .convergence import ConvergenceData, design_convergence
 from .ess_path import PathEss
 from .mean_matching import MeanMatchingDesign, design_mean_matching
-from .options import _DesignOptions
-from .robustness import Robustness, design_robustness
+from .robustness import Robustness, RobustnessCheck, design_robustness
 from .token_check import TokenCertificate, design_token_certificate
 
 __all__ = [
-    "Certificate",
     "ConvergenceData",
+    "DesignCertificate",
     "MeanMatchingDesign",
     "PathEss",
     "Robustness",
+    "RobustnessCheck",
     "TokenCertificate",
     "design_certificate",
     "design_convergence",
@@ -48,11 +45,3 @@ __all__ = [
     "design_robustness",
     "design_token_certificate",
 ]
-
-
-def __getattr__(name: str) -> Any:
-    message = (
-        "DesignOptions is deprecated and will be removed in the next release; pass its "
-        "fields as keyword arguments of design_mean_matching instead"
-    )
-    return deprecated_module_attribute(__name__, name, {"DesignOptions": (_DesignOptions, message)})

@@ -42,17 +42,16 @@ MARGIN_SLACK = 1e-6
 RESIDUAL_TOL = 1e-9
 
 
-def as_target(target_mean: Any, target_cov: Any) -> Gaussian:
-    """The validated target ``N(m*, Σ*)`` (Σ* defaults to the identity and must be SPD)."""
-    m = as_float_array("target_mean", target_mean, ndim=1, error=InvalidGaussianError)
+def as_target(mean: Any, cov: Any) -> Gaussian:
+    """The validated target ``N(m*, Σ*)`` (Σ* must be SPD)."""
+    m = as_float_array("target.mean", mean, ndim=1, error=InvalidGaussianError)
     if m.shape[0] == 0:
-        raise InvalidGaussianError("target_mean: expected at least one dimension, got 0")
+        raise InvalidGaussianError("target.mean: expected at least one dimension, got 0")
     d = m.shape[0]
-    cov = np.eye(d) if target_cov is None else target_cov
     g = Gaussian(m, cov, name="target")
     if g.rank < d:
         raise InvalidGaussianError(
-            f"target_cov: expected a positive-definite covariance (rank {g.rank} < {d}); the "
+            f"target.cov: expected a positive-definite covariance (rank {g.rank} < {d}); the "
             "design and its certificate are built on Σ*⁻¹"
         )
     return g

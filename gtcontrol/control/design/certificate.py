@@ -1,4 +1,4 @@
-"""Independent verification of a design: :class:`Certificate` and :func:`design_certificate`.
+"""Independent verification of a design: :class:`DesignCertificate` and :func:`design_certificate`.
 
 The certificate is recomputed from the layer alone, whatever built it: the residual of the
 moment field at the target, the equilibria and spectra of
@@ -27,7 +27,7 @@ from ...model.gaussian import Gaussian
 from ...model.params import Layer
 from ._common import RESIDUAL_TOL, Whitening, abscissa, check_layer, rel_residual
 
-__all__ = ["Certificate", "design_certificate"]
+__all__ = ["DesignCertificate", "design_certificate"]
 
 #: Eigenvalues of ``Σ*^{1/2} R Σ*^{1/2}`` above ``−_PSD_RTOL ‖R̂‖`` count as non-negative.
 _PSD_RTOL = 1e-10
@@ -36,7 +36,7 @@ _UNIQUE_RTOL = 1e-8
 
 
 @dataclass(frozen=True, eq=False)
-class Certificate(Displayable):
+class DesignCertificate(Displayable):
     """Verified convergence data of a layer towards a target ``N(m*, Σ*)``.
 
     Attributes
@@ -198,7 +198,7 @@ def design_certificate(
     cov_rate: float | None = None,
     require_global: bool = False,
     rate_rtol: float = 1e-6,
-) -> Certificate:
+) -> DesignCertificate:
     """Verify that ``layer`` drives Gaussians to ``target`` and at which rates.
 
     Independent of how the layer was built: the residual of the moment field
@@ -228,7 +228,7 @@ def design_certificate(
 
     Returns
     -------
-    Certificate
+    DesignCertificate
         ``status`` is ``Status.SUCCESS`` when the layer is certified, else
         ``Status.INFEASIBLE`` with the failing condition in ``message``.
 
@@ -238,6 +238,17 @@ def design_certificate(
         On a malformed target or a dimension mismatch.
     InvalidParametersError
         If ``layer`` is not a :class:`Layer`.
+
+    Examples
+    --------
+    ``a = 1``, ``vB = −2``: ``σ* = −a/(vB) = 0.5`` is the unique equilibrium, ``R = −v(B + Bᵀ) = 4
+    ⪰ 0`` and ``−A`` is Hurwitz, so the certificate is global; the mean matrix
+    ``K = A + V(1 + σ*B) = −1`` gives the mean rate 1.
+
+    >>> from gtcontrol import Gaussian, Layer, design_certificate
+    >>> cert = design_certificate(Layer(A=[[1.0]], B=[[2.0]], V=-1.0), Gaussian([0.0], [[0.5]]))
+    >>> cert.kind, cert.valid, round(cert.mean_rate, 12), round(cert.cov_rate, 12)
+    ('global', True, 1.0, 2.0)
 
     References
     ----------
@@ -281,7 +292,7 @@ def design_certificate(
         + f"{residual:.2e}"
         + ("" if not msgs else "; " + "; ".join(msgs))
     )
-    return Certificate(
+    return DesignCertificate(
         kind=kind,
         valid=bool(valid),
         mean_rate=mean_rate,

@@ -46,7 +46,7 @@ def constructive_layer(
     if rotation is not None:
         a_mat = a_mat + rotation @ omega
     b_mat = (a / rate) * omega
-    return with_bias(Layer(a_mat, B=b_mat, v=-rate), target)
+    return with_bias(Layer(a_mat, B=b_mat, V=-rate), target)
 
 
 def check_rotation(rotation: Any, d: int) -> FloatArray | None:

@@ -153,6 +153,14 @@ def design_convergence(
     InvalidParametersError
         If ``design`` is not a :class:`MeanMatchingDesign`, has no positive certified rate, or
         on malformed counts, depth or limit.
+
+    Examples
+    --------
+    >>> from gtcontrol import Gaussian, design_convergence, design_mean_matching
+    >>> design = design_mean_matching(Gaussian([1.0], [[0.5]]), robustness=False, min_ess=None)
+    >>> data = design_convergence(design, n_starts=2, n_points=21)
+    >>> data.status, data.mean_error.shape
+    (<Status.SUCCESS: 'success'>, (2, 21))
     """
     clock = time.perf_counter()
     if not isinstance(design, MeanMatchingDesign):

@@ -1,7 +1,7 @@
 """Finite-N validity of a design along its predicted path, and the V/B scale split that keeps it.
 
 A softmax head over ``N`` keys ``y ~ N(m, Σ)`` with weights ``exp(yᵀu)``, ``u = B x``, has the
-effective sample size ``ESS/N = exp(−uᵀΣu)`` (DESIGN.md §2 "Finite N";
+effective sample size ``ESS/N = exp(−uᵀΣu)`` (docs/theory.md §2 "Finite N";
 :mod:`gtcontrol.model.finite_n`, the one home of that formula). The moment model is the
 ``N → ∞`` limit; ``N`` real tokens follow it only while ``uᵀΣu`` stays moderate. A design with
 ``B = Σ*⁻¹`` and a target mean far from the origin has ``uᵀΣ*u = |Σ*^{-½}m* + z|²`` for a query

@@ -23,17 +23,18 @@ from typing import Any
 from ..._display import Axes, SummaryItems
 from ..._linalg import FloatArray, identity_multiple
 from ..._status import Budget, Outcome, ResultFields, Status, as_time_limit
+from ..._validation import option_values
 from ...model.gaussian import Gaussian
 from ...model.params import Layer
 from ._common import Whitening, param_norm, with_bias
-from .certificate import Certificate, design_certificate
+from .certificate import DesignCertificate, design_certificate
 from .constructive import constructive_layer
 from .ess_path import PathEss, ess_scaled_layer, path_depth, path_ess
 from .nlp_solve import DesignAttempt, solve_nlp
-from .options import resolve_options
+from .options import _DesignOptions
 from .problem import Problem, precheck
 from .request import DesignRequest, parse_request
-from .robustness import Robustness, _robustness
+from .robustness import Robustness, RobustnessCheck, _robustness
 from .token_check import TokenCertificate, design_token_certificate
 
 __all__ = ["MeanMatchingDesign", "design_mean_matching"]
@@ -54,12 +55,14 @@ class MeanMatchingDesign(ResultFields, Outcome):
         ``Status.SUCCESS``: the layer is certified (``optimal`` says whether IPOPT also proved
         norm-minimality). ``Status.BUDGET_EXHAUSTED``: ``time_limit`` or IPOPT's ``max_iter``
         ran out before a certified optimal design was found; ``layer`` is the best iterate
-        (``certificate.valid`` says whether it verifies). ``Status.INFEASIBLE``: IPOPT
+        (``certificate.valid`` says whether it verifies). ``Status.NOT_FOUND``: IPOPT
         converged with a rate margin out of reach and the layer does not verify (``message``
-        names the margin and the best rate reached). ``Status.FAILED``: any other failure of
-        IPOPT or of the verification, or a requirement the caller set that the certified layer
-        does not meet (``min_ess`` on the predicted path, the ``token_check``), named first in
-        ``message``.
+        names the margin and the best rate reached); a local search, so no proof that no
+        design exists. A request proved impossible in closed form is not a result: it raises
+        :class:`~gtcontrol.UnreachableTargetError` before any solve. ``Status.FAILED``: any
+        other failure of IPOPT or of the verification, or a requirement the caller set that
+        the certified layer does not meet (``min_ess`` on the predicted path, the
+        ``token_check``), named first in ``message``.
     message
         The certificate's statement, or why the design is incomplete.
     method
@@ -67,7 +70,7 @@ class MeanMatchingDesign(ResultFields, Outcome):
     rate, cov_rate
         The requested mean and covariance rates.
     certificate
-        :class:`Certificate` (verified independently of the construction).
+        :class:`DesignCertificate` (verified independently of the construction).
     robustness
         :class:`Robustness` or ``None`` (when disabled or when there is no certificate).
     fixed
@@ -102,7 +105,7 @@ class MeanMatchingDesign(ResultFields, Outcome):
     method: str
     rate: float
     cov_rate: float
-    certificate: Certificate
+    certificate: DesignCertificate
     robustness: Robustness | None
     fixed: tuple[str, ...]
     norm: float
@@ -134,7 +137,7 @@ class MeanMatchingDesign(ResultFields, Outcome):
 # ----------------------------------------------------------------------------- routes
 
 
-def _certify(req: DesignRequest, layer: Layer, want_global: bool) -> Certificate:
+def _certify(req: DesignRequest, layer: Layer, want_global: bool) -> DesignCertificate:
     return design_certificate(
         layer,
         req.target,
@@ -174,14 +177,14 @@ def _design_nlp(req: DesignRequest, budget: Budget) -> DesignAttempt:
     )
     precheck(prob)
 
-    def build(a_h: FloatArray, b_h: FloatArray, v_h: FloatArray) -> tuple[Layer, Certificate]:
+    def build(a_h: FloatArray, b_h: FloatArray, v_h: FloatArray) -> tuple[Layer, DesignCertificate]:
         # Fixed parts are used exactly as given; designed parts leave whitened form.
         a_mat = fa if fa is not None else wh.T @ a_h @ wh.Ti
         b_mat = fb if fb is not None else wh.Ti @ b_h @ wh.Ti
         if fv is not None:
             layer0 = Layer(a_mat, B=b_mat, V=fv)
         elif riccati:
-            layer0 = Layer(a_mat, B=b_mat, v=float(v_h[0, 0]))
+            layer0 = Layer(a_mat, B=b_mat, V=float(v_h[0, 0]))
         else:
             layer0 = Layer(a_mat, B=b_mat, V=wh.T @ v_h @ wh.Ti)
         lay = with_bias(layer0, tgt)
@@ -209,7 +212,7 @@ def _verdict(out: DesignAttempt) -> tuple[Status, str]:
         return Status.SUCCESS, f"{head} (the norm may not be minimal); the design verifies: " + (
             cert.message
         )
-    status = Status.INFEASIBLE if out.short else Status.FAILED
+    status = Status.NOT_FOUND if out.short else Status.FAILED
     return status, (f"{diagnosis}; " if diagnosis else "") + cert.message
 
 
@@ -279,14 +282,15 @@ def _finite_n(
 
 def _robustness_report(req: DesignRequest, out: DesignAttempt, budget: Budget) -> Robustness | None:
     opts = req.opts
-    if not opts.robustness or out.certificate.kind == "none":
+    check = opts.robustness
+    if not isinstance(check, RobustnessCheck) or out.certificate.kind == "none":
         return None
     return _robustness(
         out.layer,
         req.target,
-        directions=opts.robustness_directions,
-        samples=opts.robustness_samples,
-        max_relative=opts.robustness_max,
+        directions=check.directions,
+        samples=check.samples,
+        max_relative=check.max_relative,
         seed=int(opts.seed),
         budget=budget,
     )
@@ -334,8 +338,7 @@ def _requirement(
 
 
 def design_mean_matching(
-    target_mean: Any,
-    target_cov: Any = None,
+    target: Gaussian | tuple[Any, Any],
     *,
     rate: float = 1.0,
     cov_rate: float | None = None,
@@ -351,11 +354,8 @@ def design_mean_matching(
     max_iter: int = 3000,
     rate_rtol: float = 1e-6,
     symbolic: str = "SX",
-    ipopt: Mapping[str, Any] | None = None,
-    robustness: bool = True,
-    robustness_directions: int = 8,
-    robustness_samples: int = 16,
-    robustness_max: float = 1.0,
+    ipopt_options: Mapping[str, Any] | None = None,
+    robustness: bool | RobustnessCheck = True,
     seed: int = 0,
     min_ess: float | None = 0.5,
     ess_n_std: float = 3.0,
@@ -363,7 +363,6 @@ def design_mean_matching(
     T: float | None = None,
     token_check: int | None = None,
     time_limit: float | None = None,
-    options: Any = None,
 ) -> MeanMatchingDesign:
     """Design a time-invariant single-head layer that carries every Gaussian to a target.
 
@@ -387,10 +386,9 @@ def design_mean_matching(
 
     Parameters
     ----------
-    target_mean
-        m*, shape ``(d,)``.
-    target_cov
-        Σ* ≻ 0; ``None`` means the identity (any SPD choice works; the mean is the target).
+    target
+        ``N(m*, Σ*)``, a :class:`Gaussian` or a ``(mean, cov)`` pair, with ``Σ* ≻ 0``. For
+        matching a mean only, any SPD ``Σ*`` works (e.g. the identity).
     rate
         Mean rate (``|v|`` in the Riccati class); the promised rate of the whole state is
         ``min(rate, cov_rate)``.
@@ -429,21 +427,17 @@ def design_mean_matching(
     symbolic
         CasADi expression type of the NLP: ``"SX"`` (scalar graphs, default) or ``"MX"``
         (matrix graphs; builds faster for larger d).
-    ipopt
+    ipopt_options
         Extra IPOPT options (e.g. ``{"mu_strategy": "adaptive"}``). When given, they replace
         the built-in sequence of attempts (default barrier strategy, then adaptive).
     robustness
-        Compute :func:`design_robustness` for the result.
-    robustness_directions
-        ``directions`` of :func:`design_robustness`.
-    robustness_samples
-        ``samples`` of :func:`design_robustness`.
-    robustness_max
-        ``max_relative`` of :func:`design_robustness`.
+        Compute :func:`design_robustness` for the result: ``True`` with the default
+        :class:`RobustnessCheck`, a ``RobustnessCheck(directions=..., samples=...,
+        max_relative=...)`` to tune it, ``False`` to skip it.
     seed
         Seed of the robustness report and of the token check.
     min_ess
-        Finite-N validity (DESIGN.md §2 "Finite N"): the predicted ``ESS/N = exp(−uᵀΣu)``,
+        Finite-N validity (docs/theory.md §2 "Finite N"): the predicted ``ESS/N = exp(−uᵀΣu)``,
         ``u = Bx``, of the softmax for every query within ``ess_n_std`` standard deviations of
         the tokens' Gaussian must stay ``≥ min_ess`` at every depth of the predicted moment
         path from ``initial`` to depth ``T`` (default 0.5; ``None``: not required, the exact
@@ -481,15 +475,12 @@ def design_mean_matching(
         seconds at d = 5 for a general V) cannot be interrupted: it is refused up front, and
         the closed-form starting design returned, when its estimated cost exceeds the time
         left (the message names both).
-    options
-        Deprecated: a ``DesignOptions`` object. Accepted for one release with a
-        :class:`DeprecationWarning`; pass its fields as the keywords above instead.
 
     Returns
     -------
     MeanMatchingDesign
         ``status`` says whether the design is certified (``Status.SUCCESS``) or why not
-        (``BUDGET_EXHAUSTED``, ``INFEASIBLE``, ``FAILED``; ``layer`` is then the best iterate
+        (``BUDGET_EXHAUSTED``, ``NOT_FOUND``, ``FAILED``; ``layer`` is then the best iterate
         and ``message`` names the binding margin or the most violated constraint).
 
     Raises
@@ -505,9 +496,9 @@ def design_mean_matching(
 
     Examples
     --------
-    >>> res = design_mean_matching(
-    ...     [1.0, -2.0], [[1.0, 0.3], [0.3, 0.5]], rate=0.5, robustness=False
-    ... )
+    >>> from gtcontrol import Gaussian
+    >>> target = Gaussian([1.0, -2.0], [[1.0, 0.3], [0.3, 0.5]])
+    >>> res = design_mean_matching(target, rate=0.5, robustness=False)
     >>> res.success, str(res.status), res.certificate.kind
     (True, 'success', 'global')
     >>> bool(res.ess.worst_overall >= 0.5), round(res.certificate.cov_rate, 12)
@@ -517,9 +508,7 @@ def design_mean_matching(
 
     Without the finite-N requirement the closed form is exact: ``v = −rate``, ``B = Σ*⁻¹``.
 
-    >>> exact = design_mean_matching(
-    ...     [1.0, -2.0], [[1.0, 0.3], [0.3, 0.5]], rate=0.5, robustness=False, min_ess=None
-    ... )
+    >>> exact = design_mean_matching(target, rate=0.5, robustness=False, min_ess=None)
     >>> round(exact.certificate.mean_rate, 12), exact.ess.scale
     (0.5, 1.0)
 
@@ -528,31 +517,15 @@ def design_mean_matching(
     Alcalde, Ji, Zuazua, arXiv:2606.07600 (2026), §4; docs/theory.md §3–5.
     """
     clock = time.perf_counter()
-    opts = resolve_options(
-        options,
-        {
-            "require_global": require_global,
-            "V_structure": V_structure,
-            "max_condition": max_condition,
-            "tol": tol,
-            "max_iter": max_iter,
-            "rate_rtol": rate_rtol,
-            "symbolic": symbolic,
-            "ipopt": ipopt,
-            "robustness": robustness,
-            "robustness_directions": robustness_directions,
-            "robustness_samples": robustness_samples,
-            "robustness_max": robustness_max,
-            "seed": seed,
-            "min_ess": min_ess,
-            "ess_n_std": ess_n_std,
-            "token_check": token_check,
-        },
+    opts = _DesignOptions(
+        **option_values(
+            _DesignOptions,
+            {**locals(), "ipopt_options": {} if ipopt_options is None else ipopt_options},
+        )
     )
     budget = Budget(as_time_limit(time_limit))
     req = parse_request(
-        target_mean,
-        target_cov,
+        target,
         rate,
         cov_rate,
         rotation,

@@ -21,13 +21,13 @@ from ..._status import Budget
 from ...model.params import Layer
 from .._ipopt import IpoptDeadline
 from ._common import MARGIN_SLACK
-from .certificate import Certificate
+from .certificate import DesignCertificate
 from .nlp import NLP
 from .problem import Problem
 
 __all__ = ["Builder", "DesignAttempt", "initial_guess", "polish", "solve_nlp"]
 
-Builder = Callable[[FloatArray, FloatArray, FloatArray], tuple[Layer, Certificate]]
+Builder = Callable[[FloatArray, FloatArray, FloatArray], tuple[Layer, DesignCertificate]]
 
 _GROUP_HINTS = {
     "equilibrium": "the target cannot be made an equilibrium with these fixed parts",
@@ -183,7 +183,7 @@ class _Attempt:
     """One IPOPT attempt, built into a layer and verified."""
 
     layer: Layer
-    certificate: Certificate
+    certificate: DesignCertificate
     stats: dict[str, Any]
     diagnosis: str
     short: bool  # IPOPT converged, but a margin slack stayed positive (request out of reach)
@@ -236,7 +236,7 @@ class _Runner:
                 stop=lambda: budget.exhausted,
             )
             base["iteration_callback"] = self._stop
-        user = {f"ipopt.{k}": v for k, v in opts.ipopt.items()}
+        user = {f"ipopt.{k}": v for k, v in opts.ipopt_options.items()}
         options = {**base, **extra, **user}
         return self.nlp.ca.nlpsol("gtcontrol_design", "ipopt", self.problem, options)
 
@@ -290,7 +290,7 @@ class DesignAttempt:
     """What :func:`solve_nlp` returns."""
 
     layer: Layer
-    certificate: Certificate
+    certificate: DesignCertificate
     stats: dict[str, Any]
     diagnosis: str
     exhausted: str | None  # why a budget (time limit, IPOPT cap) ran out; None if none did
@@ -303,7 +303,7 @@ class DesignAttempt:
 
 def _starting_design(
     p: Problem, build: Builder, guess: tuple[FloatArray, FloatArray, FloatArray]
-) -> tuple[Layer, Certificate]:
+) -> tuple[Layer, DesignCertificate]:
     return build(*polish(p, *guess))
 
 
@@ -347,7 +347,7 @@ def solve_nlp(p: Problem, build: Builder, budget: Budget) -> DesignAttempt:
     if not budget.exhausted and estimate <= budget.remaining():
         nlp = NLP(p)
         runner = _Runner(p, nlp, nlp.initial(*guess))
-        for extra in _ATTEMPTS if not p.opts.ipopt else ({},):
+        for extra in _ATTEMPTS if not p.opts.ipopt_options else ({},):
             if budget.exhausted:
                 break
             if estimate > budget.remaining():

@@ -15,7 +15,7 @@ from ..._linalg import FloatArray
 from ..._validation import as_float_array, as_positive_float, leading_size
 from ...errors import InvalidParametersError
 from ...model.gaussian import Gaussian
-from ._common import as_target
+from ._common import coerce_target
 from .constructive import check_rotation
 from .ess_path import as_initial
 from .options import _DesignOptions
@@ -64,8 +64,7 @@ def _as_fixed(name: str, value: Any, d: int) -> FloatArray | None:
 
 
 def parse_request(
-    target_mean: Any,
-    target_cov: Any,
+    target: Any,
     rate: Any,
     cov_rate: Any,
     rotation: Any,
@@ -74,7 +73,7 @@ def parse_request(
     opts: _DesignOptions,
     path: tuple[Any, Any],
 ) -> DesignRequest:
-    tgt = as_target(target_mean, target_cov)
+    tgt = coerce_target(target)
     d = tgt.dim
     r_m = as_positive_float("rate", rate)
     r_c = 2.0 * r_m if cov_rate is None else as_positive_float("cov_rate", cov_rate)

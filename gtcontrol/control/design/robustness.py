@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..._display import Axes, SummaryItems
+from ..._docstring import fill
 from ..._linalg import FloatArray, identity_multiple, numerical_rank
 from ..._status import Budget, BudgetExhausted, Outcome, ResultFields, Status, as_time_limit
 from ..._validation import as_positive_float, as_positive_int, as_seed
@@ -36,13 +37,58 @@ from ._common import (
     rel_residual,
 )
 
-__all__ = ["Robustness", "design_robustness"]
+__all__ = ["Robustness", "RobustnessCheck", "design_robustness"]
 
 #: Finite caps on the sampling loops (a default call can never run unbounded).
 _MAX_DIRECTIONS = 10_000
 _MAX_SAMPLES = 100_000
 #: Bisection steps along one direction (after the geometric bracket of 12 sizes).
 _BISECTIONS = 12
+
+
+#: The options of :func:`design_robustness`, documented once (``%(check)s``).
+_CHECK_DOC = """\
+directions
+    Number of parameter directions searched (at most 10 000).
+samples
+    Number of sampled checks of each linearization block and of the parameter radius (at
+    most 100 000).
+max_relative
+    Largest relative parameter perturbation searched."""
+
+
+@fill(check=_CHECK_DOC)
+@dataclass(frozen=True, kw_only=True)
+class RobustnessCheck:
+    """How hard :func:`design_robustness` looks: one validated value for the option family.
+
+    :func:`gtcontrol.design_mean_matching` takes it as ``robustness=`` (``True`` is
+    ``RobustnessCheck()``, ``False`` skips the check), as diffrax takes ``SaveAt``.
+
+    Attributes
+    ----------
+    %(check)s
+
+    Raises
+    ------
+    InvalidParametersError
+        On a value out of its range (naming the field).
+
+    Examples
+    --------
+    >>> from gtcontrol import RobustnessCheck
+    >>> RobustnessCheck(directions=2, samples=4)
+    RobustnessCheck(directions=2, samples=4, max_relative=1.0)
+    """
+
+    directions: int = 8
+    samples: int = 16
+    max_relative: float = 1.0
+
+    def __post_init__(self) -> None:
+        as_positive_int("directions", self.directions, maximum=_MAX_DIRECTIONS)
+        as_positive_int("samples", self.samples, maximum=_MAX_SAMPLES)
+        as_positive_float("max_relative", self.max_relative)
 
 
 @dataclass(frozen=True, eq=False)
@@ -161,7 +207,9 @@ def _stability_radius(x: FloatArray) -> tuple[float, float]:
         )
     except (SlycotError, ValueError, ArithmeticError) as exc:
         raise SolverError(
-            f"H∞ norm of (sI − X)⁻¹ (slycot AB13DD) failed: {exc}", status="slycot"
+            f"H∞ norm of (sI − X)⁻¹ (slycot AB13DD) failed: {exc}",
+            status=Status.FAILED,
+            stats={"cause": "slycot"},
         ) from None
     return 1.0 / float(gpeak), float(fpeak)
 
@@ -222,7 +270,8 @@ def _cov_block(hat: Layer) -> _Block:
         raise SolverError(
             f"the covariance linearization is a {n_sym} × {n_sym} matrix at d = {hat.dim}, "
             f"larger than the {_MAX_COV_BLOCK} rows its stability radius is computed for",
-            status="too_large",
+            status=Status.FAILED,
+            stats={"cause": "too_large"},
         )
     return _Block("covariance", orthonormal_cov_jacobian(hat, np.eye(hat.dim)))
 
@@ -469,6 +518,7 @@ def _robustness(
     )
 
 
+@fill(check=_CHECK_DOC)
 def design_robustness(
     layer: Layer,
     target: Gaussian | tuple[Any, Any],
@@ -499,13 +549,7 @@ def design_robustness(
         A layer with the target as equilibrium (e.g. a design).
     target
         ``N(m*, Σ*)`` (a :class:`Gaussian` or ``(mean, cov)``), Σ* ≻ 0.
-    directions
-        Number of parameter directions searched (at most 10 000).
-    samples
-        Number of sampled checks of each linearization block and of the parameter radius
-        (at most 100 000).
-    max_relative
-        Largest relative parameter perturbation searched.
+    %(check)s
     seed
         Seed of every random choice.
     time_limit
@@ -524,11 +568,20 @@ def design_robustness(
         or on malformed counts, sizes or limits.
     InvalidGaussianError
         On a malformed target or a dimension mismatch.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from gtcontrol import Gaussian, design_mean_matching, design_robustness
+    >>> target = Gaussian([1.0, 0.0], np.eye(2))
+    >>> design = design_mean_matching(target, robustness=False, min_ess=None)
+    >>> rob = design_robustness(design.layer, design.target, directions=2, samples=4)
+    >>> rob.status, bool(rob.cov_radius > 0)
+    (<Status.SUCCESS: 'success'>, True)
     """
     layer, tgt = check_layer(layer, target)
-    n_dir = as_positive_int("directions", directions, maximum=_MAX_DIRECTIONS)
-    n_samp = as_positive_int("samples", samples, maximum=_MAX_SAMPLES)
-    eps_max = as_positive_float("max_relative", max_relative)
+    check = RobustnessCheck(directions=directions, samples=samples, max_relative=max_relative)
+    n_dir, n_samp, eps_max = check.directions, check.samples, check.max_relative
     budget = Budget(as_time_limit(time_limit))
     as_seed("seed", seed)
     if rel_residual(layer, tgt) > RESIDUAL_TOL:

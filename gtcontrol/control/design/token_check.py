@@ -11,7 +11,7 @@ measures, independently of the moment model:
   target itself (median over ``floor_samples`` samples): no ``N``-token cloud is expected closer;
 * ``min_ess``: the smallest *empirical* effective sample size per key of every head's softmax,
   ``(Σ_j w_ij)² / (N Σ_j w_ij²)`` with ``w_ij = exp(x_jᵀ B_h x_i)``, over every token and the
-  snapshot depths (DESIGN.md §2 "Finite N" predicts ``exp(−uᵀΣu)``; ``predicted_min_ess``
+  snapshot depths (docs/theory.md §2 "Finite N" predicts ``exp(−uᵀΣu)``; ``predicted_min_ess``
   evaluates that formula, :func:`gtcontrol.model.finite_n.ess_fraction`, at the same tokens).
 
 The design is token-valid when the tokens reach ``T``, ``w2 ≤ w2_factor · floor`` and
@@ -277,7 +277,7 @@ def design_token_certificate(
     is compared with the sampling floor ``W2(N(m̂_ref, Σ̂_ref), N(m*, Σ*))`` of a fresh sample of
     ``N`` target points, and the empirical softmax effective sample size
     ``ESS_i/N = (Σ_j w_ij)² / (N Σ_j w_ij²)`` is checked for every token at ``n_snapshots``
-    depths. DESIGN.md §2 "Finite N" explains why it matters: where ``ESS/N`` is tiny the tokens
+    depths. docs/theory.md §2 "Finite N" explains why it matters: where ``ESS/N`` is tiny the tokens
     stall although the moment model converges.
 
     Parameters
@@ -331,15 +331,17 @@ def design_token_certificate(
 
     Examples
     --------
+    >>> from gtcontrol import Gaussian
     >>> from gtcontrol.control.design import design_mean_matching, design_token_certificate
-    >>> res = design_mean_matching([1.0, -0.5], [[0.5, 0.1], [0.1, 0.4]], robustness=False)
+    >>> target = Gaussian([1.0, -0.5], [[0.5, 0.1], [0.1, 0.4]])
+    >>> res = design_mean_matching(target, robustness=False)
     >>> tc = design_token_certificate(res.layer, res.target, n_tokens=256, T=6.0)
     >>> tc.success, bool(tc.w2 <= 2 * tc.floor), bool(tc.min_ess >= 0.2)
     (True, True, True)
 
     References
     ----------
-    Alcalde, Ji, Zuazua, arXiv:2606.07600 (2026), §1–§2; DESIGN.md §2 "Finite N".
+    Alcalde, Ji, Zuazua, arXiv:2606.07600 (2026), §1–§2; docs/theory.md §2 "Finite N".
     """
     clock = time.perf_counter()
     opts = _TokenCheckOptions(**option_values(_TokenCheckOptions, locals()))

@@ -320,9 +320,9 @@ def test_horizontal_gauge_holds_an_equilibrium_still_and_changes_no_moment(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """At an equilibrium the factor rotates (``K̇ = M*K`` with ``M*`` Σ*-skew) while Σ stands
-    still; the horizontal gauge removes that rotation, so the steps grow to the stability limit.
-    Off the equilibrium it changes no moment: the run with the gauge switched off agrees (there,
-    with Σ itself oscillating fast, it may cost steps: 239 against 149 for this start)."""
+    still; the horizontal gauge removes that rotation, so the steps are no longer held by its
+    accuracy. Near the equilibrium it changes no moment: both runs match the closed form
+    ``Σ(t) = e^{At} Σ0 e^{Aᵀt}``. Far from one (Σ moving fast) it is not switched on."""
     import gtcontrol.model.moment_integrator as mi
 
     rng = np.random.default_rng(3)
@@ -332,26 +332,32 @@ def test_horizontal_gauge_holds_an_equilibrium_still_and_changes_no_moment(
     s_star = np.diag(np.linspace(0.5, 2.0, d))
     a = skew @ np.linalg.inv(s_star)  # A Σ* = skew: A Σ* + Σ* Aᵀ = 0, Σ* an equilibrium
     still = Gaussian(np.zeros(d), s_star)
-    # a perturbed start under weak attention: the same moments with and without the gauge
-    lay2 = Layer(A=a - 0.5 * np.eye(d), heads=[(0.05 * np.eye(d), np.eye(d))])
+    e = rng.standard_normal((d, d))
+    near = Gaussian(np.zeros(d), s_star + 1e-7 * (e + e.T))
     f0 = rng.standard_normal((d, d))
-    g0 = Gaussian(rng.standard_normal(d), s_star + 0.1 * f0 @ f0.T)
-    traj = simulate(Layer(A=a), still, T=10.0, n_points=3, rtol=1e-10)
-    on = simulate(lay2, g0, T=2.0, n_points=5, rtol=1e-11)
+    far = Gaussian(rng.standard_normal(d), s_star + 0.1 * f0 @ f0.T)
+    lay = Layer(A=a)
+    runs = [simulate(lay, g, T=2.0, n_points=5, rtol=1e-10) for g in (still, near)]
+    weak = Layer(A=a - 0.5 * np.eye(d), heads=[(0.05 * np.eye(d), np.eye(d))])
+    far_run = simulate(weak, far, T=0.5, n_points=3)
     monkeypatch.setattr(mi, "_GAUGE_SHARE", math.inf)
-    plain = simulate(Layer(A=a), still, T=10.0, n_points=3, rtol=1e-10)
-    off = simulate(lay2, g0, T=2.0, n_points=5, rtol=1e-11)
-    assert traj.status is Status.SUCCESS and plain.status is Status.SUCCESS
-    assert any("horizontal gauge" in s for s in traj.stats["switched_to"])
-    # the steps are then limited by the stability of Σ's own oscillation ([M*, H], frequencies
-    # up to 2‖M*‖), not by the accuracy of K's rotation: 86 against 562 steps when written
-    assert 4 * traj.stats["nsteps"] < plain.stats["nsteps"]
-    np.testing.assert_allclose(traj.cov[-1], s_star, rtol=0, atol=1e-12)
-    assert any("horizontal gauge" in s for s in on.stats["switched_to"])
-    assert not any("horizontal gauge" in s for s in off.stats["switched_to"])
-    for c_on, c_off in zip(on.cov, off.cov, strict=True):
-        np.testing.assert_allclose(c_on, c_off, rtol=0, atol=1e-9 * np.linalg.norm(c_off))
-    np.testing.assert_allclose(on.mean[-1], off.mean[-1], rtol=0, atol=1e-9)
+    monkeypatch.setattr(mi, "_GAUGE_SHARE_START", math.inf)
+    plain = [simulate(lay, g, T=2.0, n_points=5, rtol=1e-10) for g in (still, near)]
+    for on, off in zip(runs, plain, strict=True):
+        assert on.status is Status.SUCCESS and off.status is Status.SUCCESS
+        assert any("horizontal gauge" in s for s in on.stats["switched_to"])
+        assert not any("horizontal gauge" in s for s in off.stats["switched_to"])
+        # the steps are then held by Σ's own oscillation ([M*, H], up to 2‖M*‖, and its
+        # amplitude), not by the accuracy of K's rotation: 19 and 78 against 117 and 119
+        # steps when written. (This rotation never decays: at a 1e-3 perturbation the gauge
+        # cost steps, 163 against 116; stabilized layers damp it, see docs/theory.md §2.)
+        assert 1.4 * on.stats["nsteps"] < off.stats["nsteps"]
+        g0 = np.asarray((still if on is runs[0] else near).cov)
+        for t, c_on, c_off in zip(on.t, on.cov, off.cov, strict=True):
+            exact = expm(a * t) @ g0 @ expm(a * t).T
+            np.testing.assert_allclose(c_on, exact, rtol=0, atol=1e-8)
+            np.testing.assert_allclose(c_off, exact, rtol=0, atol=1e-8)
+    assert not any("horizontal gauge" in s for s in far_run.stats["switched_to"])
 
 
 def test_scalar_value_head_is_applied_as_a_scaling() -> None:

@@ -55,14 +55,59 @@ def _ratio(num: FloatArray, den: FloatArray) -> float:
 
 
 def initial_factor(cov: FloatArray) -> FloatArray:
-    """An eigen-factor ``L0`` (``d×r``) of ``cov`` spanning its range (round-off dropped)."""
-    w, u = np.linalg.eigh(0.5 * (cov + cov.T))
+    """An eigen-factor ``L0`` (``d×r``) of ``cov`` spanning its range (round-off dropped).
+
+    A diagonal ``cov`` (the identity start, ``I ⊕ 0``) is factored without an eigensolve: at
+    d = 1024 that saves an O(d³) step before the integrator's first budget check.
+    """
+    sym_cov = 0.5 * (cov + cov.T)
+    diag = np.diagonal(sym_cov)
+    if np.count_nonzero(sym_cov) <= np.count_nonzero(diag) and np.all(diag >= 0):
+        order = np.argsort(diag, kind="stable")
+        w, u = diag[order], np.eye(cov.shape[0])[:, order]
+    else:
+        w, u = np.linalg.eigh(sym_cov)
     top = float(w[-1]) if w.size else 0.0
     keep = w > max(cov.shape[0], 1) * np.finfo(float).eps * top
     if top <= 0.0:
         keep[:] = False
     factor: FloatArray = u[:, keep] * np.sqrt(w[keep])
     return factor[:, ::-1]  # largest first
+
+
+def _orthogonal_columns(factor: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """``(U, σ)`` with ``factor = U diag(σ) Qᵀ`` (``U`` orthonormal columns, ``Q`` orthogonal):
+    by the Gram ``KᵀK`` when the columns are orthogonal to 1e-13 (cosines; O(d r²), no SVD),
+    else an SVD."""
+    r = factor.shape[1]
+    if r:
+        gram = factor.T @ factor
+        sv = np.sqrt(np.maximum(np.diagonal(gram), 0.0))
+        if np.all(sv > 0):
+            cos = gram / sv[:, None] / sv[None, :]  # the columns' cosines
+            np.fill_diagonal(cos, 0.0)
+            if float(np.max(np.abs(cos))) <= 1e-13:
+                return factor / sv, sv
+    u, sv, _ = np.linalg.svd(factor, full_matrices=False)
+    return u, sv
+
+
+def _vertical(k: FloatArray, dk: FloatArray) -> FloatArray:
+    """The skew ``W`` (``r×r``) of the factor's gauge motion in ``K̇``: ``K̇ − K W`` is horizontal.
+
+    ``K → K Q`` (``Q`` orthogonal) leaves ``Σ = K Kᵀ`` unchanged, so ``K̇ − K W`` with any skew
+    ``W`` moves Σ exactly as ``K̇`` does. The horizontal lift minimizes ``‖K̇ − K W‖_F``:
+    ``G W + W G = Kᵀ K̇ − K̇ᵀ K`` with the Gram ``G = KᵀK``. The Gram is diagonal after every
+    restart (orthogonal columns), so its diagonal ``g`` stands for it: ``W_ij = (X_ij − X_ji) /
+    (g_i + g_j)`` with ``X = Kᵀ K̇``, exact for a diagonal Gram and never larger than ``‖M‖₂``
+    (``|X_ij| ≤ √(g_i g_j) ‖M‖₂``). At an equilibrium ``M K = K W₀`` with ``W₀`` skew, and this
+    ``W`` is ``W₀``: the factor stands still instead of rotating at the speed of ``M``.
+    """
+    x = k.T @ dk
+    g = np.einsum("ij,ij->j", k, k)
+    den = g[:, None] + g[None, :]
+    out: FloatArray = np.divide(x - x.T, den, out=np.zeros_like(x), where=den > 0)
+    return out
 
 
 def top_eigenpair(gram: FloatArray, v0: FloatArray | None = None) -> tuple[float, FloatArray]:
@@ -125,14 +170,16 @@ class _FactorForm:
         factor: FloatArray,
         *,
         skew: FloatArray | None = None,
+        gauge: bool = False,
     ) -> None:
         self.layer_at, self.budget = layer_at, budget
         self.d, self.r = factor.shape
-        self.t_ref, self.skew = t0, skew
+        self.t_ref, self.skew, self.gauge = t0, skew, gauge
         if skew is not None:  # S = −i U diag(μ) Uᴴ, so e^{Sτ} = U diag(e^{−iμτ}) Uᴴ (orthogonal)
             self._mu, self._u = np.linalg.eigh(1j * skew)
-        # re-gauge to orthogonal columns (K = U diag(σ)) and normalize to unit Frobenius norm
-        u, sv, _ = np.linalg.svd(factor, full_matrices=False)
+        # re-gauge to orthogonal columns (K = U diag(σ)) and normalize to unit Frobenius norm;
+        # columns that are already orthogonal (an eigen-factor, the first chunk) need no SVD
+        u, sv = _orthogonal_columns(factor)
         norm = float(np.linalg.norm(sv))
         self.s = math.log(norm) if norm > 0 else 0.0
         k = u * (sv / norm) if norm > 0 else factor
@@ -154,16 +201,24 @@ class _FactorForm:
     def rhs(self, t: float, y: FloatArray) -> FloatArray:
         """``[dm/dt, vec dK/dt]`` (in the rotating frame when one is set); ticks the budget."""
         self.budget.tick()
-        m, k = self._split(y)
+        m, k_state = self._split(y)
         e = self._frame(t)
-        if e is not None:
-            m, k = e @ m, e @ k
-        dm, dl = factor_field(self.layer_at(t), m, math.exp(self.s) * k)
+        m, k = (m, k_state) if e is None else (e @ m, e @ k_state)
+        # in the frame the field is that of M − S, formed with A − S (no cancellation)
+        dm, dl = factor_field(self.layer_at(t), m, math.exp(self.s) * k, shift=self.skew)
         dk = dl * math.exp(-self.s)
-        if e is not None and self.skew is not None:
-            dm = e.T @ (dm - self.skew @ m)
-            dk = e.T @ (dk - self.skew @ k)
+        if e is not None:
+            dm, dk = e.T @ dm, e.T @ dk
+        if self.gauge:  # the frame acts on the left, the gauge on the right: they commute
+            dk = dk - k_state @ _vertical(k_state, dk)
         return np.concatenate([dm, dk.ravel()])
+
+    def vertical_share(self, y: FloatArray, f: FloatArray) -> float:
+        """``‖K W‖_F / ‖K̇‖_F``: the share of the factor's speed that leaves Σ unchanged."""
+        _, k = self._split(y)
+        _, dk = self._split(f)
+        size = float(np.linalg.norm(dk))
+        return float(np.linalg.norm(k @ _vertical(k, dk))) / size if size > 0 else 0.0
 
     def moments(self, t: float, y: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
         """Physical ``(m, Σ, L)`` with ``Σ = L Lᵀ``."""
@@ -188,10 +243,12 @@ class _FactorForm:
         k2 = float(np.sum(y[self.d :] ** 2))
         return not (_WINDOW**-2 <= k2 <= _WINDOW**2)
 
-    def restart(self, t: float, y: FloatArray, skew: FloatArray | None) -> _FactorForm:
+    def restart(
+        self, t: float, y: FloatArray, skew: FloatArray | None, *, gauge: bool = False
+    ) -> _FactorForm:
         """A new chunk at ``(t, y)``: renormalized, re-gauged, frame reset to ``t``."""
         m, _, lf = self.moments(t, y)
-        return _FactorForm(self.layer_at, self.budget, t, m, lf, skew=skew)
+        return _FactorForm(self.layer_at, self.budget, t, m, lf, skew=skew, gauge=gauge)
 
     def top(self, y: FloatArray, f: FloatArray) -> tuple[float, float]:
         """``(λ_max Σ, dλ_max/dt)`` from the Gram matrix ``KᵀK`` and the derivative ``f``.
@@ -299,7 +356,9 @@ class _EntryForm:
         """Never: the entry-wise state has no scale to renormalize."""
         return False
 
-    def restart(self, t: float, y: FloatArray, skew: FloatArray | None) -> _EntryForm:
+    def restart(
+        self, t: float, y: FloatArray, skew: FloatArray | None, *, gauge: bool = False
+    ) -> _EntryForm:
         """The same form at ``(t, y)`` (no frame: the entry-wise form never rotates)."""
         m, s, _ = self.moments(t, y)
         return _EntryForm(self.layer_at, self.budget, t, m, s)

@@ -247,9 +247,9 @@ def factor_field(
 
 def _times(v: FloatArray, x: FloatArray) -> FloatArray:
     """``V x``, as a scaling when ``V = v I`` (e.g. :func:`gtcontrol.stabilize`'s added head):
-    the test is O(d²), the product it saves O(d² r)."""
+    the test is O(d²), the product it saves O(d² r) (so it runs from d = 64)."""
     d = v.shape[0]
-    if d > 1 and np.count_nonzero(v) <= d:
+    if d >= 64 and np.count_nonzero(v) <= d:  # below, the test costs more than the product
         diag = v.diagonal()
         if diag[0] != 0 and np.all(diag == diag[0]):
             out: FloatArray = diag[0] * x

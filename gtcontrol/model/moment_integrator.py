@@ -74,6 +74,13 @@ _STIFF_STEPS = 5000
 _STIFF_H_RHO = 1.0
 #: ... or the step resolves the rotation of ``A``'s skew part (``h ‖S‖₂`` at least this).
 _ROTATION_H = 0.01
+#: The factor's horizontal gauge is switched on when at least this many steps remain ...
+_GAUGE_STEPS = 100
+#: ... and at least this share of the factor's speed is gauge motion (Σ unchanged); at a
+#: segment's start the gauge needs :data:`_GAUGE_SHARE_START` (a start at an equilibrium).
+#: Far from one, where Σ itself moves or oscillates fast, the gauge can cost steps.
+_GAUGE_SHARE = 0.95
+_GAUGE_SHARE_START = 0.97
 #: Largest packed state for which implicit methods get a dense Jacobian.
 _MAX_DENSE_JACOBIAN = 2000
 
@@ -248,6 +255,15 @@ class _Segment:
         self.run, self.form, self.t1 = run, form, t1
         self.method = run.opts.method
         self.skew: FloatArray | None = None
+        # the factor's horizontal gauge (:func:`.factor_form._vertical`), from the start when
+        # the factor nearly only rotates there (a start at an equilibrium), else by the probe
+        self.gauge = False
+        if (
+            isinstance(form, _FactorForm)
+            and form.vertical_share(form.y0, form.rhs(t, form.y0)) >= _GAUGE_SHARE_START
+        ):
+            form.gauge = self.gauge = True
+            self.run.switches.append(f"horizontal gauge at {t:.6g}")
         self.solver = self._solver(t, form.y0)
         self.window = (t, 0)
 
@@ -281,7 +297,7 @@ class _Segment:
         """Renormalize the form at ``(t, y)`` and start a fresh solver there (an explicit
         solver keeps its step size: the renormalization does not change the dynamics' scale)."""
         h = getattr(self.solver, "h_abs", None)
-        self.form = self.form.restart(t, y, self.skew)
+        self.form = self.form.restart(t, y, self.skew, gauge=self.gauge)
         self.solver = self._solver(t, self.form.y0)
         if self.method in _EXPLICIT and isinstance(h, float) and 0.0 < h < math.inf:
             self.solver.h_abs = min(h, abs(self.t1 - t)) or h
@@ -338,7 +354,21 @@ class _Segment:
             return
         self.window = (t, self.run.nsteps)
         h = (t - t_w) / steps
-        if h <= 0 or (self.t1 - t) / h < _STIFF_STEPS:
+        if h <= 0:
+            return
+        if (
+            not self.gauge
+            and isinstance(self.form, _FactorForm)
+            and (self.t1 - t) / h >= _GAUGE_STEPS
+            and self.form.vertical_share(y, self.derivative()) >= _GAUGE_SHARE
+        ):
+            # the factor mostly rotates within its gauge (near an equilibrium, K̇ = M*K is
+            # all rotation while Σ stands still): the horizontal gauge lets the steps grow
+            self.gauge = True
+            self.run.switches.append(f"horizontal gauge at {t:.6g}")
+            self.restart(t, y)
+            return
+        if (self.t1 - t) / h < _STIFF_STEPS:
             return
         layer = self.form.layer_at(t)
         a, _ = layer.affine_ffn()
@@ -359,6 +389,7 @@ class _Segment:
             if h * rho < _STIFF_H_RHO or not smooth:
                 return  # accuracy-limited: the moments themselves move that fast
             self.method = "Radau"
+            self.gauge = False  # the dense Jacobian of the plain factor field serves Radau best
             self.run.switches.append(f"Radau at {t:.6g}")
         else:
             return

@@ -27,8 +27,9 @@ deflation of every root found (Σ = 0 always) from several kinds of starts, shar
   ``_WHITENED_SATURATION`` of them in a row find no new positive-definite root (at least
   ``n_random``), then the other kinds.
 
-Random, factor, path and whitened starts keep coming, in turn, until ``_SATURATION`` of them in a
-row find no new positive-definite root (at least ``n_random`` of each), or a cap is reached.
+Whitened, path, factor and random starts then keep coming, in turn, until ``_SATURATION`` starts
+in a row, of any kind and counted from the first phase on, find no new positive-definite root
+(at least ``n_random`` of each kind), or a cap is reached.
 
 Reference: P. E. Farrell, Á. Birkisson, S. W. Funke, *Deflation techniques for finding distinct
 solutions of nonlinear PDEs*, SIAM J. Sci. Comput. 37 (2015); docs/theory.md §4.4.
@@ -254,9 +255,10 @@ def _fixed_starts(
     return out + base
 
 
-def _random_spd(rng: np.random.Generator, d: int, s0: float) -> FloatArray:
+def _random_spd(rng: np.random.Generator, d: int, s0: float, spread: float = 1.5) -> FloatArray:
+    """``Q diag(s0 e^u) Qᵀ`` with Q Haar-orthogonal and ``u ~ U(−spread, spread)``."""
     q, _ = np.linalg.qr(rng.standard_normal((d, d)))
-    w = s0 * np.exp(rng.uniform(-1.5, 1.5, d))
+    w = s0 * np.exp(rng.uniform(-spread, spread, d))
     return sym((q * w) @ q.T)
 
 
@@ -339,12 +341,16 @@ def deflated_search(
     s0 = _typical_scale(layer)
     factor_ok = d <= opts.kron_max_dim
     try:
-        if factor_ok:
-            _whitened_phase(layer, opts, budget, per_start, work, out, rng, s0)
+        # ``dry``: starts in a row, of any kind, that found no new positive-definite root.
+        dry = (
+            _whitened_phase(layer, opts, budget, per_start, work, out, rng, s0) if factor_ok else 0
+        )
         for kind, st in _fixed_starts(layer, given, opts, budget, per_start, work):
+            before = len(out.roots)
             _run_start(layer, kind, st, opts, budget, per_start, work, out)
+            dry = 0 if len(out.roots) > before else dry + 1
         poly = _System(layer, 1.0, np.ones(d * (d + 1) // 2 + 1)) if factor_ok else None
-        dry, count = 0, {"random": 0, "factor": 0, "path": 0, "whitened": 0}
+        count = {"random": 0, "factor": 0, "path": 0, "whitened": 0}
         cycle = ("whitened", "path", "factor", "random") if poly is not None else ("random",)
         while dry < _SATURATION or min(count[k] for k in cycle) < opts.n_random:
             total = sum(count.values())
@@ -411,24 +417,26 @@ def _whitened_phase(
     out: SearchLog,
     rng: np.random.Generator,
     s0: float,
-) -> None:
+) -> int:
     """Whitened Levenberg–Marquardt from random starts until ``_WHITENED_SATURATION`` in a row
-    find nothing new (at least ``n_random`` starts, at most ``_MAX_WHITENED``)."""
+    find nothing new (at least ``n_random`` starts, at most ``_MAX_WHITENED``); returns that
+    count of starts in a row. Every other start spreads its eigenvalues wider (``e^{±3}``
+    about ``s0`` instead of ``e^{±1.5}``): some roots have eigenvalues 10–1000 times ``s0``."""
     dry = 0
     for k in range(_MAX_WHITENED):
         if dry >= _WHITENED_SATURATION and k >= opts.n_random:
-            return
+            break
         before = len(out.roots)
+        st = _random_spd(rng, layer.dim, s0, 1.5 if k % 2 == 0 else 3.0)
         try:
-            _whitened_start(
-                layer, _random_spd(rng, layer.dim, s0), opts, budget.sub(per_start), work, out
-            )
+            _whitened_start(layer, st, opts, budget.sub(per_start), work, out)
         except BudgetExhausted:
             if budget.exhausted or work.left() == 0.0:
                 raise
             out.log.append({"start": "whitened", "runs": ["time_limit"]})  # its own limit only
             out.outcomes["time_limit"] = out.outcomes.get("time_limit", 0) + 1
         dry = 0 if len(out.roots) > before else dry + 1
+    return dry
 
 
 def _whitened_start(

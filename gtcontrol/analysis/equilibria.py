@@ -7,8 +7,10 @@ is ``Σ* = Ω⁻¹`` with ``AᵀΩ + ΩA = R`` (slycot SB03MD, :mod:`gtcontrol.a
 cross-checked against the CARE route (SB02MD). For any V and d ≤ 4, every isolated root by
 total-degree homotopy continuation (:mod:`gtcontrol.analysis._homotopy`): a complete list when
 every path is accounted for. Otherwise Newton–Kantorovich (:mod:`gtcontrol.analysis.newton`)
-from many kinds of starts — endpoints of the forward and reversed flows, continuation from a
-Riccati-class layer, multiples of I, random matrices, Newton in Cholesky coordinates — with
+from many kinds of starts — first (d ≤ ``kron_max_dim``) Levenberg–Marquardt on the whitened
+residual ``L⁻¹F(LLᵀ)L⁻ᵀ`` in the factor Σ = LLᵀ (:mod:`gtcontrol.analysis._whitened_search`),
+then endpoints of the forward and reversed flows, continuation from a Riccati-class layer,
+multiples of I, random matrices, Newton in Cholesky coordinates — with
 deflation of every root already found (and of Σ = 0, always a root)
 (:mod:`gtcontrol.analysis._deflated_search`); it finds roots but proves nothing, so finding
 none is ``Status.NOT_FOUND``. Each :class:`Equilibrium` carries its residual, the spectrum of DF on
@@ -356,7 +358,11 @@ def equilibria(
     (``proved``; ``Status.INFEASIBLE`` if it has no positive-definite root); otherwise deflated
     Newton continues from the starts below, with the homotopy's roots deflated.
 
-    Any V (``method="newton"``, or ``"auto"`` outside the class for d ≥ 4): Newton–Kantorovich
+    Any V (``method="newton"``, or ``"auto"`` outside the class for d ≥ 4): first, up to
+    d = ``kron_max_dim``, Levenberg–Marquardt on the whitened residual ``L⁻¹F(LLᵀ)L⁻ᵀ`` over
+    the factor Σ = LLᵀ from random positive-definite starts, each converged end point polished
+    by Newton (it reaches saddles, which the flows do not: issue 21's planted equilibria are
+    found at d = 3–12, benchmarks/bench_equilibria_planted.py); then Newton–Kantorovich
     with deflation from the endpoints of short forward/reversed flows, ``starts``,
     ``s0·{1, 0.3, 3}·I`` and ``n_random`` random positive-definite matrices of size
     ``s0 = ‖A‖ / Σ_h‖V_h‖‖B_h‖``; Σ = 0 is deflated from the start. This finds equilibria, it

@@ -7,9 +7,16 @@ Text transformations only:
    ``%(name)s`` that is replaced at import time. Griffe reads the source, so for an object whose
    docstring has such a line the extension imports the object and uses its runtime ``__doc__``
    (the text ``help()`` and the doctests see).
-2. **Sphinx roles.** The docstrings cross-reference with reST roles (``:func:`~gtcontrol.steer```),
-   which Markdown would print verbatim; they become code spans (```steer```, the short name
-   when the target starts with ``~``, as in Sphinx).
+2. **Sphinx roles become cross-references.** The docstrings cross-reference with reST roles
+   (``:func:`~gtcontrol.steer```, the numpydoc convention that ``help()`` readers see), which
+   Markdown would print verbatim. Each becomes an mkdocs-autorefs cross-reference to the object's
+   heading: ``<autoref identifier="gtcontrol.steer" optional><code>steer</code></autoref>``,
+   resolved after the pages are rendered to a link to the page that documents the object (under
+   its public path or its canonical one, which mkdocstrings registers as an alias). A bare name
+   (``:class:`Layer```) is looked up in ``gtcontrol`` and then in the docstring's own module. A
+   target that no page documents (a private helper) stays a code span, as for the ``optional``
+   cross-references mkdocstrings writes for signatures; the title is the short name when the
+   target starts with ``~``, as in Sphinx.
 3. **Grouped parameters.** numpydoc allows one entry for several parameters (``rtol, atol``
    then their description). Griffe gives every name of such an entry the type and default of
    the first one, so the table would show wrong types; the entry is split into one entry per
@@ -125,16 +132,37 @@ def _docs_link(match: re.Match[str]) -> str:
     return f"[{match.group(0)}](../{name}.md)"
 
 
-def _role(match: re.Match[str]) -> str:
-    tilde, target = match.group(1), match.group(2)
-    target = target.strip()
-    if tilde:
-        target = target.rsplit(".", 1)[-1]
-    return f"`{target}`"
+_EXPLICIT_TITLE = re.compile(r"(.+?)\s*<([^<>]+)>")
+
+
+def _identifier(target: str, module: str) -> str:
+    """The dotted path a role's target means: absolute, ``gtcontrol.<name>``, or module-relative."""
+    if target.startswith("."):  # a sibling of the docstring's module, or a module of its package
+        package = hasattr(importlib.import_module(module), "__path__")
+        return (module if package else module.rpartition(".")[0]) + target
+    if target.startswith("gtcontrol") or "." in target:
+        return target
+    import gtcontrol
+
+    return f"gtcontrol.{target}" if hasattr(gtcontrol, target) else f"{module}.{target}"
+
+
+def _role_replacer(module: str) -> Any:
+    def role(match: re.Match[str]) -> str:
+        tilde, target = match.group(1), match.group(2).strip()
+        explicit = _EXPLICIT_TITLE.fullmatch(target)  # Sphinx's "title <target>"
+        if explicit:
+            title, target = explicit.group(1), explicit.group(2)
+        else:
+            title = target.rsplit(".", 1)[-1] if tilde else target.lstrip(".")
+        identifier = _identifier(target, module)
+        return f'<autoref identifier="{identifier}" optional><code>{title}</code></autoref>'
+
+    return role
 
 
 class GTControlDocstrings(griffe.Extension):
-    """Fill ``%(name)s``; roles to code spans; link docs/ pages; split grouped parameters."""
+    """Fill ``%(name)s``; roles to cross-references; link docs/ pages; split grouped parameters."""
 
     def on_instance(self, *, obj: griffe.Object, **kwargs: Any) -> None:
         doc = obj.docstring
@@ -146,5 +174,6 @@ class GTControlDocstrings(griffe.Extension):
             if runtime is None or _PLACEHOLDER.search(runtime):
                 raise RuntimeError(f"{obj.path}: docstring fragment not filled at import")
             value = runtime
-        value = _DOCS_PATH.sub(_docs_link, _ROLE.sub(_role, value))
+        module = obj.module.path if isinstance(obj, griffe.Object) else "gtcontrol"
+        value = _DOCS_PATH.sub(_docs_link, _ROLE.sub(_role_replacer(module), value))
         doc.value = _split_grouped_parameters(value)

@@ -376,3 +376,27 @@ def test_property_head_family_always_certifies(seed: int, d: int, rate: float) -
     assert res.spectrum.abscissa <= -rate
     ref = kron_spectrum(res.layer, np.array(target.cov))
     assert float(np.max(ref.real)) <= -rate + 1e-8 * max(1.0, rate)
+
+
+def test_token_check_on_a_singular_target() -> None:
+    """``S ⊕ 0`` on a frozen affine coordinate (an extracted layer's): the token check compares
+    with the singular target (W2 of PSD Gaussians) instead of refusing it."""
+    rng = np.random.default_rng(11)
+    d = 6
+    layer = random_layer(rng, d, 2, factored=False)
+    # freeze the last coordinate: no head or feed-forward moves it
+    heads = []
+    for v_h, b_h in layer.heads:
+        v_h = np.array(v_h)
+        v_h[-1, :] = 0.0
+        heads.append((v_h, 0.1 * np.array(b_h)))  # mild tilts: a finite-N regime
+    a = np.array(layer.affine_ffn()[0])
+    a[-1, :] = 0.0
+    frozen_layer = gt.Layer(a, heads=heads)
+    cov = np.zeros((d, d))
+    cov[:-1, :-1] = random_spd(rng, d - 1)
+    mean = np.append(rng.standard_normal(d - 1), 1.0)
+    res = gt.stabilize(frozen_layer, gt.Gaussian(mean, cov), add="head", token_check=512)
+    assert res.token_certificate is not None
+    assert res.success, res.message
+    assert res.token_certificate.w2 <= 2 * res.token_certificate.floor

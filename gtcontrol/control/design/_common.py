@@ -42,14 +42,14 @@ MARGIN_SLACK = 1e-6
 RESIDUAL_TOL = 1e-9
 
 
-def as_target(mean: Any, cov: Any) -> Gaussian:
-    """The validated target ``N(m*, Σ*)`` (Σ* must be SPD)."""
+def as_target(mean: Any, cov: Any, *, definite: bool = True) -> Gaussian:
+    """The validated target ``N(m*, Σ*)`` (Σ* SPD, or only PSD with ``definite=False``)."""
     m = as_float_array("target.mean", mean, ndim=1, error=InvalidGaussianError)
     if m.shape[0] == 0:
         raise InvalidGaussianError("target.mean: expected at least one dimension, got 0")
     d = m.shape[0]
     g = Gaussian(m, cov, name="target")
-    if g.rank < d:
+    if definite and g.rank < d:
         raise InvalidGaussianError(
             f"target.cov: expected a positive-definite covariance (rank {g.rank} < {d}); the "
             "design and its certificate are built on Σ*⁻¹"
@@ -57,22 +57,22 @@ def as_target(mean: Any, cov: Any) -> Gaussian:
     return g
 
 
-def coerce_target(target: Any) -> Gaussian:
+def coerce_target(target: Any, *, definite: bool = True) -> Gaussian:
     """A target given as a :class:`Gaussian` or a ``(mean, cov)`` pair."""
     if isinstance(target, Gaussian):
-        return as_target(target.mean, target.cov)
+        return as_target(target.mean, target.cov, definite=definite)
     if isinstance(target, (tuple, list)) and len(target) == 2:
-        return as_target(target[0], target[1])
+        return as_target(target[0], target[1], definite=definite)
     raise InvalidGaussianError(
         f"target: expected a Gaussian or a (mean, cov) pair, got {type(target).__name__}"
     )
 
 
-def check_layer(layer: Any, target: Any) -> tuple[Layer, Gaussian]:
+def check_layer(layer: Any, target: Any, *, definite: bool = True) -> tuple[Layer, Gaussian]:
     """Validate a ``(layer, target)`` pair of the same dimension."""
     if not isinstance(layer, Layer):
         raise InvalidParametersError(f"layer: expected a Layer, got {type(layer).__name__}")
-    tgt = coerce_target(target)
+    tgt = coerce_target(target, definite=definite)
     if tgt.dim != layer.dim:
         raise InvalidGaussianError(
             f"target: dimension {tgt.dim} does not match the layer dimension {layer.dim}"

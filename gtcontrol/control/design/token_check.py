@@ -285,7 +285,8 @@ def design_token_certificate(
     layer
         The layer (e.g. ``design_mean_matching(...).layer``).
     target
-        ``N(m*, Σ*)`` (a :class:`Gaussian` or ``(mean, cov)``), Σ* ≻ 0.
+        ``N(m*, Σ*)`` (a :class:`Gaussian` or ``(mean, cov)``), Σ* ≻ 0; with ``T`` given,
+        Σ* ⪰ 0 is enough (the target is then only compared with).
     n_tokens
         ``N`` (``2 ≤ N ≤ 10⁶``; cost ``O(N² d)`` per field evaluation).
     initial
@@ -345,7 +346,9 @@ def design_token_certificate(
     """
     clock = time.perf_counter()
     opts = _TokenCheckOptions(**option_values(_TokenCheckOptions, locals()))
-    layer, tgt = check_layer(layer, target)
+    # with T given, the target is only compared with (W2): Σ* may be singular (S ⊕ 0 on an
+    # extracted layer's frozen coordinate); the default T needs its certificate, on Σ*⁻¹
+    layer, tgt = check_layer(layer, target, definite=opts.T is None)
     g0 = as_initial(initial, tgt.dim)
     budget = Budget(opts.time_limit)
     depth = _default_depth(layer, tgt) if opts.T is None else float(opts.T)

@@ -29,10 +29,16 @@ from gtcontrol import (
     simulate,
     steer,
 )
-from gtcontrol.control._ocp import _collocation_coefficients, field_function, n_params, pack
-from gtcontrol.control._steer_options import _SteerOptions, make_plan
-from gtcontrol.control._transcription import STOPPED, transcription
-from gtcontrol.control._warm_starts import _curvature_split, states_of, warm_starts
+from gtcontrol.control._constructions import _curvature_split, states_of, warm_starts
+from gtcontrol.control._steer_problem import _SteerOptions, make_plan
+from gtcontrol.control._transcription import (
+    STOPPED,
+    _collocation_coefficients,
+    field_function,
+    n_params,
+    pack,
+    transcription,
+)
 from gtcontrol.errors import InvalidGaussianError, InvalidParametersError, UnreachableTargetError
 from gtcontrol.model.moments import affine_velocity, moment_field
 from gtcontrol.plotting.steering import plot_parameter_norms, plot_steering_moments

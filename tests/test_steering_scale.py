@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 from scipy.integrate import solve_ivp
 
-import gtcontrol.control._steer_solve as steer_solve
+import gtcontrol.control.steering as steer_solve
 from gtcontrol import Gaussian, Layer, Schedule, Status, exact_layer_steering, steer
-from gtcontrol.control._flow import bw_map, ffn_field, ffn_flow, shoot
+from gtcontrol.control._constructions import bw_map, ffn_field, ffn_flow, shoot
 from gtcontrol.errors import InvalidParametersError
 
 

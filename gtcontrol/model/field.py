@@ -93,7 +93,8 @@ def affine_velocity(
 
 def _factored(layer: Layer) -> FactoredHeads | None:
     """The layer's factored heads; ``None`` for dense heads and for duck-typed layers (the
-    symbolic layer of :mod:`gtcontrol.control._ocp` has ``affine_ffn``, ``heads``, ``noise``)."""
+    symbolic layer of :mod:`gtcontrol.control._transcription` has ``affine_ffn``, ``heads``,
+    ``noise``)."""
     fh: FactoredHeads | None = getattr(layer, "factored_heads", None)
     return fh
 

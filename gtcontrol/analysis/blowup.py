@@ -217,7 +217,8 @@ def blowup_analysis(
     Raises
     ------
     InvalidParametersError, InvalidGaussianError
-        On malformed input.
+        On a ``layer`` that is not a :class:`Layer`, an ``initial`` of another dimension, or a
+        bad ``T``, ``rtol``, ``max_steps`` or ``time_limit``.
 
     Examples
     --------

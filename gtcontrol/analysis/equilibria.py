@@ -152,7 +152,7 @@ def mean_matrix(layer: Layer, cov: Any) -> FloatArray:
     Raises
     ------
     InvalidParametersError
-        If ``cov`` is not a finite ``d×d`` array.
+        If ``cov`` is not a finite ``d×d`` array, ``d`` the layer's dimension.
 
     Examples
     --------

@@ -467,7 +467,8 @@ def kalman_covariance(
     Raises
     ------
     InvalidParametersError, InvalidGaussianError
-        On malformed input.
+        On ``data`` that is not :class:`KalmanData`, a ``P0`` that is not symmetric positive
+        semi-definite, depths that do not increase from ``≥ 0``, or a bad cap or limit.
 
     Examples
     --------

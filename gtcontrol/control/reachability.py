@@ -174,9 +174,9 @@ def check_reachable(
     UnreachableTargetError
         If ``target`` is not reachable in ``mode``; the message gives the reason.
     InvalidGaussianError
-        If an argument is not a :class:`Gaussian` or the dimensions differ.
+        If ``initial`` or ``target`` is not a :class:`Gaussian`, or their dimensions differ.
     InvalidParametersError
-        On an unknown ``mode``.
+        If ``mode`` is not one of :data:`MODES`.
 
     Examples
     --------

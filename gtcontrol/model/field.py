@@ -167,7 +167,8 @@ def moment_field(layer: Layer, mean: FloatArray, cov: FloatArray) -> tuple[Float
     Raises
     ------
     InvalidParametersError
-        If the layer has a ReLU/GELU feed-forward (outside the exact Gaussian theory).
+        If the layer has a ReLU/GELU feed-forward: the moments are then not a closed system
+        (:func:`gtcontrol.simulate_closure` follows the Gaussian closure).
 
     Examples
     --------

@@ -120,6 +120,12 @@ def data_tokens(
     -------
     (list of numpy.ndarray, str)
         The tokens per layer and what the data were.
+
+    Examples
+    --------
+    >>> tokens, what = data_tokens("minilm")  # doctest: +SKIP
+    >>> len(tokens), tokens[2].shape[1]  # doctest: +SKIP
+    (6, 384)
     """
     em = model if isinstance(model, ExtractedModel) else extract(model)
     batch, mask, what = data_batch(em, list(sentences), as_seed(seed))
@@ -148,6 +154,15 @@ def text_target(tokens: FloatArray) -> tuple[Gaussian, float]:
     -------
     (Gaussian, float)
         The target and the Ledoit–Wolf shrinkage ``δ`` (:func:`ledoit_wolf`).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from gtcontrol.experiments import text_target
+    >>> tokens = np.random.default_rng(0).standard_normal((200, 3))
+    >>> target, delta = text_target(tokens)
+    >>> target.dim, float(target.mean[-1]), float(target.cov[-1, -1]), 0.0 <= delta <= 1.0
+    (4, 1.0, 0.0, True)
     """
     mean, cov, delta = ledoit_wolf(tokens)
     return _augmented(mean, cov), delta
@@ -331,6 +346,11 @@ def stabilize_model(
     -------
     StabilizationTable
         One row per (layer, target), with the :class:`~gtcontrol.Stabilization` results.
+
+    Examples
+    --------
+    >>> table = stabilize_model("minilm", layers=[2], targets=["identity"])  # doctest: +SKIP
+    >>> print(table.markdown())  # doctest: +SKIP
     """
     limit = as_time_limit(time_limit)
     as_choice("add", add, FAMILIES)

@@ -17,6 +17,7 @@ from gtcontrol import (
     InvalidParametersError,
     Layer,
     Schedule,
+    Status,
     moment_field,
     simulate,
     simulate_discrete,
@@ -440,3 +441,14 @@ def test_options_are_keyword_only_and_the_validator_is_private() -> None:
     assert _IntegratorOptions().n_points == 201
     with pytest.raises(InvalidParametersError, match="method"):
         _IntegratorOptions(method="euler")
+
+
+def test_discrete_recursion_overflow_is_an_overflow_not_a_blowup() -> None:
+    """Finitely many residual steps cannot blow up in finite depth: leaving the floating-point
+    range is ``OVERFLOW``, with the depth in the message and the arrays stopping before it."""
+    traj = simulate_discrete(
+        Layer(B=[[1.0]], V=1.0), Gaussian([0.0], [[1.0]]), 20.0, steps_per_layer=40
+    )
+    assert traj.status is Status.OVERFLOW and not traj.success
+    assert "overflowed" in traj.message and math.isinf(traj.blowup_time)
+    assert np.all(np.isfinite(traj.cov)) and traj.t[-1] < 20.0

@@ -302,8 +302,9 @@ def simulate_discrete(
     Returns
     -------
     Trajectory
-        Depths ``0, h, 2h, ...``; ``Status.BLOWUP`` if the moments overflow (``blowup_time`` is
-        then the depth of the first non-finite step, the arrays stop before it).
+        Depths ``0, h, 2h, ...``; ``Status.OVERFLOW`` if the moments leave the floating-point
+        range (the message gives the depth of the first non-finite step; the arrays stop before
+        it): finitely many residual steps have no finite-time blow-up.
 
     Raises
     ------
@@ -347,9 +348,14 @@ def simulate_discrete(
                     t = t0 + j * h
                     m, s = _residual_step(ctrl.layer_at(t + 0.5 * h), m, s, h)
                     if not (np.all(np.isfinite(s)) and np.all(np.isfinite(m))):
-                        t_blow = float(t + h)
-                        msg = f"the moments became non-finite at depth {t_blow:.12g}"
-                        raise _Stop(IntegrationEnd(Status.BLOWUP, msg, t_blow))
+                        # finitely many residual steps of a polynomial map cannot blow up in
+                        # finite depth: leaving the floating-point range is an overflow
+                        msg = (
+                            f"the moments overflowed (left the floating-point range) at depth "
+                            f"{float(t + h):.12g}; a finite recursion has no finite-time "
+                            "blow-up; the arrays stop before that step"
+                        )
+                        raise _Stop(IntegrationEnd(Status.OVERFLOW, msg))
                     ts.append(t + h if j < steps - 1 else t1)
                     means.append(m)
                     covs.append(s)

@@ -43,3 +43,14 @@ def converged_tokens(layer: Layer, x: np.ndarray, T: float) -> np.ndarray:
     )
     assert sol.success, sol.message
     return np.asarray(sol.y[:, -1]).reshape(x.shape)
+
+
+def planted_layer(rng: np.random.Generator, d: int) -> tuple[Layer, np.ndarray]:
+    """Issue 21's recipe: ``A = (−Q(S)/2 + K)S⁻¹`` makes ``S ≻ 0`` an equilibrium exactly."""
+    q, _ = np.linalg.qr(rng.standard_normal((d, d)))
+    s = (q * np.exp(rng.uniform(-1.0, 1.0, d))) @ q.T
+    s = 0.5 * (s + s.T)
+    v, b = 0.5 * rng.standard_normal((d, d)), 0.5 * rng.standard_normal((d, d))
+    k = np.triu(0.5 * rng.standard_normal((d, d)), 1)
+    a = (-(v @ s @ b @ s + s @ b.T @ s @ v.T) / 2 + (k - k.T)) @ np.linalg.inv(s)
+    return Layer(a, heads=[(v, b)]), s

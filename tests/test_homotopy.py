@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.optimize as sopt
+from helpers import planted_layer
 
 import gtcontrol as gt
 from gtcontrol import Layer, Status
@@ -19,13 +20,7 @@ from gtcontrol.analysis._homotopy import homotopy_roots
 
 def _planted(rng: np.random.Generator, d: int) -> tuple[Layer, np.ndarray]:
     """Issue 21's recipe: ``A = (−Q(S)/2 + K)S⁻¹`` makes S ≻ 0 an equilibrium exactly."""
-    q, _ = np.linalg.qr(rng.standard_normal((d, d)))
-    s = (q * np.exp(rng.uniform(-1.0, 1.0, d))) @ q.T
-    s = 0.5 * (s + s.T)
-    v, b = 0.5 * rng.standard_normal((d, d)), 0.5 * rng.standard_normal((d, d))
-    k = np.triu(0.5 * rng.standard_normal((d, d)), 1)
-    a = (-(v @ s @ b @ s + s @ b.T @ s @ v.T) / 2 + (k - k.T)) @ np.linalg.inv(s)
-    return Layer(a, heads=[(v, b)]), s
+    return planted_layer(rng, d)
 
 
 # --------------------------------------------------------------------------- independent check

@@ -6,6 +6,7 @@ import time
 
 import numpy as np
 import pytest
+from helpers import planted_layer
 
 import gtcontrol as gt
 from gtcontrol import Layer, Status
@@ -19,14 +20,7 @@ _ENDS = {"converged", "stalled", "stuck", "singular", "max_iter"}
 
 def _planted(seed: int, d: int) -> tuple[Layer, np.ndarray]:
     """Issue 21's recipe (benchmarks/bench_equilibria_planted.py): F(S) = 0 exactly."""
-    rng = np.random.default_rng([seed, d])
-    q, _ = np.linalg.qr(rng.standard_normal((d, d)))
-    s = (q * np.exp(rng.uniform(-1.0, 1.0, d))) @ q.T
-    s = 0.5 * (s + s.T)
-    v, b = 0.5 * rng.standard_normal((d, d)), 0.5 * rng.standard_normal((d, d))
-    k = np.triu(0.5 * rng.standard_normal((d, d)), 1)
-    a = (-(v @ s @ b @ s + s @ b.T @ s @ v.T) / 2 + (k - k.T)) @ np.linalg.inv(s)
-    return Layer(a, heads=[(v, b)]), s
+    return planted_layer(np.random.default_rng([seed, d]), d)
 
 
 def test_the_whitened_residual_and_its_jacobian() -> None:

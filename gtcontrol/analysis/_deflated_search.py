@@ -470,17 +470,22 @@ def _whitened_start(
         _, rel = _rel_residual(layer, cov)
         key = "polish_failed"
         if rel <= opts.tol:
-            scale = max(float(np.linalg.norm(cov)), 1e-300)
-            if any(np.linalg.norm(cov - k) <= DISTINCT_RTOL * scale for k in out.known):
-                key = "duplicate"
-            else:
-                out.known.append(cov)
-                key = "not_positive_definite"
-                if is_pd(cov):
-                    out.roots.append((cov, run.iterations + polish.iterations))
-                    key = "new"
+            key = _record_root(out, cov, run.iterations + polish.iterations)
     out.log.append({"start": "whitened", "runs": [key]})
     out.outcomes[key] = out.outcomes.get(key, 0) + 1
+
+
+def _record_root(out: SearchLog, cov: FloatArray, iterations: int) -> str:
+    """Log a converged root: ``"duplicate"`` of a known one, else deflated from now on and
+    ``"new"`` when positive definite (kept) or ``"not_positive_definite"``."""
+    scale = max(float(np.linalg.norm(cov)), 1e-300)
+    if any(np.linalg.norm(cov - k) <= DISTINCT_RTOL * scale for k in out.known):
+        return "duplicate"
+    out.known.append(cov)
+    if is_pd(cov):
+        out.roots.append((cov, iterations))
+        return "new"
+    return "not_positive_definite"
 
 
 def _run_start(
@@ -508,16 +513,7 @@ def _run_start(
             raise BudgetExhausted(res.message)
         key = str(res.stats["termination"])
         if res.success:
-            cov = np.asarray(res.cov)
-            scale = max(float(np.linalg.norm(cov)), 1e-300)
-            if any(np.linalg.norm(cov - k) <= DISTINCT_RTOL * scale for k in out.known):
-                key = "duplicate"
-            else:
-                out.known.append(cov)
-                key = "not_positive_definite"
-                if is_pd(cov):
-                    out.roots.append((cov, res.iterations))
-                    key = "new"
+            key = _record_root(out, np.asarray(res.cov), res.iterations)
         ends.append(key)
         out.outcomes[key] = out.outcomes.get(key, 0) + 1
         if key not in ("new", "not_positive_definite"):

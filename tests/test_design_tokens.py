@@ -19,7 +19,7 @@ from gtcontrol.control.design import (
     design_mean_matching,
     design_token_certificate,
 )
-from gtcontrol.control.design.ess_path import scale_heads
+from gtcontrol.control.design._finite_n import scale_heads
 from gtcontrol.errors import InvalidGaussianError, InvalidParametersError
 from gtcontrol.model.finite_n import worst_ess_fraction
 from gtcontrol.model.gaussian import Gaussian

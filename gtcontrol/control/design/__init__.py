@@ -6,30 +6,41 @@ with a certificate (docs/theory.md §3–5).
 
 Modules:
 
-* :mod:`.mean_matching` — the entry point :func:`design_mean_matching` and its result;
-* :mod:`.constructive` — the closed-form Riccati-class design (``V = vI``, ``O(d³)``);
-* :mod:`.problem`, :mod:`.nlp`, :mod:`.nlp_solve` — designs with fixed parts (a pretrained
-  ``B``, a fixed ``V`` or ``A``) and minimum-norm designs: analytic prechecks, the CasADi
-  transcription in whitened coordinates, and the IPOPT attempts within a time budget;
-* :mod:`.certificate` — independent verification (:func:`design_certificate`);
-* :mod:`.robustness` — stability radii and parameter perturbations (:func:`design_robustness`);
-* :mod:`.convergence` — trajectories from random starts (:func:`design_convergence`);
-* :mod:`.ess_path` — finite-N validity: the predicted softmax ``ESS/N`` along the moment path
-  and the ``(sV, B/s)`` scale split that keeps it high (:class:`PathEss`);
-* :mod:`.token_check` — the token-level certificate: ``N`` real tokens against the target and
-  its sampling floor (:func:`design_token_certificate`).
+* :mod:`.mean_matching` — the entry point :func:`design_mean_matching`, its result, and the
+  trajectories from random starts of its figure (:func:`design_convergence`);
+* :mod:`._problem` — the validated request, the closed-form Riccati-class design
+  (``V = vI``, ``O(d³)``) and the analytic prechecks of designs with fixed parts (a pretrained
+  ``B``, a fixed ``V`` or ``A``);
+* :mod:`._nlp` — designs with fixed parts and minimum-norm designs: the CasADi transcription
+  in whitened coordinates and the IPOPT attempts within a time budget;
+* :mod:`._certificates` — independent verification (:func:`design_certificate`) and how far a
+  design is from losing stability (:func:`design_robustness`);
+* :mod:`._finite_n` — finite-N validity: the predicted softmax ``ESS/N`` along the moment path,
+  the ``(sV, B/s)`` scale split that keeps it high (:class:`PathEss`), and the token-level
+  certificate: ``N`` real tokens against the target and its sampling floor
+  (:func:`design_token_certificate`);
+* :mod:`.stabilize` — a given layer made stable around a target (:func:`stabilize`);
+* :mod:`._common` — targets, whitening, residuals and spectra shared by the modules above.
 
 Reference: the paper cited in :mod:`gtcontrol`, §4.
 """
 
 from __future__ import annotations
 
-from .certificate import DesignCertificate, design_certificate
-from .convergence import ConvergenceData, design_convergence
-from .ess_path import PathEss
-from .mean_matching import MeanMatchingDesign, design_mean_matching
-from .robustness import Robustness, RobustnessCheck, design_robustness
-from .token_check import TokenCertificate, design_token_certificate
+from ._certificates import (
+    DesignCertificate,
+    Robustness,
+    RobustnessCheck,
+    design_certificate,
+    design_robustness,
+)
+from ._finite_n import PathEss, TokenCertificate, design_token_certificate
+from .mean_matching import (
+    ConvergenceData,
+    MeanMatchingDesign,
+    design_convergence,
+    design_mean_matching,
+)
 
 __all__ = [
     "ConvergenceData",

@@ -22,6 +22,7 @@ from ...model.params import Layer
 
 __all__ = [
     "MARGIN_SLACK",
+    "MAX_TOKENS",
     "RESIDUAL_TOL",
     "Whitening",
     "abscissa",
@@ -40,6 +41,9 @@ __all__ = [
 MARGIN_SLACK = 1e-6
 #: Relative residual of the moment field at the target accepted by the certificate.
 RESIDUAL_TOL = 1e-9
+#: Cap on the number of tokens of a token-level check (the design's ``token_check`` option and
+#: :func:`~._finite_n.design_token_certificate`'s ``n_tokens``).
+MAX_TOKENS = 10**6
 
 
 def as_target(mean: Any, cov: Any, *, definite: bool = True) -> Gaussian:

@@ -85,7 +85,7 @@ from ...model.gaussian import Gaussian, check_gaussian
 from ...model.heads import FactoredHeads
 from ...model.moments import simulate
 from ...model.params import Layer
-from .token_check import TokenCertificate, design_token_certificate
+from ._finite_n import TokenCertificate, design_token_certificate
 
 __all__ = ["FAMILIES", "Stabilization", "stabilize"]
 

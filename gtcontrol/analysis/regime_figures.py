@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from .._linalg import FloatArray
+from .._status import Budget
 from .._validation import as_positive_float, as_positive_int, frozen
 from ..errors import InvalidParametersError
 from ..model.gaussian import Gaussian, check_gaussian
@@ -25,6 +26,20 @@ from .blowup import default_horizon
 from .regimes import Regime, analyze
 
 __all__ = ["RegimeFigureData", "cone_coordinates", "regime_figure_data"]
+
+
+def _descending_eigenvalues(covs: FloatArray, budget: Budget) -> FloatArray:
+    """Descending eigenvalues of each covariance, in chunks while the budget's grace lasts
+    (NaN rows after): ``n_points`` eigensolves of size d are minutes at d = 1024."""
+    n, d = covs.shape[0], covs.shape[-1]
+    lam = np.full((n, d), np.nan)
+    step = max(1, int(2e7 / max(d, 1) ** 3))  # about 10–50 ms a chunk
+    for i in range(0, n, step):
+        grace = budget.grace()
+        if grace is not None and grace <= 1e-6:
+            break
+        lam[i : i + step] = np.linalg.eigvalsh(covs[i : i + step])[:, ::-1]
+    return lam
 
 
 def cone_coordinates(cov: Any) -> FloatArray:
@@ -67,7 +82,8 @@ class RegimeFigureData:
     trajectory
         The integrated moments (:func:`gtcontrol.simulate`), up to just before blow-up.
     eigenvalues
-        Covariance eigenvalues along the trajectory, ``(n, d)``, descending.
+        Covariance eigenvalues along the trajectory, ``(n, d)``, descending (NaN rows past
+        the point where the time limit ran out).
     equilibrium_eigenvalues
         Eigenvalues of the equilibrium/limit covariance (``None`` when there is none).
     blowup_time
@@ -95,6 +111,7 @@ def regime_figure_data(
     T: float | None = None,
     n_points: int = 401,
     regime: Regime | None = None,
+    time_limit: float | None = None,
 ) -> RegimeFigureData:
     """Analyze (unless ``regime`` is given) and integrate the moments for the figures.
 
@@ -113,6 +130,10 @@ def regime_figure_data(
         Recorded depths.
     regime
         A regime already computed by :func:`gtcontrol.analyze` (``None``: analyze here).
+    time_limit
+        Wall-clock limit in seconds for all of it (``None``: none): the analysis and the
+        integration stop with ``BUDGET_EXHAUSTED`` (the trajectory's status) and the
+        eigenvalues not computed by then are NaN (within the solvers' tolerance).
 
     Returns
     -------
@@ -123,8 +144,9 @@ def regime_figure_data(
     InvalidParametersError, InvalidGaussianError
         On malformed input.
     """
+    budget = Budget(time_limit)
     g0 = check_gaussian(initial, layer.dim)
-    reg = regime if regime is not None else analyze(layer, g0)
+    reg = regime if regime is not None else analyze(layer, g0, time_limit=time_limit)
     if T is None:
         if reg.kind == "blowup":
             T = 1.05 * reg.blowup_time
@@ -135,8 +157,10 @@ def regime_figure_data(
                 # show the approach to Σ*: 8 time constants of its slowest mode (e^-8 ≈ 3e-4)
                 T = min(max(T, 8.0 / -eq.spectral_abscissa), default_horizon(layer, g0))
     T = as_positive_float("T", T)
-    traj = simulate(layer, g0, T, n_points=as_positive_int("n_points", n_points))
-    lam = np.array([np.linalg.eigvalsh(c)[::-1] for c in traj.cov])
+    n_points = as_positive_int("n_points", n_points)
+    left = budget.remaining()
+    traj = simulate(layer, g0, T, n_points=n_points, time_limit=max(left, 1e-9))
+    lam = _descending_eigenvalues(traj.cov, budget)
     eq_lam = None
     if reg.limit_cov is not None:
         eq_lam = frozen(np.asarray(np.linalg.eigvalsh(reg.limit_cov)[::-1], dtype=float).copy())

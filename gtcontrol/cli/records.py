@@ -12,6 +12,7 @@ import numpy as np
 
 from .. import Trajectory
 from .._status import Status
+from ._run_budget import RunBudget, stack_eigenvalues
 
 __all__ = [
     "CERTIFICATE_KEYS",
@@ -30,13 +31,16 @@ def result(
     return {"status": status, "outputs": outputs, "figures": figures, "summary": summary}
 
 
-def trajectory_summary(traj: Trajectory) -> dict[str, Any]:
+def trajectory_summary(traj: Trajectory, run: RunBudget | None = None) -> dict[str, Any]:
     """What ``result.json`` records of a moment trajectory.
 
     Parameters
     ----------
     traj
         A moment trajectory (:func:`gtcontrol.simulate`, :func:`gtcontrol.simulate_discrete`).
+    run
+        The run's budget: the eigenvalues of the recorded covariances are computed while it
+        affords them (NaN past that, recorded as skipped); ``None``: all of them.
 
     Returns
     -------
@@ -51,7 +55,7 @@ def trajectory_summary(traj: Trajectory) -> dict[str, Any]:
         "blowup_time": traj.blowup_time,
         "t": traj.t,
         "mean": traj.mean,
-        "cov_eigenvalues": np.linalg.eigvalsh(traj.cov),
+        "cov_eigenvalues": stack_eigenvalues(traj.cov, run, "covariance eigenvalues"),
         "rank": traj.rank,
         "final": {"mean": traj.final.mean, "cov": traj.final.cov},
         "stats": dict(traj.stats),
@@ -83,14 +87,15 @@ def trajectory_figures(traj: Trajectory) -> dict[str, Any]:
 
 def equilibrium_summary(eq: Any) -> dict[str, Any]:
     """What ``result.json`` records of one equilibrium (:func:`gtcontrol.equilibria`)."""
+    poles = np.linalg.eigvals(eq.mean_matrix)
     return {
         "cov": eq.cov,
         "stable": eq.stable,
         "spectral_abscissa": eq.spectral_abscissa,
         "residual": eq.residual,
         "method": eq.method,
-        "mean_matrix_eigenvalues_real": np.linalg.eigvals(eq.mean_matrix).real,
-        "mean_matrix_eigenvalues_imag": np.linalg.eigvals(eq.mean_matrix).imag,
+        "mean_matrix_eigenvalues_real": poles.real,
+        "mean_matrix_eigenvalues_imag": poles.imag,
     }
 
 

@@ -13,7 +13,6 @@ The runners call the public API of :mod:`gtcontrol` (and the plotting / experime
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +43,7 @@ from .._status import Status
 from .._validation import as_float_array
 from ..control.design.stabilize import Stabilization
 from ..errors import DesignFileError
+from ._run_budget import CONTROL_IMPORT_SECONDS, RunBudget, import_seconds, stack_eigenvalues
 from .records import (
     CERTIFICATE_KEYS,
     ROBUSTNESS_KEYS,
@@ -92,17 +92,6 @@ class Task:
         return self.spec.summary
 
 
-class _Clock:
-    """What is left of a run's ``time_limit`` (docs/designs.md), for each solver call."""
-
-    def __init__(self, design: Design) -> None:
-        self.deadline = time.monotonic() + design.time_limit
-
-    def left(self) -> float:
-        """Seconds left (at least a millisecond: a spent budget returns at once)."""
-        return max(self.deadline - time.monotonic(), 1e-3)
-
-
 def _message(result: Any) -> str:
     """The result's ``message`` (formerly ``reason`` on some results)."""
     text = getattr(result, "message", None)
@@ -120,42 +109,56 @@ def _moment_problem(design: Design) -> tuple[Layer | Schedule, Gaussian, float |
     return cast("Layer | Schedule", design.model), cast(Gaussian, design.initial), design.T
 
 
-def _run_simulate(design: Design, out: Path) -> dict[str, Any]:
+def _plot_moments(traj: Trajectory, path: Path, **kw: Any) -> None:
     from ..plotting.core import plot_moments  # matplotlib: loaded only when drawing
 
+    plot_moments(traj, path, **kw)
+
+
+def _run_simulate(design: Design, out: Path) -> dict[str, Any]:
     o = design.options
-    clock = _Clock(design)
+    run = RunBudget(design.time_limit)
+    n_figures = 1 + (o["tokens"] > 0) + bool(o["discrete"])
     traj = simulate(
         *_moment_problem(design),
-        time_limit=clock.left(),
+        time_limit=run.solver_limit(n_figures) / (2 if o["discrete"] else 1),
         rtol=o["rtol"],
         atol=o["atol"],
         n_points=o["n_points"],
         method=o["method"],
     )
     bps = getattr(design.model, "breakpoints", None)
-    plot_moments(traj, out / "moments.png", title=design.title, breakpoints=bps)
-    outputs: dict[str, Any] = {"trajectory": trajectory_summary(traj)}
+    outputs: dict[str, Any] = {"trajectory": trajectory_summary(traj, run)}
     summary = {**trajectory_figures(traj), "steps": traj.stats.get("nsteps")}
-    figures = ["moments.png"]
+    figures = []
+    if run.draw(
+        "moments.png",
+        lambda: _plot_moments(traj, out / "moments.png", title=design.title, breakpoints=bps),
+    ):
+        figures.append("moments.png")
     if o["tokens"] > 0 and traj.dim >= 2:
-        figures += _token_cloud_figure(design, traj, o["tokens"], out, clock)
+        figures += _token_cloud_figure(design, traj, o["tokens"], out, run)
     if o["discrete"]:
         disc = simulate_discrete(
             *_moment_problem(design),
-            time_limit=clock.left(),
+            time_limit=run.solver_limit(1),
             steps_per_layer=o["steps_per_layer"],
         )
-        outputs["discrete"] = trajectory_summary(disc)
-        plot_moments(disc, out / "moments_discrete.png", title=f"{design.title} (discrete)")
-        figures.append("moments_discrete.png")
+        outputs["discrete"] = trajectory_summary(disc, run)
+        if run.draw(
+            "moments_discrete.png",
+            lambda: _plot_moments(
+                disc, out / "moments_discrete.png", title=f"{design.title} (discrete)"
+            ),
+        ):
+            figures.append("moments_discrete.png")
         summary["discrete_status"] = str(disc.status)
         summary["discrete_final_cov_norm"] = float(np.linalg.norm(disc.final.cov, 2))
-    return result(traj.status, outputs, figures, summary)
+    return run.finish(result(traj.status, outputs, figures, summary))
 
 
 def _token_cloud_figure(
-    design: Design, traj: Trajectory, n: int, out: Path, clock: _Clock
+    design: Design, traj: Trajectory, n: int, out: Path, run: RunBudget
 ) -> list[str]:
     """Move ``n`` sampled tokens with the same model and draw them against the predicted ellipses.
 
@@ -163,15 +166,13 @@ def _token_cloud_figure(
     schedule that blows up, or a trajectory that stopped for another reason (overflow, a failed
     or exhausted integration), gets no cloud figure.
     """
-    from ..plotting.core import plot_token_clouds
-
     assert design.initial is not None and design.model is not None
     if traj.status is Status.SUCCESS:
         model, horizon = design.model, design.T
         pred = traj
     elif traj.status is Status.BLOWUP and isinstance(design.model, Layer):
         model, horizon = design.model, 0.9 * traj.blowup_time
-        pred = simulate(model, design.initial, horizon, time_limit=clock.left())
+        pred = simulate(model, design.initial, horizon, time_limit=run.solver_limit(1))
         if pred.status is not Status.SUCCESS:
             return []
     else:
@@ -189,21 +190,28 @@ def _token_cloud_figure(
         method="euler" if noisy else "rk4",
         steps_per_layer=200 if noisy else 20,
         seed=design.seed,
-        time_limit=clock.left(),
+        time_limit=run.solver_limit(1),
     )
-    plot_token_clouds(
-        list(tok.snapshots),
-        pred,
-        out / "token_clouds.png",
-        title=f"{n} tokens (softmax attention) and the predicted 2σ ellipse",
-    )
-    return ["token_clouds.png"]
+    if tok.status is Status.BUDGET_EXHAUSTED:
+        run.skip("the token clouds (the tokens did not reach the depth in time)")
+        return []
+
+    def draw() -> None:
+        from ..plotting.core import plot_token_clouds
+
+        plot_token_clouds(
+            list(tok.snapshots),
+            pred,
+            out / "token_clouds.png",
+            title=f"{n} tokens (softmax attention) and the predicted 2σ ellipse",
+        )
+
+    return ["token_clouds.png"] if run.draw("token_clouds.png", draw) else []
 
 
 def _run_compare_tokens(design: Design, out: Path) -> dict[str, Any]:
-    from ..plotting.core import plot_convergence, plot_moments, plot_token_clouds
-
     o = design.options
+    run = RunBudget(design.time_limit)
     # Only what the design names is passed: otherwise compare_tokens picks its own integrator
     # (adaptive, with a tolerance sized from the statistical error) and the spec's defaults for
     # the fixed-step methods (rk4, 20 steps) apply only when the design asks for them.
@@ -223,29 +231,9 @@ def _run_compare_tokens(design: Design, out: Path) -> dict[str, Any]:
         seed=design.seed,
         method=method,
         steps_per_layer=steps,
-        time_limit=design.time_limit,
+        time_limit=run.solver_limit(3),
     )
-    figures = ["moments.png", "convergence.png"]
-    plot_moments(cmp.predicted, out / "moments.png", title=f"{design.title}: {cmp.reference}")
-    plot_convergence(
-        cmp.n_tokens,
-        {
-            "|mean error|": cmp.mean_error,
-            "relative cov error": cmp.cov_error,
-            "Bures-Wasserstein": cmp.bures_wasserstein,
-        },
-        out / "convergence.png",
-        title="tokens vs moments at depth T",
-    )
-    if design.initial is not None and design.initial.dim >= 2 and cmp.example is not None:
-        snaps = list(cmp.example.snapshots)
-        plot_token_clouds(
-            snaps,
-            cmp.predicted,
-            out / "token_clouds.png",
-            title=f"N = {cmp.n_tokens[-1]} tokens and the predicted 2σ ellipse",
-        )
-        figures.append("token_clouds.png")
+    figures = _compare_figures(design, cmp, out, run)
     outputs = {
         "table": cmp.table(),
         "slopes": cmp.slopes,
@@ -258,7 +246,7 @@ def _run_compare_tokens(design: Design, out: Path) -> dict[str, Any]:
         "ess_min": cmp.ess_min,
         "method": cmp.stats["method"],
         "work": cmp.stats["work"],
-        "trajectory": trajectory_summary(cmp.predicted),
+        "trajectory": trajectory_summary(cmp.predicted, run),
         "seconds": cmp.stats["seconds"],
     }
     summary = {
@@ -270,29 +258,69 @@ def _run_compare_tokens(design: Design, out: Path) -> dict[str, Any]:
         "consistent": cmp.consistent,
         "ess_min": cmp.ess_min,
     }
-    return result(_status(cmp), outputs, figures, summary)
+    return run.finish(result(_status(cmp), outputs, figures, summary))
+
+
+def _compare_figures(design: Design, cmp: Any, out: Path, run: RunBudget) -> list[str]:
+    """The figures of ``compare-tokens``, each drawn if the run's budget affords it."""
+
+    def moments() -> None:
+        from ..plotting.core import plot_moments
+
+        plot_moments(cmp.predicted, out / "moments.png", title=f"{design.title}: {cmp.reference}")
+
+    def convergence() -> None:
+        from ..plotting.core import plot_convergence
+
+        errors = {
+            "|mean error|": cmp.mean_error,
+            "relative cov error": cmp.cov_error,
+            "Bures-Wasserstein": cmp.bures_wasserstein,
+        }
+        title = "tokens vs moments at depth T"
+        plot_convergence(cmp.n_tokens, errors, out / "convergence.png", title=title)
+
+    def clouds() -> None:
+        from ..plotting.core import plot_token_clouds
+
+        plot_token_clouds(
+            list(cmp.example.snapshots),
+            cmp.predicted,
+            out / "token_clouds.png",
+            title=f"N = {cmp.n_tokens[-1]} tokens and the predicted 2σ ellipse",
+        )
+
+    draws = [("moments.png", moments), ("convergence.png", convergence)]
+    if design.initial is not None and design.initial.dim >= 2 and cmp.example is not None:
+        draws.append(("token_clouds.png", clouds))
+    return [name for name, draw in draws if run.draw(name, draw)]
 
 
 def _run_analyze(design: Design, out: Path) -> dict[str, Any]:
     from ..analysis.regime_figures import regime_figure_data
-    from ..plotting.analysis import plot_cone, plot_covariance_eigenvalues
 
     layer, g0 = design.model, design.initial
     if not isinstance(layer, Layer):
         raise DesignFileError(f"{design.source}: task 'analyze' needs a single [layer]")
     assert g0 is not None
     o = design.options
-    clock = _Clock(design)
-    regime = analyze(layer, g0, T=o["horizon"] or None, time_limit=clock.left())
-    eqs = equilibria(layer, time_limit=clock.left())
+    run = RunBudget(design.time_limit)
+    n_figures = 2 if layer.dim == 2 else 1
+    # three solver calls share the time before the figures: the regime, the equilibria, the
+    # integration for the figure
+    regime = analyze(layer, g0, T=o["horizon"] or None, time_limit=run.solver_limit(n_figures) / 3)
+    eqs = equilibria(layer, time_limit=run.solver_limit(n_figures) / 2)
     data = regime_figure_data(
-        layer, g0, T=o["plot_T"] or None, n_points=o["n_points"], regime=regime
+        layer,
+        g0,
+        T=o["plot_T"] or None,
+        n_points=o["n_points"],
+        regime=regime,
+        time_limit=run.solver_limit(n_figures),
     )
-    plot_covariance_eigenvalues(data, out / "covariance_eigenvalues.png")
-    figures = ["covariance_eigenvalues.png"]
-    if layer.dim == 2:
-        plot_cone(data, out / "cone.png")
-        figures.append("cone.png")
+    if data.trajectory.status is Status.BUDGET_EXHAUSTED or np.isnan(data.eigenvalues).any():
+        run.skip("part of the figure's trajectory (its integration stopped early)")
+    figures = _analyze_figures(data, layer.dim, out, run)
     outputs: dict[str, Any] = {
         "regime": {
             "kind": regime.kind,
@@ -309,9 +337,12 @@ def _run_analyze(design: Design, out: Path) -> dict[str, Any]:
             "method": eqs.method,
             "list": [equilibrium_summary(e) for e in eqs],
         },
-        "trajectory": trajectory_summary(data.trajectory),
+        "trajectory": trajectory_summary(data.trajectory, run),
     }
-    if regime.limit_cov is not None:
+    ss_cost = import_seconds("control", CONTROL_IMPORT_SECONDS) + 1e-8 * layer.dim**3
+    if regime.limit_cov is not None and not run.affords(ss_cost):
+        run.skip("the mean dynamics")
+    elif regime.limit_cov is not None:
         ss = mean_dynamics_ss(layer, regime)
         poles = np.asarray(ss.poles())
         outputs["mean_dynamics"] = {
@@ -331,22 +362,39 @@ def _run_analyze(design: Design, out: Path) -> dict[str, Any]:
     }
     if regime.limit_cov is not None:
         summary["limit_cov_norm"] = float(np.linalg.norm(regime.limit_cov, 2))
-    return result(_status(regime, kind_status), outputs, figures, summary)
+    return run.finish(result(_status(regime, kind_status), outputs, figures, summary))
+
+
+def _analyze_figures(data: Any, dim: int, out: Path, run: RunBudget) -> list[str]:
+    """The figures of ``analyze``, each drawn if the run's budget affords it."""
+
+    def eigenvalues() -> None:
+        from ..plotting.analysis import plot_covariance_eigenvalues
+
+        plot_covariance_eigenvalues(data, out / "covariance_eigenvalues.png")
+
+    def cone() -> None:
+        from ..plotting.analysis import plot_cone
+
+        plot_cone(data, out / "cone.png")
+
+    draws = [("covariance_eigenvalues.png", eigenvalues)]
+    if dim == 2:
+        draws.append(("cone.png", cone))
+    return [name for name, draw in draws if run.draw(name, draw)]
 
 
 def _run_steer(design: Design, out: Path) -> dict[str, Any]:
-    from ..plotting.core import plot_token_clouds
-    from ..plotting.steering import plot_parameter_norms, plot_steering_moments
-
     o = design.options
     assert design.initial is not None and design.target is not None and design.T is not None
     if design.model is not None:
         raise DesignFileError(
             f"{design.source}: task 'steer' computes the layers; remove [layer]/[[schedule]]"
         )
-    clock = _Clock(design)
+    run = RunBudget(design.time_limit)
+    n_figures = 2 + (o["tokens"] > 0 and design.initial.dim >= 2)
     kw: dict[str, Any] = {
-        "time_limit": clock.left(),
+        "time_limit": run.solver_limit(n_figures),
         "terminal": o["terminal"],
         "max_iter": o["max_iter"],
         "seed": design.seed,
@@ -364,34 +412,11 @@ def _run_steer(design: Design, out: Path) -> dict[str, Any]:
         **kw,
     )
     sched = res.controls
-    figures: list[str] = []
-    if res.trajectory is not None:
-        plot_steering_moments(
-            res.trajectory,
-            design.target,
-            out / "moments.png",
-            breakpoints=sched.breakpoints.tolist(),
-            title=design.title,
-        )
-        figures.append("moments.png")
-    plot_parameter_norms(sched, out / "parameter_norms.png", title="parameter norms per layer")
-    figures.append("parameter_norms.png")
+    figures = _steer_figures(design, res, out, run)
     token_w2 = None
     if o["tokens"] > 0 and res.trajectory is not None and res.trajectory.status is Status.SUCCESS:
-        x0 = design.initial.sample(o["tokens"], design.seed)
-        snaps = np.linspace(0.0, sched.T, 4)
-        tok = simulate_tokens(
-            sched, x0, snapshot_times=snaps, steps_per_layer=8, time_limit=clock.left()
-        )
-        token_w2 = tok.final.bures_wasserstein(design.target)
-        if design.initial.dim >= 2:
-            plot_token_clouds(
-                list(tok.snapshots),
-                res.trajectory,
-                out / "token_clouds.png",
-                title=f"{o['tokens']} tokens through the steering layers, predicted 2σ ellipses",
-            )
-            figures.append("token_clouds.png")
+        token_w2, clouds = _steer_tokens(design, res, out, run)
+        figures += clouds
     outputs: dict[str, Any] = {
         "controls": sched.to_dict(),
         "success": res.success,
@@ -406,7 +431,7 @@ def _run_steer(design: Design, out: Path) -> dict[str, Any]:
         "stats": {k: v for k, v in res.stats.items() if isinstance(v, (int, float, str, bool))},
     }
     if res.trajectory is not None:
-        outputs["trajectory"] = trajectory_summary(res.trajectory)
+        outputs["trajectory"] = trajectory_summary(res.trajectory, run)
     summary = {
         "layers": len(sched.layers),
         "cost": res.cost,
@@ -416,7 +441,64 @@ def _run_steer(design: Design, out: Path) -> dict[str, Any]:
         "token_terminal_bures_wasserstein": token_w2,
         "iterations": res.stats.get("iterations"),
     }
-    return result(_status(res, Status.FAILED), outputs, figures, summary)
+    return run.finish(result(_status(res, Status.FAILED), outputs, figures, summary))
+
+
+def _steer_figures(design: Design, res: Any, out: Path, run: RunBudget) -> list[str]:
+    """The moments and parameter-norm figures of ``steer``, each drawn if the budget affords it."""
+    sched, target = res.controls, design.target
+    assert target is not None
+
+    def moments() -> None:
+        from ..plotting.steering import plot_steering_moments
+
+        plot_steering_moments(
+            res.trajectory,
+            target,
+            out / "moments.png",
+            breakpoints=sched.breakpoints.tolist(),
+            title=design.title,
+        )
+
+    def norms() -> None:
+        from ..plotting.steering import plot_parameter_norms
+
+        plot_parameter_norms(sched, out / "parameter_norms.png", title="parameter norms per layer")
+
+    draws = [("moments.png", moments)] if res.trajectory is not None else []
+    draws.append(("parameter_norms.png", norms))
+    return [name for name, draw in draws if run.draw(name, draw)]
+
+
+def _steer_tokens(
+    design: Design, res: Any, out: Path, run: RunBudget
+) -> tuple[float | None, list[str]]:
+    """Tokens through the steering layers: their terminal W2 and the cloud figure (if it fits)."""
+    assert design.initial is not None and design.target is not None
+    n = design.options["tokens"]
+    x0 = design.initial.sample(n, design.seed)
+    snaps = np.linspace(0.0, res.controls.T, 4)
+    limit = run.solver_limit(1 if design.initial.dim >= 2 else 0)
+    tok = simulate_tokens(
+        res.controls, x0, snapshot_times=snaps, steps_per_layer=8, time_limit=limit
+    )
+    if tok.status is Status.BUDGET_EXHAUSTED:
+        run.skip("the token check (the tokens did not reach the depth in time)")
+        return None, []
+    token_w2 = tok.final.bures_wasserstein(design.target)
+
+    def clouds() -> None:
+        from ..plotting.core import plot_token_clouds
+
+        plot_token_clouds(
+            list(tok.snapshots),
+            res.trajectory,
+            out / "token_clouds.png",
+            title=f"{n} tokens through the steering layers, predicted 2σ ellipses",
+        )
+
+    drawn = design.initial.dim >= 2 and run.draw("token_clouds.png", clouds)
+    return token_w2, ["token_clouds.png"] if drawn else []
 
 
 def _design_fixed_parts(design: Design) -> dict[str, Any]:
@@ -447,14 +529,14 @@ def _design_fixed_parts(design: Design) -> dict[str, Any]:
 
 
 def _run_design(design: Design, out: Path) -> dict[str, Any]:
-    from ..plotting.design import plot_design_convergence
-
     o = design.options
     assert design.target is not None
-    clock = _Clock(design)
+    run = RunBudget(design.time_limit)
+    # the design, then the convergence check from n_starts initial laws: 5 % of the time, at
+    # least what is left when the design stopped early
     res = design_mean_matching(
         design.target,
-        time_limit=clock.left(),
+        time_limit=0.95 * run.solver_limit(1),
         rate=o["rate"],
         cov_rate=o["cov_rate"] or None,
         minimum_norm=o["minimum_norm"],
@@ -469,17 +551,29 @@ def _run_design(design: Design, out: Path) -> dict[str, Any]:
         **_design_fixed_parts(design),
     )
     data = design_convergence(
-        res, n_starts=o["n_starts"], T=o["T"] or None, seed=design.seed, time_limit=clock.left()
+        res,
+        n_starts=o["n_starts"],
+        T=o["T"] or None,
+        seed=design.seed,
+        time_limit=run.solver_limit(1),
     )
-    plot_design_convergence(
-        data.t,
-        data.mean_error,
-        data.cov_error,
-        out / "convergence.png",
-        rate=data.rate,
-        cov_rate=data.cov_rate,
-        title=design.title,
-    )
+    if data.status is Status.BUDGET_EXHAUSTED:
+        run.skip("part of the convergence check (its integrations stopped early)")
+
+    def draw() -> None:
+        from ..plotting.design import plot_design_convergence
+
+        plot_design_convergence(
+            data.t,
+            data.mean_error,
+            data.cov_error,
+            out / "convergence.png",
+            rate=data.rate,
+            cov_rate=data.cov_rate,
+            title=design.title,
+        )
+
+    figures = ["convergence.png"] if run.draw("convergence.png", draw) else []
     outputs: dict[str, Any] = {
         "layer": res.layer.to_dict(),
         "success": res.success,
@@ -534,7 +628,7 @@ def _run_design(design: Design, out: Path) -> dict[str, Any]:
         }
         summary["token_certificate_valid"] = tc.valid
     status = _status(res, Status.FAILED)
-    return result(status, outputs, ["convergence.png"], summary)
+    return run.finish(result(status, outputs, figures, summary))
 
 
 def _run_stabilize(design: Design, out: Path) -> dict[str, Any]:
@@ -547,10 +641,8 @@ def _run_stabilize(design: Design, out: Path) -> dict[str, Any]:
 
 
 def _stabilize_run(design: Design, out: Path) -> dict[str, Any]:
-    from ..plotting.design import plot_stabilization
-
     o = design.options
-    clock = _Clock(design)
+    run = RunBudget(design.time_limit)  # loading the model counts
     probe = None
     source = "the design's [layer] and [target]"
     if o["model"]:
@@ -582,24 +674,31 @@ def _stabilize_run(design: Design, out: Path) -> dict[str, Any]:
         if not isinstance(design.model, Layer) or design.target is None:
             raise DesignFileError("stabilize: expected a [layer] (not a schedule) and a [target]")
         layer, target = design.model, design.target
-    res = _stabilize_design(design, layer, target, probe, clock)
+    res = _stabilize_design(design, layer, target, probe, run.solver_limit(1))
     curves = {f"stabilized, from {name}": (v.t, v.lam_max) for name, v in _named_checks(res)}
     blowup = None
-    if o["before"] and res.starts and clock.left() is not None and clock.left() > 1.0:
+    if o["before"] and res.starts and run.solver_limit(1) > 1.0:
         T0 = float(res.verification[0].t[-1]) if res.verification else 10.0 / o["rate"]
-        before = simulate(res.original, res.starts[0], T0, n_points=201, time_limit=clock.left())
-        lam = np.array([float(np.linalg.eigvalsh(c)[-1]) for c in before.cov])
+        limit = run.solver_limit(1)
+        before = simulate(res.original, res.starts[0], T0, n_points=201, time_limit=limit)
+        lam = stack_eigenvalues(before.cov, run, "the given layer's eigenvalues")[:, -1]
         curves = {f"given layer ({before.status.value})": (np.asarray(before.t), lam), **curves}
         blowup = before.blowup_time
-    plot_stabilization(
-        curves,
-        None if res.base is None else res.base.eigenvalues,
-        None if res.spectrum is None else res.spectrum.eigenvalues,
-        out / "stabilization.png",
-        rate=o["rate"],
-        blowup=blowup,
-        title=design.title,
-    )
+
+    def draw() -> None:
+        from ..plotting.design import plot_stabilization
+
+        plot_stabilization(
+            curves,
+            None if res.base is None else res.base.eigenvalues,
+            None if res.spectrum is None else res.spectrum.eigenvalues,
+            out / "stabilization.png",
+            rate=o["rate"],
+            blowup=blowup,
+            title=design.title,
+        )
+
+    figures = ["stabilization.png"] if run.draw("stabilization.png", draw) else []
     checks = {
         name: {
             "converged": v.converged,
@@ -652,11 +751,11 @@ def _stabilize_run(design: Design, out: Path) -> dict[str, Any]:
             "untouched_status": None if un is None else un.status,
         }
         summary["token W2 / floor"] = tc.w2 / tc.floor if tc.floor > 0 else None
-    return result(_status(res, Status.FAILED), outputs, ["stabilization.png"], summary)
+    return run.finish(result(_status(res, Status.FAILED), outputs, figures, summary))
 
 
 def _stabilize_design(
-    design: Design, layer: Layer, target: Gaussian, probe: Any, clock: _Clock
+    design: Design, layer: Layer, target: Gaussian, probe: Any, time_limit: float
 ) -> Stabilization:
     o = design.options
     return stabilize(
@@ -669,7 +768,7 @@ def _stabilize_design(
         token_check=o["token_check"] or None,
         tokens=probe,
         seed=design.seed,
-        time_limit=clock.left(),
+        time_limit=time_limit,
     )
 
 
@@ -678,9 +777,8 @@ def _named_checks(res: Stabilization) -> list[tuple[str, Any]]:
 
 
 def _run_filter(design: Design, out: Path) -> dict[str, Any]:
-    from ..plotting.design import plot_filter_covariance
-
     o = design.options
+    run = RunBudget(design.time_limit)
     assert design.initial is not None and design.T is not None
     given = [k for k in ("F", "H", "R", "Q") if o[k] is not None]
     if design.model is not None and given:
@@ -710,16 +808,22 @@ def _run_filter(design: Design, out: Path) -> dict[str, Any]:
             f"has dimension {layer.dim}"
         )
     cmp = compare_filter(
-        layer, design.initial, design.T, n_points=o["n_points"], time_limit=design.time_limit
+        layer, design.initial, design.T, n_points=o["n_points"], time_limit=run.solver_limit(1)
     )
-    plot_filter_covariance(
-        cmp.trajectory.t,
-        cmp.filter_cov,
-        cmp.trajectory.cov,
-        out / "filter.png",
-        steady=cmp.steady_care.cov if cmp.steady_care.success else None,
-        title=design.title,
-    )
+
+    def draw() -> None:
+        from ..plotting.design import plot_filter_covariance
+
+        plot_filter_covariance(
+            cmp.trajectory.t,
+            cmp.filter_cov,
+            cmp.trajectory.cov,
+            out / "filter.png",
+            steady=cmp.steady_care.cov if cmp.steady_care.success else None,
+            title=design.title,
+        )
+
+    figures = ["filter.png"] if run.draw("filter.png", draw) else []
     kal = cmp.kalman
     outputs = {
         "layer": layer.to_dict(),
@@ -738,7 +842,7 @@ def _run_filter(design: Design, out: Path) -> dict[str, Any]:
         },
         "equilibrium": cmp.equilibrium,
         "steady_rel_diff": cmp.steady_rel_diff,
-        "trajectory": trajectory_summary(cmp.trajectory),
+        "trajectory": trajectory_summary(cmp.trajectory, run),
     }
     summary = {
         "max_rel_diff": cmp.max_rel_diff,
@@ -746,17 +850,18 @@ def _run_filter(design: Design, out: Path) -> dict[str, Any]:
         "steady_care": "found" if cmp.steady_care.success else "none",
         **trajectory_figures(cmp.trajectory),
     }
-    return result(_status(cmp), outputs, ["filter.png"], summary)
+    return run.finish(result(_status(cmp), outputs, figures, summary))
 
 
 def _run_experiment(design: Design, out: Path) -> dict[str, Any]:
     from ..experiments.report import experiment_outputs, run_experiments
 
     o = design.options
+    run = RunBudget(design.time_limit)  # the experiments draw their own figures within it
     if o["flows"]:
         from ..experiments.attention_flows import run_flows
 
-        flows = dict(run_flows(out, time_limit=design.time_limit))
+        flows = dict(run_flows(out, time_limit=run.solver_limit()))
         rows = flows["outputs"]["table"]
         flows["summary"] = {
             "flows": len(rows),
@@ -764,7 +869,13 @@ def _run_experiment(design: Design, out: Path) -> dict[str, Any]:
             "message": flows["outputs"]["message"],
         }
         return flows
-    res = run_experiments(out, n_tokens=o["n_tokens"], seed=design.seed, quick=o["quick"])
+    res = run_experiments(
+        out,
+        n_tokens=o["n_tokens"],
+        seed=design.seed,
+        quick=o["quick"],
+        time_limit=run.solver_limit(),
+    )
     done = dict(experiment_outputs(res))
     done["summary"] = {
         "tables": len(res.tables),
@@ -780,6 +891,7 @@ def _run_model(design: Design, out: Path) -> dict[str, Any]:
     from ..experiments.models import MODELS
 
     o = design.options
+    run = RunBudget(design.time_limit)
     model = o["model"]
     if model not in MODELS and not Path(model).is_absolute():
         beside = Path(design.source).parent / model  # a path relative to the design file
@@ -793,7 +905,7 @@ def _run_model(design: Design, out: Path) -> dict[str, Any]:
         T=o["T"],
         n_null=o["n_null"],
         flows=o["flows"],
-        time_limit=design.time_limit,
+        time_limit=run.solver_limit(2),  # its two figures are drawn after the report
     )
 
 

@@ -1,0 +1,164 @@
+"""A design's ``time_limit`` bounds the whole run (issue 22, the design-file fuzzer's overtimes).
+
+Before, the command-line tasks gave their solvers the design's limit and then drew figures,
+integrated the figure's trajectory (``regime_figure_data``, no limit), computed the eigenvalues
+of every recorded covariance (``trajectory_summary``) and imported python-control, all after
+the deadline: ``steer`` took 7–9 s for limits of 0.05–0.5 s, ``analyze`` 6.2 s for 0.05 s,
+``compare-tokens`` 5.4 s for 0.5 s, ``design`` 14–19 s for 10 s. Now one
+:class:`gtcontrol.cli._run_budget.RunBudget` holds the run: solver calls keep a reserve for the
+figures, each figure and summary is made only if it fits, and a run that left something out
+says so (``budget_exhausted``, ``outputs.skipped``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from _design_mutations import dumps
+
+from gtcontrol import Gaussian, Layer, Status
+from gtcontrol.analysis.regime_figures import regime_figure_data
+from gtcontrol.cli import main
+from gtcontrol.cli._run_budget import RunBudget, stack_eigenvalues
+
+
+def allowed(limit: float) -> float:
+    """``time_limit`` plus the tolerance of docs/architecture.md, ``max(1 s, 10 %)``."""
+    return limit + max(1.0, 0.1 * limit)
+
+
+def _spd(d: int, condition: float, seed: int = 0) -> list[list[float]]:
+    q, _ = np.linalg.qr(np.random.default_rng(seed).standard_normal((d, d)))
+    cov = (q * np.logspace(0, -math.log10(condition), d)) @ q.T
+    return (0.5 * (cov + cov.T)).tolist()
+
+
+def _moment_design(task: str, d: int, limit: float) -> dict[str, Any]:
+    rng = np.random.default_rng(d)
+    return {
+        "task": task,
+        "title": f"{task} d={d}",
+        "time_limit": limit,
+        "initial": {"mean": rng.standard_normal(d).tolist(), "cov": _spd(d, 10.0, 1)},
+        "layer": {
+            "A": (rng.standard_normal((d, d)) / math.sqrt(d)).tolist(),
+            "B": _spd(d, 10.0, 2),
+            "V": -1.0,
+        },
+        "horizon": {"T": 20.0},
+    }
+
+
+def _steer_design(d: int, limit: float) -> dict[str, Any]:
+    rng = np.random.default_rng(d)
+    return {
+        "task": "steer",
+        "title": "steer",
+        "time_limit": limit,
+        "initial": {"mean": rng.standard_normal(d).tolist(), "cov": _spd(d, 10.0, 3)},
+        "target": {"mean": rng.standard_normal(d).tolist(), "cov": _spd(d, 10.0, 4)},
+        "horizon": {"T": 1.0, "layers": 8},
+        "steer": {"mode": "full", "tokens": 0},
+    }
+
+
+def _design_design(d: int, limit: float) -> dict[str, Any]:
+    return {
+        "task": "design",
+        "title": "ill-conditioned design",
+        "time_limit": limit,
+        "target": {"mean": [1e3] * d, "cov": _spd(d, 1e7, 5)},
+        "design": {"n_starts": 2, "robustness": False, "min_ess": 0.5, "token_check": 64},
+    }
+
+
+CASES = {
+    # the fuzzer's overtimes, at their sizes: (design, time limit)
+    "analyze d=64": (_moment_design("analyze", 64, 0.3), 0.3),
+    "analyze d=2": (_moment_design("analyze", 2, 0.05), 0.05),
+    "simulate d=8": (
+        {**_moment_design("simulate", 8, 0.05), "simulate": {"tokens": 64, "discrete": True}},
+        0.05,
+    ),
+    "compare-tokens d=3": (
+        {**_moment_design("compare-tokens", 3, 0.5), "compare-tokens": {"n_tokens": [16, 64]}},
+        0.5,
+    ),
+    "steer d=8": (_steer_design(8, 0.05), 0.05),
+    "design d=5": (_design_design(5, 2.0), 2.0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_a_run_ends_within_its_time_limit(name: str, tmp_path: Path) -> None:
+    doc, limit = CASES[name]
+    design = tmp_path / "d.toml"
+    design.write_text(dumps(doc))
+    out = tmp_path / "out"
+    clock = time.perf_counter()
+    assert main(["run", str(design), "-o", str(out), "-q"]) == 0
+    wall = time.perf_counter() - clock
+    assert wall <= allowed(limit), wall
+    res = json.loads((out / "result.json").read_text())
+    present = sorted(p.name for p in out.iterdir())
+    assert present == sorted(res["files"])  # a complete folder: the figures drawn are listed
+    if res["outputs"].get("skipped"):  # what did not fit is named, and the run says it ran out
+        assert res["status"] == "budget_exhausted", res["status"]
+        assert "time limit" in res["summary"]["skipped"]
+    assert set(res["figures"]) <= set(present)
+
+
+def test_a_generous_time_limit_keeps_every_figure(tmp_path: Path) -> None:
+    doc = _moment_design("analyze", 2, 60.0)
+    design = tmp_path / "d.toml"
+    design.write_text(dumps(doc))
+    assert main(["run", str(design), "-o", str(tmp_path / "out"), "-q"]) == 0
+    res = json.loads((tmp_path / "out" / "result.json").read_text())
+    assert res["figures"] == ["covariance_eigenvalues.png", "cone.png"]
+    assert "skipped" not in res["outputs"] and res["status"] == "success"
+
+
+def test_run_budget_skips_what_does_not_fit_and_says_so() -> None:
+    run = RunBudget(1e-3)
+    time.sleep(0.01)
+    drawn: list[int] = []
+    assert not run.draw("a.png", lambda: drawn.append(1)) and drawn == []
+    rec = run.finish({"status": Status.BLOWUP, "outputs": {}, "summary": {}})
+    assert rec["status"] is Status.BUDGET_EXHAUSTED and rec["outputs"]["skipped"] == [
+        "figure a.png"
+    ]
+    assert "0.001 s" in rec["summary"]["skipped"]
+    # a failure stays a failure (it says more than "out of time")
+    assert run.status(Status.FAILED) is Status.FAILED
+    # no limit: everything is drawn, the status is the solver's
+    free = RunBudget(None)
+    assert free.draw("b.png", lambda: drawn.append(2)) and drawn == [2]
+    assert free.status(Status.SUCCESS) is Status.SUCCESS and free.solver_limit(3) > 1e6
+
+
+def test_stack_eigenvalues_stop_at_the_budget() -> None:
+    stack = np.stack([np.eye(3) * (k + 1) for k in range(5)])
+    assert np.allclose(stack_eigenvalues(stack, None, "x")[:, -1], [1, 2, 3, 4, 5])
+    spent = RunBudget(1e-3)
+    time.sleep(1.6)  # past the deadline and its grace (half of max(1 s, 10 %))
+    lam = stack_eigenvalues(stack, spent, "covariance eigenvalues")
+    assert np.isnan(lam).all() and spent.skipped == ["covariance eigenvalues (5 of 5)"]
+
+
+def test_regime_figure_data_takes_a_time_limit() -> None:
+    """The analyze figure's integration and eigenvalues ran under no limit (6 s at d = 64)."""
+    d = 64
+    rng = np.random.default_rng(0)
+    layer = Layer(A=rng.standard_normal((d, d)) / 8, B=np.array(_spd(d, 10.0)), V=-1.0)
+    g0 = Gaussian(np.zeros(d), np.array(_spd(d, 10.0, 1)))
+    clock = time.perf_counter()
+    data = regime_figure_data(layer, g0, T=50.0, n_points=401, time_limit=0.2)
+    assert time.perf_counter() - clock <= allowed(0.2)
+    assert data.eigenvalues.shape[1] == d
+    assert data.trajectory.status in (Status.BUDGET_EXHAUSTED, Status.SUCCESS, Status.BLOWUP)

@@ -33,7 +33,16 @@ from typing import Any
 
 import numpy as np
 
-from gtcontrol import Gaussian, Layer, Status, kinetic_energy, ot_steering, simulate, steer
+from gtcontrol import (
+    Collocation,
+    Gaussian,
+    Layer,
+    Status,
+    kinetic_energy,
+    ot_steering,
+    simulate,
+    steer,
+)
 from gtcontrol.model.moments import affine_velocity, moment_field
 
 
@@ -56,7 +65,7 @@ def _bench_ours(
     kw = {"layers": n, "mode": mode, "method": method}
     for _ in range(repeats):
         t0 = time.perf_counter()
-        res = steer(g0, g1, 1.0, cache=False, **kw)
+        res = steer(g0, g1, 1.0, collocation=Collocation(cache=False), **kw)
         cold.append(time.perf_counter() - t0)
     steer(g0, g1, 1.0, **kw)  # fill the cache
     for _ in range(repeats):

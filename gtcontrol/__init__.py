@@ -44,7 +44,7 @@ from .control.design.stabilize import Stabilization, stabilize
 from .control.ot import OTSteering, kinetic_energy, ot_steering
 from .control.reachability import MODES, check_reachable, is_reachable
 from .control.realization import exact_layer_steering, realize
-from .control.steering import SteeringResult, steer
+from .control.steering import Collocation, IpoptSettings, SteeringBounds, SteeringResult, steer
 from .errors import (
     DesignFileError,
     GTControlError,
@@ -72,6 +72,7 @@ __all__ = [
     "MODES",
     "BernoulliSolution",
     "BlowupResult",
+    "Collocation",
     "Control",
     "ConvergenceData",
     "CovarianceFlow",
@@ -86,6 +87,7 @@ __all__ = [
     "Gaussian",
     "InvalidGaussianError",
     "InvalidParametersError",
+    "IpoptSettings",
     "KalmanData",
     "Layer",
     "LinearizationSpectrum",
@@ -103,6 +105,7 @@ __all__ = [
     "Stabilization",
     "Status",
     "SteadyState",
+    "SteeringBounds",
     "SteeringResult",
     "TokenCertificate",
     "TokenComparison",

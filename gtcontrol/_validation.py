@@ -27,6 +27,7 @@ __all__ = [
     "as_float_array",
     "as_max_evals",
     "as_nonnegative_float",
+    "as_option_group",
     "as_positive_float",
     "as_positive_int",
     "as_rng",
@@ -37,6 +38,7 @@ __all__ = [
 ]
 
 _A = TypeVar("_A", bound=NDArray[Any])
+_G = TypeVar("_G")
 
 
 def frozen(a: _A) -> _A:
@@ -281,6 +283,30 @@ def as_choice(name: str, value: _C, choices: Sequence[_C]) -> _C:
         ok = False
     if not ok:
         raise InvalidParametersError(f"{name}: expected one of {tuple(choices)}, got {value!r}")
+    return value
+
+
+def as_option_group(name: str, value: Any, cls: type[_G]) -> _G:
+    """An option family's value (``robustness=``-style groups): an instance of ``cls``.
+
+    ``None`` means the family's defaults, ``cls()``; anything else but an instance of ``cls`` is
+    refused, naming ``name``.
+
+    Examples
+    --------
+    >>> from dataclasses import dataclass
+    >>> @dataclass(frozen=True, kw_only=True)
+    ... class Grid:
+    ...     n: int = 8
+    >>> as_option_group("grid", None, Grid)
+    Grid(n=8)
+    """
+    if value is None:
+        return cls()
+    if not isinstance(value, cls):
+        raise InvalidParametersError(
+            f"{name}: expected a {cls.__name__}, got {type(value).__name__}"
+        )
     return value
 
 

@@ -359,8 +359,11 @@ VOCABULARY = {
     "T": ("horizon", "depth", "t_final", "t_end"),  # the depth of a flow
     "time_limit": ("timeout", "max_time", "wall_time"),  # seconds
     "target": ("target_mean", "target_cov"),  # the Gaussian to reach
-    "ipopt_options": ("ipopt",),  # extra options of IPOPT
-    "robustness": ("robustness_directions", "robustness_samples", "robustness_max"),  # a family
+    # option families: one frozen, validated value each (docs/architecture.md)
+    "solver": ("ipopt", "ipopt_options"),  # IpoptSettings(max_iter=, tol=, options=)
+    "robustness": ("robustness_directions", "robustness_samples", "robustness_max"),
+    "bounds": ("entry_bounds", "norm_bounds", "cov_bound"),  # SteeringBounds(entry=, norm=, cov=)
+    "collocation": ("intervals", "max_corrections", "parallelization", "cache"),  # Collocation
 }
 _FORBIDDEN = {old: new for new, olds in VOCABULARY.items() for old in olds}
 
@@ -385,6 +388,27 @@ def test_one_keyword_spelling_per_idea() -> None:
             if p in _FORBIDDEN:
                 bad.append(f"{name}({p}=): use {_FORBIDDEN[p]}")
     assert not bad, "\n".join(bad)
+
+
+#: The option families of the public API, by the keyword that takes them.
+OPTION_GROUPS = {
+    "solver": gtcontrol.IpoptSettings,
+    "bounds": gtcontrol.SteeringBounds,
+    "collocation": gtcontrol.Collocation,
+    "robustness": gtcontrol.RobustnessCheck,
+}
+
+
+def test_an_option_family_is_not_also_spread_flat() -> None:
+    """A function that takes a family as one value takes none of its fields as keywords."""
+    bad = []
+    for name, func in _public_functions().items():
+        params = set(inspect.signature(func).parameters)  # type: ignore[arg-type]
+        for key, cls in OPTION_GROUPS.items():
+            flat = params & {f.name for f in dataclasses.fields(cls)} if key in params else set()
+            if flat:
+                bad.append(f"{name}: {sorted(flat)} belong to {key}={cls.__name__}(...)")
+    assert not bad, bad
 
 
 #: Pairs that differ only by case and are two ideas in the paper's notation (docs/theory.md §1):

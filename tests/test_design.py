@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from helpers import random_skew
 
+from gtcontrol import IpoptSettings
 from gtcontrol._status import Result, Status
 from gtcontrol.analysis.equilibria import equilibria, equilibrium_at
 from gtcontrol.control.design import (
@@ -375,7 +376,7 @@ def test_iteration_limit_is_reported() -> None:
         Gaussian([1.0, -1.0], [[1.0, 0.4], [0.4, 0.8]]),
         rate=2.0,
         V_structure="full",
-        max_iter=1,
+        solver=IpoptSettings(max_iter=1),
         **EXACT,
     )
     assert res.stats["return_status"] == "Maximum_Iterations_Exceeded"

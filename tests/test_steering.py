@@ -13,12 +13,15 @@ import numpy as np
 import pytest
 
 from gtcontrol import (
+    Collocation,
     Gaussian,
+    IpoptSettings,
     Layer,
     OTSteering,
     Result,
     Schedule,
     Status,
+    SteeringBounds,
     SteeringResult,
     check_reachable,
     exact_layer_steering,
@@ -521,11 +524,13 @@ def test_steer_bounds_and_infeasibility_are_reported() -> None:
     g0, g1 = _gauss(rng, 2), _gauss(rng, 2)
     free = steer(g0, g1, 1.0, layers=6, mode="ffn")
     cap = 0.85 * max(float(np.max(np.abs(lay.A))) for lay in free.controls.layers)
-    res = steer(g0, g1, 1.0, layers=6, mode="ffn", entry_bounds={"A": cap})
+    res = steer(g0, g1, 1.0, layers=6, mode="ffn", bounds=SteeringBounds(entry={"A": cap}))
     _check_result(res, g0, g1, 1.0, 6)
     assert max(float(np.max(np.abs(lay.A))) for lay in res.controls.layers) <= cap * (1 + 1e-7)
     assert res.kinetic_energy >= free.kinetic_energy * (1 - 1e-9)
-    bad = steer(g0, g1, 1.0, layers=6, mode="ffn", entry_bounds={"A": 1e-3, "b": 1e-3})
+    bad = steer(
+        g0, g1, 1.0, layers=6, mode="ffn", bounds=SteeringBounds(entry={"A": 1e-3, "b": 1e-3})
+    )
     assert not bad.success
     assert bad.status is Status.NOT_FOUND  # IPOPT is local: no proof of infeasibility
     assert bad.stats["ipopt_status"] == "Infeasible_Problem_Detected"
@@ -537,14 +542,20 @@ def test_steer_norm_and_covariance_bounds() -> None:
     rng = np.random.default_rng(131)
     g0, g1 = _gauss(rng, 2), _gauss(rng, 2)
     res = steer(
-        g0, g1, 1.0, layers=6, mode="full", redundancy="joint", norm_bounds={"V": 0.2, "B": 0.2}
+        g0,
+        g1,
+        1.0,
+        layers=6,
+        mode="full",
+        redundancy="joint",
+        bounds=SteeringBounds(norm={"V": 0.2, "B": 0.2}),
     )
     _check_result(res, g0, g1, 1.0, 6)
     for lay in res.controls.layers:
         assert np.linalg.norm(lay.heads[0][0]) <= 0.2 * (1 + 1e-6)
         assert np.linalg.norm(lay.heads[0][1]) <= 0.2 * (1 + 1e-6)
     bound = 1.02 * max(np.linalg.norm(g0.cov), np.linalg.norm(g1.cov))
-    res = steer(g0, g1, 1.0, layers=6, mode="ffn", cov_bound=bound)
+    res = steer(g0, g1, 1.0, layers=6, mode="ffn", bounds=SteeringBounds(cov=bound))
     _check_result(res, g0, g1, 1.0, 6)
     # Imposed at the collocation points; between them the re-simulated norm may exceed it by
     # the interpolation error of one layer (here well below 1e-3).
@@ -566,7 +577,7 @@ def test_steer_parameter_objective_minimizes_parameter_energy() -> None:
     assert res.cost == pytest.approx(energy(res.controls), rel=1e-12)
     assert res.cost <= energy(kin.controls) + 1e-9
     assert res.cost <= energy(closed) + 1e-9
-    with pytest.raises(InvalidParametersError, match="cov_bound"):
+    with pytest.raises(InvalidParametersError, match=r"bounds\.cov"):
         steer(g0, g1, 1.0, layers=6, mode="full", objective="parameter")
 
 
@@ -597,7 +608,11 @@ def test_steer_terminal_penalties(terminal: str) -> None:
 def test_steer_unconverged_returns_best_iterate_with_reason() -> None:
     rng = np.random.default_rng(160)
     g0, g1 = _gauss(rng, 2, mean=[1.0, 0.0]), _gauss(rng, 2, mean=[0.0, 1.0])
-    res = steer(g0, g1, 1.0, layers=6, mode="attention", max_iter=1, max_corrections=0)
+    one_iteration = IpoptSettings(max_iter=1)
+    no_correction = Collocation(max_corrections=0)
+    res = steer(
+        g0, g1, 1.0, layers=6, mode="attention", solver=one_iteration, collocation=no_correction
+    )
     assert not res.success
     # The iteration cap is a budget: the best iterate comes back with BUDGET_EXHAUSTED.
     assert res.status in (Status.BUDGET_EXHAUSTED, Status.BLOWUP, Status.OVERFLOW)
@@ -617,9 +632,9 @@ def test_steer_initial_guess_tokens_and_options() -> None:
     with pytest.raises(InvalidParametersError, match="objective"):
         steer(g0, g1, 1.0, objective="energy")
     with pytest.raises(InvalidParametersError, match="not optimized"):
-        steer(g0, g1, 1.0, mode="ffn", entry_bounds={"V": 1.0})
+        steer(g0, g1, 1.0, mode="ffn", bounds=SteeringBounds(entry={"V": 1.0}))
     with pytest.raises(InvalidParametersError, match="redundancy"):
-        steer(g0, g1, 1.0, mode="full", norm_bounds={"B": 1.0})
+        steer(g0, g1, 1.0, mode="full", bounds=SteeringBounds(norm={"B": 1.0}))
     with pytest.raises(InvalidParametersError, match="initial_guess"):
         steer(g0, g1, 1.0, layers=4, initial_guess=guess)
     with pytest.raises(InvalidParametersError, match="terminal_tol"):

@@ -19,7 +19,16 @@ import pytest
 from scipy.integrate import solve_ivp
 
 import gtcontrol.control.steering as steer_solve
-from gtcontrol import Gaussian, Layer, Schedule, Status, exact_layer_steering, steer
+from gtcontrol import (
+    Collocation,
+    Gaussian,
+    IpoptSettings,
+    Layer,
+    Schedule,
+    Status,
+    exact_layer_steering,
+    steer,
+)
 from gtcontrol.control._constructions import bw_map, ffn_field, ffn_flow, shoot
 from gtcontrol.errors import InvalidParametersError
 
@@ -223,8 +232,8 @@ def test_collocation_from_a_flow_start_keeps_the_feasible_start() -> None:
         mode="attention",
         method="collocation",
         initial_guess=flow.controls,
-        max_iter=1,
-        max_corrections=0,
+        solver=IpoptSettings(max_iter=1),
+        collocation=Collocation(max_corrections=0),
     )
     assert res.status is Status.BUDGET_EXHAUSTED and not res.success
     assert res.stats["feasible_start"] is True and "Maximum_Iterations_Exceeded" in res.message

@@ -22,8 +22,10 @@ import numpy as np
 
 from .. import (
     Gaussian,
+    IpoptSettings,
     Layer,
     Schedule,
+    SteeringBounds,
     Trajectory,
     analyze,
     compare_filter,
@@ -393,14 +395,6 @@ def _run_steer(design: Design, out: Path) -> dict[str, Any]:
         )
     run = RunBudget(design.time_limit)
     n_figures = 2 + (o["tokens"] > 0 and design.initial.dim >= 2)
-    kw: dict[str, Any] = {
-        "time_limit": run.solver_limit(n_figures),
-        "terminal": o["terminal"],
-        "max_iter": o["max_iter"],
-        "seed": design.seed,
-    }
-    if o["cov_bound"] > 0:
-        kw["cov_bound"] = o["cov_bound"]
     res = steer(
         design.initial,
         design.target,
@@ -409,7 +403,11 @@ def _run_steer(design: Design, out: Path) -> dict[str, Any]:
         mode=o["mode"],
         objective=o["objective"],
         method=o["method"],
-        **kw,
+        terminal=o["terminal"],
+        bounds=SteeringBounds(cov=o["cov_bound"] or None),
+        solver=IpoptSettings(max_iter=o["max_iter"]),
+        seed=design.seed,
+        time_limit=run.solver_limit(n_figures),
     )
     sched = res.controls
     figures = _steer_figures(design, res, out, run)

@@ -1,8 +1,12 @@
 """The steering problem of :func:`gtcontrol.steer`: its validated options and plan, and its result.
 
 :class:`_SteerOptions` is the frozen holder of the defaults and the validator; the public
-interface is the keyword-only arguments of ``steer``, documented there. :func:`make_plan` checks
-the end points and the options together and describes the NLP (:class:`Plan`).
+interface is the keyword-only arguments of ``steer``, documented there, with two option
+families as one validated value each: :class:`SteeringBounds` (``bounds=``) and
+:class:`Collocation` (``collocation=``); IPOPT's settings are
+:class:`~gtcontrol.control._ipopt.IpoptSettings` (``solver=``, shared with the designs).
+:func:`make_plan` checks the end points and the options together and describes the NLP
+(:class:`Plan`).
 
 Every control that ``steer`` returns is re-simulated with the adaptive moment integrator; its
 status combines IPOPT's verdict with that re-simulation (:func:`classify`), and every number of
@@ -28,6 +32,7 @@ from .._validation import (
     _short,
     as_choice,
     as_nonnegative_float,
+    as_option_group,
     as_positive_float,
     as_positive_int,
     as_seed,
@@ -37,11 +42,12 @@ from ..model.gaussian import Gaussian
 from ..model.moments import Trajectory, simulate
 from ..model.params import Layer, Schedule
 from ..model.tokens import simulate_tokens
+from ._ipopt import IpoptSettings
 from ._transcription import PARAMS, Problem, Solution
 from .ot import trajectory_energy
 from .reachability import check_mode, check_pair, check_reachable, problem_scale
 
-__all__ = ["SteeringResult"]
+__all__ = ["Collocation", "SteeringBounds", "SteeringResult"]
 
 
 OBJECTIVES = ("kinetic", "parameter")
@@ -73,7 +79,9 @@ def _frozen_bounds(name: str, value: Any) -> Mapping[str, float]:
 
 
 #: Caps of the integer options (finite loops; larger values are refused as absurd).
-MAX_ITER, MAX_INTERVALS, MAX_CORRECTIONS, MAX_VERIFY_TOKENS = 10**6, 64, 100, 10**6
+MAX_INTERVALS, MAX_CORRECTIONS, MAX_VERIFY_TOKENS = 64, 100, 10**6
+#: IPOPT's defaults in steering (``IpoptSettings`` fields left ``None``).
+DEFAULT_MAX_ITER, DEFAULT_TOL = 500, 1e-8
 
 
 def _nonnegative_int(name: str, value: Any, maximum: int) -> int:
@@ -89,16 +97,108 @@ def _nonnegative_int(name: str, value: Any, maximum: int) -> int:
 
 
 @dataclass(frozen=True, kw_only=True)
+class SteeringBounds:
+    """Bounds of a collocation steering problem: one validated value for the option family.
+
+    :func:`gtcontrol.steer` takes it as ``bounds=`` (``None``: unbounded), as diffrax takes
+    ``SaveAt``. Bounds need the collocation method (the flow construction takes none).
+
+    Attributes
+    ----------
+    entry
+        Per parameter name (``"A"``, ``"b"``, ``"V"``, ``"B"``): a bound on the absolute value of
+        every entry of each layer's parameter. Only optimized parameters may be bounded.
+    norm
+        Per parameter name: a bound on the Frobenius norm of each layer's matrix.
+    cov
+        Bound on ``|Σ(t)|_F`` at every collocation point (the re-simulated maximum is reported
+        in ``stats["cov_norm_max"]``); required for ``objective="parameter"`` with attention.
+
+    Raises
+    ------
+    InvalidParametersError
+        On an unknown parameter name or a bound that is not positive (naming the field).
+
+    Examples
+    --------
+    >>> from gtcontrol import SteeringBounds
+    >>> b = SteeringBounds(entry={"A": 2.0}, cov=10.0)
+    >>> dict(b.entry), dict(b.norm), b.cov
+    ({'A': 2.0}, {}, 10.0)
+    """
+
+    entry: Mapping[str, float] = field(default_factory=dict)
+    norm: Mapping[str, float] = field(default_factory=dict)
+    cov: float | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "entry", _frozen_bounds("entry", self.entry))
+        object.__setattr__(self, "norm", _frozen_bounds("norm", self.norm))
+        if self.cov is not None:
+            as_positive_float("cov", self.cov)
+
+    def __bool__(self) -> bool:
+        """Whether any bound is set."""
+        return bool(self.entry or self.norm or self.cov is not None)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Collocation:
+    """How the collocation NLP of :func:`gtcontrol.steer` is discretized, corrected and built.
+
+    One validated value for the option family, taken as ``collocation=`` (as diffrax takes
+    ``SaveAt``); the flow construction does not use it.
+
+    Attributes
+    ----------
+    intervals
+        Collocation intervals per layer (Gauss–Legendre, degree 3, order 6; at most 64). When
+        IPOPT converges but the re-simulated terminal error exceeds ``terminal_tol``, ``steer``
+        doubles them (the mesh was too coarse).
+    max_corrections
+        Number ``≥ 0`` (at most 100) of discretization corrections: after each converged solve
+        the control is re-simulated and the NLP's terminal data are shifted by the re-simulated
+        terminal miss (exact terminal only) before re-solving from the last iterate.
+    parallelization
+        CasADi ``map`` evaluation of the layers: ``"serial"``, ``"thread"`` or ``"openmp"``.
+    cache
+        Reuse the symbolic NLP of an earlier call with the same structure.
+
+    Raises
+    ------
+    InvalidParametersError
+        On ``intervals`` outside 1 … 64, ``max_corrections`` outside 0 … 100, an unknown
+        ``parallelization`` or a ``cache`` that is not a bool.
+
+    Examples
+    --------
+    >>> from gtcontrol import Collocation
+    >>> Collocation(intervals=2, max_corrections=0)
+    Collocation(intervals=2, max_corrections=0, parallelization='serial', cache=True)
+    """
+
+    intervals: int = 1
+    max_corrections: int = 3
+    parallelization: str = "serial"
+    cache: bool = True
+
+    def __post_init__(self) -> None:
+        as_positive_int("intervals", self.intervals, maximum=MAX_INTERVALS)
+        _nonnegative_int("max_corrections", self.max_corrections, MAX_CORRECTIONS)
+        as_choice("parallelization", self.parallelization, PARALLEL)
+        if not isinstance(self.cache, (bool, np.bool_)):
+            raise InvalidParametersError(f"cache: expected a bool, got {_short(self.cache)}")
+
+
+@dataclass(frozen=True, kw_only=True)
 class _SteerOptions:
     """Validated keyword options of :func:`gtcontrol.steer` (see its ``Parameters``).
 
     Attributes
     ----------
-    objective, terminal, terminal_weight, redundancy, regularization, entry_bounds, norm_bounds
+    objective, terminal, terminal_weight, redundancy, regularization, bounds, collocation
         See :func:`gtcontrol.steer`.
-    cov_bound, intervals, max_corrections, terminal_tol, max_iter, ipopt_options
-        See :func:`gtcontrol.steer`.
-    parallelization, initial_guess, verify_tokens, seed, cache, method
+    terminal_tol, solver, initial_guess, verify_tokens, seed, method
         See :func:`gtcontrol.steer`.
     """
 
@@ -107,51 +207,59 @@ class _SteerOptions:
     terminal_weight: float = 1e4
     redundancy: str | None = None
     regularization: float | None = None
-    entry_bounds: Mapping[str, float] = field(default_factory=dict)
-    norm_bounds: Mapping[str, float] = field(default_factory=dict)
-    cov_bound: float | None = None
-    intervals: int = 1
-    max_corrections: int = 3
+    bounds: SteeringBounds = field(default_factory=SteeringBounds)
+    collocation: Collocation = field(default_factory=Collocation)
     terminal_tol: float = 1e-6
-    max_iter: int = 500
-    ipopt_options: Mapping[str, Any] = field(default_factory=dict)
-    parallelization: str = "serial"
+    solver: IpoptSettings = field(default_factory=IpoptSettings)
     initial_guess: Schedule | None = None
     verify_tokens: int = 0
     seed: int = 0
-    cache: bool = True
     method: str = "auto"
 
     def __post_init__(self) -> None:
         as_choice("method", self.method, METHODS)
         as_choice("objective", self.objective, OBJECTIVES)
         as_choice("terminal", self.terminal, TERMINALS)
-        as_choice("parallelization", self.parallelization, PARALLEL)
         if self.redundancy is not None:
             as_choice("redundancy", self.redundancy, REDUNDANCY)
         as_positive_float("terminal_weight", self.terminal_weight)
         as_positive_float("terminal_tol", self.terminal_tol)
         if self.regularization is not None:
             as_nonnegative_float("regularization", self.regularization)
-        if self.cov_bound is not None:
-            as_positive_float("cov_bound", self.cov_bound)
-        as_positive_int("intervals", self.intervals, maximum=MAX_INTERVALS)
-        as_positive_int("max_iter", self.max_iter, maximum=MAX_ITER)
-        _nonnegative_int("max_corrections", self.max_corrections, MAX_CORRECTIONS)
         _nonnegative_int("verify_tokens", self.verify_tokens, MAX_VERIFY_TOKENS)
         as_seed("seed", self.seed)
-        if not isinstance(self.cache, (bool, np.bool_)):
-            raise InvalidParametersError(f"cache: expected a bool, got {_short(self.cache)}")
         if self.initial_guess is not None and not isinstance(self.initial_guess, Schedule):
             raise InvalidParametersError(
                 f"initial_guess: expected a Schedule, got {type(self.initial_guess).__name__}"
             )
-        ipopt = {} if self.ipopt_options is None else self.ipopt_options
-        if not isinstance(ipopt, Mapping):
-            raise InvalidParametersError("ipopt_options: expected a mapping of IPOPT options")
-        object.__setattr__(self, "entry_bounds", _frozen_bounds("entry_bounds", self.entry_bounds))
-        object.__setattr__(self, "norm_bounds", _frozen_bounds("norm_bounds", self.norm_bounds))
-        object.__setattr__(self, "ipopt_options", MappingProxyType(dict(ipopt)))
+        object.__setattr__(self, "bounds", as_option_group("bounds", self.bounds, SteeringBounds))
+        object.__setattr__(
+            self, "collocation", as_option_group("collocation", self.collocation, Collocation)
+        )
+        object.__setattr__(self, "solver", as_option_group("solver", self.solver, IpoptSettings))
+
+    @property
+    def intervals(self) -> int:
+        """Collocation intervals per layer."""
+        return self.collocation.intervals
+
+    @property
+    def max_corrections(self) -> int:
+        """Discretization corrections."""
+        return self.collocation.max_corrections
+
+    @property
+    def cache(self) -> bool:
+        """Whether to reuse a symbolic NLP."""
+        return bool(self.collocation.cache)
+
+    @property
+    def ipopt(self) -> dict[str, Any]:
+        """IPOPT's options of the NLP: the settings with steering's defaults, then the extras."""
+        s = self.solver
+        max_iter = DEFAULT_MAX_ITER if s.max_iter is None else s.max_iter
+        tol = DEFAULT_TOL if s.tol is None else s.tol
+        return {"max_iter": max_iter, "tol": tol, **s.options}
 
     @property
     def redundancy_for(self) -> str:
@@ -167,7 +275,7 @@ def _flow_obstacle(initial: Gaussian, mode: str, redundancy: str, opts: _SteerOp
         return "it minimizes the kinetic energy (objective='kinetic')"
     if opts.terminal != "exact":
         return "it reaches the target exactly (terminal='exact')"
-    if opts.entry_bounds or opts.norm_bounds or opts.cov_bound is not None:
+    if opts.bounds:
         return "it takes no bounds"
     if opts.initial_guess is not None:
         return "it takes no initial_guess"
@@ -216,16 +324,17 @@ class Plan:
 
 def _check_bounds(mode: str, fixed: tuple[str, ...], opts: _SteerOptions) -> None:
     optimized = [p for p in PARAMS[mode] if p not in fixed]
-    for name, bounds in (("entry_bounds", opts.entry_bounds), ("norm_bounds", opts.norm_bounds)):
+    b = opts.bounds
+    for name, bounds in (("bounds.entry", b.entry), ("bounds.norm", b.norm)):
         for key in bounds:
             if key not in optimized:
                 raise InvalidParametersError(
                     f"{name}: parameter {key!r} is not optimized in mode {mode!r}"
                     + (" with redundancy='fixed' (use redundancy='joint')" if key in fixed else "")
                 )
-    if opts.objective == "parameter" and mode != "ffn" and opts.cov_bound is None:
+    if opts.objective == "parameter" and mode != "ffn" and b.cov is None:
         raise InvalidParametersError(
-            "cov_bound: objective='parameter' with attention needs a bound on |Σ(t)|: a large Σ "
+            "bounds.cov: objective='parameter' with attention needs a bound on |Σ(t)|: a large Σ "
             "makes V Σ B large with small V and B (and attention can blow Σ up in finite time), "
             "so the parameter energy has infimum 0 without a minimizer"
         )
@@ -268,12 +377,12 @@ def make_plan(
         terminal=opts.terminal,
         terminal_weight=float(opts.terminal_weight),
         regularization=reg_weight,
-        entry_bounds=opts.entry_bounds,
-        norm_bounds=opts.norm_bounds,
-        cov_bound=opts.cov_bound,
+        entry_bounds=opts.bounds.entry,
+        norm_bounds=opts.bounds.norm,
+        cov_bound=opts.bounds.cov,
         logdet0=float(np.linalg.slogdet(initial.cov)[1]) if initial.rank == d else 0.0,
-        parallelization=opts.parallelization,
-        ipopt={"max_iter": opts.max_iter, **opts.ipopt_options},
+        parallelization=opts.collocation.parallelization,
+        ipopt=opts.ipopt,
     )
     method = _method(initial, mode, redundancy, opts)
     return Plan(initial, target, t_hor, n, mode, opts, redundancy, reg_weight, problem, method)

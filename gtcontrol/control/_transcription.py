@@ -48,7 +48,7 @@ from .._progress import progress
 from ..errors import InvalidParametersError
 from ..model.moments import affine_velocity, moment_field
 from ..model.params import Layer
-from ._ipopt import STOPPED, IpoptDeadline
+from ._ipopt import STOPPED, IpoptDeadline, casadi_options
 
 __all__: list[str] = []
 
@@ -501,8 +501,7 @@ class Transcription:
             "expand": prob.d <= EXPAND_MAX_DIM,
             "iteration_callback": self.deadline,
         }
-        for key, value in prob.ipopt.items():
-            opts[key if key == "expand" or "." in key else f"ipopt.{key}"] = value
+        opts.update(casadi_options(prob.ipopt))
         max_iter = opts["ipopt.max_iter"]
         self.max_iter = float(max_iter) if isinstance(max_iter, (int, float)) else None
         return ca.nlpsol("steer", "ipopt", {"x": x, "p": p, "f": objective, "g": g}, opts)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -39,8 +39,11 @@ from ..model.gaussian import Gaussian
 from ..model.moments import Trajectory
 from ..model.params import Layer, Schedule
 from ._constructions import check_guess, solve_flow, states_of, warm_starts
+from ._ipopt import IpoptSettings
 from ._steer_problem import (
+    Collocation,
     Plan,
+    SteeringBounds,
     SteeringResult,
     _SteerOptions,
     classify,
@@ -54,7 +57,7 @@ from ._steer_problem import (
 )
 from ._transcription import Solution, Transcription, build_estimate, pack, to_layer, transcription
 
-__all__ = ["SteeringResult", "steer"]
+__all__ = ["Collocation", "IpoptSettings", "SteeringBounds", "SteeringResult", "steer"]
 
 
 def steer(
@@ -69,19 +72,13 @@ def steer(
     terminal_weight: float = 1e4,
     redundancy: str | None = None,
     regularization: float | None = None,
-    entry_bounds: Mapping[str, float] | None = None,
-    norm_bounds: Mapping[str, float] | None = None,
-    cov_bound: float | None = None,
-    intervals: int = 1,
-    max_corrections: int = 3,
+    bounds: SteeringBounds | None = None,
     terminal_tol: float = 1e-6,
-    max_iter: int = 500,
-    ipopt_options: Mapping[str, Any] | None = None,
-    parallelization: str = "serial",
+    collocation: Collocation | None = None,
+    solver: IpoptSettings | None = None,
     initial_guess: Schedule | None = None,
     verify_tokens: int = 0,
     seed: int = 0,
-    cache: bool = True,
     method: str = "auto",
     time_limit: float | None = None,
 ) -> SteeringResult:
@@ -102,10 +99,10 @@ def steer(
 
     Every returned control is re-simulated with :func:`gtcontrol.simulate` (adaptive,
     ``rtol = 1e-13``); the discretization error of the NLP is then removed by up to
-    ``max_corrections`` re-solves with shifted terminal data. Every loop is capped (IPOPT's
-    ``max_iter``, ``max_corrections``, at most three starts; in the flow construction a fixed
-    number of gauges per layer, each at most 40 re-simulations); ``time_limit`` bounds the wall
-    time.
+    ``collocation.max_corrections`` re-solves with shifted terminal data. Every loop is capped
+    (IPOPT's ``solver.max_iter``, ``collocation.max_corrections``, at most three starts; in
+    the flow construction a fixed number of gauges per layer, each at most 40 re-simulations);
+    ``time_limit`` bounds the wall time.
 
     Parameters
     ----------
@@ -144,28 +141,19 @@ def steer(
         Weight ε ≥ 0 of ``ε Σ_k h |θ_k|²`` added to the kinetic objective over the optimized
         parameters: it gives the flat directions curvature ``2εh``. The reported ``cost`` excludes
         it. ``None``: ``1e-4``, or ``1e-3`` in attention mode with a singular Σ0.
-    entry_bounds
-        Per parameter name (``"A"``, ``"b"``, ``"V"``, ``"B"``): a bound on the absolute value of
-        every entry. Only optimized parameters may be bounded.
-    norm_bounds
-        Per parameter name: a bound on the Frobenius norm of each layer's matrix.
-    cov_bound
-        Bound on ``|Σ(t)|_F`` at every collocation point (the re-simulated maximum is reported in
-        ``stats["cov_norm_max"]``); required for ``objective="parameter"`` with attention.
-    intervals
-        Collocation intervals per layer (Gauss–Legendre, degree 3, order 6).
-    max_corrections
-        Number ``≥ 0`` of discretization corrections: after each converged solve the control is
-        re-simulated and the NLP's terminal data are shifted by the re-simulated terminal miss
-        (exact terminal only) before re-solving from the last iterate.
+    bounds
+        A :class:`SteeringBounds`: bounds on the entries (``entry``) or the Frobenius norms
+        (``norm``) of each layer's parameters, and on ``|Σ(t)|_F`` (``cov``, required for
+        ``objective="parameter"`` with attention). ``None``: unbounded.
     terminal_tol
         ``success`` requires the re-simulated terminal Bures–Wasserstein error to be at most this.
-    max_iter
-        IPOPT iteration limit per solve (running out gives ``Status.BUDGET_EXHAUSTED``).
-    ipopt_options
-        Extra IPOPT options (names with or without the ``ipopt.`` prefix).
-    parallelization
-        CasADi ``map`` evaluation of the layers: ``"serial"``, ``"thread"`` or ``"openmp"``.
+    collocation
+        A :class:`Collocation`: intervals per layer, discretization corrections,
+        parallelization and caching of the collocation NLP. ``None``: ``Collocation()``.
+    solver
+        An :class:`IpoptSettings`: IPOPT's iteration limit per solve (default 500; running out
+        gives ``Status.BUDGET_EXHAUSTED``), tolerance (default 1e-8) and extra options.
+        ``None``: ``IpoptSettings()``.
     initial_guess
         A :class:`Schedule` of ``L`` single-head layers to start from instead of the closed form.
     verify_tokens
@@ -174,8 +162,6 @@ def steer(
         reported in ``stats["token_terminal_error"]`` (a finite-N check: it is ``O(N^{-1/2})``).
     seed
         Seed of the token sample of ``verify_tokens``.
-    cache
-        Reuse the symbolic NLP of an earlier call with the same structure.
     method
         ``"collocation"``: the CasADi/IPOPT NLP above (every objective, terminal condition and
         bound). ``"flow"``: no NLP; exact node-to-node layers between the geodesic's states at the
@@ -207,7 +193,7 @@ def steer(
     SteeringResult
         ``status`` is ``SUCCESS`` when the re-simulated control reaches the target within
         ``terminal_tol``; otherwise the best iterate with ``BUDGET_EXHAUSTED`` (``time_limit``
-        or ``max_iter``), ``INFEASIBLE`` (e.g. under bounds), ``BLOWUP``/``OVERFLOW`` or
+        or ``solver.max_iter``), ``INFEASIBLE`` (e.g. under bounds), ``BLOWUP``/``OVERFLOW`` or
         ``FAILED``; ``message`` says why and quotes IPOPT's return status.
 
     Raises
@@ -387,7 +373,12 @@ def run(plan: Plan, budget: Budget, clock: float) -> SteeringResult:
             cut = budget.reason()
             break
         k = plan.opts.intervals * 2
-        opts = replace(plan.opts, intervals=k, initial_guess=result.controls, method="collocation")
+        opts = replace(
+            plan.opts,
+            collocation=replace(plan.opts.collocation, intervals=k),
+            initial_guess=result.controls,
+            method="collocation",
+        )
         plan = make_plan(plan.initial, plan.target, plan.T, plan.n, plan.mode, opts)
         refined = _run_once(plan, budget, clock)
         tried.append(k)

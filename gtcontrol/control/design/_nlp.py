@@ -56,7 +56,7 @@ import numpy as np
 from ..._linalg import FloatArray, psd_factor, sym, sym_basis, unvech, vech
 from ..._status import Budget
 from ...model.params import Layer
-from .._ipopt import IpoptDeadline
+from .._ipopt import IpoptDeadline, casadi_options
 from ._certificates import DesignCertificate
 from ._common import MARGIN_SLACK, abscissa
 from ._problem import Problem
@@ -507,7 +507,7 @@ class _Runner:
                 stop=lambda: budget.exhausted,
             )
             base["iteration_callback"] = self._stop
-        user = {f"ipopt.{k}": v for k, v in opts.ipopt_options.items()}
+        user = casadi_options(opts.ipopt_options)
         options = {**base, **extra, **user}
         return self.nlp.ca.nlpsol("gtcontrol_design", "ipopt", self.problem, options)
 

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -45,6 +44,7 @@ from ..._validation import (
     as_choice,
     as_float_array,
     as_nonnegative_float,
+    as_option_group,
     as_positive_float,
     as_positive_int,
     as_seed,
@@ -53,6 +53,7 @@ from ..._validation import (
 from ...errors import InvalidParametersError, UnreachableTargetError
 from ...model.gaussian import Gaussian
 from ...model.params import Layer
+from .._ipopt import IpoptSettings
 from ._certificates import RobustnessCheck
 from ._common import MAX_TOKENS, Whitening, coerce_target, with_bias
 from ._finite_n import as_initial
@@ -68,8 +69,8 @@ __all__ = [
 ]
 
 
-#: Finite caps on user-set iteration counts (no default call can run unbounded).
-_MAX_ITER_CAP = 1_000_000
+#: IPOPT's defaults in a design (``IpoptSettings`` fields left ``None``).
+DEFAULT_MAX_ITER, DEFAULT_TOL = 3000, 1e-10
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,11 +84,9 @@ class _DesignOptions:
     require_global: bool | None = None
     V_structure: str = "scalar"
     max_condition: float = 100.0
-    tol: float = 1e-10
-    max_iter: int = 3000
     rate_rtol: float = 1e-6
     symbolic: str = "SX"
-    ipopt_options: Mapping[str, Any] = field(default_factory=dict)
+    solver: IpoptSettings = field(default_factory=IpoptSettings)
     robustness: bool | RobustnessCheck | None = True
     seed: int = 0
     min_ess: float | None = 0.5
@@ -104,20 +103,12 @@ class _DesignOptions:
             raise InvalidParametersError(
                 f"max_condition: expected a number ≥ 1, got {self.max_condition!r}"
             )
-        if not as_positive_float("tol", self.tol) < 1e-3:
-            raise InvalidParametersError(f"tol: expected a number < 1e-3, got {self.tol!r}")
-        as_positive_int("max_iter", self.max_iter, maximum=_MAX_ITER_CAP)
         if not as_positive_float("rate_rtol", self.rate_rtol) < 0.1:
             raise InvalidParametersError(
                 f"rate_rtol: expected a number < 0.1, got {self.rate_rtol!r}"
             )
         as_choice("symbolic", self.symbolic, ("SX", "MX"))
-        given = self.ipopt_options
-        if not isinstance(given, Mapping) or not all(isinstance(k, str) for k in given):
-            raise InvalidParametersError(
-                f"ipopt_options: expected a mapping of IPOPT option names to values, got {given!r}"
-            )
-        object.__setattr__(self, "ipopt_options", MappingProxyType(dict(given)))
+        object.__setattr__(self, "solver", as_option_group("solver", self.solver, IpoptSettings))
         check = self.robustness
         if isinstance(check, (bool, np.bool_)):
             check = RobustnessCheck() if check else None
@@ -138,6 +129,21 @@ class _DesignOptions:
             raise InvalidParametersError(
                 f"token_check: expected None or a number of tokens ≥ 2, got {self.token_check!r}"
             )
+
+    @property
+    def max_iter(self) -> int:
+        """IPOPT's iteration limit per solve."""
+        return DEFAULT_MAX_ITER if self.solver.max_iter is None else self.solver.max_iter
+
+    @property
+    def tol(self) -> float:
+        """IPOPT's tolerance."""
+        return DEFAULT_TOL if self.solver.tol is None else self.solver.tol
+
+    @property
+    def ipopt_options(self) -> Mapping[str, Any]:
+        """The user's extra IPOPT options."""
+        return self.solver.options
 
 
 def constructive_layer(

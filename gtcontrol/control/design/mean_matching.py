@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +32,7 @@ from ...errors import InvalidParametersError
 from ...model.gaussian import Gaussian
 from ...model.moments import Trajectory, simulate
 from ...model.params import Layer
+from .._ipopt import IpoptSettings
 from ._certificates import (
     DesignCertificate,
     Robustness,
@@ -75,7 +75,7 @@ class MeanMatchingDesign(ResultFields, Outcome):
         ``N(m*, Σ*)``: the equilibrium the layer drives every admissible start to.
     status
         ``Status.SUCCESS``: the layer is certified (``optimal`` says whether IPOPT also proved
-        norm-minimality). ``Status.BUDGET_EXHAUSTED``: ``time_limit`` or IPOPT's ``max_iter``
+        norm-minimality). ``Status.BUDGET_EXHAUSTED``: ``time_limit`` or IPOPT's ``solver.max_iter``
         ran out before a certified optimal design was found; ``layer`` is the best iterate
         (``certificate.valid`` says whether it verifies). ``Status.NOT_FOUND``: IPOPT
         converged with a rate margin out of reach and the layer does not verify (``message``
@@ -372,11 +372,9 @@ def design_mean_matching(
     require_global: bool | None = None,
     V_structure: str = "scalar",
     max_condition: float = 100.0,
-    tol: float = 1e-10,
-    max_iter: int = 3000,
     rate_rtol: float = 1e-6,
     symbolic: str = "SX",
-    ipopt_options: Mapping[str, Any] | None = None,
+    solver: IpoptSettings | None = None,
     robustness: bool | RobustnessCheck = True,
     seed: int = 0,
     min_ess: float | None = 0.5,
@@ -440,18 +438,17 @@ def design_mean_matching(
         κ ≥ 1: the Lyapunov weights P of the margin certificates (``(X + rI)ᵀP + P(X + rI) =
         −2rI``) satisfy ``tr P ≤ κ n``. This bounds the transient growth
         ``‖e^{Xt}‖ ≤ √cond(P) e^{−rt}`` and, for normal X, asks ``α(X) ≤ −r(1 + 1/κ)``.
-    tol
-        IPOPT tolerance (``< 1e-3``).
-    max_iter
-        IPOPT iteration limit per solve (a finite cap; at most 10⁶).
     rate_rtol
         Relative tolerance when the certificate compares verified and requested rates.
     symbolic
         CasADi expression type of the NLP: ``"SX"`` (scalar graphs, default) or ``"MX"``
         (matrix graphs; builds faster for larger d).
-    ipopt_options
-        Extra IPOPT options (e.g. ``{"mu_strategy": "adaptive"}``). When given, they replace
-        the built-in sequence of attempts (default barrier strategy, then adaptive).
+    solver
+        An :class:`IpoptSettings` for the NLP: IPOPT's tolerance (default 1e-10, also its
+        constraint-violation tolerance), iteration limit per solve (default 3000) and extra
+        options (e.g. ``{"mu_strategy": "adaptive"}``; when given, they replace the built-in
+        sequence of attempts: default barrier strategy, then adaptive). ``None``:
+        ``IpoptSettings()``.
     robustness
         Compute :func:`design_robustness` for the result: ``True`` with the default
         :class:`RobustnessCheck`, a ``RobustnessCheck(directions=..., samples=...,
@@ -539,12 +536,7 @@ def design_mean_matching(
     Alcalde, Ji, Zuazua, arXiv:2606.07600 (2026), §4; docs/theory.md §3–5.
     """
     clock = time.perf_counter()
-    opts = _DesignOptions(
-        **option_values(
-            _DesignOptions,
-            {**locals(), "ipopt_options": {} if ipopt_options is None else ipopt_options},
-        )
-    )
+    opts = _DesignOptions(**option_values(_DesignOptions, locals()))
     budget = Budget(as_time_limit(time_limit))
     req = parse_request(
         target,

@@ -238,8 +238,8 @@ class PointTask:
         The base layer and Gaussian.
     run
         ``"analyze"`` or ``"simulate"``.
-    horizon
-        ``analyze``: the blow-up search depth (``None``: automatic); ``simulate``: the depth T.
+    T
+        ``analyze``: the blow-up search depth (``None``: automatic); ``simulate``: the depth.
     time_limit
         Seconds the point may take.
     deadline
@@ -251,7 +251,7 @@ class PointTask:
     layer: Layer
     initial: Gaussian
     run: str
-    horizon: float | None
+    T: float | None
     time_limit: float
     deadline: float
 
@@ -309,11 +309,11 @@ def plan_sweep(design: Design, *, deadline: float) -> SweepPlan:
     layer, initial = design.model, design.initial
     assert isinstance(layer, Layer) and initial is not None
     run = str(o["run"])
-    horizon = design.T if run == "simulate" else (o["horizon"] or None)
+    T = design.T if run == "simulate" else (o["T"] or None)
     base = {
         "gtcontrol": __version__,
         "run": run,
-        "horizon": horizon,
+        "T": T,
         "layer": layer.to_dict(),
         "initial": {"mean": initial.mean.tolist(), "cov": initial.cov.tolist()},
     }
@@ -327,7 +327,7 @@ def plan_sweep(design: Design, *, deadline: float) -> SweepPlan:
             layer=layer,
             initial=initial,
             run=run,
-            horizon=horizon,
+            T=T,
             time_limit=limit,
             deadline=deadline,
         )
@@ -382,7 +382,7 @@ def failed_row(
 def _analyze_row(
     task: PointTask, layer: Layer, g0: Gaussian, limit: float, t0: float
 ) -> dict[str, Any]:
-    regime = analyze(layer, g0, T=task.horizon, time_limit=limit)
+    regime = analyze(layer, g0, T=task.T, time_limit=limit)
     eqs = regime.equilibria
     if eqs is None:
         eqs = equilibria(layer, time_limit=max(limit - (time.perf_counter() - t0), 1e-3))
@@ -401,8 +401,8 @@ def _analyze_row(
 
 
 def _simulate_row(task: PointTask, layer: Layer, g0: Gaussian, limit: float) -> dict[str, Any]:
-    assert task.horizon is not None
-    traj = simulate(layer, g0, task.horizon, time_limit=limit)
+    assert task.T is not None
+    traj = simulate(layer, g0, task.T, time_limit=limit)
     cov = traj.final.cov
     row = _empty_row(task)
     row.update(

@@ -314,7 +314,7 @@ SPECS: dict[str, TaskSpec] = {
     "analyze": TaskSpec(
         needs=("initial", "model"),
         options={
-            "horizon": Option(float, 0.0, _nonneg, "blow-up search depth (0: automatic)"),
+            "T": Option(float, 0.0, _nonneg, "blow-up search depth (0: automatic)"),
             "plot_T": Option(float, 0.0, _nonneg, "depth shown in the figures (0: automatic)"),
             "n_points": Option(int, 401, _at_most(10**6), "recorded depths for the figures"),
         },
@@ -469,7 +469,7 @@ SPECS: dict[str, TaskSpec] = {
                 _one_of("analyze", "simulate"),
                 "what each point runs: 'analyze' (regime) or 'simulate' (to [horizon] T)",
             ),
-            "horizon": Option(float, 0.0, _nonneg, "analyze: blow-up search depth (0: automatic)"),
+            "T": Option(float, 0.0, _nonneg, "analyze: blow-up search depth (0: automatic)"),
             "point_time_limit": Option(float, 60.0, _positive, "seconds one point may take"),
             "workers": Option(
                 int,

@@ -310,7 +310,7 @@ def _run_analyze(design: Design, out: Path) -> dict[str, Any]:
     n_figures = 2 if layer.dim == 2 else 1
     # three solver calls share the time before the figures: the regime, the equilibria, the
     # integration for the figure
-    regime = analyze(layer, g0, T=o["horizon"] or None, time_limit=run.solver_limit(n_figures) / 3)
+    regime = analyze(layer, g0, T=o["T"] or None, time_limit=run.solver_limit(n_figures) / 3)
     eqs = equilibria(layer, time_limit=run.solver_limit(n_figures) / 2)
     data = regime_figure_data(
         layer,

@@ -13,8 +13,9 @@ Part 1 (``--spectrum``, default): the spectral abscissa of the 73,920-dimensiona
 Part 2 (``--table``): ``stabilize`` for every layer × target (text, identity) × family, with the
 minimal ``c`` or ``‖1 − g‖``, the abscissas, seconds, token check and function change.
 
-Run: ``HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_stabilize.py [--table] [--layer K]
-[--tokens N]`` (needs the ``experiments`` extra).
+Run: ``HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_stabilize.py [--layer K] [--table
+[--layers K ...] [--families head gains] [--tokens N] [--row-limit SECONDS] [--no-spectrum]]``
+(needs the ``experiments`` extra); table rows are printed as they finish.
 """
 
 from __future__ import annotations
@@ -97,11 +98,24 @@ def spectrum_part(k: int) -> None:
     )
 
 
-def table_part(layers: list[int], tokens: int | None) -> None:
-    for add in ("head", "gains"):
-        tab = stabilize_model("minilm", layers=layers, add=add, token_check=tokens)
-        print(f"\nfamily {add}: {tab.message}\n")
-        print(tab.markdown())
+def table_part(
+    layers: list[int], tokens: int | None, families: list[str], limit: float | None
+) -> None:
+    """One (layer, target, family) at a time, each row printed as soon as it is done."""
+    em = extract("minilm")
+    header = None
+    for add in families:
+        for k in layers:
+            for name in ("text", "identity"):
+                tab = stabilize_model(
+                    em, layers=[k], targets=[name], add=add, token_check=tokens, time_limit=limit
+                )
+                lines = tab.markdown().splitlines()
+                if header is None:
+                    header = lines[:2]
+                    print("\n".join(header), flush=True)
+                print(lines[-1], flush=True)
+                print(f"    {tab.results[0].message}", flush=True)
 
 
 def main() -> None:
@@ -110,12 +124,16 @@ def main() -> None:
     ap.add_argument("--table", action="store_true")
     ap.add_argument("--layers", type=int, nargs="*", default=None)
     ap.add_argument("--tokens", type=int, default=None)
+    ap.add_argument("--families", nargs="*", default=["head", "gains"])
+    ap.add_argument("--row-limit", type=float, default=None, help="seconds per row")
+    ap.add_argument("--no-spectrum", action="store_true")
     args = ap.parse_args()
     blas = [f"{i['internal_api']} {i['num_threads']} threads" for i in threadpool_info()]
     print("BLAS:", ", ".join(blas))
-    spectrum_part(args.layer)
+    if not args.no_spectrum:
+        spectrum_part(args.layer)
     if args.table:
-        table_part(args.layers or list(range(6)), args.tokens)
+        table_part(args.layers or list(range(6)), args.tokens, args.families, args.row_limit)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ __all__ = [
     "as_choice",
     "as_dim",
     "as_float_array",
+    "as_float_dtype",
     "as_max_evals",
     "as_nonnegative_float",
     "as_option_group",
@@ -343,3 +344,20 @@ def leading_size(name: str, value: Any) -> int | None:
     except (TypeError, ValueError):
         raise InvalidParametersError(f"{name}: expected a numeric array, got {value!r}") from None
     return int(shape[0]) if shape else None
+
+
+#: Working dtypes of token arithmetic.
+_FLOAT_DTYPES = (np.dtype(np.float64), np.dtype(np.float32))
+
+
+def as_float_dtype(name: str, value: Any) -> np.dtype[Any]:
+    """``float64`` or ``float32`` as a numpy dtype, or raise naming ``name``."""
+    try:
+        dt: np.dtype[Any] | None = np.dtype(value) if value is not None else None
+    except (TypeError, ValueError):
+        dt = None
+    if dt is None or dt not in _FLOAT_DTYPES:
+        raise InvalidParametersError(
+            f"{name}: expected numpy.float64 or numpy.float32, got {value!r}"
+        )
+    return dt

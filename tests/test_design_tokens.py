@@ -235,6 +235,21 @@ def test_finite_n_options_are_validated() -> None:
         design_token_certificate(res.layer, res.target, n_tokens=1)
     with pytest.raises(InvalidParametersError, match="min_token_ess"):
         design_token_certificate(res.layer, res.target, min_token_ess=1.5)
+    with pytest.raises(InvalidParametersError, match="dtype"):
+        design_token_certificate(res.layer, res.target, dtype=np.int64)
+
+
+def test_float32_tokens_agree_with_float64_far_below_the_floor() -> None:
+    """``dtype=float32`` halves the token arithmetic; its rounding moves W2 by orders of
+    magnitude less than the sampling floor that W2 is compared with."""
+    target = _issue_target(1)
+    res = design_mean_matching(target, robustness=False)
+    T = res.ess.T
+    f64 = design_token_certificate(res.layer, target, n_tokens=256, T=T, seed=5)
+    f32 = design_token_certificate(res.layer, target, n_tokens=256, T=T, seed=5, dtype=np.float32)
+    assert f32.success == f64.success and f32.steps == f64.steps
+    assert abs(f32.w2 - f64.w2) <= 1e-4 * f64.floor
+    assert f32.floor == f64.floor
 
 
 def test_a_chosen_start_and_depth_are_used() -> None:

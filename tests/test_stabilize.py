@@ -400,3 +400,55 @@ def test_token_check_on_a_singular_target() -> None:
     assert res.token_certificate is not None
     assert res.success, res.message
     assert res.token_certificate.w2 <= 2 * res.token_certificate.floor
+
+
+def test_query_centred_on_the_target_mean_through_a_frozen_coordinate() -> None:
+    """A data target far from the origin in Σ*'s metric (``|Σ*^{-1/2}m*| ≫ 1``), with the
+    starts near it: the added head's query is centred through the frozen affine coordinate
+    (``u = Σ*⁻¹(x − m*)/s``), which keeps the moment model (same spectra, same certificate)
+    and needs a far smaller token gauge ``s`` than the plain tilt ``u = Σ*⁻¹x/s``."""
+    rng = np.random.default_rng(3)
+    d = 6
+    layer = random_layer(rng, d, 2, factored=False)
+    heads = []
+    for v_h, b_h in layer.heads:
+        v_h = np.array(v_h)
+        v_h[-1, :] = 0.0
+        heads.append((v_h, 0.1 * np.array(b_h)))  # mild kept tilts: a finite-N regime
+    a = np.array(layer.affine_ffn()[0])
+    a[-1, :] = 0.0
+    frozen_layer = gt.Layer(a, heads=heads)
+    cov = np.zeros((d, d))
+    cov[:-1, :-1] = 0.05 * random_spd(rng, d - 1)
+    mean = np.append(5.0 * rng.standard_normal(d - 1), 1.0)
+    target = gt.Gaussian(mean, cov)
+    near = gt.Gaussian(mean, 1.05 * cov)
+    res = gt.stabilize(frozen_layer, target, add="head", initial=near, token_check=512)
+    assert res.success, res.message
+    assert "query centred on m*" in res.message
+    v0, b0 = res.layer.heads[-1]
+    # the plain tilt's gauge, from the rule: |Σ^{1/2}Bm| + 3‖Σ^{1/2}BΣ^{1/2}‖ over target and start
+    plain = np.zeros((d, d))
+    plain[:-1, :-1] = np.linalg.inv(cov[:-1, :-1])
+    radius = 0.0
+    for g in (target, near):
+        root = np.zeros((d, d))
+        w, u = np.linalg.eigh(g.cov[:-1, :-1])
+        root[:-1, :-1] = (u * np.sqrt(w)) @ u.T
+        rb = root @ plain
+        radius = max(radius, np.linalg.norm(rb @ g.mean) + 3 * np.linalg.norm(rb @ root, 2))
+    s_plain = radius / math.sqrt(math.log(2.0))
+    assert res.scale < 0.2 * s_plain
+    # the tilt is Σ*⁻¹(x − m*)/s on tokens whose frozen coordinate is 1
+    x = near.sample(64, rng)
+    assert np.allclose(x @ b0.T, (x - mean) @ plain.T / res.scale, atol=1e-9 * s_plain)
+    # the moment model is the plain head's: same covariance spectrum and mean matrix
+    plain_layer = res.layer.replace(heads=[*res.layer.heads[:-1], (v0, plain / res.scale)])
+    k_c = gt.mean_matrix(res.layer, cov)[:-1, :-1]
+    k_p = gt.mean_matrix(plain_layer, cov)[:-1, :-1]
+    assert np.allclose(k_c, k_p, atol=1e-10 * np.linalg.norm(k_p))
+    basis = np.eye(d)[:, :-1]
+    ref = kron_spectrum(plain_layer, cov, basis)
+    assert res.spectrum.cov_abscissa == pytest.approx(float(np.max(ref.real)), abs=1e-9)
+    # and the predicted ESS of the added head holds at the target
+    assert gt.worst_ess_fraction(res.layer, target, n_std=3.0)[-1] >= 0.5 - 1e-12

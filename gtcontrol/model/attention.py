@@ -74,7 +74,13 @@ from scipy.special import erf
 
 from .._linalg import FloatArray
 from .._status import Budget
-from .._validation import as_choice, as_float_array, as_positive_int, option_values
+from .._validation import (
+    as_choice,
+    as_float_array,
+    as_float_dtype,
+    as_positive_int,
+    option_values,
+)
 from ..errors import InvalidParametersError
 from ._attention_kernels import BACKENDS, auto_backend, numpy_softmax, tile_plan
 from .heads import FactoredHeads
@@ -84,8 +90,6 @@ __all__ = ["token_velocity"]
 
 #: Largest ``block_size`` accepted (query rows per block).
 _MAX_BLOCK = 10**7
-#: Working dtypes of the token arithmetic.
-_DTYPES = (np.dtype(np.float64), np.dtype(np.float32))
 _SQRT_HALF = math.sqrt(0.5)
 
 AnyArray = NDArray[Any]
@@ -311,20 +315,7 @@ class _VelocityOptions:
         if self.block_size is not None:
             as_positive_int("block_size", self.block_size, maximum=_MAX_BLOCK)
         as_choice("backend", self.backend, BACKENDS)
-        object.__setattr__(self, "dtype", _as_dtype(self.dtype))
-
-
-def _as_dtype(value: Any) -> np.dtype[Any]:
-    """``float64`` or ``float32`` as a numpy dtype, or raise naming ``dtype``."""
-    try:
-        dt: np.dtype[Any] | None = np.dtype(value) if value is not None else None
-    except (TypeError, ValueError):
-        dt = None
-    if dt is None or dt not in _DTYPES:
-        raise InvalidParametersError(
-            f"dtype: expected numpy.float64 or numpy.float32, got {value!r}"
-        )
-    return dt
+        object.__setattr__(self, "dtype", as_float_dtype("dtype", self.dtype))
 
 
 def token_velocity(

@@ -173,6 +173,9 @@ class Budget:
         Seconds from now, or ``None`` for no wall-clock limit.
     max_evals
         Finite cap on :meth:`tick` calls (right-hand-side evaluations, iterations), or ``None``.
+    start
+        When the time limit began (a ``time.perf_counter()`` value; ``None``: now), for work
+        done before the budget could be built (reading the file that holds the limit).
 
     Examples
     --------
@@ -188,9 +191,15 @@ class Budget:
 
     __slots__ = ("_deadline", "count", "max_evals", "start", "time_limit")
 
-    def __init__(self, time_limit: float | None = None, *, max_evals: int | None = None) -> None:
+    def __init__(
+        self,
+        time_limit: float | None = None,
+        *,
+        max_evals: int | None = None,
+        start: float | None = None,
+    ) -> None:
         self.time_limit = as_time_limit(time_limit)
-        self.start = time.perf_counter()
+        self.start = time.perf_counter() if start is None else float(start)
         self._deadline = math.inf if self.time_limit is None else self.start + self.time_limit
         self.max_evals = max_evals
         self.count = 0

@@ -23,9 +23,12 @@ import pytest
 from _design_mutations import dumps
 
 from gtcontrol import Gaussian, Layer, Status
+from gtcontrol._status import Budget
 from gtcontrol.analysis.regime_figures import regime_figure_data
 from gtcontrol.cli import main
 from gtcontrol.cli._run_budget import RunBudget, stack_eigenvalues
+from gtcontrol.cli.schema import load_design
+from gtcontrol.model.moments import _ranks
 
 
 def allowed(limit: float) -> float:
@@ -145,8 +148,7 @@ def test_run_budget_skips_what_does_not_fit_and_says_so() -> None:
 def test_stack_eigenvalues_stop_at_the_budget() -> None:
     stack = np.stack([np.eye(3) * (k + 1) for k in range(5)])
     assert np.allclose(stack_eigenvalues(stack, None, "x")[:, -1], [1, 2, 3, 4, 5])
-    spent = RunBudget(1e-3)
-    time.sleep(1.6)  # past the deadline and its grace (half of max(1 s, 10 %))
+    spent = RunBudget(1e-3, start=time.perf_counter() - 10.0)  # past the deadline and grace
     lam = stack_eigenvalues(stack, spent, "covariance eigenvalues")
     assert np.isnan(lam).all() and spent.skipped == ["covariance eigenvalues (5 of 5)"]
 
@@ -162,3 +164,30 @@ def test_regime_figure_data_takes_a_time_limit() -> None:
     assert time.perf_counter() - clock <= allowed(0.2)
     assert data.eigenvalues.shape[1] == d
     assert data.trajectory.status in (Status.BUDGET_EXHAUSTED, Status.SUCCESS, Status.BLOWUP)
+
+
+def test_reading_the_design_counts_in_its_time_limit(tmp_path: Path) -> None:
+    """The fuzzer's steer case at d = 64 spent 1.1 s parsing its TOML matrices before the
+    run's budget began; the budget now starts when :func:`load_design` starts reading."""
+    design = tmp_path / "d.toml"
+    design.write_text(dumps(_steer_design(4, 1.0)))
+    before = time.perf_counter()
+    loaded = load_design(design)
+    assert loaded.started is not None and before <= loaded.started <= time.perf_counter()
+    run = RunBudget(loaded.time_limit, loaded.started)
+    assert run.budget.start == loaded.started and run.budget.remaining() <= 1.0
+    late = Budget(1.0, start=time.perf_counter() - 5.0)
+    assert late.exhausted and late.remaining() == 0.0
+
+
+def test_simulate_measures_ranks_within_its_budget() -> None:
+    """The ranks of the recorded covariances (n_points eigensolves, 2.2 s at d = 64 in the
+    steering verification of the fuzzer's case 1238) came after the integration's last budget
+    check. Past the budget's wrap-up time the rank last measured is repeated (a congruence
+    keeps the rank), and the trajectory says how many were measured."""
+    d = 300  # one eigensolve a chunk
+    stack = np.stack([np.diag(np.r_[np.ones(d - 1), 0.0])] * 4)
+    ranks, measured = _ranks(stack, Budget(None))
+    assert measured == 4 and (ranks == d - 1).all()
+    ranks, measured = _ranks(stack, Budget(1e-3, start=time.perf_counter() - 10.0))
+    assert measured == 1 and (ranks == d - 1).all()

@@ -68,6 +68,9 @@ class RunBudget:
     ----------
     time_limit
         The design's ``time_limit`` in seconds (``None``: no limit).
+    start
+        When the run began (``time.perf_counter()``; ``None``: now): the design's
+        :attr:`~gtcontrol.cli.schema.Design.started`, so that reading the file counts.
 
     Examples
     --------
@@ -78,8 +81,8 @@ class RunBudget:
     <Status.BUDGET_EXHAUSTED: 'budget_exhausted'>
     """
 
-    def __init__(self, time_limit: float | None) -> None:
-        self.budget = Budget(time_limit)
+    def __init__(self, time_limit: float | None, start: float | None = None) -> None:
+        self.budget = Budget(time_limit, start=start)
         #: What the run did not produce within its time limit (in words).
         self.skipped: list[str] = []
 

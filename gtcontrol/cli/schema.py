@@ -17,9 +17,11 @@ unknown key, a ragged or non-numeric matrix, a wrong size or a missing file rais
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import stat
+import time
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -84,6 +86,9 @@ class Design:
         The task's options with defaults filled in.
     raw
         The TOML document as read (echoed in ``result.json``).
+    started
+        When :func:`load_design` began reading the file (``time.perf_counter()``; ``None`` for
+        a design parsed from a string): the run's ``time_limit`` counts from there.
     """
 
     task: str
@@ -98,6 +103,7 @@ class Design:
     raw: Mapping[str, Any] = field(repr=False)
     source: str = "<string>"
     time_limit: float = DEFAULT_TIME_LIMIT
+    started: float | None = field(default=None, repr=False)
 
     def require(self, *names: str) -> None:
         """Raise :class:`DesignFileError` naming the first missing section among ``names``."""
@@ -132,8 +138,9 @@ def load_design(path: str | Path) -> Design:
         device), is larger than :data:`MAX_DESIGN_BYTES`, is not valid UTF-8 TOML, or breaks
         the schema.
     """
+    started = time.perf_counter()  # reading and parsing count in the run's time_limit
     p = Path(path)
-    return parse_design(_read_text(p), source=str(p))
+    return dataclasses.replace(parse_design(_read_text(p), source=str(p)), started=started)
 
 
 def _read_text(p: Path) -> str:

@@ -119,7 +119,7 @@ def _plot_moments(traj: Trajectory, path: Path, **kw: Any) -> None:
 
 def _run_simulate(design: Design, out: Path) -> dict[str, Any]:
     o = design.options
-    run = RunBudget(design.time_limit)
+    run = RunBudget(design.time_limit, design.started)
     n_figures = 1 + (o["tokens"] > 0) + bool(o["discrete"])
     traj = simulate(
         *_moment_problem(design),
@@ -213,7 +213,7 @@ def _token_cloud_figure(
 
 def _run_compare_tokens(design: Design, out: Path) -> dict[str, Any]:
     o = design.options
-    run = RunBudget(design.time_limit)
+    run = RunBudget(design.time_limit, design.started)
     # Only what the design names is passed: otherwise compare_tokens picks its own integrator
     # (adaptive, with a tolerance sized from the statistical error) and the spec's defaults for
     # the fixed-step methods (rk4, 20 steps) apply only when the design asks for them.
@@ -306,7 +306,7 @@ def _run_analyze(design: Design, out: Path) -> dict[str, Any]:
         raise DesignFileError(f"{design.source}: task 'analyze' needs a single [layer]")
     assert g0 is not None
     o = design.options
-    run = RunBudget(design.time_limit)
+    run = RunBudget(design.time_limit, design.started)
     n_figures = 2 if layer.dim == 2 else 1
     # three solver calls share the time before the figures: the regime, the equilibria, the
     # integration for the figure
@@ -393,7 +393,7 @@ def _run_steer(design: Design, out: Path) -> dict[str, Any]:
         raise DesignFileError(
             f"{design.source}: task 'steer' computes the layers; remove [layer]/[[schedule]]"
         )
-    run = RunBudget(design.time_limit)
+    run = RunBudget(design.time_limit, design.started)
     n_figures = 2 + (o["tokens"] > 0 and design.initial.dim >= 2)
     res = steer(
         design.initial,
@@ -529,7 +529,7 @@ def _design_fixed_parts(design: Design) -> dict[str, Any]:
 def _run_design(design: Design, out: Path) -> dict[str, Any]:
     o = design.options
     assert design.target is not None
-    run = RunBudget(design.time_limit)
+    run = RunBudget(design.time_limit, design.started)
     # the design, then the convergence check from n_starts initial laws: 5 % of the time, at
     # least what is left when the design stopped early
     res = design_mean_matching(
@@ -640,7 +640,7 @@ def _run_stabilize(design: Design, out: Path) -> dict[str, Any]:
 
 def _stabilize_run(design: Design, out: Path) -> dict[str, Any]:
     o = design.options
-    run = RunBudget(design.time_limit)  # loading the model counts
+    run = RunBudget(design.time_limit, design.started)  # loading the model counts
     probe = None
     source = "the design's [layer] and [target]"
     if o["model"]:
@@ -776,7 +776,7 @@ def _named_checks(res: Stabilization) -> list[tuple[str, Any]]:
 
 def _run_filter(design: Design, out: Path) -> dict[str, Any]:
     o = design.options
-    run = RunBudget(design.time_limit)
+    run = RunBudget(design.time_limit, design.started)
     assert design.initial is not None and design.T is not None
     given = [k for k in ("F", "H", "R", "Q") if o[k] is not None]
     if design.model is not None and given:
@@ -855,7 +855,9 @@ def _run_experiment(design: Design, out: Path) -> dict[str, Any]:
     from ..experiments.report import experiment_outputs, run_experiments
 
     o = design.options
-    run = RunBudget(design.time_limit)  # the experiments draw their own figures within it
+    run = RunBudget(
+        design.time_limit, design.started
+    )  # the experiments draw their own figures within it
     if o["flows"]:
         from ..experiments.attention_flows import run_flows
 
@@ -889,7 +891,7 @@ def _run_model(design: Design, out: Path) -> dict[str, Any]:
     from ..experiments.models import MODELS
 
     o = design.options
-    run = RunBudget(design.time_limit)
+    run = RunBudget(design.time_limit, design.started)
     model = o["model"]
     if model not in MODELS and not Path(model).is_absolute():
         beside = Path(design.source).parent / model  # a path relative to the design file

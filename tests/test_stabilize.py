@@ -452,3 +452,24 @@ def test_query_centred_on_the_target_mean_through_a_frozen_coordinate() -> None:
     assert res.spectrum.cov_abscissa == pytest.approx(float(np.max(ref.real)), abs=1e-9)
     # and the predicted ESS of the added head holds at the target
     assert gt.worst_ess_fraction(res.layer, target, n_std=3.0)[-1] >= 0.5 - 1e-12
+
+
+def test_newton_krylov_returns_a_stabilized_factored_equilibrium() -> None:
+    """Newton–Krylov (GMRES through the factored Jacobian, no d²×d² matrix) from a 1 %
+    perturbation returns the equilibrium that :func:`stabilize` made, to rounding; the same
+    run at d = 384 on MiniLM layer 2 is ``benchmarks/bench_stabilize.py --newton``."""
+    rng = np.random.default_rng(21)
+    d = 32
+    layer = random_layer(rng, d, 4, factored=True)
+    target = gt.Gaussian(np.zeros(d), random_spd(rng, d))
+    res = gt.stabilize(layer, target, add="head", T=0.01)
+    assert res.local_certificate, res.message
+    e = rng.standard_normal((d, d))
+    e = (e + e.T) / np.linalg.norm(e + e.T, 2)
+    root = np.linalg.cholesky(target.cov)
+    start = target.cov + 0.01 * root @ e @ root.T
+    nr = gt.newton_equilibrium(res.layer, start, kron_max_dim=8, time_limit=60)
+    assert nr.success and nr.stats["linear_solver"] == "gmres", nr.message
+    assert np.linalg.norm(nr.cov - target.cov) <= 1e-11 * np.linalg.norm(target.cov)
+    _, dcov = gt.moment_field(res.layer, target.mean, nr.cov)
+    assert np.linalg.norm(dcov) <= 1e-10 * np.linalg.norm(target.cov)

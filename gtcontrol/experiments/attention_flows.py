@@ -441,11 +441,12 @@ def attention_flows(
             f"starts: 'data' runs the model's own embeddings on data; {em.label} ({em.family}) "
             "has no transformers module: use starts=['identity']"
         )
-    data, n_tok, what = data_moments(em) if "data" in starts else ([], 0, "")
+    data = _LazyData(em)
     rows: list[FlowRow] = []
     curves: dict[tuple[int, str], tuple[FloatArray, FloatArray]] = {}
     with single_threaded_blas():
         status = _run_all(em, lay_ids, starts, data, horizon, budget, rows, curves)
+    n_tok, what = data.info()
     if status is Status.BUDGET_EXHAUSTED:
         message = f"stopped after {len(rows)} flows: {stop_reason(budget)}"
     else:
@@ -469,11 +470,30 @@ def attention_flows(
     )
 
 
+class _LazyData:
+    """The moments of what each layer's attention reads on data (:func:`data_moments`), computed
+    when a ``"data"`` start is first reached: a forward pass of the model on the sentences (1 s
+    with its tokenizer) is not begun for a budget already spent."""
+
+    def __init__(self, em: ExtractedModel) -> None:
+        self.em = em
+        self.value: tuple[list[tuple[FloatArray, FloatArray]], int, str] | None = None
+
+    def __getitem__(self, k: int) -> tuple[FloatArray, FloatArray]:
+        if self.value is None:
+            self.value = data_moments(self.em)
+        return self.value[0][k]
+
+    def info(self) -> tuple[int, str]:
+        """Tokens of the batch and what it is (``0, ""`` when no data start ran)."""
+        return (0, "") if self.value is None else (self.value[1], self.value[2])
+
+
 def _run_all(
     em: ExtractedModel,
     lay_ids: Sequence[int],
     starts: Sequence[str],
-    data: Sequence[tuple[FloatArray, FloatArray]],
+    data: _LazyData,
     horizon: float,
     budget: Budget,
     rows: list[FlowRow],

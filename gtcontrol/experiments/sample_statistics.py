@@ -32,6 +32,7 @@ from scipy import stats as _st
 from scipy.special import gammaln
 
 from .._linalg import RANK_RTOL, FloatArray, sym
+from .._status import Budget
 from .._validation import as_float_array, as_positive_float, as_positive_int
 from ..errors import InvalidParametersError
 from ..model.gaussian import Gaussian
@@ -77,15 +78,21 @@ def _whiten(x: FloatArray, rtol: float) -> FloatArray:
     return np.asarray((xc @ u[:, keep]) / np.sqrt(w[keep]))
 
 
-def _pair_means(z: FloatArray, block: int, *, distances: bool = True) -> tuple[float, float]:
+def _pair_means(
+    z: FloatArray, block: int, *, distances: bool = True, budget: Budget | None = None
+) -> tuple[float, float]:
     """``N⁻² Σ_ij (z_iᵀz_j)³`` and ``N⁻² Σ_ij |z_i − z_j|`` from one pass over the Gram matrix.
 
-    Only the upper triangle is formed, ``block`` rows at a time (memory ``block × N``).
+    Only the upper triangle is formed, ``block`` rows at a time (memory ``block × N``). With a
+    ``budget``, it is checked between blocks (:meth:`Budget.check` raises ``BudgetExhausted``):
+    the pass is ``N² r`` flops, 4 s at N = 8192, r = 256.
     """
     n = z.shape[0]
     sq_norms = np.einsum("ij,ij->i", z, z)
     cubes = dist = 0.0
     for i0 in range(0, n, block):
+        if budget is not None:
+            budget.check()
         i1 = min(i0 + block, n)
         k = i1 - i0
         g = z[i0:i1] @ z[i0:].T  # rows i0..i1 against columns i0..N: (block, N − i0)
@@ -267,10 +274,17 @@ def _coordinate_fraction(x: FloatArray, level: float) -> float:
     return float(np.mean(p < level))
 
 
-def _invariant_statistics(z: FloatArray, th: FloatArray, block: int) -> FloatArray:
-    """Skewness, kurtosis, energy and sliced distance of a whitened sample ``z`` (N, r)."""
+def _invariant_statistics(
+    z: FloatArray, th: FloatArray, block: int, budget: Budget | None = None
+) -> FloatArray:
+    """Skewness, kurtosis, energy and sliced distance of a whitened sample ``z`` (N, r).
+
+    With a ``budget``, a spent one raises ``BudgetExhausted`` between the blocks of the pair
+    sums and before the energy's series."""
     n, r = z.shape
-    b1, mean_dist = _pair_means(z, block)
+    b1, mean_dist = _pair_means(z, block, budget=budget)
+    if budget is not None:
+        budget.check()
     r2 = np.einsum("ij,ij->i", z, z)
     # Székely–Rizzo energy statistic N (2 E|z−G| − E|G−G'| − E|z−z'|) against N(0, I_r).
     e_gg = 2.0 * math.exp(gammaln((r + 1.0) / 2.0) - gammaln(r / 2.0))

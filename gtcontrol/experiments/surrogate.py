@@ -34,7 +34,7 @@ from ._common import as_seed, stop_reason
 from ._deps import single_threaded_blas
 from .extraction import ExtractedLayer
 from .models import extract
-from .pretrained import MAX_TOKENS, encoder_states
+from .pretrained import MAX_TOKENS, forward_within
 
 __all__ = ["SurrogateComparison", "SurrogateRow", "moment_surrogate"]
 
@@ -246,9 +246,13 @@ def moment_surrogate(
     if n < d + 2:
         raise InvalidParametersError(f"n_tokens: expected at least {d + 2}, got {n}")
     rng = np.random.default_rng([sd, 20260607])  # the input of pretrained_gaussianity
-    states = encoder_states(em, rng.standard_normal((n, d)))
+    states, cut = forward_within(em, rng.standard_normal((n, d)), budget)
     with single_threaded_blas():
-        rows, pm, ps, meas, status, message = _compare_layers(em.layers, states, budget)
+        reached = em.layers[: len(states) - 1]  # the layers the forward pass went through
+        rows, pm, ps, meas, status, message = _compare_layers(reached, states, budget)
+    if cut:  # the layers not run are not diagnosed: the budget, not the model, ended it
+        status = Status.BUDGET_EXHAUSTED if status is Status.SUCCESS else status
+        message = f"{cut}; {message}"
     return SurrogateComparison(
         model=em.label,
         description=em.description,

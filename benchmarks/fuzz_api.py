@@ -547,7 +547,7 @@ def run_case(i: int, seed: int) -> tuple[int, str, str]:
                     1.0,
                     layers=3,
                     objective=a["objective"],
-                    cov_bound=a["cov_bound"],
+                    bounds=gc.SteeringBounds(cov=a["cov_bound"]),
                     time_limit=15.0,
                 )
                 if res.success and not res.terminal_error <= 1e-6:

@@ -13,13 +13,13 @@ import time
 import numpy as np
 import pytest
 
-from gtcontrol._status import Status
+from gtcontrol._status import Budget, Status
 from gtcontrol.control.design import (
     design_certificate,
     design_mean_matching,
     design_token_certificate,
 )
-from gtcontrol.control.design._finite_n import scale_heads
+from gtcontrol.control.design._finite_n import path_ess, scale_heads
 from gtcontrol.errors import InvalidGaussianError, InvalidParametersError
 from gtcontrol.model.finite_n import worst_ess_fraction
 from gtcontrol.model.gaussian import Gaussian
@@ -272,3 +272,19 @@ def test_token_check_respects_its_time_limit() -> None:
     tc = design_token_certificate(res.layer, res.target, n_tokens=2048, time_limit=0.2)
     assert time.perf_counter() - t0 < 1.5
     assert tc.status is Status.BUDGET_EXHAUSTED and not tc.valid and "time limit" in tc.message
+
+
+def test_path_ess_bound_stops_with_the_budget() -> None:
+    """The ESS bound along the path (one ``d×d`` square root per depth, up to 2,001 depths)
+    stops when the budget runs out, and a bound on part of the path is no verdict."""
+    target = _issue_target(1)
+    res = design_mean_matching(target, robustness=False)
+    g0 = Gaussian.standard(target.dim)
+    full = path_ess(res.layer, target, g0, res.ess.T, n_std=3.0, min_ess=0.5, budget=Budget(None))
+    assert full.status is Status.SUCCESS and full.worst.shape[0] == full.t.size > 1
+    spent = Budget(1e-9)
+    time.sleep(1e-3)
+    cut = path_ess(res.layer, target, g0, res.ess.T, n_std=3.0, min_ess=0.5, budget=spent)
+    assert cut.status is Status.BUDGET_EXHAUSTED and not cut.success
+    assert cut.worst.shape[0] == cut.t.size < full.t.size
+    assert cut.worst.shape[0] == 0 and math.isnan(cut.worst_overall)

@@ -177,8 +177,11 @@ class PathEss(ResultFields, Outcome):
 
     @property
     def worst_overall(self) -> float:
-        """The smallest predicted ``ESS/N`` over all depths and heads (1 for no heads)."""
-        return float(np.min(self.worst)) if self.worst.size else 1.0
+        """The smallest predicted ``ESS/N`` over all depths and heads (1 for no heads, ``nan``
+        when the time limit left no depth bounded)."""
+        if self.worst.size:
+            return float(np.min(self.worst))
+        return 1.0 if self.worst.ndim < 2 or self.worst.shape[1] == 0 else math.nan
 
     @property
     def ok(self) -> bool:
@@ -222,12 +225,17 @@ def _n_points(layer: Layer, target: Gaussian, T: float) -> int:
     return int(min(max(n, _MIN_POINTS), _MAX_POINTS))
 
 
-def _bounds(layer: Layer, means: FloatArray, covs: FloatArray, n_std: float) -> FloatArray:
-    """``(n, n_heads)`` lower bounds of ESS/N (:func:`worst_ess_fraction`) at each Gaussian."""
-    out = [
-        worst_ess_fraction(layer, Gaussian(m, c, name="path"), n_std=n_std)
-        for m, c in zip(means, covs, strict=True)
-    ]
+def _bounds(
+    layer: Layer, means: FloatArray, covs: FloatArray, n_std: float, budget: Budget
+) -> FloatArray:
+    """``(k, n_heads)`` lower bounds of ESS/N (:func:`worst_ess_fraction`) at the first ``k``
+    Gaussians: all of them, or those evaluated before ``budget`` ran out (each costs a
+    ``d×d`` square root; a path has up to 2,001 of them)."""
+    out = []
+    for m, c in zip(means, covs, strict=True):
+        if budget.exhausted:
+            break
+        out.append(worst_ess_fraction(layer, Gaussian(m, c, name="path"), n_std=n_std))
     return np.array(out).reshape(len(out), layer.n_heads)
 
 
@@ -265,8 +273,9 @@ def _refine(
             time_limit=_time_left(budget),
         )
         inner = slice(1, -1) if piece.status is Status.SUCCESS else slice(1, None)
-        ts.append(t[lo] + np.asarray(piece.t)[inner])
-        ws.append(_bounds(layer, piece.mean[inner], piece.cov[inner], n_std))
+        w = _bounds(layer, piece.mean[inner], piece.cov[inner], n_std, budget)
+        ts.append((t[lo] + np.asarray(piece.t)[inner])[: len(w)])
+        ws.append(w)
     tt = np.concatenate(ts)
     order = np.argsort(tt, kind="stable")
     return tt[order], np.concatenate(ws)[order]
@@ -301,11 +310,19 @@ def path_ess(
         max_evals=_PATH_MAX_EVALS,
         time_limit=_time_left(budget),
     )
-    worst = _bounds(layer, traj.mean, traj.cov, n_std)
+    worst = _bounds(layer, traj.mean, traj.cov, n_std, budget)
     t = np.asarray(traj.t, dtype=float)
-    if traj.status is Status.SUCCESS and len(t) > 1:
+    path_status, path_message = traj.status, traj.message
+    if len(worst) < len(t):
+        # the bound is a minimum over the whole path: a part of it is no verdict
+        path_status = Status.BUDGET_EXHAUSTED
+        path_message = (
+            f"the time limit ran out after the ESS bound at {len(worst)} of {len(t)} depths"
+        )
+        t = t[: len(worst)]
+    elif traj.status is Status.SUCCESS and len(t) > 1:
         t, worst = _refine(layer, traj, worst, n_std, budget)
-    status, message = _judge(t, worst, T, min_ess, traj.status, traj.message)
+    status, message = _judge(t, worst, T, min_ess, path_status, path_message)
     return PathEss(
         t=frozen(t),
         worst=frozen(worst),
@@ -328,6 +345,8 @@ def _judge(
     traj_status: Status,
     traj_message: str,
 ) -> tuple[Status, str]:
+    if not len(t):
+        return Status(traj_status), f"no ESS bound on the path: {traj_message}"
     flat = worst.min(axis=1) if worst.size else np.ones(len(t))
     i = int(np.argmin(flat))
     low = float(flat[i])

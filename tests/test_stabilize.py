@@ -86,6 +86,21 @@ def random_layer(rng: np.random.Generator, d: int, n_heads: int, *, factored: bo
     return gt.Layer(heads=heads)
 
 
+def frozen_last_coordinate(rng: np.random.Generator, d: int) -> gt.Layer:
+    """A random two-head layer that never moves its last coordinate (an extracted layer's
+    affine one: last rows of ``A`` and every ``V_h`` zero), with mild tilts ``0.1 B_h`` so that
+    ``N = 512`` tokens are in the finite-N regime."""
+    layer = random_layer(rng, d, 2, factored=False)
+    heads = []
+    for v_h, b_h in layer.heads:
+        v_h = np.array(v_h)
+        v_h[-1, :] = 0.0
+        heads.append((v_h, 0.1 * np.array(b_h)))
+    a = np.array(layer.affine_ffn()[0])
+    a[-1, :] = 0.0
+    return gt.Layer(a, heads=heads)
+
+
 def reference_final(layer: gt.Layer, start: gt.Gaussian, T: float) -> tuple[np.ndarray, np.ndarray]:
     d = layer.dim
 
@@ -383,16 +398,7 @@ def test_token_check_on_a_singular_target() -> None:
     with the singular target (W2 of PSD Gaussians) instead of refusing it."""
     rng = np.random.default_rng(11)
     d = 6
-    layer = random_layer(rng, d, 2, factored=False)
-    # freeze the last coordinate: no head or feed-forward moves it
-    heads = []
-    for v_h, b_h in layer.heads:
-        v_h = np.array(v_h)
-        v_h[-1, :] = 0.0
-        heads.append((v_h, 0.1 * np.array(b_h)))  # mild tilts: a finite-N regime
-    a = np.array(layer.affine_ffn()[0])
-    a[-1, :] = 0.0
-    frozen_layer = gt.Layer(a, heads=heads)
+    frozen_layer = frozen_last_coordinate(rng, d)
     cov = np.zeros((d, d))
     cov[:-1, :-1] = random_spd(rng, d - 1)
     mean = np.append(rng.standard_normal(d - 1), 1.0)
@@ -409,15 +415,7 @@ def test_query_centred_on_the_target_mean_through_a_frozen_coordinate() -> None:
     and needs a far smaller token gauge ``s`` than the plain tilt ``u = Σ*⁻¹x/s``."""
     rng = np.random.default_rng(3)
     d = 6
-    layer = random_layer(rng, d, 2, factored=False)
-    heads = []
-    for v_h, b_h in layer.heads:
-        v_h = np.array(v_h)
-        v_h[-1, :] = 0.0
-        heads.append((v_h, 0.1 * np.array(b_h)))  # mild kept tilts: a finite-N regime
-    a = np.array(layer.affine_ffn()[0])
-    a[-1, :] = 0.0
-    frozen_layer = gt.Layer(a, heads=heads)
+    frozen_layer = frozen_last_coordinate(rng, d)
     cov = np.zeros((d, d))
     cov[:-1, :-1] = 0.05 * random_spd(rng, d - 1)
     mean = np.append(5.0 * rng.standard_normal(d - 1), 1.0)

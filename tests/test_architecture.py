@@ -259,7 +259,7 @@ def _has(cls: type, attr: str) -> bool:
 
 def test_the_result_classes_are_found() -> None:
     found = _result_classes()
-    assert {"Trajectory", "CovarianceFlow", "SteeringResult", "ClosureFlow"} <= set(found)
+    assert {"Trajectory", "CovarianceFlow", "SteeringResult", "ClosenessCurve"} <= set(found)
     assert len(found) >= 25, sorted(found)
 
 
@@ -323,7 +323,7 @@ SOLVERS = _solvers()
 
 def test_the_solvers_are_found() -> None:
     short = {n.rpartition(".")[2] for n in SOLVERS}
-    assert {"simulate", "riccati_flow", "kalman_covariance", "steer", "closure_flow"} <= short
+    assert {"simulate", "riccati_flow", "kalman_covariance", "steer", "simulate_closure"} <= short
     assert not set(DIRECT) - set(_public_functions()), "DIRECT names a function that is gone"
 
 

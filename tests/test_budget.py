@@ -263,13 +263,6 @@ def minilm() -> Any:
 
 
 @functools.cache
-def closure_layer() -> gt.Layer:
-    return stiff_layer().replace(
-        ffn=gt.FeedForward(W=np.eye(D), U=np.eye(D), c=np.zeros(D), activation="gelu")
-    )
-
-
-@functools.cache
 def token_samples(d: int = D, n: int = N_TOKENS) -> np.ndarray:
     return _rng(20).standard_normal((n, d))
 
@@ -278,7 +271,6 @@ def _experiment_cases(tmp: Path) -> dict[str, Callable[[float], Any]]:
     ex = _experiments()
     return {
         "attention_flows": lambda tl: ex.attention_flows(minilm(), T=40.0, time_limit=tl),
-        "closure_flow": lambda tl: ex.closure_flow(closure_layer(), gauss(), 1e4, time_limit=tl),
         "feedforward_closeness": lambda tl: ex.feedforward_closeness(
             D, N_TOKENS, 0, T=20.0, time_limit=tl
         ),
@@ -303,7 +295,6 @@ def _experiment_cases(tmp: Path) -> dict[str, Callable[[float], Any]]:
 #: Inputs of the experiment cases built before the timed call.
 _EXPERIMENT_WARM: dict[str, Callable[[], Any]] = {
     "attention_flows": minilm,
-    "closure_flow": closure_layer,
     "gaussianity": token_samples,
     "model_report": minilm,
     "moment_surrogate": minilm,

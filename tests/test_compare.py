@@ -15,8 +15,10 @@ from gtcontrol import (
     InvalidParametersError,
     Layer,
     Result,
+    Schedule,
     Status,
     compare_tokens,
+    moment_field,
     simulate,
 )
 from gtcontrol.analysis._compare_checks import kurtosis_ratio, min_evals
@@ -99,18 +101,16 @@ def test_integration_error_above_the_statistical_error_is_not_consistent() -> No
 
 def test_relu_feedforward_is_compared_against_the_gaussian_closure() -> None:
     """Formerly refused (no exact moment ODE); now the tokens are compared against the
-    moment-matched Gaussian flow, checked here against an independent implementation."""
-    from gtcontrol.experiments.closure import closure_flow
-
+    moment-matched Gaussian flow, checked here against an independent integration of it."""
     ffn = FeedForward([[0.5, 0.2], [-0.1, 0.4]], [[1.0, 0.3], [-0.2, 1.0]], [0.1, -0.2])
     lay = Layer(A=-0.3 * np.eye(2), B=[[0.5, 0.1], [0.0, 0.4]], V=-0.5, ffn=ffn)
     g0 = Gaussian([0.3, -0.1], [[1.0, 0.2], [0.2, 0.6]])
     cmp = compare_tokens(lay, g0, 1.0, n_tokens=(64, 256), repeats=2)
     assert cmp.status is Status.SUCCESS and cmp.reference == "Gaussian closure"
     assert "against the Gaussian closure" in cmp.message
-    flow = closure_flow(lay, g0, 1.0, times=[0.0, 1.0])
-    np.testing.assert_allclose(cmp.predicted.final.cov, flow.cov[-1], rtol=1e-9, atol=1e-12)
-    np.testing.assert_allclose(cmp.predicted.final.mean, flow.mean[-1], rtol=1e-9, atol=1e-12)
+    mean, cov = _closure_by_solve_ivp(lay, g0, [1.0])
+    np.testing.assert_allclose(cmp.predicted.final.cov, cov[-1], rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(cmp.predicted.final.mean, mean[-1], rtol=1e-9, atol=1e-12)
     # ReLU kinks cost the 8th-order pair its order; still far below the statistical error
     assert cmp.integration_error < 0.01 * cmp.statistical_error
 
@@ -148,6 +148,189 @@ def _erf(z: np.ndarray) -> np.ndarray:
     from scipy.special import erf
 
     return erf(z)
+
+
+def _spd(rng: np.random.Generator, d: int) -> np.ndarray:
+    f = rng.standard_normal((d, d))
+    return f @ f.T / d + 0.5 * np.eye(d)
+
+
+def _closure_by_solve_ivp(
+    lay: Layer, g0: Gaussian, times: list[float]
+) -> tuple[np.ndarray, np.ndarray]:
+    """The closure flow of one layer by ``solve_ivp`` (RK45 on the vech of Σ), not by DOP853
+    stepping: an independent integration of ``dm/dt``, ``dΣ/dt`` at the linearized layer."""
+    from scipy.integrate import solve_ivp
+
+    d = lay.dim
+    iu = np.triu_indices(d)
+
+    def rhs(_t: float, z: np.ndarray) -> np.ndarray:
+        m, s = z[:d], np.zeros((d, d))
+        s[iu] = z[d:]
+        s = s + np.triu(s, 1).T
+        dm, ds = moment_field(linearized_layer(lay, m, s), m, s)
+        return np.concatenate([dm, ds[iu]])
+
+    y0 = np.concatenate([g0.mean, g0.cov[iu]])
+    sol = solve_ivp(rhs, (0.0, max(times)), y0, "RK45", times, rtol=1e-12, atol=1e-14)
+    assert sol.success, sol.message
+    covs = np.zeros((len(times), d, d))
+    covs[:, iu[0], iu[1]] = sol.y[d:].T
+    covs = covs + np.triu(covs, 1).transpose(0, 2, 1)
+    return sol.y[:d].T, covs
+
+
+def _affine_schedule() -> tuple[Schedule, Gaussian]:
+    """Three affine layers (the second with an identity feed-forward) on [0, 1.5]."""
+    rng = np.random.default_rng(7)
+    ffn = FeedForward(
+        rng.standard_normal((2, 3)),
+        rng.standard_normal((3, 2)),
+        rng.standard_normal(3),
+        activation="identity",
+    )
+    first = Layer(A=-0.3 * np.eye(2), B=[[0.5, 0.1], [0.0, 0.4]], V=-0.5, b=[0.1, 0.2])
+    second = Layer(A=[[0.1, -0.4], [0.4, 0.0]], B=0.3 * np.eye(2), V=-0.7, ffn=ffn)
+    third = Layer(A=0.2 * np.eye(2), B=np.eye(2), V=-0.4, b=[-0.3, 0.0])
+    net = Schedule([first, second, third], T=1.5)
+    return net, Gaussian([0.3, -0.2], [[1.0, 0.2], [0.2, 0.6]])
+
+
+def test_simulate_closure_of_an_affine_layer_is_the_exact_moment_ode_at_the_times() -> None:
+    rng = np.random.default_rng(15)
+    d, k = 3, 5
+    ffn = FeedForward(
+        rng.standard_normal((d, k)) / 3,
+        rng.standard_normal((k, d)),
+        rng.standard_normal(k),
+        activation="identity",
+    )
+    layer = Layer(B=0.3 * _spd(rng, d), V=-0.5, ffn=ffn)
+    g0 = Gaussian(rng.standard_normal(d), _spd(rng, d))
+    exact = simulate(layer, g0, 1.0, n_points=5)  # depths 0, 0.25, ..., 1
+    flow = simulate_closure(layer, g0, 1.0, times=exact.t)
+    assert flow.status is Status.SUCCESS and flow.success
+    np.testing.assert_array_equal(flow.t, exact.t)  # the requested depths, not the steps
+    assert flow.stats["nsteps"] > 0 and flow.stats["nfev"] > flow.stats["nsteps"]
+    np.testing.assert_allclose(flow.mean, exact.mean, rtol=1e-8, atol=1e-9)
+    np.testing.assert_allclose(flow.cov, exact.cov, rtol=1e-8, atol=1e-9)
+
+
+def test_simulate_closure_times_across_breakpoints_are_the_moment_ode() -> None:
+    """Depths inside layers come from the dense output, depths at a breakpoint once each."""
+    net, g0 = _affine_schedule()
+    ref = simulate(net, g0, n_points=16)  # every 0.1, breakpoints 0.5 and 1.0 included
+    np.testing.assert_allclose(ref.t, np.linspace(0.0, 1.5, 16), rtol=0, atol=1e-15)
+    idx = [0, 2, 5, 5, 7, 10, 13, 15]  # 0.5 asked twice; 0.2, 0.7, 1.3 inside layers
+    times = ref.t[idx]
+    flow = simulate_closure(net, g0, times=times)
+    assert flow.status is Status.SUCCESS, flow.message
+    np.testing.assert_array_equal(flow.t, times)  # 1.0 (a breakpoint) once, 0.5 as asked
+    for i, j in enumerate(idx):
+        cov_err = np.linalg.norm(flow.cov[i] - ref.cov[j]) / np.linalg.norm(ref.cov[j])
+        mean_err = np.linalg.norm(flow.mean[i] - ref.mean[j]) / np.linalg.norm(ref.mean[j])
+        assert cov_err < 1e-8 and mean_err < 1e-8, (times[i], cov_err, mean_err)
+    assert flow.rank.tolist() == [2] * len(idx)
+    # the depths without times: the accepted steps, every breakpoint among them once
+    steps = simulate_closure(net, g0)
+    assert steps.t[0] == 0.0 and steps.t[-1] == 1.5 and np.all(np.diff(steps.t) > 0)
+    assert {0.5, 1.0} <= set(steps.t.tolist()) and steps.t.size == steps.stats["nsteps"] + 1
+
+
+def test_relu_closure_derivative_matches_monte_carlo() -> None:
+    # At a Gaussian state the closure gives the exact moment derivatives: dm/dt = E v(x),
+    # dΣ/dt = E[(x − m) v(x)ᵀ] + transpose (here no attention: v(x) = W relu(Ux + c)).
+    rng = np.random.default_rng(16)
+    d, k, n = 3, 4, 400_000
+    ffn = FeedForward(
+        rng.standard_normal((d, k)),
+        rng.standard_normal((k, d)),
+        rng.standard_normal(k),
+        activation="relu",
+    )
+    layer = Layer(dim=d, ffn=ffn)
+    g0 = Gaussian(rng.standard_normal(d), _spd(rng, d))
+    h = 1e-4
+    flow = simulate_closure(layer, g0, h, times=[0.0, h], rtol=1e-12)
+    m, s = flow.mean, flow.cov
+    x = g0.sample(n, rng)
+    v = np.maximum(x @ ffn.U.T + ffn.c, 0.0) @ ffn.W.T
+    dm = v.mean(axis=0)
+    c = (x - x.mean(axis=0)).T @ (v - dm) / n
+    np.testing.assert_allclose((m[-1] - m[0]) / h, dm, atol=0.02 * np.abs(dm).max())
+    np.testing.assert_allclose((s[-1] - s[0]) / h, c + c.T, atol=0.03 * np.abs(c + c.T).max())
+
+
+def test_simulate_closure_cut_short_keeps_the_times_reached() -> None:
+    layer = Layer(B=np.eye(2), V=-0.5)
+    g0 = Gaussian(np.ones(2), np.eye(2))
+    flow = simulate_closure(layer, g0, 1.0, times=[0.0, 0.5, 1.0], time_limit=1e-9)
+    assert flow.status is Status.BUDGET_EXHAUSTED and not flow.success
+    assert "time limit" in flow.message and "at depth 0" in flow.message
+    np.testing.assert_array_equal(flow.t, [0.0])  # the initial state is kept
+    np.testing.assert_array_equal(flow.cov[0], g0.cov)
+    capped = simulate_closure(layer, g0, 100.0, max_evals=30)
+    assert capped.status is Status.BUDGET_EXHAUSTED
+    assert "cap of 30 evaluations" in capped.message
+    assert 1 < capped.t.size and capped.t[-1] < 100.0
+    assert capped.mean.shape == (capped.t.size, 2) and capped.cov.shape == (capped.t.size, 2, 2)
+    # with times: the requested depths passed before the cap, equal to those of a full run
+    times = np.linspace(0.0, 100.0, 2001)  # every 0.05
+    full = simulate_closure(layer, g0, 100.0, times=times)
+    cut = simulate_closure(layer, g0, 100.0, times=times, max_evals=60)
+    assert full.status is Status.SUCCESS and cut.status is Status.BUDGET_EXHAUSTED
+    assert 1 < cut.t.size < times.size, cut.t
+    np.testing.assert_array_equal(cut.t, times[: cut.t.size])
+    np.testing.assert_allclose(cut.cov, full.cov[: cut.t.size], rtol=1e-13, atol=0)
+    reached = float(cut.message.rpartition("at depth ")[2])
+    assert cut.t[-1] <= reached < times[cut.t.size]
+
+
+def test_simulate_closure_blowup_is_a_status_with_the_times_before_it() -> None:
+    # d = 1, A = 0, v B = 1, σ0 = 1: the moment ODE σ' = 2σ² blows up at T* = 1/(2 σ0) = 0.5,
+    # σ(t) = 1/(1 − 2t).
+    times = [0.0, 0.25, 0.45, 0.75, 1.0]
+    flow = simulate_closure(Layer(B=[[1.0]], V=1.0), Gaussian([0.0], [[1.0]]), 1.0, times=times)
+    assert flow.status in (Status.FAILED, Status.OVERFLOW, Status.BUDGET_EXHAUSTED)
+    assert not flow.success and flow.message
+    np.testing.assert_array_equal(flow.t, times[:3])
+    np.testing.assert_allclose(flow.cov[:, 0, 0], 1.0 / (1.0 - 2.0 * flow.t), rtol=1e-8)
+    steps = simulate_closure(Layer(B=[[1.0]], V=1.0), Gaussian([0.0], [[1.0]]), 1.0)
+    assert not steps.success and 0.45 < steps.t[-1] <= 0.5 + 1e-9
+
+
+@pytest.mark.parametrize(
+    ("times", "match"),
+    [
+        ([0.0, 2.0], r"times: expected non-decreasing depths in \[0, T\] = \[0, 1\]"),
+        ([-0.1, 0.5], r"times: expected non-decreasing depths in \[0, T\]"),
+        ([0.5, 0.2], r"times: expected non-decreasing depths"),
+        ([0.0, np.nan], "times"),
+        ([[0.0, 1.0]], "times"),
+        ("soon", "times"),
+    ],
+)
+def test_simulate_closure_validates_times(times: object, match: str) -> None:
+    layer = Layer(B=np.eye(2), V=-0.5)
+    with pytest.raises(InvalidParametersError, match=match):
+        simulate_closure(layer, Gaussian(np.zeros(2), np.eye(2)), 1.0, times=times)
+
+
+def test_simulate_closure_validates() -> None:
+    layer = Layer(B=np.eye(2), V=-0.5)
+    g0 = Gaussian(np.zeros(2), np.eye(2))
+    with pytest.raises(InvalidParametersError, match="initial"):
+        simulate_closure(layer, Gaussian([0.0], [[1.0]]), 1.0)
+    with pytest.raises(InvalidParametersError, match="T"):
+        simulate_closure(layer, g0, -1.0)
+    with pytest.raises(InvalidParametersError, match=r"times: .*\[0, 1\.5\]"):  # the net's own T
+        simulate_closure(_affine_schedule()[0], _affine_schedule()[1], times=[0.0, 2.0])
+    flow = simulate_closure(layer, g0, 1.0, times=[0.0, 1.0])
+    assert not hasattr(flow, "__iter__") and flow.t.shape == (2,)
+    assert flow.mean.shape == (2, 2) and flow.cov.shape == (2, 2, 2)
+    empty = simulate_closure(layer, g0, 1.0, times=[])
+    assert empty.success and empty.t.shape == (0,) and empty.cov.shape == (0, 2, 2)
 
 
 def test_compare_tokens_refuses_blowup_bad_counts_and_absurd_sizes_up_front() -> None:

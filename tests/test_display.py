@@ -96,7 +96,6 @@ def _experiment_containers(samples: np.ndarray) -> dict[str, Any]:
         "RegimeResult": regimes,
         "FeedForwardCloseness": closeness,
         "ClosenessCurve": closeness.curves[0],
-        "ClosureFlow": ge.closure_flow(RELU, D2, 1.0),
         "ReproduceResult": report,
         "ReproduceResult(empty)": dataclasses.replace(
             report, gaussianity=(), surrogate=(), regimes=None, feedforward=None
@@ -117,6 +116,7 @@ def _results() -> dict[str, Any]:
         "Gaussian(1-d)": gt.Gaussian([0.0], [[2.0]]),
         "Trajectory": gt.simulate(CONVERGES, D2, 2.0),
         "Trajectory(blowup)": gt.simulate(BLOWS_UP, D2, 2.0),
+        "Trajectory(closure)": gt.simulate_closure(RELU, D2, 1.0, times=[0.0, 0.5, 1.0]),
         "TokenTrajectory": gt.simulate_tokens(
             CONVERGES, D2.sample(200, 0), 1.0, snapshot_times=[0.0, 1.0]
         ),
@@ -177,7 +177,8 @@ def _stabilization_results() -> dict[str, Any]:
 
 
 CASES = [
-    "Gaussian", "Gaussian(1-d)", "Trajectory", "Trajectory(blowup)", "TokenTrajectory",
+    "Gaussian", "Gaussian(1-d)", "Trajectory", "Trajectory(blowup)", "Trajectory(closure)",
+    "TokenTrajectory",
     "BlowupResult", "CovarianceFlow", "Regime", "Regime(blowup)", "EquilibriaResult",
     "EquilibriaResult(none)", "Equilibrium", "RiccatiForm", "BernoulliSolution", "NewtonResult",
     "SteadyState",
@@ -185,7 +186,7 @@ CASES = [
     "SteeringResult(no trajectory)", "MeanMatchingDesign", "DesignCertificate", "PathEss",
     "ConvergenceData", "Robustness", "TokenCertificate", "GaussianityResult",
     "GaussianityTable", "SurrogateComparison", "AttentionFlows", "RegimeResult",
-    "FeedForwardCloseness", "ClosenessCurve", "ClosureFlow", "ReproduceResult",
+    "FeedForwardCloseness", "ClosenessCurve", "ReproduceResult",
     "ReproduceResult(empty)",
 ]  # fmt: skip
 

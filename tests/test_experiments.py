@@ -12,7 +12,7 @@ import pytest
 from scipy import integrate, stats
 from scipy.special import hyp1f1, ndtr
 
-from gtcontrol import FeedForward, Gaussian, InvalidParametersError, Layer, Result, Status, simulate
+from gtcontrol import Gaussian, InvalidParametersError, Layer, Result, Status
 from gtcontrol._status import Budget
 from gtcontrol.experiments import (
     STATISTICS,
@@ -20,7 +20,6 @@ from gtcontrol.experiments import (
     ExtractedLayer,
     FeedForwardWeights,
     LayerNormWeights,
-    closure_flow,
     extract,
     feedforward_closeness,
     gaussianity,
@@ -349,48 +348,6 @@ def test_predicted_regimes_are_what_analyze_returns(d: int, seed: int) -> None:
     assert [row[col] for row in rows] == list(regimes.PRESCRIBED_KINDS)
 
 
-def test_closure_flow_of_an_affine_layer_is_the_exact_moment_ode() -> None:
-    rng = np.random.default_rng(15)
-    d, k = 3, 5
-    ffn = FeedForward(
-        rng.standard_normal((d, k)) / 3,
-        rng.standard_normal((k, d)),
-        rng.standard_normal(k),
-        activation="identity",
-    )
-    layer = Layer(B=0.3 * _spd(rng, d), V=-0.5, ffn=ffn)
-    g0 = Gaussian(rng.standard_normal(d), _spd(rng, d))
-    flow = closure_flow(layer, g0, 1.0, times=[0.0, 1.0])
-    assert flow.status is Status.SUCCESS and flow.success
-    exact = simulate(layer, g0, 1.0, n_points=2)
-    np.testing.assert_allclose(flow.mean[-1], exact.mean[-1], rtol=1e-8, atol=1e-9)
-    np.testing.assert_allclose(flow.cov[-1], exact.cov[-1], rtol=1e-8, atol=1e-9)
-
-
-def test_relu_closure_derivative_matches_monte_carlo() -> None:
-    # At a Gaussian state the closure gives the exact moment derivatives: dm/dt = E v(x),
-    # dΣ/dt = E[(x − m) v(x)ᵀ] + transpose (here no attention: v(x) = W relu(Ux + c)).
-    rng = np.random.default_rng(16)
-    d, k, n = 3, 4, 400_000
-    ffn = FeedForward(
-        rng.standard_normal((d, k)),
-        rng.standard_normal((k, d)),
-        rng.standard_normal(k),
-        activation="relu",
-    )
-    layer = Layer(dim=d, ffn=ffn)
-    g0 = Gaussian(rng.standard_normal(d), _spd(rng, d))
-    h = 1e-4
-    flow = closure_flow(layer, g0, h, times=[0.0, h], rtol=1e-12)
-    m, s = flow.mean, flow.cov
-    x = g0.sample(n, rng)
-    v = np.maximum(x @ ffn.U.T + ffn.c, 0.0) @ ffn.W.T
-    dm = v.mean(axis=0)
-    c = (x - x.mean(axis=0)).T @ (v - dm) / n
-    np.testing.assert_allclose((m[-1] - m[0]) / h, dm, atol=0.02 * np.abs(dm).max())
-    np.testing.assert_allclose((s[-1] - s[0]) / h, c + c.T, atol=0.03 * np.abs(c + c.T).max())
-
-
 def test_feedforward_closeness_identity_stays_relu_departs() -> None:
     res = feedforward_closeness(4, 600, 1, T=2.0, n_points=3, n_projections=32)
     ident, relu = res.curves
@@ -505,39 +462,3 @@ def test_feedforward_closeness_follows_the_protocol_and_time_limit(monkeypatch) 
     one = closure.feedforward_closeness(2, 200, 0, T=0.5, n_points=2, n_projections=8)
     assert one.status is Status.BUDGET_EXHAUSTED
     assert [c.activation for c in one.curves] == ["identity"]
-
-
-def test_closure_flow_time_limit_and_step_cap_keep_the_best_iterate(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-
-    layer = Layer(B=np.eye(2), V=-0.5)
-    g0 = Gaussian(np.ones(2), np.eye(2))
-    flow = closure_flow(layer, g0, 1.0, times=[0.0, 0.5, 1.0], time_limit=1e-9)
-    _assert_protocol(flow, Status.BUDGET_EXHAUSTED)
-    np.testing.assert_array_equal(flow.t, [0.0])  # the initial state is kept
-    np.testing.assert_array_equal(flow.cov[0], g0.cov)
-    capped = closure_flow(layer, g0, 100.0, max_evals=30)
-    _assert_protocol(capped, Status.BUDGET_EXHAUSTED)
-    assert "cap of 30 evaluations" in capped.message
-    assert 1 < capped.t.size and capped.t[-1] < 100.0
-    assert capped.mean.shape == (capped.t.size, 2) and capped.cov.shape == (capped.t.size, 2, 2)
-
-
-def test_closure_flow_blowup_is_a_status_not_an_exception() -> None:
-    # d = 1, A = 0, v B = 1, σ0 = 1: the moment ODE blows up at T* = 1/(2 c σ0) = 0.5.
-    flow = closure_flow(Layer(B=[[1.0]], V=1.0), Gaussian([0.0], [[1.0]]), 1.0)
-    assert flow.status in (Status.FAILED, Status.OVERFLOW, Status.BUDGET_EXHAUSTED)
-    assert not flow.success and flow.message
-    assert flow.t[-1] <= 0.5 + 1e-9
-
-
-def test_closure_flow_validates() -> None:
-    layer = Layer(B=np.eye(2), V=-0.5)
-    g0 = Gaussian(np.zeros(2), np.eye(2))
-    with pytest.raises(InvalidParametersError, match="times"):
-        closure_flow(layer, g0, 1.0, times=[0.0, 2.0])
-    with pytest.raises(InvalidParametersError, match="initial"):
-        closure_flow(layer, Gaussian([0.0], [[1.0]]), 1.0)
-    with pytest.raises(InvalidParametersError, match="T"):
-        closure_flow(layer, g0, -1.0)
-    flow = closure_flow(layer, g0, 1.0, times=[0.0, 1.0])
-    assert not hasattr(flow, "__iter__") and flow.t.shape == (2,)

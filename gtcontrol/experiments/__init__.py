@@ -8,7 +8,7 @@
   ``B_h``, ``V_h``), predicted against measured moments.
 * :func:`prescribed_attention_regimes`, :func:`feedforward_closeness` — token-level Transformers
   against the moment predictions (collapse, convergence and blow-up; identity vs ReLU
-  feed-forward, with the Gaussian closure :func:`closure_flow`).
+  feed-forward, with the Gaussian closure :func:`gtcontrol.simulate_closure`).
 * :func:`attention_flows` — every attention sublayer (MiniLM-L6 by default) as a
   continuous-time flow (blow-up time and direction, from ``Σ0 = I`` and from data;
   docs/minilm_flows.md).
@@ -35,13 +35,7 @@ from __future__ import annotations
 from ._deps import ExperimentDependencyError, ModelFileError
 from ._weights import AttentionWeights, FeedForwardWeights, LayerNormWeights, gelu_moments
 from .attention_flows import SENTENCES, AttentionFlows, FlowRow, attention_flows, data_moments
-from .closure import (
-    ClosenessCurve,
-    ClosureFlow,
-    FeedForwardCloseness,
-    closure_flow,
-    feedforward_closeness,
-)
+from .closure import ClosenessCurve, FeedForwardCloseness, feedforward_closeness
 from .extraction import ExtractedLayer, ExtractedModel
 from .gaussianity import (
     STATISTICS,
@@ -78,7 +72,6 @@ __all__ = [
     "AttentionFlows",
     "AttentionWeights",
     "ClosenessCurve",
-    "ClosureFlow",
     "ExperimentDependencyError",
     "ExtractedLayer",
     "ExtractedModel",
@@ -104,7 +97,6 @@ __all__ = [
     "SurrogateRow",
     "attention_flows",
     "available_models",
-    "closure_flow",
     "data_moments",
     "data_tokens",
     "encoder_states",

@@ -4,12 +4,12 @@ An experiment of the paper (Alcalde, Ji, Zuazua, arXiv:2606.07600 (2026)), token
 gtcontrol's moment model: :func:`feedforward_closeness` runs a layer with one stabilizing head and
 a feed-forward ``W σ(Ux + c)``, ``σ`` identity or ReLU. With the identity the law stays Gaussian
 and the moment ODE is exact; with ReLU it is not. The Gaussian moment flow for ReLU is the
-**Gaussian closure** (:func:`closure_flow`): the moment ODE of the layer whose feed-forward is
-replaced, at each depth, by its statistical linearization under the current Gaussian (``E σ(a)``
-and ``D = diag E σ'(a)``, ``a = Ux + c``), which gives the exact ``dm/dt`` and ``dΣ/dt`` *at* a
-Gaussian state (Stein's lemma). The sliced 2-Wasserstein distance between the tokens and that
-flow, and between the tokens and their own moment-matched Gaussian, is recorded along depth: at
-``t = 0`` both are pure sampling error.
+**Gaussian closure** (:func:`gtcontrol.simulate_closure`): the moment ODE of the layer whose
+feed-forward is replaced, at each depth, by its statistical linearization under the current
+Gaussian (``E σ(a)`` and ``D = diag E σ'(a)``, ``a = Ux + c``), which gives the exact ``dm/dt``
+and ``dΣ/dt`` *at* a Gaussian state (Stein's lemma). The sliced 2-Wasserstein distance between
+the tokens and that flow, and between the tokens and their own moment-matched Gaussian, is
+recorded along depth: at ``t = 0`` both are pure sampling error.
 """
 
 from __future__ import annotations
@@ -20,23 +20,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy.integrate import DOP853
 
 from .._display import Axes, SummaryItems
-from .._docstring import fill, integrator_budget_doc
-from .._linalg import FloatArray, unvech, vech
-from .._status import DEFAULT_MAX_EVALS, Budget, BudgetExhausted, Outcome, ResultFields, Status
-from .._validation import (
-    as_float_array,
-    as_max_evals,
-    as_positive_float,
-    as_positive_int,
-    as_time_limit,
-)
-from ..errors import InvalidParametersError
+from .._docstring import fill
+from .._linalg import FloatArray
+from .._status import Budget, Outcome, ResultFields, Status
+from .._validation import as_positive_float, as_positive_int, as_time_limit
 from ..model.gaussian import Gaussian
-from ..model.gaussian_closure import linearized_layer
-from ..model.moments import moment_field, simulate
+from ..model.gaussian_closure import simulate_closure
+from ..model.moments import simulate
 from ..model.params import FeedForward, Layer
 from ..model.tokens import simulate_tokens
 from ._common import (
@@ -51,200 +43,10 @@ from ._common import (
 )
 from .sample_statistics import MAX_PROJECTIONS, sliced_wasserstein
 
-__all__ = [
-    "ClosenessCurve",
-    "ClosureFlow",
-    "FeedForwardCloseness",
-    "closure_flow",
-    "feedforward_closeness",
-]
+__all__ = ["ClosenessCurve", "FeedForwardCloseness", "feedforward_closeness"]
 
 #: Finite cap on the number of depths recorded by :func:`feedforward_closeness`.
 MAX_POINTS = 10_000
-
-
-@dataclass(frozen=True, eq=False)
-class ClosureFlow(ResultFields, Outcome):
-    """Result of :func:`closure_flow`: the Gaussian-closure moments along depth.
-
-    Attributes
-    ----------
-    t
-        Depths ``(n,)`` (the requested ones reached, or the integrator's steps).
-    mean
-        Means ``(n, d)``.
-    cov
-        Covariances ``(n, d, d)``.
-    status
-        ``Status.SUCCESS``; ``Status.BUDGET_EXHAUSTED`` when the ``time_limit`` or the cap of
-        right-hand-side evaluations ran out; ``Status.OVERFLOW`` when the moments left the
-        floating-point range; ``Status.FAILED`` when the integrator failed. The arrays then
-        hold the depths reached.
-    message
-        What happened, in words.
-    stats
-        ``n_rhs`` (right-hand-side evaluations), ``n_steps``, ``seconds``.
-    """
-
-    t: FloatArray
-    mean: FloatArray
-    cov: FloatArray
-
-    def _summary_items(self) -> SummaryItems:
-        span = (float(self.t[0]), float(self.t[-1])) if self.t.size else None
-        return [("dim", self.cov.shape[-1]), ("n", self.t.size), ("t", span)]
-
-    def _draw(self, ax: Axes) -> None:
-        from ..model._figures import draw_covariance
-
-        draw_covariance(ax, self.t, self.cov, title="Gaussian closure: covariance eigenvalues")
-
-
-def _check_times(times: Any, horizon: float) -> FloatArray | None:
-    if times is None:
-        return None
-    pts = as_float_array("times", times, ndim=1)
-    if pts.size and (pts[0] < 0 or pts[-1] > horizon or np.any(np.diff(pts) < 0)):
-        raise InvalidParametersError(
-            f"times: expected non-decreasing depths in [0, T] = [0, {horizon:g}], got {pts}"
-        )
-    return pts
-
-
-@fill(budget=integrator_budget_doc("right-hand-side"))
-def closure_flow(
-    layer: Layer,
-    initial: Gaussian,
-    T: float,
-    *,
-    times: Any = None,
-    rtol: float = 1e-10,
-    max_evals: int = DEFAULT_MAX_EVALS,
-    time_limit: float | None = None,
-) -> ClosureFlow:
-    """Gaussian-closure moment flow of a layer with a ReLU/GELU/identity feed-forward.
-
-    ``dm/dt = M m + c`` and ``dΣ/dt = MΣ + ΣMᵀ`` with ``(M, c)`` the affine velocity
-    (:func:`~gtcontrol.model.moments.moment_field`) of the layer whose feed-forward ``W σ(Ux + c)``
-    is replaced by ``W (E σ(a) + D (a − E a))``, ``D = diag E σ'(a)``, ``a = Ux + c ~`` the
-    current Gaussian. At a Gaussian state these are the exact moment derivatives (Stein's lemma);
-    the flow is the assumed-density (Gaussian) approximation of the token law. With the identity
-    it is the exact moment ODE. Integrated by DOP853 (``atol = 1e-12``).
-
-    Parameters
-    ----------
-    layer
-        The layer (its ``ffn`` may be ``None``: then this is the moment ODE).
-    initial
-        The Gaussian at depth 0, of the layer's dimension.
-    T
-        Horizon ``> 0``.
-    times
-        Non-decreasing depths in ``[0, T]`` at which to report the moments (dense output);
-        ``None``: the integrator's own steps, ``0`` included.
-    rtol
-        Relative tolerance of the integrator.
-    %(budget)s
-
-    Returns
-    -------
-    ClosureFlow
-        ``.t``, ``.mean``, ``.cov`` and the status; a flow cut short (time limit, evaluation
-        cap, overflow, integrator failure) holds the depths reached.
-
-    Raises
-    ------
-    InvalidParametersError
-        On a Gaussian of the wrong dimension, a bad horizon, tolerance or ``times``.
-
-    Examples
-    --------
-    >>> layer = Layer(B=np.eye(2), V=-0.5)
-    >>> flow = closure_flow(layer, Gaussian(np.zeros(2), np.eye(2)), 1.0, times=[0.0, 1.0])
-    >>> flow.status, np.round(flow.cov[-1], 6)
-    (<Status.SUCCESS: 'success'>, array([[0.5, 0. ], [0. , 0.5]]))
-    """
-    clock = time.perf_counter()
-    if not isinstance(layer, Layer):
-        raise InvalidParametersError(f"layer: expected a Layer, got {type(layer).__name__}")
-    d = layer.dim
-    if not isinstance(initial, Gaussian) or initial.dim != d:
-        raise InvalidParametersError(
-            f"initial: expected a Gaussian of dimension {d}, got {initial!r}"
-        )
-    horizon = as_positive_float("T", T)
-    points = _check_times(times, horizon)
-    tol = as_positive_float("rtol", rtol)
-    budget = Budget(as_time_limit(time_limit), max_evals=as_max_evals(max_evals))
-
-    def rhs(_t: float, y: FloatArray) -> FloatArray:
-        budget.tick()
-        m, s = y[:d], unvech(y[d:], d)
-        dm, ds = moment_field(linearized_layer(layer, m, s), m, s)
-        return np.concatenate([dm, vech(ds)])
-
-    y0 = np.concatenate([initial.mean, vech(initial.cov)])
-    ts: list[float] = []
-    ys: list[FloatArray] = []
-    status, message, steps = _integrate(rhs, y0, horizon, points, tol, ts, ys)
-    if status is Status.BUDGET_EXHAUSTED:
-        message = f"{budget.reason()} at depth {ts[-1] if ts else 0.0:g}"
-    arr = np.array(ys).reshape(len(ys), y0.size)
-    return ClosureFlow(
-        t=np.array(ts),
-        mean=arr[:, :d].copy(),
-        cov=np.array([unvech(row[d:], d) for row in arr]).reshape(len(ys), d, d),
-        status=status,
-        message=message,
-        stats={"n_rhs": budget.count, "n_steps": steps, "seconds": time.perf_counter() - clock},
-    )
-
-
-def _integrate(
-    rhs: Any,
-    y0: FloatArray,
-    horizon: float,
-    points: FloatArray | None,
-    rtol: float,
-    ts: list[float],
-    ys: list[FloatArray],
-) -> tuple[Status, str, int]:
-    """Step DOP853 to ``horizon``, appending the reported depths to ``ts``/``ys`` as it goes.
-
-    Returns the status, a message and the number of steps; ``BudgetExhausted`` raised by ``rhs``
-    ends the integration with what has been recorded.
-    """
-    i = 0
-    if points is None:
-        ts.append(0.0)
-        ys.append(y0.copy())
-    else:
-        while i < points.size and points[i] <= 0.0:
-            ts.append(float(points[i]))
-            ys.append(y0.copy())
-            i += 1
-    steps = 0
-    try:
-        solver = DOP853(rhs, 0.0, y0, horizon, rtol=rtol, atol=1e-12)
-        while solver.status == "running":
-            msg = solver.step()
-            steps += 1
-            if solver.status == "failed":
-                return Status.FAILED, f"closure flow failed at depth {solver.t:g}: {msg}", steps
-            if not np.all(np.isfinite(solver.y)):
-                return Status.OVERFLOW, f"the moments overflow at depth {solver.t:g}", steps
-            if points is None:
-                ts.append(float(solver.t))
-                ys.append(solver.y.copy())
-                continue
-            dense = solver.dense_output()
-            while i < points.size and points[i] <= solver.t:
-                ts.append(float(points[i]))
-                ys.append(np.asarray(dense(points[i]), dtype=float))
-                i += 1
-    except BudgetExhausted:
-        return Status.BUDGET_EXHAUSTED, "", steps
-    return Status.SUCCESS, f"closure flow reached depth {horizon:g} in {steps} steps", steps
 
 
 @dataclass(frozen=True, eq=False)
@@ -268,12 +70,14 @@ class ClosenessCurve(ResultFields, Outcome):
     moment_gap
         Bures–Wasserstein distance between the tokens' moment-matched Gaussian and the flow.
     status
-        The status of the curve's :class:`ClosureFlow` (``Status.FAILED`` also when the identity
-        closure disagrees with the exact moment ODE); a curve cut short holds the depths reached.
+        The status of the curve's closure flow (:func:`gtcontrol.simulate_closure`;
+        ``Status.FAILED`` also when the identity closure disagrees with the exact moment ODE); a
+        curve cut short holds the depths reached.
     message
         What happened, in words.
     stats
-        The flow's statistics.
+        The flow's statistics (``nfev``, ``nsteps``, ``form``, ``seconds``, as
+        :func:`gtcontrol.simulate_closure` records them).
     """
 
     activation: str
@@ -388,7 +192,7 @@ def _curve(
         snapshot_times=times,
         time_limit=time_left(budget),
     )
-    flow = closure_flow(layer, g0, horizon, times=times, time_limit=time_left(budget))
+    flow = simulate_closure(layer, g0, horizon, times=times, time_limit=time_left(budget))
     status, message = flow.status, flow.message
     if tok.status is not Status.SUCCESS and status is Status.SUCCESS:
         status, message = tok.status, f"tokens: {tok.message}"
@@ -435,7 +239,7 @@ def feedforward_closeness(
     The layer has one stabilizing head (``V = −½ I``, ``B ≻ 0``) and a feed-forward
     ``W σ(Ux + c)`` with ``k = 2d`` hidden units (seeded, ``U`` rows of norm ~1.5, ``c ~ N(0, ½)``,
     ``W ~ N(0, 1/k)``). Tokens move by RK4 (10 steps per unit depth); the flow is
-    :func:`closure_flow`.
+    :func:`gtcontrol.simulate_closure`.
 
     Parameters
     ----------

@@ -37,7 +37,7 @@ from scipy.special import ndtr
 from .._docstring import fill, integrator_budget_doc
 from .._linalg import FloatArray, numerical_ranks, sym
 from .._status import DEFAULT_MAX_EVALS, Budget, BudgetExhausted, Status
-from .._validation import as_max_evals, as_positive_float, as_time_limit, frozen
+from .._validation import as_float_array, as_max_evals, as_positive_float, as_time_limit, frozen
 from ..errors import InvalidParametersError
 from .field import moment_field
 from .gaussian import Gaussian
@@ -149,12 +149,59 @@ def _segments(ctrl: Control) -> list[tuple[float, float]]:
     return [(float(bps[k]), float(bps[k + 1])) for k in range(len(bps) - 1)]
 
 
+def _check_times(times: Any, horizon: float) -> FloatArray | None:
+    """``times`` as non-decreasing depths in ``[0, horizon]`` (``None`` stays ``None``)."""
+    if times is None:
+        return None
+    pts = as_float_array("times", times, ndim=1)
+    if pts.size and (pts[0] < 0 or pts[-1] > horizon or np.any(np.diff(pts) < 0)):
+        raise InvalidParametersError(
+            f"times: expected non-decreasing depths in [0, T] = [0, {horizon:g}], got {pts}"
+        )
+    return pts
+
+
+class _Recorder:
+    """The reported depths and states: every accepted step, or the requested ``points``.
+
+    ``reached`` is the last depth the integration reached (a requested depth is reported once
+    the integrator has stepped past it, from the step's dense output).
+    """
+
+    def __init__(self, y0: FloatArray, points: FloatArray | None) -> None:
+        self.points = points
+        self.ts: list[float] = []
+        self.ys: list[FloatArray] = []
+        self.next = 0
+        self.reached = 0.0
+        self.record(0.0, y0, None)
+
+    def record(self, t: float, y: FloatArray, solver: DOP853 | None) -> None:
+        """Report the state ``y`` reached at depth ``t`` at the end of ``solver``'s last step."""
+        self.reached = t
+        if self.points is None:
+            self.ts.append(t)
+            self.ys.append(y.copy())
+            return
+        pts, dense = self.points, None
+        while self.next < pts.size and pts[self.next] <= t:
+            p = float(pts[self.next])
+            if p == t or solver is None:  # the step's end (or the start): the state itself
+                self.ys.append(y.copy())
+            else:
+                dense = dense if dense is not None else solver.dense_output()
+                self.ys.append(np.asarray(dense(p), dtype=float))
+            self.ts.append(p)
+            self.next += 1
+
+
 @fill(budget=integrator_budget_doc("right-hand-side"))
 def simulate_closure(
     control: Layer | Schedule | Control,
     initial: Gaussian,
     T: float | None = None,
     *,
+    times: Any = None,
     rtol: float = 1e-10,
     max_evals: int = DEFAULT_MAX_EVALS,
     time_limit: float | None = None,
@@ -165,7 +212,7 @@ def simulate_closure(
     current Gaussian (:func:`linearized_layer`), then :func:`~gtcontrol.model.field.moment_field`
     gives ``dm/dt = M m + c`` and ``dΣ/dt = M Σ + Σ Mᵀ`` (module docstring). For affine layers
     this is the moment ODE of :func:`gtcontrol.simulate`. Integrated by DOP853 on ``(m, Σ)``,
-    restarting at every breakpoint; every accepted step is recorded.
+    restarting at every breakpoint; every accepted step is recorded, or the requested ``times``.
 
     Parameters
     ----------
@@ -175,6 +222,11 @@ def simulate_closure(
         ``N(m0, Σ0)`` of the model's dimension.
     T
         Horizon; optional for controls that carry their own.
+    times
+        Non-decreasing depths in ``[0, T]`` at which to report the moments, interpolated by
+        the integrator's dense output (a depth at a breakpoint is the state there, reported
+        once; a repeated depth is reported as often as it is given); ``None``: every accepted
+        step, ``0`` included.
     rtol
         Relative tolerance of the integrator (``atol = rtol · 1e-2`` times the initial scale).
     %(budget)s
@@ -184,12 +236,15 @@ def simulate_closure(
     Trajectory
         ``SUCCESS`` at the horizon; ``OVERFLOW`` when the moments leave the floating-point
         range; ``FAILED`` when the step size collapsed (a finite-time blow-up of the closure);
-        ``BUDGET_EXHAUSTED`` when a cap ran out. The arrays hold the depths reached.
+        ``BUDGET_EXHAUSTED`` when a cap ran out. The arrays hold the depths reached (with
+        ``times``: the requested depths reached). ``stats``: ``nfev`` (right-hand-side
+        evaluations, the dense output's included), ``nsteps`` (accepted steps), ``form``
+        (``"closure"``) and ``seconds``.
 
     Raises
     ------
     InvalidParametersError
-        On a Gaussian of the wrong dimension or bad options.
+        On a Gaussian of the wrong dimension, a bad horizon, ``times`` or other options.
 
     Notes
     -----
@@ -199,11 +254,18 @@ def simulate_closure(
     Examples
     --------
     >>> import numpy as np
-    >>> from gtcontrol import FeedForward, Gaussian, Layer
+    >>> from gtcontrol import FeedForward, Gaussian, Layer, Schedule
     >>> lay = Layer(A=-np.eye(2), ffn=FeedForward(np.eye(2), np.eye(2), activation="relu"))
     >>> tr = simulate_closure(lay, Gaussian(np.zeros(2), np.eye(2)), 1.0)
     >>> tr.status, tr.t[-1]
     (<Status.SUCCESS: 'success'>, np.float64(1.0))
+
+    At chosen depths, across the breakpoint ``t = 1`` of a two-layer schedule:
+
+    >>> net = Schedule([lay, Layer(B=np.eye(2), V=-0.5)], T=2.0)
+    >>> tr = simulate_closure(net, Gaussian(np.zeros(2), np.eye(2)), times=[0.0, 1.0, 1.5, 2.0])
+    >>> tr.t, tr.cov.shape
+    (array([0. , 1. , 1.5, 2. ]), (4, 2, 2))
     """
     clock = time.perf_counter()
     ctrl = as_control(control, T)
@@ -212,11 +274,12 @@ def simulate_closure(
         raise InvalidParametersError(
             f"initial: expected a Gaussian of dimension {d}, got {initial!r}"
         )
+    points = _check_times(times, float(ctrl.T))
     tol = as_positive_float("rtol", rtol)
     budget = Budget(as_time_limit(time_limit), max_evals=as_max_evals(max_evals))
     scale = max(float(np.max(np.abs(initial.mean))), float(np.max(np.abs(initial.cov))), 1e-300)
     y = np.concatenate([initial.mean, initial.cov.ravel()])
-    ts, ys = [0.0], [y.copy()]
+    rec = _Recorder(y, points)
     status, message, steps = Status.SUCCESS, "", 0
     piecewise = bool(getattr(ctrl, "piecewise_constant", False))
     for t0, t1 in _segments(ctrl):
@@ -229,19 +292,18 @@ def simulate_closure(
             dm, ds = moment_field(linearized_layer(lay, m, s), m, s)
             return np.concatenate([dm, ds.ravel()])
 
-        status, message, n = _integrate(rhs, y, t0, t1, tol, tol * 1e-2 * scale, ts, ys)
+        status, message, n, y = _integrate(rhs, y, t0, t1, tol, tol * 1e-2 * scale, rec)
         steps += n
-        y = ys[-1]
         if status is not Status.SUCCESS:
             break
     if status is Status.BUDGET_EXHAUSTED:
-        message = f"{budget.reason()} at depth {ts[-1]:.6g}"
+        message = f"{budget.reason()} at depth {rec.reached:.6g}"
     elif status is Status.SUCCESS:
-        message = f"Gaussian closure carried to depth {ts[-1]:.6g} in {steps} steps"
-    arr = np.array(ys)
-    covs = np.array([sym(row[d:].reshape(d, d)) for row in arr])
+        message = f"Gaussian closure carried to depth {rec.reached:.6g} in {steps} steps"
+    arr = np.array(rec.ys).reshape(len(rec.ys), y.size)
+    covs = np.array([sym(row[d:].reshape(d, d)) for row in arr]).reshape(len(rec.ys), d, d)
     return Trajectory(
-        t=frozen(np.array(ts)),
+        t=frozen(np.array(rec.ts, dtype=float)),
         mean=frozen(arr[:, :d].copy()),
         cov=frozen(covs),
         rank=frozen(numerical_ranks(covs)),
@@ -263,11 +325,13 @@ def _integrate(
     t1: float,
     rtol: float,
     atol: float,
-    ts: list[float],
-    ys: list[FloatArray],
-) -> tuple[Status, str, int]:
-    """DOP853 from ``t0`` to ``t1``, appending every accepted step to ``ts``/``ys``."""
-    steps = 0
+    rec: _Recorder,
+) -> tuple[Status, str, int, FloatArray]:
+    """DOP853 from ``t0`` to ``t1``, reporting every accepted step to ``rec``.
+
+    Returns the status, a message, the number of accepted steps and the last finite state.
+    """
+    steps, y = 0, y0
     try:
         with np.errstate(over="ignore", invalid="ignore"):
             solver = DOP853(rhs, t0, y0, t1, rtol=rtol, atol=atol)
@@ -278,18 +342,25 @@ def _integrate(
                         Status.FAILED,
                         f"the closure's step size collapsed at depth {solver.t:.6g} ({msg})",
                         steps,
+                        y,
                     )
                 if not np.all(np.isfinite(solver.y)):
                     return (
                         Status.OVERFLOW,
                         f"the closure moments overflow at depth {solver.t:.6g}",
                         steps,
+                        y,
                     )
                 steps += 1
-                ts.append(float(solver.t))
-                ys.append(solver.y.copy())
+                y = solver.y.copy()
+                rec.record(float(solver.t), y, solver)
     except BudgetExhausted:
-        return Status.BUDGET_EXHAUSTED, "", steps
+        return Status.BUDGET_EXHAUSTED, "", steps, y
     except InvalidParametersError as exc:  # a linearized layer beyond the accepted magnitudes
-        return Status.OVERFLOW, f"the closure moments overflow at depth {ts[-1]:.6g} ({exc})", steps
-    return Status.SUCCESS, "", steps
+        return (
+            Status.OVERFLOW,
+            f"the closure moments overflow at depth {rec.reached:.6g} ({exc})",
+            steps,
+            y,
+        )
+    return Status.SUCCESS, "", steps, y

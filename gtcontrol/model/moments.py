@@ -59,6 +59,8 @@ NDArrayInt = np.ndarray
 class Trajectory(OutcomeOrBlowup):
     """Moments along depth (the result of :func:`simulate` and :func:`simulate_discrete`).
 
+    Also the result of :func:`~gtcontrol.model.gaussian_closure.simulate_closure`.
+
     Attributes
     ----------
     t
@@ -81,7 +83,8 @@ class Trajectory(OutcomeOrBlowup):
         ``method`` (the requested method), ``switched_to`` (the switches made on detected
         stiffness, in words with the depth), ``form`` (``"factor"`` and/or ``"entrywise"``),
         ``restarts`` (renormalizations of the factor) and ``seconds``.
-        :func:`simulate_discrete`: ``steps`` and ``seconds``.
+        :func:`simulate_discrete`: ``steps`` and ``seconds``. The closure: ``nfev``, ``nsteps``,
+        ``form`` (``"closure"``) and ``seconds``.
     message
         How the computation ended, in words.
     blowup_bracket

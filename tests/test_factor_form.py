@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from scipy.integrate import solve_ivp
 from scipy.linalg import expm, sqrtm
 
-from gtcontrol import Gaussian, Layer, Schedule, Status, blowup_analysis, simulate
+from gtcontrol import FactoredHeads, Gaussian, Layer, Schedule, Status, blowup_analysis, simulate
 
 
 def _spd(rng: np.random.Generator, d: int, lo: float = 0.5) -> np.ndarray:
@@ -360,19 +360,32 @@ def test_horizontal_gauge_holds_an_equilibrium_still_and_changes_no_moment(
     assert not any("horizontal gauge" in s for s in far_run.stats["switched_to"])
 
 
-def test_scalar_value_head_is_applied_as_a_scaling() -> None:
-    """``V = v I`` (the stabilizing head's form) takes the scaling path of ``factor_field``;
-    ``moment_field`` forms ``V Σ B`` as a product, independently."""
+@pytest.mark.parametrize("factored", [False, True])
+def test_diagonal_and_uniform_heads_take_the_structured_paths(factored: bool) -> None:
+    """Diagonal ``V`` (``−scP``, stabilize's added head), diagonal ``B`` (``P/s`` for a target
+    ``I ⊕ 0``) and a uniform head ``(κP, 0)`` take the scaling and skipping paths of
+    ``factor_field`` (from d = 64); ``moment_field`` forms ``V Σ B`` as products, independently."""
     from gtcontrol.model.field import factor_field, moment_field
 
     rng = np.random.default_rng(8)
-    d = 5
-    b = rng.standard_normal((d, d))
-    heads = [(-2.5 * np.eye(d), b), (rng.standard_normal((d, d)), np.eye(d))]
+    d = 80
+    proj = np.eye(d)
+    proj[-1, -1] = 0.0
+    heads: list[object] = []
+    if factored:
+        w = [rng.standard_normal((d, d)) / d for _ in range(4)]
+        heads.append(FactoredHeads.from_projections(*w, n_heads=4))
+    heads += [
+        (-2.5 * proj, proj / 3.0),
+        (np.diag(rng.standard_normal(d)), rng.standard_normal((d, d))),
+        (4.0 * proj, np.zeros((d, d))),
+        (rng.standard_normal((d, d)), np.eye(d)),
+    ]
     layer = Layer(A=rng.standard_normal((d, d)), heads=heads)
-    lf = rng.standard_normal((d, 3))
+    lf = rng.standard_normal((d, 7))
     m = rng.standard_normal(d)
     dm, dl = factor_field(layer, m, lf)
     dm2, ds2 = moment_field(layer, m, lf @ lf.T)
-    np.testing.assert_allclose(dm, dm2, rtol=1e-13, atol=1e-12)
-    np.testing.assert_allclose(dl @ lf.T + lf @ dl.T, ds2, rtol=1e-13, atol=1e-11)
+    scale = float(np.abs(ds2).max())
+    np.testing.assert_allclose(dm, dm2, rtol=1e-12, atol=1e-12 * float(np.abs(dm2).max()))
+    np.testing.assert_allclose(dl @ lf.T + lf @ dl.T, ds2, rtol=1e-12, atol=1e-12 * scale)

@@ -216,7 +216,11 @@ def test_head_family_random_layers(d: int, n_heads: int, factored: bool, seed: i
     rate = 0.8
     res = gt.stabilize(layer, target, add="head", rate=rate)
     assert res.success, res.message
-    assert res.family == "head" and res.layer.n_heads == layer.n_heads + 1
+    # the tilted head, then its uniform companion (κP, 0), κ = sc − σ
+    assert res.family == "head" and res.layer.n_heads == layer.n_heads + 2
+    v_c, b_c = res.layer.heads[-1]
+    assert not np.any(b_c)
+    assert np.allclose(v_c, (res.scale * res.c - res.mean_shift) * np.eye(d), rtol=0, atol=1e-12)
     # the given heads are kept exactly, in order
     for (v0, b0), (v1, b1) in zip(layer.heads, res.layer.heads, strict=False):
         assert np.array_equal(v0, v1) and np.array_equal(b0, b1)
@@ -232,10 +236,15 @@ def test_head_family_random_layers(d: int, n_heads: int, factored: bool, seed: i
         assert float(np.max(ref.real)) == pytest.approx(
             float(np.max(base_ref.real)) - 2.0 * res.c, abs=1e-9
         )
-    # minimality: 0.999 c misses the rate (closed form shift)
-    shortfall = res.base.cov_abscissa - 2.0 * 0.999 * res.c
-    mean_short = res.base.mean_abscissa - res.scale * 0.999 * res.c
-    assert max(shortfall, mean_short) > -rate
+    # the mean matrix is shifted by exactly −σ, whatever the gauge s
+    k_base = gt.mean_matrix(res.base_layer, np.array(target.cov))
+    k_final = gt.mean_matrix(res.layer, np.array(target.cov))
+    assert np.allclose(k_final, k_base - res.mean_shift * np.eye(d), rtol=0, atol=1e-10 * d)
+    assert res.spectrum.mean_abscissa <= -rate
+    # minimality: 0.999 c misses the covariance rate, 0.999 σ the mean's (closed-form shifts)
+    assert res.base.cov_abscissa - 2.0 * 0.999 * res.c > -rate
+    if res.mean_shift > 0:
+        assert res.base.mean_abscissa - 0.999 * res.mean_shift > -rate
     # verification, by an independent integrator
     for check in res.verification:
         assert check.converged
@@ -267,6 +276,36 @@ def test_no_extra_needed_when_heads_already_stabilize() -> None:
     res = gt.stabilize(layer, gt.Gaussian(np.ones(3), np.eye(3)), add="head", rate=0.5)
     assert res.success and res.family == "none" and res.c == 0.0
     assert res.layer.n_heads == 1
+
+
+def test_mean_only_instability_gets_the_uniform_head_alone() -> None:
+    """Heads that already stabilize the covariance and a uniform head ``(3I, 0)`` that makes
+    the mean unstable: ``c = 0`` and the extra is the uniform head ``(−σI, 0)`` alone, with the
+    minimal ``σ = α(K) + ρ = 2 + 0.5`` (``A = I`` from the equilibrium equation, ``K = A + V(I +
+    Σ*B) + 3I = 2I``)."""
+    layer = gt.Layer(heads=[(-np.eye(3), np.eye(3)), (3.0 * np.eye(3), np.zeros((3, 3)))])
+    res = gt.stabilize(layer, gt.Gaussian(np.ones(3), np.eye(3)), add="head", rate=0.5)
+    assert res.success, res.message
+    assert res.c == 0.0 and res.mean_shift == pytest.approx(2.5, rel=2e-4)
+    assert res.layer.n_heads == 3
+    v_c, b_c = res.layer.heads[-1]
+    assert not np.any(b_c) and np.allclose(v_c, -res.mean_shift * np.eye(3), rtol=0, atol=1e-14)
+    assert res.spectrum.mean_abscissa == pytest.approx(2.0 - res.mean_shift, abs=1e-12)
+    assert res.spectrum.mean_abscissa <= -0.5
+
+
+def test_a_verification_that_fails_says_why() -> None:
+    """A start of rank 1 keeps rank 1 (congruence) and settles at another equilibrium; a depth
+    too short leaves the flow still moving. Both are ``FAILED``, each with its evidence."""
+    layer = gt.Layer(V=0.5 * np.eye(2), B=np.eye(2))
+    target = gt.Gaussian(np.zeros(2), np.eye(2))
+    rank_one = gt.Gaussian(np.zeros(2), np.diag([1.0, 0.0]))
+    res = gt.stabilize(layer, target, add="head", initial=rank_one)
+    assert res.status is Status.FAILED and res.local_certificate
+    assert "settled at another equilibrium" in res.verification[0].message
+    short = gt.stabilize(layer, target, add="head", T=0.5)
+    assert short.status is Status.FAILED
+    assert all("still moving at depth T" in v.message for v in short.verification)
 
 
 # -- stabilize: gains family ------------------------------------------------------------------
@@ -424,7 +463,7 @@ def test_query_centred_on_the_target_mean_through_a_frozen_coordinate() -> None:
     res = gt.stabilize(frozen_layer, target, add="head", initial=near, token_check=512)
     assert res.success, res.message
     assert "query centred on m*" in res.message
-    v0, b0 = res.layer.heads[-1]
+    v0, b0 = res.layer.heads[len(frozen_layer.heads)]
     # the plain tilt's gauge, from the rule: |Σ^{1/2}Bm| + 3‖Σ^{1/2}BΣ^{1/2}‖ over target and start
     plain = np.zeros((d, d))
     plain[:-1, :-1] = np.linalg.inv(cov[:-1, :-1])
@@ -441,7 +480,10 @@ def test_query_centred_on_the_target_mean_through_a_frozen_coordinate() -> None:
     x = near.sample(64, rng)
     assert np.allclose(x @ b0.T, (x - mean) @ plain.T / res.scale, atol=1e-9 * s_plain)
     # the moment model is the plain head's: same covariance spectrum and mean matrix
-    plain_layer = res.layer.replace(heads=[*res.layer.heads[:-1], (v0, plain / res.scale)])
+    n_kept = len(frozen_layer.heads)
+    plain_layer = res.layer.replace(
+        heads=[*res.layer.heads[:n_kept], (v0, plain / res.scale), *res.layer.heads[n_kept + 1 :]]
+    )
     k_c = gt.mean_matrix(res.layer, cov)[:-1, :-1]
     k_p = gt.mean_matrix(plain_layer, cov)[:-1, :-1]
     assert np.allclose(k_c, k_p, atol=1e-10 * np.linalg.norm(k_p))

@@ -714,6 +714,7 @@ def _stabilize_run(design: Design, out: Path) -> dict[str, Any]:
         "family": res.family,
         "c": res.c,
         "scale": res.scale,
+        "mean_shift": res.mean_shift,
         "gains": res.gains,
         "change": res.change,
         "rate": res.rate,

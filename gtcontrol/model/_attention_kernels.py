@@ -235,7 +235,10 @@ def _run_block(p: _Problem, s: int) -> None:
         p.check()  # a spent budget stops the evaluation between two query blocks
     e = min(s + p.plan.rows, p.q.shape[0])
     buf = _thread_buffer(p.plan.rows * p.plan.cols, p.q.dtype)
-    with np.errstate(under="ignore"):  # numpy's error state is per thread: set it here
+    # numpy's error state is per thread: set it here. Overflow and invalid values only arise from
+    # logits beyond the dtype's range (tokens leaving it); the non-finite output is what the
+    # token integrators detect and report, so numpy's warning would only repeat it.
+    with np.errstate(under="ignore", over="ignore", invalid="ignore"):
         if p.k_aug is None or p.free[s:e].all():
             _accumulate(p.q[s:e], p.k_t, p.v1, buf, p.plan.cols, p.acc[s:e])
             return

@@ -235,26 +235,37 @@ def factor_field(
     if fh is not None:
         dm, dl = _factored_apply(fh, a, b, mean, factor, gram=True)
         for v_h, b_h in _dense(layer):
-            vx = _times(v_h, factor @ (factor.T @ (b_h @ x)))
-            dm += vx[:, 0] + _times(v_h, mean)
+            dm += _times(v_h, mean)
+            if _uniform(b_h):
+                continue
+            vx = _times(v_h, factor @ (factor.T @ _times(b_h, x)))
+            dm += vx[:, 0]
             dl += vx[:, 1:]
         return dm, dl
     mx = a @ x
     c = b.copy()
     for v_h, b_h in layer.heads:
-        mx += _times(v_h, factor @ (factor.T @ (b_h @ x)))
         c += _times(v_h, mean)
+        if not _uniform(b_h):
+            mx += _times(v_h, factor @ (factor.T @ _times(b_h, x)))
     return mx[:, 0] + c, mx[:, 1:]
 
 
+def _uniform(b: FloatArray) -> bool:
+    """``B = 0``: the head attends uniformly and moves only the mean (tested from d = 64, where
+    the O(d²) test is cheaper than the O(d² r) products it saves)."""
+    return b.shape[0] >= 64 and not np.any(b)
+
+
 def _times(v: FloatArray, x: FloatArray) -> FloatArray:
-    """``V x``, as a scaling when ``V = v I`` (e.g. :func:`gtcontrol.stabilize`'s added head):
-    the test is O(d²), the product it saves O(d² r) (so it runs from d = 64)."""
+    """``V x``, as a row scaling when ``V`` is diagonal (e.g. :func:`gtcontrol.stabilize`'s added
+    heads ``−scP``, ``κP`` and ``B₀ = P/s`` for a target ``I ⊕ 0``): the test is O(d²), the
+    product it saves O(d² r) (so it runs from d = 64)."""
     d = v.shape[0]
     if d >= 64 and np.count_nonzero(v) <= d:  # below, the test costs more than the product
         diag = v.diagonal()
-        if diag[0] != 0 and np.all(diag == diag[0]):
-            out: FloatArray = diag[0] * x
+        if np.count_nonzero(diag) == np.count_nonzero(v):
+            out: FloatArray = diag[:, None] * x if x.ndim == 2 else diag * x
             return out
     prod: FloatArray = v @ x
     return prod

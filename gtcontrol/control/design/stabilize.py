@@ -15,18 +15,21 @@ prescribed equilibrium"):
    ``Σ*``-skew, so ``A`` alone never makes ``Σ*`` attract; stability is decided by the heads.
 
    * ``"head"``: one extra Riccati-class head ``(−cI, Σ*⁻¹)`` with ``A → A + cI``. It keeps the
-     equilibrium and shifts the covariance linearization ``L`` by exactly ``−2c`` and the mean
-     matrix ``K`` by ``−c`` (``−sc`` in the gauge below), so the smallest ``c`` is closed-form
-     from the spectral abscissas of the pretrained part:
-     ``c = max(0, (α(L) + ρ)/2, (α(K) + ρ)/s)``. For tokens the head is used in the gauge
-     ``(sV₀, B₀/s)``, which leaves the covariance dynamics unchanged; ``s`` makes the softmax
-     effective sample size ``ESS/N = exp(−uᵀΣu)`` of the added head at least ``min_ess`` for
-     queries within 3 standard deviations of the target and of the start (the rule of
-     :func:`gtcontrol.design_mean_matching`). Where the layer has a frozen coordinate on
-     which ``m*`` is nonzero (an extracted layer's affine one), the query may be centred,
+     equilibrium and shifts the covariance linearization ``L`` by exactly ``−2c``, so the
+     smallest ``c`` is closed-form from the spectral abscissa of the pretrained part:
+     ``c = max(0, (α(L) + ρ)/2)``. For tokens the head is used in the gauge ``(sV₀, B₀/s)``,
+     which leaves the covariance dynamics unchanged; ``s`` makes the softmax effective sample
+     size ``ESS/N = exp(−uᵀΣu)`` of the added head at least ``min_ess`` for queries within 3
+     standard deviations of the target and of the start (the rule of
+     :func:`gtcontrol.design_mean_matching`). The gauge alone is not free for the mean: the
+     head moves the mean matrix ``K`` by ``−scI``, a stiff mean flow and a large change of the
+     layer's function when ``s`` is large. A uniform companion head ``(κI, 0)`` (``B = 0``:
+     every token attends equally, ``ESS/N = 1``) adds ``κm`` to the mean's velocity only;
+     ``κ = sc − σ`` leaves ``K`` shifted by exactly ``−σ``, the smallest shift the mean needs:
+     ``σ = max(0, α(K) + ρ)``. Where the layer has a frozen coordinate on which ``m*`` is
+     nonzero (an extracted layer's affine one), the query may be centred,
      ``u = Σ*⁻¹(x − m*)/s`` (a query bias; same moment model), whichever needs the smaller
-     ``s``: the gauge multiplies the head's mean contraction, so a large ``s`` makes the mean
-     flow stiff and the layer's function change larger.
+     ``s``.
    * ``"gains"``: per-head gains ``V_h → g_h V_h``, ``g ∈ [0, 1]ᴴ``, with ``‖1 − g‖₂`` minimal
      (a local minimum, by sequential linear programming on the eigenvalue sensitivities
      ``∂λ/∂g_h = ψᴴ L_h φ / ψᴴ φ``). The family cannot reach the rate when the mean
@@ -146,7 +149,7 @@ class Stabilization(ResultFields, Outcome):
     ----------
     layer
         The stabilized layer: the given heads first, unchanged and in order (a factored group
-        stays factored), then the added head (``family == "head"``); ``A`` and ``b`` designed.
+        stays factored), then the added heads (``family == "head"``); ``A`` and ``b`` designed.
     original
         The layer that was given.
     base_layer
@@ -158,9 +161,12 @@ class Stabilization(ResultFields, Outcome):
         rate (no extra needed).
     rate
         The requested rate ``ρ``.
-    c, scale
+    c, scale, mean_shift
         Head family: the added head is ``(−s c P, P Σ*⁺ P / s)`` with ``P`` the projection on the
-        active subspace; ``c`` minimal, ``s`` the token gauge. ``nan`` for other families.
+        active subspace, ``c`` minimal for the covariance and ``s`` the token gauge; with it a
+        uniform companion head ``(κP, 0)``, ``κ = s c − σ``, so that the mean matrix shifts by
+        exactly ``−σ``, ``σ = mean_shift`` minimal for the mean (the companion is left out when
+        ``κ = 0``). ``nan`` for other families.
     gains
         Gains family: ``g`` (one per head); ``None`` otherwise.
     change
@@ -181,7 +187,8 @@ class Stabilization(ResultFields, Outcome):
     basin_radius
         ``−ω/β`` in the ``Σ*``-normalized Frobenius norm (``nan`` when ``ω ≥ 0``).
     starts
-        The initial Gaussians of the verification (and of the token check: the first).
+        The initial Gaussians of the verification (the token check starts from the first one
+        given, or by default from the perturbed target).
     verification
         One :class:`Verification` per initial.
     function_change
@@ -214,6 +221,7 @@ class Stabilization(ResultFields, Outcome):
     rate: float
     c: float
     scale: float
+    mean_shift: float
     gains: FloatArray | None
     change: float
     base: LinearizationSpectrum | None
@@ -295,8 +303,9 @@ def stabilize(
         Depth of the verification; ``None``: ``(ln(e0/1e-6) + 3) / rate`` with ``e0`` the
         largest relative error of the starts (covariance or mean).
     token_check
-        ``N`` (``≥ 2``): also drive ``N`` real tokens from the first initial with the stabilized
-        and with the given layer (:func:`gtcontrol.design_token_certificate`, in float32);
+        ``N`` (``≥ 2``): also drive ``N`` real tokens from the first initial (default starts:
+        from the perturbed target) with the stabilized and with the given layer
+        (:func:`gtcontrol.design_token_certificate`, in float32);
         required: ``W2 ≤ 2 ×`` the sampling floor.
     min_ess
         Required predicted ``ESS/N`` of the added head's softmax (in ``(0, 1)``; default 0.5).
@@ -323,14 +332,14 @@ def stabilize(
 
     Examples
     --------
-    A layer whose single head ``V = 0.5 I``, ``B = I`` blows up; an added head makes ``N(0, I)``
-    attract at rate 1:
+    A layer whose single head ``V = 0.5 I``, ``B = I`` blows up; an added head (with its uniform
+    companion for the mean) makes ``N(0, I)`` attract at rate 1:
 
     >>> import numpy as np, gtcontrol as gt
     >>> layer = gt.Layer(V=0.5 * np.eye(2), B=np.eye(2))
     >>> res = gt.stabilize(layer, gt.Gaussian(np.zeros(2), np.eye(2)), add="head", rate=1.0)
-    >>> res.success, res.family, round(res.c, 4), res.layer.n_heads
-    (True, 'head', 1.0001, 2)
+    >>> res.success, res.family, round(res.c, 4), round(res.mean_shift, 4), res.layer.n_heads
+    (True, 'head', 1.0001, 1.5002, 3)
     >>> res.spectrum.abscissa <= -1.0
     True
 
@@ -534,6 +543,10 @@ class _Context:
         self.seed = seed
         self.min_ess = min_ess
         self.starts = starts
+        # the token check's start: the first initial given, else the perturbed target (from
+        # the identity start the kept heads of a pretrained layer are typically in their hard-
+        # attention regime, where no finite N follows the moments; near the target they are not)
+        self.token_start = starts[-1][1] if starts[-1][0] == "perturbed target" else starts[0][1]
         self.s_act = basis.T @ target.cov @ basis
         self.proj = basis @ basis.T
         self.a_old_r = basis.T @ layer.affine_ffn()[0] @ basis
@@ -669,33 +682,63 @@ class _Context:
         s, pick = min((self._ess_scale(tilt), i) for i, tilt in enumerate(tilts))
         b0 = tilts[pick]
         c_cov = (base.cov_abscissa + self.rate) / 2.0
-        c_mean = (base.mean_abscissa + self.rate) / s
-        c_min = max(c_cov, c_mean, 0.0)
-        if c_min == 0.0:
-            final = base_layer
-            c = 0.0
-        else:
-            c = c_min * (1.0 + _C_MARGIN) + 1e-12 * self.rate
-            added = (-s * c * self.proj, b0 / s)
+        need_mean = base.mean_abscissa + self.rate
+        c = c_cov * (1.0 + _C_MARGIN) + 1e-12 * self.rate if c_cov > 0 else 0.0
+        sigma = need_mean * (1.0 + _C_MARGIN) + 1e-12 * self.rate if need_mean > 0 else 0.0
+        added: list[tuple[FloatArray, FloatArray]] = []
+        if c > 0:
+            added.append((-s * c * self.proj, b0 / s))
+        # the uniform companion (κP, 0) attends to every token equally (ESS/N = 1): it adds κm
+        # to the mean's velocity and nothing to the covariance's, so κ = sc − σ leaves the mean
+        # matrix shifted by exactly −σ whatever the gauge s
+        kappa = s * c - sigma
+        if kappa != 0.0:
+            added.append((kappa * self.proj, np.zeros_like(self.proj)))
+        if added:
             final = base_layer.replace(
-                A=base_layer.A + c * self.proj, heads=[*base_layer.head_groups, added]
+                A=base_layer.A + c * self.proj, heads=[*base_layer.head_groups, *added]
             )
             final = self.fix_bias(final)
+        else:
+            final = base_layer
         red = reduced_layer(self.layer, self.basis)
         q = _quadratic_growth(red, self.s_act)
         # The shift is exact, so the base's rightmost mode starts the independent recomputation.
         spec = self.spectrum(final, omega=False, k=1, v0=self._start_vector(base))
         omega = base.numerical_abscissa - 2.0 * c
-        family = "head" if c > 0 else "none"
+        family = "head" if added else "none"
+        parts = []
+        if c > 0:
+            parts.append(
+                f"added head (−s·c·I, Σ*⁻¹/s) with c = {c:.6g} (minimal {c_cov:.6g} for the "
+                f"covariance), token gauge s = {s:.4g}" + (", query centred on m*" if pick else "")
+            )
+        if kappa != 0.0:
+            parts.append(
+                f"uniform companion head (κI, 0) with κ = {kappa:.6g}: the mean matrix shifts by "
+                f"−{sigma:.6g} ("
+                + (f"minimal: the mean needs {need_mean:.6g})" if sigma > 0 else "none needed)")
+            )
         what = (
-            f"added head (−s·c·I, Σ*⁻¹/s) with c = {c:.6g} (minimal {c_min:.6g}: "
-            f"covariance needs {c_cov:.6g}, mean {c_mean:.6g}), token gauge s = {s:.4g}"
-            + (", query centred on m*" if pick else "")
-            if c > 0
-            else "no extra needed: the designed A, b alone give the rate"
+            "; ".join(parts) if parts else "no extra needed: the designed A, b alone give the rate"
         )
         return self._finish(
-            final, family, base, spec, c, s, None, c, q, omega, depth, n_tok, probe, clock, what
+            final,
+            family,
+            base,
+            spec,
+            c,
+            s,
+            None,
+            c,
+            q,
+            omega,
+            depth,
+            n_tok,
+            probe,
+            clock,
+            what,
+            mean_shift=sigma,
         )
 
     def _gains(
@@ -837,6 +880,8 @@ class _Context:
         probe: FloatArray | None,
         clock: float,
         what: str,
+        *,
+        mean_shift: float = math.nan,
     ) -> Stabilization:
         rate = self.rate
         local = spec.status is Status.SUCCESS and spec.abscissa <= -rate
@@ -928,6 +973,7 @@ class _Context:
             rate=rate,
             c=c,
             scale=s,
+            mean_shift=mean_shift,
             gains=None if gains is None else frozen(gains),
             change=change,
             base=base,
@@ -989,6 +1035,11 @@ class _Context:
             [float(np.linalg.norm(m - self.target.mean)) / mean_ref for m in traj.mean]
         )
         lam = np.array([float(np.linalg.eigvalsh(sym(c))[-1]) for c in traj.cov])
+        message = traj.message
+        if traj.status is Status.SUCCESS and not (
+            cov_err[-1] <= VERIFY_RTOL and mean_err[-1] <= VERIFY_RTOL
+        ):
+            message += "; " + self._settled(final, traj.mean[-1], traj.cov[-1], cov_err, mean_err)
         dist = float(
             np.linalg.norm(inv_root @ (self.basis.T @ g0.cov @ self.basis - self.s_act) @ inv_root)
         )
@@ -1000,14 +1051,38 @@ class _Context:
             cov_error=frozen(cov_err),
             mean_error=frozen(mean_err),
             status=traj.status,
-            message=traj.message,
+            message=message,
             basin_distance=ratio,
         )
+
+    def _settled(
+        self,
+        final: Layer,
+        mean: FloatArray,
+        cov: FloatArray,
+        cov_err: FloatArray,
+        mean_err: FloatArray,
+    ) -> str:
+        """Why a verification that reached ``T`` is not within ``1e-6``: still moving, or
+        settled at another equilibrium (the field's relative size there is the evidence)."""
+        dm, ds = moment_field(final, mean, cov)
+        speed = max(
+            float(np.linalg.norm(ds)) / max(float(np.linalg.norm(cov)), 1e-300),
+            float(np.linalg.norm(dm)) / self._mean_ref(),
+        )
+        far = max(float(cov_err[-1]), float(mean_err[-1]))
+        if speed <= 1e-6 * self.rate:
+            return (
+                f"it settled at another equilibrium: relative speed {speed:.2g} there, at "
+                f"relative distance {far:.3g} from the target (the target attracts locally "
+                "but not from this start)"
+            )
+        return f"still moving at depth T (relative speed {speed:.2g}, error {far:.3g})"
 
     def _tokens(
         self, final: Layer, n_tok: int, t_end: float
     ) -> tuple[TokenCertificate, TokenCertificate | None]:
-        start = self.starts[0][1]
+        start = self.token_start
         runs = []
         for lay in (final, self.layer):
             left = self.budget.remaining()
@@ -1047,6 +1122,7 @@ class _Context:
             rate=self.rate,
             c=math.nan,
             scale=math.nan,
+            mean_shift=math.nan,
             gains=None,
             change=math.nan,
             base=base,

@@ -349,3 +349,24 @@ def test_experiment_time_limit_holds(name: str, tmp_path: Path) -> None:
     assert wall <= allowed(LIMIT), f"{name}: {wall:.2f} s for time_limit={LIMIT} s"
     status = getattr(result, "status", None)
     assert status is not gt.Status.SUCCESS, f"{name}: the case is not hard ({result!r})"
+
+
+def test_constructive_design_refuses_a_certificate_that_cannot_fit() -> None:
+    """The constructive design's certificate (about 100 ``d×d`` products, native calls no
+    budget check interrupts) is not started when the machine's own speed says it would pass the
+    time limit: ``BUDGET_EXHAUSTED`` with the closed-form layer, its certificate "not checked",
+    within the promise (it took 1.6 s for ``time_limit=0.1`` at d = 512 before, 1.3 s of it
+    the certificate)."""
+    d = 768
+    target = gt.Gaussian(_rng(21).standard_normal(d), _spd(d, 22))
+    t0 = time.perf_counter()
+    res = gt.design_mean_matching(target, min_ess=None, robustness=False, time_limit=0.05)
+    wall = time.perf_counter() - t0
+    assert wall <= allowed(0.05), f"{wall:.2f} s"
+    assert res.status is gt.Status.BUDGET_EXHAUSTED
+    assert res.certificate.status is gt.Status.BUDGET_EXHAUSTED and not res.certificate.valid
+    assert "the certificate was not started" in res.message
+    # the layer is the closed form all the same: the target is its equilibrium
+    from gtcontrol.analysis.stability import equilibrium_residuals
+
+    assert max(equilibrium_residuals(res.layer, target)) <= 1e-9

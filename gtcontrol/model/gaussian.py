@@ -145,8 +145,14 @@ class Gaussian(Displayable):
     # ------------------------------------------------------------------ constructors
     @classmethod
     def standard(cls, dim: int) -> Gaussian:
-        """The standard Gaussian ``N(0, I_d)``."""
-        return cls(np.zeros(dim), np.eye(dim))
+        """The standard Gaussian ``N(0, I_d)`` (its eigen-decomposition is known: no eigensolve,
+        which costs 0.4 s at d = 1024)."""
+        d = as_dim("dim", as_positive_int("dim", dim))
+        g = cls.__new__(cls)
+        object.__setattr__(g, "mean", frozen(np.zeros(d)))
+        object.__setattr__(g, "cov", frozen(np.eye(d)))
+        object.__setattr__(g, "_eig", (frozen(np.ones(d)), frozen(np.eye(d))))
+        return g
 
     @classmethod
     def from_samples(cls, samples: Any) -> Gaussian:

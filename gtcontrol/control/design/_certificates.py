@@ -100,7 +100,8 @@ class DesignCertificate(Displayable):
         The statement, with its numbers.
     status
         ``Status.SUCCESS`` when ``valid``; ``Status.INFEASIBLE`` otherwise (``message`` names
-        the condition that fails).
+        the condition that fails); ``Status.BUDGET_EXHAUSTED`` when the check was not made in
+        the time left (rates and residual ``nan``).
     stats
         ``seconds``.
     """
@@ -332,6 +333,29 @@ def design_certificate(
         message=message,
         status=Status.SUCCESS if valid else Status.INFEASIBLE,
         stats={"seconds": time.perf_counter() - clock},
+    )
+
+
+def uncertified(
+    layer: Layer, target: Gaussian, rate: float | None, cov_rate: float | None, why: str
+) -> DesignCertificate:
+    """The certificate of a layer that was not checked (``why``: the time limit): ``kind``
+    ``"none"``, not valid, rates, residual and ``K`` ``nan``, ``Status.BUDGET_EXHAUSTED``."""
+    return DesignCertificate(
+        kind="none",
+        valid=False,
+        mean_rate=math.nan,
+        cov_rate=math.nan,
+        rate=math.nan,
+        residual=math.nan,
+        riccati=riccati_form(layer) is not None,
+        r_min=None,
+        uniqueness_gap=None,
+        requested_rate=rate,
+        requested_cov_rate=cov_rate,
+        mean_matrix=frozen(np.full((layer.dim, layer.dim), math.nan)),  # not formed either
+        message=f"not checked ({why})",
+        status=Status.BUDGET_EXHAUSTED,
     )
 
 

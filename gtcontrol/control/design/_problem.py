@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import scipy.linalg
 
 from ..._linalg import FloatArray, sym
 from ..._validation import (
@@ -151,8 +152,8 @@ def constructive_layer(
 ) -> Layer:
     """``A = aI + SΣ*⁻¹``, ``V = −rate·I``, ``B = R/(2·rate)``, ``R = 2aΣ*⁻¹``, 2a = cov_rate."""
     d = target.dim
-    w, u = np.linalg.eigh(target.cov)
-    omega = sym((u / w) @ u.T)
+    # Σ*⁻¹ by Cholesky: a third of an eigensolve's time (1 s at d = 1024), inside no budget check
+    omega = sym(scipy.linalg.cho_solve(scipy.linalg.cho_factor(target.cov), np.eye(d)))
     a = 0.5 * cov_rate
     a_mat = a * np.eye(d)
     if rotation is not None:

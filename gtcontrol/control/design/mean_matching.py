@@ -39,6 +39,7 @@ from ._certificates import (
     RobustnessCheck,
     _robustness,
     design_certificate,
+    uncertified,
 )
 from ._common import Whitening, param_norm, with_bias
 from ._finite_n import (
@@ -102,7 +103,7 @@ class MeanMatchingDesign(ResultFields, Outcome):
     whitened_norm
         The same in whitened coordinates (the norm the NLP minimizes):
         ``sqrt(‖Â‖² + ‖B̂‖² + ‖V̂‖² + ‖b̂‖²)``, ``Â = Σ*^{-½}AΣ*^{½}``, ``B̂ = Σ*^{½}BΣ*^{½}``,
-        ``V̂ = Σ*^{-½}VΣ*^{½}``, ``b̂ = Σ*^{-½}b``.
+        ``V̂ = Σ*^{-½}VΣ*^{½}``, ``b̂ = Σ*^{-½}b``; ``nan`` when the time limit had passed.
     optimal
         The constructive design, or IPOPT ended optimal with every margin met (the norm is
         locally minimal before the ESS scaling, which trades norm for finite-N validity).
@@ -170,10 +171,42 @@ def _certify(req: DesignRequest, layer: Layer, want_global: bool) -> DesignCerti
     )
 
 
-def _design_constructive(req: DesignRequest) -> DesignAttempt:
+#: The constructive certificate (eigensolves, slycot's Lyapunov solve, the mean block's
+#: eigenvalues) costs about this many ``d×d`` products: 70–90 measured at d = 256–512.
+_CERTIFICATE_MATMULS = 100
+#: Below this d the certificate takes well under the budget's tolerance (0.2 s at d = 256).
+_CERTIFICATE_PROBE_DIM = 256
+
+
+def _design_constructive(req: DesignRequest, budget: Budget) -> DesignAttempt:
     layer = constructive_layer(req.target, req.r_m, req.r_c, req.rotation)
+    refusal = _certificate_refusal(req.target.dim, budget)
+    if refusal is not None:
+        cert = uncertified(layer, req.target, req.r_m, req.r_c, "no time left for it")
+        return DesignAttempt(layer, cert, {"optimal": True}, "", refusal, False)
     cert = _certify(req, layer, req.opts.require_global is not False)
     return DesignAttempt(layer, cert, {"optimal": True}, "", None, False)
+
+
+def _certificate_refusal(d: int, budget: Budget) -> str | None:
+    """Why the certificate is not started, or ``None``: its cost, from the machine's own speed
+    (one ``d×d`` product timed here) times :data:`_CERTIFICATE_MATMULS`, would pass the
+    budget's wrap-up time (:meth:`Budget.grace`) — it is one native call per step, which no
+    budget check can interrupt."""
+    left = budget.grace()
+    if left is None or d < _CERTIFICATE_PROBE_DIM:
+        return None
+    x = np.ones((d, d))
+    clock = time.perf_counter()
+    x @ x
+    estimate = _CERTIFICATE_MATMULS * (time.perf_counter() - clock)
+    if estimate <= left:
+        return None
+    return (
+        f"the certificate was not started: at d = {d} it takes about {estimate:.2g} s (from "
+        f"this machine's d×d product), more than the {max(left, 0.0):.2g} s left of the time "
+        f"limit of {budget.time_limit:g} s"
+    )
 
 
 def _design_nlp(req: DesignRequest, budget: Budget) -> DesignAttempt:
@@ -549,7 +582,7 @@ def design_mean_matching(
         (initial, T),
     )
     if req.constructive:
-        method, out = "constructive", _design_constructive(req)
+        method, out = "constructive", _design_constructive(req, budget)
     else:
         method, out = "casadi", _design_nlp(req, budget)
     out, ess, ess_note = _finite_n(req, out, budget)
@@ -579,7 +612,12 @@ def design_mean_matching(
         robustness=rob,
         fixed=req.fixed,
         norm=param_norm(out.layer),
-        whitened_norm=param_norm(Whitening.of(req.target.cov).layer(out.layer)),
+        # O(d³) per head: left out (nan) once the time limit has passed
+        whitened_norm=(
+            math.nan
+            if budget.exhausted
+            else param_norm(Whitening.of(req.target.cov).layer(out.layer))
+        ),
         optimal=out.optimal,
         ess=ess,
         token_certificate=tokens,

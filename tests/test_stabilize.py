@@ -513,3 +513,31 @@ def test_newton_krylov_returns_a_stabilized_factored_equilibrium() -> None:
     assert np.linalg.norm(nr.cov - target.cov) <= 1e-11 * np.linalg.norm(target.cov)
     _, dcov = gt.moment_field(res.layer, target.mean, nr.cov)
     assert np.linalg.norm(dcov) <= 1e-10 * np.linalg.norm(target.cov)
+
+
+def test_verifications_run_concurrently_on_a_single_threaded_blas() -> None:
+    """With numpy's BLAS on one thread (as in ``stabilize_model``) the verifying simulations
+    run in threads: the same verification, start by start and in order, as one after the
+    other."""
+    from threadpoolctl import threadpool_limits
+
+    import gtcontrol.control.design.stabilize as stab
+
+    rng = np.random.default_rng(5)
+    d = 12
+    layer = random_layer(rng, d, 2, factored=False)
+    target = gt.Gaussian(rng.standard_normal(d), random_spd(rng, d))
+    with threadpool_limits(1, user_api="blas"):
+        assert stab._blas_single_threaded()
+        threaded = gt.stabilize(layer, target, add="head")
+    depth = float(threaded.verification[0].t[-1])
+    with threadpool_limits(1, user_api="blas"):
+        one_by_one = gt.stabilize(layer, target, add="head", initial=threaded.starts[0], T=depth)
+    assert threaded.success, threaded.message
+    assert [v.name for v in threaded.verification] == ["identity", "perturbed target"]
+    np.testing.assert_allclose(
+        threaded.verification[0].cov_error,
+        one_by_one.verification[0].cov_error,
+        rtol=1e-9,
+        atol=1e-15,
+    )

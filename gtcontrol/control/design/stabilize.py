@@ -61,11 +61,14 @@ Reference: the paper cited in :mod:`gtcontrol`, §4; docs/theory.md.
 
 from __future__ import annotations
 
+import functools
 import math
+import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import scipy.optimize
@@ -447,6 +450,31 @@ def _starts(
             raise InvalidGaussianError(f"initial[{i}]: expected a Gaussian, got {type(g).__name__}")
         out.append((f"initial {i}", check_gaussian(g, d, f"initial[{i}]")))
     return out
+
+
+_T = TypeVar("_T")
+
+
+def _concurrently(jobs: list[Callable[[], _T]]) -> list[_T]:
+    """Run independent jobs (the verifying simulations), in threads when numpy's BLAS is on one
+    thread (as :func:`gtcontrol.experiments.stabilize_model` sets it once torch is loaded):
+    each simulation is BLAS-bound and releases the GIL, so the starts share the cores. With a
+    multi-threaded BLAS (or without ``threadpoolctl`` to tell) they run one after the other,
+    each using every core."""
+    workers = min(len(jobs), os.cpu_count() or 1)
+    if workers <= 1 or not _blas_single_threaded():
+        return [job() for job in jobs]
+    with ThreadPoolExecutor(workers, thread_name_prefix="gtcontrol-verify") as pool:
+        return list(pool.map(lambda job: job(), jobs))
+
+
+def _blas_single_threaded() -> bool:
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:  # pragma: no cover - threadpoolctl comes with the experiments extra
+        return False
+    blas = [p for p in threadpool_info() if p.get("user_api") == "blas"]
+    return bool(blas) and all(int(p.get("num_threads", 0)) == 1 for p in blas)
 
 
 def _nearest_skew(e: FloatArray, s_act: FloatArray) -> FloatArray:
@@ -905,9 +933,12 @@ class _Context:
         beta = 2.0 * (q + c_eff)
         radius = (-omega / beta if beta > 0 else math.inf) if omega < 0 else math.nan
         t_end = depth if depth is not None else self.default_depth()
-        checks = [
-            self._verify(final, name, g0, t_end, radius, inv_root) for name, g0 in self.starts
-        ]
+        checks = _concurrently(
+            [
+                functools.partial(self._verify, final, name, g0, t_end, radius, inv_root)
+                for name, g0 in self.starts
+            ]
+        )
         change_fn = self._function_change(final, probe)
         tc = untouched = None
         if n_tok is not None and not self.budget.exhausted:

@@ -33,7 +33,8 @@ from threadpoolctl import threadpool_info
 
 import gtcontrol as gt
 from gtcontrol._status import Budget
-from gtcontrol.analysis.stability import SymOperator, active_subspace, reduced_layer
+from gtcontrol.analysis._subspace import active_subspace, reduced_layer
+from gtcontrol.analysis.stability import SymOperator
 from gtcontrol.control.design.stabilize import _Context, _starts
 from gtcontrol.experiments import extract
 from gtcontrol.experiments.stabilization import stabilize_model

@@ -541,3 +541,26 @@ def test_verifications_run_concurrently_on_a_single_threaded_blas() -> None:
         rtol=1e-9,
         atol=1e-15,
     )
+
+
+@pytest.mark.parametrize("kron_max_dim", [64, 8])
+def test_newton_on_an_equilibrium_singular_along_the_affine_coordinate(kron_max_dim: int) -> None:
+    """A start ``S ⊕ 0`` of a layer that never moves its last coordinate: on Sym(d) the
+    Jacobian is singular there (the dense Kronecker solve refused it as "DF(Σ) is singular"),
+    so Newton runs on the active subspace, by either linear solver, and returns ``Σ* ⊕ 0``."""
+    rng = np.random.default_rng(3)
+    d = 33
+    layer = frozen_last_coordinate(rng, d)
+    cov = np.zeros((d, d))
+    cov[:-1, :-1] = random_spd(rng, d - 1)
+    target = gt.Gaussian(np.append(rng.standard_normal(d - 1), 1.0), cov)
+    res = gt.stabilize(layer, target, add="head", T=0.01)
+    e = rng.standard_normal((d - 1, d - 1))
+    start = cov.copy()
+    start[:-1, :-1] += 0.01 * (e + e.T) / np.linalg.norm(e + e.T, 2)
+    nr = gt.newton_equilibrium(res.layer, start, kron_max_dim=kron_max_dim, time_limit=60)
+    assert nr.success, nr.message
+    assert nr.stats["active_dim"] == d - 1
+    assert nr.stats["linear_solver"] == ("kronecker" if kron_max_dim > d else "gmres")
+    assert np.linalg.norm(nr.cov - cov) <= 1e-12 * np.linalg.norm(cov)
+    assert not np.any(nr.cov[-1]) and not np.any(nr.cov[:, -1])

@@ -17,6 +17,7 @@ SIAM J. Sci. Comput. 37 (2015).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 import warnings
@@ -43,6 +44,7 @@ from .._validation import (
 from ..errors import InvalidParametersError, SolverError
 from ..model.moments import affine_velocity, moment_field
 from ..model.params import Layer
+from ._subspace import frozen_rows_basis, reduced_layer
 
 __all__ = [
     "NewtonResult",
@@ -536,7 +538,10 @@ def newton_equilibrium(
     layer
         Any layer of the exact moment model.
     start
-        Initial symmetric matrix.
+        Initial symmetric matrix. Zero rows and columns along directions the layer never moves
+        (``nᵀA = 0``, ``nᵀb = 0``, ``nᵀV_h = 0``: an extracted layer's affine coordinate) stay
+        zero: the iteration runs on the active subspace (``stats["active_dim"]``), where
+        ``DF`` is not singular.
     deflate
         Roots to deflate (e.g. ``0`` and equilibria already found).
     tol
@@ -579,7 +584,23 @@ def newton_equilibrium(
     d = layer.dim
     cov = sym(as_float_array("start", start, ndim=2, shape=(d, d)))
     known = [sym(as_float_array("deflate[i]", k, ndim=2, shape=(d, d))) for k in deflate]
-    return newton_run(layer, cov, known, opts, budget)
+    basis = frozen_rows_basis(layer, cov)
+    if basis is None:
+        return newton_run(layer, cov, known, opts, budget)
+    # Zero rows on directions the layer never moves (an extracted layer's affine coordinate):
+    # DF is singular on Sym(d) there, so solve on the active subspace and embed Σ = U S Uᵀ.
+    reduced = newton_run(
+        reduced_layer(layer, basis),
+        basis.T @ cov @ basis,
+        [basis.T @ k @ basis for k in known],
+        opts,
+        budget,
+    )
+    return dataclasses.replace(
+        reduced,
+        cov=frozen(basis @ reduced.cov @ basis.T),
+        stats={**reduced.stats, "active_dim": basis.shape[1]},
+    )
 
 
 class _Run:

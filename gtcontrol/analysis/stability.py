@@ -50,19 +50,14 @@ from .._display import Axes, SummaryItems
 from .._linalg import FloatArray, spd_sqrt_pair, sym, unvech, vech, vech_scale
 from .._status import Budget, BudgetExhausted, Outcome, ResultFields, Status, as_time_limit
 from .._validation import as_choice, as_positive_int, frozen
-from ..errors import InvalidGaussianError, InvalidParametersError
+from ..errors import InvalidParametersError
 from ..model.field import affine_velocity, moment_field
 from ..model.gaussian import Gaussian, check_gaussian
-from ..model.heads import FactoredHeads
 from ..model.params import Layer
+from ._subspace import active_subspace, reduced_layer
 from .newton import _Jacobian, _rel_residual
 
-__all__ = [
-    "LinearizationSpectrum",
-    "active_subspace",
-    "linearization_spectrum",
-    "reduced_layer",
-]
+__all__ = ["LinearizationSpectrum", "linearization_spectrum"]
 
 ComplexArray = np.ndarray[Any, np.dtype[np.complex128]]
 
@@ -78,101 +73,9 @@ DENSE_LIMIT = 1500
 _DENSE_MAX = 10_000
 #: A relative residual of the equilibrium equations above this is refused as "not an equilibrium".
 EQUILIBRIUM_RTOL = 1e-8
-#: Eigenvalues of ``Σ*`` below this times ``λ_max`` count as zero (the frozen directions).
-_RANK_RTOL = 1e-10
-#: Entries of ``nᵀA``, ``nᵀV_h``, ``nᵀb`` up to this times the layer's size count as zero.
-_FROZEN_RTOL = 1e-12
 #: Arnoldi: cap on restarts and the smallest basis size.
 _ARPACK_MAXITER = 2000
 _MIN_NCV = 20
-
-
-def active_subspace(layer: Layer, cov: FloatArray, name: str = "equilibrium") -> FloatArray:
-    """Orthonormal basis ``U`` (``d×r``) of ``range Σ``, checked against the frozen directions.
-
-    When ``Σ`` is singular its null space must consist of directions the layer never moves
-    (``nᵀA = 0``, ``nᵀb = 0``, ``nᵀV_h = 0``); zero rows and columns of ``Σ`` give coordinate
-    axes exactly (``U`` is then a selection of the identity's columns).
-
-    Raises
-    ------
-    InvalidGaussianError
-        Naming ``name``, if ``Σ`` is singular along a direction the layer moves.
-    """
-    d = layer.dim
-    c = sym(cov)
-    top = float(np.max(np.abs(c))) if c.size else 0.0
-    if top == 0.0:
-        raise InvalidGaussianError(f"{name}: the covariance is zero; expected rank ≥ 1")
-    zero = np.all(c == 0.0, axis=1)
-    active = np.flatnonzero(~zero)
-    w = np.linalg.eigvalsh(c[np.ix_(active, active)])
-    if float(w[0]) > _RANK_RTOL * float(w[-1]):
-        basis = np.eye(d)[:, active]
-    else:
-        w_full, u_full = np.linalg.eigh(c)
-        keep = w_full > _RANK_RTOL * float(w_full[-1])
-        basis = u_full[:, keep]
-    if basis.shape[1] < d:
-        _check_frozen(layer, _complement(basis), name)
-    return basis
-
-
-def _complement(basis: FloatArray) -> FloatArray:
-    d, r = basis.shape
-    if np.all(np.isin(basis, (0.0, 1.0))) and np.allclose(basis.sum(axis=0), 1.0):
-        rows = np.flatnonzero(basis.sum(axis=1) == 0.0)
-        return np.eye(d)[:, rows]
-    q, _ = np.linalg.qr(basis, mode="complete")
-    return q[:, r:]
-
-
-def _check_frozen(layer: Layer, null: FloatArray, name: str) -> None:
-    a, b = layer.affine_ffn()
-    parts: list[tuple[str, FloatArray]] = [("A", null.T @ a), ("b", null.T @ b)]
-    fh = layer.factored_heads
-    if fh is not None:
-        parts.append(("heads (W_O)", null.T @ fh.o_cat))
-    parts += [(f"dense head {h}", null.T @ v_h) for h, (v_h, _) in enumerate(layer.dense_heads)]
-    scale = max(
-        [1.0, float(np.max(np.abs(a)))]
-        + [float(np.max(np.abs(v_h))) for v_h, _ in layer.dense_heads]
-        + ([float(np.max(np.abs(fh.o_cat)))] if fh is not None else [])
-    )
-    for what, block in parts:
-        dev = float(np.max(np.abs(block))) if block.size else 0.0
-        if dev > _FROZEN_RTOL * scale:
-            raise InvalidGaussianError(
-                f"{name}: the covariance is singular along a direction the layer moves "
-                f"({what} acts on it, |entry| up to {dev:.3g}); expected a covariance positive "
-                "definite on the layer's active subspace (singular only along directions with "
-                "nᵀA = 0, nᵀb = 0 and nᵀV_h = 0, such as an affine coordinate)"
-            )
-
-
-def reduced_layer(layer: Layer, basis: FloatArray) -> Layer:
-    """The layer's covariance dynamics on ``range U``: ``A_r = UᵀAU``, heads ``(UᵀV_hU, UᵀB_hU)``.
-
-    Factored heads stay factored (``W_Q U``, ``W_K U``, ``W_V U``, ``Uᵀ W_O``). The bias and the
-    parts of ``B_h`` that act on the frozen directions only enter the mean equation, so they
-    are dropped; with ``Σ = U S Uᵀ`` the reduced field gives ``dS/dt`` exactly.
-    """
-    a, _ = layer.affine_ffn()
-    r = basis.shape[1]
-    groups: list[Any] = []
-    fh = layer.factored_heads
-    if fh is not None:
-        groups.append(
-            FactoredHeads(
-                fh.q @ basis,
-                fh.k @ basis,
-                fh.v @ basis,
-                np.einsum("ji,hjk->hik", basis, fh.o),
-                scale=fh.scale,
-            )
-        )
-    groups += [(basis.T @ v_h @ basis, basis.T @ b_h @ basis) for v_h, b_h in layer.dense_heads]
-    return Layer(basis.T @ a @ basis, heads=groups, dim=r)
 
 
 def _mean_block(layer: Layer, mean: FloatArray, cov: FloatArray, basis: FloatArray) -> FloatArray:

@@ -78,15 +78,14 @@ from ..._display import Axes, SummaryItems
 from ..._linalg import FloatArray, psd_sqrt, spd_sqrt_pair, sym
 from ..._status import Budget, BudgetExhausted, Outcome, ResultFields, Status, as_time_limit
 from ..._validation import as_choice, as_float_array, as_positive_float, as_positive_int, frozen
+from ...analysis._subspace import active_subspace, reduced_layer
 from ...analysis.stability import (
     EQUILIBRIUM_RTOL,
     LinearizationSpectrum,
     SymOperator,
     _mean_block,
     _spectrum,
-    active_subspace,
     equilibrium_residuals,
-    reduced_layer,
 )
 from ...errors import InvalidGaussianError, InvalidParametersError
 from ...model.attention import token_velocity
@@ -117,8 +116,9 @@ _GAINS_TRUST = 0.25
 _GAINS_STEP_TOL = 1e-4
 #: Probe tokens for the function change when none are given.
 _PROBE_TOKENS = 512
-#: Relative size of the perturbed-target start.
+#: Relative size of the perturbed-target start, and its name (the default token-check start).
 _PERTURBATION = 0.1
+_PERTURBED = "perturbed target"
 
 
 @dataclass(frozen=True, eq=False)
@@ -437,7 +437,7 @@ def _starts(
         e *= _PERTURBATION / max(float(np.linalg.norm(e, 2)), 1e-300)
         cov = basis @ (root @ (np.eye(basis.shape[1]) + e) @ root) @ basis.T
         mean = tgt.mean + _PERTURBATION * (basis @ (root @ rng.standard_normal(basis.shape[1])))
-        perturbed = ("perturbed target", Gaussian(mean, sym(cov), name="initial"))
+        perturbed = (_PERTURBED, Gaussian(mean, sym(cov), name="initial"))
         if np.array_equal(identity.cov, tgt.cov) and np.array_equal(identity.mean, tgt.mean):
             return [perturbed]  # the identity start is the target itself: nothing to verify
         return [("identity", identity), perturbed]
@@ -574,7 +574,7 @@ class _Context:
         # the token check's start: the first initial given, else the perturbed target (from
         # the identity start the kept heads of a pretrained layer are typically in their hard-
         # attention regime, where no finite N follows the moments; near the target they are not)
-        self.token_start = starts[-1][1] if starts[-1][0] == "perturbed target" else starts[0][1]
+        self.token_start = starts[-1][1] if starts[-1][0] == _PERTURBED else starts[0][1]
         self.s_act = basis.T @ target.cov @ basis
         self.proj = basis @ basis.T
         self.a_old_r = basis.T @ layer.affine_ffn()[0] @ basis

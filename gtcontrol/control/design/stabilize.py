@@ -1108,7 +1108,10 @@ class _Context:
                 f"relative distance {far:.3g} from the target (the target attracts locally "
                 "but not from this start)"
             )
-        return f"still moving at depth T (relative speed {speed:.2g}, error {far:.3g})"
+        return (
+            f"still moving at depth T (relative speed {speed:.2g}, error {far:.3g}: at that "
+            f"speed the gap takes a depth of {far / speed:.2g} more to close)"
+        )
 
     def _tokens(
         self, final: Layer, n_tok: int, t_end: float

@@ -245,6 +245,7 @@ class Stabilization(ResultFields, Outcome):
         return [
             ("family", self.family),
             ("change", self.change),
+            ("mean_shift", None if math.isnan(self.mean_shift) else self.mean_shift),
             ("abscissa", None if self.spectrum is None else self.spectrum.abscissa),
             ("rate", self.rate),
             ("local_certificate", self.local_certificate),

@@ -1,4 +1,4 @@
-"""Docstring fragments: one home for a description that several docstrings share (private).
+"""Docstring fragments: one home for a description that several docstrings share.
 
 A fragment is a piece of numpydoc text, e.g. the entry of a parameter that several functions take
 with the same meaning. A docstring names it on a line of its own as ``%(name)s``; :func:`fill`

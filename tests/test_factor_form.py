@@ -277,7 +277,7 @@ def test_hard_growth_ends_within_its_budget_with_an_honest_status() -> None:
 
 def test_growth_note_tells_quadratic_from_exponential_samples() -> None:
     """The watch's note for an undecided growth: the e-folding rate and the trend of λ/λ̇."""
-    from gtcontrol.model.blowup_detection import BlowupWatch
+    from gtcontrol.model._blowup_detection import BlowupWatch
 
     expo = BlowupWatch(1.0, 10.0, 1e-12)
     for t in (0.1, 0.25, 0.4):  # λ = e^{23 t}: λ/λ̇ = 1/23 at every sample
@@ -292,7 +292,7 @@ def test_growth_note_tells_quadratic_from_exponential_samples() -> None:
 
 def test_null_cone_note_sees_an_attention_flat_top_direction() -> None:
     """vᵀB_h v = 0 for every head along the top direction: noted, dense and factored alike."""
-    from gtcontrol.model.blowup_detection import BlowupWatch
+    from gtcontrol.model._blowup_detection import BlowupWatch
     from gtcontrol.model.heads import FactoredHeads
 
     v = np.array([1.0, 1.0, 0.0]) / np.sqrt(2.0)
@@ -323,7 +323,7 @@ def test_horizontal_gauge_holds_an_equilibrium_still_and_changes_no_moment(
     still; the horizontal gauge removes that rotation, so the steps are no longer held by its
     accuracy. Near the equilibrium it changes no moment: both runs match the closed form
     ``Σ(t) = e^{At} Σ0 e^{Aᵀt}``. Far from one (Σ moving fast) it is not switched on."""
-    import gtcontrol.model.moment_integrator as mi
+    import gtcontrol.model._moment_integrator as mi
 
     rng = np.random.default_rng(3)
     d = 6

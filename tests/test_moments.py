@@ -433,7 +433,7 @@ def test_absurd_discrete_options_are_refused() -> None:
 
 def test_options_are_keyword_only_and_the_validator_is_private() -> None:
     import gtcontrol
-    from gtcontrol.model.moment_integrator import _IntegratorOptions
+    from gtcontrol.model._moment_integrator import _IntegratorOptions
 
     with pytest.raises(TypeError):
         simulate(Layer(np.eye(2)), Gaussian.standard(2), 1.0, 1e-8)  # type: ignore[misc]

@@ -21,8 +21,8 @@ from gtcontrol import (
     simulate,
     simulate_discrete,
 )
+from gtcontrol.model._token_integrators import _TokenOptions
 from gtcontrol.model.attention import token_velocity
-from gtcontrol.model.token_integrators import _TokenOptions
 from gtcontrol.model.tokens import TokenTrajectory, simulate_tokens
 
 

@@ -1,4 +1,4 @@
-"""What :func:`gtcontrol.compare_tokens` measures besides the errors (private).
+"""What :func:`gtcontrol.compare_tokens` measures besides the errors.
 
 The moment reference (the moment ODE, or the Gaussian closure for a non-affine feed-forward),
 the cost of a token run in token pairs and a lower bound on its field evaluations (from which

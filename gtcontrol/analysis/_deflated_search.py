@@ -1,4 +1,4 @@
-"""Deflated Newton search for the covariance equilibria of any layer (private).
+"""Deflated Newton search for the covariance equilibria of any layer.
 
 :func:`deflated_search` runs Newton–Kantorovich (:mod:`gtcontrol.analysis.newton`) with
 deflation of every root found (Σ = 0 always) from several kinds of starts, sharing one budget:

@@ -1,4 +1,4 @@
-"""All covariance equilibria of a small layer by polynomial homotopy continuation (private).
+"""All covariance equilibria of a small layer by polynomial homotopy continuation.
 
 The equilibrium equation ``F(Σ) = AΣ + ΣAᵀ + Σ_h (V_hΣB_hΣ + ΣB_hᵀΣV_hᵀ) [+ GGᵀ] = 0`` is a
 system of ``n = d(d+1)/2`` quadratics in the entries of Σ, so it has at most ``2ⁿ`` isolated

@@ -1,4 +1,4 @@
-"""The active subspace of a singular covariance: the directions a layer moves (private).
+"""The active subspace of a singular covariance: the directions a layer moves.
 
 An extracted Transformer layer carries an affine coordinate that no token ever changes
 (``nᵀA = 0``, ``nᵀb = 0``, ``nᵀV_h = 0``); its equilibria are singular along it, ``S ⊕ 0``.

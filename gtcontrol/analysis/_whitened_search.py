@@ -1,4 +1,4 @@
-"""Levenberg–Marquardt on the whitened residual in factor coordinates (private).
+"""Levenberg–Marquardt on the whitened residual in factor coordinates.
 
 At a positive-definite equilibrium ``MΣ* + Σ*Mᵀ = 0`` says that M is Σ*-skew: with
 ``Σ = LLᵀ`` the congruent matrix ``N = L⁻¹ M L`` is skew. The search therefore drives the

@@ -1,4 +1,4 @@
-"""The CasADi/IPOPT nonlinear program of one steering problem, built and assembled (private).
+"""The CasADi/IPOPT nonlinear program of one steering problem, built and assembled.
 
 Variables, per layer: the free parameters ``P``, the collocation states ``Z`` and the end state
 ``X`` (the blocks below); the initial state, the terminal data and the parameters held

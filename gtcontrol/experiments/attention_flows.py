@@ -56,7 +56,7 @@ from .._progress import progress
 from .._status import Budget, Outcome, ResultFields, Status
 from .._validation import as_positive_float, as_time_limit
 from ..errors import InvalidParametersError
-from ..model.factor_form import top_eigenpair
+from ..model._factor_form import top_eigenpair
 from ..model.gaussian import Gaussian
 from ..model.moments import Trajectory, simulate
 from ..model.params import Layer

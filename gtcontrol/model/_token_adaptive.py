@@ -1,4 +1,4 @@
-"""Adaptive time stepping of the token ensemble (private): embedded Runge–Kutta pairs.
+"""Adaptive time stepping of the token ensemble: embedded Runge–Kutta pairs.
 
 The default integrator of :func:`gtcontrol.model.tokens.simulate_tokens`. The whole ensemble
 ``X ∈ R^{N×d}`` is one state; each step of an explicit embedded pair (Dormand & Prince's 8(5,3)
@@ -39,8 +39,8 @@ from numpy.typing import NDArray
 from scipy.integrate import DOP853, RK45
 
 from .._status import BudgetExhausted, Status
+from ._token_integrators import _DONE, _End, _finite, _in_range, _layer_source, _Run
 from .attention import _velocity
-from .token_integrators import _DONE, _End, _finite, _in_range, _layer_source, _Run
 
 __all__: list[str] = []
 

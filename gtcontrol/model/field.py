@@ -219,7 +219,7 @@ def factor_field(
         ``L``, shape ``(d, r)``.
     shift
         A ``d×d`` matrix ``S`` subtracted from ``A``: the field of ``M − S`` (a rotating frame's
-        generator, :mod:`gtcontrol.model.moment_integrator`), formed without the cancellation
+        generator, :mod:`gtcontrol.model._moment_integrator`), formed without the cancellation
         of ``M L − S L`` when ``S`` is large.
 
     Returns

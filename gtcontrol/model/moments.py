@@ -14,7 +14,7 @@ and a discrete residual layer ``x ← x + h v(x)`` maps moments exactly by
 
 Everything in gtcontrol that needs the field calls :func:`affine_velocity` / :func:`moment_field`
 (defined in :mod:`gtcontrol.model.field`, re-exported here). The parts of the adaptive
-integrator live in :mod:`gtcontrol.model.moment_integrator`.
+integrator live in :mod:`gtcontrol.model._moment_integrator`.
 :func:`simulate` never raises on numerical trouble: a blow-up, an overflow, an integrator
 failure or a spent budget (``time_limit``, ``max_evals``) is a :class:`Trajectory` whose
 ``status`` says which, holding the trajectory up to that point.
@@ -37,10 +37,8 @@ from .._linalg import FloatArray, numerical_ranks, sym
 from .._progress import progress
 from .._status import DEFAULT_MAX_EVALS, Budget, BudgetExhausted, OutcomeOrBlowup, Status
 from .._validation import as_positive_int, as_time_limit, frozen, option_values
-from .blowup_detection import IntegrationEnd
-from .field import affine_velocity, moment_field
-from .gaussian import Gaussian, check_gaussian
-from .moment_integrator import (
+from ._blowup_detection import IntegrationEnd
+from ._moment_integrator import (
     _MAX_STEPS_PER_LAYER,
     _check_exact,
     _IntegratorOptions,
@@ -48,6 +46,8 @@ from .moment_integrator import (
     _setup,
     integrate,
 )
+from .field import affine_velocity, moment_field
+from .gaussian import Gaussian, check_gaussian
 from .params import Control, Layer, Schedule, as_control
 
 __all__ = ["Trajectory", "affine_velocity", "moment_field", "simulate", "simulate_discrete"]

@@ -36,10 +36,7 @@ from .._progress import progress
 from .._status import DEFAULT_MAX_EVALS, Budget, Outcome, Status
 from .._validation import frozen, option_values
 from ._token_adaptive import _run_adaptive
-from .attention import _check_tokens, _Workspace
-from .gaussian import Gaussian
-from .params import Control, Layer, Schedule, as_control
-from .token_integrators import (
+from ._token_integrators import (
     _check_noise_sources,
     _check_snapshot_times,
     _Recorder,
@@ -47,6 +44,9 @@ from .token_integrators import (
     _run_fixed,
     _TokenOptions,
 )
+from .attention import _check_tokens, _Workspace
+from .gaussian import Gaussian
+from .params import Control, Layer, Schedule, as_control
 
 __all__ = ["TokenTrajectory", "simulate_tokens"]
 

@@ -1,4 +1,4 @@
-"""Telling a finite-time blow-up of Σ from exponential growth, and locating it (private).
+"""Telling a finite-time blow-up of Σ from exponential growth, and locating it.
 
 Near a quadratic singularity the top eigenvalue grows like ``λ_max(t) ≈ c/(t* − t)``, so its
 reciprocal is near-linear in depth and the tangent extrapolation ``t + λ/λ̇`` (the *remaining

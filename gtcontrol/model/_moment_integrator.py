@@ -1,4 +1,4 @@
-"""The adaptive integrator behind :func:`gtcontrol.model.moments.simulate` (private).
+"""The adaptive integrator behind :func:`gtcontrol.model.moments.simulate`.
 
 Its parts, each named: the validated options (:class:`_IntegratorOptions`), the setup of the
 control and its recording grid (:func:`_setup`), and one segment's integration between two
@@ -6,9 +6,9 @@ breakpoints of the control (:func:`_integrate_segment`), a step-by-step loop ove
 ``scipy.integrate`` solver that
 
 * integrates the factor form ``Σ = e^{2s} K Kᵀ`` for noise-free layers and the entry-wise form
-  for noisy ones (:mod:`gtcontrol.model.factor_form`), restarting (renormalizing ``K``)
+  for noisy ones (:mod:`gtcontrol.model._factor_form`), restarting (renormalizing ``K``)
   whenever its scale drifts;
-* watches ``‖Σ‖₂`` for a finite-time singularity (:mod:`gtcontrol.model.blowup_detection`) and
+* watches ``‖Σ‖₂`` for a finite-time singularity (:mod:`gtcontrol.model._blowup_detection`) and
   classifies a step-size collapse the same way;
 * detects stiffness (the explicit step is stability-limited: ``h ρ(∂f/∂y) ≳ 1`` while the
   projected number of steps is large) and switches to a rotating frame ``e^{Sτ}`` when the skew
@@ -45,8 +45,8 @@ from .._validation import (
     as_time_limit,
 )
 from ..errors import InvalidParametersError
-from .blowup_detection import OVERFLOW_LEVEL, BlowupWatch, IntegrationEnd
-from .factor_form import Form, _FactorForm, exact_jacobian, initial_factor, make_form
+from ._blowup_detection import OVERFLOW_LEVEL, BlowupWatch, IntegrationEnd
+from ._factor_form import Form, _FactorForm, exact_jacobian, initial_factor, make_form
 from .gaussian import check_gaussian
 from .params import Control, Layer, Schedule, as_control
 
@@ -108,7 +108,7 @@ class _IntegratorOptions:
         at every tenfold growth, it extrapolates ``1/λ_max`` to tell a finite-time blow-up
         (the extrapolations agree and the remaining time shrinks) from exponential growth
         (it goes on; past 1e250 it is an overflow). See
-        :mod:`gtcontrol.model.blowup_detection`.
+        :mod:`gtcontrol.model._blowup_detection`.
     max_step
         Largest step; ``inf`` lets the error control decide.
     max_evals
@@ -255,7 +255,7 @@ class _Segment:
         self.run, self.form, self.t1 = run, form, t1
         self.method = run.opts.method
         self.skew: FloatArray | None = None
-        # the factor's horizontal gauge (:func:`.factor_form._vertical`), from the start when
+        # the factor's horizontal gauge (:func:`._factor_form._vertical`), from the start when
         # the factor nearly only rotates there (a start at an equilibrium), else by the probe
         self.gauge = False
         if (

@@ -1,4 +1,4 @@
-"""The token integrators behind :func:`gtcontrol.model.tokens.simulate_tokens` (private).
+"""The token integrators behind :func:`gtcontrol.model.tokens.simulate_tokens`.
 
 Fixed steps (classical RK4, or the residual network ``x ← x + h v(x)`` with an Euler–Maruyama
 noise term), with the validation of the options of every method, the recorder of empirical

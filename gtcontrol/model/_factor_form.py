@@ -1,4 +1,4 @@
-"""State formulations of the moment ODE for the adaptive integrator (private).
+"""State formulations of the moment ODE for the adaptive integrator.
 
 Two packed states, each valid for one *chunk* of the integration (between restarts):
 
@@ -16,7 +16,7 @@ Two packed states, each valid for one *chunk* of the integration (between restar
 
 Both forms expose the same small interface: ``rhs`` (ticks the budget), ``moments`` (the
 physical ``m, Σ`` and factor), ``top`` (``λ_max Σ`` and its rate from the Gram matrix, the
-input of :mod:`gtcontrol.model.blowup_detection`), ``trace`` (a cheap upper bound of
+input of :mod:`gtcontrol.model._blowup_detection`), ``trace`` (a cheap upper bound of
 ``λ_max``), ``log_scale`` and ``jacobian`` (dense, for implicit methods: the field is a cubic
 polynomial in the packed state, so a five-point central difference is exact up to rounding).
 

@@ -530,6 +530,13 @@ def test_verifications_run_concurrently_on_a_single_threaded_blas() -> None:
     with threadpool_limits(1, user_api="blas"):
         assert stab._blas_single_threaded()
         threaded = gt.stabilize(layer, target, add="head")
+    # the jobs see the caller's context: its progress display (a context variable) included
+    import io
+
+    from gtcontrol._progress import reporting, reporting_enabled
+
+    with threadpool_limits(1, user_api="blas"), reporting(enabled=True, stream=io.StringIO()):
+        assert stab._concurrently([reporting_enabled, reporting_enabled]) == [True, True]
     depth = float(threaded.verification[0].t[-1])
     with threadpool_limits(1, user_api="blas"):
         one_by_one = gt.stabilize(layer, target, add="head", initial=threaded.starts[0], T=depth)

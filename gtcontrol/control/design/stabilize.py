@@ -61,6 +61,7 @@ Reference: the paper cited in :mod:`gtcontrol`, §4; docs/theory.md.
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import math
 import os
@@ -465,8 +466,11 @@ def _concurrently(jobs: list[Callable[[], _T]]) -> list[_T]:
     workers = min(len(jobs), os.cpu_count() or 1)
     if workers <= 1 or not _blas_single_threaded():
         return [job() for job in jobs]
+    # each job runs in a copy of the caller's context: its progress bars (a context variable)
+    # show as they would one after the other
+    runs = [(contextvars.copy_context(), job) for job in jobs]
     with ThreadPoolExecutor(workers, thread_name_prefix="gtcontrol-verify") as pool:
-        return list(pool.map(lambda job: job(), jobs))
+        return list(pool.map(lambda run: run[0].run(run[1]), runs))
 
 
 def _blas_single_threaded() -> bool:

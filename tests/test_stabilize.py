@@ -571,3 +571,30 @@ def test_newton_on_an_equilibrium_singular_along_the_affine_coordinate(kron_max_
     assert nr.stats["linear_solver"] == ("kronecker" if kron_max_dim > d else "gmres")
     assert np.linalg.norm(nr.cov - cov) <= 1e-12 * np.linalg.norm(cov)
     assert not np.any(nr.cov[-1]) and not np.any(nr.cov[:, -1])
+
+
+def test_a_default_depth_is_extended_while_the_error_still_falls(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A default depth five e-folds too short (the transient allowance set to −5): the
+    verification goes on, 3/rate at a time, until the error is below 1e-6, and says so; a
+    depth the caller gives is never extended."""
+    import gtcontrol.control.design.stabilize as stab
+
+    monkeypatch.setattr(stab, "_TRANSIENT_EFOLDS", -5.0)
+    layer = gt.Layer(V=0.5 * np.eye(2), B=np.eye(2))
+    target = gt.Gaussian(np.zeros(2), np.eye(2))
+    start = gt.Gaussian(np.ones(2), 3.0 * np.eye(2))
+    res = gt.stabilize(layer, target, add="head", initial=start)
+    assert res.success, res.message
+    check = res.verification[0]
+    assert "was extended to" in check.message
+    e0 = max(
+        np.linalg.norm(start.cov - target.cov) / np.linalg.norm(target.cov),
+        np.linalg.norm(start.mean) / math.sqrt(2.0),
+    )
+    short = (math.log(e0 / 1e-6) - 5.0) / res.rate
+    assert short < check.t[-1] <= 2.0 * short + 1e-9
+    assert np.all(np.diff(check.t) > 0)
+    fixed = gt.stabilize(layer, target, add="head", initial=start, T=short)
+    assert fixed.status is Status.FAILED and fixed.verification[0].t[-1] == pytest.approx(short)

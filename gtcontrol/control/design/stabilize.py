@@ -393,22 +393,35 @@ def stabilize(
     )
     basis = active_subspace(layer, tgt.cov, "target")
     starts = _starts(initial, tgt, basis, int(seed), layer.dim)
-    ctx = _Context(layer, tgt, basis, rho, Budget(limit), int(seed), float(min_ess), starts)
+    ctx = _Context(
+        layer,
+        tgt,
+        basis,
+        rho,
+        Budget(limit),
+        int(seed),
+        float(min_ess),
+        starts,
+        depth=depth,
+        n_tok=n_tok,
+        probe=probe,
+        clock=clock,
+    )
     try:
         base_layer = ctx.design_ffn(layer)
         ctx.base_layer = base_layer
         base = ctx.spectrum(base_layer, omega=True, k=1)
         if base.status is not Status.SUCCESS:
-            return ctx.result_without(base_layer, base, family, base.status, base.message, clock)
+            return ctx.result_without(base_layer, base, family, base.status, base.message)
         kinds = ("head", "gains") if family == "auto" else (family,)
         found = []
         for kind in kinds:
-            found.append(ctx.family(kind, base_layer, base, depth, n_tok, probe, clock))
+            found.append(ctx.family(kind, base_layer, base))
             if ctx.budget.exhausted:
                 break
     except BudgetExhausted as exc:
         return ctx.result_without(
-            layer, None, family, Status.BUDGET_EXHAUSTED, f"stopped: {exc.reason}", clock
+            layer, None, family, Status.BUDGET_EXHAUSTED, f"stopped: {exc.reason}"
         )
     if family != "auto":
         return found[0]
@@ -573,8 +586,17 @@ class _Context:
         seed: int,
         min_ess: float,
         starts: list[tuple[str, Gaussian]],
+        *,
+        depth: float | None = None,
+        n_tok: int | None = None,
+        probe: FloatArray | None = None,
+        clock: float | None = None,
     ) -> None:
         self.layer = layer
+        # the checks of every family: verification depth (None: the default), token count,
+        # probe tokens, and the call's start time
+        self.depth, self.n_tok, self.probe = depth, n_tok, probe
+        self.clock = time.perf_counter() if clock is None else clock
         self.target = target
         self.basis = basis
         self.rate = rate
@@ -631,14 +653,10 @@ class _Context:
         kind: str,
         base_layer: Layer,
         base: LinearizationSpectrum,
-        depth: float | None,
-        n_tok: int | None,
-        probe: FloatArray | None,
-        clock: float,
     ) -> Stabilization:
         if kind == "head":
-            return self._head(base_layer, base, depth, n_tok, probe, clock)
-        return self._gains(base_layer, base, depth, n_tok, probe, clock)
+            return self._head(base_layer, base)
+        return self._gains(base_layer, base)
 
     def _start_vector(self, spec: LinearizationSpectrum) -> FloatArray | None:
         """The rightmost mode of ``spec`` (real coordinates), plus a little seeded noise."""
@@ -707,15 +725,7 @@ class _Context:
             radius = max(radius, r_g)
         return max(1.0, (1.0 + 1e-9) * radius / rho_req)
 
-    def _head(
-        self,
-        base_layer: Layer,
-        base: LinearizationSpectrum,
-        depth: float | None,
-        n_tok: int | None,
-        probe: FloatArray | None,
-        clock: float,
-    ) -> Stabilization:
+    def _head(self, base_layer: Layer, base: LinearizationSpectrum) -> Stabilization:
         # both tilts give the same moment model; the smaller gauge s changes the layer less
         tilts = self._added_tilts()
         s, pick = min((self._ess_scale(tilt), i) for i, tilt in enumerate(tilts))
@@ -762,33 +772,10 @@ class _Context:
             "; ".join(parts) if parts else "no extra needed: the designed A, b alone give the rate"
         )
         return self._finish(
-            final,
-            family,
-            base,
-            spec,
-            c,
-            s,
-            None,
-            c,
-            q,
-            omega,
-            depth,
-            n_tok,
-            probe,
-            clock,
-            what,
-            mean_shift=sigma,
+            final, family, base, spec, what, c=c, s=s, change=c, q=q, omega=omega, mean_shift=sigma
         )
 
-    def _gains(
-        self,
-        base_layer: Layer,
-        base: LinearizationSpectrum,
-        depth: float | None,
-        n_tok: int | None,
-        probe: FloatArray | None,
-        clock: float,
-    ) -> Stabilization:
+    def _gains(self, base_layer: Layer, base: LinearizationSpectrum) -> Stabilization:
         red = reduced_layer(self.layer, self.basis)
         singles = _single_heads(red)
         n_h = len(singles)
@@ -819,7 +806,7 @@ class _Context:
                 f"{part}(g) is affine in g and at least {val:.6g} > −{self.rate:g} on the whole "
                 "box, and the spectral abscissa is at least the mean eigenvalue"
             )
-            return self._refused(base_layer, base, "gains", Status.INFEASIBLE, proof, clock)
+            return self.result_without(base_layer, base, "gains", Status.INFEASIBLE, proof)
         g = np.ones(n_h)
         best: tuple[FloatArray, LinearizationSpectrum, Layer] | None = None
         v0: FloatArray | None = None
@@ -852,7 +839,7 @@ class _Context:
                 f"linear programming from g = 1; lowest spectral abscissa reached {low:.6g}, "
                 f"required ≤ −{self.rate:g}); this is not a proof that none exist"
             )
-            return self._refused(base_layer, base, "gains", Status.NOT_FOUND, msg, clock)
+            return self.result_without(base_layer, base, "gains", Status.NOT_FOUND, msg)
         g_best, spec_best, lay_best = best
         q = _quadratic_growth(_with_gains(red, g_best), s_act)
         omega = self.spectrum(lay_best, omega=True, k=1).numerical_abscissa
@@ -862,21 +849,7 @@ class _Context:
             f"{len(history)} steps); g = {np.array2string(g_best, precision=4)}"
         )
         return self._finish(
-            lay_best,
-            "gains",
-            base,
-            spec_best,
-            math.nan,
-            math.nan,
-            g_best,
-            change,
-            q,
-            omega,
-            depth,
-            n_tok,
-            probe,
-            clock,
-            what,
+            lay_best, "gains", base, spec_best, what, gains=g_best, change=change, q=q, omega=omega
         )
 
     def _grad_cov(
@@ -908,21 +881,18 @@ class _Context:
         family: str,
         base: LinearizationSpectrum,
         spec: LinearizationSpectrum,
-        c: float,
-        s: float,
-        gains: FloatArray | None,
+        what: str,
+        *,
         change: float,
         q: float,
         omega: float,
-        depth: float | None,
-        n_tok: int | None,
-        probe: FloatArray | None,
-        clock: float,
-        what: str,
-        *,
+        c: float = math.nan,
+        s: float = math.nan,
+        gains: FloatArray | None = None,
         mean_shift: float = math.nan,
     ) -> Stabilization:
         rate = self.rate
+        depth, n_tok, probe = self.depth, self.n_tok, self.probe
         local = spec.status is Status.SUCCESS and spec.abscissa <= -rate
         c_eff = c if c > 0 else 0.0
         root, inv_root = spd_sqrt_pair(self.s_act)
@@ -1035,7 +1005,7 @@ class _Context:
             status=status,
             message=head + "; " + "; ".join(parts),
             stats={
-                "seconds": time.perf_counter() - clock,
+                "seconds": time.perf_counter() - self.clock,
                 "matvecs": int(base.stats.get("matvecs", 0)) + int(spec.stats.get("matvecs", 0)),
                 "active_dim": r,
             },
@@ -1188,15 +1158,15 @@ class _Context:
             )
         return runs[0], runs[1]
 
-    def _refused(
+    def result_without(
         self,
         base_layer: Layer,
         base: LinearizationSpectrum | None,
         family: str,
         status: Status,
         message: str,
-        clock: float,
     ) -> Stabilization:
+        """A result with no extra designed (refused, proven infeasible, or out of time)."""
         return Stabilization(
             layer=base_layer,
             original=self.layer,
@@ -1221,19 +1191,8 @@ class _Context:
             function_change=math.nan,
             status=status,
             message=message,
-            stats={"seconds": time.perf_counter() - clock},
+            stats={"seconds": time.perf_counter() - self.clock},
         )
-
-    def result_without(
-        self,
-        base_layer: Layer,
-        base: LinearizationSpectrum | None,
-        family: str,
-        status: Status,
-        message: str,
-        clock: float,
-    ) -> Stabilization:
-        return self._refused(base_layer, base, family, status, message, clock)
 
 
 def _grad_mean(k_mat: FloatArray, k_heads: list[FloatArray]) -> tuple[FloatArray, float]:

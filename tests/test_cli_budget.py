@@ -112,7 +112,11 @@ def test_a_run_ends_within_its_time_limit(name: str, tmp_path: Path) -> None:
     present = sorted(p.name for p in out.iterdir())
     assert present == sorted(res["files"])  # a complete folder: the figures drawn are listed
     if res["outputs"].get("skipped"):  # what did not fit is named, and the run says it ran out
-        assert res["status"] == "budget_exhausted", res["status"]
+        # an answer (success, blowup) becomes budget_exhausted; a failure keeps its own status
+        # (RunBudget.status), which says more (the ill-conditioned design fails its token check
+        # and, on a loaded machine, also leaves a figure out)
+        assert res["status"] not in ("success", "blowup"), res["status"]
+        assert res["status"] == "budget_exhausted" or res["status"] in ("failed", "infeasible")
         assert "time limit" in res["summary"]["skipped"]
     assert set(res["figures"]) <= set(present)
 

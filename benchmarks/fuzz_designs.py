@@ -360,10 +360,17 @@ class _Pool:
         return {"proc": proc, "conn": parent, "job": None, "since": 0.0}
 
     def run(
-        self, cases: list[tuple[str, str]], progress: bool, log: Path | None = None, start: int = 0
+        self,
+        cases: list[tuple[str, str]],
+        progress: bool,
+        log: Path | None = None,
+        start: int = 0,
+        only: list[int] | None = None,
     ) -> list[tuple[int, str, str]]:
         results = _Logged(log, cases)
         todo = list(enumerate(cases))[start:][::-1]
+        if only is not None:
+            todo = [(i, case) for i, case in todo if i in set(only)]
         hard = self.limit + 30  # the alarm fires first unless C code does not return
         while todo or any(w["job"] is not None for w in self.workers):
             for w in self.workers:
@@ -424,6 +431,13 @@ def main(argv: list[str] | None = None) -> int:
         help="share of files from the second-round generators (default 0.5)",
     )
     p.add_argument(
+        "--cases",
+        type=int,
+        nargs="+",
+        metavar="INDEX",
+        help="run only these case indices (with --seed), e.g. to re-run a report's defects",
+    )
+    p.add_argument(
         "--show",
         type=int,
         nargs="+",
@@ -443,7 +457,7 @@ def main(argv: list[str] | None = None) -> int:
     clock = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="gtcontrol-fuzz-") as workdir:
         pool = _Pool(args.workers, workdir, limit)
-        results = pool.run(cases, args.progress, args.log, start=args.start)
+        results = pool.run(cases, args.progress, args.log, start=args.start, only=args.cases)
     seconds = time.perf_counter() - clock
     counts = Counter(outcome for _, outcome, _ in results)
     print(

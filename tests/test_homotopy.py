@@ -123,9 +123,10 @@ def _independent_homotopy_pd_roots(layer: Layer, seed: int) -> list[np.ndarray]:
 
     ``H(z, t) = (1 − t)γ g(z) + t f(z)`` on ``ℂⁿ⁺¹`` with ``f`` the homogenized equations
     (``z_0 L(Σ) + Q(Σ)``, ``L(Σ) = AΣ + ΣAᵀ``), ``g_k = x_k² − c_k z_0²`` and the chart
-    ``p·z = 1``. All ``2ⁿ`` paths are integrated (each with its own step) up to ``1 − t = e⁻¹¹``, where a path to a
-    non-singular finite root is within ``O(1 − t)`` of it; complex Newton at ``t = 1`` finishes
-    it. Paths to infinity (``z_0 → 0``) and to singular endpoints are dropped: a
+    ``p·z = 1``. All ``2ⁿ`` paths are integrated, each with its own step, up to
+    ``1 − t = e⁻¹¹``, where a path to a non-singular finite root is within ``O(1 − t)`` of it;
+    complex Newton at ``t = 1`` finishes it. Paths to infinity (``z_0 → 0``) and to singular
+    endpoints are dropped: a
     positive-definite equilibrium of a generic layer is a regular root.
     """
     a, heads = _mats(layer)
@@ -198,9 +199,7 @@ def _independent_homotopy_pd_roots(layer: Layer, seed: int) -> list[np.ndarray]:
         if np.linalg.norm(sig.imag) > 1e-8 * np.linalg.norm(sig.real):
             continue  # complex root
         real = sig.real
-        if _pd(real) and all(
-            np.linalg.norm(real - r) > 1e-8 * np.linalg.norm(real) for r in found
-        ):
+        if _pd(real) and all(np.linalg.norm(real - r) > 1e-8 * np.linalg.norm(real) for r in found):
             found.append(real)
     return found
 

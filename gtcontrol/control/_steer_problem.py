@@ -645,6 +645,34 @@ def no_time_for_closed_form(plan: Plan, budget: Budget) -> bool:
     return left is not None and closed_form_estimate(plan) > left
 
 
+def no_solve_stats(warm_start: str) -> dict[str, Any]:
+    """The solver entries of the ``stats`` of a control returned without an IPOPT solve.
+
+    One home for what a result reports when no NLP iterate was taken (the identity control,
+    or a starting control returned without optimization): no IPOPT status, not converged, no
+    iterations or corrections, no solve time, no NLP objective.
+
+    Parameters
+    ----------
+    warm_start
+        The label of the control returned (``stats["warm_start"]``).
+
+    Returns
+    -------
+    dict
+        The entries ``ipopt_status`` … ``nlp_objective`` and ``warm_start``, in that order.
+    """
+    return {
+        "ipopt_status": None,
+        "converged": False,
+        "iterations": 0,
+        "corrections": 0,
+        "solve_seconds": 0.0,
+        "nlp_objective": math.nan,
+        "warm_start": warm_start,
+    }
+
+
 def identity_result(
     plan: Plan, budget: Budget, clock: float, why: str, stats: dict[str, Any]
 ) -> SteeringResult:
@@ -661,13 +689,7 @@ def identity_result(
     )
     lower = plan.initial.bures_wasserstein(plan.target) ** 2 / plan.T
     all_stats: dict[str, Any] = {
-        "ipopt_status": None,
-        "converged": False,
-        "iterations": 0,
-        "corrections": 0,
-        "solve_seconds": 0.0,
-        "nlp_objective": math.nan,
-        "warm_start": "identity (no time to build a start)",
+        **no_solve_stats("identity (no time to build a start)"),
         "regularization": plan.reg_weight,
         "regularization_energy": 0.0,
         "redundancy": plan.redundancy if plan.mode == "full" else None,

@@ -51,6 +51,7 @@ from ._steer_problem import (
     identity_result,
     make_plan,
     measure,
+    no_solve_stats,
     no_time_for_closed_form,
     reached,
     verify,
@@ -515,16 +516,7 @@ def conclude(
     if status is Status.FAILED and not stop and not reached(traj):
         status = traj.status if traj is not None else Status.FAILED
     message = f"{why}; returning the starting control ({label}) without optimization"
-    stats: dict[str, Any] = {
-        "ipopt_status": None,
-        "converged": False,
-        "iterations": 0,
-        "corrections": 0,
-        "solve_seconds": 0.0,
-        "nlp_objective": math.nan,
-        "warm_start": label,
-        **common,
-    }
+    stats: dict[str, Any] = {**no_solve_stats(label), **common}
     result = measure(plan, schedule, traj, status, message, stats, budget)
     return finish(result, clock, log.notes)
 

@@ -600,6 +600,36 @@ def _norm_after(g: _Graph, name: str) -> tuple[LayerNormWeights, str] | None:
     return None
 
 
+def _required_norm(g: _Graph, name: str, missing: str) -> tuple[LayerNormWeights, str]:
+    """The LayerNormalization that the layer pattern requires after ``name``.
+
+    :func:`_norm_after`, failing when there is none.
+
+    Parameters
+    ----------
+    g
+        The graph read.
+    name
+        The tensor (a residual sum) the LayerNormalization must read.
+    missing
+        Where it was expected, completing the message ``no LayerNormalization …``.
+
+    Returns
+    -------
+    tuple
+        Its weights and its output tensor.
+
+    Raises
+    ------
+    ModelFileError
+        If no LayerNormalization reads ``name``.
+    """
+    found = _norm_after(g, name)
+    if found is None:
+        raise g.fail(f"unsupported op pattern: no LayerNormalization {missing}")
+    return found
+
+
 def _layer(g: _Graph, b: _Block, k: int) -> tuple[ExtractedLayer, str, str]:
     """Layer ``k`` around attention block ``b``: the layer, its input and its output tensors."""
     where = f"layer {k}"
@@ -615,13 +645,12 @@ def _layer(g: _Graph, b: _Block, k: int) -> tuple[ExtractedLayer, str, str]:
             f"unsupported op pattern: the attention residual of {where} adds {x_res!r}, "
             "neither what the attention reads nor the input of its LayerNorm"
         )
-    mid = _norm_after(g, summed)
-    if mid is None:
-        raise g.fail(
-            f"unsupported op pattern: no LayerNormalization reads the attention residual "
-            f"of {where} (a LayerNorm decomposed into ReduceMean/Sub/Pow is not read: "
-            "export with opset_version >= 17)"
-        )
+    mid = _required_norm(
+        g,
+        summed,
+        f"reads the attention residual of {where} (a LayerNorm decomposed into "
+        "ReduceMean/Sub/Pow is not read: export with opset_version >= 17)",
+    )
     ffn, f_out = _ffn(g, mid[1], f"of {where}")
     summed2, y_res = _residual(g, f_out, f"the feed-forward output of {where}")
     if y_res == g.root(mid[1]):  # post-LN: the feed-forward's residual adds the normalized sum
@@ -630,12 +659,7 @@ def _layer(g: _Graph, b: _Block, k: int) -> tuple[ExtractedLayer, str, str]:
                 f"unsupported op pattern: {where} normalizes both before its attention "
                 "and after its residual"
             )
-        last = _norm_after(g, summed2)
-        if last is None:
-            raise g.fail(
-                f"unsupported op pattern: no LayerNormalization after the feed-forward "
-                f"residual of post-LN {where}"
-            )
+        last = _required_norm(g, summed2, f"after the feed-forward residual of post-LN {where}")
         lay = ExtractedLayer(b.attention, ffn, mid[0], last[0], "post-LN")
         return lay, layer_in, last[1]
     if y_res == g.root(summed):

@@ -452,3 +452,24 @@ def test_discrete_recursion_overflow_is_an_overflow_not_a_blowup() -> None:
     assert traj.status is Status.OVERFLOW and not traj.success
     assert "overflowed" in traj.message and math.isinf(traj.blowup_time)
     assert np.all(np.isfinite(traj.cov)) and traj.t[-1] < 20.0
+
+
+def test_an_integrator_warning_becomes_the_failure_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    # LSODA warns ("repeated convergence failures") and then fails its step; the warning is the
+    # reason, so it must reach the result's message and not the user's terminal.
+    import warnings
+
+    from scipy.integrate import LSODA
+
+    def failing_step(self: LSODA) -> tuple[bool, str]:
+        warnings.warn("lsoda: Repeated convergence failures (test)", UserWarning, stacklevel=1)
+        return False, "Unexpected istate in LSODA."
+
+    monkeypatch.setattr(LSODA, "_step_impl", failing_step)
+    layer = Layer(B=np.eye(2), V=-1.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # any escaping warning fails the test
+        tr = simulate(layer, Gaussian(np.zeros(2), np.eye(2)), 1.0, method="LSODA")
+    assert tr.status is not Status.SUCCESS and not tr.success
+    assert "Repeated convergence failures (test)" in tr.message
+    assert "Unexpected istate" in tr.message

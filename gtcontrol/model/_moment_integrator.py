@@ -476,11 +476,19 @@ def _integrate_segment(
         try:
             # Radau's Newton solves meet singular iteration matrices near a blow-up; it then
             # shrinks the step by itself, so scipy's LinAlgWarning is expected and handled.
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", LinAlgWarning)
+            # LSODA warns ("repeated convergence failures") before it fails: the warning is
+            # the reason, so it goes into the result's message instead of the user's terminal.
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
                 message = seg.solver.step()
             if seg.solver.status == "failed":
-                return _collapse(seg, t_prev, y_prev, str(message))
+                notes = [
+                    str(w.message).strip()
+                    for w in caught
+                    if not issubclass(w.category, LinAlgWarning)
+                ]
+                why = "; ".join([str(message), *dict.fromkeys(notes)])
+                return _collapse(seg, t_prev, y_prev, why)
             t, y = float(seg.solver.t), np.asarray(seg.solver.y)
             if not np.all(np.isfinite(y)):
                 return _collapse(seg, t_prev, y_prev, "the state became non-finite")

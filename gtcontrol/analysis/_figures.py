@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._docstring import fill
-from .._linalg import FloatArray
+from .._linalg import FloatArray, frobenius_norms
 from ..model._figures import readable_log_axis
 
 if TYPE_CHECKING:
@@ -242,7 +242,7 @@ def draw_filter_difference(
     """
     p = np.asarray(filter_cov, dtype=float)
     s = np.asarray(transformer_cov, dtype=float)
-    rel = np.linalg.norm(p - s, axis=(1, 2)) / np.linalg.norm(s, axis=(1, 2))
+    rel = frobenius_norms(p - s) / frobenius_norms(s)
     ax.semilogy(np.asarray(t, dtype=float), np.where(rel > 0, rel, np.nan), lw=1.3)
     ax.set_xlabel("depth t")
     ax.set_title("relative difference ‖P − Σ‖ / ‖Σ‖", fontsize=9)

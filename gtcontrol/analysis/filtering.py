@@ -44,7 +44,7 @@ from scipy.integrate import solve_ivp
 
 from .._display import Axes, SummaryItems
 from .._docstring import fill, integrator_budget_doc
-from .._linalg import SYM_RTOL, FloatArray, psd_sqrt, sym, unvech, vech, vech_index
+from .._linalg import SYM_RTOL, FloatArray, frobenius_norms, psd_sqrt, sym, unvech, vech, vech_index
 from .._status import DEFAULT_MAX_EVALS, Budget, BudgetExhausted, Outcome, ResultFields, Status
 from .._validation import (
     as_float_array,
@@ -659,8 +659,8 @@ def compare_filter(
         status, message = Status.BUDGET_EXHAUSTED, exc.reason
     except SolverError as exc:
         status, message = Status.FAILED, str(exc)
-    denom = float(np.max(np.linalg.norm(traj.cov, axis=(1, 2))))
-    diff = float(np.max(np.linalg.norm(p - traj.cov, axis=(1, 2)))) / denom
+    denom = float(np.max(frobenius_norms(traj.cov)))
+    diff = float(np.max(frobenius_norms(p - traj.cov))) / denom
     sdiff = (
         float(np.linalg.norm(care.cov - eq_cov) / np.linalg.norm(eq_cov))
         if eq_cov is not None

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from .._display import Axes, SummaryItems
+from .._linalg import frobenius_norms
 from .._status import Budget, Outcome, ResultFields, Status
 from .._validation import (
     _short,
@@ -505,10 +506,18 @@ def _energy_points(n_layers: int, d: int) -> int:
 def verify(schedule: Schedule, initial: Gaussian, budget: Budget) -> Trajectory | None:
     """Re-simulate with the adaptive integrator; ``None`` if the integrator fails.
 
-    The re-simulation runs within the budget's grace (:meth:`Budget.grace`: up to half the
-    ``max(1 s, 10 %)`` tolerance past the deadline); when it runs out, the trajectory's status
-    is ``BUDGET_EXHAUSTED`` and the control is not verified.
+    The re-simulation runs within the time left and half the budget's grace
+    (:meth:`Budget.grace`: up to half the ``max(1 s, 10 %)`` tolerance past the deadline); the
+    other half is kept for what follows it: assembling its records and measuring the control
+    (at d = 128, 523 records, about 0.3 s; ``steer(time_limit=1e-9)`` took up to 1.57 s when the
+    re-simulation had the whole grace). When it runs out, the trajectory's status is
+    ``BUDGET_EXHAUSTED`` and the control is not verified.
     """
+    grace = budget.grace()
+    limit = None
+    if grace is not None:
+        left = budget.remaining()
+        limit = left + 0.5 * max(grace - left, 0.0)
     try:
         return simulate(
             schedule,
@@ -516,7 +525,7 @@ def verify(schedule: Schedule, initial: Gaussian, budget: Budget) -> Trajectory 
             rtol=_VERIFY_RTOL,
             atol=_VERIFY_ATOL,
             n_points=_energy_points(schedule.n_layers, schedule.dim),
-            time_limit=budget.grace(),
+            time_limit=max(limit, 1e-9) if limit is not None else None,
         )
     except SolverError:
         return None
@@ -600,7 +609,7 @@ def measure(
         terminal_error = final.bures_wasserstein(target)
         stats["mean_error"] = float(np.linalg.norm(final.mean - target.mean))
         stats["cov_error"] = float(np.linalg.norm(final.cov - target.cov))
-        stats["cov_norm_max"] = float(np.max(np.linalg.norm(reached.cov, axis=(1, 2))))
+        stats["cov_norm_max"] = float(np.max(frobenius_norms(reached.cov)))
         kin = trajectory_energy(schedule, reached)  # the verifying re-simulation's records
         if opts.verify_tokens:
             x = initial.sample(int(opts.verify_tokens), np.random.default_rng(opts.seed))

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..._display import Axes, SummaryItems
-from ..._linalg import FloatArray, identity_multiple
+from ..._linalg import FloatArray, frobenius_norms, identity_multiple
 from ..._progress import progress
 from ..._status import Budget, Outcome, ResultFields, Status, as_time_limit
 from ..._validation import as_positive_float, as_positive_int, frozen, option_values
@@ -707,7 +707,7 @@ def _on_grid(traj: Trajectory, tgt: Gaussian, grid: FloatArray) -> tuple[FloatAr
     hit = np.abs(grid[idx] - traj.t) <= 1e-12 * max(float(grid[-1]), 1.0)
     scale_m = max(float(np.linalg.norm(tgt.mean)), 1.0)
     m_e[idx[hit]] = np.linalg.norm(traj.mean[hit] - tgt.mean, axis=1) / scale_m
-    c_e[idx[hit]] = np.linalg.norm(traj.cov[hit] - tgt.cov, axis=(1, 2)) / np.linalg.norm(tgt.cov)
+    c_e[idx[hit]] = frobenius_norms(traj.cov[hit] - tgt.cov) / np.linalg.norm(tgt.cov)
     return m_e, c_e
 
 

@@ -370,7 +370,8 @@ class _Pool:
         results = _Logged(log, cases)
         todo = list(enumerate(cases))[start:][::-1]
         if only is not None:
-            todo = [(i, case) for i, case in todo if i in set(only)]
+            wanted = set(only)
+            todo = [(i, case) for i, case in todo if i in wanted]
         hard = self.limit + 30  # the alarm fires first unless C code does not return
         while todo or any(w["job"] is not None for w in self.workers):
             for w in self.workers:

@@ -250,6 +250,21 @@ class Budget:
         slack = 0.5 * max(1.0, 0.1 * self.time_limit)
         return max(self._deadline + slack - time.perf_counter(), 1e-9)
 
+    def nested_limit(self) -> float | None:
+        """The ``time_limit`` to hand a nested public solver run as wrap-up work.
+
+        The time left and half the grace (:meth:`grace`): the nested solver honours its own
+        limit only to within its own ``max(1 s, 10 %)``, so handing it the whole grace let the
+        two tolerances add up (``steer(time_limit=1e-9)`` at d = 128: up to 1.57 s, its verifying
+        re-simulation then measuring into its own grace). The other half is kept for what
+        follows the nested call. ``None`` without a time limit; at least ``1e-9``.
+        """
+        grace = self.grace()
+        if grace is None:
+            return None
+        left = self.remaining()
+        return max(left + 0.5 * max(grace - left, 0.0), 1e-9)
+
     def sub(self, time_limit: float | None = None, *, max_evals: int | None = None) -> Budget:
         """A child budget that ends no later than this one (for per-start budgets)."""
         rem = self.remaining()

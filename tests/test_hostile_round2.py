@@ -502,3 +502,32 @@ def test_12_a_design_file_that_is_a_directory_is_named(tmp_path: Path, capsys: A
     assert main(["run", str(folder), "-o", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"gtcontrol: error: {folder}: is a directory, not a design file"]
+
+
+def test_a_nested_solver_gets_the_time_left_and_half_the_grace() -> None:
+    # A nested public solver honours its own limit only to within its own max(1 s, 10 %):
+    # handing it the whole grace let the two tolerances add up (API fuzzer case 756).
+    assert Budget(None).nested_limit() is None
+    before = Budget(20.0)  # 20 s left, grace 21 s: 20 + (21 − 20)/2
+    assert before.nested_limit() == pytest.approx(20.5, abs=0.05)
+    after = Budget(1e-6)
+    time.sleep(0.01)  # past the deadline: half of the grace that is left
+    grace, nested = after.grace(), after.nested_limit()
+    assert grace is not None and nested is not None
+    assert nested == pytest.approx(0.5 * grace, rel=0.05) and nested < grace
+    spent = Budget(1e-6)
+    spent._deadline -= 10.0  # the grace is spent too
+    assert spent.nested_limit() == 1e-9
+
+
+def test_steer_at_d128_with_a_tiny_limit_keeps_the_promise() -> None:
+    # API fuzzer case 756: 1.57–1.90 s for time_limit = 1e-9 (promise: 1 s).
+    rng = np.random.default_rng(3)
+    d = 128
+    q, _ = np.linalg.qr(rng.standard_normal((d, d)))
+    g0 = gt.Gaussian(rng.standard_normal(d), (q * np.linspace(0.5, 2.0, d)) @ q.T)
+    g1 = gt.Gaussian(np.ones(d), np.eye(d))
+    t0 = time.perf_counter()
+    res = gt.steer(g0, g1, 1.0, layers=6, time_limit=1e-9)
+    assert time.perf_counter() - t0 <= 1.0
+    assert res.status is gt.Status.BUDGET_EXHAUSTED and not res.success

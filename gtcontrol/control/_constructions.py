@@ -539,7 +539,7 @@ def _best_shot(
             build.failed_shots += 1
             continue
         build.iterations += shot.iterations
-        energy = layer_energy(shot.layer, ends[0], h, time_limit=budget.grace())
+        energy = layer_energy(shot.layer, ends[0], h, time_limit=budget.nested_limit())
         if energy < build.energies[k]:
             build.layers[k], build.labels[k], build.energies[k] = shot.layer, label, energy
         hit = True
@@ -561,7 +561,7 @@ def _full(plan: Plan, budget: Budget) -> tuple[_Build | None, bool]:
         for k in range(plan.n):
             if budget.exhausted:
                 return build, False
-            build.energies[k] = layer_energy(base[k], nodes[k], h, time_limit=budget.grace())
+            build.energies[k] = layer_energy(base[k], nodes[k], h, time_limit=budget.nested_limit())
             candidates = [
                 (f"curvature θ={theta:g} ε={eps:g}", _curvature_maker(theta, eps))
                 for theta, eps in FULL_GAUGES

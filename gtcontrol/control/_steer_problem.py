@@ -506,18 +506,11 @@ def _energy_points(n_layers: int, d: int) -> int:
 def verify(schedule: Schedule, initial: Gaussian, budget: Budget) -> Trajectory | None:
     """Re-simulate with the adaptive integrator; ``None`` if the integrator fails.
 
-    The re-simulation runs within the time left and half the budget's grace
-    (:meth:`Budget.grace`: up to half the ``max(1 s, 10 %)`` tolerance past the deadline); the
-    other half is kept for what follows it: assembling its records and measuring the control
-    (at d = 128, 523 records, about 0.3 s; ``steer(time_limit=1e-9)`` took up to 1.57 s when the
-    re-simulation had the whole grace). When it runs out, the trajectory's status is
+    The re-simulation runs within :meth:`Budget.nested_limit` (the time left and half the
+    grace; the other half is kept for assembling its records and measuring the control: at
+    d = 128, 523 records, about 0.3 s). When it runs out, the trajectory's status is
     ``BUDGET_EXHAUSTED`` and the control is not verified.
     """
-    grace = budget.grace()
-    limit = None
-    if grace is not None:
-        left = budget.remaining()
-        limit = left + 0.5 * max(grace - left, 0.0)
     try:
         return simulate(
             schedule,
@@ -525,7 +518,7 @@ def verify(schedule: Schedule, initial: Gaussian, budget: Budget) -> Trajectory 
             rtol=_VERIFY_RTOL,
             atol=_VERIFY_ATOL,
             n_points=_energy_points(schedule.n_layers, schedule.dim),
-            time_limit=max(limit, 1e-9) if limit is not None else None,
+            time_limit=budget.nested_limit(),
         )
     except SolverError:
         return None
@@ -613,7 +606,7 @@ def measure(
         kin = trajectory_energy(schedule, reached)  # the verifying re-simulation's records
         if opts.verify_tokens:
             x = initial.sample(int(opts.verify_tokens), np.random.default_rng(opts.seed))
-            tok = simulate_tokens(schedule, x, time_limit=budget.grace())
+            tok = simulate_tokens(schedule, x, time_limit=budget.nested_limit())
             stats["token_terminal_error"] = (
                 tok.final.bures_wasserstein(target) if tok.status is Status.SUCCESS else math.inf
             )

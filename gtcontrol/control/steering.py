@@ -308,9 +308,9 @@ def attempt(
     start = Schedule(layers0, plan.T)
     try:
         times = nlp.collocation_times()
-        colloc = states_of(start, plan.initial, times, budget.grace()).reshape(n, -1)
+        colloc = states_of(start, plan.initial, times, budget.nested_limit()).reshape(n, -1)
         ends = np.arange(1, n + 1, dtype=float) * (plan.T / n)
-        states = states_of(start, plan.initial, ends, budget.grace())
+        states = states_of(start, plan.initial, ends, budget.nested_limit())
     except SolverError as exc:
         return f"{label}: skipped ({exc})"
     params0 = np.array([pack(lay, plan.mode) for lay in layers0])

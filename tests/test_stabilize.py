@@ -251,6 +251,9 @@ def test_head_family_random_layers(d: int, n_heads: int, factored: bool, seed: i
     m, s = reference_final(res.layer, _start(res, 1), float(res.verification[1].t[-1]))
     assert np.linalg.norm(s - target.cov) <= 1e-6 * np.linalg.norm(target.cov)
     assert np.linalg.norm(m - target.mean) <= 1e-6 * max(1.0, np.linalg.norm(target.mean))
+    # the verification's own integration (rtol 1e-7) ends where the 1e-10 reference does
+    ref_err = np.linalg.norm(s - target.cov) / np.linalg.norm(target.cov)
+    assert abs(float(res.verification[1].cov_error[-1]) - ref_err) <= 1e-9
 
 
 def _start(res: gt.Stabilization, i: int) -> gt.Gaussian:
@@ -369,6 +372,31 @@ def test_token_check_passes_and_reports_the_untouched_layer() -> None:
     tc = res.token_certificate
     assert tc is not None and tc.w2 <= 2.0 * tc.floor
     assert res.untouched_tokens is not None and res.untouched_tokens.w2 > tc.w2
+    # the tokens start from the perturbed target and go as deep as its verification would:
+    # (ln(e0/1e-6) + 3)/rate with e0 its largest relative error
+    start = res.starts[-1]
+    e0 = max(
+        1e-3,
+        np.linalg.norm(start.cov - target.cov) / np.linalg.norm(target.cov),
+        np.linalg.norm(start.mean - target.mean)
+        / max(np.linalg.norm(target.mean), math.sqrt(np.trace(target.cov))),
+    )
+    assert tc.T == pytest.approx((math.log(e0 / 1e-6) + 3.0) / 1.0, rel=1e-12)
+
+
+def test_the_untouched_layers_tokens_stop_once_they_have_left() -> None:
+    """A layer whose tokens blow up: its token run stops at the first of the depths T/16, T/8,
+    … at which they are 100 sampling floors away (or out of range), far short of T."""
+    layer = gt.Layer(V=1.5 * np.eye(2), B=0.5 * np.eye(2))
+    target = gt.Gaussian([0.5, -0.3], [[1.0, 0.2], [0.2, 0.6]])
+    res = gt.stabilize(layer, target, add="head", rate=1.0, token_check=256)
+    assert res.success, res.message
+    tc, un = res.token_certificate, res.untouched_tokens
+    assert tc is not None and un is not None
+    assert un.T < tc.T
+    assert un.T in [tc.T / 2**k for k in range(1, 5)]
+    assert un.status is Status.OVERFLOW or un.w2 > 100.0 * un.floor
+    assert "untouched layer's tokens" in res.message
 
 
 # -- bad input --------------------------------------------------------------------------------
@@ -598,3 +626,22 @@ def test_a_default_depth_is_extended_while_the_error_still_falls(
     assert np.all(np.diff(check.t) > 0)
     fixed = gt.stabilize(layer, target, add="head", initial=start, T=short)
     assert fixed.status is Status.FAILED and fixed.verification[0].t[-1] == pytest.approx(short)
+
+
+def test_a_failed_token_check_names_a_kept_head_in_its_hard_attention_regime() -> None:
+    """A kept head with a steep tilt (``B = 8I``): at the target its predicted ``ESS/N =
+    exp(−uᵀΣ*u)`` is far below ``1/N``, the moments are certified but ``N`` tokens do not follow
+    them; the result says which kept head and why, with the figure recomputed here."""
+    from gtcontrol.model.finite_n import ess_fraction
+
+    layer = gt.Layer(V=0.3 * np.eye(2), B=8.0 * np.eye(2))
+    target = gt.Gaussian([0.5, -0.3], [[1.0, 0.2], [0.2, 0.6]])
+    res = gt.stabilize(layer, target, add="head", rate=1.0, token_check=256)
+    assert res.local_certificate and all(v.converged for v in res.verification)
+    assert res.status is Status.FAILED and res.token_certificate is not None
+    assert not res.token_certificate.success
+    probe = target.sample(512, np.random.default_rng(0))
+    expected = float(np.median(ess_fraction(layer, target, probe)[:, 0]))
+    assert res.stats["kept_head_ess"] == pytest.approx(expected, rel=1e-9)
+    assert expected < 1.0 / 256
+    assert "kept head 0 has a median predicted ESS/N" in res.message

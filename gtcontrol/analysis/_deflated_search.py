@@ -39,8 +39,9 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -119,6 +120,23 @@ class SearchLog:
     stopped: str = ""
     work_flops: float = 0.0
     max_work: float = 0.0
+
+    def count(self, outcome: str) -> None:
+        """One more run that ended with ``outcome``."""
+        self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
+
+    def ended(self, kind: str, outcome: str) -> None:
+        """A start of ``kind`` whose only run ended with ``outcome`` (logged and counted)."""
+        self.log.append({"start": kind, "runs": [outcome]})
+        self.count(outcome)
+
+    def check_iterations(self) -> None:
+        """Raise :class:`BudgetExhausted` once the Newton iterations of all starts reach their
+        cap."""
+        if self.newton_iterations >= _TOTAL_MAX_ITER:
+            raise BudgetExhausted(
+                f"the cap of {_TOTAL_MAX_ITER} Newton iterations over all starts was reached"
+            )
 
     def kinds(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -360,18 +378,31 @@ def deflated_search(
             count[kind] += 1
             before = len(out.roots)
             st = _random_spd(rng, d, s0)
-            try:
-                _one_start(layer, kind, st, poly, opts, budget, per_start, work, out)
-            except BudgetExhausted:
-                if budget.exhausted or work.left() == 0.0:
-                    raise
-                out.log.append({"start": kind, "runs": ["time_limit"]})  # its own limit only
-                out.outcomes["time_limit"] = out.outcomes.get("time_limit", 0) + 1
+            _own_limit(
+                partial(_one_start, layer, kind, st, poly, opts, budget, per_start, work, out),
+                kind,
+                budget,
+                work,
+                out,
+            )
             dry = 0 if len(out.roots) > before else dry + 1
     except BudgetExhausted as exc:
         out.stopped = exc.reason
     out.work_flops, out.max_work = work.used, work.cap
     return out
+
+
+def _own_limit(
+    start: Callable[[], None], kind: str, budget: Budget, work: WorkMeter, out: SearchLog
+) -> None:
+    """Run one start; one cut by its own per-start limit is logged ``time_limit`` and the search
+    goes on, one cut by the search's budget or work cap stops the search (re-raised)."""
+    try:
+        start()
+    except BudgetExhausted:
+        if budget.exhausted or work.left() == 0.0:
+            raise
+        out.ended(kind, "time_limit")
 
 
 def _one_start(
@@ -402,8 +433,7 @@ def _one_start(
         assert poly is not None
         roots = _path_roots(poly, st, sub, work, _PATH_MAX_STEPS)
     if not roots:
-        out.log.append({"start": kind, "runs": ["no_root"]})
-        out.outcomes["no_root"] = out.outcomes.get("no_root", 0) + 1
+        out.ended(kind, "no_root")
     for root in roots:
         _run_start(layer, kind, root, opts, budget, per_start, work, out)
 
@@ -428,13 +458,13 @@ def _whitened_phase(
             break
         before = len(out.roots)
         st = _random_spd(rng, layer.dim, s0, 1.5 if k % 2 == 0 else 3.0)
-        try:
-            _whitened_start(layer, st, opts, budget.sub(per_start), work, out)
-        except BudgetExhausted:
-            if budget.exhausted or work.left() == 0.0:
-                raise
-            out.log.append({"start": "whitened", "runs": ["time_limit"]})  # its own limit only
-            out.outcomes["time_limit"] = out.outcomes.get("time_limit", 0) + 1
+        _own_limit(
+            partial(_whitened_start, layer, st, opts, budget.sub(per_start), work, out),
+            "whitened",
+            budget,
+            work,
+            out,
+        )
         dry = 0 if len(out.roots) > before else dry + 1
     return dry
 
@@ -454,10 +484,7 @@ def _whitened_start(
     if the best iterate reaches ``tol``) and logged ``new``, ``duplicate``,
     ``not_positive_definite`` or ``polish_failed``.
     """
-    if out.newton_iterations >= _TOTAL_MAX_ITER:
-        raise BudgetExhausted(
-            f"the cap of {_TOTAL_MAX_ITER} Newton iterations over all starts was reached"
-        )
+    out.check_iterations()
     run = whitened_lm(layer, start, budget, work, max_iter=max(opts.max_iter, LM_MAX_ITER))
     out.newton_iterations += run.iterations
     key = run.end
@@ -471,8 +498,7 @@ def _whitened_start(
         key = "polish_failed"
         if rel <= opts.tol:
             key = _record_root(out, cov, run.iterations + polish.iterations)
-    out.log.append({"start": "whitened", "runs": [key]})
-    out.outcomes[key] = out.outcomes.get(key, 0) + 1
+    out.ended("whitened", key)
 
 
 def _record_root(out: SearchLog, cov: FloatArray, iterations: int) -> str:
@@ -503,10 +529,7 @@ def _run_start(
     ends: list[str] = []
     out.log.append({"start": kind, "runs": ends})
     for _ in range(_MAX_ROOTS_PER_START):
-        if out.newton_iterations >= _TOTAL_MAX_ITER:
-            raise BudgetExhausted(
-                f"the cap of {_TOTAL_MAX_ITER} Newton iterations over all starts was reached"
-            )
+        out.check_iterations()
         res = newton_run(layer, start, out.known, opts, budget.sub(per_start), work)
         out.newton_iterations += res.iterations
         if res.stats["termination"] == "time_limit" and work.left() == 0.0:
@@ -515,7 +538,7 @@ def _run_start(
         if res.success:
             key = _record_root(out, np.asarray(res.cov), res.iterations)
         ends.append(key)
-        out.outcomes[key] = out.outcomes.get(key, 0) + 1
+        out.count(key)
         if key not in ("new", "not_positive_definite"):
             break
 

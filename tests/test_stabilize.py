@@ -565,6 +565,18 @@ def test_verifications_run_concurrently_on_a_single_threaded_blas() -> None:
 
     with threadpool_limits(1, user_api="blas"), reporting(enabled=True, stream=io.StringIO()):
         assert stab._concurrently([reporting_enabled, reporting_enabled]) == [True, True]
+
+    # a single job gets the BLAS threads of every core, and the caller's one thread after it
+    from threadpoolctl import threadpool_info
+
+    def blas_threads() -> int:
+        return max(int(p["num_threads"]) for p in threadpool_info() if p["user_api"] == "blas")
+
+    with threadpool_limits(1, user_api="blas"):
+        assert stab._concurrently([blas_threads]) == [stab._cpus()]
+        assert blas_threads() == 1
+        if stab._cpus() > 1:
+            assert stab._concurrently([blas_threads, blas_threads]) == [1, 1]
     depth = float(threaded.verification[0].t[-1])
     with threadpool_limits(1, user_api="blas"):
         one_by_one = gt.stabilize(layer, target, add="head", initial=threaded.starts[0], T=depth)

@@ -124,6 +124,45 @@ def test_token_integration_is_converged_and_agrees_with_an_independent_integrato
     assert w2_ind == pytest.approx(fine.w2, abs=1e-9)
 
 
+def test_adaptive_token_check_agrees_with_fine_rk4_and_reports_its_steps() -> None:
+    """``method="adaptive"`` (RK45 with error control) ends where RK4 at half the automatic
+    step does, to within its tolerance of the tokens' scale, far below the floor."""
+    target = _issue_target(1)
+    res = design_mean_matching(target, robustness=False)
+    T = res.ess.T
+    tc = design_token_certificate(res.layer, target, n_tokens=256, T=T, seed=5)
+    fine = design_token_certificate(
+        res.layer, target, n_tokens=256, T=T, seed=5, steps=2 * tc.steps
+    )
+    for rtol, tol in ((1e-2, 1e-2), (1e-5, 1e-5)):
+        ad = design_token_certificate(
+            res.layer, target, n_tokens=256, T=T, seed=5, method="adaptive", rtol=rtol
+        )
+        assert ad.status is fine.status
+        scale = math.sqrt(float(np.trace(target.cov)) + float(target.mean @ target.mean))
+        assert abs(ad.w2 - fine.w2) <= tol * scale
+        # accepted steps, each of at least six evaluations of the Dormand–Prince pair
+        assert 1 <= ad.steps and ad.stats["n_velocity"] >= 6 * ad.steps
+        assert len(ad.snapshot_t) == 33
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"method": "euler"},
+        {"method": "adaptive", "steps": 10},
+        {"rtol": 1e-3},
+        {"method": "adaptive", "rtol": 0.5},
+        {"method": "adaptive", "rtol": 0.0},
+    ],
+)
+def test_token_check_method_options_are_validated(kwargs: dict[str, object]) -> None:
+    target = _issue_target(1)
+    layer = Layer(V=-1.0, B=0.1 * np.eye(4))
+    with pytest.raises(InvalidParametersError):
+        design_token_certificate(layer, target, n_tokens=16, T=1.0, **kwargs)
+
+
 # ----------------------------------------------------------------------------- the scale split
 
 

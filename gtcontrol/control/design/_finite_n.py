@@ -55,6 +55,7 @@ from ..._display import Axes, SummaryItems
 from ..._linalg import FloatArray
 from ..._status import Budget, Outcome, ResultFields, Status
 from ..._validation import (
+    as_choice,
     as_float_dtype,
     as_nonnegative_float,
     as_positive_float,
@@ -431,6 +432,9 @@ _MAX_SNAPSHOTS = 10_000
 _MAX_FLOOR_SAMPLES = 1_000
 #: RK4 step ``h`` with ``h · λ ≤ _STEP_RATE``, ``λ = ‖K*‖₂ + max(‖M(Σ0)‖₂, ‖M(Σ*)‖₂)``.
 _STEP_RATE = 1.0
+#: Methods of the token simulation, and the default snapshots of ``"adaptive"``.
+_METHODS = ("rk4", "adaptive")
+_ADAPTIVE_SNAPSHOTS = 33
 #: Recorded depths at which the distance to the target is measured (both ends included).
 _W2_POINTS = 33
 #: Memory for the token snapshots of the default ESS check (every step while they fit).
@@ -450,7 +454,7 @@ class TokenCertificate(ResultFields, Outcome):
     T
         Depth of the token simulation.
     steps
-        Fixed RK4 steps.
+        Fixed RK4 steps, or the accepted steps of ``method="adaptive"``.
     initial
         The Gaussian the tokens were sampled from.
     w2
@@ -526,6 +530,8 @@ class _TokenCheckOptions:
     n_tokens: int = 1024
     T: float | None = None
     steps: int | None = None
+    method: str = "rk4"
+    rtol: float | None = None
     seed: int = 0
     min_token_ess: float = 0.2
     w2_factor: float = 2.0
@@ -542,6 +548,18 @@ class _TokenCheckOptions:
             as_positive_float("T", self.T)
         if self.steps is not None:
             as_positive_int("steps", self.steps, maximum=_MAX_STEPS)
+        as_choice("method", self.method, _METHODS)
+        if self.method == "adaptive" and self.steps is not None:
+            raise InvalidParametersError(
+                "steps: fixed steps are for method='rk4'; 'adaptive' chooses its own"
+            )
+        if self.rtol is not None:
+            if self.method != "adaptive":
+                raise InvalidParametersError("rtol: a tolerance is for method='adaptive'")
+            if not as_positive_float("rtol", self.rtol) <= 0.1:
+                raise InvalidParametersError(
+                    f"rtol: expected a number in (0, 0.1], got {self.rtol!r}"
+                )
         as_seed("seed", self.seed)
         if not as_nonnegative_float("min_token_ess", self.min_token_ess) <= 1.0:
             raise InvalidParametersError(
@@ -638,6 +656,8 @@ def design_token_certificate(
     initial: Any = None,
     T: float | None = None,
     steps: int | None = None,
+    method: str = "rk4",
+    rtol: float | None = None,
     seed: int = 0,
     min_token_ess: float = 0.2,
     w2_factor: float = 2.0,
@@ -673,9 +693,18 @@ def design_token_certificate(
         Depth; ``None``: ``12 / rate`` with ``rate`` the certified rate of
         :func:`design_certificate` (errors ``~e^{−12}`` of the initial ones).
     steps
-        Fixed RK4 steps over ``[0, T]``; ``None``: ``ceil(T λ)`` with
+        Fixed RK4 steps over ``[0, T]`` (``method="rk4"`` only); ``None``: ``ceil(T λ)`` with
         ``λ = ‖K*‖₂ + max(‖M(Σ0)‖₂, ‖M(Σ*)‖₂)`` (``h λ ≤ 1``; the tests check that halving
         the step changes ``w2`` by less than 1e-4 of the floor).
+    method
+        ``"rk4"`` (default): fixed steps. ``"adaptive"``: the embedded Runge–Kutta pair RK45 of
+        :func:`gtcontrol.simulate_tokens`, whose error control also finds the steps a stiff
+        token field needs (a finite-N stiffness the moment model does not show, e.g. a softmax
+        head of large gain); ``steps`` is then the number of accepted steps.
+    rtol
+        Tolerance of ``"adaptive"`` (in ``(0, 0.1]``; ``None``: the default of
+        :func:`gtcontrol.simulate_tokens` for ``dtype``): the accepted local errors sum to at
+        most ``rtol`` of the tokens' scale over ``[0, T]``.
     seed
         Seed of the tokens and of the floor's fresh samples.
     min_token_ess
@@ -684,9 +713,9 @@ def design_token_certificate(
         Required ``w2 ≤ w2_factor · floor`` (default 2).
     n_snapshots
         Depths (evenly spaced on ``[0, T]``, both ends included, at the nearest step) where the
-        empirical ``ESS/N`` of every token is evaluated (``≥ 2``); ``None``: every step, as
-        far as the copies of the tokens fit in 256 MiB (each costs one softmax pass per head,
-        a quarter of an RK4 step).
+        empirical ``ESS/N`` of every token is evaluated (``≥ 2``); ``None``: every step (33
+        depths with ``"adaptive"``), as far as the copies of the tokens fit in 256 MiB (each
+        costs one softmax pass per head, a quarter of an RK4 step).
     floor_samples
         Fresh target samples whose median distance is the floor.
     dtype
@@ -734,19 +763,26 @@ def design_token_certificate(
     g0 = as_initial(initial, tgt.dim)
     budget = Budget(opts.time_limit)
     depth = _default_depth(layer, tgt) if opts.T is None else float(opts.T)
-    n_steps = _auto_steps(layer, tgt, g0, depth) if opts.steps is None else int(opts.steps)
+    adaptive = opts.method == "adaptive"
+    if adaptive:
+        n_steps = 0  # chosen by the error control; the result reports the accepted steps
+    else:
+        n_steps = _auto_steps(layer, tgt, g0, depth) if opts.steps is None else int(opts.steps)
     if budget.exhausted:  # the set-up took the time: no tokens are drawn
         return _not_run(opts, depth, n_steps, g0, budget, clock)
     rng = np.random.default_rng(int(opts.seed))
     x0 = g0.sample(opts.n_tokens, rng)
-    snaps = np.linspace(0.0, depth, _n_snapshots(opts.n_snapshots, n_steps, x0.size))
+    snap_steps = _ADAPTIVE_SNAPSHOTS - 1 if adaptive else n_steps
+    snaps = np.linspace(0.0, depth, _n_snapshots(opts.n_snapshots, snap_steps, x0.size))
     left = budget.remaining()
     tr = simulate_tokens(
         layer,
         x0,
         depth,
-        method="rk4",
-        steps_per_layer=n_steps,
+        method=opts.method,
+        steps_per_layer=None if adaptive else n_steps,
+        ivp_method="RK45" if adaptive else None,
+        rtol=opts.rtol,
         snapshot_times=snaps,
         dtype=opts.dtype,
         time_limit=None if math.isinf(left) else max(left, 1e-6),
@@ -788,7 +824,7 @@ def design_token_certificate(
     return TokenCertificate(
         n_tokens=opts.n_tokens,
         T=depth,
-        steps=n_steps,
+        steps=int(tr.stats.get("steps", n_steps)) if adaptive else n_steps,
         initial=g0,
         w2=w2,
         floor=floor,

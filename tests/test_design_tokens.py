@@ -327,3 +327,19 @@ def test_path_ess_bound_stops_with_the_budget() -> None:
     assert cut.status is Status.BUDGET_EXHAUSTED and not cut.success
     assert cut.worst.shape[0] == cut.t.size < full.t.size
     assert cut.worst.shape[0] == 0 and math.isnan(cut.worst_overall)
+
+
+def test_adaptive_token_check_is_capped_at_a_multiple_of_the_rk4_rule() -> None:
+    """Tokens that leave under a strongly unstable layer: the error-controlled run ends by
+    overflow or at its evaluation cap (three times the RK4 rule's ``4⌈Tλ⌉``), never later."""
+    from gtcontrol.control.design._finite_n import _auto_steps
+
+    target = Gaussian(np.zeros(2), np.eye(2))
+    layer = Layer(V=3.0 * np.eye(2), B=2.0 * np.eye(2))
+    tc = design_token_certificate(
+        layer, target, n_tokens=64, T=30.0, method="adaptive", rtol=1e-6, min_token_ess=0.0
+    )
+    cap = 3 * 4 * _auto_steps(layer, target, Gaussian.standard(2), 30.0) + 16
+    assert tc.status in (Status.OVERFLOW, Status.BUDGET_EXHAUSTED)
+    assert not tc.success
+    assert tc.stats["n_velocity"] <= cap

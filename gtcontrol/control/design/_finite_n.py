@@ -53,7 +53,7 @@ import numpy as np
 
 from ..._display import Axes, SummaryItems
 from ..._linalg import FloatArray
-from ..._status import Budget, Outcome, ResultFields, Status
+from ..._status import DEFAULT_MAX_EVALS, Budget, Outcome, ResultFields, Status
 from ..._validation import (
     as_choice,
     as_float_dtype,
@@ -435,6 +435,8 @@ _STEP_RATE = 1.0
 #: Methods of the token simulation, and the default snapshots of ``"adaptive"``.
 _METHODS = ("rk4", "adaptive")
 _ADAPTIVE_SNAPSHOTS = 33
+#: Cap of ``"adaptive"``: this many times the evaluations of the RK4 rule (``4 ⌈Tλ⌉``).
+_ADAPTIVE_EVALS = 3
 #: Recorded depths at which the distance to the target is measured (both ends included).
 _W2_POINTS = 33
 #: Memory for the token snapshots of the default ESS check (every step while they fit).
@@ -700,7 +702,9 @@ def design_token_certificate(
         ``"rk4"`` (default): fixed steps. ``"adaptive"``: the embedded Runge–Kutta pair RK45 of
         :func:`gtcontrol.simulate_tokens`, whose error control also finds the steps a stiff
         token field needs (a finite-N stiffness the moment model does not show, e.g. a softmax
-        head of large gain); ``steps`` is then the number of accepted steps.
+        head of large gain); ``steps`` is then the number of accepted steps. It is capped at
+        three times the field evaluations of the RK4 rule below: a run that needs more (tokens
+        that blow up, a very stiff field) ends ``BUDGET_EXHAUSTED`` and says so.
     rtol
         Tolerance of ``"adaptive"`` (in ``(0, 0.1]``; ``None``: the default of
         :func:`gtcontrol.simulate_tokens` for ``dtype``): the accepted local errors sum to at
@@ -764,8 +768,12 @@ def design_token_certificate(
     budget = Budget(opts.time_limit)
     depth = _default_depth(layer, tgt) if opts.T is None else float(opts.T)
     adaptive = opts.method == "adaptive"
+    max_evals = DEFAULT_MAX_EVALS
     if adaptive:
         n_steps = 0  # chosen by the error control; the result reports the accepted steps
+        # a field that needs far more evaluations than RK4's rule (tokens blowing up, a stiff
+        # head) ends the run: capped at _ADAPTIVE_EVALS times that rule's evaluations
+        max_evals = _ADAPTIVE_EVALS * 4 * _auto_steps(layer, tgt, g0, depth) + 16
     else:
         n_steps = _auto_steps(layer, tgt, g0, depth) if opts.steps is None else int(opts.steps)
     if budget.exhausted:  # the set-up took the time: no tokens are drawn
@@ -785,6 +793,7 @@ def design_token_certificate(
         rtol=opts.rtol,
         snapshot_times=snaps,
         dtype=opts.dtype,
+        max_evals=max_evals,
         time_limit=None if math.isinf(left) else max(left, 1e-6),
     )
     # The measurements run within the budget's grace; those cut short are nan (and the

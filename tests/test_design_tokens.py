@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import time
+from typing import Any
 
 import numpy as np
 import pytest
@@ -106,7 +107,9 @@ def test_exact_closed_form_design_stalls_at_token_level() -> None:
     assert "not token-valid" in tc.message
 
 
-def test_token_integration_is_converged_and_agrees_with_an_independent_integrator() -> None:
+def _rk4_and_half_step() -> tuple[Any, Gaussian, float, Any, Any]:
+    """A design, its target and depth, and its token check at the automatic RK4 step and at
+    half of it (256 tokens, seed 5)."""
     target = _issue_target(1)
     res = design_mean_matching(target, robustness=False)
     T = res.ess.T
@@ -114,6 +117,11 @@ def test_token_integration_is_converged_and_agrees_with_an_independent_integrato
     fine = design_token_certificate(
         res.layer, target, n_tokens=256, T=T, seed=5, steps=2 * tc.steps
     )
+    return res, target, T, tc, fine
+
+
+def test_token_integration_is_converged_and_agrees_with_an_independent_integrator() -> None:
+    res, target, T, tc, fine = _rk4_and_half_step()
     # Halving the automatic RK4 step changes W2 by far less than the floor (h·λ ≤ 1; the error
     # is 16× smaller at h/2, so the difference bounds the error of the automatic step).
     assert abs(fine.w2 - tc.w2) <= 1e-4 * tc.floor
@@ -127,13 +135,7 @@ def test_token_integration_is_converged_and_agrees_with_an_independent_integrato
 def test_adaptive_token_check_agrees_with_fine_rk4_and_reports_its_steps() -> None:
     """``method="adaptive"`` (RK45 with error control) ends where RK4 at half the automatic
     step does, to within its tolerance of the tokens' scale, far below the floor."""
-    target = _issue_target(1)
-    res = design_mean_matching(target, robustness=False)
-    T = res.ess.T
-    tc = design_token_certificate(res.layer, target, n_tokens=256, T=T, seed=5)
-    fine = design_token_certificate(
-        res.layer, target, n_tokens=256, T=T, seed=5, steps=2 * tc.steps
-    )
+    res, target, T, _, fine = _rk4_and_half_step()
     for rtol, tol in ((1e-2, 1e-2), (1e-5, 1e-5)):
         ad = design_token_certificate(
             res.layer, target, n_tokens=256, T=T, seed=5, method="adaptive", rtol=rtol

@@ -74,7 +74,10 @@ class RunBudget:
 
     Examples
     --------
-    >>> run = RunBudget(1e-3)
+    A run that began a second ago with a millisecond's limit draws nothing and says so:
+
+    >>> import time
+    >>> run = RunBudget(1e-3, start=time.perf_counter() - 1.0)
     >>> run.draw("moments.png", lambda: None) or run.skipped
     ['figure moments.png']
     >>> run.status(Status.SUCCESS)

@@ -21,9 +21,10 @@ a limit and the tilt vanishes like ``1/s``.
 
 **Token-level certificate** (:class:`TokenCertificate`, :func:`design_token_certificate`). The
 moment certificate (:mod:`._certificates`) is the ``N → ∞`` statement. The token check runs the
-token-level Transformer (:func:`gtcontrol.model.tokens.simulate_tokens`, fixed-step RK4 with a
-step fine enough that its own error is negligible) on ``N`` tokens sampled from ``initial`` and
-measures, independently of the moment model:
+token-level Transformer (:func:`gtcontrol.model.tokens.simulate_tokens`: fixed-step RK4 with a
+step fine enough that its own error is negligible, or an error-controlled RK45 for token fields
+stiffer than the moment model shows) on ``N`` tokens sampled from ``initial`` and measures,
+independently of the moment model:
 
 * ``w2``: the Bures–Wasserstein distance between the tokens' empirical moments at depth ``T``
   and the target;

@@ -651,6 +651,7 @@ class _Context:
         self.proj = basis @ basis.T
         self.a_old_r = basis.T @ layer.affine_ffn()[0] @ basis
         self.base_layer = layer
+        self._probe_sample: FloatArray | None = None
 
     # -- design of A and b ----------------------------------------------------------------
     def design_ffn(self, layer: Layer) -> Layer:
@@ -1099,7 +1100,9 @@ class _Context:
     def _probe(self, probe: FloatArray | None) -> FloatArray:
         if probe is not None:
             return probe
-        return self.target.sample(_PROBE_TOKENS, np.random.default_rng(self.seed))
+        if self._probe_sample is None:  # drawn once: the function change and the ESS hint
+            self._probe_sample = self.target.sample(_PROBE_TOKENS, np.random.default_rng(self.seed))
+        return self._probe_sample
 
     def _function_change(self, final: Layer, probe: FloatArray | None) -> float:
         x = self._probe(probe)

@@ -311,6 +311,70 @@ def test_a_verification_that_fails_says_why() -> None:
     assert all("still moving at depth T" in v.message for v in short.verification)
 
 
+def _with_c(res: gt.Stabilization, c: float) -> gt.Layer:
+    """``res.layer`` with the added head and its companion rebuilt for another ``c`` (here,
+    not by gtcontrol): ``A = A_base + cI``, ``(−s c I, B₀)``, ``((s c − σ) I, 0)``, and ``b``
+    solving the mean equation at the target with the field written out in this file."""
+    d = res.layer.dim
+    heads = [(np.array(v), np.array(b)) for v, b in res.layer.heads]
+    (_, b0), (_, zero) = heads[-2], heads[-1]
+    heads[-2] = (-res.scale * c * np.eye(d), b0)
+    heads[-1] = ((res.scale * c - res.mean_shift) * np.eye(d), zero)
+    lay = gt.Layer(np.array(res.base_layer.A) + c * np.eye(d), b=np.zeros(d), heads=heads)
+    dm, _ = field(lay, np.array(res.target.mean), np.array(res.target.cov))
+    return lay.replace(b=-dm)
+
+
+def test_c_grows_until_the_identity_start_converges() -> None:
+    """Random strong heads (found by a search over seeds) whose identity start settles away
+    from the target at the local minimum ``c``: ``stabilize`` screens the starts and grows
+    ``c`` until they converge. An independent integration (DOP853 on the field written here,
+    the layer rebuilt here) confirms both sides: at the local minimum the identity start ends
+    far from ``Σ*``, at the chosen ``c`` it converges; the chosen ``c`` is within the ladder's
+    resolution ``2^(1/8)`` of one that fails in the screen."""
+    rng = np.random.default_rng(23)
+    d = int(rng.integers(2, 7))
+    n_heads = int(rng.integers(1, 4))
+    layer = random_layer(rng, d, n_heads, factored=False)
+    scale = float(rng.choice([1.0, 3.0, 6.0]))
+    layer = layer.replace(heads=[(scale * v, b) for v, b in layer.heads])
+    target = gt.Gaussian(rng.standard_normal(d) * rng.choice([0.0, 1.0, 3.0]), random_spd(rng, d))
+    res = gt.stabilize(layer, target, add="head", rate=1.0)
+    assert res.success, res.message
+    c_loc = res.stats["c_local"]
+    assert res.stats["c_screens"] >= 2
+    assert 1.0 < res.c / c_loc <= 64.0
+    assert "× the local minimum" in res.message and "identity start" in res.message
+    # the local minimum: the certificate's c, 0.999 of it misses the rate
+    assert res.base.cov_abscissa - 2.0 * 0.999 * c_loc > -1.0
+    depth = float(res.verification[0].t[-1])
+    identity = res.starts[0]
+    assert np.array_equal(np.array(identity.cov), np.eye(d))
+    for c, converges in ((c_loc, False), (res.c, True)):
+        _, s = reference_final(_with_c(res, c), identity, depth)
+        err = np.linalg.norm(s - target.cov) / np.linalg.norm(target.cov)
+        assert bool(err <= 1e-6) is converges, (c, err)
+    # the largest c that failed its screen (half the default depth) fails it here too
+    c_failed = res.stats["c_failed"]
+    assert c_loc <= c_failed < res.c <= 2.0 ** (1 / 8) * c_failed * (1 + 1e-12)
+    _, s = reference_final(_with_c(res, c_failed), identity, 0.5 * depth)
+    assert np.linalg.norm(s - target.cov) / np.linalg.norm(target.cov) > 1e-2
+    # the rebuilt layer at the chosen c is the stabilized layer, to rounding
+    assert np.allclose(_with_c(res, res.c).b, res.layer.b, rtol=0, atol=1e-9)
+
+
+def test_a_rank_deficient_start_is_not_screened_and_says_why() -> None:
+    """The covariance flow is a congruence: a start of rank 1 in d = 2 never reaches a
+    positive definite target, so no ``c`` is tried for it and its verification says so."""
+    layer = gt.Layer(V=0.5 * np.eye(2), B=np.eye(2))
+    target = gt.Gaussian(np.zeros(2), np.eye(2))
+    rank_one = gt.Gaussian(np.zeros(2), np.diag([1.0, 0.0]))
+    res = gt.stabilize(layer, target, add="head", initial=rank_one)
+    assert res.status is Status.FAILED
+    assert res.stats["c_screens"] == 0 and res.c == res.stats["c_local"]
+    assert "keeps the rank, so it never reaches Σ*" in res.verification[0].message
+
+
 # -- stabilize: gains family ------------------------------------------------------------------
 
 

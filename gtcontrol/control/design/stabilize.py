@@ -29,7 +29,15 @@ prescribed equilibrium"):
      exactly ``−σ``, the smallest shift the mean needs: ``σ = max(0, α(K) + ρ)``. Where the layer
      has a frozen coordinate on which ``m*`` is nonzero (an extracted layer's affine one), the query
      may be centred, ``u = Σ*⁻¹(x − m*)/s`` (a query bias; same moment model), whichever needs the
-     smaller ``s``.
+     smaller ``s``. The local minimum of ``c`` need not attract a far start: the pretrained heads
+     can keep a second attracting equilibrium (MiniLM layers 1 and 2 at their text targets: the
+     identity start settles at relative distance 0.19). So the starts are first screened, each
+     integrated to half the verification depth at a loose tolerance; when one does not come
+     within 1e-2, ``c`` doubles until it does, then geometric bisection narrows the bracket to a
+     factor ``2^(1/8)``: ``c`` is then the smallest verified change to that resolution, and the
+     message and ``stats`` say so. A start singular on the active subspace is not screened: the
+     covariance flow is a congruence ``Σ(t) = Φ(t)Σ0Φ(t)ᵀ``, so it keeps its rank and never
+     reaches a ``Σ*`` positive definite there, for any ``c``.
    * ``"gains"``: per-head gains ``V_h → g_h V_h``, ``g ∈ [0, 1]ᴴ``, with ``‖1 − g‖₂`` minimal
      (a local minimum, by sequential linear programming on the eigenvalue sensitivities
      ``∂λ/∂g_h = ψᴴ L_h φ / ψᴴ φ``). The family cannot reach the rate when the mean
@@ -117,6 +125,17 @@ _EXTEND_EFOLDS = 3.0
 _EXTEND_MAX = 2.0
 #: Relative margin on the smallest ``c`` (the certificate must hold despite round-off).
 _C_MARGIN = 1e-4
+#: The screens that choose ``c`` when a start does not converge at the local minimum
+#: (:meth:`_Context._smallest_verified_c`): doublings, then geometric bisections (a bracket
+#: ``[f, 2f]`` narrows to a factor ``2^(1/8) ≈ 1.09``); each screen integrates every start to
+#: half the verification depth at ``_SCREEN_RTOL`` and passes at relative error
+#: ``≤ _SCREEN_TOL``. MiniLM layer 2 (text target), identity start: 0.19 at the local minimum
+#: (settled elsewhere), 2e-8 at half depth with ``1.5 c``; a start that converges is far below
+#: ``_SCREEN_TOL`` by then at the certified rate (``e^{-ρT/2}``, ``ρT ≥ 17``).
+_C_DOUBLINGS = 6
+_C_BISECTIONS = 3
+_SCREEN_RTOL = 1e-3
+_SCREEN_TOL = 1e-2
 #: The added head keeps ``ESS/N ≥ min_ess`` for all but ``exp(−n²/2)`` of the queries, ``n``
 #: this (:meth:`_Context._ess_scale`).
 _ESS_N_STD = 3.0
@@ -180,7 +199,9 @@ class Stabilization(ResultFields, Outcome):
         The requested rate ``ρ``.
     c, scale, mean_shift
         Head family: the added head is ``(−s c P, P Σ*⁺ P / s)`` with ``P`` the projection on the
-        active subspace, ``c`` minimal for the covariance and ``s`` the token gauge; with it a
+        active subspace, ``c`` minimal for the covariance's local certificate (or, when a start
+        settles elsewhere there, the smallest ``c`` found from which every start converges;
+        ``stats["c_local"]`` is the local minimum) and ``s`` the token gauge; with it a
         uniform companion head ``(κP, 0)``, ``κ = s c − σ``, so that the mean matrix shifts by
         exactly ``−σ``, ``σ = mean_shift`` minimal for the mean (the companion is left out when
         ``κ = 0``). ``nan`` for other families.
@@ -230,7 +251,11 @@ class Stabilization(ResultFields, Outcome):
         ``seconds``, ``matvecs`` (operator products of the spectra), ``active_dim``,
         ``kept_head_ess``: after a failed token check, the smallest over the kept heads of the
         median predicted ``ESS/N`` on the probe tokens at the target (below ``1/N`` the message
-        says that head's softmax is close to a hard maximum; ``nan`` otherwise).
+        says that head's softmax is close to a hard maximum; ``nan`` otherwise). Head family:
+        ``c_local`` (the smallest ``c`` of the local certificate), ``c_screens`` (cheap
+        simulations of the starts that chose ``c``: doubling, then geometric bisection to a
+        factor ``2^(1/8)``) and ``c_failed`` (the largest ``c`` whose screen failed; ``nan``
+        when the local minimum passed).
     """
 
     layer: Layer
@@ -788,36 +813,35 @@ class _Context:
         b0 = tilts[pick]
         c_cov = (base.cov_abscissa + self.rate) / 2.0
         need_mean = base.mean_abscissa + self.rate
-        c = c_cov * (1.0 + _C_MARGIN) + 1e-12 * self.rate if c_cov > 0 else 0.0
+        c_loc = c_cov * (1.0 + _C_MARGIN) + 1e-12 * self.rate if c_cov > 0 else 0.0
         sigma = need_mean * (1.0 + _C_MARGIN) + 1e-12 * self.rate if need_mean > 0 else 0.0
-        added: list[tuple[FloatArray, FloatArray]] = []
-        if c > 0:
-            added.append((-s * c * self.proj, b0 / s))
-        # the uniform companion (κP, 0) attends to every token equally (ESS/N = 1): it adds κm
-        # to the mean's velocity and nothing to the covariance's, so κ = sc − σ leaves the mean
-        # matrix shifted by exactly −σ whatever the gauge s
-        kappa = s * c - sigma
-        if kappa != 0.0:
-            added.append((kappa * self.proj, np.zeros_like(self.proj)))
-        if added:
-            final = base_layer.replace(
-                A=base_layer.A + c * self.proj, heads=[*base_layer.head_groups, *added]
-            )
-            final = self.fix_bias(final)
-        else:
-            final = base_layer
+
+        def build(c: float) -> Layer:
+            return self._head_layer(base_layer, c, s, b0, sigma)
+
+        # c_loc is the smallest c of the local certificate; a start far from the target can
+        # still settle at another equilibrium there (MiniLM layers 1 and 2, text target, from
+        # the identity), so the starts are screened first and c grows until they converge
+        c, c_failed, ladder, rungs = c_loc, math.nan, "", 0
+        if c_loc > 0:
+            c, c_failed, ladder, rungs = self._smallest_verified_c(build, c_loc)
+        final = build(c)
+        added = c > 0 or sigma != 0.0
         red = reduced_layer(self.layer, self.basis)
         q = _quadratic_growth(red, self.s_act)
         # The shift is exact, so the base's rightmost mode starts the independent recomputation.
         spec = self.spectrum(final, omega=False, k=1, v0=self._start_vector(base))
         omega = base.numerical_abscissa - 2.0 * c
         family = "head" if added else "none"
+        kappa = s * c - sigma
         parts = []
         if c > 0:
             parts.append(
                 f"added head (−s·c·I, Σ*⁻¹/s) with c = {c:.6g} (minimal {c_cov:.6g} for the "
                 f"covariance), token gauge s = {s:.4g}" + (", query centred on m*" if pick else "")
             )
+        if ladder:
+            parts.append(ladder)
         if kappa != 0.0:
             parts.append(
                 f"uniform companion head (κI, 0) with κ = {kappa:.6g}: the mean matrix shifts by "
@@ -828,8 +852,147 @@ class _Context:
             "; ".join(parts) if parts else "no extra needed: the designed A, b alone give the rate"
         )
         return self._finish(
-            final, family, base, spec, what, c=c, s=s, change=c, q=q, omega=omega, mean_shift=sigma
+            final,
+            family,
+            base,
+            spec,
+            what,
+            c=c,
+            s=s,
+            change=c,
+            q=q,
+            omega=omega,
+            mean_shift=sigma,
+            extra_stats={"c_local": c_loc, "c_failed": c_failed, "c_screens": rungs},
         )
+
+    def _head_layer(
+        self, base_layer: Layer, c: float, s: float, b0: FloatArray, sigma: float
+    ) -> Layer:
+        """``base_layer`` with the added head ``(−s c P, B₀/s)``, ``A + cP``, and the uniform
+        companion ``(κP, 0)``, ``κ = s c − σ``: the mean matrix shifts by exactly ``−σ``
+        whatever the gauge ``s`` (it adds ``κm`` to the mean's velocity and nothing to the
+        covariance's, attending to every token equally, ``ESS/N = 1``)."""
+        added: list[tuple[FloatArray, FloatArray]] = []
+        if c > 0:
+            added.append((-s * c * self.proj, b0 / s))
+        kappa = s * c - sigma
+        if kappa != 0.0:
+            added.append((kappa * self.proj, np.zeros_like(self.proj)))
+        if not added:
+            return base_layer
+        final = base_layer.replace(
+            A=base_layer.A + c * self.proj, heads=[*base_layer.head_groups, *added]
+        )
+        return self.fix_bias(final)
+
+    def _smallest_verified_c(
+        self, build: Callable[[float], Layer], c_loc: float
+    ) -> tuple[float, float, str, int]:
+        """The smallest ``c ≥ c_loc`` from which every start converges in a screen, the
+        largest ``c`` at which a screen failed (``nan`` when none did), a sentence on how
+        ``c`` was found (empty when ``c_loc`` passed), and the number of screens.
+
+        A screen (:meth:`_screen`) is a cheap simulation of every start to half the
+        default verification depth (or of a longer ``T`` given). ``c`` doubles from ``c_loc``
+        until a screen passes (at most ``_C_DOUBLINGS`` times), then ``_C_BISECTIONS``
+        geometric bisections narrow the bracket.
+        The screen only chooses ``c``: the full verification of :meth:`_finish` at that ``c``
+        decides. A larger ``c`` never weakens the local certificate (the linearization shifts
+        by exactly ``−2c``), and the global bound needs ``c > q``.
+        """
+        # half the default depth (or of a longer T given): a short T given for a quick
+        # look does not make the screens, which choose c, fail
+        t_half = 0.5 * max(self.default_depth(), self.depth or 0.0)
+        # a start singular on the active subspace never reaches Σ* (:meth:`_rank_gap`): no c
+        # helps it, so it is verified and reported but not screened
+        starts = [(name, g0) for name, g0 in self.starts if not self._rank_gap(g0)]
+        if not starts:
+            return c_loc, math.nan, "", 0
+        screens = 1
+        first = self._screen(build(c_loc), t_half, starts)
+        if first is None:
+            return c_loc, math.nan, "", screens
+        lo, hi, worst = 1.0, math.nan, first
+        f = 1.0
+        for _ in range(_C_DOUBLINGS):
+            if self.budget.exhausted:
+                break
+            f *= 2.0
+            screens += 1
+            if self._screen(build(f * c_loc), t_half, starts) is None:
+                hi = f
+                break
+            lo = f
+        if math.isnan(hi):
+            note = (
+                f"the screen from the {worst} start did not converge at c = {c_loc:.6g}·f for f "
+                f"up to {lo:g} (doubling; each screen integrates every start to depth "
+                f"{t_half:.4g} at rtol {_SCREEN_RTOL:g}); c stays at the local minimum"
+            )
+            return c_loc, lo * c_loc, note, screens
+        for _ in range(_C_BISECTIONS):
+            if self.budget.exhausted:
+                break
+            mid = math.sqrt(lo * hi)
+            screens += 1
+            if self._screen(build(mid * c_loc), t_half, starts) is None:
+                hi = mid
+            else:
+                lo = mid
+        note = (
+            f"c = {hi:.4g} × the local minimum: at the minimum the {worst} start does not "
+            f"converge, at {lo:.4g} × it did not in a screen and at {hi:.4g} × it did "
+            f"(smallest verified c to a factor {hi / lo:.3g}; {screens} screens, each to depth "
+            f"{t_half:.4g} at rtol {_SCREEN_RTOL:g}, relative error ≤ {_SCREEN_TOL:g} required)"
+        )
+        return hi * c_loc, lo * c_loc, note, screens
+
+    def _rank_gap(self, g0: Gaussian) -> str:
+        """A sentence when ``g0`` is singular on the active subspace, else ``""``.
+
+        The covariance flow is a congruence, ``Σ(t) = Φ(t)Σ0Φ(t)ᵀ`` with ``Φ' = M(Σ)Φ``,
+        ``Φ(0) = I``, so the rank of ``Σ0`` is kept at every finite depth, and a limit of
+        matrices of rank ``k`` has rank at most ``k``: such a start never reaches a ``Σ*``
+        that is positive definite there, whatever the layer.
+        """
+        s0 = sym(self.basis.T @ g0.cov @ self.basis)
+        ev = np.linalg.eigvalsh(s0)
+        tol = 1e-12 * max(float(ev[-1]), 1e-300) * s0.shape[0]
+        k = int(np.sum(ev > tol))
+        if k == s0.shape[0]:
+            return ""
+        return (
+            f"the start has rank {k} < {s0.shape[0]} on the active subspace, and the covariance "
+            "flow Σ(t) = Φ(t)Σ0Φ(t)ᵀ keeps the rank, so it never reaches Σ*"
+        )
+
+    def _screen(self, lay: Layer, depth: float, starts: list[tuple[str, Gaussian]]) -> str | None:
+        """``None`` when every start comes within ``_SCREEN_TOL`` (relative, covariance and
+        mean) of the target by ``depth`` under ``lay``, else the name of the worst start."""
+        cov_ref = float(np.linalg.norm(self.target.cov))
+        mean_ref = self._mean_ref()
+
+        def end_error(g0: Gaussian) -> float:
+            left = self.budget.remaining()
+            traj = simulate(
+                lay,
+                g0,
+                depth,
+                n_points=2,
+                rtol=_SCREEN_RTOL,
+                time_limit=None if math.isinf(left) else max(left, 1e-6),
+            )
+            if traj.status is not Status.SUCCESS:
+                return math.inf
+            return max(
+                float(np.linalg.norm(traj.cov[-1] - self.target.cov)) / cov_ref,
+                float(np.linalg.norm(traj.mean[-1] - self.target.mean)) / mean_ref,
+            )
+
+        errs = _concurrently([functools.partial(end_error, g0) for _, g0 in starts])
+        j = int(np.argmax(errs))
+        return None if errs[j] <= _SCREEN_TOL else starts[j][0]
 
     def _gains(self, base_layer: Layer, base: LinearizationSpectrum) -> Stabilization:
         red = reduced_layer(self.layer, self.basis)
@@ -946,6 +1109,7 @@ class _Context:
         s: float = math.nan,
         gains: FloatArray | None = None,
         mean_shift: float = math.nan,
+        extra_stats: dict[str, Any] | None = None,
     ) -> Stabilization:
         rate = self.rate
         depth, n_tok, probe = self.depth, self.n_tok, self.probe
@@ -1072,6 +1236,7 @@ class _Context:
                 "matvecs": int(base.stats.get("matvecs", 0)) + int(spec.stats.get("matvecs", 0)),
                 "active_dim": r,
                 "kept_head_ess": kept_ess,
+                **(extra_stats or {}),
             },
         )
 
@@ -1179,6 +1344,9 @@ class _Context:
             cov_err[-1] <= VERIFY_RTOL and mean_err[-1] <= VERIFY_RTOL
         ):
             message += "; " + self._settled(final, means[-1], covs[-1], cov_err, mean_err)
+            gap = self._rank_gap(g0)
+            if gap:
+                message += f" ({gap})"
         dist = float(
             np.linalg.norm(inv_root @ (self.basis.T @ g0.cov @ self.basis - self.s_act) @ inv_root)
         )

@@ -31,11 +31,12 @@ prescribed equilibrium"):
      may be centred, ``u = Σ*⁻¹(x − m*)/s`` (a query bias; same moment model), whichever needs the
      smaller ``s``. The local minimum of ``c`` need not attract a far start: the pretrained heads
      can keep a second attracting equilibrium (MiniLM layers 1 and 2 at their text targets: the
-     identity start settles at relative distance 0.19). So the starts are first screened, each
-     integrated to half the verification depth at a loose tolerance; when one does not come
-     within 1e-2, ``c`` doubles until it does, then geometric bisection narrows the bracket to a
-     factor ``2^(1/8)``: ``c`` is then the smallest verified change to that resolution, and the
-     message and ``stats`` say so. A start singular on the active subspace is not screened: the
+     identity start settles at relative distance 0.19). When a start's verification fails so at
+     the local minimum, ``c`` doubles until every start passes a screen (integrated to half the
+     verification depth at a loose tolerance, it must come within 1e-2), then geometric
+     bisection narrows the bracket to a factor ``2^(1/8)``, and every check runs again at that
+     ``c``: it is the smallest verified change to that resolution, and the message and
+     ``stats`` say so. A start singular on the active subspace is not screened: the
      covariance flow is a congruence ``Σ(t) = Φ(t)Σ0Φ(t)ᵀ``, so it keeps its rank and never
      reaches a ``Σ*`` positive definite there, for any ``c``.
    * ``"gains"``: per-head gains ``V_h → g_h V_h``, ``g ∈ [0, 1]ᴴ``, with ``‖1 − g‖₂`` minimal
@@ -76,7 +77,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 import numpy as np
@@ -125,13 +126,13 @@ _EXTEND_EFOLDS = 3.0
 _EXTEND_MAX = 2.0
 #: Relative margin on the smallest ``c`` (the certificate must hold despite round-off).
 _C_MARGIN = 1e-4
-#: The screens that choose ``c`` when a start does not converge at the local minimum
+#: The screens that choose ``c`` when a start's verification fails at the local minimum
 #: (:meth:`_Context._smallest_verified_c`): doublings, then geometric bisections (a bracket
 #: ``[f, 2f]`` narrows to a factor ``2^(1/8) ≈ 1.09``); each screen integrates every start to
-#: half the verification depth at ``_SCREEN_RTOL`` and passes at relative error
+#: half the default verification depth at ``_SCREEN_RTOL`` and passes at relative error
 #: ``≤ _SCREEN_TOL``. MiniLM layer 2 (text target), identity start: 0.19 at the local minimum
-#: (settled elsewhere), 2e-8 at half depth with ``1.5 c``; a start that converges is far below
-#: ``_SCREEN_TOL`` by then at the certified rate (``e^{-ρT/2}``, ``ρT ≥ 17``).
+#: (settled elsewhere), 1.2e-8 at half depth with ``1.5 c``; a start that converges is far
+#: below ``_SCREEN_TOL`` by then at the certified rate (``e^{-ρT/2}``, ``ρT ≥ 17``).
 _C_DOUBLINGS = 6
 _C_BISECTIONS = 3
 _SCREEN_RTOL = 1e-3
@@ -477,8 +478,6 @@ def stabilize(
     names = "; ".join(
         f"{r.family}: {r.status.value}, function change {r.function_change:.3g}" for r in found
     )
-    from dataclasses import replace
-
     return replace(
         best,
         candidates=tuple(found),
@@ -819,52 +818,69 @@ class _Context:
         def build(c: float) -> Layer:
             return self._head_layer(base_layer, c, s, b0, sigma)
 
-        # c_loc is the smallest c of the local certificate; a start far from the target can
-        # still settle at another equilibrium there (MiniLM layers 1 and 2, text target, from
-        # the identity), so the starts are screened first and c grows until they converge
-        c, c_failed, ladder, rungs = c_loc, math.nan, "", 0
-        if c_loc > 0:
-            c, c_failed, ladder, rungs = self._smallest_verified_c(build, c_loc)
-        final = build(c)
-        added = c > 0 or sigma != 0.0
         red = reduced_layer(self.layer, self.basis)
         q = _quadratic_growth(red, self.s_act)
-        # The shift is exact, so the base's rightmost mode starts the independent recomputation.
-        spec = self.spectrum(final, omega=False, k=1, v0=self._start_vector(base))
-        omega = base.numerical_abscissa - 2.0 * c
-        family = "head" if added else "none"
-        kappa = s * c - sigma
-        parts = []
-        if c > 0:
-            parts.append(
-                f"added head (−s·c·I, Σ*⁻¹/s) with c = {c:.6g} (minimal {c_cov:.6g} for the "
-                f"covariance), token gauge s = {s:.4g}" + (", query centred on m*" if pick else "")
+
+        def attempt(c: float, ladder: str, stats: dict[str, Any]) -> Stabilization:
+            final = build(c)
+            # The shift is exact, so the base's rightmost mode starts the independent
+            # recomputation.
+            spec = self.spectrum(final, omega=False, k=1, v0=self._start_vector(base))
+            kappa = s * c - sigma
+            parts = []
+            if c > 0:
+                parts.append(
+                    f"added head (−s·c·I, Σ*⁻¹/s) with c = {c:.6g} (minimal {c_cov:.6g} for the "
+                    f"covariance), token gauge s = {s:.4g}"
+                    + (", query centred on m*" if pick else "")
+                )
+            if ladder:
+                parts.append(ladder)
+            if kappa != 0.0:
+                parts.append(
+                    f"uniform companion head (κI, 0) with κ = {kappa:.6g}: the mean matrix shifts "
+                    f"by −{sigma:.6g} ("
+                    + (f"minimal: the mean needs {need_mean:.6g})" if sigma > 0 else "none needed)")
+                )
+            what = (
+                "; ".join(parts)
+                if parts
+                else "no extra needed: the designed A, b alone give the rate"
             )
-        if ladder:
-            parts.append(ladder)
-        if kappa != 0.0:
-            parts.append(
-                f"uniform companion head (κI, 0) with κ = {kappa:.6g}: the mean matrix shifts by "
-                f"−{sigma:.6g} ("
-                + (f"minimal: the mean needs {need_mean:.6g})" if sigma > 0 else "none needed)")
+            return self._finish(
+                final,
+                "head" if c > 0 or sigma != 0.0 else "none",
+                base,
+                spec,
+                what,
+                c=c,
+                s=s,
+                change=c,
+                q=q,
+                omega=base.numerical_abscissa - 2.0 * c,
+                mean_shift=sigma,
+                extra_stats={"c_local": c_loc, "c_screens": 0, "c_failed": math.nan, **stats},
             )
-        what = (
-            "; ".join(parts) if parts else "no extra needed: the designed A, b alone give the rate"
-        )
-        return self._finish(
-            final,
-            family,
-            base,
-            spec,
-            what,
-            c=c,
-            s=s,
-            change=c,
-            q=q,
-            omega=omega,
-            mean_shift=sigma,
-            extra_stats={"c_local": c_loc, "c_failed": c_failed, "c_screens": rungs},
-        )
+
+        res = attempt(c_loc, "", {})
+        # c_loc is the smallest c of the local certificate; a far start can still settle at
+        # another equilibrium there (MiniLM layers 1 and 2, text target, from the identity):
+        # then c grows, chosen by cheap screens, and the checks run again at the c chosen
+        stuck = [
+            v.name
+            for v, (_, g0) in zip(res.verification, self.starts, strict=True)
+            if v.status is Status.SUCCESS and not v.converged and not self._rank_gap(g0)
+        ]
+        if not (stuck and c_loc > 0 and res.local_certificate) or self.budget.exhausted:
+            return res
+        c, c_failed, ladder, screens = self._smallest_verified_c(build, c_loc, stuck[0])
+        if c == c_loc:
+            return replace(
+                res,
+                message=res.message + "; " + ladder,
+                stats=dict(res.stats, c_screens=screens, c_failed=c_failed),
+            )
+        return attempt(c, ladder, {"c_screens": screens, "c_failed": c_failed})
 
     def _head_layer(
         self, base_layer: Layer, c: float, s: float, b0: FloatArray, sigma: float
@@ -887,33 +903,31 @@ class _Context:
         return self.fix_bias(final)
 
     def _smallest_verified_c(
-        self, build: Callable[[float], Layer], c_loc: float
+        self, build: Callable[[float], Layer], c_loc: float, stuck: str
     ) -> tuple[float, float, str, int]:
-        """The smallest ``c ≥ c_loc`` from which every start converges in a screen, the
-        largest ``c`` at which a screen failed (``nan`` when none did), a sentence on how
-        ``c`` was found (empty when ``c_loc`` passed), and the number of screens.
+        """After the ``stuck`` start failed its verification at ``c_loc``: the smallest ``c``
+        from which every start converges in a screen (``c_loc`` when none was found), the
+        largest ``c`` whose screen failed, a sentence on how ``c`` was found, and the number
+        of screens.
 
-        A screen (:meth:`_screen`) is a cheap simulation of every start to half the
-        default verification depth (or of a longer ``T`` given). ``c`` doubles from ``c_loc``
-        until a screen passes (at most ``_C_DOUBLINGS`` times), then ``_C_BISECTIONS``
-        geometric bisections narrow the bracket.
-        The screen only chooses ``c``: the full verification of :meth:`_finish` at that ``c``
-        decides. A larger ``c`` never weakens the local certificate (the linearization shifts
-        by exactly ``−2c``), and the global bound needs ``c > q``.
+        A screen (:meth:`_screen`) is a cheap simulation of every start to half the default
+        verification depth (or of a longer ``T`` given). ``c`` doubles from ``c_loc`` until a
+        screen passes (at most ``_C_DOUBLINGS`` times), then ``_C_BISECTIONS`` geometric
+        bisections narrow the bracket. The screen only chooses ``c``: the full verification of
+        :meth:`_finish` at that ``c`` decides. A larger ``c`` never weakens the local
+        certificate (the linearization shifts by exactly ``−2c``), and the global bound needs
+        ``c > q``.
         """
-        # half the default depth (or of a longer T given): a short T given for a quick
-        # look does not make the screens, which choose c, fail
+        # half the default depth (or of a longer T given): a short T given for a quick look
+        # does not make the screens, which choose c, fail
         t_half = 0.5 * max(self.default_depth(), self.depth or 0.0)
         # a start singular on the active subspace never reaches Σ* (:meth:`_rank_gap`): no c
         # helps it, so it is verified and reported but not screened
         starts = [(name, g0) for name, g0 in self.starts if not self._rank_gap(g0)]
-        if not starts:
-            return c_loc, math.nan, "", 0
-        screens = 1
-        first = self._screen(build(c_loc), t_half, starts)
-        if first is None:
-            return c_loc, math.nan, "", screens
-        lo, hi, worst = 1.0, math.nan, first
+        how = (
+            f"each to depth {t_half:.4g} at rtol {_SCREEN_RTOL:g}, relative error ≤ {_SCREEN_TOL:g}"
+        )
+        lo, hi, screens = 1.0, math.nan, 0
         f = 1.0
         for _ in range(_C_DOUBLINGS):
             if self.budget.exhausted:
@@ -926,9 +940,9 @@ class _Context:
             lo = f
         if math.isnan(hi):
             note = (
-                f"the screen from the {worst} start did not converge at c = {c_loc:.6g}·f for f "
-                f"up to {lo:g} (doubling; each screen integrates every start to depth "
-                f"{t_half:.4g} at rtol {_SCREEN_RTOL:g}); c stays at the local minimum"
+                f"the {stuck} start does not converge at the local minimum c = {c_loc:.6g}, nor "
+                f"in screens up to {lo:g} × it ({screens} screens, doubling; {how}); c stays at "
+                "the local minimum"
             )
             return c_loc, lo * c_loc, note, screens
         for _ in range(_C_BISECTIONS):
@@ -941,10 +955,11 @@ class _Context:
             else:
                 lo = mid
         note = (
-            f"c = {hi:.4g} × the local minimum: at the minimum the {worst} start does not "
-            f"converge, at {lo:.4g} × it did not in a screen and at {hi:.4g} × it did "
-            f"(smallest verified c to a factor {hi / lo:.3g}; {screens} screens, each to depth "
-            f"{t_half:.4g} at rtol {_SCREEN_RTOL:g}, relative error ≤ {_SCREEN_TOL:g} required)"
+            f"c = {hi:.4g} × the local minimum: at the minimum the {stuck} start does not "
+            f"converge"
+            + (f", at {lo:.4g} × it did not in a screen" if lo > 1.0 else "")
+            + f" and at {hi:.4g} × it did (smallest verified c to a factor {hi / lo:.3g}; "
+            f"{screens} screens, {how})"
         )
         return hi * c_loc, lo * c_loc, note, screens
 

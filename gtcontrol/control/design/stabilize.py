@@ -867,7 +867,9 @@ class _Context:
         # another equilibrium there (MiniLM layers 1 and 2, text target, from the identity):
         # then c grows, chosen by cheap screens, and the checks run again at the c chosen
         stuck = [
-            v.name
+            f"{v.name} start does not converge (relative error "
+            f"{max(float(v.cov_error[-1]), float(v.mean_error[-1])):.3g} at depth "
+            f"{float(v.t[-1]):.4g})"
             for v, (_, g0) in zip(res.verification, self.starts, strict=True)
             if v.status is Status.SUCCESS and not v.converged and not self._rank_gap(g0)
         ]
@@ -905,10 +907,10 @@ class _Context:
     def _smallest_verified_c(
         self, build: Callable[[float], Layer], c_loc: float, stuck: str
     ) -> tuple[float, float, str, int]:
-        """After the ``stuck`` start failed its verification at ``c_loc``: the smallest ``c``
-        from which every start converges in a screen (``c_loc`` when none was found), the
-        largest ``c`` whose screen failed, a sentence on how ``c`` was found, and the number
-        of screens.
+        """After a start failed its verification at ``c_loc`` (``stuck`` says which and how):
+        the smallest ``c`` from which every start converges in a screen (``c_loc`` when none
+        was found), the largest ``c`` whose screen failed, a sentence on how ``c`` was found,
+        and the number of screens.
 
         A screen (:meth:`_screen`) is a cheap simulation of every start to half the default
         verification depth (or of a longer ``T`` given). ``c`` doubles from ``c_loc`` until a
@@ -940,9 +942,8 @@ class _Context:
             lo = f
         if math.isnan(hi):
             note = (
-                f"the {stuck} start does not converge at the local minimum c = {c_loc:.6g}, nor "
-                f"in screens up to {lo:g} × it ({screens} screens, doubling; {how}); c stays at "
-                "the local minimum"
+                f"at the local minimum c = {c_loc:.6g} the {stuck}, nor in screens up to "
+                f"{lo:g} × it ({screens} screens, doubling; {how}); c stays at the local minimum"
             )
             return c_loc, lo * c_loc, note, screens
         for _ in range(_C_BISECTIONS):
@@ -955,8 +956,7 @@ class _Context:
             else:
                 lo = mid
         note = (
-            f"c = {hi:.4g} × the local minimum: at the minimum the {stuck} start does not "
-            f"converge"
+            f"c = {hi:.4g} × the local minimum: at the minimum the {stuck}"
             + (f", at {lo:.4g} × it did not in a screen" if lo > 1.0 else "")
             + f" and at {hi:.4g} × it did (smallest verified c to a factor {hi / lo:.3g}; "
             f"{screens} screens, {how})"

@@ -11,7 +11,8 @@ Part 1 (``--spectrum``, default): the spectral abscissa of the 73,920-dimensiona
   the leading ``r`` coordinates of the same layer), against the Krylov answer there.
 
 Part 2 (``--table``): ``stabilize`` for every layer × target (text, identity) × family, with the
-minimal ``c`` or ``‖1 − g‖``, the abscissas, seconds, token check and function change.
+smallest verified ``c`` (``stats["c_local"]`` is the local minimum) or ``‖1 − g‖``, the
+abscissas, seconds, token check and function change.
 
 Part 3 (``--newton``): Newton–Krylov (:func:`gtcontrol.newton_equilibrium`, GMRES through the
 factored Jacobian) returns the stabilized layer's equilibrium from a 1 % perturbation.

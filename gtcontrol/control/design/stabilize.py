@@ -877,9 +877,15 @@ class _Context:
             return res
         c, c_failed, ladder, screens = self._smallest_verified_c(build, c_loc, stuck[0])
         if c == c_loc:
+            # no c passed its screen: the checks at c_loc stand, out of time if the screens were
+            spent = self.budget.exhausted
             return replace(
                 res,
-                message=res.message + "; " + ladder,
+                status=Status.BUDGET_EXHAUSTED if spent else res.status,
+                message=res.message
+                + "; "
+                + ladder
+                + ("; the time limit ended the screens" if spent else ""),
                 stats=dict(res.stats, c_screens=screens, c_failed=c_failed),
             )
         return attempt(c, ladder, {"c_screens": screens, "c_failed": c_failed})

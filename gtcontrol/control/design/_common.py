@@ -1,4 +1,7 @@
-"""Shared pieces of the mean-matching design: targets, whitening, residuals and spectra.
+"""Shared pieces of the designs: targets, whitening, residuals, spectra, the equilibrium's A.
+
+For :func:`gtcontrol.stabilize` also: the equilibrium's ``A`` nearest to a layer's own and the
+heads' quadratic growth ``q``.
 
 Private to :mod:`gtcontrol.control.design`; every other module of the subpackage imports these.
 """
@@ -23,18 +26,25 @@ from ...model.params import Layer
 __all__ = [
     "MARGIN_SLACK",
     "MAX_TOKENS",
+    "RATE_MARGIN",
     "RESIDUAL_TOL",
     "Whitening",
     "abscissa",
     "as_target",
     "check_layer",
     "coerce_target",
+    "designed_a",
     "is_normal",
     "orthonormal_cov_jacobian",
     "param_norm",
+    "quadratic_growth",
     "rel_residual",
     "with_bias",
 ]
+
+#: Relative margin on a stabilizing design's rate (the added head's ``c`` and ``σ``, the gains'
+#: goal), so that the certificate holds despite round-off.
+RATE_MARGIN = 1e-4
 
 #: Relative inflation of the requested margins inside the NLP, so that the verified rates are
 #: never below the request after IPOPT's tolerance and the final rounding.
@@ -174,3 +184,48 @@ def with_bias(layer: Layer, target: Gaussian) -> Layer:
     """The layer with ``b = −K m*`` (K does not depend on b)."""
     k = mean_matrix(layer, target.cov)
     return layer.replace(b=-k @ target.mean)
+
+
+def _nearest_skew(e: FloatArray, s_act: FloatArray) -> FloatArray:
+    """Skew ``K`` minimizing ``‖E + KP‖_F``, ``P = S⁻¹``: ``KP² + P²K = PEᵀ − EP``."""
+    w, u = np.linalg.eigh(s_act)
+    p = (u / w) @ u.T
+    rhs = u.T @ (p @ e.T - e @ p) @ u
+    inv2 = w**-2.0
+    k = rhs / (inv2[:, None] + inv2[None, :])
+    out: FloatArray = u @ k @ u.T
+    return 0.5 * (out - out.T)
+
+
+def designed_a(red: Layer, s_act: FloatArray, a_old: FloatArray) -> FloatArray:
+    """``A = (−Q(S)/2 + K) S⁻¹`` nearest to ``a_old`` (reduced coordinates)."""
+    q = moment_field(red.replace(A=np.zeros_like(a_old)), np.zeros(red.dim), s_act)[1]
+    p = np.linalg.inv(s_act)
+    a0 = -0.5 * q @ p
+    k = _nearest_skew(a0 - a_old, s_act)
+    out: FloatArray = a0 + k @ p
+    return out
+
+
+def _norm2_product(x: FloatArray, y: FloatArray) -> float:
+    """``‖X Y‖₂`` for tall ``X`` (``r×p``) and wide ``Y`` (``p×r``) through two QRs."""
+    _, rx = np.linalg.qr(x)
+    _, ry = np.linalg.qr(y.T)
+    return float(np.linalg.norm(rx @ ry.T, 2))
+
+
+def quadratic_growth(red: Layer, s_act: FloatArray) -> float:
+    """``q = Σ_h ‖S^{-½}V_hS^{½}‖₂ ‖S^{½}B_hS^{½}‖₂`` (factored heads through their factors)."""
+    root, inv_root = spd_sqrt_pair(s_act)
+    total = 0.0
+    fh = red.factored_heads
+    if fh is not None:
+        for h in range(fh.n_heads):
+            nv = _norm2_product(inv_root @ fh.o[h], fh.v[h] @ root)
+            nb = fh.scale * _norm2_product((fh.k[h] @ root).T, fh.q[h] @ root)
+            total += nv * nb
+    for v_h, b_h in red.dense_heads:
+        total += float(np.linalg.norm(inv_root @ v_h @ root, 2)) * float(
+            np.linalg.norm(root @ b_h @ root, 2)
+        )
+    return total

@@ -81,8 +81,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 import numpy as np
-import scipy.optimize
-import scipy.sparse.linalg as sla
 
 from ..._display import Axes, SummaryItems
 from ..._linalg import FloatArray, psd_sqrt, spd_sqrt_pair, sym
@@ -92,8 +90,6 @@ from ...analysis._subspace import active_subspace, reduced_layer
 from ...analysis.stability import (
     EQUILIBRIUM_RTOL,
     LinearizationSpectrum,
-    SymOperator,
-    _mean_block,
     _spectrum,
     equilibrium_residuals,
 )
@@ -102,10 +98,11 @@ from ...model.attention import token_velocity
 from ...model.field import affine_velocity, moment_field
 from ...model.finite_n import ess_fraction
 from ...model.gaussian import Gaussian, check_gaussian
-from ...model.heads import FactoredHeads
 from ...model.moments import simulate
 from ...model.params import Layer
+from ._common import RATE_MARGIN, designed_a, quadratic_growth
 from ._finite_n import TokenCertificate, design_token_certificate
+from ._gains import gains_family
 
 __all__ = ["FAMILIES", "Stabilization", "stabilize"]
 
@@ -124,8 +121,6 @@ _TRANSIENT_EFOLDS = 3.0
 #: to this multiple of the depth.
 _EXTEND_EFOLDS = 3.0
 _EXTEND_MAX = 2.0
-#: Relative margin on the smallest ``c`` (the certificate must hold despite round-off).
-_C_MARGIN = 1e-4
 #: The screens that choose ``c`` when a start's verification fails at the local minimum
 #: (:meth:`_Context._smallest_verified_c`): doublings, then geometric bisections (a bracket
 #: ``[f, 2f]`` narrows to a factor ``2^(1/8) ≈ 1.09``); each screen integrates every start to
@@ -140,10 +135,6 @@ _SCREEN_TOL = 1e-2
 #: The added head keeps ``ESS/N ≥ min_ess`` for all but ``exp(−n²/2)`` of the queries, ``n``
 #: this (:meth:`_Context._ess_scale`).
 _ESS_N_STD = 3.0
-#: Gains search: iterations, trust region, and the step below which it has converged.
-_GAINS_MAX_ITER = 30
-_GAINS_TRUST = 0.25
-_GAINS_STEP_TOL = 1e-4
 #: Probe tokens for the function change when none are given.
 _PROBE_TOKENS = 512
 #: Tolerance of the stabilized layer's token run (RK45, :meth:`_Context._tokens`).
@@ -564,78 +555,6 @@ def _blas_single_threaded() -> bool:
     return bool(blas) and all(int(p.get("num_threads", 0)) == 1 for p in blas)
 
 
-def _nearest_skew(e: FloatArray, s_act: FloatArray) -> FloatArray:
-    """Skew ``K`` minimizing ``‖E + KP‖_F``, ``P = S⁻¹``: ``KP² + P²K = PEᵀ − EP``."""
-    w, u = np.linalg.eigh(s_act)
-    p = (u / w) @ u.T
-    rhs = u.T @ (p @ e.T - e @ p) @ u
-    inv2 = w**-2.0
-    k = rhs / (inv2[:, None] + inv2[None, :])
-    out: FloatArray = u @ k @ u.T
-    return 0.5 * (out - out.T)
-
-
-def _designed_a(red: Layer, s_act: FloatArray, a_old: FloatArray) -> FloatArray:
-    """``A = (−Q(S)/2 + K) S⁻¹`` nearest to ``a_old`` (reduced coordinates)."""
-    q = moment_field(red.replace(A=np.zeros_like(a_old)), np.zeros(red.dim), s_act)[1]
-    p = np.linalg.inv(s_act)
-    a0 = -0.5 * q @ p
-    k = _nearest_skew(a0 - a_old, s_act)
-    out: FloatArray = a0 + k @ p
-    return out
-
-
-def _with_gains(layer: Layer, g: FloatArray) -> Layer:
-    """``V_h → g_h V_h`` for every head (factored group first)."""
-    groups: list[Any] = []
-    i = 0
-    fh = layer.factored_heads
-    if fh is not None:
-        o = fh.o * g[: fh.n_heads, None, None]
-        groups.append(FactoredHeads(fh.q, fh.k, fh.v, o, scale=fh.scale))
-        i = fh.n_heads
-    for j, (v_h, b_h) in enumerate(layer.dense_heads):
-        groups.append((g[i + j] * v_h, b_h))
-    return layer.replace(heads=groups)
-
-
-def _single_heads(layer: Layer) -> list[Layer]:
-    """One layer per head (A = 0), factored heads kept factored."""
-    out = []
-    fh = layer.factored_heads
-    if fh is not None:
-        for h in range(fh.n_heads):
-            sl = slice(h, h + 1)
-            one = FactoredHeads(fh.q[sl], fh.k[sl], fh.v[sl], fh.o[sl], scale=fh.scale)
-            out.append(Layer(heads=one, dim=layer.dim))
-    out += [Layer(heads=[pair], dim=layer.dim) for pair in layer.dense_heads]
-    return out
-
-
-def _norm2_product(x: FloatArray, y: FloatArray) -> float:
-    """``‖X Y‖₂`` for tall ``X`` (``r×p``) and wide ``Y`` (``p×r``) through two QRs."""
-    _, rx = np.linalg.qr(x)
-    _, ry = np.linalg.qr(y.T)
-    return float(np.linalg.norm(rx @ ry.T, 2))
-
-
-def _quadratic_growth(red: Layer, s_act: FloatArray) -> float:
-    """``q = Σ_h ‖S^{-½}V_hS^{½}‖₂ ‖S^{½}B_hS^{½}‖₂`` (factored heads through their factors)."""
-    root, inv_root = spd_sqrt_pair(s_act)
-    total = 0.0
-    fh = red.factored_heads
-    if fh is not None:
-        for h in range(fh.n_heads):
-            nv = _norm2_product(inv_root @ fh.o[h], fh.v[h] @ root)
-            nb = fh.scale * _norm2_product((fh.k[h] @ root).T, fh.q[h] @ root)
-            total += nv * nb
-    for v_h, b_h in red.dense_heads:
-        total += float(np.linalg.norm(inv_root @ v_h @ root, 2)) * float(
-            np.linalg.norm(root @ b_h @ root, 2)
-        )
-    return total
-
-
 class _Context:
     """The validated problem and the shared budget of one :func:`stabilize` call."""
 
@@ -681,7 +600,7 @@ class _Context:
     def design_ffn(self, layer: Layer) -> Layer:
         """``layer`` with ``A`` (nearest solution of the equilibrium equation) and ``b`` set."""
         red = reduced_layer(layer, self.basis)
-        a_r = _designed_a(red, self.s_act, self.a_old_r)
+        a_r = designed_a(red, self.s_act, self.a_old_r)
         a_full = self.layer.A + self.basis @ (a_r - self.a_old_r) @ self.basis.T
         lay = layer.replace(A=a_full, b=self.layer.b)
         return self.fix_bias(lay)
@@ -720,7 +639,7 @@ class _Context:
     ) -> Stabilization:
         if kind == "head":
             return self._head(base_layer, base)
-        return self._gains(base_layer, base)
+        return gains_family(self, base_layer, base)
 
     def _start_vector(self, spec: LinearizationSpectrum) -> FloatArray | None:
         """The rightmost mode of ``spec`` (real coordinates), plus a little seeded noise."""
@@ -812,14 +731,14 @@ class _Context:
         b0 = tilts[pick]
         c_cov = (base.cov_abscissa + self.rate) / 2.0
         need_mean = base.mean_abscissa + self.rate
-        c_loc = c_cov * (1.0 + _C_MARGIN) + 1e-12 * self.rate if c_cov > 0 else 0.0
-        sigma = need_mean * (1.0 + _C_MARGIN) + 1e-12 * self.rate if need_mean > 0 else 0.0
+        c_loc = c_cov * (1.0 + RATE_MARGIN) + 1e-12 * self.rate if c_cov > 0 else 0.0
+        sigma = need_mean * (1.0 + RATE_MARGIN) + 1e-12 * self.rate if need_mean > 0 else 0.0
 
         def build(c: float) -> Layer:
             return self._head_layer(base_layer, c, s, b0, sigma)
 
         red = reduced_layer(self.layer, self.basis)
-        q = _quadratic_growth(red, self.s_act)
+        q = quadratic_growth(red, self.s_act)
 
         def attempt(c: float, ladder: str, stats: dict[str, Any]) -> Stabilization:
             final = build(c)
@@ -847,7 +766,7 @@ class _Context:
                 if parts
                 else "no extra needed: the designed A, b alone give the rate"
             )
-            return self._finish(
+            return self.finish(
                 final,
                 "head" if c > 0 or sigma != 0.0 else "none",
                 base,
@@ -922,7 +841,7 @@ class _Context:
         verification depth (or of a longer ``T`` given). ``c`` doubles from ``c_loc`` until a
         screen passes (at most ``_C_DOUBLINGS`` times), then ``_C_BISECTIONS`` geometric
         bisections narrow the bracket. The screen only chooses ``c``: the full verification of
-        :meth:`_finish` at that ``c`` decides. A larger ``c`` never weakens the local
+        :meth:`finish` at that ``c`` decides. A larger ``c`` never weakens the local
         certificate (the linearization shifts by exactly ``−2c``), and the global bound needs
         ``c > q``.
         """
@@ -1015,107 +934,8 @@ class _Context:
         j = int(np.argmax(errs))
         return None if errs[j] <= _SCREEN_TOL else starts[j][0]
 
-    def _gains(self, base_layer: Layer, base: LinearizationSpectrum) -> Stabilization:
-        red = reduced_layer(self.layer, self.basis)
-        singles = _single_heads(red)
-        n_h = len(singles)
-        s_act = self.s_act
-        # Affine pieces: A(g) = A_fix + Σ g_h A_h, L(g) = L_fix + Σ g_h L_h, K(g) likewise.
-        a_heads = [_designed_a(one, s_act, np.zeros_like(s_act)) for one in singles]
-        ops = [
-            SymOperator(one.replace(A=a_h), s_act)
-            for one, a_h in zip(singles, a_heads, strict=True)
-        ]
-        k_heads = []
-        tr_l = np.empty(n_h)
-        tr_k = np.empty(n_h)
-        r = s_act.shape[0]
-        for h, (one, a_h) in enumerate(zip(singles, a_heads, strict=True)):
-            v_h, b_h = one.heads[0]
-            k_heads.append(a_h + v_h @ (np.eye(r) + s_act @ b_h))
-            bs = b_h @ s_act
-            tr_l[h] = float(np.trace(v_h)) * float(np.trace(bs)) + float(np.sum(v_h * bs))
-            tr_k[h] = float(np.trace(v_h))
-        n_sym = r * (r + 1) / 2.0
-        best_l = float(np.sum(np.minimum(tr_l, 0.0))) / n_sym
-        best_k = float(np.sum(np.minimum(tr_k, 0.0))) / r
-        if best_l > -self.rate or best_k > -self.rate:
-            part, val = ("L", best_l) if best_l > -self.rate else ("K", best_k)
-            proof = (
-                f"no gains g ∈ [0,1]^{n_h} reach rate {self.rate:g}: the mean eigenvalue of "
-                f"{part}(g) is affine in g and at least {val:.6g} > −{self.rate:g} on the whole "
-                "box, and the spectral abscissa is at least the mean eigenvalue"
-            )
-            return self.result_without(base_layer, base, "gains", Status.INFEASIBLE, proof)
-        g = np.ones(n_h)
-        best: tuple[FloatArray, LinearizationSpectrum, Layer] | None = None
-        v0: FloatArray | None = None
-        history = []
-        for _ in range(_GAINS_MAX_ITER):
-            self.budget.check()
-            lay = self.design_ffn(_with_gains(self.layer, g))
-            spec = self.spectrum(lay, omega=False, k=1, v0=v0)
-            if spec.status is not Status.SUCCESS:
-                break
-            history.append((g.copy(), spec.abscissa))
-            ok = spec.abscissa <= -self.rate
-            if ok and (best is None or np.linalg.norm(1 - g) < np.linalg.norm(1 - best[0])):
-                best = (g.copy(), spec, lay)
-            grad_l, lam_l, phi = self._grad_cov(lay, ops, spec)
-            v0 = np.real(phi) + np.imag(phi)
-            kg = _mean_block(lay, self.target.mean, self.target.cov, self.basis)
-            grad_k, lam_k = _grad_mean(kg, k_heads)
-            g_new = _gains_step(g, lam_l, grad_l, lam_k, grad_k, -self.rate * (1.0 + _C_MARGIN))
-            if g_new is None:
-                break
-            if np.max(np.abs(g_new - g)) < _GAINS_STEP_TOL and ok:
-                break
-            g = g_new
-        if best is None:
-            tried = len(history)
-            low = min((a for _, a in history), default=math.nan)
-            msg = (
-                f"no certified gains found in {tried} steps of the gains search (sequential "
-                f"linear programming from g = 1; lowest spectral abscissa reached {low:.6g}, "
-                f"required ≤ −{self.rate:g}); this is not a proof that none exist"
-            )
-            return self.result_without(base_layer, base, "gains", Status.NOT_FOUND, msg)
-        g_best, spec_best, lay_best = best
-        q = _quadratic_growth(_with_gains(red, g_best), s_act)
-        omega = self.spectrum(lay_best, omega=True, k=1).numerical_abscissa
-        change = float(np.linalg.norm(1.0 - g_best))
-        what = (
-            f"gains ‖1 − g‖₂ = {change:.6g} (a local minimum of the gains search, "
-            f"{len(history)} steps); g = {np.array2string(g_best, precision=4)}"
-        )
-        return self._finish(
-            lay_best, "gains", base, spec_best, what, gains=g_best, change=change, q=q, omega=omega
-        )
-
-    def _grad_cov(
-        self, lay: Layer, ops: list[SymOperator], spec: LinearizationSpectrum
-    ) -> tuple[FloatArray, float, Any]:
-        """``∂ Re λ / ∂g_h = Re(ψᴴ L_h φ / ψᴴ φ)`` at the rightmost eigenvalue λ of ``L(g)``."""
-        red = reduced_layer(lay, self.basis)
-        lam = complex(spec.eigenvalues[0])
-        fwd = SymOperator(red, self.s_act, self.budget)
-        phi = fwd.to_coords(self.basis.T @ spec.modes[0] @ self.basis)
-        adj = SymOperator(red, self.s_act, self.budget, adjoint=True)
-        kk = min(3, adj.n - 2)
-        vals, vecs = sla.eigs(
-            adj.linear_operator(), k=kk, which="LR", tol=1e-9, v0=np.real(phi) + np.imag(phi)
-        )
-        j = int(np.argmin(np.abs(vals - np.conj(lam))))
-        psi = vecs[:, j]
-        denom = np.vdot(psi, phi)
-        if abs(denom) <= 1e-8 * float(np.linalg.norm(psi) * np.linalg.norm(phi)):
-            # a defective or repeated eigenvalue: no derivative; use the Rayleigh quotient's
-            psi, denom = phi, np.vdot(phi, phi)
-        grad = np.array([float((np.vdot(psi, op.matvec(phi)) / denom).real) for op in ops])
-        return grad, lam.real, phi
-
     # -- results ----------------------------------------------------------------------------
-    def _finish(
+    def finish(
         self,
         final: Layer,
         family: str,
@@ -1491,62 +1311,3 @@ class _Context:
             message=message,
             stats={"seconds": time.perf_counter() - self.clock},
         )
-
-
-def _grad_mean(k_mat: FloatArray, k_heads: list[FloatArray]) -> tuple[FloatArray, float]:
-    """``∂ Re λ / ∂g_h`` at the rightmost eigenvalue of ``K(g)`` (left and right eigenvectors)."""
-    import scipy.linalg
-
-    vals, left, right = scipy.linalg.eig(k_mat, left=True, right=True)
-    j = int(np.argmax(vals.real))
-    y, x = left[:, j], right[:, j]
-    denom = np.vdot(y, x)
-    grad = np.array([float((np.vdot(y, k_h @ x) / denom).real) for k_h in k_heads])
-    return grad, float(vals[j].real)
-
-
-def _gains_step(
-    g: FloatArray,
-    lam_l: float,
-    grad_l: FloatArray,
-    lam_k: float,
-    grad_k: FloatArray,
-    goal: float,
-) -> FloatArray | None:
-    """One trust-region step of ``min ‖1 − g'‖²`` under the linearized abscissa constraints."""
-    lo = np.maximum(0.0, g - _GAINS_TRUST)
-    hi = np.minimum(1.0, g + _GAINS_TRUST)
-    cons = [
-        {
-            "type": "ineq",
-            "fun": lambda x: goal - (lam_l + grad_l @ (x - g)),
-            "jac": lambda x: -grad_l,
-        },
-        {
-            "type": "ineq",
-            "fun": lambda x: goal - (lam_k + grad_k @ (x - g)),
-            "jac": lambda x: -grad_k,
-        },
-    ]
-    res = scipy.optimize.minimize(
-        lambda x: float(np.sum((1.0 - x) ** 2)),
-        np.clip(g, lo, hi),
-        jac=lambda x: -2.0 * (1.0 - x),
-        bounds=list(zip(lo, hi, strict=True)),
-        constraints=cons,
-        method="SLSQP",
-        options={"maxiter": 200, "ftol": 1e-12},
-    )
-    x = np.clip(np.asarray(res.x, dtype=float), lo, hi)
-    if not np.all(np.isfinite(x)):
-        return None
-    viol = max(lam_l + grad_l @ (x - g), lam_k + grad_k @ (x - g)) - goal
-    if viol > 1e-9:
-        # the linearization cannot reach the goal inside the trust region: steepest descent
-        worst = grad_l if lam_l >= lam_k else grad_k
-        step = -_GAINS_TRUST * worst / max(float(np.max(np.abs(worst))), 1e-300)
-        x = np.clip(g + step, lo, hi)
-    if np.max(np.abs(x - g)) == 0.0:
-        return None
-    out: FloatArray = x
-    return out

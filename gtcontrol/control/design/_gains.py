@@ -1,0 +1,274 @@
+"""The per-head gains family of :func:`gtcontrol.stabilize`: ``V_h → g_h V_h``, ``g ∈ [0, 1]ᴴ``.
+
+With the heads' gains ``g`` and ``A`` re-designed for each ``g``, ``A(g)``, the covariance
+linearization ``L(g)`` and the mean matrix ``K(g)`` are affine in ``g``
+(docs/theory.md, "Per-head gains are affine"). Two facts follow:
+
+* **a proof of infeasibility.** The spectral abscissa is at least the mean eigenvalue, and
+  ``tr L(g)``, ``tr K(g)`` are affine: when their minima over the box exceed ``−ρ`` (a linear
+  program solved by inspection, each gain at 0 or 1), no gains reach the rate, and the result
+  is ``INFEASIBLE`` with that proof;
+* **a local search.** Otherwise ``‖1 − g‖₂`` is minimized by sequential linear programming:
+  the rightmost eigenvalues of ``L(g)`` (Arnoldi through the factored heads) and of ``K(g)``
+  are linearized by their sensitivities ``∂λ/∂g_h = ψᴴ(∂L/∂g_h)φ / ψᴴφ`` (left and right
+  eigenvectors), and each step solves the linearized problem in a trust region (SLSQP). It
+  reports a local minimum, or ``NOT_FOUND`` with how far it got; it is not a proof that none
+  exists.
+
+Reference: the paper cited in :mod:`gtcontrol`, §4; docs/theory.md.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Protocol, TypeVar
+
+import numpy as np
+import scipy.linalg
+import scipy.optimize
+import scipy.sparse.linalg as sla
+
+from ..._linalg import FloatArray
+from ..._status import Budget, Status
+from ...analysis._subspace import reduced_layer
+from ...analysis.stability import LinearizationSpectrum, SymOperator, _mean_block
+from ...model.gaussian import Gaussian
+from ...model.heads import FactoredHeads
+from ...model.params import Layer
+from ._common import RATE_MARGIN, designed_a, quadratic_growth
+
+__all__ = ["GainsContext", "gains_family"]
+
+_R = TypeVar("_R", covariant=True)
+
+
+class GainsContext(Protocol[_R]):
+    """What the gains search needs of one :func:`gtcontrol.stabilize` call: the problem, its
+    budget, the design of ``A, b`` and the spectrum, and the two ways to end (a result with
+    the checks, or one without an extra); ``_R`` is the result type."""
+
+    layer: Layer
+    target: Gaussian
+    basis: FloatArray
+    s_act: FloatArray
+    rate: float
+    budget: Budget
+
+    def design_ffn(self, layer: Layer) -> Layer: ...
+
+    def spectrum(
+        self, layer: Layer, *, omega: bool, k: int = 6, v0: FloatArray | None = None
+    ) -> LinearizationSpectrum: ...
+
+    def finish(
+        self,
+        final: Layer,
+        family: str,
+        base: LinearizationSpectrum,
+        spec: LinearizationSpectrum,
+        what: str,
+        *,
+        change: float,
+        q: float,
+        omega: float,
+        gains: FloatArray | None = None,
+    ) -> _R: ...
+
+    def result_without(
+        self,
+        base_layer: Layer,
+        base: LinearizationSpectrum | None,
+        family: str,
+        status: Status,
+        message: str,
+    ) -> _R: ...
+
+
+#: Gains search: iterations, trust region, and the step below which it has converged.
+_GAINS_MAX_ITER = 30
+_GAINS_TRUST = 0.25
+_GAINS_STEP_TOL = 1e-4
+
+
+def _with_gains(layer: Layer, g: FloatArray) -> Layer:
+    """``V_h → g_h V_h`` for every head (factored group first)."""
+    groups: list[Any] = []
+    i = 0
+    fh = layer.factored_heads
+    if fh is not None:
+        o = fh.o * g[: fh.n_heads, None, None]
+        groups.append(FactoredHeads(fh.q, fh.k, fh.v, o, scale=fh.scale))
+        i = fh.n_heads
+    for j, (v_h, b_h) in enumerate(layer.dense_heads):
+        groups.append((g[i + j] * v_h, b_h))
+    return layer.replace(heads=groups)
+
+
+def _single_heads(layer: Layer) -> list[Layer]:
+    """One layer per head (A = 0), factored heads kept factored."""
+    out = []
+    fh = layer.factored_heads
+    if fh is not None:
+        for h in range(fh.n_heads):
+            sl = slice(h, h + 1)
+            one = FactoredHeads(fh.q[sl], fh.k[sl], fh.v[sl], fh.o[sl], scale=fh.scale)
+            out.append(Layer(heads=one, dim=layer.dim))
+    out += [Layer(heads=[pair], dim=layer.dim) for pair in layer.dense_heads]
+    return out
+
+
+def gains_family(ctx: GainsContext[_R], base_layer: Layer, base: LinearizationSpectrum) -> _R:
+    red = reduced_layer(ctx.layer, ctx.basis)
+    singles = _single_heads(red)
+    n_h = len(singles)
+    s_act = ctx.s_act
+    # Affine pieces: A(g) = A_fix + Σ g_h A_h, L(g) = L_fix + Σ g_h L_h, K(g) likewise.
+    a_heads = [designed_a(one, s_act, np.zeros_like(s_act)) for one in singles]
+    ops = [
+        SymOperator(one.replace(A=a_h), s_act) for one, a_h in zip(singles, a_heads, strict=True)
+    ]
+    k_heads = []
+    tr_l = np.empty(n_h)
+    tr_k = np.empty(n_h)
+    r = s_act.shape[0]
+    for h, (one, a_h) in enumerate(zip(singles, a_heads, strict=True)):
+        v_h, b_h = one.heads[0]
+        k_heads.append(a_h + v_h @ (np.eye(r) + s_act @ b_h))
+        bs = b_h @ s_act
+        tr_l[h] = float(np.trace(v_h)) * float(np.trace(bs)) + float(np.sum(v_h * bs))
+        tr_k[h] = float(np.trace(v_h))
+    n_sym = r * (r + 1) / 2.0
+    best_l = float(np.sum(np.minimum(tr_l, 0.0))) / n_sym
+    best_k = float(np.sum(np.minimum(tr_k, 0.0))) / r
+    if best_l > -ctx.rate or best_k > -ctx.rate:
+        part, val = ("L", best_l) if best_l > -ctx.rate else ("K", best_k)
+        proof = (
+            f"no gains g ∈ [0,1]^{n_h} reach rate {ctx.rate:g}: the mean eigenvalue of "
+            f"{part}(g) is affine in g and at least {val:.6g} > −{ctx.rate:g} on the whole "
+            "box, and the spectral abscissa is at least the mean eigenvalue"
+        )
+        return ctx.result_without(base_layer, base, "gains", Status.INFEASIBLE, proof)
+    g = np.ones(n_h)
+    best: tuple[FloatArray, LinearizationSpectrum, Layer] | None = None
+    v0: FloatArray | None = None
+    history = []
+    for _ in range(_GAINS_MAX_ITER):
+        ctx.budget.check()
+        lay = ctx.design_ffn(_with_gains(ctx.layer, g))
+        spec = ctx.spectrum(lay, omega=False, k=1, v0=v0)
+        if spec.status is not Status.SUCCESS:
+            break
+        history.append((g.copy(), spec.abscissa))
+        ok = spec.abscissa <= -ctx.rate
+        if ok and (best is None or np.linalg.norm(1 - g) < np.linalg.norm(1 - best[0])):
+            best = (g.copy(), spec, lay)
+        grad_l, lam_l, phi = _grad_cov(ctx, lay, ops, spec)
+        v0 = np.real(phi) + np.imag(phi)
+        kg = _mean_block(lay, ctx.target.mean, ctx.target.cov, ctx.basis)
+        grad_k, lam_k = _grad_mean(kg, k_heads)
+        g_new = _gains_step(g, lam_l, grad_l, lam_k, grad_k, -ctx.rate * (1.0 + RATE_MARGIN))
+        if g_new is None:
+            break
+        if np.max(np.abs(g_new - g)) < _GAINS_STEP_TOL and ok:
+            break
+        g = g_new
+    if best is None:
+        tried = len(history)
+        low = min((a for _, a in history), default=math.nan)
+        msg = (
+            f"no certified gains found in {tried} steps of the gains search (sequential "
+            f"linear programming from g = 1; lowest spectral abscissa reached {low:.6g}, "
+            f"required ≤ −{ctx.rate:g}); this is not a proof that none exist"
+        )
+        return ctx.result_without(base_layer, base, "gains", Status.NOT_FOUND, msg)
+    g_best, spec_best, lay_best = best
+    q = quadratic_growth(_with_gains(red, g_best), s_act)
+    omega = ctx.spectrum(lay_best, omega=True, k=1).numerical_abscissa
+    change = float(np.linalg.norm(1.0 - g_best))
+    what = (
+        f"gains ‖1 − g‖₂ = {change:.6g} (a local minimum of the gains search, "
+        f"{len(history)} steps); g = {np.array2string(g_best, precision=4)}"
+    )
+    return ctx.finish(
+        lay_best, "gains", base, spec_best, what, gains=g_best, change=change, q=q, omega=omega
+    )
+
+
+def _grad_cov(
+    ctx: GainsContext[Any], lay: Layer, ops: list[SymOperator], spec: LinearizationSpectrum
+) -> tuple[FloatArray, float, Any]:
+    """``∂ Re λ / ∂g_h = Re(ψᴴ L_h φ / ψᴴ φ)`` at the rightmost eigenvalue λ of ``L(g)``."""
+    red = reduced_layer(lay, ctx.basis)
+    lam = complex(spec.eigenvalues[0])
+    fwd = SymOperator(red, ctx.s_act, ctx.budget)
+    phi = fwd.to_coords(ctx.basis.T @ spec.modes[0] @ ctx.basis)
+    adj = SymOperator(red, ctx.s_act, ctx.budget, adjoint=True)
+    kk = min(3, adj.n - 2)
+    vals, vecs = sla.eigs(
+        adj.linear_operator(), k=kk, which="LR", tol=1e-9, v0=np.real(phi) + np.imag(phi)
+    )
+    j = int(np.argmin(np.abs(vals - np.conj(lam))))
+    psi = vecs[:, j]
+    denom = np.vdot(psi, phi)
+    if abs(denom) <= 1e-8 * float(np.linalg.norm(psi) * np.linalg.norm(phi)):
+        # a defective or repeated eigenvalue: no derivative; use the Rayleigh quotient's
+        psi, denom = phi, np.vdot(phi, phi)
+    grad = np.array([float((np.vdot(psi, op.matvec(phi)) / denom).real) for op in ops])
+    return grad, lam.real, phi
+
+
+def _grad_mean(k_mat: FloatArray, k_heads: list[FloatArray]) -> tuple[FloatArray, float]:
+    """``∂ Re λ / ∂g_h`` at the rightmost eigenvalue of ``K(g)`` (left and right eigenvectors)."""
+    vals, left, right = scipy.linalg.eig(k_mat, left=True, right=True)
+    j = int(np.argmax(vals.real))
+    y, x = left[:, j], right[:, j]
+    denom = np.vdot(y, x)
+    grad = np.array([float((np.vdot(y, k_h @ x) / denom).real) for k_h in k_heads])
+    return grad, float(vals[j].real)
+
+
+def _gains_step(
+    g: FloatArray,
+    lam_l: float,
+    grad_l: FloatArray,
+    lam_k: float,
+    grad_k: FloatArray,
+    goal: float,
+) -> FloatArray | None:
+    """One trust-region step of ``min ‖1 − g'‖²`` under the linearized abscissa constraints."""
+    lo = np.maximum(0.0, g - _GAINS_TRUST)
+    hi = np.minimum(1.0, g + _GAINS_TRUST)
+    cons = [
+        {
+            "type": "ineq",
+            "fun": lambda x: goal - (lam_l + grad_l @ (x - g)),
+            "jac": lambda x: -grad_l,
+        },
+        {
+            "type": "ineq",
+            "fun": lambda x: goal - (lam_k + grad_k @ (x - g)),
+            "jac": lambda x: -grad_k,
+        },
+    ]
+    res = scipy.optimize.minimize(
+        lambda x: float(np.sum((1.0 - x) ** 2)),
+        np.clip(g, lo, hi),
+        jac=lambda x: -2.0 * (1.0 - x),
+        bounds=list(zip(lo, hi, strict=True)),
+        constraints=cons,
+        method="SLSQP",
+        options={"maxiter": 200, "ftol": 1e-12},
+    )
+    x = np.clip(np.asarray(res.x, dtype=float), lo, hi)
+    if not np.all(np.isfinite(x)):
+        return None
+    viol = max(lam_l + grad_l @ (x - g), lam_k + grad_k @ (x - g)) - goal
+    if viol > 1e-9:
+        # the linearization cannot reach the goal inside the trust region: steepest descent
+        worst = grad_l if lam_l >= lam_k else grad_k
+        step = -_GAINS_TRUST * worst / max(float(np.max(np.abs(worst))), 1e-300)
+        x = np.clip(g + step, lo, hi)
+    if np.max(np.abs(x - g)) == 0.0:
+        return None
+    out: FloatArray = x
+    return out

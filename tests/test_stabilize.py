@@ -363,6 +363,33 @@ def test_c_grows_until_the_identity_start_converges() -> None:
     assert np.allclose(_with_c(res, res.c).b, res.layer.b, rtol=0, atol=1e-9)
 
 
+def test_time_limit_holds_while_c_grows() -> None:
+    """A d = 24 layer whose identity start settles elsewhere at the local minimum (seed found
+    by a search): unlimited, ``c`` grows by screens to a success; with a time limit that ends
+    in the first checks, the screens or the final checks, the call ends within the contract's
+    ``max(1 s, 10 %)`` as ``BUDGET_EXHAUSTED``, and never blames a certificate it did not
+    finish computing."""
+    rng = np.random.default_rng(1020)
+    d = 24
+    layer = random_layer(rng, d, 3, factored=False)
+    layer = layer.replace(heads=[(6.0 * v, b) for v, b in layer.heads])
+    target = gt.Gaussian(rng.standard_normal(d), random_spd(rng, d))
+    clock = time.perf_counter()
+    full = gt.stabilize(layer, target, add="head", rate=1.0)
+    total = time.perf_counter() - clock
+    assert full.success and full.stats["c_screens"] >= 2, full.message
+    assert full.c > full.stats["c_local"]
+    for share in (0.35, 0.65, 0.85):
+        limit = share * total
+        clock = time.perf_counter()
+        res = gt.stabilize(layer, target, add="head", rate=1.0, time_limit=limit)
+        assert time.perf_counter() - clock <= limit + 1.0
+        assert res.status in (Status.BUDGET_EXHAUSTED, Status.SUCCESS), res.message
+        if res.success:
+            assert all(v.converged for v in res.verification)
+        assert "spectral abscissa nan" not in res.message
+
+
 def test_a_rank_deficient_start_is_not_screened_and_says_why() -> None:
     """The covariance flow is a congruence: a start of rank 1 in d = 2 never reaches a
     positive definite target, so no ``c`` is tried for it and its verification says so."""

@@ -991,7 +991,9 @@ class _Context:
         tc, untouched = done[-1] if n_tok is not None else (None, None)
         change_fn = self._function_change(final, probe)
         reasons = []
-        if not local:
+        if spec.status is not Status.SUCCESS:
+            reasons.append(f"the local certificate was not computed: {spec.message}")
+        elif not local:
             reasons.append(
                 f"the local certificate fails (spectral abscissa {spec.abscissa:.6g} > −{rate:g})"
             )

@@ -118,6 +118,13 @@ def _single_heads(layer: Layer) -> list[Layer]:
 
 
 def gains_family(ctx: GainsContext[_R], base_layer: Layer, base: LinearizationSpectrum) -> _R:
+    """The gains family for one :func:`gtcontrol.stabilize` call (module docstring).
+
+    ``base_layer`` is the layer with its heads kept and ``A, b`` designed, ``base`` its
+    spectrum. Returns ``ctx.result_without(...)`` with ``INFEASIBLE`` and the trace proof, or
+    with ``NOT_FOUND`` and how far the search got, or ``ctx.finish(...)`` on the gained layer
+    with the smallest ``‖1 − g‖₂`` that met the rate (the checks decide its status).
+    """
     red = reduced_layer(ctx.layer, ctx.basis)
     singles = _single_heads(red)
     n_h = len(singles)

@@ -132,8 +132,11 @@ def test_a_generous_time_limit_keeps_every_figure(tmp_path: Path) -> None:
 
 
 def test_run_budget_skips_what_does_not_fit_and_says_so() -> None:
-    run = RunBudget(1e-3)
-    time.sleep(0.01)
+    # begun a second ago, so past the deadline and its wrap-up grace (half of max(1 s, 10 %)):
+    # no figure fits, whatever the figure-cost estimate that earlier tests left behind (a run
+    # begun now, 10 ms past a 1 ms limit, still had 0.49 s of grace, and a fast earlier figure
+    # made one fit)
+    run = RunBudget(1e-3, start=time.perf_counter() - 1.0)
     drawn: list[int] = []
     assert not run.draw("a.png", lambda: drawn.append(1)) and drawn == []
     rec = run.finish({"status": Status.BLOWUP, "outputs": {}, "summary": {}})

@@ -76,6 +76,14 @@ EQUILIBRIUM_RTOL = 1e-8
 #: Arnoldi: cap on restarts and the smallest basis size.
 _ARPACK_MAXITER = 2000
 _MIN_NCV = 20
+#: The rightmost pairs are sought with a basis of ``_MIN_NCV`` vectors for at most
+#: ``_FIRST_MAXITER`` restarts, then with ``_WIDE_NCV``: a tight cluster at the edge (a
+#: random-init ViT layer at ``I ⊕ 0``, n = 18,528: three eigenvalues within 3e-8 of
+#: 4.4772e-4) defeats 20 vectors in 2,000 restarts (40,000 products, 51 s), while 120 converge
+#: in 3,247 products (45 s); a spectrum that 20 vectors resolve (MiniLM: 40 products) is
+#: unchanged.
+_FIRST_MAXITER = 150
+_WIDE_NCV = 120
 
 
 def _mean_block(layer: Layer, mean: FloatArray, cov: FloatArray, basis: FloatArray) -> FloatArray:
@@ -462,23 +470,39 @@ def _krylov_pairs(
     """Rightmost pairs by ARPACK (``which="LR"``), from a deterministic start vector.
 
     Two more pairs than asked are computed (ARPACK's ``k < n − 1`` and the conjugate of a
-    complex pair at the edge), with a basis of ``max(2k + 1, 20)`` vectors.
+    complex pair at the edge), with a basis of ``max(2k + 1, 20)`` vectors, and, if that has
+    not converged in ``_FIRST_MAXITER`` restarts, of ``max(2k + 1, 120)`` vectors.
     """
     n = op.n
     kk = min(k + 2, n - 2)
     if kk < 1:
         return _dense_pairs(op, k)
     start = v0 if v0 is not None else _default_start(op)
-    ncv = min(n, max(2 * kk + 1, _MIN_NCV))
-    vals, vecs = sla.eigs(
-        op.linear_operator(),
-        k=kk,
-        which="LR",
-        ncv=ncv,
-        tol=tol,
-        v0=start,
-        maxiter=_ARPACK_MAXITER,
-    )
+    narrow = min(n, max(2 * kk + 1, _MIN_NCV))
+    wide = min(n, max(2 * kk + 1, _WIDE_NCV))
+    try:
+        vals, vecs = sla.eigs(
+            op.linear_operator(),
+            k=kk,
+            which="LR",
+            ncv=narrow,
+            tol=tol,
+            v0=start,
+            maxiter=_FIRST_MAXITER if wide > narrow else _ARPACK_MAXITER,
+        )
+    except sla.ArpackNoConvergence:
+        if wide <= narrow:
+            raise
+        # a cluster at the edge: a wider basis separates it (_WIDE_NCV)
+        vals, vecs = sla.eigs(
+            op.linear_operator(),
+            k=kk,
+            which="LR",
+            ncv=wide,
+            tol=tol,
+            v0=start,
+            maxiter=_ARPACK_MAXITER,
+        )
     vals, vecs = _order(vals, vecs)
     return vals[:k], vecs[:, :k]
 

@@ -31,11 +31,12 @@ prescribed equilibrium"):
      may be centred, ``u = Σ*⁻¹(x − m*)/s`` (a query bias; same moment model), whichever needs the
      smaller ``s``. The local minimum of ``c`` need not attract a far start: the pretrained heads
      can keep a second attracting equilibrium (MiniLM layers 1 and 2 at their text targets: the
-     identity start settles at relative distance 0.19). When a start's verification fails so at
-     the local minimum, ``c`` doubles until every start passes a screen (integrated to half the
-     verification depth at a loose tolerance, it must come within 1e-2), then geometric
-     bisection narrows the bracket to a factor ``2^(1/8)``, and every check runs again at that
-     ``c``: it is the smallest verified change to that resolution, and the message and
+     identity start settles at relative distance 0.19). So at the local minimum a verification
+     stops halfway when its start is not within relative 1e-2 of the target there; ``c`` then
+     doubles until every such start passes a screen (integrated to half the verification depth
+     at a loose tolerance, it must come within 1e-2), geometric bisection narrows the bracket
+     to a factor ``2^(1/8)``, and every check of every start runs again at that ``c``: it is
+     the smallest verified change to that resolution, and the message and
      ``stats`` say so. A start singular on the active subspace is not screened: the
      covariance flow is a congruence ``Σ(t) = Φ(t)Σ0Φ(t)ᵀ``, so it keeps its rank and never
      reaches a ``Σ*`` positive definite there, for any ``c``.
@@ -123,11 +124,14 @@ _EXTEND_EFOLDS = 3.0
 _EXTEND_MAX = 2.0
 #: The screens that choose ``c`` when a start's verification fails at the local minimum
 #: (:meth:`_Context._smallest_verified_c`): doublings, then geometric bisections (a bracket
-#: ``[f, 2f]`` narrows to a factor ``2^(1/8) ≈ 1.09``); each screen integrates every start to
-#: half the default verification depth at ``_SCREEN_RTOL`` and passes at relative error
+#: ``[f, 2f]`` narrows to a factor ``2^(1/8) ≈ 1.09``); each screen integrates the starts that
+#: failed to half the default verification depth at ``_SCREEN_RTOL`` and passes at relative error
 #: ``≤ _SCREEN_TOL``. MiniLM layer 2 (text target), identity start: 0.19 at the local minimum
 #: (settled elsewhere), 1.2e-8 at half depth with ``1.5 c``; a start that converges is far
-#: below ``_SCREEN_TOL`` by then at the certified rate (``e^{-ρT/2}``, ``ρT ≥ 17``).
+#: below ``_SCREEN_TOL`` by then at the certified rate (``e^{-ρT/2}``, ``ρT ≥ 17``). The
+#: screens keep DOP853: RK45 at the same rtol is cheaper at real scale, where the flow is stiff
+#: (MiniLM layer 1, text target: 285 evaluations for DOP853's 387), but its global error reached
+#: 1.0e-2 on a d = 2 layer that DOP853 puts at 4.7e-5 (truth 2.7e-13), and failed that screen.
 _C_DOUBLINGS = 6
 _C_BISECTIONS = 3
 _SCREEN_RTOL = 1e-3
@@ -740,7 +744,9 @@ class _Context:
         red = reduced_layer(self.layer, self.basis)
         q = quadratic_growth(red, self.s_act)
 
-        def attempt(c: float, ladder: str, stats: dict[str, Any]) -> Stabilization:
+        def attempt(
+            c: float, ladder: str, stats: dict[str, Any], *, screen_at: float | None = None
+        ) -> Stabilization:
             final = build(c)
             # The shift is exact, so the base's rightmost mode starts the independent
             # recomputation.
@@ -779,22 +785,29 @@ class _Context:
                 omega=base.numerical_abscissa - 2.0 * c,
                 mean_shift=sigma,
                 extra_stats={"c_local": c_loc, "c_screens": 0, "c_failed": math.nan, **stats},
+                screen_at=screen_at,
             )
 
-        res = attempt(c_loc, "", {})
         # c_loc is the smallest c of the local certificate; a far start can still settle at
         # another equilibrium there (MiniLM layers 1 and 2, text target, from the identity):
-        # then c grows, chosen by cheap screens, and the checks run again at the c chosen
+        # then c grows, chosen by cheap screens, and the checks run again at the c chosen. So
+        # at c_loc each verification stops halfway when it fails a screen's test there.
+        res = attempt(c_loc, "", {}, screen_at=self._screen_depth() if c_loc > 0 else None)
         stuck = [
-            f"{v.name} start does not converge (relative error "
-            f"{max(float(v.cov_error[-1]), float(v.mean_error[-1])):.3g} at depth "
-            f"{float(v.t[-1]):.4g})"
-            for v, (_, g0) in zip(res.verification, self.starts, strict=True)
+            (
+                (name, g0),
+                f"{v.name} start does not converge (relative error "
+                f"{max(float(v.cov_error[-1]), float(v.mean_error[-1])):.3g} at depth "
+                f"{float(v.t[-1]):.4g})",
+            )
+            for v, (name, g0) in zip(res.verification, self.starts, strict=True)
             if v.status is Status.SUCCESS and not v.converged and not self._rank_gap(g0)
         ]
         if not (stuck and c_loc > 0 and res.local_certificate) or self.budget.exhausted:
             return res
-        c, c_failed, ladder, screens = self._smallest_verified_c(build, c_loc, stuck[0])
+        c, c_failed, ladder, screens = self._smallest_verified_c(
+            build, c_loc, [start for start, _ in stuck], stuck[0][1]
+        )
         if c == c_loc:
             # no c passed its screen: the checks at c_loc stand, out of time if the screens were
             spent = self.budget.exhausted
@@ -829,28 +842,34 @@ class _Context:
         )
         return self.fix_bias(final)
 
+    def _screen_depth(self) -> float:
+        """Half the default verification depth (or of a longer ``T`` given): a short ``T``
+        given for a quick look does not make the screens, which choose ``c``, fail."""
+        return 0.5 * max(self.default_depth(), self.depth or 0.0)
+
     def _smallest_verified_c(
-        self, build: Callable[[float], Layer], c_loc: float, stuck: str
+        self,
+        build: Callable[[float], Layer],
+        c_loc: float,
+        starts: list[tuple[str, Gaussian]],
+        stuck: str,
     ) -> tuple[float, float, str, int]:
-        """After a start failed its verification at ``c_loc`` (``stuck`` says which and how):
-        the smallest ``c`` from which every start converges in a screen (``c_loc`` when none
+        """After ``starts`` failed their verification at ``c_loc`` (``stuck`` says which and
+        how): the smallest ``c`` from which they all converge in a screen (``c_loc`` when none
         was found), the largest ``c`` whose screen failed, a sentence on how ``c`` was found,
         and the number of screens.
 
-        A screen (:meth:`_screen`) is a cheap simulation of every start to half the default
-        verification depth (or of a longer ``T`` given). ``c`` doubles from ``c_loc`` until a
-        screen passes (at most ``_C_DOUBLINGS`` times), then ``_C_BISECTIONS`` geometric
-        bisections narrow the bracket. The screen only chooses ``c``: the full verification of
-        :meth:`finish` at that ``c`` decides. A larger ``c`` never weakens the local
-        certificate (the linearization shifts by exactly ``−2c``), and the global bound needs
-        ``c > q``.
+        A screen (:meth:`_screen`) is a cheap simulation of those starts to
+        :meth:`_screen_depth`; the starts that converged at ``c_loc`` are not screened (a
+        larger ``c`` only strengthens the local contraction), and a start singular on the
+        active subspace never is (:meth:`_rank_gap`: no ``c`` helps it). ``c`` doubles from
+        ``c_loc`` until a screen passes (at most ``_C_DOUBLINGS`` times), then
+        ``_C_BISECTIONS`` geometric bisections narrow the bracket. The screen only chooses
+        ``c``: the full verification of every start by :meth:`finish` at that ``c`` decides.
+        A larger ``c`` never weakens the local certificate (the linearization shifts by
+        exactly ``−2c``), and the global bound needs ``c > q``.
         """
-        # half the default depth (or of a longer T given): a short T given for a quick look
-        # does not make the screens, which choose c, fail
-        t_half = 0.5 * max(self.default_depth(), self.depth or 0.0)
-        # a start singular on the active subspace never reaches Σ* (:meth:`_rank_gap`): no c
-        # helps it, so it is verified and reported but not screened
-        starts = [(name, g0) for name, g0 in self.starts if not self._rank_gap(g0)]
+        t_half = self._screen_depth()
         how = (
             f"each to depth {t_half:.4g} at rtol {_SCREEN_RTOL:g}, relative error ≤ {_SCREEN_TOL:g}"
         )
@@ -951,7 +970,11 @@ class _Context:
         gains: FloatArray | None = None,
         mean_shift: float = math.nan,
         extra_stats: dict[str, Any] | None = None,
+        screen_at: float | None = None,
     ) -> Stabilization:
+        """The checks of ``final`` and its result. With ``screen_at`` (and a local certificate
+        that holds) each verification stops at that depth when a screen would fail there
+        (:meth:`_verify`): ``c`` is about to grow, and the rest of the depth would be wasted."""
         rate = self.rate
         depth, n_tok, probe = self.depth, self.n_tok, self.probe
         local = spec.status is Status.SUCCESS and spec.abscissa <= -rate
@@ -978,7 +1001,15 @@ class _Context:
         # the verifying simulations and the token runs are independent: they share the cores
         jobs: list[Callable[[], Any]] = [
             functools.partial(
-                self._verify, final, name, g0, t_end, radius, inv_root, extend=depth is None
+                self._verify,
+                final,
+                name,
+                g0,
+                t_end,
+                radius,
+                inv_root,
+                extend=depth is None,
+                screen_at=screen_at if local else None,
             )
             for name, g0 in self.starts
         ]
@@ -1129,17 +1160,24 @@ class _Context:
         inv_root: FloatArray,
         *,
         extend: bool,
+        screen_at: float | None = None,
     ) -> Verification:
+        """Simulate ``final`` from ``g0`` to ``t_end`` (extended while a default depth's error
+        still falls). With ``screen_at < t_end`` the integration first stops there, and ends
+        unconverged when the error exceeds ``_SCREEN_TOL`` (the screens' test, :meth:`_screen`)."""
         cov_ref = float(np.linalg.norm(self.target.cov))
         mean_ref = self._mean_ref()
         t_parts, means, covs = [], [], []
-        start, offset, points = g0, 0.0, 33
+        halfway = screen_at is not None and screen_at < t_end and not self._rank_gap(g0)
+        start, offset = g0, 0.0
+        span, points = (screen_at, 17) if halfway and screen_at is not None else (t_end, 33)
+        stopped = ""
         while True:
             left = self.budget.remaining()
             traj = simulate(
                 final,
                 start,
-                t_end if offset == 0.0 else _EXTEND_EFOLDS / self.rate,
+                span,
                 n_points=points,
                 rtol=_VERIFY_INTEGRATOR_RTOL,
                 time_limit=None if math.isinf(left) else max(left, 1e-6),
@@ -1156,28 +1194,33 @@ class _Context:
                 for m, c in zip(means[-2:], covs[-2:], strict=True)
             ]
             offset = float(t_parts[-1][-1])
+            if traj.status is not Status.SUCCESS or self.budget.exhausted:
+                break
+            if halfway and offset < t_end:
+                if errs[-1] > _SCREEN_TOL:
+                    stopped = (
+                        f"; stopped at depth {offset:.4g}, half the verification depth "
+                        f"{t_end:.4g}, at relative error {errs[-1]:.3g} > {_SCREEN_TOL:g} (a "
+                        "screen's test: c grows)"
+                    )
+                    break
+                span, points = t_end - offset, 17
             # A default depth is extended while the flow still closes in: the certified rate
             # holds near the target, and a far start's transient can be slower (MiniLM layer 4,
             # text target: relative error 2.4e-6 at the default depth, still falling).
-            if not (
-                extend
-                and traj.status is Status.SUCCESS
-                and errs[-1] > VERIFY_RTOL
-                and errs[-1] < errs[0]
-                and offset < _EXTEND_MAX * t_end
-                and not self.budget.exhausted
-            ):
+            elif extend and VERIFY_RTOL < errs[-1] < errs[0] and offset < _EXTEND_MAX * t_end:
+                span, points = _EXTEND_EFOLDS / self.rate, 9
+            else:
                 break
             try:
                 start = Gaussian(means[-1], covs[-1], name="the verification's end state")
             except InvalidGaussianError:
                 break
-            points = 9
         t = np.concatenate(t_parts)
         cov_err = np.array([float(np.linalg.norm(c - self.target.cov)) / cov_ref for c in covs])
         mean_err = np.array([float(np.linalg.norm(m - self.target.mean)) / mean_ref for m in means])
         lam = np.array([float(np.linalg.eigvalsh(sym(c))[-1]) for c in covs])
-        message = traj.message
+        message = traj.message + stopped
         if offset > t_end * (1.0 + 1e-12):
             message += (
                 f"; the default depth {t_end:.4g} was extended to {offset:.4g} while the error "
@@ -1213,7 +1256,7 @@ class _Context:
         cov_err: FloatArray,
         mean_err: FloatArray,
     ) -> str:
-        """Why a verification that reached ``T`` is not within ``1e-6``: still moving, or
+        """Why a verification that ended is not within ``1e-6``: still moving, or
         settled at another equilibrium (the field's relative size there is the evidence)."""
         dm, ds = moment_field(final, mean, cov)
         speed = max(
@@ -1228,7 +1271,7 @@ class _Context:
                 "but not from this start)"
             )
         return (
-            f"still moving at depth T (relative speed {speed:.2g}, error {far:.3g}: at that "
+            f"still moving there (relative speed {speed:.2g}, error {far:.3g}: at that "
             f"speed the gap takes a depth of {far / speed:.2g} more to close)"
         )
 

@@ -22,6 +22,8 @@ import pytest
 pytest.importorskip("dask.distributed")
 pd = pytest.importorskip("pandas")
 
+from helpers import ROTATION_TABLES  # noqa: E402
+
 from gtcontrol import DesignFileError, Gaussian, Layer, analyze  # noqa: E402
 from gtcontrol.cli import main  # noqa: E402
 from gtcontrol.cli import sweep as sweep_module  # noqa: E402
@@ -31,19 +33,7 @@ from gtcontrol.cli.schema import parse_design  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 
 #: A rotation (A has eigenvalues ±i) with one head V = vI: every regime over (v, A shift).
-BASE = """\
-task = "sweep"
-title = "test sweep"
-
-[initial]
-mean = [1.0, -1.0]
-cov = [[2.0, 0.5], [0.5, 0.3]]
-
-[layer]
-A = [[0.0, 1.0], [-1.0, 0.0]]
-B = [[1.0, 0.2], [0.0, 0.6]]
-V = 1.0
-"""
+BASE = 'task = "sweep"\ntitle = "test sweep"\n\n' + ROTATION_TABLES
 GRID = """
 [sweep]
 workers = 2

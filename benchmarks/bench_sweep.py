@@ -27,22 +27,21 @@ import argparse
 import math
 import os
 import shutil
+import sys
 import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-DESIGN = """\
-task = "sweep"
-time_limit = {limit}
-[initial]
-mean = [1.0, -1.0]
-cov = [[2.0, 0.5], [0.5, 0.3]]
-[layer]
-A = [[0.0, 1.0], [-1.0, 0.0]]
-B = [[1.0, 0.2], [0.0, 0.6]]
-V = 1.0
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from helpers import ROTATION_TABLES
+
+DESIGN = (
+    'task = "sweep"\ntime_limit = {limit}\n'
+    + ROTATION_TABLES
+    + """\
 [sweep]
 run = "analyze"
 workers = {workers}
@@ -50,6 +49,7 @@ point_time_limit = 10.0
 V_scale = {{ start = -2.0, stop = 2.0, num = {nx} }}
 A_shift = {{ start = -1.0, stop = 1.0, num = {ny} }}
 """
+)
 
 
 def _grid(n: int) -> tuple[int, int]:

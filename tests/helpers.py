@@ -1,7 +1,8 @@
 """Random matrices of the kinds the tests need, from explicitly seeded generators.
 
 Imported by the test modules (``from helpers import ...``) and served as fixtures by conftest.py;
-the benchmarks take the independent token reference :func:`converged_tokens` from here too.
+the benchmarks take the independent token reference :func:`converged_tokens` and the sweeps'
+design tables :data:`ROTATION_TABLES` from here too.
 """
 
 from __future__ import annotations
@@ -10,6 +11,20 @@ import numpy as np
 from scipy.integrate import solve_ivp
 
 from gtcontrol import Layer, token_velocity
+
+#: The ``[initial]`` and ``[layer]`` tables of the sweep designs (tests/test_sweep.py, the hostile
+#: reproducer of tests/test_hostile_round2.py, benchmarks/bench_sweep.py): a rotation (A has
+#: eigenvalues ±i) with one head V = vI, every regime over (v, A shift).
+ROTATION_TABLES = """\
+[initial]
+mean = [1.0, -1.0]
+cov = [[2.0, 0.5], [0.5, 0.3]]
+
+[layer]
+A = [[0.0, 1.0], [-1.0, 0.0]]
+B = [[1.0, 0.2], [0.0, 0.6]]
+V = 1.0
+"""
 
 
 def random_spd(rng: np.random.Generator, d: int, lo: float = 0.3, hi: float = 2.0) -> np.ndarray:

@@ -28,6 +28,8 @@ torch = pytest.importorskip("torch")
 tr = pytest.importorskip("transformers")
 pytest.importorskip("onnx")
 
+from _families import BUILD, PATHS, get  # noqa: E402
+
 from gtcontrol import Status  # noqa: E402
 from gtcontrol.errors import InvalidParametersError  # noqa: E402
 from gtcontrol.experiments import (  # noqa: E402
@@ -46,53 +48,12 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning"),
 ]
 
-_SMALL = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4}
-#: family → (config class, model class, config keywords, model keywords)
-_BUILD: dict[str, tuple[str, str, dict[str, Any], dict[str, Any]]] = {
-    "bert": ("BertConfig", "BertModel", {**_SMALL, "intermediate_size": 64, "vocab_size": 100,
-             "max_position_embeddings": 64}, {"add_pooling_layer": False}),
-    "roberta": ("RobertaConfig", "RobertaModel", {**_SMALL, "intermediate_size": 64,
-                "vocab_size": 100, "max_position_embeddings": 70, "type_vocab_size": 1},
-                {"add_pooling_layer": False}),
-    "electra": ("ElectraConfig", "ElectraModel", {**_SMALL, "intermediate_size": 64,
-                "vocab_size": 100, "embedding_size": 16, "max_position_embeddings": 64}, {}),
-    "distilbert": ("DistilBertConfig", "DistilBertModel", {"dim": 32, "n_layers": 2, "n_heads": 4,
-                   "hidden_dim": 64, "vocab_size": 100, "max_position_embeddings": 64}, {}),
-    "vit": ("ViTConfig", "ViTModel", {**_SMALL, "intermediate_size": 64, "image_size": 16,
-            "patch_size": 4}, {"add_pooling_layer": False}),
-    "deit": ("DeiTConfig", "DeiTModel", {**_SMALL, "intermediate_size": 64, "image_size": 16,
-             "patch_size": 4}, {"add_pooling_layer": False}),
-    "modernbert": ("ModernBertConfig", "ModernBertModel", {"hidden_size": 32,
-                   "num_hidden_layers": 3, "num_attention_heads": 4, "intermediate_size": 48,
-                   "vocab_size": 100, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2,
-                   "cls_token_id": 1, "sep_token_id": 2, "attention_bias": True,
-                   "mlp_bias": True, "norm_bias": True}, {}),
-    "gpt2": ("GPT2Config", "GPT2Model", {"n_embd": 32, "n_layer": 2, "n_head": 4,
-             "vocab_size": 100, "n_positions": 64, "bos_token_id": 0, "eos_token_id": 0}, {}),
-}  # fmt: skip
-#: family → (the layer list, the query projection (what the attention reads), the output one)
-_PATHS = {
-    "bert": ("encoder.layer", "attention.self.query", "attention.output.dense"),
-    "roberta": ("encoder.layer", "attention.self.query", "attention.output.dense"),
-    "electra": ("encoder.layer", "attention.self.query", "attention.output.dense"),
-    "distilbert": ("transformer.layer", "attention.q_lin", "attention.out_lin"),
-    "vit": ("layers", "attention.q_proj", "attention.o_proj"),
-    "deit": ("layers", "attention.q_proj", "attention.o_proj"),
-    "modernbert": ("layers", "attn.Wqkv", "attn.Wo"),
-    "gpt2": ("h", "attn.c_attn", "attn.c_proj"),
-}
-FAMILIES = list(_BUILD)
+FAMILIES = list(BUILD)
 _TOL = {"float32": 1e-5, "float64": 1e-10}
 
 
-def _get(obj: Any, path: str) -> Any:
-    for part in path.split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
 def _build(family: str, precision: str = "float32", *, perturb: float = 0.3) -> Any:
-    cfg_cls, model_cls, cfg, kw = _BUILD[family]
+    cfg_cls, model_cls, cfg, kw = BUILD[family]
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(7)
         net = getattr(tr, model_cls)(getattr(tr, cfg_cls)(**cfg), **kw).eval()
@@ -116,10 +77,10 @@ def _inputs(family: str, n: int = 12, *, positions: str = "zero") -> dict[str, A
 def _own_io(net: Any, family: str, inputs: dict[str, Any]) -> list[dict[str, np.ndarray]]:
     """Per layer, from the model's own forward: what its attention reads and writes, and the
     layer's input and output."""
-    layers, q_path, o_path = _PATHS[family]
+    layers, q_path, o_path = PATHS[family]
     caps: list[dict[str, Any]] = []
     handles = []
-    for lay in _get(net, layers):
+    for lay in get(net, layers):
         cap: dict[str, Any] = {}
 
         def read(mod, args, res, cap=cap):  # type: ignore[no-untyped-def]
@@ -133,8 +94,8 @@ def _own_io(net: Any, family: str, inputs: dict[str, Any]) -> list[dict[str, np.
             cap["out"] = res[0] if isinstance(res, tuple) else res
 
         handles += [
-            _get(lay, q_path).register_forward_hook(read),
-            _get(lay, o_path).register_forward_hook(wrote),
+            get(lay, q_path).register_forward_hook(read),
+            get(lay, o_path).register_forward_hook(wrote),
             lay.register_forward_hook(whole, with_kwargs=True),
         ]
         caps.append(cap)

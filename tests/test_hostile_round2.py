@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers import ROTATION_TABLES
 
 import gtcontrol as gt
 from gtcontrol._status import MAX_TIME_LIMIT, Budget, as_time_limit
@@ -428,22 +429,17 @@ def test_11_plan_keys_are_the_point_keys_and_a_large_plan_is_fast() -> None:
         assert point_key(base, params) == want
 
 
-_SWEEP = """\
-task = "sweep"
-time_limit = 600
-[initial]
-mean = [1.0, -1.0]
-cov = [[2.0, 0.5], [0.5, 0.3]]
-[layer]
-A = [[0.0, 1.0], [-1.0, 0.0]]
-B = [[1.0, 0.2], [0.0, 0.6]]
-V = 1.0
+_SWEEP = (
+    'task = "sweep"\ntime_limit = 600\n'
+    + ROTATION_TABLES
+    + """\
 [sweep]
 run = "analyze"
 point_time_limit = 10.0
 V_scale = { start = -2.0, stop = 2.0, num = NUM }
 A_shift = { start = -1.0, stop = 1.0, num = NUM }
 """
+)
 
 
 @pytest.mark.slow

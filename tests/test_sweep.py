@@ -22,6 +22,8 @@ import pytest
 pytest.importorskip("dask.distributed")
 pd = pytest.importorskip("pandas")
 
+from helpers import ROTATION_TABLES  # noqa: E402
+
 from gtcontrol import DesignFileError, Gaussian, Layer, analyze  # noqa: E402
 from gtcontrol.cli import main  # noqa: E402
 from gtcontrol.cli import sweep as sweep_module  # noqa: E402
@@ -31,19 +33,7 @@ from gtcontrol.cli.schema import parse_design  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 
 #: A rotation (A has eigenvalues ±i) with one head V = vI: every regime over (v, A shift).
-BASE = """\
-task = "sweep"
-title = "test sweep"
-
-[initial]
-mean = [1.0, -1.0]
-cov = [[2.0, 0.5], [0.5, 0.3]]
-
-[layer]
-A = [[0.0, 1.0], [-1.0, 0.0]]
-B = [[1.0, 0.2], [0.0, 0.6]]
-V = 1.0
-"""
+BASE = 'task = "sweep"\ntitle = "test sweep"\n\n' + ROTATION_TABLES
 GRID = """
 [sweep]
 workers = 2
@@ -192,6 +182,14 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return design, out
 
 
+@pytest.fixture
+def finished_copy(finished: tuple[Path, Path], tmp_path: Path) -> Path:
+    """A copy of the finished output folder, for a test that changes or damages it."""
+    copy = tmp_path / "copy"
+    shutil.copytree(finished[1], copy)
+    return copy
+
+
 def test_local_cluster_writes_the_table_figure_and_result(finished: tuple[Path, Path]) -> None:
     _, out = finished
     df = table(out)
@@ -271,13 +269,8 @@ def test_rerun_skips_every_point_and_removed_points_are_computed_again(
     same_rows(before, table(out))
 
 
-def test_a_changed_design_does_not_reuse_stale_points(
-    finished: tuple[Path, Path], tmp_path: Path
-) -> None:
-    _, out = finished
-    copy = tmp_path / "out"
-
-    shutil.copytree(out, copy)
+def test_a_changed_design_does_not_reuse_stale_points(finished_copy: Path, tmp_path: Path) -> None:
+    copy = finished_copy
     changed = write(
         tmp_path,
         GENERAL.replace("-0.3, 0.7", "-0.3, 0.8").replace("[-1.5, -1.0, -0.5, 0.5]", "[-1.0, 0.5]"),
@@ -486,11 +479,9 @@ def test_shipped_sweep_design_has_enough_points() -> None:
 
 
 def test_ctrl_c_keeps_the_finished_points_and_says_so(
-    finished: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+    finished: tuple[Path, Path], finished_copy: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
-    design, out = finished
-    copy = tmp_path / "copy"
-    shutil.copytree(out, copy)
+    design, copy = finished[0], finished_copy
     n_points = len(list((copy / "points").glob("*.parquet")))
 
     def interrupted(*args: object, **kwargs: object) -> None:
@@ -508,11 +499,9 @@ def test_ctrl_c_keeps_the_finished_points_and_says_so(
 
 
 def test_damaged_and_foreign_point_files_are_computed_again(
-    finished: tuple[Path, Path], tmp_path: Path
+    finished: tuple[Path, Path], finished_copy: Path
 ) -> None:
-    design, out = finished
-    copy = tmp_path / "copy"
-    shutil.copytree(out, copy)
+    (design, out), copy = finished, finished_copy
     first, second = sorted((copy / "points").glob("*.parquet"))[:2]
     first.write_bytes(first.read_bytes()[:300])  # truncated by a crash of the disk
     # a row of another gtcontrol (another schema) under a current key

@@ -145,6 +145,23 @@ class SearchLog:
         return out
 
 
+@dataclass(frozen=True)
+class _Search:
+    """What every start of one deflated search shares: the layer, the Newton options, the
+    search's budget and per-start limit (seconds, ``None``: none), its work meter and its log."""
+
+    layer: Layer
+    opts: _NewtonOptions
+    budget: Budget
+    per_start: float | None
+    work: WorkMeter
+    out: SearchLog
+
+    def start_budget(self) -> Budget:
+        """One start's budget: the search's, cut to ``per_start`` seconds."""
+        return self.budget.sub(self.per_start)
+
+
 def as_start_sequence(starts: Any) -> Sequence[Any]:
     """``starts`` as a sequence of matrices (a single array or a non-sequence is refused)."""
     if isinstance(starts, np.ndarray) and starts.ndim == 3:
@@ -243,15 +260,9 @@ def _continuation_start(
     return cov
 
 
-def _fixed_starts(
-    layer: Layer,
-    given: list[FloatArray],
-    opts: _NewtonOptions,
-    budget: Budget,
-    per_start: float | None,
-    work: WorkMeter,
-) -> list[tuple[str, FloatArray]]:
+def _fixed_starts(search: _Search, given: list[FloatArray]) -> list[tuple[str, FloatArray]]:
     """Flow endpoints, the continuation start, the given starts and the multiples of I."""
+    layer, budget, work = search.layer, search.budget, search.work
     d = layer.dim
     s0 = _typical_scale(layer)
     base = [("given", g) for g in given]
@@ -263,11 +274,11 @@ def _fixed_starts(
             continue
         for kind, lay in (("flow", layer), ("reversed_flow", rev)):
             if lay is not None and not budget.exhausted:
-                end = _flow_start(lay, st, budget.sub(per_start), work)
+                end = _flow_start(lay, st, search.start_budget(), work)
                 if end is not None:
                     out.append((kind, end))
     if not budget.exhausted:
-        cont = _continuation_start(layer, opts, budget.sub(per_start), work)
+        cont = _continuation_start(layer, search.opts, search.start_budget(), work)
         if cont is not None:
             out.append(("continuation", cont))
     return out + base
@@ -358,14 +369,13 @@ def deflated_search(
     rng = np.random.default_rng(opts.seed)
     s0 = _typical_scale(layer)
     factor_ok = d <= opts.kron_max_dim
+    search = _Search(layer, opts, budget, per_start, work, out)
     try:
         # ``dry``: starts in a row, of any kind, that found no new positive-definite root.
-        dry = (
-            _whitened_phase(layer, opts, budget, per_start, work, out, rng, s0) if factor_ok else 0
-        )
-        for kind, st in _fixed_starts(layer, given, opts, budget, per_start, work):
+        dry = _whitened_phase(search, rng, s0) if factor_ok else 0
+        for kind, st in _fixed_starts(search, given):
             before = len(out.roots)
-            _run_start(layer, kind, st, opts, budget, per_start, work, out)
+            _run_start(search, kind, st)
             dry = 0 if len(out.roots) > before else dry + 1
         poly = _System(layer, 1.0, np.ones(d * (d + 1) // 2 + 1)) if factor_ok else None
         count = {"random": 0, "factor": 0, "path": 0, "whitened": 0}
@@ -378,13 +388,7 @@ def deflated_search(
             count[kind] += 1
             before = len(out.roots)
             st = _random_spd(rng, d, s0)
-            _own_limit(
-                partial(_one_start, layer, kind, st, poly, opts, budget, per_start, work, out),
-                kind,
-                budget,
-                work,
-                out,
-            )
+            _own_limit(search, partial(_one_start, search, kind, st, poly), kind)
             dry = 0 if len(out.roots) > before else dry + 1
     except BudgetExhausted as exc:
         out.stopped = exc.reason
@@ -392,41 +396,30 @@ def deflated_search(
     return out
 
 
-def _own_limit(
-    start: Callable[[], None], kind: str, budget: Budget, work: WorkMeter, out: SearchLog
-) -> None:
+def _own_limit(search: _Search, start: Callable[[], None], kind: str) -> None:
     """Run one start; one cut by its own per-start limit is logged ``time_limit`` and the search
     goes on, one cut by the search's budget or work cap stops the search (re-raised)."""
     try:
         start()
     except BudgetExhausted:
-        if budget.exhausted or work.left() == 0.0:
+        if search.budget.exhausted or search.work.left() == 0.0:
             raise
-        out.ended(kind, "time_limit")
+        search.out.ended(kind, "time_limit")
 
 
-def _one_start(
-    layer: Layer,
-    kind: str,
-    st: FloatArray,
-    poly: _System | None,
-    opts: _NewtonOptions,
-    budget: Budget,
-    per_start: float | None,
-    work: WorkMeter,
-    out: SearchLog,
-) -> None:
+def _one_start(search: _Search, kind: str, st: FloatArray, poly: _System | None) -> None:
     """One random, factor or path start (a per-start limit raises :class:`BudgetExhausted`)."""
     if kind == "random":
-        _run_start(layer, "random", st, opts, budget, per_start, work, out)
+        _run_start(search, "random", st)
         return
     if kind == "whitened":
-        _whitened_start(layer, st, opts, budget.sub(per_start), work, out)
+        _whitened_start(search, st, search.start_budget())
         return
-    sub = budget.sub(per_start)
+    out, work = search.out, search.work
+    sub = search.start_budget()
     if kind == "factor":
         chol = np.asarray(np.linalg.cholesky(st), dtype=float)
-        cov, its = _factor_newton(layer, chol, out.known, opts, sub, work)
+        cov, its = _factor_newton(search.layer, chol, out.known, search.opts, sub, work)
         out.newton_iterations += its
         roots = [] if cov is None else [cov]
     else:
@@ -435,55 +428,35 @@ def _one_start(
     if not roots:
         out.ended(kind, "no_root")
     for root in roots:
-        _run_start(layer, kind, root, opts, budget, per_start, work, out)
+        _run_start(search, kind, root)
 
 
-def _whitened_phase(
-    layer: Layer,
-    opts: _NewtonOptions,
-    budget: Budget,
-    per_start: float | None,
-    work: WorkMeter,
-    out: SearchLog,
-    rng: np.random.Generator,
-    s0: float,
-) -> int:
+def _whitened_phase(search: _Search, rng: np.random.Generator, s0: float) -> int:
     """Whitened Levenberg–Marquardt from random starts until ``_WHITENED_SATURATION`` in a row
     find nothing new (at least ``n_random`` starts, at most ``_MAX_WHITENED``); returns that
     count of starts in a row. Every other start spreads its eigenvalues wider (``e^{±3}``
     about ``s0`` instead of ``e^{±1.5}``): some roots have eigenvalues 10–1000 times ``s0``."""
     dry = 0
     for k in range(_MAX_WHITENED):
-        if dry >= _WHITENED_SATURATION and k >= opts.n_random:
+        if dry >= _WHITENED_SATURATION and k >= search.opts.n_random:
             break
-        before = len(out.roots)
-        st = _random_spd(rng, layer.dim, s0, 1.5 if k % 2 == 0 else 3.0)
-        _own_limit(
-            partial(_whitened_start, layer, st, opts, budget.sub(per_start), work, out),
-            "whitened",
-            budget,
-            work,
-            out,
-        )
-        dry = 0 if len(out.roots) > before else dry + 1
+        before = len(search.out.roots)
+        st = _random_spd(rng, search.layer.dim, s0, 1.5 if k % 2 == 0 else 3.0)
+        _own_limit(search, partial(_whitened_start, search, st, search.start_budget()), "whitened")
+        dry = 0 if len(search.out.roots) > before else dry + 1
     return dry
 
 
-def _whitened_start(
-    layer: Layer,
-    start: FloatArray,
-    opts: _NewtonOptions,
-    budget: Budget,
-    work: WorkMeter,
-    out: SearchLog,
-) -> None:
-    """One whitened Levenberg–Marquardt run, its end point polished by Newton and logged.
+def _whitened_start(search: _Search, start: FloatArray, budget: Budget) -> None:
+    """One whitened Levenberg–Marquardt run (within ``budget``, the start's own), its end point
+    polished by Newton and logged.
 
     The run's end (``stalled``, ``stuck``, ``singular``, ``max_iter``) is logged when it did not
     converge; a converged one is polished by Newton on F (tolerance ``min(tol, 1e-14)``, kept
     if the best iterate reaches ``tol``) and logged ``new``, ``duplicate``,
     ``not_positive_definite`` or ``polish_failed``.
     """
+    layer, opts, work, out = search.layer, search.opts, search.work, search.out
     out.check_iterations()
     run = whitened_lm(layer, start, budget, work, max_iter=max(opts.max_iter, LM_MAX_ITER))
     out.newton_iterations += run.iterations
@@ -514,23 +487,15 @@ def _record_root(out: SearchLog, cov: FloatArray, iterations: int) -> str:
     return "not_positive_definite"
 
 
-def _run_start(
-    layer: Layer,
-    kind: str,
-    start: FloatArray,
-    opts: _NewtonOptions,
-    budget: Budget,
-    per_start: float | None,
-    work: WorkMeter,
-    out: SearchLog,
-) -> None:
+def _run_start(search: _Search, kind: str, start: FloatArray) -> None:
     """Newton from one start, retried with each new root deflated; the outcomes are logged."""
-    budget.check()
+    work, out = search.work, search.out
+    search.budget.check()
     ends: list[str] = []
     out.log.append({"start": kind, "runs": ends})
     for _ in range(_MAX_ROOTS_PER_START):
         out.check_iterations()
-        res = newton_run(layer, start, out.known, opts, budget.sub(per_start), work)
+        res = newton_run(search.layer, start, out.known, search.opts, search.start_budget(), work)
         out.newton_iterations += res.iterations
         if res.stats["termination"] == "time_limit" and work.left() == 0.0:
             raise BudgetExhausted(res.message)

@@ -480,29 +480,21 @@ def _krylov_pairs(
     start = v0 if v0 is not None else _default_start(op)
     narrow = min(n, max(2 * kk + 1, _MIN_NCV))
     wide = min(n, max(2 * kk + 1, _WIDE_NCV))
-    try:
+
+    def arnoldi(ncv: int, maxiter: int) -> tuple[ComplexArray, ComplexArray]:
+        """One ARPACK run with a basis of ``ncv`` vectors and at most ``maxiter`` restarts."""
         vals, vecs = sla.eigs(
-            op.linear_operator(),
-            k=kk,
-            which="LR",
-            ncv=narrow,
-            tol=tol,
-            v0=start,
-            maxiter=_FIRST_MAXITER if wide > narrow else _ARPACK_MAXITER,
+            op.linear_operator(), k=kk, which="LR", ncv=ncv, tol=tol, v0=start, maxiter=maxiter
         )
+        return vals, vecs
+
+    try:
+        vals, vecs = arnoldi(narrow, _FIRST_MAXITER if wide > narrow else _ARPACK_MAXITER)
     except sla.ArpackNoConvergence:
         if wide <= narrow:
             raise
         # a cluster at the edge: a wider basis separates it (_WIDE_NCV)
-        vals, vecs = sla.eigs(
-            op.linear_operator(),
-            k=kk,
-            which="LR",
-            ncv=wide,
-            tol=tol,
-            v0=start,
-            maxiter=_ARPACK_MAXITER,
-        )
+        vals, vecs = arnoldi(wide, _ARPACK_MAXITER)
     vals, vecs = _order(vals, vecs)
     return vals[:k], vecs[:, :k]
 

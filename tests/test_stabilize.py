@@ -359,13 +359,9 @@ def _with_c(res: gt.Stabilization, c: float) -> gt.Layer:
     return lay.replace(b=-dm)
 
 
-def test_c_grows_until_the_identity_start_converges() -> None:
-    """Random strong heads (found by a search over seeds) whose identity start settles away
-    from the target at the local minimum ``c``: ``stabilize`` screens the starts and grows
-    ``c`` until they converge. An independent integration (DOP853 on the field written here,
-    the layer rebuilt here) confirms both sides: at the local minimum the identity start ends
-    far from ``Σ*``, at the chosen ``c`` it converges; the chosen ``c`` is within the ladder's
-    resolution ``2^(1/8)`` of one that fails in the screen."""
+def _stuck_at_the_local_minimum() -> tuple[gt.Layer, gt.Gaussian]:
+    """Random strong heads (seed 23, found by a search over seeds; d = 2) and a target whose
+    identity start settles away from it at the local minimum ``c``."""
     rng = np.random.default_rng(23)
     d = int(rng.integers(2, 7))
     n_heads = int(rng.integers(1, 4))
@@ -373,6 +369,18 @@ def test_c_grows_until_the_identity_start_converges() -> None:
     scale = float(rng.choice([1.0, 3.0, 6.0]))
     layer = layer.replace(heads=[(scale * v, b) for v, b in layer.heads])
     target = gt.Gaussian(rng.standard_normal(d) * rng.choice([0.0, 1.0, 3.0]), random_spd(rng, d))
+    return layer, target
+
+
+def test_c_grows_until_the_identity_start_converges() -> None:
+    """Random strong heads (found by a search over seeds) whose identity start settles away
+    from the target at the local minimum ``c``: ``stabilize`` screens the starts and grows
+    ``c`` until they converge. An independent integration (DOP853 on the field written here,
+    the layer rebuilt here) confirms both sides: at the local minimum the identity start ends
+    far from ``Σ*``, at the chosen ``c`` it converges; the chosen ``c`` is within the ladder's
+    resolution ``2^(1/8)`` of one that fails in the screen."""
+    layer, target = _stuck_at_the_local_minimum()
+    d = layer.dim
     res = gt.stabilize(layer, target, add="head", rate=1.0)
     assert res.success, res.message
     c_loc = res.stats["c_local"]
@@ -407,13 +415,7 @@ def test_a_start_stuck_at_the_local_minimum_stops_halfway(
     import gtcontrol.control.design.stabilize as stab
 
     monkeypatch.setattr(stab, "_C_DOUBLINGS", 0)
-    rng = np.random.default_rng(23)  # the layer of test_c_grows_until_the_identity_start_converges
-    d = int(rng.integers(2, 7))
-    n_heads = int(rng.integers(1, 4))
-    layer = random_layer(rng, d, n_heads, factored=False)
-    scale = float(rng.choice([1.0, 3.0, 6.0]))
-    layer = layer.replace(heads=[(scale * v, b) for v, b in layer.heads])
-    target = gt.Gaussian(rng.standard_normal(d) * rng.choice([0.0, 1.0, 3.0]), random_spd(rng, d))
+    layer, target = _stuck_at_the_local_minimum()
     res = gt.stabilize(layer, target, add="head", rate=1.0)
     assert res.status is Status.FAILED and res.local_certificate
     assert res.c == res.stats["c_local"] and res.stats["c_screens"] == 0

@@ -21,6 +21,7 @@ Reference: the paper cited in :mod:`gtcontrol`, §4; docs/theory.md.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 import numpy as np
@@ -37,9 +38,33 @@ from ...model.heads import FactoredHeads
 from ...model.params import Layer
 from ._common import RATE_MARGIN, designed_a, quadratic_growth
 
-__all__ = ["GainsContext", "gains_family"]
+__all__ = ["Design", "GainsContext", "gains_family"]
 
 _R = TypeVar("_R", covariant=True)
+
+
+@dataclass(frozen=True)
+class Design:
+    """A family's designed layer, before :func:`gtcontrol.stabilize` checks it.
+
+    ``spectrum`` is its linearization's; ``what`` says in words what was added; ``change``
+    is the family's size of the change (``c`` or ``‖1 − g‖₂``); ``q`` the kept heads'
+    quadratic growth (for the global bound) and ``omega`` the numerical abscissa at the
+    target (for the basin). The head family sets ``c``, ``scale`` (the token gauge ``s``) and
+    ``mean_shift``; the gains family sets ``gains``.
+    """
+
+    layer: Layer
+    family: str
+    spectrum: LinearizationSpectrum
+    what: str
+    change: float
+    q: float
+    omega: float
+    c: float = math.nan
+    scale: float = math.nan
+    mean_shift: float = math.nan
+    gains: FloatArray | None = None
 
 
 class GainsContext(Protocol[_R]):
@@ -60,19 +85,7 @@ class GainsContext(Protocol[_R]):
         self, layer: Layer, *, omega: bool, k: int = 6, v0: FloatArray | None = None
     ) -> LinearizationSpectrum: ...
 
-    def finish(
-        self,
-        final: Layer,
-        family: str,
-        base: LinearizationSpectrum,
-        spec: LinearizationSpectrum,
-        what: str,
-        *,
-        change: float,
-        q: float,
-        omega: float,
-        gains: FloatArray | None = None,
-    ) -> _R: ...
+    def finish(self, design: Design, base: LinearizationSpectrum) -> _R: ...
 
     def result_without(
         self,
@@ -196,9 +209,17 @@ def gains_family(ctx: GainsContext[_R], base_layer: Layer, base: LinearizationSp
         f"gains ‖1 − g‖₂ = {change:.6g} (a local minimum of the gains search, "
         f"{len(history)} steps); g = {np.array2string(g_best, precision=4)}"
     )
-    return ctx.finish(
-        lay_best, "gains", base, spec_best, what, gains=g_best, change=change, q=q, omega=omega
+    design = Design(
+        layer=lay_best,
+        family="gains",
+        spectrum=spec_best,
+        what=what,
+        change=change,
+        q=q,
+        omega=omega,
+        gains=g_best,
     )
+    return ctx.finish(design, base)
 
 
 def _grad_cov(

@@ -103,7 +103,7 @@ from ...model.moments import simulate
 from ...model.params import Layer
 from ._common import RATE_MARGIN, designed_a, quadratic_growth
 from ._finite_n import TokenCertificate, design_token_certificate
-from ._gains import gains_family
+from ._gains import Design, gains_family
 
 __all__ = ["FAMILIES", "Stabilization", "stabilize"]
 
@@ -772,18 +772,21 @@ class _Context:
                 if parts
                 else "no extra needed: the designed A, b alone give the rate"
             )
-            return self.finish(
-                final,
-                "head" if c > 0 or sigma != 0.0 else "none",
-                base,
-                spec,
-                what,
-                c=c,
-                s=s,
+            design = Design(
+                layer=final,
+                family="head" if c > 0 or sigma != 0.0 else "none",
+                spectrum=spec,
+                what=what,
                 change=c,
                 q=q,
                 omega=base.numerical_abscissa - 2.0 * c,
+                c=c,
+                scale=s,
                 mean_shift=sigma,
+            )
+            return self.finish(
+                design,
+                base,
                 extra_stats={"c_local": c_loc, "c_screens": 0, "c_failed": math.nan, **stats},
                 screen_at=screen_at,
             )
@@ -956,29 +959,20 @@ class _Context:
     # -- results ----------------------------------------------------------------------------
     def finish(
         self,
-        final: Layer,
-        family: str,
+        design: Design,
         base: LinearizationSpectrum,
-        spec: LinearizationSpectrum,
-        what: str,
         *,
-        change: float,
-        q: float,
-        omega: float,
-        c: float = math.nan,
-        s: float = math.nan,
-        gains: FloatArray | None = None,
-        mean_shift: float = math.nan,
         extra_stats: dict[str, Any] | None = None,
         screen_at: float | None = None,
     ) -> Stabilization:
-        """The checks of ``final`` and its result. With ``screen_at`` (and a local certificate
+        """The checks of ``design`` and its result. With ``screen_at`` (and a local certificate
         that holds) each verification stops at that depth when a screen would fail there
         (:meth:`_verify`): ``c`` is about to grow, and the rest of the depth would be wasted."""
+        final, spec, q, omega = design.layer, design.spectrum, design.q, design.omega
         rate = self.rate
         depth, n_tok, probe = self.depth, self.n_tok, self.probe
         local = spec.status is Status.SUCCESS and spec.abscissa <= -rate
-        c_eff = c if c > 0 else 0.0
+        c_eff = design.c if design.c > 0 else 0.0
         root, inv_root = spd_sqrt_pair(self.s_act)
         a_r = self.basis.T @ final.affine_ffn()[0] @ self.basis
         a_top = float(np.linalg.eigvalsh(sym(inv_root @ a_r @ root))[-1])
@@ -1067,7 +1061,7 @@ class _Context:
             )
         )
         parts = [
-            what,
+            design.what,
             f"local: spectral abscissa {spec.abscissa:.6g} ≤ −{rate:g}" if local else reasons[0],
             bound,
             basin,
@@ -1084,13 +1078,13 @@ class _Context:
             original=self.layer,
             base_layer=self.base_layer,
             target=self.target,
-            family=family,
+            family=design.family,
             rate=rate,
-            c=c,
-            scale=s,
-            mean_shift=mean_shift,
-            gains=None if gains is None else frozen(gains),
-            change=change,
+            c=design.c,
+            scale=design.scale,
+            mean_shift=design.mean_shift,
+            gains=None if design.gains is None else frozen(design.gains),
+            change=design.change,
             base=base,
             spectrum=spec,
             local_certificate=local,

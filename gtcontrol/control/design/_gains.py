@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 import numpy as np
 import scipy.linalg
@@ -38,9 +38,7 @@ from ...model.heads import FactoredHeads
 from ...model.params import Layer
 from ._common import RATE_MARGIN, designed_a, quadratic_growth
 
-__all__ = ["Design", "GainsContext", "gains_family"]
-
-_R = TypeVar("_R", covariant=True)
+__all__ = ["Design", "GainsContext", "NoDesign", "gains_family"]
 
 
 @dataclass(frozen=True)
@@ -67,10 +65,18 @@ class Design:
     gains: FloatArray | None = None
 
 
-class GainsContext(Protocol[_R]):
+@dataclass(frozen=True)
+class NoDesign:
+    """A family that designed nothing: ``INFEASIBLE`` with its proof, or ``NOT_FOUND`` with
+    how far the search got (``message``)."""
+
+    status: Status
+    message: str
+
+
+class GainsContext(Protocol):
     """What the gains search needs of one :func:`gtcontrol.stabilize` call: the problem, its
-    budget, the design of ``A, b`` and the spectrum, and the two ways to end (a result with
-    the checks, or one without an extra); ``_R`` is the result type."""
+    budget, the design of ``A, b`` and the spectrum."""
 
     layer: Layer
     target: Gaussian
@@ -84,17 +90,6 @@ class GainsContext(Protocol[_R]):
     def spectrum(
         self, layer: Layer, *, omega: bool, k: int = 6, v0: FloatArray | None = None
     ) -> LinearizationSpectrum: ...
-
-    def finish(self, design: Design, base: LinearizationSpectrum) -> _R: ...
-
-    def result_without(
-        self,
-        base_layer: Layer,
-        base: LinearizationSpectrum | None,
-        family: str,
-        status: Status,
-        message: str,
-    ) -> _R: ...
 
 
 #: Gains search: iterations, trust region, and the step below which it has converged.
@@ -130,13 +125,15 @@ def _single_heads(layer: Layer) -> list[Layer]:
     return out
 
 
-def gains_family(ctx: GainsContext[_R], base_layer: Layer, base: LinearizationSpectrum) -> _R:
+def gains_family(
+    ctx: GainsContext, base_layer: Layer, base: LinearizationSpectrum
+) -> Design | NoDesign:
     """The gains family for one :func:`gtcontrol.stabilize` call (module docstring).
 
     ``base_layer`` is the layer with its heads kept and ``A, b`` designed, ``base`` its
-    spectrum. Returns ``ctx.result_without(...)`` with ``INFEASIBLE`` and the trace proof, or
-    with ``NOT_FOUND`` and how far the search got, or ``ctx.finish(...)`` on the gained layer
-    with the smallest ``‖1 − g‖₂`` that met the rate (the checks decide its status).
+    spectrum. Returns a :class:`NoDesign`, ``INFEASIBLE`` with the trace proof or
+    ``NOT_FOUND`` with how far the search got, or the :class:`Design` of the gained layer with
+    the smallest ``‖1 − g‖₂`` that met the rate (the checks decide its status).
     """
     red = reduced_layer(ctx.layer, ctx.basis)
     singles = _single_heads(red)
@@ -167,7 +164,7 @@ def gains_family(ctx: GainsContext[_R], base_layer: Layer, base: LinearizationSp
             f"{part}(g) is affine in g and at least {val:.6g} > −{ctx.rate:g} on the whole "
             "box, and the spectral abscissa is at least the mean eigenvalue"
         )
-        return ctx.result_without(base_layer, base, "gains", Status.INFEASIBLE, proof)
+        return NoDesign(Status.INFEASIBLE, proof)
     g = np.ones(n_h)
     best: tuple[FloatArray, LinearizationSpectrum, Layer] | None = None
     v0: FloatArray | None = None
@@ -200,7 +197,7 @@ def gains_family(ctx: GainsContext[_R], base_layer: Layer, base: LinearizationSp
             f"linear programming from g = 1; lowest spectral abscissa reached {low:.6g}, "
             f"required ≤ −{ctx.rate:g}); this is not a proof that none exist"
         )
-        return ctx.result_without(base_layer, base, "gains", Status.NOT_FOUND, msg)
+        return NoDesign(Status.NOT_FOUND, msg)
     g_best, spec_best, lay_best = best
     q = quadratic_growth(_with_gains(red, g_best), s_act)
     omega = ctx.spectrum(lay_best, omega=True, k=1).numerical_abscissa
@@ -219,11 +216,11 @@ def gains_family(ctx: GainsContext[_R], base_layer: Layer, base: LinearizationSp
         omega=omega,
         gains=g_best,
     )
-    return ctx.finish(design, base)
+    return design
 
 
 def _grad_cov(
-    ctx: GainsContext[Any], lay: Layer, ops: list[SymOperator], spec: LinearizationSpectrum
+    ctx: GainsContext, lay: Layer, ops: list[SymOperator], spec: LinearizationSpectrum
 ) -> tuple[FloatArray, float, Any]:
     """``∂ Re λ / ∂g_h = Re(ψᴴ L_h φ / ψᴴ φ)`` at the rightmost eigenvalue λ of ``L(g)``."""
     red = reduced_layer(lay, ctx.basis)

@@ -643,7 +643,10 @@ class _Context:
     ) -> Stabilization:
         if kind == "head":
             return self._head(base_layer, base)
-        return gains_family(self, base_layer, base)
+        found = gains_family(self, base_layer, base)
+        if isinstance(found, Design):
+            return self.finish(found, base)
+        return self.result_without(base_layer, base, "gains", found.status, found.message)
 
     def _start_vector(self, spec: LinearizationSpectrum) -> FloatArray | None:
         """The rightmost mode of ``spec`` (real coordinates), plus a little seeded noise."""

@@ -45,7 +45,8 @@ __all__ = ["Design", "GainsContext", "NoDesign", "gains_family"]
 class Design:
     """A family's designed layer, before :func:`gtcontrol.stabilize` checks it.
 
-    ``spectrum`` is its linearization's; ``what`` says in words what was added; ``change``
+    ``spectrum`` is its linearization's (``None``: the checks compute it, beside the
+    verifying simulations); ``what`` says in words what was added; ``change``
     is the family's size of the change (``c`` or ``‖1 − g‖₂``); ``q`` the kept heads'
     quadratic growth (for the global bound) and ``omega`` the numerical abscissa at the
     target (for the basin). The head family sets ``c``, ``scale`` (the token gauge ``s``) and
@@ -54,7 +55,7 @@ class Design:
 
     layer: Layer
     family: str
-    spectrum: LinearizationSpectrum
+    spectrum: LinearizationSpectrum | None
     what: str
     change: float
     q: float

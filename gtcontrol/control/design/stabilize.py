@@ -512,6 +512,7 @@ def _starts(
 
 
 _T = TypeVar("_T")
+_S = TypeVar("_S")
 #: Threads of :func:`_concurrently`.
 _MAX_WORKERS = 8
 
@@ -540,6 +541,12 @@ def _concurrently(jobs: list[Callable[[], _T]]) -> list[_T]:
     runs = [(contextvars.copy_context(), job) for job in jobs]
     with ThreadPoolExecutor(workers, thread_name_prefix="gtcontrol-verify") as pool:
         return list(pool.map(lambda run: run[0].run(run[1]), runs))
+
+
+def _in_turn(first: Callable[[], _T], then: Callable[[], _S]) -> tuple[_T, _S]:
+    """``(first(), then())``: two jobs one after the other, in one of :func:`_concurrently`'s
+    threads."""
+    return first(), then()
 
 
 def _cpus() -> int:
@@ -665,12 +672,16 @@ class _Context:
         """``(ln(e0 / 1e-6) + 3) / rate``: the certified rate brings the largest initial error
         ``e0`` (relative, covariance or mean) of ``starts`` (default: the verification's) to
         ``1e-6``, with three e-folds for transients."""
-        errs = [1e-3]
-        cov_ref = float(np.linalg.norm(self.target.cov))
-        for g in [g for _, g in self.starts] if starts is None else starts:
-            errs.append(float(np.linalg.norm(g.cov - self.target.cov)) / cov_ref)
-            errs.append(float(np.linalg.norm(g.mean - self.target.mean)) / self._mean_ref())
-        return (math.log(max(errs) / VERIFY_RTOL) + _TRANSIENT_EFOLDS) / self.rate
+        gs = [g for _, g in self.starts] if starts is None else starts
+        e0 = max([1e-3, *(self._start_error(g) for g in gs)])
+        return (math.log(e0 / VERIFY_RTOL) + _TRANSIENT_EFOLDS) / self.rate
+
+    def _start_error(self, g: Gaussian) -> float:
+        """The relative distance of ``g`` from the target, covariance or mean."""
+        return max(
+            float(np.linalg.norm(g.cov - self.target.cov)) / float(np.linalg.norm(self.target.cov)),
+            float(np.linalg.norm(g.mean - self.target.mean)) / self._mean_ref(),
+        )
 
     def _mean_ref(self) -> float:
         """The scale of mean errors: ``max(|m*|, sqrt(tr Σ*))``."""
@@ -751,9 +762,6 @@ class _Context:
             c: float, ladder: str, stats: dict[str, Any], *, screen_at: float | None = None
         ) -> Stabilization:
             final = build(c)
-            # The shift is exact, so the base's rightmost mode starts the independent
-            # recomputation.
-            spec = self.spectrum(final, omega=False, k=1, v0=self._start_vector(base))
             kappa = s * c - sigma
             parts = []
             if c > 0:
@@ -778,7 +786,7 @@ class _Context:
             design = Design(
                 layer=final,
                 family="head" if c > 0 or sigma != 0.0 else "none",
-                spectrum=spec,
+                spectrum=None,  # recomputed by finish, beside the verifications
                 what=what,
                 change=c,
                 q=q,
@@ -968,13 +976,18 @@ class _Context:
         extra_stats: dict[str, Any] | None = None,
         screen_at: float | None = None,
     ) -> Stabilization:
-        """The checks of ``design`` and its result. With ``screen_at`` (and a local certificate
-        that holds) each verification stops at that depth when a screen would fail there
-        (:meth:`_verify`): ``c`` is about to grow, and the rest of the depth would be wasted."""
-        final, spec, q, omega = design.layer, design.spectrum, design.q, design.omega
+        """The checks of ``design`` and its result. With ``screen_at`` each verification stops
+        at that depth when a screen would fail there (:meth:`_verify`): ``c`` is about to grow
+        (when the local certificate holds), and the rest of the depth would be wasted.
+
+        A design without its spectrum gets it here, as one more job beside the verifying
+        simulations (the head family's shift is exact, so the base's rightmost mode starts
+        that independent recomputation): it runs before the verification of the start nearest
+        the target, in the same thread, while the far start's longer one takes the other core.
+        """
+        final, q, omega = design.layer, design.q, design.omega
         rate = self.rate
         depth, n_tok, probe = self.depth, self.n_tok, self.probe
-        local = spec.status is Status.SUCCESS and spec.abscissa <= -rate
         c_eff = design.c if design.c > 0 else 0.0
         root, inv_root = spd_sqrt_pair(self.s_act)
         a_r = self.basis.T @ final.affine_ffn()[0] @ self.basis
@@ -1006,15 +1019,29 @@ class _Context:
                 radius,
                 inv_root,
                 extend=depth is None,
-                screen_at=screen_at if local else None,
+                screen_at=screen_at,
             )
             for name, g0 in self.starts
         ]
+        near = -1  # the starts are never empty (_starts)
+        if design.spectrum is None:
+            near = min(range(len(jobs)), key=lambda i: self._start_error(self.starts[i][1]))
+            jobs[near] = functools.partial(
+                _in_turn,
+                functools.partial(
+                    self.spectrum, final, omega=False, k=1, v0=self._start_vector(base)
+                ),
+                jobs[near],
+            )
         if n_tok is not None:
             # the tokens go as deep as the verification would for their own start
             t_tok = depth if depth is not None else self.default_depth([self.token_start])
             jobs.append(functools.partial(self._tokens, final, n_tok, t_tok))
         done = _concurrently(jobs)
+        spec = design.spectrum
+        if spec is None:
+            spec, done[near] = done[near]
+        local = spec.status is Status.SUCCESS and spec.abscissa <= -rate
         checks: list[Verification] = done[: len(self.starts)]
         tc, untouched = done[-1] if n_tok is not None else (None, None)
         change_fn = self._function_change(final, probe)
@@ -1193,12 +1220,13 @@ class _Context:
             offset = float(t_parts[-1][-1])
             if traj.status is not Status.SUCCESS or self.budget.exhausted:
                 break
-            if halfway and offset < t_end:
+            if halfway:  # the first segment ended halfway: the screens' test
+                halfway = False
                 if errs[-1] > _SCREEN_TOL:
                     stopped = (
                         f"; stopped at depth {offset:.4g}, half the verification depth "
-                        f"{t_end:.4g}, at relative error {errs[-1]:.3g} > {_SCREEN_TOL:g} (a "
-                        "screen's test: c grows)"
+                        f"{t_end:.4g}, at relative error {errs[-1]:.3g} > {_SCREEN_TOL:g} (the "
+                        "test of the screens that choose c)"
                     )
                     break
                 span, points = t_end - offset, 17

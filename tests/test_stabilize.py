@@ -430,6 +430,25 @@ def test_a_start_stuck_at_the_local_minimum_stops_halfway(
     assert float(identity.cov_error[-1]) == pytest.approx(err, rel=1e-4)
 
 
+def test_a_slow_start_that_still_closes_in_is_not_stopped_halfway() -> None:
+    """A start far below the target (``Σ0 = 1e-9 Σ*``) grows towards it exponentially: still
+    at relative error ~1 halfway, but fast in its own units, so the verification at the local
+    minimum goes on (extended while the error falls) and converges; ``c`` stays at its
+    minimum. A test of the error alone (``> 1e-2`` halfway) would have grown ``c``."""
+    layer = gt.Layer(V=0.5 * np.eye(2), B=np.eye(2))
+    target = gt.Gaussian(np.zeros(2), np.diag([1.0, 2.0]))
+    tiny = gt.Gaussian(np.zeros(2), 1e-9 * np.diag([1.0, 2.0]))
+    res = gt.stabilize(layer, target, add="head", initial=tiny)
+    assert res.success, res.message
+    assert res.c == res.stats["c_local"] and res.stats["c_screens"] == 0
+    (v,) = res.verification
+    # the first segment's 17 depths end halfway through the default depth
+    assert float(v.cov_error[16]) > 0.9  # far from the target there
+    assert "stopped at depth" not in v.message and "was extended" in v.message
+    _, s = reference_final(res.layer, tiny, float(v.t[-1]))
+    assert np.linalg.norm(s - target.cov) <= 1e-6 * np.linalg.norm(target.cov)
+
+
 def test_time_limit_holds_while_c_grows() -> None:
     """A d = 24 layer whose identity start settles elsewhere at the local minimum (seed found
     by a search): unlimited, ``c`` grows by screens to a success; with a time limit that ends

@@ -32,14 +32,14 @@ prescribed equilibrium"):
      smaller ``s``. The local minimum of ``c`` need not attract a far start: the pretrained heads
      can keep a second attracting equilibrium (MiniLM layers 1 and 2 at their text targets: the
      identity start settles at relative distance 0.19). So at the local minimum a verification
-     stops halfway when its start is not within relative 1e-2 of the target there; ``c`` then
-     doubles until every such start passes a screen (integrated to half the verification depth
-     at a loose tolerance, it must come within 1e-2), geometric bisection narrows the bracket
-     to a factor ``2^(1/8)``, and every check of every start runs again at that ``c``: it is
-     the smallest verified change to that resolution, and the message and
-     ``stats`` say so. A start singular on the active subspace is not screened: the
-     covariance flow is a congruence ``Σ(t) = Φ(t)Σ0Φ(t)ᵀ``, so it keeps its rank and never
-     reaches a ``Σ*`` positive definite there, for any ``c``.
+     stops halfway when its start is not within relative 1e-2 of the target there and too slow
+     to close that gap in the depth left; ``c`` then doubles until every such start passes a
+     screen (integrated to half the verification depth at a loose tolerance, it must come
+     within 1e-2), geometric bisection narrows the bracket to a factor ``2^(1/8)``, and every
+     check of every start runs again at that ``c``: it is the smallest verified change to that
+     resolution, and the message and ``stats`` say so. A start singular on the active subspace
+     is not screened: the covariance flow is a congruence ``Σ(t) = Φ(t)Σ0Φ(t)ᵀ``, so it keeps
+     its rank and never reaches a ``Σ*`` positive definite there, for any ``c``.
    * ``"gains"``: per-head gains ``V_h → g_h V_h``, ``g ∈ [0, 1]ᴴ``, with ``‖1 − g‖₂`` minimal
      (a local minimum, by sequential linear programming on the eigenvalue sensitivities
      ``∂λ/∂g_h = ψᴴ L_h φ / ψᴴ φ``). The family cannot reach the rate when the mean
@@ -676,11 +676,27 @@ class _Context:
         e0 = max([1e-3, *(self._start_error(g) for g in gs)])
         return (math.log(e0 / VERIFY_RTOL) + _TRANSIENT_EFOLDS) / self.rate
 
-    def _start_error(self, g: Gaussian) -> float:
-        """The relative distance of ``g`` from the target, covariance or mean."""
+    def _error(self, mean: FloatArray, cov: FloatArray) -> float:
+        """The relative distance of ``N(mean, cov)`` from the target, covariance or mean."""
         return max(
-            float(np.linalg.norm(g.cov - self.target.cov)) / float(np.linalg.norm(self.target.cov)),
-            float(np.linalg.norm(g.mean - self.target.mean)) / self._mean_ref(),
+            float(np.linalg.norm(cov - self.target.cov)) / float(np.linalg.norm(self.target.cov)),
+            float(np.linalg.norm(mean - self.target.mean)) / self._mean_ref(),
+        )
+
+    def _start_error(self, g: Gaussian) -> float:
+        return self._error(g.mean, g.cov)
+
+    def _speed(self, final: Layer, mean: FloatArray, cov: FloatArray) -> float:
+        """The moments' relative speed under ``final`` at ``N(mean, cov)``: how fast the
+        distance of :meth:`_error` can change per unit depth, or Σ relative to itself,
+        whichever is larger (a small Σ growing exponentially towards the target is slow in the
+        target's units but fast in its own)."""
+        dm, ds = moment_field(final, mean, cov)
+        size = float(np.linalg.norm(ds))
+        return max(
+            size / float(np.linalg.norm(self.target.cov)),
+            size / max(float(np.linalg.norm(cov)), 1e-300),
+            float(np.linalg.norm(dm)) / self._mean_ref(),
         )
 
     def _mean_ref(self) -> float:
@@ -943,8 +959,6 @@ class _Context:
     def _screen(self, lay: Layer, depth: float, starts: list[tuple[str, Gaussian]]) -> str | None:
         """``None`` when every start comes within ``_SCREEN_TOL`` (relative, covariance and
         mean) of the target by ``depth`` under ``lay``, else the name of the worst start."""
-        cov_ref = float(np.linalg.norm(self.target.cov))
-        mean_ref = self._mean_ref()
 
         def end_error(g0: Gaussian) -> float:
             left = self.budget.remaining()
@@ -958,10 +972,7 @@ class _Context:
             )
             if traj.status is not Status.SUCCESS:
                 return math.inf
-            return max(
-                float(np.linalg.norm(traj.cov[-1] - self.target.cov)) / cov_ref,
-                float(np.linalg.norm(traj.mean[-1] - self.target.mean)) / mean_ref,
-            )
+            return self._error(traj.mean[-1], traj.cov[-1])
 
         errs = _concurrently([functools.partial(end_error, g0) for _, g0 in starts])
         j = int(np.argmax(errs))
@@ -1210,23 +1221,25 @@ class _Context:
             t_parts.append(offset + np.asarray(traj.t, dtype=float)[skip:])
             means += list(traj.mean[skip:])
             covs += list(traj.cov[skip:])
-            errs = [
-                max(
-                    float(np.linalg.norm(c - self.target.cov)) / cov_ref,
-                    float(np.linalg.norm(m - self.target.mean)) / mean_ref,
-                )
-                for m, c in zip(means[-2:], covs[-2:], strict=True)
-            ]
+            errs = [self._error(m, c) for m, c in zip(means[-2:], covs[-2:], strict=True)]
             offset = float(t_parts[-1][-1])
             if traj.status is not Status.SUCCESS or self.budget.exhausted:
                 break
-            if halfway:  # the first segment ended halfway: the screens' test
+            if halfway:  # the first segment ended halfway
                 halfway = False
-                if errs[-1] > _SCREEN_TOL:
+                # Stuck: not within the screens' 1e-2, and at its speed there the gap would
+                # not close in the depth left to this verification. A start that still closes
+                # in goes on, however slowly (random-init ViT layer 4, text target, at the
+                # local minimum: 0.012 halfway, 1.4e-7 at the depth extended from 16.8 to 19.8)
+                left = (_EXTEND_MAX if extend else 1.0) * t_end - offset
+                speed = self._speed(final, means[-1], covs[-1])
+                if errs[-1] > _SCREEN_TOL and errs[-1] > speed * left:
                     stopped = (
                         f"; stopped at depth {offset:.4g}, half the verification depth "
-                        f"{t_end:.4g}, at relative error {errs[-1]:.3g} > {_SCREEN_TOL:g} (the "
-                        "test of the screens that choose c)"
+                        f"{t_end:.4g}: relative error {errs[-1]:.3g} > {_SCREEN_TOL:g}, and at "
+                        f"its relative speed there ({speed:.2g}) the gap would take a depth of "
+                        f"{errs[-1] / speed if speed > 0 else math.inf:.3g} to close, more than "
+                        f"the {left:.4g} left"
                     )
                     break
                 span, points = t_end - offset, 17

@@ -994,7 +994,8 @@ class _Context:
         A design without its spectrum gets it here, as one more job beside the verifying
         simulations (the head family's shift is exact, so the base's rightmost mode starts
         that independent recomputation): it runs before the verification of the start nearest
-        the target, in the same thread, while the far start's longer one takes the other core.
+        the target, in the same thread, while the far start's longer one takes the other core
+        (or the token run does); before the verification when that is the only job.
         """
         final, q, omega = design.layer, design.q, design.omega
         rate = self.rate
@@ -1034,9 +1035,18 @@ class _Context:
             )
             for name, g0 in self.starts
         ]
-        near = -1  # the starts are never empty (_starts)
-        if design.spectrum is None:
-            near = min(range(len(jobs)), key=lambda i: self._start_error(self.starts[i][1]))
+        if n_tok is not None:
+            # the tokens go as deep as the verification would for their own start
+            t_tok = depth if depth is not None else self.default_depth([self.token_start])
+            jobs.append(functools.partial(self._tokens, final, n_tok, t_tok))
+        spec, near = design.spectrum, -1
+        if spec is None and len(jobs) == 1:
+            # first, here: a job alone gets every core's BLAS threads (MiniLM layer 3 at I ⊕ 0,
+            # one verification: 60.6 s on one, 40.8 s on two), and the Krylov products are
+            # faster on the caller's one (random-init ViT layer 0 at I ⊕ 0: 17 s, 53 s on two)
+            spec = self.spectrum(final, omega=False, k=1, v0=self._start_vector(base))
+        elif spec is None:
+            near = min(range(len(self.starts)), key=lambda i: self._start_error(self.starts[i][1]))
             jobs[near] = functools.partial(
                 _in_turn,
                 functools.partial(
@@ -1044,12 +1054,7 @@ class _Context:
                 ),
                 jobs[near],
             )
-        if n_tok is not None:
-            # the tokens go as deep as the verification would for their own start
-            t_tok = depth if depth is not None else self.default_depth([self.token_start])
-            jobs.append(functools.partial(self._tokens, final, n_tok, t_tok))
         done = _concurrently(jobs)
-        spec = design.spectrum
         if spec is None:
             spec, done[near] = done[near]
         local = spec.status is Status.SUCCESS and spec.abscissa <= -rate

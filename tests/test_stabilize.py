@@ -12,6 +12,7 @@ Independent evidence:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 
@@ -447,6 +448,49 @@ def test_a_slow_start_that_still_closes_in_is_not_stopped_halfway() -> None:
     assert "stopped at depth" not in v.message and "was extended" in v.message
     _, s = reference_final(res.layer, tiny, float(v.t[-1]))
     assert np.linalg.norm(s - target.cov) <= 1e-6 * np.linalg.norm(target.cov)
+
+
+def test_time_running_out_as_a_verification_continues_is_an_answer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A verification continues past half its depth from its end state there; when the time
+    runs out before that continuation's first step (found on MiniLM layer 1 with a 20 s
+    limit: an ``IndexError``), the result says the verification was cut, and is not
+    ``SUCCESS``."""
+    import gtcontrol.control.design.stabilize as stab
+
+    real = stab.simulate
+    layer = gt.Layer(V=0.5 * np.eye(2), B=np.eye(2))
+    target = gt.Gaussian(np.zeros(2), np.diag([1.0, 2.0]))
+    starts = [gt.Gaussian(np.zeros(2), np.eye(2)), gt.Gaussian(np.ones(2), 2.0 * np.eye(2))]
+
+    def out_of_time_on_continuing(*args: object, **kw: object) -> gt.Trajectory:
+        traj = real(*args, **kw)  # type: ignore[arg-type]
+        g0 = args[1]
+        assert isinstance(g0, gt.Gaussian)
+        if any(np.array_equal(np.asarray(g0.cov), np.asarray(g.cov)) for g in starts):
+            return traj
+        # what simulate returns when its time limit ends before the first step: the start
+        return dataclasses.replace(
+            traj,
+            t=traj.t[:1],
+            mean=traj.mean[:1],
+            cov=traj.cov[:1],
+            rank=traj.rank[:1],
+            status=Status.BUDGET_EXHAUSTED,
+            message="stopped: the time limit of 0 s was reached",
+        )
+
+    monkeypatch.setattr(stab, "simulate", out_of_time_on_continuing)
+    res = gt.stabilize(layer, target, add="head", initial=starts)
+    assert res.status is Status.BUDGET_EXHAUSTED, res.message
+    depth = None
+    for v in res.verification:
+        assert v.status is Status.BUDGET_EXHAUSTED and not v.converged
+        assert len(v.t) == 17  # the first half only
+        depth = float(v.t[-1]) if depth is None else depth
+        assert float(v.t[-1]) == depth
+    assert res.local_certificate and "did not converge" in res.message
 
 
 def test_time_limit_holds_while_c_grows() -> None:

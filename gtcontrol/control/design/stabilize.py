@@ -1222,7 +1222,9 @@ class _Context:
                 rtol=_VERIFY_INTEGRATOR_RTOL,
                 time_limit=None if math.isinf(left) else max(left, 1e-6),
             )
-            skip = 0 if offset == 0.0 else 1  # an extension's first point is the last one
+            skip = 0 if offset == 0.0 else 1  # a continuation's first point is the last one
+            if len(traj.t) <= skip:  # stopped (out of time) before its first step
+                break
             t_parts.append(offset + np.asarray(traj.t, dtype=float)[skip:])
             means += list(traj.mean[skip:])
             covs += list(traj.cov[skip:])

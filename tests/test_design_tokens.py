@@ -278,6 +278,50 @@ def test_finite_n_options_are_validated() -> None:
         design_token_certificate(res.layer, res.target, min_token_ess=1.5)
     with pytest.raises(InvalidParametersError, match="dtype"):
         design_token_certificate(res.layer, res.target, dtype=np.int64)
+    with pytest.raises(InvalidParametersError, match="stop_factor"):
+        design_token_certificate(res.layer, res.target, stop_factor=2.0)  # = w2_factor
+    with pytest.raises(InvalidParametersError, match="n_snapshots"):
+        design_token_certificate(res.layer, res.target, stop_factor=10.0, n_snapshots=5)
+
+
+def _expanding() -> tuple[Layer, Gaussian]:
+    """A layer that sends tokens away from ``N(m*, Σ*)``: expansion plus a weak softmax head."""
+    target = Gaussian([0.5, -0.2], [[1.0, 0.3], [0.3, 0.6]])
+    return Layer(A=0.8 * np.eye(2), B=0.1 * np.eye(2), V=0.05 * np.eye(2)), target
+
+
+def test_stop_factor_stops_at_the_first_doubling_depth_past_the_factor() -> None:
+    """``stop_factor`` continues one run through ``T/16, T/8, …``: it stops at the first depth
+    where W2 exceeds the factor, the depth before it does not, and the stretches make one RK4
+    run to the depth reached (the same floor and, on the same step grid, the same W2)."""
+    layer, target = _expanding()
+    tc = design_token_certificate(
+        layer, target, n_tokens=256, initial=target, T=8.0, seed=3, stop_factor=100.0
+    )
+    assert tc.status is Status.INFEASIBLE and not tc.valid
+    assert tc.T == 4.0 and "stopped at depth 4 of 8" in tc.message
+    assert tc.w2 > 100.0 * tc.floor
+    assert tc.snapshot_t.tolist() == [0.0, 4.0] and tc.t[0] == 0.0 and tc.t[-1] == 4.0
+    before = design_token_certificate(layer, target, n_tokens=256, initial=target, T=2.0, seed=3)
+    assert 10.0 * before.floor < before.w2 <= 100.0 * before.floor
+    # 1 + 1 + 2 + 4 steps of h = 0.5: the whole run's grid; a restart from the start tokens,
+    # or a stretch shifted in depth, would give another W2
+    whole = design_token_certificate(
+        layer, target, n_tokens=256, initial=target, T=4.0, steps=tc.steps, seed=3
+    )
+    assert tc.steps == 8 and whole.floor == tc.floor
+    assert abs(whole.w2 - tc.w2) <= 1e-12 * tc.w2
+
+
+def test_stop_factor_runs_to_T_when_the_tokens_stay_near() -> None:
+    target = _issue_target(1)
+    res = design_mean_matching(target, robustness=False)
+    T = res.ess.T
+    tc = design_token_certificate(res.layer, target, n_tokens=256, T=T, seed=5, stop_factor=10.0)
+    plain = design_token_certificate(res.layer, target, n_tokens=256, T=T, seed=5, n_snapshots=2)
+    assert tc.T == T and "stopped" not in tc.message
+    assert tc.success == plain.success and tc.floor == plain.floor
+    assert abs(tc.w2 - plain.w2) <= 1e-4 * plain.floor
 
 
 def test_float32_tokens_agree_with_float64_far_below_the_floor() -> None:

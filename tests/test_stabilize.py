@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from typing import Any
 
 import numpy as np
 import pytest
@@ -618,6 +619,30 @@ def test_the_untouched_layers_tokens_stop_once_they_have_left() -> None:
     assert un.T in [tc.T / 2**k for k in range(1, 5)]
     assert un.status is Status.OVERFLOW or un.w2 > 100.0 * un.floor
     assert "untouched layer's tokens" in res.message
+
+
+def test_the_untouched_layers_tokens_run_once_while_c_grows(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The given layer's token run does not depend on ``c``: when ``c`` grows and every check
+    runs again, it is kept, not run again (the stabilized layer's tokens run at each ``c``)."""
+    from gtcontrol.control.design import stabilize as module
+
+    calls: list[float | None] = []
+    real = module.design_token_certificate
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(kwargs.get("stop_factor"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, "design_token_certificate", counted)
+    layer, target = _stuck_at_the_local_minimum()
+    res = gt.stabilize(layer, target, add="head", rate=1.0, token_check=64)
+    assert res.stats["c_screens"] >= 2 and res.c > res.stats["c_local"]
+    assert calls.count(None) == 2  # the stabilized layer's: at the local minimum, at c
+    assert calls.count(module._DIVERGED) == 1
+    assert res.untouched_tokens is not None and res.token_certificate is not None
+    assert res.untouched_tokens.initial == res.token_certificate.initial
 
 
 # -- bad input --------------------------------------------------------------------------------

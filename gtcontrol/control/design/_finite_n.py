@@ -72,7 +72,7 @@ from ...model.finite_n import ess_fraction, worst_ess_fraction
 from ...model.gaussian import Gaussian, check_gaussian
 from ...model.moments import Trajectory, simulate
 from ...model.params import Layer
-from ...model.tokens import simulate_tokens
+from ...model.tokens import TokenTrajectory, simulate_tokens
 from ._certificates import design_certificate
 from ._common import MAX_TOKENS, check_layer, with_bias
 
@@ -540,6 +540,7 @@ class _TokenCheckOptions:
     w2_factor: float = 2.0
     n_snapshots: int | None = None
     floor_samples: int = 8
+    stop_factor: float | None = None
     dtype: Any = np.float64
     time_limit: float | None = None
 
@@ -577,6 +578,17 @@ class _TokenCheckOptions:
                 f"n_snapshots: expected at least 2 (both ends), got {self.n_snapshots!r}"
             )
         as_positive_int("floor_samples", self.floor_samples, maximum=_MAX_FLOOR_SAMPLES)
+        if self.stop_factor is not None:
+            if not as_positive_float("stop_factor", self.stop_factor) > self.w2_factor:
+                raise InvalidParametersError(
+                    f"stop_factor: expected a number above w2_factor = {self.w2_factor:g} (a "
+                    f"run stopped there must fail the check), got {self.stop_factor!r}"
+                )
+            if self.n_snapshots not in (None, 2):
+                raise InvalidParametersError(
+                    "n_snapshots: with stop_factor the ESS is checked at the start and at the "
+                    f"depth reached; omit it or pass 2, got {self.n_snapshots!r}"
+                )
 
 
 def _auto_steps(layer: Layer, target: Gaussian, initial: Gaussian, T: float) -> int:
@@ -666,6 +678,7 @@ def design_token_certificate(
     w2_factor: float = 2.0,
     n_snapshots: int | None = None,
     floor_samples: int = 8,
+    stop_factor: float | None = None,
     dtype: Any = np.float64,
     time_limit: float | None = None,
 ) -> TokenCertificate:
@@ -723,6 +736,13 @@ def design_token_certificate(
         costs one softmax pass per head, a quarter of an RK4 step).
     floor_samples
         Fresh target samples whose median distance is the floor.
+    stop_factor
+        For a layer expected to send the tokens away (e.g. the unstable layer a design
+        replaces): the run goes to ``T/16, T/8, …, T``, each stretch continuing from the
+        tokens the last one reached, and stops at the first of these depths where
+        ``w2 > stop_factor · floor`` (above ``w2_factor``, so such a run fails the check). It
+        costs the depth the tokens need to leave, not ``T``; ``T`` of the result is the depth
+        reached, and the ESS is checked at the start and there. ``None`` (default): to ``T``.
     dtype
         Working precision of the token arithmetic, ``numpy.float64`` (default) or
         ``numpy.float32`` (about twice as fast; its rounding, ``~1e-7`` relative per step, is
@@ -781,27 +801,30 @@ def design_token_certificate(
         return _not_run(opts, depth, n_steps, g0, budget, clock)
     rng = np.random.default_rng(int(opts.seed))
     x0 = g0.sample(opts.n_tokens, rng)
-    snap_steps = _ADAPTIVE_SNAPSHOTS - 1 if adaptive else n_steps
-    snaps = np.linspace(0.0, depth, _n_snapshots(opts.n_snapshots, snap_steps, x0.size))
-    left = budget.remaining()
-    tr = simulate_tokens(
-        layer,
-        x0,
-        depth,
-        method=opts.method,
-        steps_per_layer=None if adaptive else n_steps,
-        ivp_method="RK45" if adaptive else None,
-        rtol=opts.rtol,
-        snapshot_times=snaps,
-        dtype=opts.dtype,
-        max_evals=max_evals,
-        time_limit=None if math.isinf(left) else max(left, 1e-6),
-    )
+    planned, stopped = depth, ""
+    if opts.stop_factor is None:
+        snap_steps = _ADAPTIVE_SNAPSHOTS - 1 if adaptive else n_steps
+        snaps = np.linspace(0.0, depth, _n_snapshots(opts.n_snapshots, snap_steps, x0.size))
+        tr = _move(layer, x0, depth, None if adaptive else n_steps, snaps, max_evals, opts, budget)
+        cut = tr.status is Status.BUDGET_EXHAUSTED  # no grace for a simulation cut short
+        floor = math.nan if cut else _floor(tgt, opts.n_tokens, opts.floor_samples, rng, budget)
+    else:
+        # the floor first (from the same draws as after a run to T): it decides where to stop
+        floor = _floor(tgt, opts.n_tokens, opts.floor_samples, rng, budget)
+        tr = _until_away(
+            layer, tgt, x0, depth, n_steps, max_evals, opts.stop_factor * floor, opts, budget
+        )
+        cut = tr.status is Status.BUDGET_EXHAUSTED
+        depth = float(tr.t[-1])
+        n_steps = int(tr.stats.get("steps", n_steps))
+        if tr.status is Status.SUCCESS and depth < planned * (1.0 - 1e-12):
+            stopped = (
+                f"; stopped at depth {depth:.4g} of {planned:.4g}, the first of T/16, T/8, … "
+                f"where W2 > {opts.stop_factor:g} × floor"
+            )
     # The measurements run within the budget's grace; those cut short are nan (and the
     # certificate is then BUDGET_EXHAUSTED). The final distance first: it is the verdict.
     w2 = tr.final.bures_wasserstein(tgt)
-    cut = tr.status is Status.BUDGET_EXHAUSTED  # no grace for a simulation cut short
-    floor = math.nan if cut else _floor(tgt, opts.n_tokens, opts.floor_samples, rng, budget)
     # the path at no more than _W2_POINTS recorded depths (each costs two O(d³) factorizations:
     # at every RK4 step they took 15 s of a 50 s check at d = 385)
     picks = np.unique(np.linspace(0, len(tr) - 1, min(len(tr), _W2_POINTS)).round().astype(int))
@@ -831,6 +854,7 @@ def design_token_certificate(
     status, message, valid = _verdict(
         sim_status, sim_message, w2, floor, low, predicted, len(ess_vals), opts
     )
+    message += stopped
     return TokenCertificate(
         n_tokens=opts.n_tokens,
         T=depth,
@@ -855,6 +879,107 @@ def design_token_certificate(
             "n_velocity": tr.stats.get("n_velocity"),
             "seed": int(opts.seed),
         },
+    )
+
+
+def _move(
+    layer: Layer,
+    x0: FloatArray,
+    depth: float,
+    steps: int | None,
+    snaps: FloatArray,
+    max_evals: int,
+    opts: _TokenCheckOptions,
+    budget: Budget,
+) -> TokenTrajectory:
+    """The token simulation of the check: ``steps`` RK4 steps, or RK45 when ``None``."""
+    left = budget.remaining()
+    return simulate_tokens(
+        layer,
+        x0,
+        depth,
+        method=opts.method,
+        steps_per_layer=steps,
+        ivp_method=None if steps is not None else "RK45",
+        rtol=opts.rtol,
+        snapshot_times=snaps,
+        dtype=opts.dtype,
+        max_evals=max_evals,
+        time_limit=None if math.isinf(left) else max(left, 1e-6),
+    )
+
+
+#: ``stop_factor``'s first stretch is ``T / 2**_STRETCHES``; each next one doubles the depth.
+_STRETCHES = 4
+
+
+def _until_away(
+    layer: Layer,
+    tgt: Gaussian,
+    x0: FloatArray,
+    depth: float,
+    n_steps: int,
+    max_evals: int,
+    threshold: float,
+    opts: _TokenCheckOptions,
+    budget: Budget,
+) -> TokenTrajectory:
+    """The run of ``stop_factor``: stretches to ``T/16, T/8, …, T``, each from the tokens the
+    last one reached (RK4 at the step of the whole run's rule), until ``W2 > threshold``; one
+    trajectory over all of them (a nan ``threshold``, a floor cut by the budget, never stops)."""
+    adaptive = opts.method == "adaptive"
+    parts: list[tuple[float, TokenTrajectory]] = []
+    x, done, end, evals = x0, 0.0, depth / 2.0**_STRETCHES, 0
+    while True:
+        span = end - done
+        steps = None if adaptive else max(1, math.ceil(n_steps * span / depth))
+        tr = _move(layer, x, span, steps, np.array([0.0, span]), max_evals - evals, opts, budget)
+        parts.append((done, tr))
+        evals += int(tr.stats.get("n_velocity", 0))
+        if tr.status is not Status.SUCCESS or end >= depth or evals >= max_evals:
+            break
+        if tr.final.bures_wasserstein(tgt) > threshold:
+            break
+        x, done, end = np.asarray(tr.final_tokens, dtype=float), end, min(2.0 * end, depth)
+    return _joined(parts, end)
+
+
+def _joined(parts: list[tuple[float, TokenTrajectory]], end: float) -> TokenTrajectory:
+    """One trajectory from stretches ``(offset, trajectory)`` that each continue the last, the
+    last one planned to depth ``end``: depths shifted (a completed run ends at ``end`` exactly),
+    each continuation's first record (the last one's end) dropped, the first and the last
+    snapshot, the counts summed."""
+    offset, last = parts[-1]
+    if len(parts) == 1:
+        return last
+    t = np.concatenate([o + np.asarray(tr.t)[i > 0 :] for i, (o, tr) in enumerate(parts)])
+    if last.status is Status.SUCCESS:
+        t[-1] = end  # not offset + (end − offset), which may differ in the last bit
+    mean = np.concatenate([np.asarray(tr.mean)[i > 0 :] for i, (_, tr) in enumerate(parts)])
+    cov = np.concatenate([np.asarray(tr.cov)[i > 0 :] for i, (_, tr) in enumerate(parts)])
+    first = parts[0][1].snapshots[:1]
+    final = tuple(
+        (float(t[-1]) if last.status is Status.SUCCESS else offset + s, x)
+        for s, x in last.snapshots[-1:]
+        if not first or offset + s > first[0][0]
+    )
+    stats = dict(last.stats)
+    for key in ("steps", "n_velocity", "n_attention", "seconds"):
+        if all(key in tr.stats for _, tr in parts):
+            stats[key] = sum(tr.stats[key] for _, tr in parts)
+    message = last.message
+    if last.status is not Status.SUCCESS:
+        message += f" (depths from {offset:.6g}, where this stretch continued the run)"
+    return TokenTrajectory(
+        t=frozen(t),
+        mean=frozen(mean),
+        cov=frozen(cov),
+        snapshots=first + final,
+        final_tokens=last.final_tokens,
+        status=last.status,
+        overflow_time=offset + last.overflow_time,
+        stats=stats,
+        message=message,
     )
 
 

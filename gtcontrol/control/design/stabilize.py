@@ -606,6 +606,8 @@ class _Context:
         self.a_old_r = basis.T @ layer.affine_ffn()[0] @ basis
         self.base_layer = layer
         self._probe_sample: FloatArray | None = None
+        # the given layer's token runs (:meth:`_untouched_tokens`), by token count and depth
+        self._untouched: dict[tuple[int, float], TokenCertificate] = {}
 
     # -- design of A and b ----------------------------------------------------------------
     def design_ffn(self, layer: Layer) -> Layer:
@@ -1038,7 +1040,9 @@ class _Context:
         if n_tok is not None:
             # the tokens go as deep as the verification would for their own start
             t_tok = depth if depth is not None else self.default_depth([self.token_start])
+            # two jobs: the stabilized layer's tokens, and the given layer's (the same at every c)
             jobs.append(functools.partial(self._tokens, final, n_tok, t_tok))
+            jobs.append(functools.partial(self._untouched_tokens, n_tok, t_tok))
         spec, near = design.spectrum, -1
         if spec is None and len(jobs) == 1:
             # first, here: a job alone gets every core's BLAS threads (MiniLM layer 3 at I ⊕ 0,
@@ -1059,7 +1063,7 @@ class _Context:
             spec, done[near] = done[near]
         local = spec.status is Status.SUCCESS and spec.abscissa <= -rate
         checks: list[Verification] = done[: len(self.starts)]
-        tc, untouched = done[-1] if n_tok is not None else (None, None)
+        tc, untouched = done[-2:] if n_tok is not None else (None, None)
         change_fn = self._function_change(final, probe)
         reasons = []
         if spec.status is not Status.SUCCESS:
@@ -1320,33 +1324,41 @@ class _Context:
             f"speed the gap takes a depth of {far / speed:.2g} more to close)"
         )
 
-    def _tokens(
-        self, final: Layer, n_tok: int, t_end: float
-    ) -> tuple[TokenCertificate | None, TokenCertificate | None]:
+    def _tokens(self, final: Layer, n_tok: int, t_end: float) -> TokenCertificate | None:
+        """The stabilized layer's token check, by an error-controlled RK45: a large gauge ``s``
+        makes the token field stiff where the moment model is not (MiniLM layer 3 at ``I ⊕ 0``,
+        ``s = 30``: RK4 at the norm rule's 109 steps grew W2 sevenfold a step; RK45 took 47
+        steps to W2 = 1.64 floors). Its ``rtol = 1e-2`` of the tokens' scale is two orders below
+        the floor's ``~N^(-1/2)`` (layer 1, text target: W2 5.4101 against 5.4088 by RK4 at 89
+        steps)."""
         if self.budget.exhausted:
-            return None, None
-        # the stabilized layer's tokens by an error-controlled RK45: a large gauge s makes the
-        # token field stiff where the moment model is not (MiniLM layer 3 at I ⊕ 0, s = 30: RK4
-        # at the norm rule's 109 steps grew W2 sevenfold a step; RK45 took 47 steps to
-        # W2 = 1.64 floors); rtol 1e-2 of the tokens' scale, two orders below the floor's
-        # ~N^(-1/2) (layer 1, text target: W2 5.4101 against 5.4088 by RK4 at 89 steps)
-        tc = self._token_run(final, n_tok, t_end, adaptive=True)
-        # The untouched layer's tokens, from the same start and seed, to depths T/16, T/8, ...,
-        # T: a layer that is being stabilized usually sends them away within a fraction of T,
-        # and the first depth at which they are _DIVERGED × the floor away says so at a fraction
-        # of the cost (at worst, a layer that keeps them near, twice the cost of one run).
-        depth = t_end / 16.0
-        while True:
-            if self.budget.exhausted:
-                return tc, None
-            untouched = self._token_run(self.layer, n_tok, depth)
-            moving = untouched.status in (Status.SUCCESS, Status.INFEASIBLE)  # reached depth
-            if depth >= t_end or not moving or untouched.w2 > _DIVERGED * untouched.floor:
-                return tc, untouched
-            depth = min(2.0 * depth, t_end)
+            return None
+        return self._token_run(final, n_tok, t_end, adaptive=True)
+
+    def _untouched_tokens(self, n_tok: int, t_end: float) -> TokenCertificate | None:
+        """The given layer's tokens, from the token check's start and seed, until they are
+        :data:`_DIVERGED` × the floor away (checked at ``T/16, T/8, …, T``, the run continuing
+        from the tokens reached): a layer that is being stabilized usually sends them away
+        within a fraction of ``T``, and that depth says so at a fraction of the cost. The run
+        does not depend on the design: it is kept for the next ``c``."""
+        key = (n_tok, t_end)
+        if key in self._untouched:
+            return self._untouched[key]
+        if self.budget.exhausted:
+            return None
+        untouched = self._token_run(self.layer, n_tok, t_end, stop_factor=_DIVERGED)
+        if untouched.status is not Status.BUDGET_EXHAUSTED:
+            self._untouched[key] = untouched
+        return untouched
 
     def _token_run(
-        self, lay: Layer, n_tok: int, depth: float, *, adaptive: bool = False
+        self,
+        lay: Layer,
+        n_tok: int,
+        depth: float,
+        *,
+        adaptive: bool = False,
+        stop_factor: float | None = None,
     ) -> TokenCertificate:
         left = self.budget.remaining()
         return design_token_certificate(
@@ -1360,6 +1372,7 @@ class _Context:
             seed=self.seed,
             min_token_ess=0.0,
             n_snapshots=2,
+            stop_factor=stop_factor,
             # float32 halves the cost at d = 385, N = 1024; its rounding is far below
             # the sampling floor that W2 is compared with
             dtype=np.float32,

@@ -62,6 +62,14 @@ MAX_DIM = 2048
 MAX_SAMPLES = 10**7
 
 
+def _too_large(name: str, magnitude: str, bound: float) -> str:
+    """The message refusing an entry of ``magnitude`` (as shown) above ``bound``."""
+    return (
+        f"{name}: an entry of magnitude {magnitude} exceeds the bound {bound:g} "
+        "(gtcontrol._validation.MAX_ENTRY): products formed by the solvers would overflow float64"
+    )
+
+
 def _to_float64(name: str, value: Any, ndim: int, error: type[ValueError]) -> FloatArray:
     """``value`` as a new float64 array; refuse complex, object, string and ragged input."""
     try:
@@ -80,11 +88,7 @@ def _to_float64(name: str, value: Any, ndim: int, error: type[ValueError]) -> Fl
     if kind == "O":
         for x in raw.ravel().tolist():
             if isinstance(x, int) and not isinstance(x, bool) and abs(x) > MAX_ENTRY:
-                raise error(
-                    f"{name}: entry of magnitude ~1e{len(str(abs(x))) - 1} exceeds the bound "
-                    f"{MAX_ENTRY:g} (gtcontrol._validation.MAX_ENTRY): products formed by the "
-                    "solvers would overflow float64"
-                )
+                raise error(_too_large(name, f"~1e{len(str(abs(x))) - 1}", MAX_ENTRY))
             if not isinstance(x, (int, float, np.integer, np.floating)) or isinstance(x, complex):
                 raise error(
                     f"{name}: expected real numbers, got an entry {_short(x)} of type "
@@ -164,11 +168,7 @@ def as_float_array(
     if arr.size:
         top = float(np.max(np.abs(arr)))
         if top > max_abs:
-            raise error(
-                f"{name}: an entry of magnitude {top:.3g} exceeds the bound {max_abs:g} "
-                "(gtcontrol._validation.MAX_ENTRY): products formed by the solvers would "
-                "overflow float64"
-            )
+            raise error(_too_large(name, f"{top:.3g}", max_abs))
     return arr
 
 

@@ -89,6 +89,31 @@ def forward_within(em: Any, x: FloatArray, budget: Budget) -> tuple[list[FloatAr
     return states, ""
 
 
+def forward_gaussian_tokens(
+    em: Any, n: int, seed: int, budget: Budget
+) -> tuple[list[FloatArray], str]:
+    """:func:`forward_within` on ``n`` standard Gaussian tokens drawn from ``seed``.
+
+    The one input of the experiments that read an encoder's states (:func:`pretrained_gaussianity`
+    and :func:`~gtcontrol.experiments.moment_surrogate`): with the same seed they read the same
+    states.
+    """
+    rng = np.random.default_rng([seed, 20260607])
+    return forward_within(em, rng.standard_normal((n, em.dim)), budget)
+
+
+def with_cut(status: Status, message: str, cut: str) -> tuple[Status, str]:
+    """``status`` and ``message`` of the layers diagnosed, given why the forward pass stopped.
+
+    ``cut`` is :func:`forward_within`'s reason (``""``: it ran to the end). The layers not run
+    are not diagnosed: the budget, not the model, ended the run, so a success becomes
+    ``Status.BUDGET_EXHAUSTED``.
+    """
+    if not cut:
+        return status, message
+    return (Status.BUDGET_EXHAUSTED if status is Status.SUCCESS else status), f"{cut}; {message}"
+
+
 def encoder_states(model: Any, tokens: Any) -> list[FloatArray]:
     """Feed ``tokens`` (N, d) as one sequence to the layers; return every layer's tokens.
 
@@ -339,17 +364,14 @@ def pretrained_gaussianity(
             f"n_tokens: expected at least d + 2 = {d + 2} tokens for {em.label} (width {d}), "
             f"got {n}"
         )
-    rng = np.random.default_rng([sd, 20260607])
     t_fwd = time.perf_counter()
-    states, cut = forward_within(em, rng.standard_normal((n, d)), budget)
+    states, cut = forward_gaussian_tokens(em, n, sd, budget)
     t_fwd = time.perf_counter() - t_fwd
     with single_threaded_blas():
         rows, status, message = _diagnose(
             states, budget, level=level, n_null=n_null, n_projections=n_projections, seed=sd
         )
-    if cut:  # the layers not run are not diagnosed: the budget, not the model, ended it
-        status = Status.BUDGET_EXHAUSTED if status is Status.SUCCESS else status
-        message = f"{cut}; {message}"
+    status, message = with_cut(status, message, cut)
     total = time.perf_counter() - clock
     finite = [s for s in states if np.all(np.isfinite(s))]
     max_abs = max((float(np.max(np.abs(s))) for s in finite), default=math.nan)

@@ -34,7 +34,7 @@ from ._common import as_seed, stop_reason
 from ._deps import single_threaded_blas
 from .extraction import ExtractedLayer
 from .models import extract
-from .pretrained import MAX_TOKENS, forward_within
+from .pretrained import MAX_TOKENS, forward_gaussian_tokens, with_cut
 
 __all__ = ["SurrogateComparison", "SurrogateRow", "moment_surrogate"]
 
@@ -245,14 +245,11 @@ def moment_surrogate(
     d = em.dim
     if n < d + 2:
         raise InvalidParametersError(f"n_tokens: expected at least {d + 2}, got {n}")
-    rng = np.random.default_rng([sd, 20260607])  # the input of pretrained_gaussianity
-    states, cut = forward_within(em, rng.standard_normal((n, d)), budget)
+    states, cut = forward_gaussian_tokens(em, n, sd, budget)
     with single_threaded_blas():
         reached = em.layers[: len(states) - 1]  # the layers the forward pass went through
         rows, pm, ps, meas, status, message = _compare_layers(reached, states, budget)
-    if cut:  # the layers not run are not diagnosed: the budget, not the model, ended it
-        status = Status.BUDGET_EXHAUSTED if status is Status.SUCCESS else status
-        message = f"{cut}; {message}"
+    status, message = with_cut(status, message, cut)
     return SurrogateComparison(
         model=em.label,
         description=em.description,

@@ -263,6 +263,14 @@ def test_head_family_random_layers(d: int, n_heads: int, factored: bool, seed: i
     # local certificate, recomputed independently
     ref = kron_spectrum(res.layer, np.array(target.cov)) if d <= 24 else None
     assert res.spectrum.abscissa <= -rate
+    if d * (d + 1) // 2 > 1500:
+        # a Krylov base: the final spectrum is the base's shifted by −2c, the identity checked
+        # on random directions; a Krylov run of its own on the final layer agrees
+        assert res.spectrum.method == "shifted" and res.spectrum.stats["shift"] == -2.0 * res.c
+        assert res.spectrum.stats["identity_residual"] <= 1e-12
+        own = gt.linearization_spectrum(res.layer, target, k=1, method="krylov")
+        assert own.cov_abscissa == pytest.approx(res.spectrum.cov_abscissa, rel=0, abs=1e-8)
+        assert own.mean_abscissa == pytest.approx(res.spectrum.mean_abscissa, rel=0, abs=1e-10)
     if ref is not None:
         assert float(np.max(ref.real)) <= -rate + 1e-9
         base_ref = kron_spectrum(res.base_layer, np.array(target.cov))
@@ -290,6 +298,30 @@ def test_head_family_random_layers(d: int, n_heads: int, factored: bool, seed: i
     # test: 1.05e-9 on one row here, 3e-10 before that restart)
     ref_err = np.linalg.norm(s - target.cov) / np.linalg.norm(target.cov)
     assert abs(float(res.verification[1].cov_error[-1]) - ref_err) <= 2e-9
+
+
+def test_a_shift_that_does_not_hold_is_refused() -> None:
+    """``shifted_spectrum`` checks ``L = L_base + σI`` on random directions instead of assuming
+    it: the true shift of an added head passes, a shift off by 1e-6 does not (the caller then
+    runs Krylov on the layer itself)."""
+    from gtcontrol._status import Budget
+    from gtcontrol.analysis.stability import equilibrium_residuals, shifted_spectrum
+
+    rng = np.random.default_rng(5)
+    d = 64
+    layer = random_layer(rng, d, 4, factored=True)
+    target = gt.Gaussian(rng.standard_normal(d), random_spd(rng, d))
+    res = gt.stabilize(layer, target, add="head", rate=0.8, T=0.5)
+    basis = np.eye(d)
+    residual = equilibrium_residuals(res.layer, target)
+    for shift, holds in ((-2.0 * res.c, True), (-2.0 * res.c + 1e-6, False)):
+        spec = shifted_spectrum(
+            res.layer, res.base_layer, target, basis, res.base, shift, Budget(None), residual, 0.0
+        )
+        assert (spec is not None) is holds
+        if spec is not None:
+            assert spec.cov_abscissa == res.base.cov_abscissa + shift
+            assert max(spec.stats["residuals"]) <= 1e-10 * abs(spec.cov_abscissa)
 
 
 def _start(res: gt.Stabilization, i: int) -> gt.Gaussian:

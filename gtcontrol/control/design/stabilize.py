@@ -52,8 +52,9 @@ prescribed equilibrium"):
 Certificates, stated in the result:
 
 * **local**: the spectral abscissa of the linearization (covariance and mean parts) at the
-  target is ``≤ −rate`` (:func:`gtcontrol.linearization_spectrum`, recomputed on the final
-  layer);
+  target is ``≤ −rate`` (:func:`gtcontrol.linearization_spectrum` on the final layer; for the
+  added head at Krylov scale, the base spectrum shifted by ``−2c``, the identity
+  ``L = L_base − 2cI`` checked on random directions);
 * **global** (head family): with ``q = Σ_h ‖Σ*^{-½}V_hΣ*^{½}‖₂ ‖Σ*^{½}B_hΣ*^{½}‖₂`` over the
   kept heads, ``c > q`` makes the extra head's quadratic term dominate: for every ``Σ0 ⪰ 0``,
   ``tr(Σ*⁻¹Σ(t)) ≤ max(tr(Σ*⁻¹Σ0), r a⁺/(c − q))`` with ``a = λ_max(sym(Σ*^{-½}AΣ*^{½}))``: no
@@ -210,7 +211,8 @@ class Stabilization(ResultFields, Outcome):
         Spectrum of the linearization with the heads kept and ``A, b`` designed, before any
         extra (:class:`~gtcontrol.analysis.stability.LinearizationSpectrum`).
     spectrum
-        The same for the stabilized layer: the local certificate is ``spectrum.abscissa ≤ −rate``.
+        The same for the stabilized layer: the local certificate is ``spectrum.abscissa ≤ −rate``
+        (``method == "shifted"``: ``base`` shifted by ``−2c``, the identity checked).
     local_certificate
         ``spectrum.abscissa ≤ −rate``.
     global_certificate
@@ -1024,9 +1026,9 @@ class _Context:
         at that depth when a screen would fail there (:meth:`_verify`): ``c`` is about to grow
         (when the local certificate holds), and the rest of the depth would be wasted.
 
-        A design without its spectrum gets it here, as one more job beside the verifying
-        simulations (the head family's shift is exact, so the base's rightmost mode starts
-        that independent recomputation): it runs before the verification of the start nearest
+        A design without its spectrum (the gains family; the head family on a dense base, or
+        where the shift identity failed) gets it here, as one more job beside the verifying
+        simulations, started from the base's rightmost mode: it runs before the verification of the start nearest
         the target, in the same thread, while the far start's longer one takes the other core
         (or the token run does); before the verification when that is the only job.
         """

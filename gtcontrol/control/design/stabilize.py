@@ -1028,9 +1028,10 @@ class _Context:
 
         A design without its spectrum (the gains family; the head family on a dense base, or
         where the shift identity failed) gets it here, as one more job beside the verifying
-        simulations, started from the base's rightmost mode: it runs before the verification of the start nearest
-        the target, in the same thread, while the far start's longer one takes the other core
-        (or the token run does); before the verification when that is the only job.
+        simulations, started from the base's rightmost mode: it runs before the verification
+        of the start nearest the target, in the same thread, while the far start's longer one
+        takes the other core (or the token run does); before the verification when that is
+        the only job.
         """
         final, q, omega = design.layer, design.q, design.omega
         rate = self.rate

@@ -313,6 +313,22 @@ def test_stop_factor_stops_at_the_first_doubling_depth_past_the_factor() -> None
     assert abs(whole.w2 - tc.w2) <= 1e-12 * tc.w2
 
 
+def test_stop_factor_run_cut_by_the_time_limit_is_an_answer() -> None:
+    """A ``stop_factor`` run whose time runs out in a later stretch ends ``BUDGET_EXHAUSTED``
+    with the depth it reached, not with an error from joining the stretches."""
+    layer, target = _expanding()
+    t0 = time.perf_counter()
+    tc = design_token_certificate(
+        layer, target, n_tokens=512, initial=target, T=64.0, seed=3, stop_factor=1e300,
+        time_limit=0.6,
+    )  # fmt: skip
+    assert time.perf_counter() - t0 < 1.6
+    assert tc.status is Status.BUDGET_EXHAUSTED and not tc.valid
+    # past the first stretch (to depth 4, ~0.07 s here): the message names the call's limit
+    assert 4.0 < tc.T < 64.0 and tc.t[-1] == tc.T
+    assert f"the time limit of 0.6 s was reached at depth {tc.T:.6g}" in tc.message
+
+
 def test_stop_factor_runs_to_T_when_the_tokens_stay_near() -> None:
     target = _issue_target(1)
     res = design_mean_matching(target, robustness=False)

@@ -941,7 +941,14 @@ def _until_away(
         if tr.final.bures_wasserstein(tgt) > threshold:
             break
         x, done, end = np.asarray(tr.final_tokens, dtype=float), end, min(2.0 * end, depth)
-    return _joined(parts, end)
+    joined = _joined(parts, end)
+    if len(parts) > 1 and joined.status is Status.BUDGET_EXHAUSTED:
+        # the stretch's own limit is the part left of the call's: say the call's
+        why = budget.reason() if budget.exhausted else f"the cap of {max_evals} evaluations"
+        joined = dataclasses.replace(
+            joined, message=f"{why} at depth {float(joined.t[-1]):.6g}; the tokens stop there"
+        )
+    return joined
 
 
 def _joined(parts: list[tuple[float, TokenTrajectory]], end: float) -> TokenTrajectory:
@@ -969,7 +976,7 @@ def _joined(parts: list[tuple[float, TokenTrajectory]], end: float) -> TokenTraj
             stats[key] = sum(tr.stats[key] for _, tr in parts)
     message = last.message
     if last.status is not Status.SUCCESS:
-        message += f" (depths from {offset:.6g}, where this stretch continued the run)"
+        message += f" (in the stretch from depth {offset:.6g})"
     return TokenTrajectory(
         t=frozen(t),
         mean=frozen(mean),

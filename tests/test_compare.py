@@ -477,3 +477,28 @@ def test_kurtosis_ratio_is_one_for_gaussian_clouds() -> None:
     assert abs(kurtosis_ratio(g.sample(200_000, rng)) - 1.0) < 0.01
     heavy = rng.standard_t(5, size=(200_000, 2))  # Student t, 5 dof: heavier tails
     assert kurtosis_ratio(heavy) > 1.3
+
+
+def test_work_cap_bounds_a_stiff_comparison_at_small_n() -> None:
+    """Fuzz case 1885 (issue 22): N = 16 and 32 tokens with a head of gain ``B = 10⁶``. The
+    reference run (adaptive, rtol 1e-8) needs hundreds of thousands of evaluations at a few
+    hundred token pairs each; counted by pairs alone they stayed far below ``max_work`` and the
+    call ran 94–130 s with no time limit. The fixed cost of an evaluation is now counted, so
+    ``max_work`` bounds it (the default of 6·10⁹ ends it in about 40 s; here 3·10⁸, ~3 s)."""
+    lay = Layer(
+        A=[[-0.2, 0.5, 0.0], [-0.5, -0.2, 0.0], [0.0, 0.0, 0.1]],
+        b=[0.2, 0.0, -0.1],
+        heads=[
+            (-0.8 * np.eye(3), np.diag([1e6, 1.0, 1.0])),
+            (np.diag([0.3, 0.2, 0.2]) + 0.1 * np.eye(3, k=2), np.diag([0.5, 0.5, 0.3])),
+        ],
+    )
+    g0 = Gaussian([0.5, -0.2, 0.1], [[1.0, 0.2, 0.0], [0.2, 0.6, 0.1], [0.0, 0.1, 0.8]])
+    clock = time.perf_counter()
+    cmp = compare_tokens(
+        lay, g0, 1.0, n_tokens=(16, 32), repeats=1, method="rk4", steps_per_layer=1,
+        max_work=3 * 10**8, seed=7,
+    )  # fmt: skip
+    assert time.perf_counter() - clock < 30.0
+    assert cmp.status is Status.BUDGET_EXHAUSTED and "max_work = 3e+08 was reached" in cmp.message
+    assert cmp.stats["work"] <= 3 * 10**8

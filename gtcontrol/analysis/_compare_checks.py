@@ -72,10 +72,19 @@ def _softmax_heads(layer: Layer) -> int:
     return sum(1 for v_h, b_h in layer.heads if np.any(v_h) and np.any(b_h))
 
 
+#: The fixed cost of one field evaluation, in token pairs: the per-call work of the kernel and
+#: the integrator (0.25 ms an evaluation at N = 16 with two heads, where ``max_work``'s default
+#: of 6·10⁹ pairs is about a minute: 10⁸ pairs a second). Without it a comparison at small N
+#: was bounded by ``max_work`` only in name (fuzz case 1885, N = 16 and 32, a head with
+#: ``B = 10⁶``: the stiff reference run took 512,338 evaluations, 130 s, and 2.7·10⁸ pairs).
+EVAL_OVERHEAD_PAIRS = 25_000
+
+
 def cost_per_eval(ctrl: Control, n: int) -> int:
-    """Token pairs of one field evaluation of ``n`` tokens: ``N²`` per softmax head (+ ``N``)."""
+    """Token pairs of one field evaluation of ``n`` tokens: ``N²`` per softmax head, plus ``N``
+    and the fixed cost of an evaluation (:data:`EVAL_OVERHEAD_PAIRS`)."""
     heads = max(_softmax_heads(lay) for lay in _layers(ctrl))
-    return heads * n * n + n
+    return heads * n * n + n + EVAL_OVERHEAD_PAIRS
 
 
 def _rate(ctrl: Control, predicted: Trajectory, i: int) -> float:

@@ -19,7 +19,8 @@ says whether the tokens are **consistent** with the moment model, and if not, wh
   tokens leave as their law stops being Gaussian.
 
 The work of the token runs is counted in token pairs (``N²`` per softmax head per field
-evaluation) against ``max_work``; a comparison that needs more than that even at its cheapest is
+evaluation, plus a fixed cost of an evaluation that dominates at small ``N``) against
+``max_work``; a comparison that needs more than that even at its cheapest is
 refused up front, and one that runs out returns ``BUDGET_EXHAUSTED`` with the runs done.
 
 Reference: Alcalde, Ji, Zuazua, arXiv:2606.07600 (2026), §2.
@@ -290,8 +291,9 @@ def compare_tokens(
         Accepted distance of the fitted Bures–Wasserstein slope from −1/2 (default 0.25: with
         three repeats over a 16-fold range of N the slope scatters by about ±0.1).
     max_work
-        Cap on the token work in token pairs, ``N²`` per softmax head per field evaluation,
-        summed over all runs (default ``6·10⁹``, about a minute; at most ``10¹⁵``).
+        Cap on the token work in token pairs, ``N²`` per softmax head per field evaluation
+        plus 25,000 for the fixed cost of an evaluation, summed over all runs (default
+        ``6·10⁹``, about a minute; at most ``10¹⁵``).
     time_limit
         Wall-clock limit in seconds (``None``: none); running out returns the errors of the
         runs done so far with ``Status.BUDGET_EXHAUSTED``.

@@ -944,7 +944,11 @@ def _until_away(
     joined = _joined(parts, end)
     if len(parts) > 1 and joined.status is Status.BUDGET_EXHAUSTED:
         # the stretch's own limit is the part left of the call's: say the call's
-        why = budget.reason() if budget.exhausted else f"the cap of {max_evals} evaluations"
+        why = (
+            budget.reason()
+            if budget.exhausted
+            else f"the cap of {max_evals} evaluations was reached"
+        )
         joined = dataclasses.replace(
             joined, message=f"{why} at depth {float(joined.t[-1]):.6g}; the tokens stop there"
         )

@@ -43,6 +43,12 @@ def _spd(rng: np.random.Generator, d: int, lo: float = 0.3) -> np.ndarray:
     return x @ x.T / d + lo * np.eye(d)
 
 
+def _random_target(seed: int, d: int) -> tuple[np.random.Generator, Gaussian]:
+    """A generator seeded with ``seed`` and a random target ``N(m*, Σ*)`` in ``R^d`` from it."""
+    rng = np.random.default_rng(seed)
+    return rng, Gaussian(rng.standard_normal(d), _spd(rng, d))
+
+
 def _random_start(rng: np.random.Generator, target: Gaussian) -> Gaussian:
     d = target.dim
     q, _ = np.linalg.qr(rng.standard_normal((d, d)))
@@ -60,8 +66,7 @@ def _sqrtm(s: np.ndarray) -> np.ndarray:
 
 @pytest.mark.parametrize("d", range(2, 11))
 def test_constructive_design_converges_from_20_starts_at_the_promised_rate(d: int) -> None:
-    rng = np.random.default_rng(100 + d)
-    target = Gaussian(rng.standard_normal(d), _spd(rng, d))
+    rng, target = _random_target(100 + d, d)
     rate = float(rng.uniform(0.5, 1.5))
     rotation = 0.3 * random_skew(rng, d) if d % 2 else None
     res = design_mean_matching(target, rate=rate, rotation=rotation, **EXACT)
@@ -100,9 +105,8 @@ def test_constructive_design_converges_from_20_starts_at_the_promised_rate(d: in
 
 
 def test_constructive_design_closed_forms() -> None:
-    rng = np.random.default_rng(7)
     d = 4
-    target = Gaussian(rng.standard_normal(d), _spd(rng, d))
+    rng, target = _random_target(7, d)
     omega = np.linalg.inv(target.cov)
     s = random_skew(rng, d)
     res = design_mean_matching(target, rate=0.8, cov_rate=3.0, rotation=s, min_ess=None)
@@ -140,8 +144,8 @@ def test_default_rates_give_B_equal_to_target_precision_and_identity_default_cov
 
 
 def test_design_convergence_data_reaches_the_target() -> None:
-    rng = np.random.default_rng(3)
-    res = design_mean_matching(Gaussian(rng.standard_normal(3), _spd(rng, 3)), rate=1.0, **EXACT)
+    _, target = _random_target(3, 3)
+    res = design_mean_matching(target, rate=1.0, **EXACT)
     data = design_convergence(res, n_starts=3, n_points=41, seed=1)
     assert data.mean_error.shape == (3, len(data.t)) == data.cov_error.shape
     assert np.all(data.mean_error[:, -1] < 1e-5) and np.all(data.cov_error[:, -1] < 1e-12)
@@ -153,9 +157,8 @@ def test_design_convergence_data_reaches_the_target() -> None:
 
 
 def test_robustness_of_constructive_design_equals_its_rates() -> None:
-    rng = np.random.default_rng(11)
     d = 3
-    target = Gaussian(rng.standard_normal(d), _spd(rng, d))
+    rng, target = _random_target(11, d)
     res = design_mean_matching(
         target,
         rate=0.6,
@@ -183,9 +186,8 @@ def test_robustness_of_constructive_design_equals_its_rates() -> None:
 
 
 def test_stability_radius_of_nonnormal_design_matches_a_frequency_sweep() -> None:
-    rng = np.random.default_rng(5)
     d = 3
-    target = Gaussian(rng.standard_normal(d), _spd(rng, d))
+    rng, target = _random_target(5, d)
     v = -1.2 * np.eye(d) + 0.5 * rng.standard_normal((d, d))
     res = design_mean_matching(target, rate=0.4, fixed_V=v, **EXACT)
     assert res.success
@@ -232,9 +234,8 @@ def _assert_converges(res, rng, n_starts: int, spread: float | None = None) -> N
 
 
 def test_casadi_design_with_fixed_pretrained_B_is_exact_global_and_converges() -> None:
-    rng = np.random.default_rng(21)
     d = 4
-    target = Gaussian(rng.standard_normal(d), _spd(rng, d))
+    rng, target = _random_target(21, d)
     b_fixed = _spd(rng, d, 0.2) + 0.3 * random_skew(rng, d)
     res = design_mean_matching(target, rate=1.0, fixed_B=b_fixed, **EXACT)
     assert res.success, res.message
@@ -250,9 +251,7 @@ def test_casadi_design_with_fixed_pretrained_B_is_exact_global_and_converges() -
 
 
 def test_minimum_norm_design_is_no_larger_than_a_feasible_constructive_one() -> None:
-    rng = np.random.default_rng(22)
-    d = 3
-    target = Gaussian(rng.standard_normal(d), _spd(rng, d))
+    rng, target = _random_target(22, 3)
     res = design_mean_matching(target, rate=0.7, minimum_norm=True, **EXACT)
     assert res.success and res.certificate.kind == "global"
     # The constructive design with covariance rate 1.4 (1 + 1/κ) is feasible for the NLP (its
@@ -266,9 +265,8 @@ def test_minimum_norm_design_is_no_larger_than_a_feasible_constructive_one() -> 
 
 
 def test_casadi_design_with_fixed_general_V_is_local_and_exact() -> None:
-    rng = np.random.default_rng(23)
     d = 3
-    target = Gaussian(rng.standard_normal(d), _spd(rng, d))
+    rng, target = _random_target(23, d)
     v = -1.5 * np.eye(d) + 0.4 * rng.standard_normal((d, d))
     res = design_mean_matching(target, rate=0.5, fixed_V=v, **EXACT)
     assert res.success, res.message
@@ -283,15 +281,9 @@ def test_casadi_design_with_fixed_general_V_is_local_and_exact() -> None:
 
 
 def test_casadi_design_with_full_designed_V_and_fixed_A_and_fixed_scalar_v() -> None:
-    rng = np.random.default_rng(24)
     d = 3
-    target = Gaussian(rng.standard_normal(d), _spd(rng, d))
-    full = design_mean_matching(
-        target,
-        rate=0.5,
-        V_structure="full",
-        **EXACT,
-    )
+    rng, target = _random_target(24, d)
+    full = design_mean_matching(target, rate=0.5, V_structure="full", **EXACT)
     assert full.success and full.certificate.valid, full.message
     # fixed A with eigenvalues 0.8 ± i·…: covariance rate 1.6 ≥ 1.
     a0 = 0.8 * np.eye(d) + 0.3 * random_skew(rng, d)
@@ -307,9 +299,7 @@ def test_casadi_design_with_full_designed_V_and_fixed_A_and_fixed_scalar_v() -> 
 
 
 def test_casadi_design_with_indefinite_B_is_local_when_allowed() -> None:
-    rng = np.random.default_rng(25)
-    d = 2
-    target = Gaussian(rng.standard_normal(d), _spd(rng, d))
+    rng, target = _random_target(25, 2)
     b_fixed = np.diag([1.0, -0.3])
     res = design_mean_matching(
         target,
@@ -474,9 +464,8 @@ def test_every_design_result_follows_the_result_protocol() -> None:
 
 
 def test_tiny_time_limit_returns_the_best_iterate_quickly() -> None:
-    rng = np.random.default_rng(21)
     d = 4
-    target = Gaussian(rng.standard_normal(d), _spd(rng, d))
+    rng, target = _random_target(21, d)
     b_fixed = _spd(rng, d, 0.2) + 0.3 * random_skew(rng, d)
     t0 = time.perf_counter()
     res = design_mean_matching(target, rate=1.0, fixed_B=b_fixed, time_limit=1e-6)
@@ -495,8 +484,7 @@ def test_tiny_time_limit_returns_the_best_iterate_quickly() -> None:
 
 
 def test_generous_time_limit_does_not_change_the_design() -> None:
-    rng = np.random.default_rng(22)
-    target = Gaussian(rng.standard_normal(2), _spd(rng, 2))
+    _, target = _random_target(22, 2)
     a = design_mean_matching(target, rate=0.7, minimum_norm=True, **EXACT)
     b = design_mean_matching(target, rate=0.7, minimum_norm=True, time_limit=60.0, **EXACT)
     assert a.status is b.status is Status.SUCCESS
@@ -525,9 +513,7 @@ def test_design_convergence_honours_its_time_limit_inside_a_start() -> None:
     Mean rate 0.01 against covariance rate 50 makes the default depth 16/0.01 = 1600 stiff
     for the explicit integrator: one start took 80 s here. The limit now reaches inside it.
     """
-    rng = np.random.default_rng(10)
-    d = 10
-    target = Gaussian(rng.standard_normal(d), _spd(rng, d))
+    _, target = _random_target(10, 10)
     res = design_mean_matching(target, rate=0.01, cov_rate=50.0, **EXACT)
     t0 = time.perf_counter()
     data = design_convergence(res, n_starts=5, n_points=101, time_limit=0.5)
@@ -562,8 +548,7 @@ def test_ipopt_stops_when_the_budget_runs_out_during_a_solve(monkeypatch) -> Non
             return self.checks > 2
 
     monkeypatch.setattr(mm, "Budget", RunsOutInsideIpopt)
-    rng = np.random.default_rng(21)
-    target = Gaussian(rng.standard_normal(3), _spd(rng, 3))
+    _, target = _random_target(21, 3)
     res = design_mean_matching(target, rate=1.0, minimum_norm=True, time_limit=100.0, **EXACT)
     assert res.stats["attempts"] == ["User_Requested_Stop"]
     assert res.status is Status.BUDGET_EXHAUSTED and "time limit" in res.message

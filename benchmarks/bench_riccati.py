@@ -47,9 +47,14 @@ def _spd(rng: np.random.Generator, d: int, lo: float, hi: float) -> np.ndarray:
     return (q * rng.uniform(lo, hi, d)) @ q.T
 
 
+def _section(title: str, seed: int) -> np.random.Generator:
+    """Print a benchmark's heading; return the generator its random data is drawn from."""
+    print(f"== {title}")
+    return np.random.default_rng(seed)
+
+
 def bench_blowup() -> None:
-    print("== 1. blow-up time: certified Riccati march vs integration to the event")
-    rng = np.random.default_rng(0)
+    rng = _section("1. blow-up time: certified Riccati march vs integration to the event", seed=0)
     cases = []
     a, c, s0 = 1.0, 0.5, 0.3
     cases.append(
@@ -105,8 +110,7 @@ def bench_blowup() -> None:
 
 
 def bench_bernoulli(d: int = 200) -> None:
-    print(f"== 2. Bernoulli equilibrium at d = {d} vs a bare control.lyap")
-    rng = np.random.default_rng(1)
+    rng = _section(f"2. Bernoulli equilibrium at d = {d} vs a bare control.lyap", seed=1)
     a = rng.standard_normal((d, d)) / np.sqrt(d) + 2.0 * np.eye(d)
     b = _spd(rng, d, 0.5, 1.5)
     v = -0.5
@@ -142,8 +146,7 @@ def bench_bernoulli(d: int = 200) -> None:
 
 
 def bench_newton(d: int = 50) -> None:
-    print(f"== 3. Newton–Kantorovich at d = {d} (general V)")
-    rng = np.random.default_rng(2)
+    rng = _section(f"3. Newton–Kantorovich at d = {d} (general V)", seed=2)
     s = _spd(rng, d, 0.4, 2.5)
     p = _spd(rng, d, 0.4, 1.5)
     si = np.linalg.inv(s)

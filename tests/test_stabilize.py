@@ -671,7 +671,8 @@ def test_the_untouched_layers_tokens_run_once_while_c_grows(
     layer, target = _stuck_at_the_local_minimum()
     res = gt.stabilize(layer, target, add="head", rate=1.0, token_check=64)
     assert res.stats["c_screens"] >= 2 and res.c > res.stats["c_local"]
-    assert calls.count(None) == 2  # the stabilized layer's: at the local minimum, at c
+    # the stabilized layer's: at the local minimum, at c, and at each doubled design rate
+    assert calls.count(module._AWAY) == 2 + res.stats["token_doublings"]
     assert calls.count(module._DIVERGED) == 1
     assert res.untouched_tokens is not None and res.token_certificate is not None
     assert res.untouched_tokens.initial == res.token_certificate.initial
@@ -921,10 +922,11 @@ def test_a_default_depth_is_extended_while_the_error_still_falls(
 def test_a_failed_token_check_names_a_kept_head_in_its_hard_attention_regime() -> None:
     """A kept head with a steep tilt (``B = 8I``): at the target its predicted ``ESS/N =
     exp(−uᵀΣ*u)`` is far below ``1/N``, the moments are certified but ``N`` tokens do not follow
-    them; the result says which kept head and why, with the figure recomputed here."""
+    them, not even at three doublings of the design rate; the result says which kept head and
+    why, with the figure recomputed here."""
     from gtcontrol.model.finite_n import ess_fraction
 
-    layer = gt.Layer(V=0.3 * np.eye(2), B=8.0 * np.eye(2))
+    layer = gt.Layer(V=0.5 * np.eye(2), B=8.0 * np.eye(2))
     target = gt.Gaussian([0.5, -0.3], [[1.0, 0.2], [0.2, 0.6]])
     res = gt.stabilize(layer, target, add="head", rate=1.0, token_check=256)
     assert res.local_certificate and all(v.converged for v in res.verification)
@@ -935,3 +937,58 @@ def test_a_failed_token_check_names_a_kept_head_in_its_hard_attention_regime() -
     assert res.stats["kept_head_ess"] == pytest.approx(expected, rel=1e-9)
     assert expected < 1.0 / 256
     assert "kept head 0 has a median predicted ESS/N" in res.message
+    # the design rate doubled three times (the cap) without the tokens passing
+    assert res.stats["token_doublings"] == 3 and res.stats["design_rate"] == 8.0
+    assert "at design rate 4 (c = " in res.message and "doubled to 8" in res.message
+
+
+def test_a_token_check_failed_at_the_rate_alone_doubles_the_design_rate() -> None:
+    """A kept head steep enough (``B = 3I``) that 256 tokens stay off the moments at the
+    design for ``ρ = 1``, but not under the stronger contraction designed for ``ρ = 2``: ``c``
+    and the mean's shift become those of ``rate=2`` exactly, and the token runs, repeated here
+    by the public token certificate, fail at the first design and pass at the second."""
+    layer = gt.Layer(V=0.2 * np.eye(2), B=3.0 * np.eye(2))
+    target = gt.Gaussian([0.5, -0.3], [[1.0, 0.2], [0.2, 0.6]])
+    res = gt.stabilize(layer, target, add="head", rate=1.0, token_check=256)
+    assert res.success, res.message
+    assert res.stats["token_doublings"] == 1 and res.stats["design_rate"] == 2.0
+    assert "so the design rate doubled to 2" in res.message
+    alone = gt.stabilize(layer, target, add="head", rate=1.0)
+    twice = gt.stabilize(layer, target, add="head", rate=2.0)
+    assert alone.success and twice.success
+    assert alone.c == res.stats["c_local"] < res.c
+    assert res.c == pytest.approx(twice.c, rel=1e-12)
+    assert res.mean_shift == pytest.approx(twice.mean_shift, rel=1e-12)
+    assert res.spectrum is not None and res.spectrum.abscissa <= -2.0
+    tc = res.token_certificate
+    assert tc is not None
+    # the rate certified is 2: the default depths follow it, (ln(e0/1e-6) + 3)/2 for the
+    # tokens' start (the perturbed target), the given layer's tokens keep the rate-1 depth
+    start = res.starts[-1]
+    e0 = max(
+        1e-3,
+        np.linalg.norm(start.cov - target.cov) / np.linalg.norm(target.cov),
+        np.linalg.norm(start.mean - target.mean)
+        / max(np.linalg.norm(target.mean), math.sqrt(np.trace(target.cov))),
+    )
+    assert tc.T == pytest.approx((math.log(e0 / 1e-6) + 3.0) / 2.0, rel=1e-12)
+    given = res.untouched_tokens
+    assert given is not None
+    assert given.T <= (math.log(e0 / 1e-6) + 3.0) * (1 + 1e-12)
+    assert given.T in [pytest.approx((math.log(e0 / 1e-6) + 3.0) / 2**k) for k in range(5)]
+    same = {
+        "n_tokens": 256,
+        "initial": res.starts[-1],
+        "T": tc.T,
+        "seed": 0,
+        "method": "adaptive",
+        "rtol": 1e-2,
+        "min_token_ess": 0.0,
+        "n_snapshots": 2,
+        "dtype": np.float32,
+        "stop_factor": 10.0,
+    }
+    first = gt.design_token_certificate(alone.layer, target, **same)
+    assert not first.success and first.w2 > 2.0 * first.floor
+    again = gt.design_token_certificate(res.layer, target, **same)
+    assert again.success and again.w2 == pytest.approx(tc.w2, rel=1e-6)

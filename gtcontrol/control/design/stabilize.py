@@ -40,6 +40,11 @@ prescribed equilibrium"):
      resolution, and the message and ``stats`` say so. A start singular on the active subspace
      is not screened: the covariance flow is a congruence ``Σ(t) = Φ(t)Σ0Φ(t)ᵀ``, so it keeps
      its rank and never reaches a ``Σ*`` positive definite there, for any ``c``.
+     When the moments are certified and verified but ``N`` tokens do not follow them (the
+     kept heads' attention over ``N`` tokens is biased against the moment model, strongly so
+     in their hard-maximum regime, and the contraction holds that steady forcing off), the
+     design rate doubles, at most three times, and every check runs again
+     (:meth:`_Context._token_valid`).
    * ``"gains"``: per-head gains ``V_h → g_h V_h``, ``g ∈ [0, 1]ᴴ``, with ``‖1 − g‖₂`` minimal
      (a local minimum, by sequential linear programming on the eigenvalue sensitivities
      ``∂λ/∂g_h = ψᴴ L_h φ / ψᴴ φ``). The family cannot reach the rate when the mean
@@ -136,6 +141,9 @@ _EXTEND_MAX = 2.0
 #: 1.0e-2 on a d = 2 layer that DOP853 puts at 4.7e-5 (truth 2.7e-13), and failed that screen.
 _C_DOUBLINGS = 6
 _C_BISECTIONS = 3
+#: Doublings of the design rate while only the token check fails
+#: (:meth:`_Context._token_valid`).
+_TOKEN_DOUBLINGS = 3
 _SCREEN_RTOL = 1e-3
 _SCREEN_TOL = 1e-2
 #: The added head keeps ``ESS/N ≥ min_ess`` for all but ``exp(−n²/2)`` of the queries, ``n``
@@ -147,6 +155,11 @@ _PROBE_TOKENS = 512
 _TOKEN_RTOL = 1e-2
 #: The untouched layer's token run stops once its W2 is this many sampling floors.
 _DIVERGED = 100.0
+#: The stabilized layer's token run stops once its W2 is this many sampling floors (five times
+#: the two the check allows): tokens held off the moments by a finite-N bias larger than the
+#: contraction run away, and their field stiffens (MiniLM layer 2 at ``I ⊕ 0``: 62 floors at
+#: depth 7.6 of 14.6, where the run reached its evaluation cap after 134 s).
+_AWAY = 10.0
 #: Relative size of the perturbed-target start, and its name (the default token-check start).
 _PERTURBATION = 0.1
 _PERTURBED = "perturbed target"
@@ -202,7 +215,8 @@ class Stabilization(ResultFields, Outcome):
         ``stats["c_local"]`` is the local minimum) and ``s`` the token gauge; with it a
         uniform companion head ``(κP, 0)``, ``κ = s c − σ``, so that the mean matrix shifts by
         exactly ``−σ``, ``σ = mean_shift`` minimal for the mean (the companion is left out when
-        ``κ = 0``). ``nan`` for other families.
+        ``κ = 0``). When only the token check fails, ``c`` and ``σ`` are those of a doubled
+        design rate (``stats["design_rate"]``). ``nan`` for other families.
     gains
         Gains family: ``g`` (one per head); ``None`` otherwise.
     change
@@ -236,8 +250,6 @@ class Stabilization(ResultFields, Outcome):
         layer from the same start, each against the target (``None`` otherwise).
     candidates
         ``add="auto"``: the results of both families, which were compared (else empty).
-    candidates
-        ``add="auto"``: the family results that were compared.
     status
         ``SUCCESS`` when every requirement holds (local certificate, every verification, the
         token check when asked); ``INFEASIBLE`` when the family provably cannot reach the rate
@@ -253,8 +265,10 @@ class Stabilization(ResultFields, Outcome):
         says that head's softmax is close to a hard maximum; ``nan`` otherwise). Head family:
         ``c_local`` (the smallest ``c`` of the local certificate), ``c_screens`` (cheap
         simulations of the starts that chose ``c``: doubling, then geometric bisection to a
-        factor ``2^(1/8)``) and ``c_failed`` (the largest ``c`` whose screen failed; ``nan``
-        when the local minimum passed).
+        factor ``2^(1/8)``), ``c_failed`` (the largest ``c`` whose screen failed; ``nan``
+        when the local minimum passed), ``design_rate`` (the rate ``c`` and ``σ`` were designed
+        for: ``rate``, or a doubling of it when the token check failed at ``rate`` alone) and
+        ``token_doublings`` (how many times it doubled).
     """
 
     layer: Layer
@@ -349,18 +363,23 @@ def stabilize(
         largest relative error of the starts (covariance or mean), extended by ``3 / rate`` at
         a time, up to twice that, while a start's error is above ``1e-6`` and still falls (a
         far start's transient can be slower than the certified rate; the message says so).
+        ``rate`` is the certified one: a doubled design rate (``token_check``) when there was
+        one.
     token_check
         ``N`` (``≥ 2``): also drive ``N`` real tokens from the first initial (default starts:
         from the perturbed target) with the stabilized layer
         (:func:`gtcontrol.design_token_certificate`, in float32), beside the verifying
         simulations, by an error-controlled RK45 (``rtol = 1e-2``, capped at three times the
         evaluations of the RK4 rule; a large gauge ``s`` makes the token field stiff);
-        required: ``W2 ≤ 2 ×`` the sampling floor. Their depth is ``T``, or by
+        required: ``W2 ≤ 2 ×`` the sampling floor; the run stops (and fails) at the first of
+        the depths ``T/16, T/8, …`` where W2 exceeds 10 floors. Their depth is ``T``, or by
         default the verification's rule applied to their start alone. The given layer's tokens,
         from the same start and seed, are reported beside them: they run to depths ``T/16,
         T/8, …, T`` and stop at the first where they are 100 sampling floors away or out of
-        range. When the check fails, a kept head whose median predicted ``ESS/N`` at the
-        target is below ``1/N`` is named as a hint (``stats["kept_head_ess"]``).
+        range. When only the token check fails (head family), the design rate doubles, at
+        most three times (``stats["design_rate"]``): the tokens' finite-N bias is held off by
+        the contraction. When it still fails, a kept head whose median predicted ``ESS/N`` at
+        the target is below ``1/N`` is named as a hint (``stats["kept_head_ess"]``).
     min_ess
         Required predicted ``ESS/N`` of the added head's softmax (in ``(0, 1)``; default 0.5).
     tokens
@@ -702,13 +721,15 @@ class _Context:
         out: FloatArray = x + 1e-3 * noise / np.linalg.norm(noise)
         return out
 
-    def default_depth(self, starts: Sequence[Gaussian] | None = None) -> float:
-        """``(ln(e0 / 1e-6) + 3) / rate``: the certified rate brings the largest initial error
-        ``e0`` (relative, covariance or mean) of ``starts`` (default: the verification's) to
-        ``1e-6``, with three e-folds for transients."""
+    def default_depth(
+        self, starts: Sequence[Gaussian] | None = None, rate: float | None = None
+    ) -> float:
+        """``(ln(e0 / 1e-6) + 3) / rate``: the certified rate (default: the one asked for)
+        brings the largest initial error ``e0`` (relative, covariance or mean) of ``starts``
+        (default: the verification's) to ``1e-6``, with three e-folds for transients."""
         gs = [g for _, g in self.starts] if starts is None else starts
         e0 = max([1e-3, *(self._start_error(g) for g in gs)])
-        return (math.log(e0 / VERIFY_RTOL) + _TRANSIENT_EFOLDS) / self.rate
+        return (math.log(e0 / VERIFY_RTOL) + _TRANSIENT_EFOLDS) / (rate or self.rate)
 
     def _error(self, mean: FloatArray, cov: FloatArray) -> float:
         """The relative distance of ``N(mean, cov)`` from the target, covariance or mean."""
@@ -797,22 +818,25 @@ class _Context:
         tilts = self._added_tilts()
         s, pick = min((self._ess_scale(tilt), i) for i, tilt in enumerate(tilts))
         b0 = tilts[pick]
-        c_cov = (base.cov_abscissa + self.rate) / 2.0
-        need_mean = base.mean_abscissa + self.rate
-        c_loc = c_cov * (1.0 + RATE_MARGIN) + 1e-12 * self.rate if c_cov > 0 else 0.0
-        sigma = need_mean * (1.0 + RATE_MARGIN) + 1e-12 * self.rate if need_mean > 0 else 0.0
-
-        def build(c: float) -> Layer:
-            return self._head_layer(base_layer, c, s, b0, sigma)
-
+        c_cov, c_loc = self._head_c(base, self.rate)
+        need_mean, sigma = self._mean_shift(base, self.rate)
         red = reduced_layer(self.layer, self.basis)
         q = quadratic_growth(red, self.s_act)
 
+        def build(c: float, shift: float = sigma) -> Layer:
+            return self._head_layer(base_layer, c, s, b0, shift)
+
         def attempt(
-            c: float, ladder: str, stats: dict[str, Any], *, screen_at: float | None = None
+            c: float,
+            ladder: str,
+            stats: dict[str, Any],
+            *,
+            shift: float = sigma,
+            screen_at: float | None = None,
+            design_rate: float | None = None,
         ) -> Stabilization:
-            final = build(c)
-            kappa = s * c - sigma
+            final = build(c, shift)
+            kappa = s * c - shift
             parts = []
             if c > 0:
                 parts.append(
@@ -825,8 +849,8 @@ class _Context:
             if kappa != 0.0:
                 parts.append(
                     f"uniform companion head (κI, 0) with κ = {kappa:.6g}: the mean matrix shifts "
-                    f"by −{sigma:.6g} ("
-                    + (f"minimal: the mean needs {need_mean:.6g})" if sigma > 0 else "none needed)")
+                    f"by −{shift:.6g} ("
+                    + (f"minimal: the mean needs {need_mean:.6g})" if shift > 0 else "none needed)")
                 )
             what = (
                 "; ".join(parts)
@@ -835,7 +859,7 @@ class _Context:
             )
             design = Design(
                 layer=final,
-                family="head" if c > 0 or sigma != 0.0 else "none",
+                family="head" if c > 0 or shift != 0.0 else "none",
                 # the base's shifted by −2c (checked) or, failing that, recomputed by finish
                 spectrum=self.shifted(final, base_layer, base, -2.0 * c),
                 what=what,
@@ -844,13 +868,21 @@ class _Context:
                 omega=base.numerical_abscissa - 2.0 * c,
                 c=c,
                 scale=s,
-                mean_shift=sigma,
+                mean_shift=shift,
             )
             return self.finish(
                 design,
                 base,
-                extra_stats={"c_local": c_loc, "c_screens": 0, "c_failed": math.nan, **stats},
+                extra_stats={
+                    "c_local": c_loc,
+                    "c_screens": 0,
+                    "c_failed": math.nan,
+                    "design_rate": self.rate,
+                    "token_doublings": 0,
+                    **stats,
+                },
                 screen_at=screen_at,
+                design_rate=design_rate,
             )
 
         # c_loc is the smallest c of the local certificate; a far start can still settle at
@@ -868,24 +900,89 @@ class _Context:
             for v, (name, g0) in zip(res.verification, self.starts, strict=True)
             if v.status is Status.SUCCESS and not v.converged and not self._rank_gap(g0)
         ]
-        if not (stuck and c_loc > 0 and res.local_certificate) or self.budget.exhausted:
-            return res
-        c, c_failed, ladder, screens = self._smallest_verified_c(
-            build, c_loc, [start for start, _ in stuck], stuck[0][1]
-        )
-        if c == c_loc:
-            # no c passed its screen: the checks at c_loc stand, out of time if the screens were
-            spent = self.budget.exhausted
-            return replace(
-                res,
-                status=Status.BUDGET_EXHAUSTED if spent else res.status,
-                message=res.message
-                + "; "
-                + ladder
-                + ("; the time limit ended the screens" if spent else ""),
-                stats=dict(res.stats, c_screens=screens, c_failed=c_failed),
+        ladder, stats = "", {}
+        if stuck and c_loc > 0 and res.local_certificate and not self.budget.exhausted:
+            c, c_failed, ladder, screens = self._smallest_verified_c(
+                build, c_loc, [start for start, _ in stuck], stuck[0][1]
             )
-        return attempt(c, ladder, {"c_screens": screens, "c_failed": c_failed})
+            stats = {"c_screens": screens, "c_failed": c_failed}
+            if c == c_loc:
+                # no c passed its screen: the checks at c_loc stand, out of time if the screens
+                # were
+                spent = self.budget.exhausted
+                return replace(
+                    res,
+                    status=Status.BUDGET_EXHAUSTED if spent else res.status,
+                    message=res.message
+                    + "; "
+                    + ladder
+                    + ("; the time limit ended the screens" if spent else ""),
+                    stats=dict(res.stats, **stats),
+                )
+            res = attempt(c, ladder, stats)
+        return self._token_valid(res, base, attempt, ladder, stats)
+
+    def _head_c(self, base: LinearizationSpectrum, rho: float) -> tuple[float, float]:
+        """The smallest ``c`` for the covariance at rate ``rho`` (``(α(L) + ρ)/2``) and the
+        ``c`` used: that, with the margin, or 0 when none is needed."""
+        c_cov = (base.cov_abscissa + rho) / 2.0
+        return c_cov, (c_cov * (1.0 + RATE_MARGIN) + 1e-12 * rho if c_cov > 0 else 0.0)
+
+    def _mean_shift(self, base: LinearizationSpectrum, rho: float) -> tuple[float, float]:
+        """The shift the mean matrix needs at rate ``rho`` (``α(K) + ρ``) and the one used."""
+        need = base.mean_abscissa + rho
+        return need, (need * (1.0 + RATE_MARGIN) + 1e-12 * rho if need > 0 else 0.0)
+
+    def _token_valid(
+        self,
+        res: Stabilization,
+        base: LinearizationSpectrum,
+        attempt: Callable[..., Stabilization],
+        ladder: str,
+        stats: dict[str, Any],
+    ) -> Stabilization:
+        """``res``, or the design at a doubled rate when only its token check failed.
+
+        A head's attention over ``N`` tokens is a ratio of sample averages, biased against the
+        moment model, strongly so where a kept head of a pretrained layer is in its finite-N
+        regime at the target (a softmax close to a hard maximum): a steady forcing, which holds
+        the tokens off the moments by about that bias over the contraction rate. So the design
+        rate ``ρ'`` (``c`` and the mean's shift at ``ρ'``, never below the ``c`` already
+        verified) doubles, at most ``_TOKEN_DOUBLINGS`` times, until the tokens pass too; every
+        check runs again at each ``ρ'``, to the default depths of the rate ``ρ'`` certified.
+        MiniLM layer 1 at ``I ⊕ 0``, N = 1024: W2 12.8 at ``ρ = 1`` against a sampling floor of
+        6.2 (the check allows two floors), 9.6 at ``ρ' = 2``. The ``c`` found is the smallest
+        token-valid one to a factor 2 in the rate, and the message says so."""
+        rho, tries, trail = self.rate, 0, []
+        while (
+            tries < _TOKEN_DOUBLINGS
+            and not self.budget.exhausted
+            and res.status is Status.FAILED
+            and res.local_certificate
+            and all(v.converged for v in res.verification)
+            and res.token_certificate is not None
+            and res.token_certificate.status not in (Status.SUCCESS, Status.BUDGET_EXHAUSTED)
+        ):
+            tc = res.token_certificate
+            trail.append(f"at design rate {rho:g} (c = {res.c:.6g}) W2 {tc.w2:.4g}")
+            rho *= 2.0
+            tries += 1
+            c = max(res.c, self._head_c(base, rho)[1])
+            shift = max(res.mean_shift, self._mean_shift(base, rho)[1])
+            note = (
+                "the token check failed "
+                + ", ".join(trail)
+                + f" (floor {tc.floor:.4g}): the tokens' finite-N bias is held off by the "
+                f"contraction, so the design rate doubled to {rho:g}"
+            )
+            res = attempt(
+                c,
+                "; ".join(x for x in (ladder, note) if x),
+                {**stats, "design_rate": rho, "token_doublings": tries},
+                shift=shift,
+                design_rate=rho,
+            )
+        return res
 
     def _head_layer(
         self, base_layer: Layer, c: float, s: float, b0: FloatArray, sigma: float
@@ -1021,10 +1118,14 @@ class _Context:
         *,
         extra_stats: dict[str, Any] | None = None,
         screen_at: float | None = None,
+        design_rate: float | None = None,
     ) -> Stabilization:
         """The checks of ``design`` and its result. With ``screen_at`` each verification stops
         at that depth when a screen would fail there (:meth:`_verify`): ``c`` is about to grow
-        (when the local certificate holds), and the rest of the depth would be wasted.
+        (when the local certificate holds), and the rest of the depth would be wasted. A
+        ``design_rate`` above the rate asked for (:meth:`_token_valid`) is the certified one:
+        the default depths of the verifications and of the stabilized layer's tokens follow
+        it, those of the given layer's tokens do not (that run is kept across designs).
 
         A design without its spectrum (the gains family; the head family on a dense base, or
         where the shift identity failed) gets it here, as one more job beside the verifying
@@ -1055,7 +1156,7 @@ class _Context:
             )
         beta = 2.0 * (q + c_eff)
         radius = (-omega / beta if beta > 0 else math.inf) if omega < 0 else math.nan
-        t_end = depth if depth is not None else self.default_depth()
+        t_end = depth if depth is not None else self.default_depth(rate=design_rate)
         # the verifying simulations and the token runs are independent: they share the cores
         jobs: list[Callable[[], Any]] = [
             functools.partial(
@@ -1068,15 +1169,23 @@ class _Context:
                 inv_root,
                 extend=depth is None,
                 screen_at=screen_at,
+                rate=design_rate,
             )
             for name, g0 in self.starts
         ]
         if n_tok is not None:
             # the tokens go as deep as the verification would for their own start
-            t_tok = depth if depth is not None else self.default_depth([self.token_start])
+            t_tok, t_given = (
+                (depth, depth)
+                if depth is not None
+                else (
+                    self.default_depth([self.token_start], design_rate),
+                    self.default_depth([self.token_start]),
+                )
+            )
             # two jobs: the stabilized layer's tokens, and the given layer's (the same at every c)
             jobs.append(functools.partial(self._tokens, final, n_tok, t_tok))
-            jobs.append(functools.partial(self._untouched_tokens, n_tok, t_tok))
+            jobs.append(functools.partial(self._untouched_tokens, n_tok, t_given))
         spec, near = design.spectrum, -1
         if spec is None and len(jobs) == 1:
             # first, here: a job alone gets every core's BLAS threads (MiniLM layer 3 at I ⊕ 0,
@@ -1239,6 +1348,7 @@ class _Context:
         *,
         extend: bool,
         screen_at: float | None = None,
+        rate: float | None = None,
     ) -> Verification:
         """Simulate ``final`` from ``g0`` to ``t_end`` (extended while a default depth's error
         still falls). With ``screen_at < t_end`` the integration first stops there, and ends
@@ -1292,7 +1402,7 @@ class _Context:
             # holds near the target, and a far start's transient can be slower (MiniLM layer 4,
             # text target: relative error 2.4e-6 at the default depth, still falling).
             elif extend and VERIFY_RTOL < errs[-1] < errs[0] and offset < _EXTEND_MAX * t_end:
-                span, points = _EXTEND_EFOLDS / self.rate, 9
+                span, points = _EXTEND_EFOLDS / (rate or self.rate), 9
             else:
                 break
             try:
@@ -1364,10 +1474,11 @@ class _Context:
         ``s = 30``: RK4 at the norm rule's 109 steps grew W2 sevenfold a step; RK45 took 47
         steps to W2 = 1.64 floors). Its ``rtol = 1e-2`` of the tokens' scale is two orders below
         the floor's ``~N^(-1/2)`` (layer 1, text target: W2 5.4101 against 5.4088 by RK4 at 89
-        steps)."""
+        steps). It stops at the first of ``T/16, T/8, …, T`` where the tokens are
+        :data:`_AWAY` × the floor away (and then fails)."""
         if self.budget.exhausted:
             return None
-        return self._token_run(final, n_tok, t_end, adaptive=True)
+        return self._token_run(final, n_tok, t_end, adaptive=True, stop_factor=_AWAY)
 
     def _untouched_tokens(self, n_tok: int, t_end: float) -> TokenCertificate | None:
         """The given layer's tokens, from the token check's start and seed, until they are

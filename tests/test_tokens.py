@@ -400,6 +400,10 @@ def test_noise_is_refused_outside_euler() -> None:
         ({"atol": -1.0}, "atol"),
         ({"method": "adaptive", "steps_per_layer": 3}, "steps_per_layer"),
         ({"method": "adaptive", "ivp_method": "Radau"}, "ivp_method"),
+        ({"first_step": 0.1, "method": "rk4"}, "first_step"),
+        ({"first_step": 0.0}, "first_step"),
+        ({"first_step": float("nan")}, "first_step"),
+        ({"first_step": True}, "first_step"),
         ({"dtype": np.int64}, "dtype"),
         ({"control": "layer"}, "control"),
     ],
@@ -583,6 +587,40 @@ def test_adaptive_hits_breakpoints_and_snapshots_and_records_layers() -> None:
     still = simulate_tokens(Layer(dim=2), x, 3.0)
     assert still.stats["steps"] == 1 and still.stats["error_estimate"] == 0.0
     np.testing.assert_array_equal(still.final_tokens, x)
+
+
+def test_adaptive_continues_from_the_step_its_controller_left() -> None:
+    """Two halves, the second from the first's final tokens with ``first_step`` its
+    ``stats["next_step"]`` (and each at half the tolerance, the error per unit depth of one
+    run): they take the steps one run takes, no starting evaluation and no ramp-up, and end
+    within the tolerance of the closed-form flow of the affine schedule."""
+    rng = np.random.default_rng(34)
+    sched = _affine_schedule(rng, 3)
+    layer = sched.layer_at(0.0)
+    x = rng.standard_normal((60, 3))
+    T, rtol = 0.4, 1e-6
+    whole = simulate_tokens(layer, x, T, method="adaptive", rtol=rtol, ivp_method="RK45")
+    first = simulate_tokens(layer, x, T / 2, method="adaptive", rtol=rtol / 2, ivp_method="RK45")
+    step = first.stats["next_step"]
+    assert 0.0 < step and math.isfinite(step)
+    fresh = simulate_tokens(
+        layer, first.final_tokens, T / 2, method="adaptive", rtol=rtol / 2, ivp_method="RK45"
+    )
+    cont = simulate_tokens(
+        layer,
+        first.final_tokens,
+        T / 2,
+        method="adaptive",
+        rtol=rtol / 2,
+        ivp_method="RK45",
+        first_step=step,
+    )
+    # a fresh start spends an evaluation on Hairer's rule and starts from its cautious guess
+    assert cont.stats["n_velocity"] < fresh.stats["n_velocity"]
+    assert first.stats["steps"] + cont.stats["steps"] <= whole.stats["steps"] + 1
+    exact = _exact_affine_tokens(Schedule([layer], T=T), x)
+    assert _rel(cont.final_tokens, exact) < rtol
+    assert _rel(cont.final_tokens, whole.final_tokens) < rtol
 
 
 def test_adaptive_budget_keeps_the_last_accepted_step() -> None:

@@ -245,6 +245,7 @@ def _run_adaptive(run: _Run, x: AnyArray) -> tuple[AnyArray, _End, dict[str, Any
         rtol=opts.resolved_rtol,
         atol=float(opts.atol or 0.0),
         horizon=horizon,
+        h=opts.first_step,
     )
     get = _layer_source(run.ctrl, opts.dtype)
     rec.add(float(breaks[0]), x)
@@ -274,5 +275,7 @@ def _run_adaptive(run: _Run, x: AnyArray) -> tuple[AnyArray, _End, dict[str, Any
         "error_estimate": st.rtol * st.error_sum,
         "min_step": st.h_min if st.steps else math.nan,
         "max_step": st.h_max if st.steps else math.nan,
+        # the controller's next step (a continuation's first_step); nan before any step
+        "next_step": float(st.h) if st.h is not None else math.nan,
     }
     return x, stop or _DONE, stats

@@ -88,6 +88,9 @@ class _TokenOptions:
         horizon. Defaults ``1e-7`` (``1e-4`` in float32), ``0``, ``"DOP853"`` (or ``"RK45"``).
         ``rtol`` is at least 100 machine epsilons of ``dtype``. Refused with the fixed-step
         methods.
+    first_step
+        First step of ``"adaptive"`` (``None``: Hairer's starting rule); a run's
+        ``stats["next_step"]`` continues it. Refused with the fixed-step methods.
     dtype
         ``float64`` (default) or ``float32`` for the token arithmetic; moments are always
         accumulated in float64.
@@ -105,6 +108,7 @@ class _TokenOptions:
     rtol: float | None = None
     atol: float | None = None
     ivp_method: str | None = None
+    first_step: float | None = None
     dtype: Any = np.float64
     max_evals: int = DEFAULT_MAX_EVALS
     time_limit: float | None = None
@@ -125,7 +129,7 @@ class _TokenOptions:
             as_positive_int("block_size", self.block_size, maximum=_MAX_BLOCK)
         as_choice("record", self.record, _RECORDS)
         as_choice("backend", self.backend, BACKENDS)
-        for name in ("rtol", "atol", "ivp_method"):
+        for name in ("rtol", "atol", "ivp_method", "first_step"):
             if getattr(self, name) is not None and not adaptive:
                 raise InvalidParametersError(
                     f"{name}: only used by method 'adaptive', got method {self.method!r}"
@@ -134,6 +138,8 @@ class _TokenOptions:
             as_nonnegative_float("atol", self.atol)
         if self.ivp_method is not None:
             as_choice("ivp_method", self.ivp_method, _IVP_METHODS)
+        if self.first_step is not None:
+            as_positive_float("first_step", self.first_step)
         as_max_evals(self.max_evals)
         object.__setattr__(self, "time_limit", as_time_limit(self.time_limit))
         try:

@@ -92,7 +92,8 @@ class TokenTrajectory(Outcome):
         steps), ``nonfinite_rejections``, ``error_estimate`` (the sum of the accepted local
         errors relative to the token scale: the achieved global relative error when errors are
         carried by the flow no faster than the tokens; at most ``rtol``), ``rtol``, ``atol``,
-        ``ivp_method``, ``min_step`` and ``max_step``.
+        ``ivp_method``, ``min_step``, ``max_step`` and ``next_step`` (the step the controller
+        would take next: ``first_step`` of a continuation).
     message
         How the integration ended, in words.
     success
@@ -169,6 +170,7 @@ def simulate_tokens(
     rtol: float | None = None,
     atol: float | None = None,
     ivp_method: str | None = None,
+    first_step: float | None = None,
     dtype: Any = np.float64,
     max_evals: int = DEFAULT_MAX_EVALS,
     time_limit: float | None = None,
@@ -235,6 +237,12 @@ def simulate_tokens(
     ivp_method
         Embedded pair of ``"adaptive"``: ``"DOP853"`` (default; order 8, 12 field evaluations
         per step) or ``"RK45"`` (Dormand–Prince 5(4), 6 per step; cheaper at loose ``rtol``).
+    first_step
+        First step of ``"adaptive"``; ``None``: Hairer's starting rule (one extra field
+        evaluation, and on a stiff field a cautious guess that the controller must grow).
+        ``stats["next_step"]`` of a run is the step its controller would take next: passed
+        here with its final tokens, it continues that run (MiniLM layer 0 at ``I ⊕ 0``,
+        N = 1024: five stretches took 634 evaluations restarted, 452 in one run).
     dtype
         ``numpy.float64`` (default) or ``numpy.float32`` for the token arithmetic; moments are
         always accumulated in float64.

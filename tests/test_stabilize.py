@@ -618,6 +618,19 @@ def test_auto_picks_the_smaller_function_change() -> None:
 # -- tokens ---------------------------------------------------------------------------------
 
 
+def _start_error(start: gt.Gaussian, target: gt.Gaussian) -> float:
+    """The default depth's ``e0``: the start's largest relative error (covariance, or mean in
+    units of ``max(|m*|, sqrt(tr Σ*))``), at least ``1e-3``."""
+    return float(
+        max(
+            1e-3,
+            np.linalg.norm(start.cov - target.cov) / np.linalg.norm(target.cov),
+            np.linalg.norm(start.mean - target.mean)
+            / max(np.linalg.norm(target.mean), math.sqrt(np.trace(target.cov))),
+        )
+    )
+
+
 def test_token_check_passes_and_reports_the_untouched_layer() -> None:
     layer = gt.Layer(V=0.5 * np.eye(2), B=np.eye(2))
     target = gt.Gaussian([0.5, -0.3], [[1.0, 0.2], [0.2, 0.6]])
@@ -628,13 +641,7 @@ def test_token_check_passes_and_reports_the_untouched_layer() -> None:
     assert res.untouched_tokens is not None and res.untouched_tokens.w2 > tc.w2
     # the tokens start from the perturbed target and go as deep as its verification would:
     # (ln(e0/1e-6) + 3)/rate with e0 its largest relative error
-    start = res.starts[-1]
-    e0 = max(
-        1e-3,
-        np.linalg.norm(start.cov - target.cov) / np.linalg.norm(target.cov),
-        np.linalg.norm(start.mean - target.mean)
-        / max(np.linalg.norm(target.mean), math.sqrt(np.trace(target.cov))),
-    )
+    e0 = _start_error(res.starts[-1], target)
     assert tc.T == pytest.approx((math.log(e0 / 1e-6) + 3.0) / 1.0, rel=1e-12)
 
 
@@ -964,13 +971,7 @@ def test_a_token_check_failed_at_the_rate_alone_doubles_the_design_rate() -> Non
     assert tc is not None
     # the rate certified is 2: the default depths follow it, (ln(e0/1e-6) + 3)/2 for the
     # tokens' start (the perturbed target), the given layer's tokens keep the rate-1 depth
-    start = res.starts[-1]
-    e0 = max(
-        1e-3,
-        np.linalg.norm(start.cov - target.cov) / np.linalg.norm(target.cov),
-        np.linalg.norm(start.mean - target.mean)
-        / max(np.linalg.norm(target.mean), math.sqrt(np.trace(target.cov))),
-    )
+    e0 = _start_error(res.starts[-1], target)
     assert tc.T == pytest.approx((math.log(e0 / 1e-6) + 3.0) / 2.0, rel=1e-12)
     given = res.untouched_tokens
     assert given is not None

@@ -340,6 +340,23 @@ def test_stop_factor_runs_to_T_when_the_tokens_stay_near() -> None:
     assert abs(tc.w2 - plain.w2) <= 1e-4 * plain.floor
 
 
+def test_adaptive_stop_factor_stretches_continue_one_run() -> None:
+    """With ``method="adaptive"`` each stretch continues the last one's step
+    (``first_step = stats["next_step"]``) at its share ``rtol · span / T`` of the tolerance,
+    the error per unit depth of one run: the tokens end where one run's do (to a small part
+    of the tolerance's scale, far below the floor), in about its evaluations (a stretch adds
+    its first field evaluation and a step cut to land on its end)."""
+    target = _issue_target(1)
+    res = design_mean_matching(target, robustness=False)
+    T = res.ess.T
+    same = {"n_tokens": 256, "T": T, "seed": 5, "method": "adaptive", "rtol": 1e-3}
+    tc = design_token_certificate(res.layer, target, stop_factor=10.0, **same)
+    plain = design_token_certificate(res.layer, target, n_snapshots=2, **same)
+    assert tc.T == T and tc.success == plain.success and tc.floor == plain.floor
+    assert abs(tc.w2 - plain.w2) <= 1e-3 * plain.floor
+    assert tc.stats["n_velocity"] <= plain.stats["n_velocity"] + 5 * (1 + 6)
+
+
 def test_float32_tokens_agree_with_float64_far_below_the_floor() -> None:
     """``dtype=float32`` halves the token arithmetic; its rounding moves W2 by orders of
     magnitude less than the sampling floor that W2 is compared with."""

@@ -794,8 +794,8 @@ def design_token_certificate(
     if adaptive:
         n_steps = 0  # chosen by the error control; the result reports the accepted steps
         # a field that needs far more evaluations than RK4's rule (tokens blowing up, a stiff
-        # head) ends the run: capped at _ADAPTIVE_EVALS times that rule's evaluations, plus
-        # a restart's for each stretch of stop_factor (its first step is chosen afresh)
+        # head) ends the run: capped at _ADAPTIVE_EVALS times that rule's evaluations, plus,
+        # for each stretch of stop_factor, its first field evaluation and a step cut to land
         stretches = 1 if opts.stop_factor is None else _STRETCHES + 1
         max_evals = _ADAPTIVE_EVALS * 4 * _auto_steps(layer, tgt, g0, depth) + 16 * stretches
     else:

@@ -750,8 +750,8 @@ class _Context:
             )
             stats = {"c_screens": screens, "c_failed": c_failed}
             if c == c_loc:
-                # no c passed its screen: the checks at c_loc stand, out of time if the screens
-                # were
+                # no c passed its screen: the checks at c_loc stand (out of time if the
+                # screens ran out of it)
                 spent = self.budget.exhausted
                 return replace(
                     res,

@@ -290,6 +290,27 @@ def test_extraction_is_exact_on_a_tiny_random_bert(tiny_bert) -> None:  # type: 
         h = h.detach()
 
 
+def test_stabilize_model_tabulates_a_tiny_random_bert(tiny_bert) -> None:  # type: ignore[no-untyped-def]
+    """Every layer of a random-init BERT (d = 33 with the affine coordinate) stabilized around
+    ``N(e, I ⊕ 0)`` with 128 tokens: each row is its result's figures, design rate included,
+    and the Markdown table has one line per row."""
+    from gtcontrol.experiments import stabilize_model
+
+    table = stabilize_model(tiny_bert, targets=["identity"], token_check=128)
+    assert table.success, table.message
+    assert len(table.rows) == len(table.results) == 2
+    for row, res in zip(table.rows, table.results, strict=True):
+        assert res.success and row.status is res.status
+        assert row.c == res.c and row.design_rate == res.stats["design_rate"] >= 1.0
+        assert row.abscissa == res.spectrum.abscissa <= -1.0
+        tc = res.token_certificate
+        assert tc is not None and row.token_w2 == tc.w2 <= 2.0 * tc.floor
+        assert row.row()["design_rate"] == row.design_rate
+    lines = table.markdown().splitlines()
+    assert "| design rate |" in lines[0] and len(lines) == 2 + len(table.rows)
+    assert lines[2].startswith(f"| 0 | identity | head | {table.rows[0].change:.5g} | ")
+
+
 def test_extraction_rejects_a_non_transformer() -> None:
     pytest.importorskip("torch")
     with pytest.raises(InvalidParametersError, match="expected a transformers model"):

@@ -750,6 +750,7 @@ def _stabilize_run(design: Design, out: Path) -> dict[str, Any]:
             "untouched_status": None if un is None else un.status,
         }
         summary["token W2 / floor"] = tc.w2 / tc.floor if tc.floor > 0 else None
+        summary["design rate"] = res.stats.get("design_rate")
     return run.finish(result(_status(res, Status.FAILED), outputs, figures, summary))
 
 

@@ -180,6 +180,10 @@ class StabilizationRow:
         The :class:`~gtcontrol.Stabilization`'s status and message.
     change, c
         The size of the change (``c`` or ``‖1 − g‖₂``) and ``c`` (``nan`` for gains).
+    design_rate
+        The rate ``c`` was designed for: the one asked, or a doubling of it when the token
+        check failed at that rate alone (``Stabilization.stats["design_rate"]``; ``nan`` for
+        gains).
     base_abscissa, abscissa
         Spectral abscissa with the heads kept (``A, b`` designed), and stabilized.
     seconds
@@ -197,6 +201,7 @@ class StabilizationRow:
     status: Status
     change: float
     c: float
+    design_rate: float
     base_abscissa: float
     abscissa: float
     seconds: float
@@ -215,6 +220,7 @@ class StabilizationRow:
             "status": str(self.status),
             "change": self.change,
             "c": self.c,
+            "design_rate": self.design_rate,
             "base_abscissa": self.base_abscissa,
             "abscissa": self.abscissa,
             "seconds": self.seconds,
@@ -235,6 +241,7 @@ def _row(k: int, target: str, res: Stabilization, seconds: float) -> Stabilizati
         status=res.status,
         change=res.change,
         c=res.c,
+        design_rate=float(res.stats.get("design_rate", nan)),
         base_abscissa=nan if res.base is None else res.base.abscissa,
         abscissa=nan if res.spectrum is None else res.spectrum.abscissa,
         seconds=seconds,
@@ -293,9 +300,9 @@ class StabilizationTable(ResultFields, Outcome):
     def markdown(self) -> str:
         """The table in Markdown (one line per row)."""
         head = (
-            "| layer | target | family | c or ‖1−g‖ | abscissa before → after | seconds | "
-            "function change | tokens W2 / floor (untouched W2) | status |\n"
-            "|---|---|---|---|---|---|---|---|---|\n"
+            "| layer | target | family | c or ‖1−g‖ | design rate | abscissa before → after | "
+            "seconds | function change | tokens W2 / floor (untouched W2) | status |\n"
+            "|---|---|---|---|---|---|---|---|---|---|\n"
         )
         lines = []
         for r in self.rows:
@@ -306,6 +313,7 @@ class StabilizationTable(ResultFields, Outcome):
             )
             lines.append(
                 f"| {r.layer} | {r.target} | {r.family} | {r.change:.5g} | "
+                f"{'—' if math.isnan(r.design_rate) else f'{r.design_rate:g}'} | "
                 f"{r.base_abscissa:.4g} → {r.abscissa:.4g} | {r.seconds:.1f} | "
                 f"{r.function_change:.3g} | {tokens} | {r.status.value} |"
             )

@@ -553,6 +553,31 @@ def test_time_limit_holds_while_c_grows() -> None:
         assert "spectral abscissa nan" not in res.message
 
 
+def test_time_limit_holds_while_the_design_rate_doubles() -> None:
+    """A kept head in its hard-maximum regime (``B = 8I``): unlimited, the design rate doubles
+    three times. With a limit that ends in the first round, a doubled one or the last, the call
+    ends within the contract's ``max(1 s, 10 %)`` as ``BUDGET_EXHAUSTED`` (or, done in time, with
+    the unlimited verdict) and names the call's limit, not what was left of it when the token
+    run started."""
+    layer = gt.Layer(V=0.5 * np.eye(2), B=8.0 * np.eye(2))
+    target = gt.Gaussian([0.5, -0.3], [[1.0, 0.2], [0.2, 0.6]])
+    clock = time.perf_counter()
+    full = gt.stabilize(layer, target, add="head", rate=1.0, token_check=256)
+    total = time.perf_counter() - clock
+    assert full.stats["token_doublings"] == 3
+    for share in (0.2, 0.5, 0.8):
+        limit = share * total
+        clock = time.perf_counter()
+        res = gt.stabilize(layer, target, add="head", rate=1.0, token_check=256, time_limit=limit)
+        assert time.perf_counter() - clock <= limit + 1.0
+        # finished within the limit after all (a quieter machine): the unlimited verdict
+        assert res.status is Status.BUDGET_EXHAUSTED or (
+            res.status is full.status and res.stats["token_doublings"] == 3
+        ), res.message
+        if "token check was cut short" in res.message:
+            assert f"the time limit of {limit:g} s was reached" in res.message
+
+
 def test_a_rank_deficient_start_is_not_screened_and_says_why() -> None:
     """The covariance flow is a congruence: a start of rank 1 in d = 2 never reaches a
     positive definite target, so no ``c`` is tried for it and its verification says so."""

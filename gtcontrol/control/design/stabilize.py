@@ -1064,7 +1064,10 @@ class _Context:
                     f"the simulation from the {v.name} start did not converge: {v.message}"
                 )
         kept_ess = math.nan
-        if tc is not None and not tc.success:
+        if tc is not None and tc.status is Status.BUDGET_EXHAUSTED and self.budget.exhausted:
+            # the run saw what was left of the call's time: name the call's limit
+            reasons.append(f"the token check was cut short: {self.budget.reason()} ({tc.message})")
+        elif tc is not None and not tc.success:
             reasons.append(f"the token check fails: {tc.message}")
             kept_ess, why = self._kept_heads_ess(probe, n_tok)
             if why:

@@ -985,6 +985,7 @@ def test_a_token_check_failed_at_the_rate_alone_doubles_the_design_rate() -> Non
     assert res.success, res.message
     assert res.stats["token_doublings"] == 1 and res.stats["design_rate"] == 2.0
     assert "so the design rate doubled to 2" in res.message
+    assert "the design rate 2 is the smallest token-valid one to a factor 2" in res.message
     alone = gt.stabilize(layer, target, add="head", rate=1.0)
     twice = gt.stabilize(layer, target, add="head", rate=2.0)
     assert alone.success and twice.success

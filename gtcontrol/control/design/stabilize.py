@@ -825,6 +825,13 @@ class _Context:
                 shift=shift,
                 design_rate=rho,
             )
+        if tries and res.success:
+            res = replace(
+                res,
+                message=res.message
+                + f"; the design rate {rho:g} is the smallest token-valid one to a factor 2 "
+                f"(at {rho / 2:g} the tokens failed)",
+            )
         return res
 
     def _head_layer(

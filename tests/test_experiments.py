@@ -311,6 +311,17 @@ def test_stabilize_model_tabulates_a_tiny_random_bert(tiny_bert) -> None:  # typ
     assert lines[2].startswith(f"| 0 | identity | head | {table.rows[0].change:.5g} | ")
 
 
+def test_stabilize_model_cut_by_its_time_limit_says_so(tiny_bert) -> None:  # type: ignore[no-untyped-def]
+    """A table whose rows were cut by the time limit is ``BUDGET_EXHAUSTED``, not ``FAILED``:
+    nothing contradicted a certificate."""
+    from gtcontrol.experiments import stabilize_model
+
+    table = stabilize_model(tiny_bert, targets=["identity"], token_check=128, time_limit=0.05)
+    assert table.status is Status.BUDGET_EXHAUSTED, table.message
+    assert table.rows and all(r.status is not Status.FAILED for r in table.rows)
+    assert "the time limit ran out" in table.message
+
+
 def test_extraction_rejects_a_non_transformer() -> None:
     pytest.importorskip("torch")
     with pytest.raises(InvalidParametersError, match="expected a transformers model"):

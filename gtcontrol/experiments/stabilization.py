@@ -409,14 +409,19 @@ def stabilize_model(
                 results.append(res)
                 update(len(rows))
     done = sum(r.status is Status.SUCCESS for r in rows)
-    if status is Status.SUCCESS and done < len(rows):
+    if status is Status.SUCCESS and any(r.status is Status.BUDGET_EXHAUSTED for r in rows):
+        status = Status.BUDGET_EXHAUSTED  # a row cut by the time limit: not a failure
+    elif status is Status.SUCCESS and done < len(rows):
         status = Status.FAILED
     msg = (
         f"{done} of {len(rows)} (layer, target) pairs of {em.label} stabilized "
         f"({add}, rate {rate:g}); data: {what}"
     )
     if status is Status.BUDGET_EXHAUSTED:
-        msg += f"; the time limit ran out after {len(rows)} of {len(picked) * len(targets)} pairs"
+        msg += (
+            f"; the time limit ran out in or after {len(rows)} of "
+            f"{len(picked) * len(targets)} pairs"
+        )
     return StabilizationTable(
         model=em.label,
         rows=tuple(rows),

@@ -57,6 +57,16 @@ _MAX_STEPS_PER_LAYER = 10**6
 AnyArray = NDArray[Any]
 
 
+def rtol_floor(dtype: Any) -> float:
+    """The smallest ``rtol`` of ``"adaptive"`` in ``dtype``: 100 machine epsilons."""
+    return _RTOL_FLOOR_EPS * float(np.finfo(np.dtype(dtype)).eps)
+
+
+def adaptive_rtol(rtol: float | None, dtype: Any) -> float:
+    """``rtol`` of ``"adaptive"``, or its default for ``dtype`` when ``None``."""
+    return float(rtol) if rtol is not None else _DEFAULT_RTOL[np.dtype(dtype)]
+
+
 # ---------------------------------------------------------------------------- options and result
 @dataclass(frozen=True, kw_only=True)
 class _TokenOptions:
@@ -153,7 +163,7 @@ class _TokenOptions:
             )
         object.__setattr__(self, "dtype", dt)
         if self.rtol is not None:
-            floor = _RTOL_FLOOR_EPS * float(np.finfo(dt).eps)
+            floor = rtol_floor(dt)
             if not floor <= as_positive_float("rtol", self.rtol) <= _RTOL_MAX:
                 raise InvalidParametersError(
                     f"rtol: expected a tolerance in [{floor:.3g}, {_RTOL_MAX:g}] (at least 100 "
@@ -163,7 +173,7 @@ class _TokenOptions:
     @property
     def resolved_rtol(self) -> float:
         """``rtol`` of ``"adaptive"`` (its default depends on the dtype)."""
-        return float(self.rtol) if self.rtol is not None else _DEFAULT_RTOL[self.dtype]
+        return adaptive_rtol(self.rtol, self.dtype)
 
     @property
     def steps(self) -> int:

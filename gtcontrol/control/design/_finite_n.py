@@ -67,7 +67,7 @@ from ..._validation import (
 )
 from ...analysis.equilibria import mean_matrix
 from ...errors import InvalidGaussianError, InvalidParametersError
-from ...model._token_integrators import _DEFAULT_RTOL, _RTOL_FLOOR_EPS
+from ...model._token_integrators import adaptive_rtol, rtol_floor
 from ...model.field import affine_velocity
 from ...model.finite_n import ess_fraction, worst_ess_fraction
 from ...model.gaussian import Gaussian, check_gaussian
@@ -942,9 +942,7 @@ def _until_away(
     controller then has steps rejected (MiniLM layer 0 at ``I ⊕ 0``, N = 1024: 648 evaluations
     where one run takes 452)."""
     adaptive = opts.method == "adaptive"
-    dtype = np.dtype(opts.dtype)
-    tol = opts.rtol if opts.rtol is not None else _DEFAULT_RTOL[dtype]
-    tol_floor = _RTOL_FLOOR_EPS * float(np.finfo(dtype).eps)
+    tol, tol_floor = adaptive_rtol(opts.rtol, opts.dtype), rtol_floor(opts.dtype)
     parts: list[tuple[float, TokenTrajectory]] = []
     x, done, end, evals = x0, 0.0, depth / 2.0**_STRETCHES, 0
     first: float | None = None

@@ -12,8 +12,11 @@ wall-clock limit) and turns it into a :class:`Budget`, which its loops consult.
 from __future__ import annotations
 
 import math
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
@@ -164,6 +167,37 @@ class BudgetExhausted(Exception):
         self.reason = reason
 
 
+#: An event that, once set, spends every :class:`Budget` built while it is the context's: the
+#: cancellation of a run whose result is no longer needed (:func:`cancellable`).
+_CANCEL: ContextVar[threading.Event | None] = ContextVar("gtcontrol_cancel", default=None)
+
+
+@contextmanager
+def cancellable(event: threading.Event) -> Iterator[None]:
+    """Inside the block, every :class:`Budget` built is spent once ``event`` is set.
+
+    For work started in the background (:func:`gtcontrol.stabilize`'s run of the given layer's
+    tokens, in a thread): setting ``event`` ends it at its next budget check, the way a time
+    limit would, with the reason "cancelled".
+
+    Examples
+    --------
+    >>> import threading
+    >>> stop = threading.Event()
+    >>> with cancellable(stop):
+    ...     b = Budget(None)
+    >>> b.exhausted
+    False
+    >>> stop.set(); b.exhausted, b.reason()
+    (True, 'the run was cancelled: its result was no longer needed')
+    """
+    token = _CANCEL.set(event)
+    try:
+        yield
+    finally:
+        _CANCEL.reset(token)
+
+
 class Budget:
     """A wall-clock deadline plus an evaluation counter with a finite cap.
 
@@ -189,7 +223,7 @@ class Budget:
     the cap of 2 evaluations was reached
     """
 
-    __slots__ = ("_deadline", "count", "max_evals", "start", "time_limit")
+    __slots__ = ("_cancel", "_deadline", "count", "max_evals", "start", "time_limit")
 
     def __init__(
         self,
@@ -203,6 +237,7 @@ class Budget:
         self._deadline = math.inf if self.time_limit is None else self.start + self.time_limit
         self.max_evals = max_evals
         self.count = 0
+        self._cancel = _CANCEL.get()
 
     @property
     def elapsed(self) -> float:
@@ -215,8 +250,11 @@ class Budget:
 
     @property
     def exhausted(self) -> bool:
-        """Whether the deadline has passed or the evaluation cap was reached."""
+        """Whether the deadline has passed, the evaluation cap was reached or the run was
+        cancelled (:func:`cancellable`)."""
         if self.max_evals is not None and self.count > self.max_evals:
+            return True
+        if self._cancel is not None and self._cancel.is_set():
             return True
         return time.perf_counter() > self._deadline
 
@@ -224,6 +262,8 @@ class Budget:
         """Why the budget is exhausted, in words (for ``message``)."""
         if self.max_evals is not None and self.count > self.max_evals:
             return f"the cap of {self.max_evals} evaluations was reached"
+        if self._cancel is not None and self._cancel.is_set():
+            return "the run was cancelled: its result was no longer needed"
         return f"the time limit of {self.time_limit:g} s was reached"
 
     def tick(self, n: int = 1) -> None:

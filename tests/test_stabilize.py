@@ -710,6 +710,80 @@ def test_the_untouched_layers_tokens_run_once_while_c_grows(
     assert res.untouched_tokens.initial == res.token_certificate.initial
 
 
+def _untouched_threads() -> list[Any]:
+    import threading
+
+    return [t for t in threading.enumerate() if t.name.startswith("gtcontrol-untouched")]
+
+
+def test_the_untouched_layers_tokens_run_in_the_background_on_a_single_threaded_blas(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With numpy's BLAS on one thread the given layer's token run starts with the call, in a
+    thread of its own beside the design, and gives the result of the run in turn."""
+    import threading
+
+    from threadpoolctl import threadpool_limits
+
+    from gtcontrol.control.design import stabilize as module
+
+    if module._cpus() < 2:
+        pytest.skip("one CPU: the jobs run in turn")
+    where: list[str] = []
+    real = module._Context._run_untouched
+
+    def recorded(self: Any, n_tok: int, t_end: float) -> Any:
+        where.append(threading.current_thread().name)
+        return real(self, n_tok, t_end)
+
+    monkeypatch.setattr(module._Context, "_run_untouched", recorded)
+    layer = gt.Layer(V=1.5 * np.eye(2), B=0.5 * np.eye(2))
+    target = gt.Gaussian([0.5, -0.3], [[1.0, 0.2], [0.2, 0.6]])
+    with threadpool_limits(1, user_api="blas"):
+        background = gt.stabilize(layer, target, add="head", token_check=128)
+    in_turn = gt.stabilize(layer, target, add="head", token_check=128)
+    assert len(where) == 2 and where[0].startswith("gtcontrol-untouched"), where
+    assert not where[1].startswith("gtcontrol-untouched")
+    assert background.success and in_turn.success, (background.message, in_turn.message)
+    un, ref = background.untouched_tokens, in_turn.untouched_tokens
+    assert un is not None and ref is not None
+    assert (un.T, un.status) == (ref.T, ref.status)
+    assert un.w2 == pytest.approx(ref.w2, rel=1e-4)  # float32 tokens, other BLAS threads
+    assert not _untouched_threads()
+
+
+def test_a_call_that_needs_no_token_run_cancels_the_background_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A result with no design to check (the gains family, proven infeasible) takes no token
+    run: the background run of the given layer's tokens is cancelled, and has ended when the
+    call returns."""
+    from threadpoolctl import threadpool_limits
+
+    from gtcontrol.control.design import stabilize as module
+
+    if module._cpus() < 2:
+        pytest.skip("one CPU: the jobs run in turn")
+    ended: list[Any] = []
+    real = module._Context._run_untouched
+
+    def recorded(self: Any, n_tok: int, t_end: float) -> Any:
+        out = real(self, n_tok, t_end)
+        ended.append(out)
+        return out
+
+    monkeypatch.setattr(module._Context, "_run_untouched", recorded)
+    d = 3
+    layer = gt.Layer(heads=[(0.5 * np.eye(d), np.eye(d)), (0.3 * np.eye(d), np.eye(d))])
+    target = gt.Gaussian(np.zeros(d), np.eye(d))
+    with threadpool_limits(1, user_api="blas"):
+        res = gt.stabilize(layer, target, add="gains", token_check=20_000)
+    assert res.status is Status.INFEASIBLE and res.untouched_tokens is None
+    assert not _untouched_threads()
+    assert len(ended) == 1 and ended[0].status is Status.BUDGET_EXHAUSTED
+    assert "cancelled" in ended[0].message
+
+
 # -- bad input --------------------------------------------------------------------------------
 
 

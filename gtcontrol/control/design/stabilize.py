@@ -81,16 +81,17 @@ import contextvars
 import functools
 import math
 import os
+import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any, TypeVar
 
 import numpy as np
 
 from ..._linalg import FloatArray, psd_sqrt, spd_sqrt_pair, sym
-from ..._status import Budget, BudgetExhausted, Status, as_time_limit
+from ..._status import Budget, BudgetExhausted, Status, as_time_limit, cancellable
 from ..._validation import as_choice, as_float_array, as_positive_float, as_positive_int, frozen
 from ...analysis._subspace import active_subspace, reduced_layer
 from ...analysis.stability import (
@@ -219,7 +220,9 @@ def stabilize(
         default the verification's rule applied to their start alone. The given layer's tokens,
         from the same start and seed, are reported beside them: they run to depths ``T/16,
         T/8, …, T`` and stop at the first where they are 100 sampling floors away or out of
-        range. When only the token check fails (head family), the design rate doubles, at
+        range (with numpy's BLAS on one thread, as ``stabilize_model`` sets it, this run starts
+        with the call, in a thread beside the design, and is cancelled if no result needs
+        it). When only the token check fails (head family), the design rate doubles, at
         most three times (``stats["design_rate"]``): the tokens' finite-N bias is held off by
         the contraction. When it still fails, a kept head whose median predicted ``ESS/N`` at
         the target is below ``1/N`` is named as a hint (``stats["kept_head_ess"]``).
@@ -312,6 +315,8 @@ def stabilize(
         probe=probe,
         clock=clock,
     )
+    # the given layer's tokens do not depend on the design: they run from the start, beside it
+    ctx.start_untouched()
     try:
         base_layer = ctx.design_ffn(layer)
         ctx.base_layer = base_layer
@@ -328,6 +333,8 @@ def stabilize(
         return ctx.result_without(
             layer, None, family, Status.BUDGET_EXHAUSTED, f"stopped: {exc.reason}"
         )
+    finally:
+        ctx.close()
     if family != "auto":
         return found[0]
     good = [r for r in found if r.success]
@@ -382,17 +389,24 @@ _S = TypeVar("_S")
 _MAX_WORKERS = 8
 
 
-def _concurrently(jobs: list[Callable[[], _T]]) -> list[_T]:
+def _threaded() -> bool:
+    """Whether independent jobs run in threads (:func:`_concurrently`)."""
+    return _cpus() > 1 and _blas_single_threaded()
+
+
+def _concurrently(jobs: list[Callable[[], _T]], *, alone: bool = True) -> list[_T]:
     """Run independent jobs (the verifying simulations, the token run), in threads when numpy's
     BLAS is on one thread (as :func:`gtcontrol.experiments.stabilize_model` sets it once torch
     is loaded): each job is BLAS-bound and releases the GIL, so they share the cores. A single
-    job gets the BLAS threads of every core instead (MiniLM layer 3 at ``I ⊕ 0``, one
-    verifying simulation of 226 steps: 60.6 s on one thread, 40.8 s on two). With a
-    multi-threaded BLAS (or without ``threadpoolctl`` to tell) they run one after the other,
-    each using every core."""
+    job gets the BLAS threads of every core instead, when it is ``alone`` (no background run
+    beside it; MiniLM layer 3 at ``I ⊕ 0``, one verifying simulation of 226 steps: 60.6 s on
+    one thread, 40.8 s on two). With a multi-threaded BLAS (or without ``threadpoolctl`` to
+    tell) they run one after the other, each using every core."""
     cpus = _cpus()
-    if cpus <= 1 or not jobs or not _blas_single_threaded():
+    if not jobs or not _threaded():
         return [job() for job in jobs]
+    if len(jobs) == 1 and not alone:
+        return [jobs[0]()]
     if len(jobs) == 1:
         from threadpoolctl import threadpool_limits
 
@@ -471,8 +485,52 @@ class _Context:
         self.a_old_r = basis.T @ layer.affine_ffn()[0] @ basis
         self.base_layer = layer
         self._probe_sample: FloatArray | None = None
-        # the given layer's token runs (:meth:`_untouched_tokens`), by token count and depth
+        # the given layer's token runs (:meth:`_untouched_tokens`), by token count and depth,
+        # and the one running in the background (:meth:`start_untouched`) with its cancel event
         self._untouched: dict[tuple[int, float], TokenCertificate] = {}
+        self._background: tuple[tuple[int, float], Future[TokenCertificate | None]] | None = None
+        self._cancel = threading.Event()
+
+    # -- the given layer's tokens, in the background ---------------------------------------
+    def _untouched_key(self) -> tuple[int, float] | None:
+        """The token count and depth of the given layer's token run (None: no token check):
+        the depth given, or the verification's rule for the token start at the rate asked for
+        (the run is kept across designs and design rates)."""
+        if self.n_tok is None:
+            return None
+        return self.n_tok, (
+            self.depth if self.depth is not None else self.default_depth([self.token_start])
+        )
+
+    def start_untouched(self) -> None:
+        """Start the given layer's token run in a thread, when jobs run in threads
+        (:func:`_concurrently`): it does not depend on the design, so it takes the core that the
+        design of ``A, b`` and the base spectrum (on the caller's thread) leave idle, and is
+        ready by the first :meth:`finish`. :meth:`close` cancels it if no result needs it."""
+        key = self._untouched_key()
+        if key is None or not _threaded():
+            return
+        run = contextvars.copy_context()
+
+        def job() -> TokenCertificate | None:
+            with cancellable(self._cancel):
+                return self._run_untouched(*key)
+
+        pool = ThreadPoolExecutor(1, thread_name_prefix="gtcontrol-untouched")
+        self._background = (key, pool.submit(run.run, job))
+        pool.shutdown(wait=False)  # the thread ends with its job
+
+    def background_running(self) -> bool:
+        """Whether the background token run (:meth:`start_untouched`) still runs."""
+        return self._background is not None and not self._background[1].done()
+
+    def close(self) -> None:
+        """End the call's background run: cancelled when no result took it, and waited for
+        (it ends at its next field evaluation), so no work outlives the call."""
+        if self._background is not None:
+            self._cancel.set()
+            self._background[1].exception()  # waits; an error there concerns no result
+            self._background = None
 
     # -- design of A and b ----------------------------------------------------------------
     def design_ffn(self, layer: Layer) -> Layer:
@@ -956,7 +1014,10 @@ class _Context:
                 return math.inf
             return self._error(traj.mean[-1], traj.cov[-1])
 
-        errs = _concurrently([functools.partial(end_error, g0) for _, g0 in starts])
+        errs = _concurrently(
+            [functools.partial(end_error, g0) for _, g0 in starts],
+            alone=not self.background_running(),
+        )
         j = int(np.argmax(errs))
         return None if errs[j] <= _SCREEN_TOL else starts[j][0]
 
@@ -1023,19 +1084,17 @@ class _Context:
             )
             for name, g0 in self.starts
         ]
-        if n_tok is not None:
+        given = self._untouched_key()
+        # the given layer's tokens (the same at every c): a job here unless already running
+        in_background = self._background is not None and self._background[0] == given
+        if n_tok is not None and given is not None:
             # the tokens go as deep as the verification would for their own start
-            t_tok, t_given = (
-                (depth, depth)
-                if depth is not None
-                else (
-                    self.default_depth([self.token_start], design_rate),
-                    self.default_depth([self.token_start]),
-                )
+            t_tok = (
+                depth if depth is not None else self.default_depth([self.token_start], design_rate)
             )
-            # two jobs: the stabilized layer's tokens, and the given layer's (the same at every c)
             jobs.append(functools.partial(self._tokens, final, n_tok, t_tok))
-            jobs.append(functools.partial(self._untouched_tokens, n_tok, t_given))
+            if not in_background:
+                jobs.append(functools.partial(self._untouched_tokens, *given))
         spec, near = design.spectrum, -1
         if spec is None and len(jobs) == 1:
             # first, here: a job alone gets every core's BLAS threads (MiniLM layer 3 at I ⊕ 0,
@@ -1051,12 +1110,20 @@ class _Context:
                 ),
                 jobs[near],
             )
-        done = _concurrently(jobs)
+        done = _concurrently(jobs, alone=not self.background_running())
         if spec is None:
             spec, done[near] = done[near]
         local = spec.status is Status.SUCCESS and spec.abscissa <= -rate
-        checks: list[Verification] = done[: len(self.starts)]
-        tc, untouched = done[-2:] if n_tok is not None else (None, None)
+        n_starts = len(self.starts)
+        checks: list[Verification] = done[:n_starts]
+        tc, untouched = (
+            (None, None)
+            if given is None
+            else (
+                done[n_starts],
+                self._untouched_tokens(*given) if in_background else done[n_starts + 1],
+            )
+        )
         change_fn = self._function_change(final, probe)
         reasons = []
         if spec.status is not Status.SUCCESS:
@@ -1342,12 +1409,19 @@ class _Context:
         key = (n_tok, t_end)
         if key in self._untouched:
             return self._untouched[key]
-        if self.budget.exhausted:
-            return None
-        untouched = self._token_run(self.layer, n_tok, t_end, stop_factor=_DIVERGED)
-        if untouched.status is not Status.BUDGET_EXHAUSTED:
+        if self._background is not None and self._background[0] == key:
+            untouched = self._background[1].result()
+            self._background = None
+        else:
+            untouched = self._run_untouched(n_tok, t_end)
+        if untouched is not None and untouched.status is not Status.BUDGET_EXHAUSTED:
             self._untouched[key] = untouched
         return untouched
+
+    def _run_untouched(self, n_tok: int, t_end: float) -> TokenCertificate | None:
+        if self.budget.exhausted:
+            return None
+        return self._token_run(self.layer, n_tok, t_end, stop_factor=_DIVERGED)
 
     def _token_run(
         self,

@@ -710,6 +710,42 @@ def test_the_untouched_layers_tokens_run_once_while_c_grows(
     assert res.untouched_tokens.initial == res.token_certificate.initial
 
 
+def test_the_token_run_at_the_local_minimum_stops_when_c_grows(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """At the local minimum ``c`` a start that fails its screen halfway makes ``c`` grow: the
+    stabilized layer's token run at that ``c``, beside it, is cancelled (its result is not
+    needed), and the tokens are checked at the ``c`` chosen."""
+    from gtcontrol._status import _CANCEL
+    from gtcontrol.control.design import stabilize as module
+
+    seen: list[tuple[bool, Any]] = []
+    real = module.design_token_certificate
+
+    def watched(*args: Any, **kwargs: Any) -> Any:
+        cancel = _CANCEL.get()
+        if kwargs.get("stop_factor") == module._AWAY and cancel is not None:
+            # hold the run until the verification beside it fails its screen
+            assert cancel.wait(timeout=60.0)
+        out = real(*args, **kwargs)
+        if kwargs.get("stop_factor") == module._AWAY:
+            seen.append((cancel is not None, out))
+        return out
+
+    monkeypatch.setattr(module, "design_token_certificate", watched)
+    layer, target = _stuck_at_the_local_minimum()
+    res = gt.stabilize(layer, target, add="head", rate=1.0, token_check=64)
+    assert res.c > res.stats["c_local"] and res.stats["c_screens"] >= 2, res.message
+    first, *rest = seen
+    assert first[0] and first[1].status is Status.BUDGET_EXHAUSTED
+    assert "cancelled" in first[1].message
+    # every later run (at the c chosen, and at each doubled design rate) goes to its end
+    assert len(rest) == 1 + res.stats["token_doublings"]
+    assert not any(cancellable for cancellable, _ in rest)
+    assert all(out.status is not Status.BUDGET_EXHAUSTED for _, out in rest)
+    assert res.token_certificate is rest[-1][1]
+
+
 def _untouched_threads() -> list[Any]:
     import threading
 

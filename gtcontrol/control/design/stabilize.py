@@ -118,9 +118,12 @@ __all__ = ["FAMILIES", "Stabilization", "stabilize"]
 #: The families of additions :func:`stabilize` designs.
 FAMILIES = ("auto", "head", "gains")
 #: Relative tolerance of the verifying integration. The flow contracts near the target, so the
-#: global error stays far below 1e-6: on MiniLM layer 3 (text target) the end errors at 1e-6,
-#: 1e-7 and 1e-8 agree to three digits (3.66e-8 for Σ), and 1e-7 took 77 DOP853 steps where
-#: 1e-9 took 89; tests/test_stabilize.py compares with a 1e-10 integration.
+#: global error stays far below the 1e-6 required: on MiniLM layer 3 (text target) the end
+#: errors at 1e-6, 1e-7 and 1e-8 agree to three digits (3.66e-8 for Σ), and 1e-7 took 77
+#: DOP853 steps where 1e-9 took 89; tests/test_stabilize.py compares with a 1e-10 integration.
+#: Not 1e-6, though it saves a quarter of the evaluations at d = 385 (MiniLM layer 1, text
+#: target: 857 against 1,289): the factor's rotation at the equilibrium carries a floor of
+#: integration error, 8.6e-8 on a random d = 8 layer of those tests, 12 times below 1e-6.
 _VERIFY_INTEGRATOR_RTOL = 1e-7
 #: e-folds added to the default verification depth for transients.
 _TRANSIENT_EFOLDS = 3.0
@@ -1068,6 +1071,11 @@ class _Context:
         beta = 2.0 * (q + c_eff)
         radius = (-omega / beta if beta > 0 else math.inf) if omega < 0 else math.nan
         t_end = depth if depth is not None else self.default_depth(rate=design_rate)
+        # At the local minimum c a start that fails its screen halfway fails this design, and
+        # c grows (:meth:`_head`) when the local certificate holds: the stabilized tokens at
+        # this c are then not needed, and their run stops (MiniLM layer 1, text target: the
+        # identity start stops at depth 8.5, where the token run had half its depth to go).
+        stuck = threading.Event() if screen_at is not None else None
         # the verifying simulations and the token runs are independent: they share the cores
         jobs: list[Callable[[], Any]] = [
             functools.partial(
@@ -1081,6 +1089,7 @@ class _Context:
                 extend=depth is None,
                 screen_at=screen_at,
                 rate=design_rate,
+                stuck=stuck,
             )
             for name, g0 in self.starts
         ]
@@ -1092,7 +1101,7 @@ class _Context:
             t_tok = (
                 depth if depth is not None else self.default_depth([self.token_start], design_rate)
             )
-            jobs.append(functools.partial(self._tokens, final, n_tok, t_tok))
+            jobs.append(functools.partial(self._tokens, final, n_tok, t_tok, stuck))
             if not in_background:
                 jobs.append(functools.partial(self._untouched_tokens, *given))
         spec, near = design.spectrum, -1
@@ -1124,6 +1133,14 @@ class _Context:
                 self._untouched_tokens(*given) if in_background else done[n_starts + 1],
             )
         )
+        token_note = ""
+        if stuck is not None and stuck.is_set() and tc is not None and not tc.success:
+            # stopped (or failed) beside a start that failed its screen: c grows
+            token_note = (
+                "tokens: not checked to the end at this c, a start failed its screen halfway "
+                f"(stopped at depth {tc.T:.4g}: {tc.message})"
+            )
+            tc = None
         change_fn = self._function_change(final, probe)
         reasons = []
         if spec.status is not Status.SUCCESS:
@@ -1181,10 +1198,12 @@ class _Context:
             verified,
             f"function change {change_fn:.3g} on {len(self._probe(probe))} probe tokens",
         ]
+        if token_note:
+            parts.append(token_note)
         if tc is not None:
             parts.append(f"tokens: {tc.message}")
-            if untouched is not None:
-                parts.append(f"untouched layer's tokens: {untouched.message}")
+        if untouched is not None:
+            parts.append(f"untouched layer's tokens: {untouched.message}")
         head = "stabilized" if status is Status.SUCCESS else "not certified: " + "; ".join(reasons)
         return Stabilization(
             layer=final,
@@ -1269,10 +1288,12 @@ class _Context:
         extend: bool,
         screen_at: float | None = None,
         rate: float | None = None,
+        stuck: threading.Event | None = None,
     ) -> Verification:
         """Simulate ``final`` from ``g0`` to ``t_end`` (extended while a default depth's error
         still falls). With ``screen_at < t_end`` the integration first stops there, and ends
-        unconverged when the error exceeds ``_SCREEN_TOL`` (the screens' test, :meth:`_screen`)."""
+        unconverged when the error exceeds ``_SCREEN_TOL`` (the screens' test, :meth:`_screen`),
+        and then sets ``stuck``."""
         cov_ref = float(np.linalg.norm(self.target.cov))
         mean_ref = self._mean_ref()
         t_parts, means, covs = [], [], []
@@ -1316,6 +1337,8 @@ class _Context:
                         f"{errs[-1] / speed if speed > 0 else math.inf:.3g} to close, more than "
                         f"the {left:.4g} left"
                     )
+                    if stuck is not None:
+                        stuck.set()
                     break
                 span, points = t_end - offset, 17
             # A default depth is extended while the flow still closes in: the certified rate
@@ -1388,17 +1411,23 @@ class _Context:
             f"speed the gap takes a depth of {far / speed:.2g} more to close)"
         )
 
-    def _tokens(self, final: Layer, n_tok: int, t_end: float) -> TokenCertificate | None:
+    def _tokens(
+        self, final: Layer, n_tok: int, t_end: float, cancel: threading.Event | None = None
+    ) -> TokenCertificate | None:
         """The stabilized layer's token check, by an error-controlled RK45: a large gauge ``s``
         makes the token field stiff where the moment model is not (MiniLM layer 3 at ``I ⊕ 0``,
         ``s = 30``: RK4 at the norm rule's 109 steps grew W2 sevenfold a step; RK45 took 47
         steps to W2 = 1.64 floors). Its ``rtol = 1e-2`` of the tokens' scale is two orders below
         the floor's ``~N^(-1/2)`` (layer 1, text target: W2 5.4101 against 5.4088 by RK4 at 89
         steps). It stops at the first of ``T/16, T/8, …, T`` where the tokens are
-        :data:`_AWAY` × the floor away (and then fails)."""
+        :data:`_AWAY` × the floor away (and then fails). Setting ``cancel`` ends it at its next
+        field evaluation (:meth:`finish`: ``c`` is about to grow)."""
         if self.budget.exhausted:
             return None
-        return self._token_run(final, n_tok, t_end, adaptive=True, stop_factor=_AWAY)
+        if cancel is None:
+            return self._token_run(final, n_tok, t_end, adaptive=True, stop_factor=_AWAY)
+        with cancellable(cancel):
+            return self._token_run(final, n_tok, t_end, adaptive=True, stop_factor=_AWAY)
 
     def _untouched_tokens(self, n_tok: int, t_end: float) -> TokenCertificate | None:
         """The given layer's tokens, from the token check's start and seed, until they are

@@ -35,7 +35,13 @@ from ._core import (
     slycot_lyapunov,
 )
 
-__all__ = ["MarchOutcome", "march_blowup"]
+__all__ = ["DEFAULT_MAX_STEPS", "DEFAULT_RTOL", "MarchOutcome", "march_blowup"]
+
+#: Default relative width of the certified bracket around the first root (one home for
+#: :func:`gtcontrol.blowup_analysis` and the blow-up search of :func:`gtcontrol.riccati_flow`).
+DEFAULT_RTOL = 1e-12
+#: Default cap on certified steps of the march (the same two callers).
+DEFAULT_MAX_STEPS = 100_000
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,7 @@ from ..errors import InvalidParametersError, SolverError
 from ..model.gaussian import Gaussian, check_gaussian
 from ..model.params import Layer
 from ._core import field_rate, simulate_within
-from ._march import march_blowup
+from ._march import DEFAULT_MAX_STEPS, DEFAULT_RTOL, march_blowup
 from .riccati import riccati_form
 
 __all__ = [
@@ -52,11 +52,6 @@ __all__ = [
     "blowup_time",
     "default_horizon",
 ]
-
-#: Default relative width of the certified bracket around the first root.
-DEFAULT_RTOL = 1e-12
-#: Default cap on certified steps of the march.
-DEFAULT_MAX_STEPS = 100_000
 
 
 @dataclass(frozen=True, kw_only=True)

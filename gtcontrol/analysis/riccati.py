@@ -37,7 +37,7 @@ from ..errors import InvalidGaussianError, InvalidParametersError, SolverError
 from ..model.gaussian import Gaussian, check_gaussian
 from ..model.params import Layer
 from ._core import SIGN_RTOL, gramian, inv_spd, simulate_within
-from ._march import march_blowup
+from ._march import DEFAULT_MAX_STEPS, DEFAULT_RTOL, march_blowup
 
 __all__ = ["CovarianceFlow", "RiccatiForm", "riccati_flow", "riccati_form"]
 
@@ -402,7 +402,13 @@ def _first_blowup(
             raise SolverError(f"the blow-up search: {traj.message}", status=traj.status)
         return traj.blowup_time
     out = march_blowup(
-        form.A, form.R, g0.cov, horizon, rtol=1e-12, max_steps=100_000, budget=budget
+        form.A,
+        form.R,
+        g0.cov,
+        horizon,
+        rtol=DEFAULT_RTOL,
+        max_steps=DEFAULT_MAX_STEPS,
+        budget=budget,
     )
     if out.status is Status.BUDGET_EXHAUSTED:
         raise BudgetExhausted(out.message)

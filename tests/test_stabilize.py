@@ -26,6 +26,7 @@ from scipy.integrate import solve_ivp
 
 import gtcontrol as gt
 from gtcontrol import GTControlError, InvalidGaussianError, InvalidParametersError, Status
+from gtcontrol.control.design import _jobs as jobs
 
 # -- independent references ------------------------------------------------------------------
 
@@ -764,7 +765,7 @@ def test_the_untouched_layers_tokens_run_in_the_background_on_a_single_threaded_
 
     from gtcontrol.control.design import stabilize as module
 
-    if module._cpus() < 2:
+    if jobs.cpus() < 2:
         pytest.skip("one CPU: the jobs run in turn")
     where: list[str] = []
     real = module._Context._run_untouched
@@ -799,7 +800,7 @@ def test_a_call_that_needs_no_token_run_cancels_the_background_one(
 
     from gtcontrol.control.design import stabilize as module
 
-    if module._cpus() < 2:
+    if jobs.cpus() < 2:
         pytest.skip("one CPU: the jobs run in turn")
     ended: list[Any] = []
     real = module._Context._run_untouched
@@ -971,14 +972,12 @@ def test_verifications_run_concurrently_on_a_single_threaded_blas() -> None:
     other."""
     from threadpoolctl import threadpool_limits
 
-    import gtcontrol.control.design.stabilize as stab
-
     rng = np.random.default_rng(5)
     d = 12
     layer = random_layer(rng, d, 2, factored=False)
     target = gt.Gaussian(rng.standard_normal(d), random_spd(rng, d))
     with threadpool_limits(1, user_api="blas"):
-        assert stab._blas_single_threaded()
+        assert jobs.blas_single_threaded()
         threaded = gt.stabilize(layer, target, add="head")
     # the jobs see the caller's context: its progress display (a context variable) included
     import io
@@ -986,7 +985,7 @@ def test_verifications_run_concurrently_on_a_single_threaded_blas() -> None:
     from gtcontrol._progress import reporting, reporting_enabled
 
     with threadpool_limits(1, user_api="blas"), reporting(enabled=True, stream=io.StringIO()):
-        assert stab._concurrently([reporting_enabled, reporting_enabled]) == [True, True]
+        assert jobs.concurrently([reporting_enabled, reporting_enabled]) == [True, True]
 
     # a single job gets the BLAS threads of every core, and the caller's one thread after it
     from threadpoolctl import threadpool_info
@@ -995,10 +994,10 @@ def test_verifications_run_concurrently_on_a_single_threaded_blas() -> None:
         return max(int(p["num_threads"]) for p in threadpool_info() if p["user_api"] == "blas")
 
     with threadpool_limits(1, user_api="blas"):
-        assert stab._concurrently([blas_threads]) == [stab._cpus()]
+        assert jobs.concurrently([blas_threads]) == [jobs.cpus()]
         assert blas_threads() == 1
-        if stab._cpus() > 1:
-            assert stab._concurrently([blas_threads, blas_threads]) == [1, 1]
+        if jobs.cpus() > 1:
+            assert jobs.concurrently([blas_threads, blas_threads]) == [1, 1]
     depth = float(threaded.verification[0].t[-1])
     with threadpool_limits(1, user_api="blas"):
         one_by_one = gt.stabilize(layer, target, add="head", initial=threaded.starts[0], T=depth)

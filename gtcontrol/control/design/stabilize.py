@@ -77,16 +77,14 @@ Reference: the paper cited in :mod:`gtcontrol`, §4; docs/theory.md.
 
 from __future__ import annotations
 
-import contextvars
 import functools
 import math
-import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 
@@ -111,6 +109,7 @@ from ...model.params import Layer
 from ._common import RATE_MARGIN, designed_a, quadratic_growth
 from ._finite_n import TokenCertificate, design_token_certificate
 from ._gains import Design, gains_family
+from ._jobs import concurrently, in_background, in_turn, threaded
 from ._stabilization import VERIFY_RTOL, Stabilization, Verification
 
 __all__ = ["FAMILIES", "Stabilization", "stabilize"]
@@ -404,74 +403,12 @@ def _starts(
     return out
 
 
-_T = TypeVar("_T")
-_S = TypeVar("_S")
-#: Threads of :func:`_concurrently`.
-_MAX_WORKERS = 8
-
-
-def _threaded() -> bool:
-    """Whether independent jobs run in threads (:func:`_concurrently`)."""
-    return _cpus() > 1 and _blas_single_threaded()
-
-
-def _concurrently(jobs: list[Callable[[], _T]], *, alone: bool = True) -> list[_T]:
-    """Run independent jobs (the verifying simulations, the token run), in threads when numpy's
-    BLAS is on one thread (as :func:`gtcontrol.experiments.stabilize_model` sets it once torch
-    is loaded): each job is BLAS-bound and releases the GIL, so they share the cores. A single
-    job gets the BLAS threads of every core instead, when it is ``alone`` (no background run
-    beside it; MiniLM layer 3 at ``I ⊕ 0``, one verifying simulation of 226 steps: 60.6 s on
-    one thread, 40.8 s on two). With a multi-threaded BLAS (or without ``threadpoolctl`` to
-    tell) they run one after the other, each using every core."""
-    cpus = _cpus()
-    if not jobs or not _threaded():
-        return [job() for job in jobs]
-    if len(jobs) == 1 and not alone:
-        return [jobs[0]()]
-    if len(jobs) == 1:
-        from threadpoolctl import threadpool_limits
-
-        with threadpool_limits(limits=cpus, user_api="blas"):
-            return [jobs[0]()]
-    # one thread per job even beyond the cores: the jobs differ in length (a far start takes
-    # longer than a near one), and a core left idle by a short job is taken by a long one
-    workers = min(len(jobs), _MAX_WORKERS)
-    # each job runs in a copy of the caller's context: its progress bars (a context variable)
-    # show as they would one after the other
-    runs = [(contextvars.copy_context(), job) for job in jobs]
-    with ThreadPoolExecutor(workers, thread_name_prefix="gtcontrol-verify") as pool:
-        return list(pool.map(lambda run: run[0].run(run[1]), runs))
-
-
-def _in_turn(first: Callable[[], _T], then: Callable[[], _S]) -> tuple[_T, _S]:
-    """``(first(), then())``: two jobs one after the other, in one of :func:`_concurrently`'s
-    threads."""
-    return first(), then()
-
-
 def _flagging(flag: threading.Event, verify: Callable[[], Verification]) -> Verification:
     """``verify()``, setting ``flag`` as soon as it ends unconverged (its start failed)."""
     check = verify()
     if check.status is Status.SUCCESS and not check.converged:
         flag.set()
     return check
-
-
-def _cpus() -> int:
-    """The CPUs this process may use."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not on Linux
-        return os.cpu_count() or 1
-
-
-def _blas_single_threaded() -> bool:
-    try:
-        from threadpoolctl import threadpool_info
-    except ImportError:  # pragma: no cover - threadpoolctl comes with the experiments extra
-        return False
-    blas = [p for p in threadpool_info() if p.get("user_api") == "blas"]
-    return bool(blas) and all(int(p.get("num_threads", 0)) == 1 for p in blas)
 
 
 class _Context:
@@ -533,21 +470,15 @@ class _Context:
 
     def start_untouched(self) -> None:
         """Start the given layer's token run in a thread, when jobs run in threads
-        (:func:`_concurrently`): it does not depend on the design, so it takes the core that the
-        design of ``A, b`` and the base spectrum (on the caller's thread) leave idle, and is
-        ready by the first :meth:`finish`. :meth:`close` cancels it if no result needs it."""
+        (:func:`~gtcontrol.control.design._jobs.threaded`): it does not depend on the design,
+        so it takes the core that the design of ``A, b`` and the base spectrum (on the caller's
+        thread) leave idle, and is ready by the first :meth:`finish`. :meth:`close` cancels it
+        if no result needs it."""
         key = self._untouched_key()
-        if key is None or not _threaded():
+        if key is None or not threaded():
             return
-        run = contextvars.copy_context()
-
-        def job() -> TokenCertificate | None:
-            with cancellable(self._cancel):
-                return self._run_untouched(*key)
-
-        pool = ThreadPoolExecutor(1, thread_name_prefix="gtcontrol-untouched")
-        self._background = (key, pool.submit(run.run, job))
-        pool.shutdown(wait=False)  # the thread ends with its job
+        run = functools.partial(self._run_untouched, *key)
+        self._background = (key, in_background(run, self._cancel, "gtcontrol-untouched"))
 
     def background_running(self) -> bool:
         """Whether the background token run (:meth:`start_untouched`) still runs."""
@@ -1043,7 +974,7 @@ class _Context:
                 return math.inf
             return self._error(traj.mean[-1], traj.cov[-1])
 
-        errs = _concurrently(
+        errs = concurrently(
             [functools.partial(end_error, g0) for _, g0 in starts],
             alone=not self.background_running(),
         )
@@ -1140,13 +1071,13 @@ class _Context:
         elif spec is None:
             near = min(range(len(self.starts)), key=lambda i: self._start_error(self.starts[i][1]))
             jobs[near] = functools.partial(
-                _in_turn,
+                in_turn,
                 functools.partial(
                     self.spectrum, final, omega=False, k=1, v0=self._start_vector(base)
                 ),
                 jobs[near],
             )
-        done = _concurrently(jobs, alone=not self.background_running())
+        done = concurrently(jobs, alone=not self.background_running())
         if spec is None:
             spec, done[near] = done[near]
         local = spec.status is Status.SUCCESS and spec.abscissa <= -rate

@@ -585,10 +585,14 @@ def test_a_rank_deficient_start_is_not_screened_and_says_why() -> None:
     layer = gt.Layer(V=0.5 * np.eye(2), B=np.eye(2))
     target = gt.Gaussian(np.zeros(2), np.eye(2))
     rank_one = gt.Gaussian(np.zeros(2), np.diag([1.0, 0.0]))
-    res = gt.stabilize(layer, target, add="head", initial=rank_one)
+    res = gt.stabilize(layer, target, add="head", initial=rank_one, token_check=64)
     assert res.status is Status.FAILED
     assert res.stats["c_screens"] == 0 and res.c == res.stats["c_local"]
     assert "keeps the rank, so it never reaches Σ*" in res.verification[0].message
+    # c does not grow for it, so the token check beside it runs to its end and is reported
+    assert res.token_certificate is not None
+    assert res.token_certificate.status is not Status.BUDGET_EXHAUSTED
+    assert "not checked to the end" not in res.message
 
 
 # -- stabilize: gains family ------------------------------------------------------------------

@@ -1050,7 +1050,12 @@ class _Context:
             for name, g0 in self.starts
         ]
         if stuck is not None:
-            jobs = [functools.partial(_flagging, stuck, job) for job in jobs]
+            # a start singular on the active subspace never converges, and c does not grow for
+            # it (:meth:`_rank_gap`): its verification does not stop the tokens
+            jobs = [
+                job if self._rank_gap(g0) else functools.partial(_flagging, stuck, job)
+                for job, (_, g0) in zip(jobs, self.starts, strict=True)
+            ]
         given = self._untouched_key()
         # the given layer's tokens (the same at every c): a job here unless already running
         in_background = self._background is not None and self._background[0] == given
@@ -1095,8 +1100,8 @@ class _Context:
         if stuck is not None and stuck.is_set() and tc is not None and not tc.success:
             # stopped (or failed) beside a start that failed its screen: c grows
             token_note = (
-                "tokens: not checked to the end at this c, a start failed its screen halfway "
-                f"(stopped at depth {tc.T:.4g}: {tc.message})"
+                "tokens: not checked to the end at this c, where a start's verification ended "
+                f"unconverged (stopped at depth {tc.T:.4g}: {tc.message})"
             )
             tc = None
         change_fn = self._function_change(final, probe)

@@ -62,6 +62,7 @@ import numpy as np
 
 from .._linalg import FloatArray, sym
 from ..errors import InvalidParametersError
+from ..model._layer_stack import LayerStack
 from ..model.attention import token_velocity
 from ..model.field import affine_velocity
 from ..model.params import Layer
@@ -288,7 +289,7 @@ def _residual(
 
 
 @dataclass(frozen=True, eq=False)
-class ExtractedModel:
+class ExtractedModel(LayerStack[ExtractedLayer]):
     """Every layer of a Transformer, extracted (:func:`~gtcontrol.experiments.extract`).
 
     Attributes
@@ -321,6 +322,8 @@ class ExtractedModel:
     network
         The ``torch.nn.Module`` it was extracted from (``None`` for an ONNX file): what the
         experiments run as "the real network".
+    dim, n_layers
+        The model width ``d`` and the number of layers.
 
     Examples
     --------
@@ -355,16 +358,6 @@ class ExtractedModel:
         widths = {lay.dim for lay in self.layers}
         if len(widths) != 1:
             raise InvalidParametersError(f"layers: expected one width, got {sorted(widths)}")
-
-    @property
-    def dim(self) -> int:
-        """The model width ``d``."""
-        return self.layers[0].dim
-
-    @property
-    def n_layers(self) -> int:
-        """The number of layers."""
-        return len(self.layers)
 
     @property
     def n_heads(self) -> int:

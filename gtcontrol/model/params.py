@@ -24,6 +24,7 @@ import numpy as np
 from .._linalg import FloatArray
 from .._validation import as_float_array, as_positive_float, as_positive_int, frozen, leading_size
 from ..errors import InvalidParametersError
+from ._layer_stack import LayerStack
 from .heads import FactoredHeads
 
 __all__ = ["Control", "FeedForward", "Layer", "Schedule", "as_control"]
@@ -490,7 +491,7 @@ class Control(Protocol):
 
 
 @dataclass(frozen=True, eq=False, init=False)
-class Schedule:
+class Schedule(LayerStack[Layer]):
     """An L-layer network of depth ``T``: layer ``k`` is active on ``[k T/L, (k+1) T/L)``.
 
     Parameters
@@ -499,6 +500,11 @@ class Schedule:
         One or more :class:`Layer` of equal dimension.
     T
         Total depth, positive.
+
+    Attributes
+    ----------
+    dim, n_layers
+        The dimension of every layer and the number ``L`` of layers.
 
     Raises
     ------
@@ -538,14 +544,6 @@ class Schedule:
                 )
         object.__setattr__(self, "layers", tuple(layers))
         object.__setattr__(self, "T", as_positive_float("T", T))
-
-    @property
-    def dim(self) -> int:
-        return self.layers[0].dim
-
-    @property
-    def n_layers(self) -> int:
-        return len(self.layers)
 
     @property
     def duration(self) -> float:

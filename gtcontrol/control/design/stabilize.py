@@ -652,9 +652,10 @@ class _Context:
 
     def _token_scale(self, b0: FloatArray) -> float:
         """The added head's token gauge: the smallest ``s ≥ 1`` for which its softmax is near
-        linear, for all but a ``e^{−n²/2}`` share of the queries (``n`` = ``_ESS_N_STD``), in
-        two senses: its predicted ESS over the target and every start, and each token's own
-        logit at the target, where the tokens settle.
+        linear in two senses: its predicted ESS is at least ``min_ess`` for all but a
+        ``e^{−n²/2}`` share of the queries of the target and of every start (``n`` =
+        ``_ESS_N_STD``), and a typical token's own logit at the target, where the tokens
+        settle, is within 1 of a typical key's.
 
         *Predicted ESS.* A query ``x = m + Σ^{1/2}z`` of ``N(m, Σ)`` has tilt ``u = B₀x/s``
         and ``uᵀΣu = |Rm + Wz|²/s²``, ``R = Σ^{1/2}B₀``, ``W = RΣ^{1/2}``. ``z ↦ |Wz|`` is
@@ -663,30 +664,30 @@ class _Context:
         that over ``√ln(1/min_ess)``. The Frobenius term is what a typical query carries in
         high dimension (``√r`` for ``B₀ = Σ*⁻¹`` on an ``r``-dimensional target).
 
-        *The token's own logit.* Over ``N`` tokens a query is also a key, and its own logit
-        exceeds a typical key's by ``δ = (x − m)ᵀB₀x/s = (zᵀWz + zᵀRm)/s``, about ``r/s``:
-        the predicted ESS above says nothing of it. Where ``δ ≫ 1`` every token attends to
-        itself (MiniLM's ``I ⊕ 0`` targets, ``r = 384``: ``s = 30`` by the ESS alone, ``δ ≈
-        13``, an empirical ``ESS/N`` of ``1/N``), and the head's value ``−scI`` drives each
-        token at rate ``sc`` towards the others (layer 0: a collapse at rate ~240 in the first
-        0.01 of depth, a token field stiff enough to cap RK45's step at 0.22, W2 = 1.6 sampling
-        floors after depth 7.3). With ``|δ| ≤ 1`` the softmax is close to its first-order
-        expansion ``w_ij ≈ (1 + l_ij − l̄_i)/N``, under which the head moves the tokens as the
-        moment model moves ``N(m, Σ)``, with the tokens' own empirical covariance for ``Σ``
-        (``−sc·x̄ − cΣ̂B₀x_i``, the ``−sc·x̄`` cancelled by the companion): no finite-N bias
-        of its own (layer 0 at ``s = 384``: W2 = 0.29 floors, 116 field evaluations for the
-        326 at ``s = 30``). The mean of ``δ`` over the queries is ``tr W / s`` (``zᵀRm`` has
-        mean 0), so ``s ≥ tr W`` keeps a typical token's own logit within 1 of a typical
-        key's; its spread, ``√2‖W‖_F`` and ``|Rm|`` over ``s``, is smaller in high dimension.
-        A tail bound instead (Laurent and Massart's ``zᵀWz ≤ tr W + √2 n‖W‖_F + n²‖W‖₂`` but
-        for ``e^{−n²/2}``) made ``s`` three times larger in low dimension, where the typical
-        ``δ`` was already below 1, and a small layer's token run (d = 4, ``s = 19`` for the 6
-        of the ESS) then reached its evaluation cap. Only the target, where the tokens settle,
-        enters this bound: a far start (the identity start of a data target, ``tr W = tr
-        Σ*⁻¹``) would ask ``s`` near 8,000 on MiniLM's text targets, and there the tokens did
-        worse, not better (layer 1, text target, at the ``c`` verified: W2 = 3.4 floors at
-        ``s = 7,700``, in float32 and float64 alike, against 1.1 at the ``s = 587`` of the
-        predicted ESS and 0.9 at 2,000; why, this rule does not explain).
+        *The token's own logit.* Over ``N`` tokens a query is also a key, and its own logit exceeds
+        a typical key's by ``δ = (x − m)ᵀB₀x/s = (zᵀWz + zᵀRm)/s``, about ``r/s``: the predicted ESS
+        above says nothing of it. Where ``δ ≫ 1`` every token attends to itself (MiniLM's ``I ⊕ 0``
+        targets, ``r = 384``: ``s = 30`` by the ESS alone, ``δ ≈ 13``, an empirical ``ESS/N`` of
+        ``1/N``), and the head's value ``−scI`` drives each token at rate ``sc`` towards the others
+        (layer 0: a collapse at rate ~240 in the first 0.01 of depth, a token field stiff enough to
+        cap RK45's step at 0.22, W2 = 1.6 sampling floors after depth 7.3). With ``|δ| ≤ 1`` the
+        softmax is close to its first-order expansion ``w_ij ≈ (1 + l_ij − l̄_i)/N``, under which
+        the head moves the tokens as the moment model moves ``N(m, Σ)``, with the tokens' own
+        empirical covariance for ``Σ`` (``−sc·x̄ − cΣ̂B₀x_i``, the ``−sc·x̄`` cancelled by the
+        companion): no finite-N bias of its own (layer 0, the design at ``c = 2.22``, tokens to
+        depth 7.3: W2 = 0.29 floors and 116 field evaluations at ``s = 384``, 1.6 floors and 326 at
+        ``s = 30``). The mean of ``δ`` over the queries is ``tr W / s`` (``zᵀRm`` has mean 0), so
+        ``s ≥ tr W`` keeps a typical token's own logit within 1 of a typical key's; its spread,
+        ``√2‖W‖_F`` and ``|Rm|`` over ``s``, is smaller in high dimension. A tail bound instead
+        (Laurent and Massart's ``zᵀWz ≤ tr W + √2 n‖W‖_F + n²‖W‖₂`` but for ``e^{−n²/2}``) made
+        ``s`` twice as large in low dimension, where the typical ``δ`` was already below 1, and
+        a small layer's token run (d = 2, ``s = 19`` for the 9.5 of the ESS) then reached its
+        evaluation cap. Only the target, where the tokens settle, enters this bound: a far start
+        (the identity start of a data target, ``tr W = tr Σ*⁻¹``) would ask ``s`` near 8,000 on
+        MiniLM's text targets, and there the tokens did worse, not better (layer 1, text target, at
+        the ``c`` verified: W2 = 3.4 floors at ``s = 7,700``, in float32 and float64 alike, against
+        1.1 at the ``s = 587`` of the predicted ESS and 0.9 at 2,000; why, this rule does not
+        explain).
         """
         rho_req = math.sqrt(math.log(1.0 / self.min_ess))
         s = 1.0

@@ -343,7 +343,7 @@ def gaussianity(
     n_projections: int = 128,
     coord_level: float = 0.05,
     seed: int = 0,
-    block_size: int = 512,
+    block_size: int = 128,
     rank_rtol: float = RANK_RTOL,
     time_limit: float | None = None,
 ) -> GaussianityResult:

@@ -389,3 +389,41 @@ def test_diagonal_and_uniform_heads_take_the_structured_paths(factored: bool) ->
     scale = float(np.abs(ds2).max())
     np.testing.assert_allclose(dm, dm2, rtol=1e-12, atol=1e-12 * float(np.abs(dm2).max()))
     np.testing.assert_allclose(dl @ lf.T + lf @ dl.T, ds2, rtol=1e-12, atol=1e-12 * scale)
+
+
+class _Stub:
+    """A form whose state is ``(m, L)`` flattened, ``Σ = L Lᵀ`` (the factor form's layout)."""
+
+    def __init__(self, d: int, r: int) -> None:
+        self.d, self.r = d, r
+
+    def moments(self, t: float, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        m, lf = y[: self.d], y[self.d :].reshape(self.d, self.r)
+        return m, lf @ lf.T, lf
+
+
+def test_record_grows_past_its_capacity_and_keeps_every_state() -> None:
+    # The records are written into arrays allocated once and grown by doubling; the trajectory
+    # takes views of them. Every state must come back in order, symmetrized, with its factor;
+    # a factor of another shape (a rank change) drops the factors, as the old list did.
+    from gtcontrol.model._moment_integrator import _Record
+
+    rng = np.random.default_rng(0)
+    d = 3
+    l0 = rng.standard_normal((d, d))
+    rec = _Record(0.0, np.zeros(d), l0 @ l0.T, l0, capacity=2)
+    ys = [rng.standard_normal(d + d * d) for _ in range(6)]
+    for k, y in enumerate(ys, start=1):
+        rec.add(0.1 * k, _Stub(d, d), y)  # type: ignore[arg-type]
+    rec.add(0.1 * 3, _Stub(d, d), ys[0])  # not beyond the last depth: ignored
+    ts, means, covs, factors = rec.arrays()
+    assert ts.tolist() == [0.1 * k for k in range(7)]
+    assert factors is not None and factors.shape == (7, d, d)
+    for i, y in enumerate(ys, start=1):
+        lf = y[d:].reshape(d, d)
+        np.testing.assert_array_equal(means[i], y[:d])
+        np.testing.assert_array_equal(factors[i], lf)
+        np.testing.assert_allclose(covs[i], lf @ lf.T, rtol=1e-15, atol=1e-15)
+        np.testing.assert_array_equal(covs[i], covs[i].T)
+    rec.add(0.7, _Stub(d, 2), rng.standard_normal(d + 2 * d))
+    assert rec.arrays()[3] is None and len(rec.arrays()[0]) == 8

@@ -174,17 +174,13 @@ def _assemble(
     rec: _Record, outcome: IntegrationEnd, stats: Mapping[str, Any], budget: Budget
 ) -> Trajectory:
     """The :class:`Trajectory` of the recorded states (ranks measured within ``budget``)."""
-    covs = np.array(rec.covs)
+    ts, means, covs, factors = rec.arrays()
     ranks, measured = _ranks(covs, budget)
     if measured < len(ranks):
         stats = {**stats, "ranks_measured": measured}
-    factor = None
-    shapes = {f.shape if f is not None else None for f in rec.factors}
-    if len(shapes) == 1 and None not in shapes:
-        factor = frozen(np.array(rec.factors))
     return Trajectory(
-        t=frozen(np.array(rec.ts)),
-        mean=frozen(np.array(rec.means)),
+        t=frozen(ts),
+        mean=frozen(means),
         cov=frozen(covs),
         rank=frozen(ranks),
         status=outcome.status,
@@ -192,7 +188,7 @@ def _assemble(
         stats=stats,
         message=outcome.message,
         blowup_bracket=outcome.bracket,
-        factor=factor,
+        factor=None if factors is None else frozen(factors),
     )
 
 

@@ -41,6 +41,9 @@ __all__: list[str] = []
 
 #: ``K`` is renormalized when its Frobenius norm leaves ``[1/_WINDOW, _WINDOW]``.
 _WINDOW = 10.0
+#: Largest cosine between two columns of ``K`` in the horizontal gauge before a restart
+#: re-gauges them to orthogonal (:meth:`_FactorForm.needs_restart`).
+_GAUGE_DRIFT = 0.03
 #: Gram matrices larger than this get their top eigenpair from Lanczos (ARPACK), not ``eigh``.
 _LANCZOS_MIN = 48
 LayerAt = Callable[[float], Layer]
@@ -239,9 +242,28 @@ class _FactorForm:
         return 2 * self.s + (math.log(k2) if k2 > 0 else -math.inf)
 
     def needs_restart(self, y: FloatArray) -> bool:
-        """True when ``‖K‖_F`` left the renormalization window (or a frame drifted far)."""
-        k2 = float(np.sum(y[self.d :] ** 2))
-        return not (_WINDOW**-2 <= k2 <= _WINDOW**2)
+        """True when ``‖K‖_F`` left the renormalization window, or, in the horizontal gauge,
+        when ``K``'s columns are no longer nearly orthogonal.
+
+        The gauge's lift (:func:`_vertical`) takes the Gram's diagonal for the Gram, exact
+        only for orthogonal columns; as ``K`` moves horizontally they drift apart, the lift
+        leaves part of the rotation in ``K̇`` and the steps shrink back towards the rotation's
+        scale. Restarting (re-gauging to orthogonal columns) once a column cosine exceeds
+        :data:`_GAUGE_DRIFT` costs an ``O(d r²)`` test per step: on MiniLM layer 1's stabilized
+        layer (d = 385), the verification from the identity took 61 steps instead of 105
+        (16.6 s instead of 26 s), with 7 restarts.
+        """
+        k = y[self.d :].reshape(self.d, self.r)
+        k2 = float(np.sum(k**2))
+        if not (_WINDOW**-2 <= k2 <= _WINDOW**2):
+            return True
+        if not self.gauge or self.r < 2:
+            return False
+        gram = k.T @ k
+        norms = np.sqrt(np.diag(gram))
+        scale = np.outer(norms, norms)
+        np.fill_diagonal(gram, 0.0)
+        return bool(np.any(np.abs(gram) > _GAUGE_DRIFT * scale))
 
     def restart(
         self, t: float, y: FloatArray, skew: FloatArray | None, *, gauge: bool = False

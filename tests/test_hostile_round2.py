@@ -527,3 +527,22 @@ def test_steer_at_d128_with_a_tiny_limit_keeps_the_promise() -> None:
     res = gt.steer(g0, g1, 1.0, layers=6, time_limit=1e-9)
     assert time.perf_counter() - t0 <= 1.0
     assert res.status is gt.Status.BUDGET_EXHAUSTED and not res.success
+
+
+def test_steer_keeps_time_to_verify_the_flow_construction_it_returns() -> None:
+    # d = 128, L = 6: the gauge search of the flow construction takes about 12 s. Under a
+    # limit it ran to the deadline and its verification got 0.22 s of the 0.7 s it needs:
+    # an unverified control (no trajectory). It now stops while twice the estimated
+    # verification is left, and the control it returns is verified within the promise.
+    rng = np.random.default_rng(3)
+    d = 128
+    q, _ = np.linalg.qr(rng.standard_normal((d, d)))
+    g0 = gt.Gaussian(rng.standard_normal(d), (q * np.linspace(0.5, 2.0, d)) @ q.T)
+    g1 = gt.Gaussian(np.ones(d), np.eye(d))
+    t0 = time.perf_counter()
+    res = gt.steer(g0, g1, 1.0, layers=6, time_limit=3.0)
+    assert time.perf_counter() - t0 <= 4.0
+    assert res.status is gt.Status.BUDGET_EXHAUSTED and not res.success
+    assert res.trajectory is not None, res.message
+    assert res.terminal_error <= 1e-8, res.message
+    assert "best feasible control so far" in res.message

@@ -516,13 +516,18 @@ def test_a_nested_solver_gets_the_time_left_and_half_the_grace() -> None:
     assert spent.nested_limit() == 1e-9
 
 
-def test_steer_at_d128_with_a_tiny_limit_keeps_the_promise() -> None:
-    # API fuzzer case 756: 1.57–1.90 s for time_limit = 1e-9 (promise: 1 s).
+def _steer_d128() -> tuple[gt.Gaussian, gt.Gaussian]:
+    """API fuzzer case 756's end points: a rotated spread of variances at d = 128 to N(1, I)."""
     rng = np.random.default_rng(3)
     d = 128
     q, _ = np.linalg.qr(rng.standard_normal((d, d)))
     g0 = gt.Gaussian(rng.standard_normal(d), (q * np.linspace(0.5, 2.0, d)) @ q.T)
-    g1 = gt.Gaussian(np.ones(d), np.eye(d))
+    return g0, gt.Gaussian(np.ones(d), np.eye(d))
+
+
+def test_steer_at_d128_with_a_tiny_limit_keeps_the_promise() -> None:
+    # API fuzzer case 756: 1.57–1.90 s for time_limit = 1e-9 (promise: 1 s).
+    g0, g1 = _steer_d128()
     t0 = time.perf_counter()
     res = gt.steer(g0, g1, 1.0, layers=6, time_limit=1e-9)
     assert time.perf_counter() - t0 <= 1.0
@@ -534,11 +539,7 @@ def test_steer_keeps_time_to_verify_the_flow_construction_it_returns() -> None:
     # limit it ran to the deadline and its verification got 0.22 s of the 0.7 s it needs:
     # an unverified control (no trajectory). It now stops while twice the estimated
     # verification is left, and the control it returns is verified within the promise.
-    rng = np.random.default_rng(3)
-    d = 128
-    q, _ = np.linalg.qr(rng.standard_normal((d, d)))
-    g0 = gt.Gaussian(rng.standard_normal(d), (q * np.linspace(0.5, 2.0, d)) @ q.T)
-    g1 = gt.Gaussian(np.ones(d), np.eye(d))
+    g0, g1 = _steer_d128()
     t0 = time.perf_counter()
     res = gt.steer(g0, g1, 1.0, layers=6, time_limit=3.0)
     assert time.perf_counter() - t0 <= 4.0

@@ -32,6 +32,7 @@ import numpy as np
 from scipy.special import expit, ndtr
 
 from .._linalg import FloatArray, sym
+from .._readonly import ReadOnlyOnLoad
 from .._validation import as_float_array, as_positive_float, as_positive_int, frozen
 from ..errors import InvalidParametersError
 from ..model.gaussian_closure import activation_moments
@@ -176,7 +177,7 @@ def _matrix(name: str, value: Any, shape: tuple[int | None, ...]) -> FloatArray:
 
 
 @dataclass(frozen=True, eq=False, init=False)
-class AttentionWeights:
+class AttentionWeights(ReadOnlyOnLoad):
     """A multi-head self-attention's projections in ``nn.Linear`` layout (module docstring).
 
     Rows ``h·d_head … (h+1)·d_head − 1`` of ``W_Q``, ``W_K``, ``W_V`` (and those columns of
@@ -310,7 +311,7 @@ class AttentionWeights:
 
 
 @dataclass(frozen=True, eq=False, init=False)
-class LayerNormWeights:
+class LayerNormWeights(ReadOnlyOnLoad):
     """A LayerNorm ``γ ⊙ (x − mean x)/sqrt(var x + ε) + β`` over the last axis.
 
     Parameters
@@ -379,7 +380,7 @@ class LayerNormWeights:
 
 
 @dataclass(frozen=True, eq=False, init=False)
-class FeedForwardWeights:
+class FeedForwardWeights(ReadOnlyOnLoad):
     """A feed-forward ``W_out σ(W_in z + b_in) + b_out``, or gated (module docstring).
 
     Parameters

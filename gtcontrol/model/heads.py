@@ -23,7 +23,13 @@ from typing import Any
 import numpy as np
 
 from .._linalg import FloatArray
-from .._validation import as_float_array, as_positive_float, as_positive_int, frozen
+from .._readonly import ReadOnlyOnLoad
+from .._validation import (
+    as_float_array,
+    as_positive_float,
+    as_positive_int,
+    frozen,
+)
 from ..errors import InvalidParametersError
 
 __all__ = ["FactoredHeads"]
@@ -43,7 +49,7 @@ def _fitting(
 
 
 @dataclass(frozen=True, eq=False, init=False)
-class FactoredHeads:
+class FactoredHeads(ReadOnlyOnLoad):
     """``H`` attention heads kept as their rank-``d_head`` projection factors.
 
     Head ``h`` is ``B_h = scale · k_hᵀ q_h`` and ``V_h = o_h v_h`` (docs/theory.md §2): the

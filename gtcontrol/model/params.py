@@ -22,7 +22,14 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from .._linalg import FloatArray
-from .._validation import as_float_array, as_positive_float, as_positive_int, frozen, leading_size
+from .._readonly import ReadOnlyOnLoad
+from .._validation import (
+    as_float_array,
+    as_positive_float,
+    as_positive_int,
+    frozen,
+    leading_size,
+)
 from ..errors import InvalidParametersError
 from ._layer_stack import LayerStack
 from .heads import FactoredHeads
@@ -33,7 +40,7 @@ _ACTIVATIONS = ("identity", "relu", "gelu")
 
 
 @dataclass(frozen=True, eq=False, init=False)
-class FeedForward:
+class FeedForward(ReadOnlyOnLoad):
     """A token-level feed-forward term ``W σ(U x + c)`` (added to the layer's ``A x + b``).
 
     With ``activation="identity"`` it is affine (``W U x + W c``) and the moment model stays exact;
@@ -87,7 +94,7 @@ class FeedForward:
 
 
 @dataclass(frozen=True, eq=False, init=False)
-class Layer:
+class Layer(ReadOnlyOnLoad):
     """One time-invariant layer: feed-forward ``(A, b)`` plus attention heads ``(V_h, B_h)``.
 
     Parameters

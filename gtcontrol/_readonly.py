@@ -1,0 +1,50 @@
+"""Read-only arrays in copies of frozen values.
+
+The frozen values and results make their arrays read-only when built
+(:func:`gtcontrol._validation.frozen`), so that they are really immutable. numpy's pickle does
+not keep that flag, so a copy made by ``pickle`` or ``copy`` (a Dask worker's, a cached result)
+held writable arrays: ``pickle.loads(pickle.dumps(gaussian)).cov`` could be changed in place.
+:class:`ReadOnlyOnLoad` makes them read-only again when such a copy is restored. It imports
+nothing of gtcontrol, so the lowest modules (:mod:`gtcontrol._display`, the model's values) can
+use it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+__all__ = ["ReadOnlyOnLoad"]
+
+
+def _read_only(value: Any) -> Any:
+    """``value`` with its arrays (and those of plain tuples in it) made read-only."""
+    if isinstance(value, np.ndarray):
+        value.setflags(write=False)
+        return value
+    if type(value) is tuple:
+        return tuple(_read_only(v) for v in value)
+    return value
+
+
+class ReadOnlyOnLoad:
+    """Mixin of the frozen values and results that hold arrays: a copy restored by ``pickle``
+    or ``copy`` holds read-only arrays again, as the original does.
+
+    Examples
+    --------
+    >>> import pickle
+    >>> from gtcontrol import Gaussian
+    >>> g = pickle.loads(pickle.dumps(Gaussian([0.0], [[1.0]])))
+    >>> g.cov.flags.writeable
+    False
+    """
+
+    __slots__ = ()
+
+    def __setstate__(self, state: Any) -> None:
+        attrs, slots = state if isinstance(state, tuple) else (state, None)
+        for part in (attrs, slots):
+            for name, value in (part or {}).items():
+                object.__setattr__(self, name, _read_only(value))

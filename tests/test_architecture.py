@@ -31,6 +31,7 @@ RANKS = {
     "_result_file": 0,
     "_progress": 0,
     "_display": 0,
+    "_readonly": 0,
     "_docstring": 0,
     "model": 1,
     "analysis": 2,

@@ -583,6 +583,8 @@ def _full(plan: Plan, budget: Budget) -> tuple[_Build | None, bool]:
     energy_seconds = 0.0
     with progress("steer: flow layers", total=plan.n) as update:
         for k in range(plan.n):
+            if budget.exhausted:
+                return build, False
             clock = time.perf_counter()
             build.energies[k] = layer_energy(base[k], nodes[k], h, time_limit=budget.nested_limit())
             energy_seconds += time.perf_counter() - clock

@@ -1,7 +1,7 @@
 """Read-only arrays in copies of frozen values.
 
 The frozen values and results make their arrays read-only when built
-(:func:`gtcontrol._validation.frozen`), so that they are really immutable. numpy's pickle does
+(:func:`frozen`, the one home of that rule), so that they are really immutable. numpy's pickle does
 not keep that flag, so a copy made by ``pickle`` or ``copy`` (a Dask worker's, a cached result)
 held writable arrays: ``pickle.loads(pickle.dumps(gaussian)).cov`` could be changed in place.
 :class:`ReadOnlyOnLoad` makes them read-only again when such a copy is restored. It imports
@@ -11,18 +11,26 @@ use it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
+from numpy.typing import NDArray
 
-__all__ = ["ReadOnlyOnLoad"]
+__all__ = ["ReadOnlyOnLoad", "frozen"]
+
+_A = TypeVar("_A", bound=NDArray[Any])
+
+
+def frozen(a: _A) -> _A:
+    """Return ``a`` made read-only (so that frozen dataclasses are really immutable)."""
+    a.setflags(write=False)
+    return a
 
 
 def _read_only(value: Any) -> Any:
     """``value`` with its arrays (and those of plain tuples in it) made read-only."""
     if isinstance(value, np.ndarray):
-        value.setflags(write=False)
-        return value
+        return frozen(value)
     if type(value) is tuple:
         return tuple(_read_only(v) for v in value)
     return value

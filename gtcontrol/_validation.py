@@ -12,9 +12,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
-from numpy.typing import NDArray
 
 from ._linalg import FloatArray
+from ._readonly import frozen
 from ._status import MAX_EVALS_LIMIT, _shown, as_time_limit
 from .errors import InvalidParametersError
 
@@ -38,14 +38,7 @@ __all__ = [
     "option_values",
 ]
 
-_A = TypeVar("_A", bound=NDArray[Any])
 _G = TypeVar("_G")
-
-
-def frozen(a: _A) -> _A:
-    """Return ``a`` made read-only (so that frozen dataclasses are really immutable)."""
-    a.setflags(write=False)
-    return a
 
 
 #: Largest accepted magnitude of an entry of a user array. The solvers form products of up to

@@ -9,7 +9,7 @@ from __future__ import annotations
 from ._status import Result, Status
 from ._version import __version__
 from .analysis.bernoulli import BernoulliSolution, solve_bernoulli
-from .analysis.blowup import BlowupResult, blowup_analysis, blowup_time
+from .analysis.blowup import BlowupResult, blowup_analysis
 from .analysis.compare import TokenComparison, compare_tokens
 from .analysis.equilibria import EquilibriaResult, Equilibrium, equilibria, mean_matrix
 from .analysis.filtering import (
@@ -116,7 +116,6 @@ __all__ = [
     "affine_velocity",
     "analyze",
     "blowup_analysis",
-    "blowup_time",
     "check_reachable",
     "compare_filter",
     "compare_tokens",

@@ -164,7 +164,6 @@ CASES: dict[str, Callable[[float], Any]] = {
     "blowup_analysis": lambda tl: gt.blowup_analysis(
         factored_layer(), gauss(), T=1e4, time_limit=tl
     ),
-    "blowup_time": lambda tl: gt.blowup_time(factored_layer(), gauss(), T=1e4, time_limit=tl),
     "analyze": lambda tl: gt.analyze(factored_layer(), gauss(), time_limit=tl),
     "equilibria": lambda tl: gt.equilibria(factored_layer(), time_limit=tl),
     "newton_equilibrium": lambda tl: gt.newton_equilibrium(

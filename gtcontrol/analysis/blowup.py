@@ -39,7 +39,7 @@ from typing import Any
 from .._display import Axes, SummaryItems
 from .._status import Budget, BudgetExhausted, OutcomeOrBlowup, Status
 from .._validation import as_positive_float, as_positive_int, as_time_limit
-from ..errors import InvalidParametersError, SolverError
+from ..errors import InvalidParametersError
 from ..model.gaussian import Gaussian, check_gaussian
 from ..model.params import Layer
 from ._core import field_rate, simulate_within
@@ -49,7 +49,6 @@ from .riccati import riccati_form
 __all__ = [
     "BlowupResult",
     "blowup_analysis",
-    "blowup_time",
     "default_horizon",
 ]
 
@@ -261,68 +260,6 @@ def blowup_analysis(
             "seconds": time.perf_counter() - clock,
         },
     )
-
-
-def blowup_time(
-    layer: Layer,
-    initial: Gaussian,
-    *,
-    T: float | None = None,
-    rtol: float = DEFAULT_RTOL,
-    max_steps: int = DEFAULT_MAX_STEPS,
-    time_limit: float | None = None,
-) -> float:
-    """First blow-up time of Σ(t), ``math.inf`` if none (the number of :func:`blowup_analysis`).
-
-    Exact to ``rtol`` (1e-12 relative by default) in the Riccati class, from the adaptive
-    integrator otherwise. The float answers only what was decided: ``inf`` means no blow-up
-    (proved for every depth, or none up to ``T``); a search that could not decide (the
-    ``time_limit`` or ``max_steps`` ran out, or a step could not be certified) raises
-    :class:`~gtcontrol.SolverError` with that status. :func:`blowup_analysis` returns the same
-    search as a result with its status and partial bracket, never raising.
-
-    Parameters
-    ----------
-    layer, initial, T, rtol, max_steps, time_limit
-        As in :func:`blowup_analysis`.
-
-    Returns
-    -------
-    float
-        T*, or ``math.inf``.
-
-    Raises
-    ------
-    InvalidParametersError, InvalidGaussianError
-        On malformed input.
-    SolverError
-        When the search ended ``Status.BUDGET_EXHAUSTED`` or ``Status.FAILED`` (its ``status``,
-        ``stats`` and message are those of :func:`blowup_analysis`).
-
-    Examples
-    --------
-    Scalar layer ``dσ/dt = 2aσ + 2cσ²`` with ``a = 1``, ``c = vB = 0.5``, ``σ0 = 0.3``: the
-    closed form is ``T* = ln(1 + a/(cσ0))/(2a)``.
-
-    >>> import math
-    >>> from gtcontrol import Gaussian, Layer, blowup_time
-    >>> t = blowup_time(Layer(A=[[1.0]], B=[[0.5]], V=1.0), Gaussian([0.0], [[0.3]]))
-    >>> abs(t - math.log(1 + 1 / 0.15) / 2) < 1e-12
-    True
-    >>> blowup_time(Layer(A=[[1.0]], B=[[0.5]], V=-1.0), Gaussian([0.0], [[0.3]]))
-    inf
-    """
-    res = blowup_analysis(
-        layer, initial, T=T, rtol=rtol, max_steps=max_steps, time_limit=time_limit
-    )
-    if res.status in (Status.BUDGET_EXHAUSTED, Status.FAILED):
-        raise SolverError(
-            f"blowup_time: undecided ({res.status.value}): {res.message}; blowup_analysis "
-            "returns the partial result",
-            status=res.status,
-            stats=res.stats,
-        )
-    return res.blowup_time
 
 
 def _integrator_blowup(layer: Layer, g0: Gaussian, hz: float, budget: Budget) -> BlowupResult:

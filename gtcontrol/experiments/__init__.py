@@ -33,7 +33,12 @@ Reference: the paper cited in :mod:`gtcontrol`.
 from __future__ import annotations
 
 from ._deps import ExperimentDependencyError, ModelFileError
-from ._weights import AttentionWeights, FeedForwardWeights, LayerNormWeights, gelu_moments
+from ._weights import (
+    AttentionWeights,
+    FeedForwardWeights,
+    LayerNormWeights,
+    activation_statistics,
+)
 from .attention_flows import SENTENCES, AttentionFlows, FlowRow, attention_flows, data_moments
 from .closure import ClosenessCurve, FeedForwardCloseness, feedforward_closeness
 from .extraction import ExtractedLayer, ExtractedModel
@@ -95,6 +100,7 @@ __all__ = [
     "StabilizationTable",
     "SurrogateComparison",
     "SurrogateRow",
+    "activation_statistics",
     "attention_flows",
     "available_models",
     "data_moments",
@@ -103,7 +109,6 @@ __all__ = [
     "extract",
     "feedforward_closeness",
     "gaussianity",
-    "gelu_moments",
     "ledoit_wolf",
     "load_model",
     "mardia",

@@ -44,8 +44,7 @@ __all__ = [
     "FeedForwardWeights",
     "LayerNormWeights",
     "activation",
-    "activation_moments_any",
-    "gelu_moments",
+    "activation_statistics",
 ]
 
 #: The feed-forward activations read from models: ``"gelu"`` (exact, ``a Φ(a)``),
@@ -97,40 +96,13 @@ def activation(kind: str, x: Any, *, derivative: bool = False) -> FloatArray:
     return np.asarray(out, dtype=float)
 
 
-def gelu_moments(mean: Any, var: Any) -> tuple[FloatArray, FloatArray, FloatArray]:
-    """``E g(a)``, ``E g'(a)``, ``Var g(a)`` for ``g(a) = a Φ(a)`` (exact GELU), ``a ~ N(μ, s²)``.
-
-    The first two in closed form (``κ = μ/sqrt(1+s²)``): ``E g = μΦ(κ) + s²φ(κ)/sqrt(1+s²)``,
-    ``E g' = Φ(κ) + μφ(κ)/(1+s²)^{3/2}``; the variance by 80-point Gauss–Hermite quadrature
-    (GELU is smooth and grows linearly, so the rule is accurate to ~1e-12 relative).
-
-    Parameters
-    ----------
-    mean
-        Means ``μ`` (any shape).
-    var
-        Variances ``s² ≥ 0``, broadcastable with ``mean``.
-
-    Returns
-    -------
-    (E g, E g', Var g)
-        Three arrays of the broadcast shape.
-
-    Examples
-    --------
-    >>> e_g, e_dg, var_g = gelu_moments(np.array([0.0]), np.array([0.0]))
-    >>> float(e_g[0]), float(e_dg[0]), float(var_g[0])
-    (0.0, 0.5, 0.0)
-    """
-    return activation_moments_any("gelu", mean, var)
-
-
-def activation_moments_any(
+def activation_statistics(
     kind: str, mean: Any, var: Any
 ) -> tuple[FloatArray, FloatArray, FloatArray]:
     """``E σ(a)``, ``E σ'(a)``, ``Var σ(a)`` for ``a ~ N(μ, s²)`` and any of :data:`ACTIVATIONS`.
 
-    ReLU and GELU take the closed forms of
+    The statistics that a LayerNorm-free feed-forward's Gaussian surrogate needs. ReLU and
+    GELU (``σ(a) = a Φ(a)``) take the closed forms of
     :func:`~gtcontrol.model.gaussian_closure.activation_moments` for the first two; the tanh
     GELU and SiLU take 80-point Gauss–Hermite quadrature (smooth integrands: ~1e-12 relative).
     The variance is by quadrature too, but for ReLU (closed form: its kink would leave ~4e-4).
@@ -149,7 +121,7 @@ def activation_moments_any(
 
     Examples
     --------
-    >>> e, de, v = activation_moments_any("silu", np.zeros(1), np.zeros(1))
+    >>> e, de, v = activation_statistics("silu", np.zeros(1), np.zeros(1))
     >>> float(e[0]), float(de[0]), float(v[0])
     (0.0, 0.5, 0.0)
     """
@@ -490,7 +462,7 @@ class FeedForwardWeights(ReadOnlyOnLoad):
         if not self.gated:
             mu = self.w_in @ mean + self.b_in
             var = np.einsum("ij,ij->i", self.w_in @ cov, self.w_in)
-            e_f, e_df, var_f = activation_moments_any(self.activation, mu, var)
+            e_f, e_df, var_f = activation_statistics(self.activation, mu, var)
             jac = (self.w_out * e_df) @ self.w_in
             res = np.maximum(var_f - e_df**2 * var, 0.0)
             return self.w_out @ e_f + self.b_out, jac, (self.w_out * res) @ self.w_out.T

@@ -420,7 +420,8 @@ def test_gated_feedforward_linearization_against_monte_carlo() -> None:
 def test_activations_and_their_gaussian_moments(act: str) -> None:
     from scipy import integrate, stats
 
-    from gtcontrol.experiments._weights import activation, activation_moments_any
+    from gtcontrol.experiments import activation_statistics
+    from gtcontrol.experiments._weights import activation
 
     x = np.linspace(-4, 4, 81) + 0.0123  # off the kink of ReLU
     fd = (activation(act, x + 1e-6) - activation(act, x - 1e-6)) / 2e-6
@@ -439,7 +440,7 @@ def test_activations_and_their_gaussian_moments(act: str) -> None:
         integrate.quad(lambda a, f=f: f(a) * dens(a), -20, 20, points=[0.0], epsabs=1e-13)[0]
         for f in funcs
     ]
-    got = activation_moments_any(act, np.array([mu]), np.array([s2]))
+    got = activation_statistics(act, np.array([mu]), np.array([s2]))
     assert got[0][0] == pytest.approx(e[0], rel=1e-9)
     assert got[1][0] == pytest.approx(e[1], rel=1e-9)
     assert got[2][0] == pytest.approx(e[2] - e[0] ** 2, rel=1e-8)

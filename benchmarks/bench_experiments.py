@@ -6,7 +6,7 @@
 2. ``pretrained_gaussianity`` on all-MiniLM-L6-v2 at n_tokens = 1024 and 4096 (median of warm
    runs; the first call, which loads the model and simulates the nulls, is reported separately).
 3. The one-thread BLAS guard: a 1024×384 ``gaussianity`` after torch is loaded, with and without
-   :func:`gtcontrol.experiments._deps.single_threaded_blas`.
+   :func:`gtcontrol._blas.single_threaded_blas`.
 
 Run: ``.venv/bin/python benchmarks/bench_experiments.py [--quick] [--mardia-only]``.
 """

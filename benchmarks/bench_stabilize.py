@@ -4,7 +4,8 @@ Part 1 (``--spectrum``, default): the spectral abscissa of the 73,920-dimensiona
 ``L = DF(Σ*)`` of layer ``k`` at ``Σ* = I ⊕ 0`` (``A`` designed), in one process:
 
 * gtcontrol's :func:`gtcontrol.linearization_spectrum` (ARPACK ``which="LR"`` with one wanted
-  pair, a 20-vector basis and a fixed start; ``k=1``);
+  pair, a 40-vector basis and a fixed start, ARPACK's own work on one BLAS thread and the
+  products on the caller's; ``k=1``);
 * the baseline, a plain ARPACK ``eigs(which="LR")`` (``k=6``, default basis and tolerance) on
   the same factored-head matvec;
 * a dense ``eigvals`` of the formed matrix at the largest ``r`` that fits in a few seconds (on

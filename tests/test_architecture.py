@@ -32,6 +32,7 @@ RANKS = {
     "_progress": 0,
     "_display": 0,
     "_readonly": 0,
+    "_blas": 0,
     "_docstring": 0,
     "model": 1,
     "analysis": 2,

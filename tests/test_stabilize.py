@@ -1021,12 +1021,14 @@ def test_verifications_run_concurrently_on_a_single_threaded_blas() -> None:
     other."""
     from threadpoolctl import threadpool_limits
 
+    from gtcontrol._blas import blas_single_threaded
+
     rng = np.random.default_rng(5)
     d = 12
     layer = random_layer(rng, d, 2, factored=False)
     target = gt.Gaussian(rng.standard_normal(d), random_spd(rng, d))
     with threadpool_limits(1, user_api="blas"):
-        assert jobs.blas_single_threaded()
+        assert blas_single_threaded()
         threaded = gt.stabilize(layer, target, add="head")
     # the jobs see the caller's context: its progress display (a context variable) included
     import io

@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse.linalg as sla
 
+from .._blas import arpack_products
 from .._display import Axes, SummaryItems
 from .._linalg import FloatArray, spd_sqrt_pair, sym, unvech, vech, vech_scale
 from .._status import Budget, BudgetExhausted, Outcome, ResultFields, Status, as_time_limit
@@ -580,9 +581,11 @@ def _krylov_pairs(
 
     def arnoldi(ncv: int, maxiter: int) -> tuple[ComplexArray, ComplexArray]:
         """One ARPACK run with a basis of ``ncv`` vectors and at most ``maxiter`` restarts."""
-        vals, vecs = sla.eigs(
-            op.linear_operator(), k=kk, which="LR", ncv=ncv, tol=tol, v0=start, maxiter=maxiter
-        )
+        with arpack_products(op.matvec) as product:
+            lin = sla.LinearOperator((n, n), matvec=product, dtype=float)
+            vals, vecs = sla.eigs(
+                lin, k=kk, which="LR", ncv=ncv, tol=tol, v0=start, maxiter=maxiter
+            )
         return vals, vecs
 
     try:
@@ -629,18 +632,18 @@ def _numerical_abscissa(red: Layer, s_act: FloatArray, tol: float, budget: Budge
             mat[:, j] = half_sum(e)
             e[j] = 0.0
         return float(np.linalg.eigvalsh(sym(mat))[-1])
-    lin = sla.LinearOperator((n, n), matvec=half_sum, dtype=float)
     start = op.to_coords(np.eye(r))
-    val = sla.eigsh(
-        lin,
-        k=1,
-        which="LA",
-        v0=start / np.linalg.norm(start),
-        tol=tol,
-        maxiter=_ARPACK_MAXITER,
-        return_eigenvectors=False,
-        ncv=min(n, _MIN_NCV),
-    )
+    with arpack_products(half_sum) as product:
+        val = sla.eigsh(
+            sla.LinearOperator((n, n), matvec=product, dtype=float),
+            k=1,
+            which="LA",
+            v0=start / np.linalg.norm(start),
+            tol=tol,
+            maxiter=_ARPACK_MAXITER,
+            return_eigenvectors=False,
+            ncv=min(n, _MIN_NCV),
+        )
     return float(val[0])
 
 

@@ -632,7 +632,7 @@ def _run_design(design: Design, out: Path) -> dict[str, Any]:
 def _run_stabilize(design: Design, out: Path) -> dict[str, Any]:
     if not design.options["model"]:
         return _stabilize_run(design, out)
-    from ..experiments._deps import single_threaded_blas
+    from .._blas import single_threaded_blas
 
     with single_threaded_blas():  # torch is loaded: numpy's BLAS on one thread
         return _stabilize_run(design, out)

@@ -26,7 +26,6 @@ __all__ = [
     "require_onnx",
     "require_torch",
     "require_transformers",
-    "single_threaded_blas",
 ]
 
 _HINT = "install the experiments extra: pip install 'gtcontrol[experiments]'"
@@ -108,22 +107,3 @@ def minilm_path() -> Path:
             f"model.safetensors); reinstall the package, {_HINT}"
         )
     return path
-
-
-@contextlib.contextmanager
-def single_threaded_blas() -> Iterator[None]:
-    """Run numpy's BLAS/LAPACK on one thread inside the block (restored after).
-
-    Once torch (with its OpenMP runtime) is loaded in the process, OpenBLAS's own threads and
-    torch's compete for the same cores: on a 2-core machine an ``eigh`` of size 384 was measured
-    up to 50x slower, and a 512×384 Gaussianity test 6x slower, than with one BLAS thread
-    (benchmarks/bench_experiments.py). The torch-side code keeps its threads. Without
-    ``threadpoolctl`` (a dependency of the experiments extra) this is a no-op.
-    """
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # pragma: no cover - threadpoolctl comes with the experiments extra
-        yield
-        return
-    with threadpool_limits(limits=1, user_api="blas"):
-        yield

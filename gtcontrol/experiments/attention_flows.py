@@ -50,6 +50,7 @@ from typing import Any
 
 import numpy as np
 
+from .._blas import single_threaded_blas
 from .._display import Axes, SummaryItems
 from .._linalg import FloatArray
 from .._progress import progress
@@ -61,7 +62,6 @@ from ..model.gaussian import Gaussian
 from ..model.moments import Trajectory, simulate
 from ..model.params import Layer
 from ._common import as_seed, stop_reason, time_left
-from ._deps import single_threaded_blas
 from ._families import attention_inputs, data_batch
 from .extraction import ExtractedModel
 from .models import extract

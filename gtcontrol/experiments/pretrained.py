@@ -40,13 +40,13 @@ from typing import Any
 
 import numpy as np
 
+from .._blas import single_threaded_blas
 from .._display import Axes, SummaryItems
 from .._linalg import FloatArray
 from .._status import Budget, Outcome, ResultFields, Status
 from .._validation import as_positive_int, as_time_limit
 from ..errors import InvalidParametersError
 from ._common import as_seed, stop_reason, time_left
-from ._deps import single_threaded_blas
 from ._families import run_network
 from .gaussianity import (
     STATISTICS,

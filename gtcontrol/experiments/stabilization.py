@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from .._blas import single_threaded_blas
 from .._display import Axes, SummaryItems
 from .._linalg import FloatArray
 from .._progress import progress
@@ -38,7 +39,6 @@ from ..control.design.stabilize import FAMILIES, Stabilization, stabilize
 from ..errors import InvalidParametersError
 from ..model.gaussian import Gaussian
 from ._common import as_seed
-from ._deps import single_threaded_blas
 from ._families import attention_inputs, data_batch
 from .attention_flows import SENTENCES
 from .extraction import ExtractedModel
@@ -377,7 +377,7 @@ def stabilize_model(
     rows: list[StabilizationRow] = []
     results: list[Stabilization] = []
     status = Status.SUCCESS
-    # torch is loaded: numpy's BLAS on one thread (experiments._deps.single_threaded_blas)
+    # torch is loaded: numpy's BLAS on one thread (gtcontrol._blas.single_threaded_blas)
     with single_threaded_blas(), progress("stabilize", total=len(picked) * len(targets)) as update:
         for k in picked:
             layer = em.layers[k].attention_layer

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from .._blas import single_threaded_blas
 from .._display import Axes, SummaryItems
 from .._linalg import FloatArray
 from .._status import Budget, Outcome, ResultFields, Status
@@ -31,7 +32,6 @@ from .._validation import as_positive_int, as_time_limit
 from ..errors import InvalidParametersError
 from ..model.gaussian import Gaussian
 from ._common import as_seed, stop_reason
-from ._deps import single_threaded_blas
 from .extraction import ExtractedLayer
 from .models import extract
 from .pretrained import MAX_TOKENS, forward_gaussian_tokens, with_cut

@@ -140,7 +140,7 @@ def auto_backend(n: int) -> str:
     than numpy here (its MKL GEMMs; benchmarks/bench_attention.py), its intra-op threads stall
     for seconds on a busy machine (per-tile barriers), and loading torch's OpenMP runtime next
     to OpenBLAS's threads slows numpy's BLAS elsewhere in the process
-    (gtcontrol.experiments._deps.single_threaded_blas). Torch is imported only when it is
+    (gtcontrol._blas.single_threaded_blas). Torch is imported only when it is
     installed and an NVIDIA driver is present, or when the caller has imported it already.
     """
     if n < AUTO_CUDA_MIN_N:

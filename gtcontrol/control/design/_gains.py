@@ -29,6 +29,7 @@ import scipy.linalg
 import scipy.optimize
 import scipy.sparse.linalg as sla
 
+from ..._blas import arpack_products
 from ..._linalg import FloatArray
 from ..._status import Budget, Status
 from ...analysis._subspace import reduced_layer
@@ -230,9 +231,14 @@ def _grad_cov(
     phi = fwd.to_coords(ctx.basis.T @ spec.modes[0] @ ctx.basis)
     adj = SymOperator(red, ctx.s_act, ctx.budget, adjoint=True)
     kk = min(3, adj.n - 2)
-    vals, vecs = sla.eigs(
-        adj.linear_operator(), k=kk, which="LR", tol=1e-9, v0=np.real(phi) + np.imag(phi)
-    )
+    with arpack_products(adj.matvec) as product:
+        vals, vecs = sla.eigs(
+            sla.LinearOperator((adj.n, adj.n), matvec=product, dtype=float),
+            k=kk,
+            which="LR",
+            tol=1e-9,
+            v0=np.real(phi) + np.imag(phi),
+        )
     j = int(np.argmin(np.abs(vals - np.conj(lam))))
     psi = vecs[:, j]
     denom = np.vdot(psi, phi)

@@ -23,9 +23,10 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
+from ..._blas import blas_single_threaded
 from ..._status import cancellable
 
-__all__ = ["blas_single_threaded", "concurrently", "cpus", "in_background", "in_turn", "threaded"]
+__all__ = ["concurrently", "cpus", "in_background", "in_turn", "threaded"]
 
 _T = TypeVar("_T")
 _S = TypeVar("_S")
@@ -39,16 +40,6 @@ def cpus() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not on Linux
         return os.cpu_count() or 1
-
-
-def blas_single_threaded() -> bool:
-    """Whether every BLAS library numpy uses runs on one thread (``threadpoolctl`` tells)."""
-    try:
-        from threadpoolctl import threadpool_info
-    except ImportError:  # pragma: no cover - threadpoolctl comes with the experiments extra
-        return False
-    blas = [p for p in threadpool_info() if p.get("user_api") == "blas"]
-    return bool(blas) and all(int(p.get("num_threads", 0)) == 1 for p in blas)
 
 
 def threaded() -> bool:

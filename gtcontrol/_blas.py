@@ -1,0 +1,85 @@
+"""BLAS threads: how many numpy's BLAS uses, one thread for a block, and ARPACK's split.
+
+``threadpoolctl`` (a dependency of the ``experiments`` extra) reads and sets the thread count of
+the BLAS libraries loaded in the process; without it every function here leaves the threads as
+they are (and :func:`blas_single_threaded` says ``False``: unknown). The setting is process-wide,
+so a limit set in one thread holds for BLAS calls from every thread until it is restored.
+
+Reference: threadpoolctl's documentation (https://github.com/joblib/threadpoolctl); OpenBLAS's
+FAQ on its threads' busy-waiting between calls.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+__all__ = ["arpack_products", "blas_single_threaded", "single_threaded_blas"]
+
+_T = TypeVar("_T")
+
+
+def _blas_controller() -> Any:
+    """threadpoolctl's controller of the loaded BLAS libraries, or ``None`` without it."""
+    try:
+        from threadpoolctl import ThreadpoolController
+    except ImportError:  # pragma: no cover - threadpoolctl comes with the experiments extra
+        return None
+    return ThreadpoolController().select(user_api="blas")
+
+
+def blas_single_threaded() -> bool:
+    """Whether every BLAS library numpy uses runs on one thread (``False`` when unknown)."""
+    ctl = _blas_controller()
+    if ctl is None:  # pragma: no cover - threadpoolctl comes with the experiments extra
+        return False
+    info = ctl.info()
+    return bool(info) and all(int(p.get("num_threads", 0)) == 1 for p in info)
+
+
+@contextlib.contextmanager
+def single_threaded_blas() -> Iterator[None]:
+    """Run numpy's BLAS/LAPACK on one thread inside the block (restored after).
+
+    Once torch (with its OpenMP runtime) is loaded in the process, OpenBLAS's own threads and
+    torch's compete for the same cores: on a 2-core machine an ``eigh`` of size 384 was measured
+    up to 50x slower, and a 512×384 Gaussianity test 6x slower, than with one BLAS thread
+    (benchmarks/bench_experiments.py). The torch-side code keeps its threads. Without
+    ``threadpoolctl`` this is a no-op.
+    """
+    ctl = _blas_controller()
+    if ctl is None:  # pragma: no cover - threadpoolctl comes with the experiments extra
+        yield
+        return
+    with ctl.limit(limits=1):
+        yield
+
+
+@contextlib.contextmanager
+def arpack_products(
+    product: Callable[[Any], _T],
+) -> Iterator[Callable[[Any], _T]]:
+    """Inside the block ARPACK's own work runs on one BLAS thread; ``product``, as yielded,
+    on the threads the caller had.
+
+    ARPACK's reverse-communication loop calls level-2 BLAS on its ``n × ncv`` basis between two
+    products. With a multi-threaded OpenBLAS those calls, and the wake-ups of the threads that
+    slept through them, cost more than the products themselves: MiniLM layer 4's linearization
+    at d = 385 (n = 73,920, 40 vectors, 486 products) took 11.1 s on two threads, 5.6 s on one,
+    and 3.7 s (7.7 ms a product) with ARPACK on one and the products on two; a random factored
+    layer at d = 768: 97, 70 and 50 ms a product. The caller's setting is restored after.
+    """
+    ctl = _blas_controller()
+    info = ctl.info() if ctl is not None else []
+    threads = max((int(p.get("num_threads", 1)) for p in info), default=1)
+    if ctl is None or threads <= 1:
+        yield product
+        return
+
+    def on_caller_threads(x: Any) -> _T:
+        with ctl.limit(limits=threads):
+            return product(x)
+
+    with ctl.limit(limits=1):
+        yield on_caller_threads

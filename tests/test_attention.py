@@ -256,12 +256,33 @@ def test_small_problems_and_the_integrators_stay_on_numpy() -> None:
 
 
 def test_tiles_bound_the_memory() -> None:
-    for n in (1, 100, 16_384, 262_144):
-        for block in (None, 1, 256, 4096, 10**7):
-            p = kern.tile_plan(n, block)
-            assert 1 <= p.rows <= n and 1 <= p.cols <= n
-            assert p.rows * p.cols <= max(kern.CPU_TILE, p.rows * kern.MIN_COLS)
+    for single, tile in ((False, kern.CPU_TILE), (True, kern.CPU_SINGLE_TILE)):
+        for n in (1, 100, 16_384, 262_144):
+            for block in (None, 1, 256, 4096, 10**7):
+                p = kern.tile_plan(n, block, single_threaded_blas=single)
+                assert 1 <= p.rows <= n and 1 <= p.cols <= n
+                assert p.rows * p.cols <= max(tile, p.rows * kern.MIN_COLS)
     assert kern.tile_plan(262_144, None) == kern.TilePlan(128, 256)
+    assert kern.tile_plan(262_144, None, single_threaded_blas=True) == kern.TilePlan(256, 512)
+
+
+def test_a_single_threaded_blas_gets_the_larger_tiles_and_the_same_attention() -> None:
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    rng = np.random.default_rng(3)
+    d, n = 6, 1500
+    b = rng.standard_normal((d, d)) / d
+    x = rng.standard_normal((n, d))
+    layer = Layer(B=b, V=1.0)
+    with threadpoolctl.threadpool_limits(limits=2, user_api="blas"):
+        wide = _Workspace(n, np.dtype(np.float64), None)
+        many = token_velocity(layer, x, backend="numpy")
+    with threadpoolctl.threadpool_limits(limits=1, user_api="blas"):
+        single = _Workspace(n, np.dtype(np.float64), None)
+        one = token_velocity(layer, x, backend="numpy")
+    assert (wide.block, wide.key_block) == (128, 256)
+    assert (single.block, single.key_block) == (256, 512)
+    # the tiles change the summation order only
+    np.testing.assert_allclose(one, many, rtol=1e-13, atol=1e-13)
 
 
 @pytest.mark.parametrize(

@@ -70,6 +70,16 @@ BACKENDS = ("auto", "numpy", "torch")
 #: against 0.3-0.9 s for 128×256. A ``block_size`` above 128 makes tiles of ``block_size × 256``
 #: logits, which OpenBLAS may thread. Parallelism comes from :func:`workers`.
 CPU_TILE = 2**15
+#: Query rows and logits per tile of the numpy kernel when numpy's BLAS runs on one thread
+#: (``threadpoolctl`` tells; :func:`gtcontrol.experiments.stabilize_model` sets it): 256 × 512.
+#: No GEMM is threaded by OpenBLAS then, so a larger tile costs no barrier, and 2**17 logits
+#: (0.5 MiB in float32, 1 MiB in float64) still fit a 2 MiB L2. Measured on one BLAS thread and
+#: two workers against 128 × 256 (milliseconds, best of 4 × 5): N = 1024, float32, d = 16 and
+#: 64: 1.55 → 1.11 and 2.48 → 1.91; float64: 1.95 → 1.68 and 3.80 → 3.48; N = 4096, float32:
+#: 16.2 → 12.8 and 29.1 → 23.6; float64: 21.9 → 21.4 and 50.3 → 46.9. With two BLAS threads
+#: the same tiles were up to 1.7× slower (N = 4096, float32, d = 16: 19.1 → 32.7 ms).
+CPU_SINGLE_ROWS = 256
+CPU_SINGLE_TILE = 2**17
 #: Logits per tile with torch: 2 MiB of float64 on a CPU (torch's per-call overhead is higher
 #: than numpy's), 256 MiB on a GPU (few enough kernel launches to hide their cost).
 TORCH_CPU_TILE = 2**18
@@ -96,14 +106,18 @@ class TilePlan:
     cols: int
 
 
-def tile_plan(n: int, block_size: int | None, *, device: str = "numpy") -> TilePlan:
+def tile_plan(
+    n: int, block_size: int | None, *, device: str = "numpy", single_threaded_blas: bool = False
+) -> TilePlan:
     """The tiles for ``n`` tokens on ``device`` (``"numpy"``, ``"cpu"`` (torch) or ``"cuda"``).
 
-    ``block_size`` query rows (default 128, 256 with torch on a CPU, 4096 on a GPU) and
-    ``max(256, tile / rows)`` keys, both at most ``n``.
+    ``block_size`` query rows (default 128, 256 with numpy on a single-threaded BLAS or torch on
+    a CPU, 4096 on a GPU) and ``max(256, tile / rows)`` keys, both at most ``n``.
     """
     rows0, tile = {
-        "numpy": (CPU_ROWS, CPU_TILE),
+        "numpy": (
+            (CPU_SINGLE_ROWS, CPU_SINGLE_TILE) if single_threaded_blas else (CPU_ROWS, CPU_TILE)
+        ),
         "cpu": (TORCH_CPU_ROWS, TORCH_CPU_TILE),
         "cuda": (GPU_ROWS, GPU_TILE),
     }[device]

@@ -72,6 +72,7 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.special import erf
 
+from .._blas import blas_single_threaded
 from .._linalg import FloatArray
 from .._status import Budget
 from .._validation import (
@@ -231,7 +232,8 @@ class _Workspace:
             self._torch_softmax = TorchSoftmax(torch, n, block_size, self.dtype)
             plan = self._torch_softmax.plan
         else:
-            plan = tile_plan(n, block_size)
+            # larger tiles when no GEMM of a tile can be threaded by BLAS (CPU_SINGLE_TILE)
+            plan = tile_plan(n, block_size, single_threaded_blas=blas_single_threaded())
         self.plan = plan
         self.block = plan.rows
         self.key_block = plan.cols

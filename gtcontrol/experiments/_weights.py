@@ -101,8 +101,8 @@ def activation_statistics(
 ) -> tuple[FloatArray, FloatArray, FloatArray]:
     """``E σ(a)``, ``E σ'(a)``, ``Var σ(a)`` for ``a ~ N(μ, s²)`` and any of :data:`ACTIVATIONS`.
 
-    The statistics that a LayerNorm-free feed-forward's Gaussian surrogate needs. ReLU and
-    GELU (``σ(a) = a Φ(a)``) take the closed forms of
+    The statistics of :meth:`~gtcontrol.experiments.FeedForwardWeights.linearization` (a
+    feed-forward's Gaussian surrogate). ReLU and GELU (``σ(a) = a Φ(a)``) take the closed forms of
     :func:`~gtcontrol.model.gaussian_closure.activation_moments` for the first two; the tanh
     GELU and SiLU take 80-point Gauss–Hermite quadrature (smooth integrands: ~1e-12 relative).
     The variance is by quadrature too, but for ReLU (closed form: its kink would leave ~4e-4).

@@ -450,9 +450,9 @@ def test_a_start_stuck_at_the_local_minimum_stops_halfway(
     not within the screens' 1e-2 there (``c`` is about to grow, the rest would be wasted);
     the other start runs to the full depth. With no doubling allowed, the result at the local
     minimum shows it, and an independent integration confirms the error at that depth."""
-    import gtcontrol.control.design.stabilize as stab
+    import gtcontrol.control.design._head as head
 
-    monkeypatch.setattr(stab, "_C_DOUBLINGS", 0)
+    monkeypatch.setattr(head, "_C_DOUBLINGS", 0)
     layer, target = _stuck_at_the_local_minimum()
     res = gt.stabilize(layer, target, add="head", rate=1.0)
     assert res.status is Status.FAILED and res.local_certificate
@@ -528,6 +528,42 @@ def test_time_running_out_as_a_verification_continues_is_an_answer(
         depth = float(v.t[-1]) if depth is None else depth
         assert float(v.t[-1]) == depth
     assert res.local_certificate and "did not converge" in res.message
+
+
+def test_time_running_out_in_the_far_starts_first_half_is_an_answer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The far start's first half runs alone before the other checks; when the time runs out
+    there before its first step, that verification is cut (one depth, ``BUDGET_EXHAUSTED``),
+    the near start is still verified, and the result is not ``SUCCESS``."""
+    import gtcontrol.control.design.stabilize as stab
+
+    real = stab.simulate
+    calls: list[int] = []
+
+    def out_of_time_first(*args: object, **kw: object) -> gt.Trajectory:
+        traj = real(*args, **kw)  # type: ignore[arg-type]
+        calls.append(len(calls))
+        if len(calls) > 1:
+            return traj
+        return dataclasses.replace(
+            traj,
+            t=traj.t[:1],
+            mean=traj.mean[:1],
+            cov=traj.cov[:1],
+            rank=traj.rank[:1],
+            status=Status.BUDGET_EXHAUSTED,
+            message="stopped: the time limit of 0 s was reached",
+        )
+
+    monkeypatch.setattr(stab, "simulate", out_of_time_first)
+    layer, target = _stuck_at_the_local_minimum()
+    res = gt.stabilize(layer, target, add="head", rate=1.0)
+    assert res.status is Status.BUDGET_EXHAUSTED, res.message
+    assert res.c == res.stats["c_local"] and res.stats["c_screens"] == 0
+    identity, perturbed = res.verification
+    assert identity.status is Status.BUDGET_EXHAUSTED and len(identity.t) == 1
+    assert perturbed.converged and len(perturbed.t) > 17
 
 
 def test_time_limit_holds_while_c_grows() -> None:
@@ -711,8 +747,9 @@ def test_the_untouched_layers_tokens_run_once_while_c_grows(
     layer, target = _stuck_at_the_local_minimum()
     res = gt.stabilize(layer, target, add="head", rate=1.0, token_check=64)
     assert res.stats["c_screens"] >= 2 and res.c > res.stats["c_local"]
-    # the stabilized layer's: at the local minimum, at c, and at each doubled design rate
-    assert calls.count("adaptive") == 2 + res.stats["token_doublings"]
+    # the stabilized layer's: at c and at each doubled design rate; none at the local minimum,
+    # where the identity start's first half settled elsewhere before any other check ran
+    assert calls.count("adaptive") == 1 + res.stats["token_doublings"]
     assert calls.count("rk4") == 1
     assert res.untouched_tokens is not None and res.token_certificate is not None
     assert res.untouched_tokens.initial == res.token_certificate.initial
@@ -723,9 +760,13 @@ def test_the_token_run_at_the_local_minimum_stops_when_c_grows(
 ) -> None:
     """At the local minimum ``c`` a start that fails its screen halfway makes ``c`` grow: the
     stabilized layer's token run at that ``c``, beside it, is cancelled (its result is not
-    needed), and the tokens are checked at the ``c`` chosen."""
+    needed), and the tokens are checked at the ``c`` chosen. (The far start's first half
+    normally runs before the others, and its failure skips them: here it is not run first, as
+    for a start other than the farthest that fails halfway.)"""
     from gtcontrol._status import _CANCEL
     from gtcontrol.control.design import stabilize as module
+
+    monkeypatch.setattr(module._Context, "first_segment", lambda self, final, screen_at: None)
 
     seen: list[tuple[bool, Any]] = []
     real = module.design_token_certificate
@@ -753,6 +794,87 @@ def test_the_token_run_at_the_local_minimum_stops_when_c_grows(
     assert not any(cancellable for cancellable, _ in rest)
     assert all(out.status is not Status.BUDGET_EXHAUSTED for _, out in rest)
     assert res.token_certificate is rest[-1][1]
+
+
+def _checks_seen(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, float]]:
+    """Record, in order, each verifying segment and token run of a stabilized layer, with the
+    layer's ``A[0, 0]`` (``A + cP`` tells the ``c``): ``("segment", a)`` or ``("tokens", a)``."""
+    from gtcontrol.control.design import stabilize as module
+
+    seen: list[tuple[str, float]] = []
+    segment, tokens = module._Context._segment, module._Context._tokens
+
+    def added_c(final: gt.Layer) -> float:
+        return float(final.A[0, 0])  # A + cP: the layer's A tells the c
+
+    def seg(self: Any, final: gt.Layer, *args: Any) -> Any:
+        seen.append(("segment", added_c(final)))
+        return segment(self, final, *args)
+
+    def tok(self: Any, final: gt.Layer, *args: Any) -> Any:
+        seen.append(("tokens", added_c(final)))
+        return tokens(self, final, *args)
+
+    monkeypatch.setattr(module._Context, "_segment", seg)
+    monkeypatch.setattr(module._Context, "_tokens", tok)
+    return seen
+
+
+def test_a_far_start_stuck_at_the_local_minimum_skips_every_other_check_there(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The far start's first half runs alone at the local minimum ``c`` before any other
+    check; when it settles elsewhere, ``c`` grows at once: no other verification and no token
+    run at the local minimum. The design, the ladder and the checks at the ``c`` chosen are
+    those of the run that does all the checks at the local minimum first."""
+    from gtcontrol.control.design import stabilize as module
+
+    layer, target = _stuck_at_the_local_minimum()
+    seen = _checks_seen(monkeypatch)
+    res = gt.stabilize(layer, target, add="head", rate=1.0, token_check=64)
+    # (64 tokens of this d = 2 layer fail their check at every design rate: not the point)
+    assert res.c > res.stats["c_local"] and res.stats["c_screens"] >= 2, res.message
+    assert all(v.converged for v in res.verification)
+    a_loc = seen[0][1]
+    assert seen[0] == ("segment", a_loc)
+    assert [kind for kind, a in seen if a == a_loc] == ["segment"]
+    assert any(kind == "tokens" for kind, _ in seen)
+    monkeypatch.setattr(module._Context, "first_segment", lambda self, final, screen_at: None)
+    ref = gt.stabilize(layer, target, add="head", rate=1.0, token_check=64)
+    assert ref.c == res.c and ref.stats["c_failed"] == res.stats["c_failed"]
+    assert ref.stats["c_screens"] == res.stats["c_screens"]
+    assert ref.message == res.message
+    for v, w in zip(res.verification, ref.verification, strict=True):
+        assert np.array_equal(v.t, w.t) and np.array_equal(v.cov_error, w.cov_error)
+    assert res.token_certificate is not None and ref.token_certificate is not None
+    assert res.token_certificate.w2 == ref.token_certificate.w2
+
+
+def test_a_far_start_that_goes_on_continues_from_its_first_half(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A far start whose first half at the local minimum does not settle elsewhere continues
+    from that segment beside the other checks: its verification is the one the checks would
+    have run without the first half apart, to the last digit, and no segment runs twice."""
+    from gtcontrol.control.design import stabilize as module
+
+    rng = np.random.default_rng(1)
+    layer = random_layer(rng, 8, 2, factored=False)
+    layer = layer.replace(heads=[(2.0 * v, b) for v, b in layer.heads])
+    target = gt.Gaussian(rng.standard_normal(8), random_spd(rng, 8))
+    seen = _checks_seen(monkeypatch)
+    res = gt.stabilize(layer, target, add="head", rate=0.8)
+    assert res.success and res.c == res.stats["c_local"] > 0, res.message
+    # the far (identity) start: its first half, then the other start, then its second half
+    assert len(seen) >= 3 and {kind for kind, _ in seen} == {"segment"}
+    monkeypatch.setattr(module._Context, "first_segment", lambda self, final, screen_at: None)
+    n_with = len(seen)
+    ref = gt.stabilize(layer, target, add="head", rate=0.8)
+    assert len(seen) - n_with == n_with  # the same segments, none twice
+    assert ref.message == res.message
+    for v, w in zip(res.verification, ref.verification, strict=True):
+        assert np.array_equal(v.t, w.t) and np.array_equal(v.cov_error, w.cov_error)
+        assert np.array_equal(v.mean_error, w.mean_error)
 
 
 def _untouched_threads() -> list[Any]:

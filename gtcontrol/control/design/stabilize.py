@@ -25,7 +25,7 @@ prescribed equilibrium"):
      keeps a typical token's logit for itself within 1 of a typical key's at the target (``r/s`` on
      an ``r``-dimensional target), so that over ``N`` tokens the softmax stays near its first-order
      expansion, under which the head moves the tokens as the moment model moves the Gaussian of
-     their empirical moments (:meth:`_Context._token_scale`). The gauge alone is not free for the
+     their empirical moments (``_head._token_scale``). The gauge alone is not free for the
      mean: the head moves the mean matrix ``K`` by ``−scI``, a stiff mean flow and a large change of
      the layer's function when ``s`` is large. A uniform companion head ``(κI, 0)`` (``B = 0``:
      every token attends equally, ``ESS/N = 1``) adds ``κm`` to the mean's velocity only; ``κ = sc −
@@ -36,17 +36,18 @@ prescribed equilibrium"):
      far start: the pretrained heads can keep a second attracting equilibrium (MiniLM layers 1 and 2
      at their text targets: the identity start settles at relative distance 0.19). So at the local
      minimum a verification stops halfway when its start is not within relative 1e-2 of the target
-     there and too slow to close that gap in the depth left; ``c`` then doubles until every such
-     start passes a screen (integrated to half the verification depth at a loose tolerance, it must
-     come within 1e-2), geometric bisection narrows the bracket to a factor ``2^(1/8)``, and every
-     check of every start runs again at that ``c``: it is the smallest verified change to that
-     resolution, and the message and ``stats`` say so. A start singular on the active subspace is
-     not screened: the covariance flow is a congruence ``Σ(t) = Φ(t)Σ0Φ(t)ᵀ``, so it keeps its rank
-     and never reaches a ``Σ*`` positive definite there, for any ``c``. When the moments are
-     certified and verified but ``N`` tokens do not follow them (the kept heads' attention over
-     ``N`` tokens is biased against the moment model, strongly so in their hard-maximum regime, and
-     the contraction holds that steady forcing off), the design rate doubles, at most three times,
-     and every check runs again (:meth:`_Context._token_valid`).
+     there and too slow to close that gap in the depth left (the farthest start's first half runs
+     alone, before the other checks, which it spares when it stops); ``c`` then doubles until
+     every such start passes a screen (integrated to half the verification depth at a loose
+     tolerance, it must come within 1e-2), geometric bisection narrows the bracket to a factor
+     ``2^(1/8)``, and every check of every start runs again at that ``c``: it is the smallest
+     verified change to that resolution, and the message and ``stats`` say so. A start singular
+     on the active subspace is not screened: the covariance flow is a congruence ``Σ(t) =
+     Φ(t)Σ0Φ(t)ᵀ``, so it keeps its rank and never reaches a ``Σ*`` positive definite there, for
+     any ``c``. When the moments are certified and verified but ``N`` tokens do not follow them
+     (the kept heads' attention over ``N`` tokens is biased against the moment model, strongly so
+     in their hard-maximum regime, and the contraction holds that steady forcing off), the design
+     rate doubles, at most three times, and every check runs again (``_head._token_valid``).
    * ``"gains"``: per-head gains ``V_h → g_h V_h``, ``g ∈ [0, 1]ᴴ``, with ``‖1 − g‖₂`` minimal
      (a local minimum, by sequential linear programming on the eigenvalue sensitivities
      ``∂λ/∂g_h = ψᴴ L_h φ / ψᴴ φ``). The family cannot reach the rate when the mean
@@ -90,7 +91,7 @@ from typing import Any
 
 import numpy as np
 
-from ..._linalg import FloatArray, psd_sqrt, spd_sqrt_pair, sym
+from ..._linalg import FloatArray, spd_sqrt_pair, sym
 from ..._status import Budget, BudgetExhausted, Status, as_time_limit, cancellable
 from ..._validation import as_choice, as_float_array, as_positive_float, as_positive_int, frozen
 from ...analysis._subspace import active_subspace, reduced_layer
@@ -106,11 +107,12 @@ from ...model.attention import token_velocity
 from ...model.field import affine_velocity, moment_field
 from ...model.finite_n import ess_fraction
 from ...model.gaussian import Gaussian, check_gaussian
-from ...model.moments import simulate
+from ...model.moments import Trajectory, simulate
 from ...model.params import Layer
-from ._common import RATE_MARGIN, designed_a, quadratic_growth
+from ._common import designed_a
 from ._finite_n import TokenCertificate, design_token_certificate
 from ._gains import Design, gains_family
+from ._head import SCREEN_TOL, head_family
 from ._jobs import concurrently, in_background, in_turn, threaded
 from ._stabilization import VERIFY_RTOL, Stabilization, Verification
 
@@ -126,34 +128,18 @@ FAMILIES = ("auto", "head", "gains")
 #: target: 857 against 1,289): the factor's rotation at the equilibrium carries a floor of
 #: integration error, 8.6e-8 on a random d = 8 layer of those tests, 12 times below 1e-6.
 _VERIFY_INTEGRATOR_RTOL = 1e-7
+#: Its absolute tolerance, on the factor normalized to unit Frobenius norm (and the mean over
+#: its scale): ``1e-4`` of the ``1e-6`` verified. simulate's default ``1e-14`` let entries far
+#: below the factor's scale set the step: MiniLM layer 1 (text target, identity start, depth
+#: 17.07) took 805 evaluations (9.1 s) at 1e-14, 696 (7.8 s) at 1e-10, and the end states
+#: differ by 1.6e-10 (Σ) and 1.7e-9 (m), relative.
+_VERIFY_INTEGRATOR_ATOL = 1e-10
 #: e-folds added to the default verification depth for transients.
 _TRANSIENT_EFOLDS = 3.0
 #: A default depth is extended by this many e-folds at a time while the error still falls, up
 #: to this multiple of the depth.
 _EXTEND_EFOLDS = 3.0
 _EXTEND_MAX = 2.0
-#: The screens that choose ``c`` when a start's verification fails at the local minimum
-#: (:meth:`_Context._smallest_verified_c`): doublings, then geometric bisections (a bracket
-#: ``[f, 2f]`` narrows to a factor ``2^(1/8) ≈ 1.09``); each screen integrates the starts that
-#: failed to half the default verification depth at ``_SCREEN_RTOL`` and passes at relative error
-#: ``≤ _SCREEN_TOL``. MiniLM layer 2 (text target), identity start: 0.19 at the local minimum
-#: (settled elsewhere), 1.2e-8 at half depth with ``1.5 c``; a start that converges is far
-#: below ``_SCREEN_TOL`` by then at the certified rate (``e^{-ρT/2}``, ``ρT ≥ 17``). The
-#: screens keep DOP853: RK45 at the same rtol is cheaper at real scale, where the flow is stiff
-#: (MiniLM layer 1, text target: 285 evaluations for DOP853's 387), but its global error reached
-#: 1.0e-2 on a d = 2 layer that DOP853 puts at 4.7e-5 (truth 2.7e-13), and failed that screen.
-_C_DOUBLINGS = 6
-_C_BISECTIONS = 3
-#: Doublings of the design rate while only the token check fails
-#: (:meth:`_Context._token_valid`).
-_TOKEN_DOUBLINGS = 3
-_SCREEN_RTOL = 1e-3
-_SCREEN_TOL = 1e-2
-#: The added head keeps ``ESS/N ≥ min_ess`` for all but ``exp(−n²/2)`` of the queries, ``n``
-#: this, and a typical token's own logit within ``_OWN_LOGIT`` of a typical key's at the target
-#: (:meth:`_Context._token_scale`).
-_ESS_N_STD = 3.0
-_OWN_LOGIT = 1.0
 #: Probe tokens for the function change when none are given.
 _PROBE_TOKENS = 512
 #: Tolerance of the stabilized layer's token run (RK45, :meth:`_Context._tokens`).
@@ -567,13 +553,13 @@ class _Context:
         base: LinearizationSpectrum,
     ) -> Stabilization:
         if kind == "head":
-            return self._head(base_layer, base)
+            return head_family(self, base_layer, base)
         found = gains_family(self, base_layer, base)
         if isinstance(found, Design):
             return self.finish(found, base)
         return self.result_without(base_layer, base, "gains", found.status, found.message)
 
-    def _start_vector(self, spec: LinearizationSpectrum) -> FloatArray | None:
+    def start_vector(self, spec: LinearizationSpectrum) -> FloatArray | None:
         """The rightmost mode of ``spec`` (real coordinates), plus a little seeded noise."""
         if spec.modes.shape[0] == 0 or self.basis.shape[1] * (self.basis.shape[1] + 1) // 2 <= 1500:
             return None
@@ -596,7 +582,7 @@ class _Context:
         e0 = max([1e-3, *(self._start_error(g) for g in gs)])
         return (math.log(e0 / VERIFY_RTOL) + _TRANSIENT_EFOLDS) / (rate or self.rate)
 
-    def _error(self, mean: FloatArray, cov: FloatArray) -> float:
+    def relative_error(self, mean: FloatArray, cov: FloatArray) -> float:
         """The relative distance of ``N(mean, cov)`` from the target, covariance or mean."""
         return max(
             float(np.linalg.norm(cov - self.target.cov)) / float(np.linalg.norm(self.target.cov)),
@@ -604,11 +590,11 @@ class _Context:
         )
 
     def _start_error(self, g: Gaussian) -> float:
-        return self._error(g.mean, g.cov)
+        return self.relative_error(g.mean, g.cov)
 
     def _speed(self, final: Layer, mean: FloatArray, cov: FloatArray) -> float:
         """The moments' relative speed under ``final`` at ``N(mean, cov)``: how fast the
-        distance of :meth:`_error` can change per unit depth, or Σ relative to itself,
+        distance of :meth:`relative_error` can change per unit depth, or Σ relative to itself,
         whichever is larger (a small Σ growing exponentially towards the target is slow in the
         target's units but fast in its own)."""
         dm, ds = moment_field(final, mean, cov)
@@ -625,347 +611,7 @@ class _Context:
             float(np.linalg.norm(self.target.mean)), math.sqrt(float(np.trace(self.target.cov)))
         )
 
-    def _added_tilts(self) -> list[FloatArray]:
-        """The added head's ``B₀ = Σ*⁺``, and ``Σ*⁺(I − C)``: its query centred on ``m*``.
-
-        The softmax tilt of a query ``x`` is ``u = B₀x``, and ``ESS/N = exp(−uᵀΣu)`` falls
-        with ``|x|`` in Σ*'s metric, mean included: a data target with ``|Σ*^{-½}m*| ≫ 1``
-        needs a large token gauge ``s``, which multiplies the head's mean contraction
-        (``−scI``) into a stiff mean flow and a large change of the layer's function. Where
-        the layer has frozen directions on which the target mean is ``f ≠ 0`` (an extracted
-        layer's affine coordinate), ``C = (Pm*) fᵀ/|f|²`` gives ``Cx = Pm*`` on every token
-        (their frozen part is ``f``), so ``u = Σ*⁺(x − m*)`` there: a query bias. ``C`` acts
-        only through frozen directions, which carry no variance, so the covariance dynamics
-        and the mean matrix on the active subspace are unchanged; only the mean's constant
-        term moves, and ``b`` absorbs it at the equilibrium. Centring helps when the starts lie
-        near the target and hurts for a start far from ``m*`` (the identity start of a data
-        target), so :meth:`_head` takes the tilt with the smaller gauge.
-        """
-        b0: FloatArray = self.basis @ np.linalg.inv(self.s_act) @ self.basis.T
-        mean = self.target.mean
-        f = mean - self.proj @ mean
-        pm = self.proj @ mean
-        size = float(f @ f)
-        if size <= (1e-12 * max(float(np.linalg.norm(mean)), 1.0)) ** 2 or not np.any(pm):
-            return [b0]
-        return [b0, b0 - np.outer(b0 @ pm, f) / size]
-
-    def _token_scale(self, b0: FloatArray) -> float:
-        """The added head's token gauge: the smallest ``s ≥ 1`` for which its softmax is near
-        linear in two senses: its predicted ESS is at least ``min_ess`` for all but a
-        ``e^{−n²/2}`` share of the queries of the target and of every start (``n`` =
-        ``_ESS_N_STD``), and a typical token's own logit at the target, where the tokens
-        settle, is within 1 of a typical key's.
-
-        *Predicted ESS.* A query ``x = m + Σ^{1/2}z`` of ``N(m, Σ)`` has tilt ``u = B₀x/s``
-        and ``uᵀΣu = |Rm + Wz|²/s²``, ``R = Σ^{1/2}B₀``, ``W = RΣ^{1/2}``. ``z ↦ |Wz|`` is
-        ``‖W‖₂``-Lipschitz with mean at most ``‖W‖_F``, so by Gaussian concentration ``|Rm +
-        Wz| ≤ |Rm| + ‖W‖_F + n‖W‖₂``, and ``ESS/N = exp(−uᵀΣu) ≥ min_ess`` needs ``s`` at least
-        that over ``√ln(1/min_ess)``. The Frobenius term is what a typical query carries in
-        high dimension (``√r`` for ``B₀ = Σ*⁻¹`` on an ``r``-dimensional target).
-
-        *The token's own logit.* Over ``N`` tokens a query is also a key, and its own logit exceeds
-        a typical key's by ``δ = (x − m)ᵀB₀x/s = (zᵀWz + zᵀRm)/s``, about ``r/s``: the predicted ESS
-        above says nothing of it. Where ``δ ≫ 1`` every token attends to itself (MiniLM's ``I ⊕ 0``
-        targets, ``r = 384``: ``s = 30`` by the ESS alone, ``δ ≈ 13``, an empirical ``ESS/N`` of
-        ``1/N``), and the head's value ``−scI`` drives each token at rate ``sc`` towards the others
-        (layer 0: a collapse at rate ~240 in the first 0.01 of depth, a token field stiff enough to
-        cap RK45's step at 0.22, W2 = 1.6 sampling floors after depth 7.3). With ``|δ| ≤ 1`` the
-        softmax is close to its first-order expansion ``w_ij ≈ (1 + l_ij − l̄_i)/N``, under which
-        the head moves the tokens as the moment model moves ``N(m, Σ)``, with the tokens' own
-        empirical covariance for ``Σ`` (``−sc·x̄ − cΣ̂B₀x_i``, the ``−sc·x̄`` cancelled by the
-        companion): no finite-N bias of its own (layer 0, the design at ``c = 2.22``, tokens to
-        depth 7.3: W2 = 0.29 floors and 116 field evaluations at ``s = 384``, 1.6 floors and 326 at
-        ``s = 30``). The mean of ``δ`` over the queries is ``tr W / s`` (``zᵀRm`` has mean 0), so
-        ``s ≥ tr W`` keeps a typical token's own logit within 1 of a typical key's; its spread,
-        ``√2‖W‖_F`` and ``|Rm|`` over ``s``, is smaller in high dimension. A tail bound instead
-        (Laurent and Massart's ``zᵀWz ≤ tr W + √2 n‖W‖_F + n²‖W‖₂`` but for ``e^{−n²/2}``) made
-        ``s`` twice as large in low dimension, where the typical ``δ`` was already below 1, and
-        a small layer's token run (d = 2, ``s = 19`` for the 9.5 of the ESS) then reached its
-        evaluation cap. Only the target, where the tokens settle, enters this bound: a far start
-        (the identity start of a data target, ``tr W = tr Σ*⁻¹``) would ask ``s`` near 8,000 on
-        MiniLM's text targets, and there the tokens did worse, not better (layer 1, text target, at
-        the ``c`` verified: W2 = 3.4 floors at ``s = 7,700``, in float32 and float64 alike, against
-        1.1 at the ``s = 587`` of the predicted ESS and 0.9 at 2,000; why, this rule does not
-        explain).
-        """
-        rho_req = math.sqrt(math.log(1.0 / self.min_ess))
-        s = 1.0
-        for g in [self.target] + [g for _, g in self.starts]:
-            root = psd_sqrt(g.cov)
-            rb = root @ b0
-            w = rb @ root
-            w_f, w_2 = float(np.linalg.norm(w)), float(np.linalg.norm(w, 2))
-            rm = float(np.linalg.norm(rb @ g.mean))
-            s = max(s, (rm + w_f + _ESS_N_STD * w_2) / rho_req)
-            if g is self.target:
-                s = max(s, float(np.trace(w)) / _OWN_LOGIT)
-        return (1.0 + 1e-9) * s
-
-    def _head(self, base_layer: Layer, base: LinearizationSpectrum) -> Stabilization:
-        # both tilts give the same moment model; the smaller gauge s changes the layer less
-        tilts = self._added_tilts()
-        s, pick = min((self._token_scale(tilt), i) for i, tilt in enumerate(tilts))
-        b0 = tilts[pick]
-        c_cov, c_loc = self._head_c(base, self.rate)
-        need_mean, sigma = self._mean_shift(base, self.rate)
-        red = reduced_layer(self.layer, self.basis)
-        q = quadratic_growth(red, self.s_act)
-
-        def build(c: float, shift: float = sigma) -> Layer:
-            return self._head_layer(base_layer, c, s, b0, shift)
-
-        def attempt(
-            c: float,
-            ladder: str,
-            stats: dict[str, Any],
-            *,
-            shift: float = sigma,
-            screen_at: float | None = None,
-            design_rate: float | None = None,
-        ) -> Stabilization:
-            final = build(c, shift)
-            kappa = s * c - shift
-            parts = []
-            if c > 0:
-                parts.append(
-                    f"added head (−s·c·I, Σ*⁻¹/s) with c = {c:.6g} (minimal {c_cov:.6g} for the "
-                    f"covariance), token gauge s = {s:.4g}"
-                    + (", query centred on m*" if pick else "")
-                )
-            if ladder:
-                parts.append(ladder)
-            if kappa != 0.0:
-                parts.append(
-                    f"uniform companion head (κI, 0) with κ = {kappa:.6g}: the mean matrix shifts "
-                    f"by −{shift:.6g} ("
-                    + (f"minimal: the mean needs {need_mean:.6g})" if shift > 0 else "none needed)")
-                )
-            what = (
-                "; ".join(parts)
-                if parts
-                else "no extra needed: the designed A, b alone give the rate"
-            )
-            design = Design(
-                layer=final,
-                family="head" if c > 0 or shift != 0.0 else "none",
-                # the base's shifted by −2c (checked) or, failing that, recomputed by finish
-                spectrum=self.shifted(final, base_layer, base, -2.0 * c),
-                what=what,
-                change=c,
-                q=q,
-                omega=base.numerical_abscissa - 2.0 * c,
-                c=c,
-                scale=s,
-                mean_shift=shift,
-            )
-            return self.finish(
-                design,
-                base,
-                extra_stats={
-                    "c_local": c_loc,
-                    "c_screens": 0,
-                    "c_failed": math.nan,
-                    "design_rate": self.rate,
-                    "token_doublings": 0,
-                    **stats,
-                },
-                screen_at=screen_at,
-                design_rate=design_rate,
-            )
-
-        # c_loc is the smallest c of the local certificate; a far start can still settle at
-        # another equilibrium there (MiniLM layers 1 and 2, text target, from the identity):
-        # then c grows, chosen by cheap screens, and the checks run again at the c chosen. So
-        # at c_loc each verification stops halfway when it fails a screen's test there.
-        res = attempt(c_loc, "", {}, screen_at=self._screen_depth() if c_loc > 0 else None)
-        stuck = [
-            (
-                (name, g0),
-                f"{v.name} start does not converge (relative error "
-                f"{max(float(v.cov_error[-1]), float(v.mean_error[-1])):.3g} at depth "
-                f"{float(v.t[-1]):.4g})",
-            )
-            for v, (name, g0) in zip(res.verification, self.starts, strict=True)
-            if v.status is Status.SUCCESS and not v.converged and not self._rank_gap(g0)
-        ]
-        ladder, stats = "", {}
-        if stuck and c_loc > 0 and res.local_certificate and not self.budget.exhausted:
-            c, c_failed, ladder, screens = self._smallest_verified_c(
-                build, c_loc, [start for start, _ in stuck], stuck[0][1]
-            )
-            stats = {"c_screens": screens, "c_failed": c_failed}
-            if c == c_loc:
-                # no c passed its screen: the checks at c_loc stand (out of time if the
-                # screens ran out of it)
-                spent = self.budget.exhausted
-                return replace(
-                    res,
-                    status=Status.BUDGET_EXHAUSTED if spent else res.status,
-                    message=res.message
-                    + "; "
-                    + ladder
-                    + ("; the time limit ended the screens" if spent else ""),
-                    stats=dict(res.stats, **stats),
-                )
-            res = attempt(c, ladder, stats)
-        return self._token_valid(res, base, attempt, ladder, stats)
-
-    def _head_c(self, base: LinearizationSpectrum, rho: float) -> tuple[float, float]:
-        """The smallest ``c`` for the covariance at rate ``rho`` (``(α(L) + ρ)/2``) and the
-        ``c`` used: that, with the margin, or 0 when none is needed."""
-        c_cov = (base.cov_abscissa + rho) / 2.0
-        return c_cov, (c_cov * (1.0 + RATE_MARGIN) + 1e-12 * rho if c_cov > 0 else 0.0)
-
-    def _mean_shift(self, base: LinearizationSpectrum, rho: float) -> tuple[float, float]:
-        """The shift the mean matrix needs at rate ``rho`` (``α(K) + ρ``) and the one used."""
-        need = base.mean_abscissa + rho
-        return need, (need * (1.0 + RATE_MARGIN) + 1e-12 * rho if need > 0 else 0.0)
-
-    def _token_valid(
-        self,
-        res: Stabilization,
-        base: LinearizationSpectrum,
-        attempt: Callable[..., Stabilization],
-        ladder: str,
-        stats: dict[str, Any],
-    ) -> Stabilization:
-        """``res``, or the design at a doubled rate when only its token check failed.
-
-        A head's attention over ``N`` tokens is a ratio of sample averages, biased against the
-        moment model, strongly so where a kept head of a pretrained layer is in its finite-N
-        regime at the target (a softmax close to a hard maximum): a steady forcing, which holds
-        the tokens off the moments by about that bias over the contraction rate. So the design
-        rate ``ρ'`` (``c`` and the mean's shift at ``ρ'``, never below the ``c`` already
-        verified) doubles, at most ``_TOKEN_DOUBLINGS`` times, until the tokens pass too; every
-        check runs again at each ``ρ'``, to the default depths of the rate ``ρ'`` certified.
-        MiniLM layer 1 at ``I ⊕ 0``, N = 1024: W2 12.8 at ``ρ = 1`` against a sampling floor of
-        6.2 (the check allows two floors), 9.6 at ``ρ' = 2``. The ``c`` found is the smallest
-        token-valid one to a factor 2 in the rate, and the message says so."""
-        rho, tries, trail = self.rate, 0, []
-        while (
-            tries < _TOKEN_DOUBLINGS
-            and not self.budget.exhausted
-            and res.status is Status.FAILED
-            and res.local_certificate
-            and all(v.converged for v in res.verification)
-            and res.token_certificate is not None
-            and res.token_certificate.status not in (Status.SUCCESS, Status.BUDGET_EXHAUSTED)
-        ):
-            tc = res.token_certificate
-            trail.append(f"at design rate {rho:g} (c = {res.c:.6g}) W2 {tc.w2:.4g}")
-            rho *= 2.0
-            tries += 1
-            c = max(res.c, self._head_c(base, rho)[1])
-            shift = max(res.mean_shift, self._mean_shift(base, rho)[1])
-            note = (
-                "the token check failed "
-                + ", ".join(trail)
-                + f" (floor {tc.floor:.4g}): the tokens' finite-N bias is held off by the "
-                f"contraction, so the design rate doubled to {rho:g}"
-            )
-            res = attempt(
-                c,
-                "; ".join(x for x in (ladder, note) if x),
-                {**stats, "design_rate": rho, "token_doublings": tries},
-                shift=shift,
-                design_rate=rho,
-            )
-        if tries and res.success:
-            res = replace(
-                res,
-                message=res.message
-                + f"; the design rate {rho:g} is the smallest token-valid one to a factor 2 "
-                f"(at {rho / 2:g} the tokens failed)",
-            )
-        return res
-
-    def _head_layer(
-        self, base_layer: Layer, c: float, s: float, b0: FloatArray, sigma: float
-    ) -> Layer:
-        """``base_layer`` with the added head ``(−s c P, B₀/s)``, ``A + cP``, and the uniform
-        companion ``(κP, 0)``, ``κ = s c − σ``: the mean matrix shifts by exactly ``−σ``
-        whatever the gauge ``s`` (it adds ``κm`` to the mean's velocity and nothing to the
-        covariance's, attending to every token equally, ``ESS/N = 1``)."""
-        added: list[tuple[FloatArray, FloatArray]] = []
-        if c > 0:
-            added.append((-s * c * self.proj, b0 / s))
-        kappa = s * c - sigma
-        if kappa != 0.0:
-            added.append((kappa * self.proj, np.zeros_like(self.proj)))
-        if not added:
-            return base_layer
-        final = base_layer.replace(
-            A=base_layer.A + c * self.proj, heads=[*base_layer.head_groups, *added]
-        )
-        return self.fix_bias(final)
-
-    def _screen_depth(self) -> float:
-        """Half the default verification depth (or of a longer ``T`` given): a short ``T``
-        given for a quick look does not make the screens, which choose ``c``, fail."""
-        return 0.5 * max(self.default_depth(), self.depth or 0.0)
-
-    def _smallest_verified_c(
-        self,
-        build: Callable[[float], Layer],
-        c_loc: float,
-        starts: list[tuple[str, Gaussian]],
-        stuck: str,
-    ) -> tuple[float, float, str, int]:
-        """After ``starts`` failed their verification at ``c_loc`` (``stuck`` says which and
-        how): the smallest ``c`` from which they all converge in a screen (``c_loc`` when none
-        was found), the largest ``c`` whose screen failed, a sentence on how ``c`` was found,
-        and the number of screens.
-
-        A screen (:meth:`_screen`) is a cheap simulation of those starts to
-        :meth:`_screen_depth`; the starts that converged at ``c_loc`` are not screened (a
-        larger ``c`` only strengthens the local contraction), and a start singular on the
-        active subspace never is (:meth:`_rank_gap`: no ``c`` helps it). ``c`` doubles from
-        ``c_loc`` until a screen passes (at most ``_C_DOUBLINGS`` times), then
-        ``_C_BISECTIONS`` geometric bisections narrow the bracket. The screen only chooses
-        ``c``: the full verification of every start by :meth:`finish` at that ``c`` decides.
-        A larger ``c`` never weakens the local certificate (the linearization shifts by
-        exactly ``−2c``), and the global bound needs ``c > q``.
-        """
-        t_half = self._screen_depth()
-        how = (
-            f"each to depth {t_half:.4g} at rtol {_SCREEN_RTOL:g}, relative error ≤ {_SCREEN_TOL:g}"
-        )
-        lo, hi, screens = 1.0, math.nan, 0
-        f = 1.0
-        for _ in range(_C_DOUBLINGS):
-            if self.budget.exhausted:
-                break
-            f *= 2.0
-            screens += 1
-            if self._screen(build(f * c_loc), t_half, starts) is None:
-                hi = f
-                break
-            lo = f
-        if math.isnan(hi):
-            note = (
-                f"at the local minimum c = {c_loc:.6g} the {stuck}, nor in screens up to "
-                f"{lo:g} × it ({screens} screens, doubling; {how}); c stays at the local minimum"
-            )
-            return c_loc, lo * c_loc, note, screens
-        for _ in range(_C_BISECTIONS):
-            if self.budget.exhausted:
-                break
-            mid = math.sqrt(lo * hi)
-            screens += 1
-            if self._screen(build(mid * c_loc), t_half, starts) is None:
-                hi = mid
-            else:
-                lo = mid
-        note = (
-            f"c = {hi:.4g} × the local minimum: at the minimum the {stuck}"
-            + (f", at {lo:.4g} × it did not in a screen" if lo > 1.0 else "")
-            + f" and at {hi:.4g} × it did (smallest verified c to a factor {hi / lo:.3g}; "
-            f"{screens} screens, {how})"
-        )
-        return hi * c_loc, lo * c_loc, note, screens
-
-    def _rank_gap(self, g0: Gaussian) -> str:
+    def rank_gap(self, g0: Gaussian) -> str:
         """A sentence when ``g0`` is singular on the active subspace, else ``""``.
 
         The covariance flow is a congruence, ``Σ(t) = Φ(t)Σ0Φ(t)ᵀ`` with ``Φ' = M(Σ)Φ``,
@@ -984,31 +630,6 @@ class _Context:
             "flow Σ(t) = Φ(t)Σ0Φ(t)ᵀ keeps the rank, so it never reaches Σ*"
         )
 
-    def _screen(self, lay: Layer, depth: float, starts: list[tuple[str, Gaussian]]) -> str | None:
-        """``None`` when every start comes within ``_SCREEN_TOL`` (relative, covariance and
-        mean) of the target by ``depth`` under ``lay``, else the name of the worst start."""
-
-        def end_error(g0: Gaussian) -> float:
-            left = self.budget.remaining()
-            traj = simulate(
-                lay,
-                g0,
-                depth,
-                n_points=2,
-                rtol=_SCREEN_RTOL,
-                time_limit=None if math.isinf(left) else max(left, 1e-6),
-            )
-            if traj.status is not Status.SUCCESS:
-                return math.inf
-            return self._error(traj.mean[-1], traj.cov[-1])
-
-        errs = concurrently(
-            [functools.partial(end_error, g0) for _, g0 in starts],
-            alone=not self.background_running(),
-        )
-        j = int(np.argmax(errs))
-        return None if errs[j] <= _SCREEN_TOL else starts[j][0]
-
     # -- results ----------------------------------------------------------------------------
     def finish(
         self,
@@ -1018,12 +639,14 @@ class _Context:
         extra_stats: dict[str, Any] | None = None,
         screen_at: float | None = None,
         design_rate: float | None = None,
+        first: tuple[int, Trajectory] | None = None,
     ) -> Stabilization:
         """The checks of ``design`` and its result. With ``screen_at`` each verification stops
         at that depth when a screen would fail there (:meth:`_verify`): ``c`` is about to grow
-        (when the local certificate holds), and the rest of the depth would be wasted. A
-        ``design_rate`` above the rate asked for (:meth:`_token_valid`) is the certified one:
-        the default depths of the verifications and of the stabilized layer's tokens follow
+        (when the local certificate holds), and the rest of the depth would be wasted. ``first``
+        is a start's index and its first segment, already integrated (:meth:`first_segment`). A
+        ``design_rate`` above the rate asked for (``_head._token_valid``) is the certified one: the
+        default depths of the verifications and of the stabilized layer's tokens follow
         it, those of the given layer's tokens do not (that run is kept across designs).
 
         A design without its spectrum (the gains family; the head family on a dense base, or
@@ -1057,7 +680,7 @@ class _Context:
         radius = (-omega / beta if beta > 0 else math.inf) if omega < 0 else math.nan
         t_end = depth if depth is not None else self.default_depth(rate=design_rate)
         # At the local minimum c a start whose verification ends unconverged (halfway, when it
-        # fails the screens' test there) fails this design, and c grows (:meth:`_head`) when
+        # fails the screens' test there) fails this design, and c grows (_head.head_family) when
         # the local certificate holds: the stabilized tokens at this c are then not needed,
         # and their run stops (MiniLM layer 1, text target: at 44.7 s, where it ran to 58.6 s).
         stuck = threading.Event() if screen_at is not None else None
@@ -1074,14 +697,15 @@ class _Context:
                 extend=depth is None,
                 screen_at=screen_at,
                 rate=design_rate,
+                first=first[1] if first is not None and first[0] == i else None,
             )
-            for name, g0 in self.starts
+            for i, (name, g0) in enumerate(self.starts)
         ]
         if stuck is not None:
             # a start singular on the active subspace never converges, and c does not grow for
-            # it (:meth:`_rank_gap`): its verification does not stop the tokens
+            # it (:meth:`rank_gap`): its verification does not stop the tokens
             jobs = [
-                job if self._rank_gap(g0) else functools.partial(_flagging, stuck, job)
+                job if self.rank_gap(g0) else functools.partial(_flagging, stuck, job)
                 for job, (_, g0) in zip(jobs, self.starts, strict=True)
             ]
         given = self._untouched_key()
@@ -1100,13 +724,13 @@ class _Context:
             # first, here: a job alone gets every core's BLAS threads (MiniLM layer 3 at I ⊕ 0,
             # one verification: 60.6 s on one, 40.8 s on two), and the Krylov products are
             # faster on the caller's one (random-init ViT layer 0 at I ⊕ 0: 17 s, 53 s on two)
-            spec = self.spectrum(final, omega=False, k=1, v0=self._start_vector(base))
+            spec = self.spectrum(final, omega=False, k=1, v0=self.start_vector(base))
         elif spec is None:
             near = min(range(len(self.starts)), key=lambda i: self._start_error(self.starts[i][1]))
             jobs[near] = functools.partial(
                 in_turn,
                 functools.partial(
-                    self.spectrum, final, omega=False, k=1, v0=self._start_vector(base)
+                    self.spectrum, final, omega=False, k=1, v0=self.start_vector(base)
                 ),
                 jobs[near],
             )
@@ -1279,53 +903,38 @@ class _Context:
         extend: bool,
         screen_at: float | None = None,
         rate: float | None = None,
+        first: Trajectory | None = None,
     ) -> Verification:
         """Simulate ``final`` from ``g0`` to ``t_end`` (extended while a default depth's error
         still falls). With ``screen_at < t_end`` the integration first stops there, and ends
-        unconverged when the error exceeds ``_SCREEN_TOL`` (the screens' test, :meth:`_screen`)."""
+        unconverged when :meth:`_stuck` says so. ``first``: that first segment, already
+        integrated (:meth:`first_segment`)."""
         cov_ref = float(np.linalg.norm(self.target.cov))
         mean_ref = self._mean_ref()
         t_parts, means, covs = [], [], []
-        halfway = screen_at is not None and screen_at < t_end and not self._rank_gap(g0)
+        halfway = self._halfway(g0, t_end, screen_at)
         start, offset = g0, 0.0
         span, points = (screen_at, 17) if halfway and screen_at is not None else (t_end, 33)
         stopped = ""
         while True:
-            left = self.budget.remaining()
-            traj = simulate(
-                final,
-                start,
-                span,
-                n_points=points,
-                rtol=_VERIFY_INTEGRATOR_RTOL,
-                time_limit=None if math.isinf(left) else max(left, 1e-6),
-            )
+            if first is not None:
+                traj, first = first, None
+            else:
+                traj = self._segment(final, start, span, points)
             skip = 0 if offset == 0.0 else 1  # a continuation's first point is the last one
             if len(traj.t) <= skip:  # stopped (out of time) before its first step
                 break
             t_parts.append(offset + np.asarray(traj.t, dtype=float)[skip:])
             means += list(traj.mean[skip:])
             covs += list(traj.cov[skip:])
-            errs = [self._error(m, c) for m, c in zip(means[-2:], covs[-2:], strict=True)]
+            errs = [self.relative_error(m, c) for m, c in zip(means[-2:], covs[-2:], strict=True)]
             offset = float(t_parts[-1][-1])
             if traj.status is not Status.SUCCESS or self.budget.exhausted:
                 break
             if halfway:  # the first segment ended halfway
                 halfway = False
-                # Stuck: not within the screens' 1e-2, and at its speed there the gap would
-                # not close in the depth left to this verification. A start that still closes
-                # in goes on, however slowly (random-init ViT layer 4, text target, at the
-                # local minimum: 0.012 halfway, 1.4e-7 at the depth extended from 16.8 to 19.8)
-                left = (_EXTEND_MAX if extend else 1.0) * t_end - offset
-                speed = self._speed(final, means[-1], covs[-1])
-                if errs[-1] > _SCREEN_TOL and errs[-1] > speed * left:
-                    stopped = (
-                        f"; stopped at depth {offset:.4g}, half the verification depth "
-                        f"{t_end:.4g}: relative error {errs[-1]:.3g} > {_SCREEN_TOL:g}, and at "
-                        f"its relative speed there ({speed:.2g}) the gap would take a depth of "
-                        f"{errs[-1] / speed if speed > 0 else math.inf:.3g} to close, more than "
-                        f"the {left:.4g} left"
-                    )
+                stopped = self._stuck(final, means[-1], covs[-1], offset, t_end, extend)
+                if stopped:
                     break
                 span, points = t_end - offset, 17
             # A default depth is extended while the flow still closes in: the certified rate
@@ -1353,7 +962,7 @@ class _Context:
             cov_err[-1] <= VERIFY_RTOL and mean_err[-1] <= VERIFY_RTOL
         ):
             message += "; " + self._settled(final, means[-1], covs[-1], cov_err, mean_err)
-            gap = self._rank_gap(g0)
+            gap = self.rank_gap(g0)
             if gap:
                 message += f" ({gap})"
         dist = float(
@@ -1369,6 +978,85 @@ class _Context:
             status=traj.status,
             message=message,
             basin_distance=ratio,
+        )
+
+    def _halfway(self, g0: Gaussian, t_end: float, screen_at: float | None) -> bool:
+        """Whether the verification of ``g0`` to ``t_end`` first stops at ``screen_at`` for
+        :meth:`_stuck` (never for a start that no ``c`` helps, :meth:`rank_gap`)."""
+        return screen_at is not None and screen_at < t_end and not self.rank_gap(g0)
+
+    def _segment(self, final: Layer, start: Gaussian, span: float, points: int) -> Trajectory:
+        """One segment of a verifying simulation, within what is left of the budget."""
+        left = self.budget.remaining()
+        return simulate(
+            final,
+            start,
+            span,
+            n_points=points,
+            rtol=_VERIFY_INTEGRATOR_RTOL,
+            atol=_VERIFY_INTEGRATOR_ATOL,
+            time_limit=None if math.isinf(left) else max(left, 1e-6),
+        )
+
+    def _stuck(
+        self,
+        final: Layer,
+        mean: FloatArray,
+        cov: FloatArray,
+        offset: float,
+        t_end: float,
+        extend: bool,
+    ) -> str:
+        """Why a verification halfway at depth ``offset``, at ``N(mean, cov)``, stops there
+        (``""``: it goes on). Stuck: not within the screens' ``SCREEN_TOL``, and at its speed
+        there the gap would not close in the depth left to the verification. A start that
+        still closes in goes on, however slowly (random-init ViT layer 4, text target, at the
+        local minimum: 0.012 halfway, 1.4e-7 at the depth extended from 16.8 to 19.8)."""
+        err = self.relative_error(mean, cov)
+        left = (_EXTEND_MAX if extend else 1.0) * t_end - offset
+        speed = self._speed(final, mean, cov)
+        if err > SCREEN_TOL and err > speed * left:
+            return (
+                f"; stopped at depth {offset:.4g}, half the verification depth "
+                f"{t_end:.4g}: relative error {err:.3g} > {SCREEN_TOL:g}, and at "
+                f"its relative speed there ({speed:.2g}) the gap would take a depth of "
+                f"{err / speed if speed > 0 else math.inf:.3g} to close, more than "
+                f"the {left:.4g} left"
+            )
+        return ""
+
+    def first_segment(self, final: Layer, screen_at: float) -> tuple[int, Trajectory, str] | None:
+        """The far start's verification to ``screen_at`` under ``final`` (the layer at the
+        local minimum ``c``), alone on every core, before any other check: the start's index,
+        the segment, and :meth:`_stuck`'s sentence (``""``: it goes on).
+
+        At the local minimum a far start can settle at another equilibrium (MiniLM layers 1
+        and 2, text target, from the identity), and then every other check at that ``c`` is
+        wasted: ``c`` grows (``_head.head_family``). Run beside those checks, that segment took
+        17 s of MiniLM layer 1's 66; alone, with both cores' BLAS threads, 7 s. A start that goes on
+        continues from this segment in :meth:`finish`, so its verification is the same as
+        without this step. ``None`` when there is no such segment: no start verified halfway,
+        or nothing else to run beside it."""
+        t_end = self.depth if self.depth is not None else self.default_depth()
+        far = [i for i, (_, g0) in enumerate(self.starts) if self._halfway(g0, t_end, screen_at)]
+        if not far or (len(self.starts) == 1 and self.n_tok is None):
+            return None
+        i = max(far, key=lambda j: self._start_error(self.starts[j][1]))
+        key = self._untouched_key()
+        if key is not None and self.background_running():
+            # the given layer's tokens first (they end within seconds of the spectrum): the
+            # segment then gets every core's BLAS threads
+            self._untouched_tokens(*key)
+        traj = concurrently(
+            [functools.partial(self._segment, final, self.starts[i][1], screen_at, 17)]
+        )[0]
+        if traj.status is not Status.SUCCESS or self.budget.exhausted:
+            return i, traj, ""
+        end = float(traj.t[-1])
+        return (
+            i,
+            traj,
+            self._stuck(final, traj.mean[-1], traj.cov[-1], end, t_end, self.depth is None),
         )
 
     def _settled(

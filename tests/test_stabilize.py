@@ -487,6 +487,19 @@ def test_a_slow_start_that_still_closes_in_is_not_stopped_halfway() -> None:
     assert np.linalg.norm(s - target.cov) <= 1e-6 * np.linalg.norm(target.cov)
 
 
+def _out_of_time_at_the_start(traj: gt.Trajectory) -> gt.Trajectory:
+    """What simulate returns when its time limit ends before the first step: the start."""
+    return dataclasses.replace(
+        traj,
+        t=traj.t[:1],
+        mean=traj.mean[:1],
+        cov=traj.cov[:1],
+        rank=traj.rank[:1],
+        status=Status.BUDGET_EXHAUSTED,
+        message="stopped: the time limit of 0 s was reached",
+    )
+
+
 def test_time_running_out_as_a_verification_continues_is_an_answer(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -507,16 +520,7 @@ def test_time_running_out_as_a_verification_continues_is_an_answer(
         assert isinstance(g0, gt.Gaussian)
         if any(np.array_equal(np.asarray(g0.cov), np.asarray(g.cov)) for g in starts):
             return traj
-        # what simulate returns when its time limit ends before the first step: the start
-        return dataclasses.replace(
-            traj,
-            t=traj.t[:1],
-            mean=traj.mean[:1],
-            cov=traj.cov[:1],
-            rank=traj.rank[:1],
-            status=Status.BUDGET_EXHAUSTED,
-            message="stopped: the time limit of 0 s was reached",
-        )
+        return _out_of_time_at_the_start(traj)
 
     monkeypatch.setattr(stab, "simulate", out_of_time_on_continuing)
     res = gt.stabilize(layer, target, add="head", initial=starts)
@@ -546,15 +550,7 @@ def test_time_running_out_in_the_far_starts_first_half_is_an_answer(
         calls.append(len(calls))
         if len(calls) > 1:
             return traj
-        return dataclasses.replace(
-            traj,
-            t=traj.t[:1],
-            mean=traj.mean[:1],
-            cov=traj.cov[:1],
-            rank=traj.rank[:1],
-            status=Status.BUDGET_EXHAUSTED,
-            message="stopped: the time limit of 0 s was reached",
-        )
+        return _out_of_time_at_the_start(traj)
 
     monkeypatch.setattr(stab, "simulate", out_of_time_first)
     layer, target = _stuck_at_the_local_minimum()

@@ -1,7 +1,8 @@
 """Private linear-algebra helpers shared by every module (no other gtcontrol imports).
 
 The half-vectorization (vech), symmetric parts, PSD square roots and factors, numerical
-ranks, the positive-definiteness test and the polar factor live here and only here.
+ranks, the positive-definiteness test, the polar factor and the triangular Sylvester solve
+live here and only here.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
+from scipy.linalg import lapack
 
 __all__ = [
     "RANK_RTOL",
@@ -25,6 +27,7 @@ __all__ = [
     "polar",
     "psd_factor",
     "psd_sqrt",
+    "schur_sylvester",
     "spd_sqrt_pair",
     "sym",
     "sym_basis",
@@ -42,6 +45,9 @@ SYM_RTOL = 1e-9
 RANK_RTOL = 1e-9
 #: ``V`` counts as ``vI`` when it deviates from it by at most this, relative to ``|v|``.
 SCALAR_RTOL = 1e-12
+#: Largest block that :func:`schur_sylvester` hands to LAPACK's trsyl whole (fastest of 32, 64,
+#: 128, 256 at d = 128–1024 on a 2-core machine).
+SYLVESTER_LEAF = 64
 
 
 def sym(a: FloatArray) -> FloatArray:
@@ -186,3 +192,49 @@ def spd_sqrt_pair(a: FloatArray) -> tuple[FloatArray, FloatArray]:
     """``(a^{1/2}, a^{-1/2})`` of a symmetric positive-definite matrix from one eigensolve."""
     w, u = np.linalg.eigh(sym(a))
     return (u * np.sqrt(w)) @ u.T, (u / np.sqrt(w)) @ u.T
+
+
+def _block_split(t: FloatArray, k: int) -> int:
+    """``k``, or ``k + 1`` when ``k`` would cut a 2×2 diagonal block of the real Schur form."""
+    return k + 1 if t[k, k - 1] != 0.0 else k
+
+
+def schur_sylvester(a: FloatArray, b: FloatArray, c: FloatArray) -> FloatArray:
+    """``X`` with ``A X + X Bᵀ = C`` for upper quasi-triangular ``A``, ``B`` (real Schur forms).
+
+    Recursive blocked Bartels–Stewart: the larger of ``A`` and ``B`` is split in two at a
+    diagonal block boundary, the trailing half is solved first, and its contribution leaves
+    the leading half's right-hand side by one matrix product; blocks of at most
+    :data:`SYLVESTER_LEAF` go to LAPACK's ``dtrsyl`` whole. Almost all the work is in matrix
+    products, where ``dtrsyl`` alone runs level-2 loops over the whole matrix: at d = 1024,
+    ``A = B``, 0.1 s against 6.8 s, with the same solution to 1e-13 relative.
+
+    ``A`` and ``−B`` must have no common eigenvalue (else the equation is singular and the
+    result is not finite). ``dtrsyl``'s overflow scaling is undone at each block.
+
+    Reference: Jonsson and Kågström, *Recursive blocked algorithms for solving triangular
+    systems — Part I: one-sided and coupled Sylvester-type matrix equations*, ACM TOMS 28
+    (2002), 392–415.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> a = np.array([[-1.0, 2.0], [0.0, -3.0]])
+    >>> x = schur_sylvester(a, a, np.eye(2))
+    >>> bool(np.allclose(a @ x + x @ a.T, np.eye(2)))
+    True
+    """
+    m, n = c.shape
+    if m <= SYLVESTER_LEAF and n <= SYLVESTER_LEAF:
+        x, scale, _ = lapack.dtrsyl(a, b, c, trana="N", tranb="T", isgn=1)
+        out: FloatArray = x / scale
+        return out
+    if m >= n:
+        k = _block_split(a, m // 2)
+        x2 = schur_sylvester(a[k:, k:], b, c[k:])
+        x1 = schur_sylvester(a[:k, :k], b, c[:k] - a[:k, k:] @ x2)
+        return np.vstack([x1, x2])
+    k = _block_split(b, n // 2)
+    x2 = schur_sylvester(a, b[k:, k:], c[:, k:])
+    x1 = schur_sylvester(a, b[:k, :k], c[:, :k] - x2 @ b[:k, k:].T)
+    return np.hstack([x1, x2])

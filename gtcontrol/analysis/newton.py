@@ -27,11 +27,10 @@ from typing import Any
 
 import numpy as np
 import scipy.linalg as sla
-from scipy.linalg import lapack
 from scipy.sparse.linalg import LinearOperator, gmres
 
 from .._display import Axes, SummaryItems
-from .._linalg import FloatArray, sym, unvech, vech, vech_index
+from .._linalg import FloatArray, schur_sylvester, sym, unvech, vech, vech_index
 from .._status import Budget, BudgetExhausted, Outcome, ResultFields, Status
 from .._validation import (
     as_float_array,
@@ -282,35 +281,37 @@ def covariance_jacobian(layer: Layer, cov: Any) -> FloatArray:
     return _kron_sym(*_jacobian_parts(layer, c))
 
 
-#: A trsyl solve takes up to this many times the Schur form of the same matrix (measured
-#: 0.8× at d = 256, 1.6× at 512, 5.7× at 1024): the prediction before the first solve.
-_TRSYL_PER_SCHUR = 6.0
+#: A triangular Lyapunov solve takes up to this many times the Schur form of the same matrix:
+#: the prediction before the first solve. The recursive blocked solve (``schur_sylvester``)
+#: measured 0.25× at d = 1024 (0.1 s against 0.4–0.6 s); LAPACK's trsyl alone, used until
+#: 0.2, took 5.7–17× there (6–7 s a solve), and a limit of 5 s at d = 1024 ran to 9 s.
+_SOLVE_PER_SCHUR = 1.0
 
 
 class _LyapunovPreconditioner:
-    """``Y ↦ X`` solving ``N X + X Nᵀ = Y`` with one real Schur form of N (LAPACK trsyl).
+    """``Y ↦ X`` solving ``N X + X Nᵀ = Y`` with one real Schur form of N
+    (:func:`~gtcontrol._linalg.schur_sylvester`).
 
     ``seconds`` predicts one solve: the last one measured, and before any, the Schur form's
-    time times :data:`_TRSYL_PER_SCHUR`. trsyl is far slower than its flop count says at
-    large d (7.2 s at d = 1024, 200 products of that size, against 1.2 s for the Schur form),
-    so the work meter's flop-based prediction alone let one solve run seconds past a limit.
+    time times :data:`_SOLVE_PER_SCHUR` (the work meter's flop count alone does not see how
+    fast a machine runs either).
     """
 
     def __init__(self, m_mat: FloatArray) -> None:
         clock = time.perf_counter()
         self.t, self.u = sla.schur(m_mat, output="real")
-        self.seconds = _TRSYL_PER_SCHUR * (time.perf_counter() - clock)
+        self.seconds = _SOLVE_PER_SCHUR * (time.perf_counter() - clock)
         self.ok = True
 
     def __call__(self, y: FloatArray) -> FloatArray:
         c = self.u.T @ y @ self.u
         clock = time.perf_counter()
-        x, scale, info = lapack.dtrsyl(self.t, self.t, c, trana="N", tranb="T", isgn=1)
+        x = schur_sylvester(self.t, self.t, c)
         self.seconds = time.perf_counter() - clock
-        if info < 0 or scale == 0 or not np.all(np.isfinite(x)):
+        if not np.all(np.isfinite(x)):
             self.ok = False
             return y
-        return sym(self.u @ (x / scale) @ self.u.T)
+        return sym(self.u @ x @ self.u.T)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -493,7 +494,7 @@ def _newton_step(
     work.charge(25.0 * d**3)  # the real Schur form
     pre = _LyapunovPreconditioner(jac.lyapunov_matrix())
     n = rhs.size
-    matvec_flops = jac.flops + 10.0 * d**3  # plus the Schur-basis changes and trsyl
+    matvec_flops = jac.flops + 10.0 * d**3  # plus the Schur-basis changes and the solve
 
     def matvec(y: FloatArray) -> FloatArray:
         budget.check()

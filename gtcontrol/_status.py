@@ -244,6 +244,13 @@ class Budget:
         """Seconds since the budget was created."""
         return time.perf_counter() - self.start
 
+    def left_as_limit(self, floor: float = 1e-6) -> float | None:
+        """What is left of the deadline as the ``time_limit`` of a nested solver: ``None``
+        without one, else the seconds left but at least ``floor`` (a limit must be positive;
+        the nested solver then stops at its first check)."""
+        left = self.remaining()
+        return None if math.isinf(left) else max(left, floor)
+
     def remaining(self) -> float:
         """Seconds left before the deadline (``inf`` without a time limit, never negative)."""
         return max(self._deadline - time.perf_counter(), 0.0)

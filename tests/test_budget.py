@@ -371,3 +371,21 @@ def test_constructive_design_refuses_a_certificate_that_cannot_fit() -> None:
     from gtcontrol.analysis.stability import equilibrium_residuals
 
     assert max(equilibrium_residuals(res.layer, target)) <= 1e-9
+
+
+def test_what_is_left_of_a_budget_is_a_valid_nested_time_limit() -> None:
+    """``Budget.left_as_limit``: ``None`` without a deadline; the seconds left while some are;
+    the floor, never 0 or a negative number, once the deadline has passed (a nested solver
+    refuses a limit ≤ 0 as bad input, and stops at its first check with the floor)."""
+    from gtcontrol._status import Budget
+
+    assert Budget(None).left_as_limit() is None
+    left = Budget(100.0).left_as_limit()
+    assert left is not None and 99.0 < left <= 100.0
+    spent = Budget(1e-9)
+    time.sleep(1e-3)
+    assert spent.left_as_limit() == 1e-6
+    assert spent.left_as_limit(1e-3) == 1e-3
+    layer = gt.Layer(A=[[-1.0]], B=[[1.0]], V=0.5)
+    traj = gt.simulate(layer, gt.Gaussian([0.0], [[1.0]]), 5.0, time_limit=spent.left_as_limit())
+    assert traj.status is gt.Status.BUDGET_EXHAUSTED, traj.message

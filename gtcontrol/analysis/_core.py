@@ -292,5 +292,4 @@ def remaining_limit(budget: Budget) -> float | None:
     Raises :class:`~gtcontrol._status.BudgetExhausted` when the budget is already spent.
     """
     budget.check()
-    rem = budget.remaining()
-    return None if math.isinf(rem) else max(rem, 1e-9)
+    return budget.left_as_limit(1e-9)

@@ -393,7 +393,6 @@ def stabilize_model(
                     cov = np.eye(d)
                     cov[-1, -1] = 0.0
                     target = Gaussian(np.eye(d)[-1], cov, name="target")
-                left = budget.remaining()
                 clock = time.perf_counter()
                 res = stabilize(
                     layer,
@@ -403,7 +402,7 @@ def stabilize_model(
                     token_check=token_check,
                     tokens=probe,
                     seed=seed,
-                    time_limit=None if math.isinf(left) else max(left, 1e-3),
+                    time_limit=budget.left_as_limit(1e-3),
                 )
                 rows.append(_row(k, name, res, time.perf_counter() - clock))
                 results.append(res)

@@ -242,11 +242,6 @@ def _bounds(
     return np.array(out).reshape(len(out), layer.n_heads)
 
 
-def _time_left(budget: Budget) -> float | None:
-    left = budget.remaining()
-    return None if math.isinf(left) else max(left, 1e-6)
-
-
 def _refine(
     layer: Layer, traj: Trajectory, worst: FloatArray, n_std: float, budget: Budget
 ) -> tuple[FloatArray, FloatArray]:
@@ -273,7 +268,7 @@ def _refine(
             method=_path_method(layer.dim),
             rtol=_PATH_RTOL,
             max_evals=_PATH_MAX_EVALS,
-            time_limit=_time_left(budget),
+            time_limit=budget.left_as_limit(),
         )
         inner = slice(1, -1) if piece.status is Status.SUCCESS else slice(1, None)
         w = _bounds(layer, piece.mean[inner], piece.cov[inner], n_std, budget)
@@ -311,7 +306,7 @@ def path_ess(
         method=_path_method(layer.dim),
         rtol=_PATH_RTOL,
         max_evals=_PATH_MAX_EVALS,
-        time_limit=_time_left(budget),
+        time_limit=budget.left_as_limit(),
     )
     worst = _bounds(layer, traj.mean, traj.cov, n_std, budget)
     t = np.asarray(traj.t, dtype=float)
@@ -899,7 +894,6 @@ def _move(
 ) -> TokenTrajectory:
     """The token simulation of the check: ``steps`` RK4 steps, or RK45 when ``None`` (at
     ``rtol``, default the check's, and from ``first_step`` when given: a continuation)."""
-    left = budget.remaining()
     return simulate_tokens(
         layer,
         x0,
@@ -912,7 +906,7 @@ def _move(
         snapshot_times=snaps,
         dtype=opts.dtype,
         max_evals=max_evals,
-        time_limit=None if math.isinf(left) else max(left, 1e-6),
+        time_limit=budget.left_as_limit(),
     )
 
 

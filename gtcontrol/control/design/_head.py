@@ -532,7 +532,6 @@ def _screen(
     mean) of the target by ``depth`` under ``lay``, else the name of the worst start."""
 
     def end_error(g0: Gaussian) -> float:
-        left = ctx.budget.remaining()
         traj = simulate(
             lay,
             g0,
@@ -540,7 +539,7 @@ def _screen(
             n_points=2,
             rtol=_SCREEN_RTOL,
             atol=_SCREEN_ATOL,
-            time_limit=None if math.isinf(left) else max(left, 1e-6),
+            time_limit=ctx.budget.left_as_limit(),
         )
         if traj.status is not Status.SUCCESS:
             return math.inf

@@ -794,14 +794,13 @@ def design_convergence(
                 status, message = Status.BUDGET_EXHAUSTED, f"{budget.reason()} after {i} starts"
                 break
             g0 = _random_start(tgt, wh, rng)
-            left = budget.remaining()
             traj = simulate(
                 design.layer,
                 g0,
                 depth,
                 n_points=grid.size,
                 max_evals=_START_MAX_EVALS,
-                time_limit=None if math.isinf(left) else max(left, _MIN_SLICE),
+                time_limit=budget.left_as_limit(_MIN_SLICE),
             )
             m_e, c_e = _on_grid(traj, tgt, grid)
             merr.append(m_e)

@@ -987,7 +987,6 @@ class _Context:
 
     def _segment(self, final: Layer, start: Gaussian, span: float, points: int) -> Trajectory:
         """One segment of a verifying simulation, within what is left of the budget."""
-        left = self.budget.remaining()
         return simulate(
             final,
             start,
@@ -995,7 +994,7 @@ class _Context:
             n_points=points,
             rtol=_VERIFY_INTEGRATOR_RTOL,
             atol=_VERIFY_INTEGRATOR_ATOL,
-            time_limit=None if math.isinf(left) else max(left, 1e-6),
+            time_limit=self.budget.left_as_limit(),
         )
 
     def _stuck(
@@ -1136,7 +1135,6 @@ class _Context:
         adaptive: bool = False,
         stop_factor: float | None = None,
     ) -> TokenCertificate:
-        left = self.budget.remaining()
         return design_token_certificate(
             lay,
             self.target,
@@ -1152,7 +1150,7 @@ class _Context:
             # float32 halves the cost at d = 385, N = 1024; its rounding is far below
             # the sampling floor that W2 is compared with
             dtype=np.float32,
-            time_limit=None if math.isinf(left) else max(left, 1e-6),
+            time_limit=self.budget.left_as_limit(),
         )
 
     def result_without(

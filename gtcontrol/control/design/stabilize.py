@@ -85,7 +85,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, wait
 from dataclasses import replace
 from typing import Any
 
@@ -134,6 +134,12 @@ _VERIFY_INTEGRATOR_RTOL = 1e-7
 #: 17.07) took 805 evaluations (9.1 s) at 1e-14, 696 (7.8 s) at 1e-10, and the end states
 #: differ by 1.6e-10 (Σ) and 1.7e-9 (m), relative.
 _VERIFY_INTEGRATOR_ATOL = 1e-10
+#: Seconds the far start's first half waits for the given layer's background token run to
+#: end before it starts (``_Context.first_segment``): alone it runs on both cores' BLAS
+#: threads, 7.0 s against 10.2 s on one (MiniLM layer 1, text target), so a wait shorter than
+#: that gain pays; a run that goes the whole depth (a layer whose tokens stay near the
+#: target, about 20 s at d = 385) is not waited for.
+_BACKGROUND_WAIT = 3.0
 #: e-folds added to the default verification depth for transients.
 _TRANSIENT_EFOLDS = 3.0
 #: A default depth is extended by this many e-folds at a time while the error still falls, up
@@ -1026,8 +1032,9 @@ class _Context:
 
     def first_segment(self, final: Layer, screen_at: float) -> tuple[int, Trajectory, str] | None:
         """The far start's verification to ``screen_at`` under ``final`` (the layer at the
-        local minimum ``c``), alone on every core, before any other check: the start's index,
-        the segment, and :meth:`_stuck`'s sentence (``""``: it goes on).
+        local minimum ``c``), before any other check and alone on every core (beside the given
+        layer's token run only if that outlasts ``_BACKGROUND_WAIT``): the start's index, the
+        segment, and :meth:`_stuck`'s sentence (``""``: it goes on).
 
         At the local minimum a far start can settle at another equilibrium (MiniLM layers 1
         and 2, text target, from the identity), and then every other check at that ``c`` is
@@ -1041,13 +1048,14 @@ class _Context:
         if not far or (len(self.starts) == 1 and self.n_tok is None):
             return None
         i = max(far, key=lambda j: self._start_error(self.starts[j][1]))
-        key = self._untouched_key()
-        if key is not None and self.background_running():
-            # the given layer's tokens first (they end within seconds of the spectrum): the
-            # segment then gets every core's BLAS threads
-            self._untouched_tokens(*key)
+        if self._background is not None:
+            # the given layer's tokens usually leave within seconds of the spectrum (MiniLM:
+            # about 1 s after it), and then the segment gets every core's BLAS threads; a run
+            # still going after _BACKGROUND_WAIT goes on beside it, on one thread each
+            wait([self._background[1]], timeout=_BACKGROUND_WAIT)
         traj = concurrently(
-            [functools.partial(self._segment, final, self.starts[i][1], screen_at, 17)]
+            [functools.partial(self._segment, final, self.starts[i][1], screen_at, 17)],
+            alone=not self.background_running(),
         )[0]
         if traj.status is not Status.SUCCESS or self.budget.exhausted:
             return i, traj, ""

@@ -915,6 +915,46 @@ def test_the_untouched_layers_tokens_run_in_the_background_on_a_single_threaded_
     assert not _untouched_threads()
 
 
+def test_the_far_starts_first_half_waits_only_briefly_for_the_background_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The far start's first half waits for the given layer's background token run at most
+    ``_BACKGROUND_WAIT`` seconds: a run that lasts longer goes on beside it, and the result is
+    the one without any wait."""
+    import time
+
+    from threadpoolctl import threadpool_limits
+
+    from gtcontrol.control.design import stabilize as module
+
+    if jobs.cpus() < 2:
+        pytest.skip("one CPU: the jobs run in turn")
+    monkeypatch.setattr(module, "_BACKGROUND_WAIT", 0.2)
+    events: list[tuple[str, float]] = []
+    run, segment = module._Context._run_untouched, module._Context._segment
+
+    def slow_background(self: Any, n_tok: int, t_end: float) -> Any:
+        out = run(self, n_tok, t_end)
+        time.sleep(3.0)  # a given layer whose tokens stay near the target: the whole depth
+        events.append(("background ends", time.perf_counter()))
+        return out
+
+    def seg(self: Any, *args: Any) -> Any:
+        events.append(("segment", time.perf_counter()))
+        return segment(self, *args)
+
+    monkeypatch.setattr(module._Context, "_run_untouched", slow_background)
+    monkeypatch.setattr(module._Context, "_segment", seg)
+    layer, target = _stuck_at_the_local_minimum()
+    with threadpool_limits(1, user_api="blas"):
+        res = gt.stabilize(layer, target, add="head", rate=1.0, token_check=64)
+    assert res.c > res.stats["c_local"] and res.untouched_tokens is not None, res.message
+    first_segment = next(t for kind, t in events if kind == "segment")
+    background_end = next(t for kind, t in events if kind == "background ends")
+    assert first_segment < background_end - 2.0
+    assert not _untouched_threads()
+
+
 def test_a_call_that_needs_no_token_run_cancels_the_background_one(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

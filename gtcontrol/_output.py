@@ -133,7 +133,12 @@ def _scratch_pattern(out: Path) -> re.Pattern[str]:
 
 
 def _alive(pid: int) -> bool:
-    """Whether process ``pid`` exists (a process of another user counts as alive)."""
+    """Whether process ``pid`` exists and runs (a process of another user counts as alive).
+
+    A process killed with ``kill -9`` whose parent has not reaped it yet is a zombie: it still
+    answers ``kill(pid, 0)``, but it will never finish its folder (seen in a container whose
+    init does not reap: the next run kept the killed run's folder). On Linux its state in
+    ``/proc/<pid>/stat`` is ``Z``, and it counts as dead."""
     if pid == os.getpid():
         return True
     try:
@@ -142,7 +147,12 @@ def _alive(pid: int) -> bool:
         return False
     except (PermissionError, OverflowError, OSError):
         return True
-    return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:  # not Linux, or gone meanwhile: kill(pid, 0) answered
+        return True
+    # the state follows the parenthesized command name, which may itself hold ") "
+    return stat[stat.rfind(")") + 2 : stat.rfind(")") + 3] != "Z"
 
 
 def _remove_stale(out: Path) -> None:

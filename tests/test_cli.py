@@ -756,3 +756,33 @@ def test_debug_flag_adds_the_traceback_after_the_error_line(tmp_path: Path, caps
     debug = capsys.readouterr().err
     assert debug.startswith(plain) and "Traceback (most recent call last)" in debug
     assert "DesignFileError" in debug
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc states are Linux's")
+def test_a_killed_run_not_yet_reaped_counts_as_dead(tmp_path: Path) -> None:
+    """A run killed with ``kill -9`` stays a zombie until its parent reaps it (in a container
+    whose init does not reap, for good): ``kill(pid, 0)`` still answers, but its folder is
+    stale, and the next run removes it."""
+    import os
+    import signal
+    import time
+
+    from gtcontrol._output import _alive, _remove_stale
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert _alive(proc.pid)
+        os.kill(proc.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while Path(f"/proc/{proc.pid}/stat").read_text().split(") ")[-1][0] != "Z":
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        os.kill(proc.pid, 0)  # the zombie still answers
+        assert not _alive(proc.pid)
+        stale = tmp_path / f".out.tmp-{proc.pid}-0badcafe"
+        stale.mkdir()
+        _remove_stale(tmp_path / "out")
+        assert not stale.exists()
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)

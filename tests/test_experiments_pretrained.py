@@ -150,6 +150,9 @@ class _Units:
     def reason(self) -> str:
         return "the test budget was reached"
 
+    def left_as_limit(self, floor: float = 1e-6) -> None:
+        return None  # no deadline: only the units stop the run
+
 
 def test_pretrained_gaussianity_time_limit(minilm_table, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     cut = pretrained_gaussianity(400, 0, n_null=8, time_limit=1e-6)

@@ -1,10 +1,7 @@
 """Drawing code of the analysis layer: spectra, blow-up brackets, token convergence, filters.
 
-Each function draws plain data on one matplotlib Axes that it is given (no figures, no pyplot
-state); the results' ``.plot(ax)`` (:mod:`gtcontrol._display`) and the figures of
-:mod:`gtcontrol.plotting` are built from them. They take data rather than the analysis results,
-whose modules import them when drawing (no import cycles). matplotlib is imported only inside
-the function that needs its tickers.
+The conventions of :mod:`gtcontrol.model._figures` hold; matplotlib is imported only inside the
+function that needs its tickers.
 """
 
 from __future__ import annotations

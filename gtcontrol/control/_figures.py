@@ -1,9 +1,7 @@
 """Drawing code of the control layer: steering, the geodesic, designs and their certificates.
 
-Each function draws on one matplotlib Axes that it is given (no figures, no pyplot state); the
-results' ``.plot(ax)`` (:mod:`gtcontrol._display`) and the figures of :mod:`gtcontrol.plotting`
-are built from them. They take plain data or model objects, never the control results, whose
-modules import them when drawing (no import cycles). Nothing here imports matplotlib.
+The conventions of :mod:`gtcontrol.model._figures` hold: one given Axes, plain data or model
+objects in (never the control results, which import this module when they draw).
 """
 
 from __future__ import annotations

@@ -31,7 +31,6 @@ __all__ = [
     "first_failure",
     "random_spd",
     "stop_reason",
-    "time_left",
 ]
 
 
@@ -40,13 +39,6 @@ def as_seed(value: Any, name: str = "seed") -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
         raise InvalidParametersError(f"{name}: expected a non-negative integer, got {value!r}")
     return int(value)
-
-
-def time_left(budget: Budget) -> float | None:
-    """The ``time_limit`` to give a sub-experiment: what is left of ``budget`` (``None``: none)."""
-    if budget.time_limit is None:
-        return None
-    return max(budget.remaining(), 1e-9)
 
 
 def stop_reason(budget: Budget) -> str:

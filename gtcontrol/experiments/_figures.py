@@ -1,10 +1,8 @@
 """Drawing code of the experiments: Gaussianity z-scores, surrogate errors, traces, closeness.
 
-Each function draws plain data on one matplotlib Axes that it is given (no figures, no pyplot
-state); the experiment results' ``.plot(ax)`` (:mod:`gtcontrol._display`) and the report's
-figures (:mod:`gtcontrol.experiments.report_figures`, :func:`~gtcontrol.experiments.
-attention_flows.run_flows`) are built from them. They take data rather than the results, whose
-modules import them when drawing (no import cycles). Nothing here imports matplotlib.
+The conventions of :mod:`gtcontrol.model._figures` hold. Beside the results' ``.plot(ax)``, the
+report's figures (:mod:`gtcontrol.experiments.report_figures`,
+:func:`~gtcontrol.experiments.attention_flows.run_flows`) are built from these functions.
 """
 
 from __future__ import annotations

@@ -61,7 +61,7 @@ from ..model._factor_form import top_eigenpair
 from ..model.gaussian import Gaussian
 from ..model.moments import Trajectory, simulate
 from ..model.params import Layer
-from ._common import as_seed, stop_reason, time_left
+from ._common import as_seed, stop_reason
 from ._families import attention_inputs, data_batch
 from .extraction import ExtractedModel
 from .models import extract
@@ -350,7 +350,7 @@ def _flow_row(
     k: int, start: str, layer: Layer, g0: Gaussian, T: float, budget: Budget
 ) -> tuple[FlowRow, tuple[FloatArray, FloatArray]]:
     clock = time.perf_counter()
-    traj = simulate(layer, g0, T, time_limit=time_left(budget))
+    traj = simulate(layer, g0, T, time_limit=budget.left_as_limit())
     regime = {Status.BLOWUP: "blowup", Status.SUCCESS: f"no blow-up to T = {T:g}"}.get(
         traj.status, str(traj.status)
     )
@@ -400,8 +400,8 @@ def attention_flows(
     figure
         Path of a PNG to write (``1/λ_max`` against depth per layer and start), or ``None``.
     time_limit
-        Wall-clock limit in seconds for the whole run (``None``: none); running out returns
-        the rows done with ``Status.BUDGET_EXHAUSTED``.
+        Wall-clock limit in seconds for all the flows together (``None``: none); each flow gets
+        what is left. Running out keeps the finished rows and ends ``Status.BUDGET_EXHAUSTED``.
 
     Returns
     -------

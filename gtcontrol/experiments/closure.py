@@ -39,7 +39,6 @@ from ._common import (
     first_failure,
     random_spd,
     stop_reason,
-    time_left,
 )
 from .sample_statistics import MAX_PROJECTIONS, sliced_wasserstein
 
@@ -190,9 +189,9 @@ def _curve(
         horizon,
         steps_per_layer=steps,
         snapshot_times=times,
-        time_limit=time_left(budget),
+        time_limit=budget.left_as_limit(),
     )
-    flow = simulate_closure(layer, g0, horizon, times=times, time_limit=time_left(budget))
+    flow = simulate_closure(layer, g0, horizon, times=times, time_limit=budget.left_as_limit())
     status, message = flow.status, flow.message
     if tok.status is not Status.SUCCESS and status is Status.SUCCESS:
         status, message = tok.status, f"tokens: {tok.message}"

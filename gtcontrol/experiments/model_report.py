@@ -24,7 +24,7 @@ from typing import Any
 from .._display import Axes, SummaryItems
 from .._status import Budget, Outcome, ResultFields, Status
 from .._validation import as_positive_float, as_positive_int, as_time_limit
-from ._common import as_seed, first_failure, time_left
+from ._common import as_seed, first_failure
 from .attention_flows import AttentionFlows, attention_flows
 from .models import extract
 from .pretrained import MAX_TOKENS, GaussianityTable, pretrained_gaussianity
@@ -183,8 +183,9 @@ def model_report(
     flows
         Run the attention flows (the slow part at large widths).
     time_limit
-        Wall-clock limit in seconds for the whole report (``None``: none); running out returns
-        what is done with ``Status.BUDGET_EXHAUSTED``.
+        Wall-clock limit in seconds for the whole report (``None``: none). The Gaussianity
+        table runs first, then the flows, each within what is left; a row whose part did not
+        run holds ``nan``, and the report is then ``Status.BUDGET_EXHAUSTED``.
 
     Returns
     -------
@@ -213,11 +214,11 @@ def model_report(
         if n_tokens is None
         else as_positive_int("n_tokens", n_tokens, maximum=MAX_TOKENS)
     )
-    tab = pretrained_gaussianity(n, sd, model=em, n_null=n_null, time_limit=time_left(budget))
+    tab = pretrained_gaussianity(n, sd, model=em, n_null=n_null, time_limit=budget.left_as_limit())
     flow = None
     if flows and not budget.exhausted:
         starts = ("identity", "data") if em.network is not None else ("identity",)
-        flow = attention_flows(em, starts=starts, T=horizon, time_limit=time_left(budget))
+        flow = attention_flows(em, starts=starts, T=horizon, time_limit=budget.left_as_limit())
     rows = []
     for k in range(em.n_layers):
         g = next((r for r in tab.rows if r.layer == k + 1), None)

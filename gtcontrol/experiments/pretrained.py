@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,7 +46,7 @@ from .._linalg import FloatArray
 from .._status import Budget, Outcome, ResultFields, Status
 from .._validation import as_positive_int, as_time_limit
 from ..errors import InvalidParametersError
-from ._common import as_seed, stop_reason, time_left
+from ._common import as_seed, stop_reason
 from ._families import run_network
 from .gaussianity import (
     STATISTICS,
@@ -89,17 +89,78 @@ def forward_within(em: Any, x: FloatArray, budget: Budget) -> tuple[list[FloatAr
     return states, ""
 
 
-def forward_gaussian_tokens(
-    em: Any, n: int, seed: int, budget: Budget
-) -> tuple[list[FloatArray], str]:
-    """:func:`forward_within` on ``n`` standard Gaussian tokens drawn from ``seed``.
+@dataclass(frozen=True, eq=False)
+class ModelTokens:
+    """What a result on an encoder fed Gaussian tokens records first (its first fields).
 
-    The one input of the experiments that read an encoder's states (:func:`pretrained_gaussianity`
-    and :func:`~gtcontrol.experiments.moment_surrogate`): with the same seed they read the same
-    states.
+    Attributes
+    ----------
+    model, description
+        The model's short label (:attr:`ExtractedModel.label`) and its description.
+    n_tokens, seed
+        Number of Gaussian tokens fed to the encoder, and their seed.
     """
-    rng = np.random.default_rng([seed, 20260607])
-    return forward_within(em, rng.standard_normal((n, em.dim)), budget)
+
+    model: str
+    description: str
+    n_tokens: int
+    seed: int
+
+
+@dataclass(frozen=True, eq=False)
+class GaussianForward:
+    """``n_tokens`` standard Gaussian tokens run through an encoder's layers within ``budget``:
+    the one input of the experiments that read an encoder's states
+    (:func:`pretrained_gaussianity` and :func:`~gtcontrol.experiments.moment_surrogate`; with
+    the same seed they read the same states).
+
+    ``states`` are :func:`forward_within`'s (input first), ``cut`` why the pass stopped before
+    the last layer (``""``: it did not), ``seconds`` the pass's wall time.
+    """
+
+    em: Any
+    n_tokens: int
+    seed: int
+    budget: Budget
+    states: list[FloatArray]
+    cut: str
+    seconds: float
+
+    def fields(self) -> dict[str, Any]:
+        """The :class:`ModelTokens` fields of a result on these states."""
+        em = self.em
+        return {
+            "model": em.label,
+            "description": em.description,
+            "n_tokens": self.n_tokens,
+            "seed": self.seed,
+        }
+
+
+def gaussian_forward(
+    model: Any, n_tokens: Any, seed: Any, time_limit: Any, check: Callable[[int], object] | None
+) -> GaussianForward:
+    """Validate the common arguments, load ``model`` and run :class:`GaussianForward`'s tokens.
+
+    ``check(seed)`` validates the caller's own options before the model loads. Raises
+    :class:`InvalidParametersError` on a bad size, seed or limit, and on fewer than ``d + 2``
+    tokens (the sample covariance and the statistics need them).
+    """
+    n = as_positive_int("n_tokens", n_tokens, maximum=MAX_TOKENS)
+    sd = as_seed(seed)
+    if check is not None:
+        check(sd)
+    budget = Budget(as_time_limit(time_limit))
+    em = extract(model, seed=sd)
+    if n < em.dim + 2:
+        raise InvalidParametersError(
+            f"n_tokens: expected at least d + 2 = {em.dim + 2} tokens for {em.label} "
+            f"(width {em.dim}), got {n}"
+        )
+    clock = time.perf_counter()
+    rng = np.random.default_rng([sd, 20260607])
+    states, cut = forward_within(em, rng.standard_normal((n, em.dim)), budget)
+    return GaussianForward(em, n, sd, budget, states, cut, time.perf_counter() - clock)
 
 
 def with_cut(status: Status, message: str, cut: str) -> tuple[Status, str]:
@@ -222,7 +283,7 @@ class LayerGaussianity:
 
 
 @dataclass(frozen=True, eq=False)
-class GaussianityTable(ResultFields, Outcome):
+class GaussianityTable(ModelTokens, ResultFields, Outcome):
     """Per-layer Gaussianity of one model fed Gaussian tokens.
 
     Attributes
@@ -248,10 +309,6 @@ class GaussianityTable(ResultFields, Outcome):
         ``statistics``, ``finite``, ``max_abs``, ``log10_max_abs``.
     """
 
-    model: str
-    description: str
-    n_tokens: int
-    seed: int
     rows: tuple[LayerGaussianity, ...]
     states: tuple[FloatArray, ...] = field(repr=False)
 
@@ -353,40 +410,36 @@ def pretrained_gaussianity(
     (13, <Status.SUCCESS: 'success'>)
     """
     clock = time.perf_counter()
-    n = as_positive_int("n_tokens", n_tokens, maximum=MAX_TOKENS)
-    sd = as_seed(seed)
-    _check_options(level, n_null, n_projections, 0.05, sd, 512, 1e-9)
-    budget = Budget(as_time_limit(time_limit))
-    em = extract(model, seed=sd)
-    d = em.dim
-    if n < d + 2:
-        raise InvalidParametersError(
-            f"n_tokens: expected at least d + 2 = {d + 2} tokens for {em.label} (width {d}), "
-            f"got {n}"
-        )
-    t_fwd = time.perf_counter()
-    states, cut = forward_gaussian_tokens(em, n, sd, budget)
-    t_fwd = time.perf_counter() - t_fwd
+    run = gaussian_forward(
+        model,
+        n_tokens,
+        seed,
+        time_limit,
+        lambda sd: _check_options(level, n_null, n_projections, 0.05, sd, 512, 1e-9),
+    )
+    states = run.states
     with single_threaded_blas():
         rows, status, message = _diagnose(
-            states, budget, level=level, n_null=n_null, n_projections=n_projections, seed=sd
+            states,
+            run.budget,
+            level=level,
+            n_null=n_null,
+            n_projections=n_projections,
+            seed=run.seed,
         )
-    status, message = with_cut(status, message, cut)
+    status, message = with_cut(status, message, run.cut)
     total = time.perf_counter() - clock
     finite = [s for s in states if np.all(np.isfinite(s))]
     max_abs = max((float(np.max(np.abs(s))) for s in finite), default=math.nan)
     return GaussianityTable(
-        model=em.label,
-        description=em.description,
-        n_tokens=n,
-        seed=sd,
+        **run.fields(),
         rows=tuple(rows),
         states=tuple(states),
         status=status,
         message=message,
         stats={
-            "seconds_forward": t_fwd,
-            "seconds_diagnostics": total - t_fwd,
+            "seconds_forward": run.seconds,
+            "seconds_diagnostics": total - run.seconds,
             "seconds": total,
             "layers_done": len(rows),
             "statistics": STATISTICS,
@@ -419,7 +472,7 @@ def _diagnose(
             n_null=n_null,
             n_projections=n_projections,
             seed=seed,
-            time_limit=time_left(budget),
+            time_limit=budget.left_as_limit(),
         )
         mn, tr, er = _describe(x)
         rows.append(LayerGaussianity(k, res, mn, tr, er))

@@ -44,7 +44,6 @@ from ._common import (
     check_sizes,
     random_spd,
     stop_reason,
-    time_left,
 )
 from .gaussianity import gaussianity
 
@@ -247,9 +246,9 @@ def _run_config(
         method="discrete",
         steps_per_layer=1,
         record="layers",
-        time_limit=time_left(budget),
+        time_limit=budget.left_as_limit(),
     )
-    mom = simulate_discrete(sched, g0, time_limit=time_left(budget))
+    mom = simulate_discrete(sched, g0, time_limit=budget.left_as_limit())
     if Status.BUDGET_EXHAUSTED in (tok.status, mom.status):
         return None  # a network cut short would look like a blow-up: drop the configuration
     tr_tok = np.full(L + 1, np.inf)
@@ -267,7 +266,7 @@ def _run_config(
         ]
     )
     over = np.flatnonzero(errs > 0.1)
-    gauss = gaussianity(tok.final_tokens, seed=seed, time_limit=time_left(budget))
+    gauss = gaussianity(tok.final_tokens, seed=seed, time_limit=budget.left_as_limit())
     row = RegimeRow(
         name=cfg.name,
         description=cfg.description,

@@ -33,7 +33,7 @@ from .._progress import progress
 from .._status import Budget, Outcome, ResultFields, Status
 from .._validation import as_positive_int, as_time_limit
 from ..errors import InvalidParametersError
-from ._common import as_seed, first_failure, time_left
+from ._common import as_seed, first_failure
 from .closure import FeedForwardCloseness, feedforward_closeness
 from .pretrained import MAX_TOKENS, GaussianityTable, pretrained_gaussianity
 from .regimes import RegimeResult, prescribed_attention_regimes
@@ -187,7 +187,7 @@ class _Stages:
             return None
         t0 = time.perf_counter()
         with progress(f"experiment: {name}"):
-            out = fn(time_limit=time_left(self.budget))
+            out = fn(time_limit=self.budget.left_as_limit())
         key = name.partition(":")[0]  # one timing per kind of stage, summed over models
         self.timings[key] = self.timings.get(key, 0.0) + time.perf_counter() - t0
         res: Any = out

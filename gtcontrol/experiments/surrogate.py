@@ -28,13 +28,10 @@ from .._blas import single_threaded_blas
 from .._display import Axes, SummaryItems
 from .._linalg import FloatArray
 from .._status import Budget, Outcome, ResultFields, Status
-from .._validation import as_positive_int, as_time_limit
-from ..errors import InvalidParametersError
 from ..model.gaussian import Gaussian
-from ._common import as_seed, stop_reason
+from ._common import stop_reason
 from .extraction import ExtractedLayer
-from .models import extract
-from .pretrained import MAX_TOKENS, forward_gaussian_tokens, with_cut
+from .pretrained import ModelTokens, gaussian_forward, with_cut
 
 __all__ = ["SurrogateComparison", "SurrogateRow", "moment_surrogate"]
 
@@ -88,7 +85,7 @@ class SurrogateRow:
 
 
 @dataclass(frozen=True, eq=False)
-class SurrogateComparison(ResultFields, Outcome):
+class SurrogateComparison(ModelTokens, ResultFields, Outcome):
     """Result of :func:`moment_surrogate`: one :class:`SurrogateRow` per encoder layer.
 
     Attributes
@@ -97,7 +94,8 @@ class SurrogateComparison(ResultFields, Outcome):
         The model's short label and its description
         (:class:`~gtcontrol.experiments.ExtractedModel`).
     n_tokens, seed
-        Sequence length and seed of the input.
+        Sequence length and seed of the input (:class:`~gtcontrol.experiments.pretrained.
+        GaussianForward`: the same states as :func:`pretrained_gaussianity`'s).
     rows
         One :class:`SurrogateRow` per encoder layer compared.
     predicted_mean, predicted_cov
@@ -115,10 +113,6 @@ class SurrogateComparison(ResultFields, Outcome):
         ``seconds``, ``layers_done``.
     """
 
-    model: str
-    description: str
-    n_tokens: int
-    seed: int
     rows: tuple[SurrogateRow, ...]
     predicted_mean: FloatArray = field(repr=False)
     predicted_cov: FloatArray = field(repr=False)
@@ -238,23 +232,13 @@ def moment_surrogate(
     (6, <Status.SUCCESS: 'success'>)
     """
     clock = time.perf_counter()
-    n = as_positive_int("n_tokens", n_tokens, maximum=MAX_TOKENS)
-    sd = as_seed(seed)
-    budget = Budget(as_time_limit(time_limit))
-    em = extract(model, seed=sd)
-    d = em.dim
-    if n < d + 2:
-        raise InvalidParametersError(f"n_tokens: expected at least {d + 2}, got {n}")
-    states, cut = forward_gaussian_tokens(em, n, sd, budget)
+    run = gaussian_forward(model, n_tokens, seed, time_limit, None)
     with single_threaded_blas():
-        reached = em.layers[: len(states) - 1]  # the layers the forward pass went through
-        rows, pm, ps, meas, status, message = _compare_layers(reached, states, budget)
-    status, message = with_cut(status, message, cut)
+        reached = run.em.layers[: len(run.states) - 1]  # the layers the forward pass went through
+        rows, pm, ps, meas, status, message = _compare_layers(reached, run.states, run.budget)
+    status, message = with_cut(status, message, run.cut)
     return SurrogateComparison(
-        model=em.label,
-        description=em.description,
-        n_tokens=n,
-        seed=sd,
+        **run.fields(),
         rows=tuple(rows),
         predicted_mean=np.array(pm),
         predicted_cov=np.array(ps),

@@ -1,11 +1,12 @@
 """Drawing code of the model layer: moments against depth, Gaussians and token clouds.
 
-Each function draws plain data (arrays, numbers) on one matplotlib Axes that it is given (it
-never creates figures and never touches pyplot state); the results' ``.plot(ax)``
-(:mod:`gtcontrol._display`) and the figures of :mod:`gtcontrol.plotting` are built from them,
-so that each drawing idea has one home. The functions take data rather than result objects so
-that the result modules, which import them when drawing, are not imported back (no cycles).
-Nothing here imports matplotlib.
+The conventions of every layer's drawing module (this one, and ``_figures`` in analysis, control
+and experiments): each function draws plain data (arrays, numbers) on one matplotlib Axes that
+it is given (it never creates figures and never touches pyplot state); the results'
+``.plot(ax)`` (:mod:`gtcontrol._display`) and the figures of :mod:`gtcontrol.plotting` are built
+from them, so that each drawing idea has one home. The functions take data rather than result
+objects so that the result modules, which import them when drawing, are not imported back (no
+cycles). Nothing here imports matplotlib.
 """
 
 from __future__ import annotations

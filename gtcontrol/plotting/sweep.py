@@ -121,7 +121,7 @@ def plot_phase_diagram(
     Returns
     -------
     matplotlib.axes.Axes
-        The Axes drawn on.
+        The Axes holding the diagram: ``ax`` when given, else that of a new figure.
 
     Raises
     ------

@@ -27,7 +27,7 @@ import numpy as np
 from gtcontrol import Gaussian, Layer, Status, simulate
 from gtcontrol.analysis.blowup import blowup_analysis
 from gtcontrol.analysis.equilibria import equilibria
-from gtcontrol.analysis.newton import newton_equilibrium
+from gtcontrol.analysis.newton import NewtonSettings, newton_equilibrium
 from gtcontrol.analysis.riccati import riccati_form
 
 REPEATS = 7
@@ -156,7 +156,7 @@ def bench_newton(d: int = 50) -> None:
     for label, kmax in (("GMRES + Lyapunov precond.", 40), ("dense Kronecker", 60)):
         reps = 5 if kmax == 40 else 2
         t, res = _median_time(
-            lambda kmax=kmax: newton_equilibrium(lay, s, kron_max_dim=kmax),
+            lambda kmax=kmax: newton_equilibrium(lay, s, newton=NewtonSettings(kron_max_dim=kmax)),
             repeats=reps,
         )
         hist = ", ".join(f"{x:.1e}" for x in res.residuals)

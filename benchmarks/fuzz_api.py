@@ -517,7 +517,8 @@ def run_case(i: int, seed: int) -> tuple[int, str, str]:
                 gc.simulate_tokens(lay, x0, T=a["T"], dtype=a["dtype"], time_limit=10.0)
             elif kind == "equilibria":
                 lay = Layer(A=a["A"], heads=[(a["V"], a["B"])])
-                res = gc.equilibria(lay, tol=a["rtol"] if not a["valid"] else 1e-12)
+                tol = a["rtol"] if not a["valid"] else 1e-12
+                res = gc.equilibria(lay, newton=gc.NewtonSettings(tol=tol))
                 if res.status is gc.Status.SUCCESS and any(e.residual > 1e-6 for e in res):
                     wrong = "SUCCESS with a large residual"
             elif kind == "analyze":

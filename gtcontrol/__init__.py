@@ -22,7 +22,12 @@ from .analysis.filtering import (
     kalman_steady_state,
     to_kalman,
 )
-from .analysis.newton import NewtonResult, covariance_jacobian, newton_equilibrium
+from .analysis.newton import (
+    NewtonResult,
+    NewtonSettings,
+    covariance_jacobian,
+    newton_equilibrium,
+)
 from .analysis.regimes import Regime, analyze, mean_dynamics_ss
 from .analysis.riccati import CovarianceFlow, RiccatiForm, riccati_flow, riccati_form
 from .analysis.stability import LinearizationSpectrum, linearization_spectrum
@@ -93,6 +98,7 @@ __all__ = [
     "LinearizationSpectrum",
     "MeanMatchingDesign",
     "NewtonResult",
+    "NewtonSettings",
     "OTSteering",
     "PathEss",
     "Regime",

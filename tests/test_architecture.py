@@ -366,6 +366,7 @@ VOCABULARY = {
     "robustness": ("robustness_directions", "robustness_samples", "robustness_max"),
     "bounds": ("entry_bounds", "norm_bounds", "cov_bound"),  # SteeringBounds(entry=, norm=, cov=)
     "collocation": ("intervals", "max_corrections", "parallelization", "cache"),  # Collocation
+    "newton": ("kron_max_dim", "deflation_power", "deflation_shift"),  # NewtonSettings
 }
 _FORBIDDEN = {old: new for new, olds in VOCABULARY.items() for old in olds}
 
@@ -398,6 +399,7 @@ OPTION_GROUPS = {
     "bounds": gtcontrol.SteeringBounds,
     "collocation": gtcontrol.Collocation,
     "robustness": gtcontrol.RobustnessCheck,
+    "newton": gtcontrol.NewtonSettings,
 }
 
 

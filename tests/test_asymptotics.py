@@ -22,7 +22,7 @@ from gtcontrol.analysis.equilibria import (
     equilibrium_at,
     mean_matrix,
 )
-from gtcontrol.analysis.newton import covariance_jacobian, newton_equilibrium
+from gtcontrol.analysis.newton import NewtonSettings, covariance_jacobian, newton_equilibrium
 from gtcontrol.analysis.regime_figures import cone_coordinates, regime_figure_data
 from gtcontrol.analysis.regimes import analyze, mean_dynamics_ss
 from gtcontrol.analysis.riccati import riccati_form
@@ -143,7 +143,7 @@ def test_newton_converges_quadratically(kron_max_dim):
     # quadratically: r_{k+1} ≤ C r_k² on the final steps.
     rng = np.random.default_rng(3)
     lay, s = _known_general_equilibrium(rng, 6)
-    res = newton_equilibrium(lay, 0.6 * s, kron_max_dim=kron_max_dim)
+    res = newton_equilibrium(lay, 0.6 * s, newton=NewtonSettings(kron_max_dim=kron_max_dim))
     assert res.success and res.residuals[-1] <= 1e-12
     assert res.stats["linear_solver"] == ("kronecker" if kron_max_dim >= 6 else "gmres")
     r = np.array(res.residuals)
@@ -206,7 +206,9 @@ def test_equilibria_ill_posed_and_options():
     with pytest.raises(InvalidParametersError, match="Riccati class"):
         equilibria(Layer(A=np.eye(2), B=np.eye(2), V=np.diag([1.0, 2.0])), method="lyapunov")
     with pytest.raises(InvalidParametersError, match="tol"):
-        equilibria(rot, tol=2.0)
+        NewtonSettings(tol=2.0)
+    with pytest.raises(InvalidParametersError, match="newton: expected a NewtonSettings"):
+        equilibria(rot, newton={"tol": 1e-8})
     with pytest.raises(InvalidParametersError, match="n_random"):
         equilibria(rot, n_random=-1)
     eq = equilibrium_at(Layer(A=[[1.0]], B=[[1.0]], V=-1.0), [[1.0]])
@@ -616,7 +618,7 @@ def test_result_protocol_of_equilibria_newton_and_regimes():
     assert newton.stats["termination"] == "converged"
     assert "outcomes" in res.stats and res.stats["starts"] >= 3
     # max_iter is a budget, not an error: the best iterate comes back.
-    capped = newton_equilibrium(lay, 0.2 * s, max_iter=1)
+    capped = newton_equilibrium(lay, 0.2 * s, newton=NewtonSettings(max_iter=1))
     assert capped.status is Status.BUDGET_EXHAUSTED and not capped.success
     assert capped.stats["termination"] == "max_iter"
     assert capped.iterations == 1 and np.all(np.isfinite(capped.cov))
@@ -627,7 +629,8 @@ def test_result_protocol_of_equilibria_newton_and_regimes():
 def test_removed_aliases_are_gone():
     rng = np.random.default_rng(12)
     lay, s = _known_general_equilibrium(rng, 3)
-    assert newton_equilibrium(lay, 0.6 * s, kron_max_dim=2).stats["linear_solver"] == "gmres"
+    gmres = newton_equilibrium(lay, 0.6 * s, newton=NewtonSettings(kron_max_dim=2))
+    assert gmres.stats["linear_solver"] == "gmres"
     for func, kw in (
         (equilibria, "options"),
         (newton_equilibrium, "options"),

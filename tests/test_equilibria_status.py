@@ -80,10 +80,8 @@ def test_infeasible_only_with_a_proof(d: int, seed: int, general: bool, method: 
         {"seed": "x"},
         {"seed": 1.5},
         {"n_random": -1},
-        {"tol": 2.0},
-        {"max_iter": 0},
-        {"kron_max_dim": 0},
-        {"deflation_power": -1.0},
+        {"newton": {"tol": 1e-8}},
+        {"newton": "fast"},
         {"max_work": 0.0},
         {"cross_check": "yes"},
         {"time_limit": -1.0},
@@ -95,6 +93,23 @@ def test_infeasible_only_with_a_proof(d: int, seed: int, general: bool, method: 
 def test_every_argument_is_validated_whatever_the_method(layer: Layer, kwargs: dict) -> None:
     with pytest.raises(GTControlError):
         gt.equilibria(layer, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("tol", 2.0),
+        ("tol", 0.0),
+        ("max_iter", 0),
+        ("max_iter", 1.5),
+        ("kron_max_dim", 0),
+        ("deflation_power", -1.0),
+        ("deflation_shift", float("nan")),
+    ],
+)
+def test_newton_settings_name_each_bad_value_when_built(field: str, value: object) -> None:
+    with pytest.raises(GTControlError, match=field):
+        gt.NewtonSettings(**{field: value})
 
 
 def test_the_newton_search_finds_a_planted_equilibrium_at_d4() -> None:
@@ -162,7 +177,9 @@ def test_a_lyapunov_solve_predicted_past_the_limit_is_not_started(
     monkeypatch.setattr(newton, "_SOLVE_PER_SCHUR", 1e9)
     layer = _factored_layer(24, n_heads=2)
     t0 = time.perf_counter()
-    res = gt.newton_equilibrium(layer, np.eye(24), kron_max_dim=4, time_limit=30.0)
+    res = gt.newton_equilibrium(
+        layer, np.eye(24), newton=gt.NewtonSettings(kron_max_dim=4), time_limit=30.0
+    )
     assert time.perf_counter() - t0 < 5.0
     assert res.status is Status.BUDGET_EXHAUSTED
     assert "the next Lyapunov solve" in res.message

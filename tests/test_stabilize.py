@@ -1166,7 +1166,9 @@ def test_newton_krylov_returns_a_stabilized_factored_equilibrium() -> None:
     e = (e + e.T) / np.linalg.norm(e + e.T, 2)
     root = np.linalg.cholesky(target.cov)
     start = target.cov + 0.01 * root @ e @ root.T
-    nr = gt.newton_equilibrium(res.layer, start, kron_max_dim=8, time_limit=60)
+    nr = gt.newton_equilibrium(
+        res.layer, start, newton=gt.NewtonSettings(kron_max_dim=8), time_limit=60
+    )
     assert nr.success and nr.stats["linear_solver"] == "gmres", nr.message
     assert np.linalg.norm(nr.cov - target.cov) <= 1e-11 * np.linalg.norm(target.cov)
     _, dcov = gt.moment_field(res.layer, target.mean, nr.cov)
@@ -1235,7 +1237,9 @@ def test_newton_on_an_equilibrium_singular_along_the_affine_coordinate(kron_max_
     e = rng.standard_normal((d - 1, d - 1))
     start = cov.copy()
     start[:-1, :-1] += 0.01 * (e + e.T) / np.linalg.norm(e + e.T, 2)
-    nr = gt.newton_equilibrium(res.layer, start, kron_max_dim=kron_max_dim, time_limit=60)
+    nr = gt.newton_equilibrium(
+        res.layer, start, newton=gt.NewtonSettings(kron_max_dim=kron_max_dim), time_limit=60
+    )
     assert nr.success, nr.message
     assert nr.stats["active_dim"] == d - 1
     assert nr.stats["linear_solver"] == ("kronecker" if kron_max_dim > d else "gmres")

@@ -35,7 +35,7 @@ from scipy.sparse.linalg import ArpackNoConvergence, LinearOperator, eigs
 from .._display import Axes, Displayable, SummaryItems
 from .._linalg import FloatArray, sym, unvech, vech
 from .._status import Budget, BudgetExhausted, OutcomeOrInfeasible, ResultFields, Status
-from .._validation import as_float_array, as_time_limit, frozen, option_values
+from .._validation import as_float_array, as_time_limit, frozen
 from ..errors import InvalidParametersError, SolverError
 from ..model.moments import affine_velocity
 from ..model.params import Layer
@@ -45,6 +45,7 @@ from ._homotopy import HOMOTOPY_MAX_DIM, homotopy_roots
 from .bernoulli import solve_bernoulli
 from .newton import (
     DEFAULT_MAX_WORK,
+    NewtonSettings,
     _Jacobian,
     _jacobian_parts,
     _kron_sym,
@@ -331,13 +332,9 @@ def equilibria(
     method: str = "auto",
     cross_check: bool | None = None,
     starts: Sequence[Any] = (),
-    tol: float = 1e-12,
-    max_iter: int = 60,
     n_random: int = 5,
     seed: int = 0,
-    kron_max_dim: int = 16,
-    deflation_power: float = 2.0,
-    deflation_shift: float = 1.0,
+    newton: NewtonSettings | None = None,
     max_work: float = DEFAULT_MAX_WORK,
     time_limit: float | None = None,
     start_time_limit: float | None = None,
@@ -382,18 +379,14 @@ def equilibria(
         Run the second slycot route (Riccati class); default ``d ≤ 64``.
     starts
         Extra Newton starts (symmetric ``d×d``).
-    tol
-        Newton: relative residual to reach, in ``(0, 1)``.
-    max_iter
-        Newton: iteration cap per run.
     n_random
         Newton: random positive-definite starts (≥ 0).
     seed
         Newton: seed of the random starts; homotopy: seed of γ and of the projective chart.
-    kron_max_dim
-        Newton: dense Kronecker steps up to this d, preconditioned GMRES beyond.
-    deflation_power, deflation_shift
-        Newton: deflation ``m(Σ) = Π_i ((‖Σ − Σ_i‖/s0)^{−p} + shift)`` of the roots found.
+    newton
+        The settings of every Newton run (:class:`~gtcontrol.NewtonSettings`: ``tol``,
+        ``max_iter``, ``kron_max_dim``, and the deflation of the roots found); ``None``:
+        ``NewtonSettings()``.
     max_work
         Newton: cap on the floating-point work of the whole search (flops of the Jacobian
         applications, Schur forms and flow starts; default ``2e11``, about 10–40 s on one
@@ -447,7 +440,7 @@ def equilibria(
             f"method: expected 'auto', 'lyapunov', 'care', 'homotopy' or 'newton', got {method!r}"
         )
     # Every argument is validated, whichever method runs (issue 21).
-    opts = _NewtonOptions(**option_values(_NewtonOptions, locals()))
+    opts = _NewtonOptions.of(newton, n_random=n_random, seed=seed, max_work=max_work)
     budget = Budget(as_time_limit(time_limit))
     per_start = as_time_limit(start_time_limit, "start_time_limit")
     if cross_check is not None and not isinstance(cross_check, (bool, np.bool_)):

@@ -34,11 +34,11 @@ from .._linalg import FloatArray, schur_sylvester, sym, unvech, vech, vech_index
 from .._status import Budget, BudgetExhausted, Outcome, ResultFields, Status
 from .._validation import (
     as_float_array,
+    as_option_group,
     as_positive_float,
     as_positive_int,
     as_time_limit,
     frozen,
-    option_values,
 )
 from ..errors import InvalidParametersError, SolverError
 from ..model.moments import affine_velocity, moment_field
@@ -47,6 +47,7 @@ from ._subspace import frozen_rows_basis, reduced_layer
 
 __all__ = [
     "NewtonResult",
+    "NewtonSettings",
     "covariance_jacobian",
     "newton_equilibrium",
 ]
@@ -315,44 +316,78 @@ class _LyapunovPreconditioner:
 
 
 @dataclass(frozen=True, kw_only=True)
-class _NewtonOptions:
-    """Validated options of the Newton–Kantorovich search (private; the functions take keywords).
+class NewtonSettings:
+    """How each Newton–Kantorovich run iterates: the ``newton=`` option family of
+    :func:`newton_equilibrium` and :func:`gtcontrol.equilibria`.
 
     Attributes
     ----------
     tol
-        Stop when the relative residual ``‖F(Σ)‖ / (2‖AΣ‖ + 2Σ_h‖V_hΣB_hΣ‖)`` is below it.
+        Stop when the relative residual ``‖F(Σ)‖ / (2‖AΣ‖ + 2Σ_h‖V_hΣB_hΣ‖)`` is below it, in
+        ``(0, 1)``.
     max_iter
-        Newton iterations per start.
-    n_random
-        Random positive-definite starts (in addition to three multiples of I).
-    seed
-        Seed of the random starts.
+        Cap on the Newton iterations of one run (``Status.BUDGET_EXHAUSTED`` when reached).
     kron_max_dim
         Up to this d each step is a dense Kronecker solve on Sym (``d(d+1)/2`` unknowns, cost
         ``O(d⁶)``); beyond, matrix-free GMRES right-preconditioned by the Lyapunov operator
         ``H ↦ NH + HNᵀ``, ``N = M + Σ_h (tr V_h / d) Σ B_hᵀ`` (exact in the Riccati class).
         Measured crossover (benchmarks/bench_riccati.py): GMRES is faster from d ≈ 15 on
-        (d = 40: 85 ms vs 1.3 s per solve), hence the default 16.
+        (d = 40: 85 ms against 1.3 s a solve), hence the default 16.
     deflation_power, deflation_shift
-        Deflation ``m(Σ) = Π_i (‖Σ − Σ_i‖^{−p}/s0^{−p} + shift)`` of the roots already found.
-    max_work
-        Cap on the floating-point work of a search (:class:`WorkMeter`).
+        Deflation ``m(Σ) = Π_i ((‖Σ − Σ_i‖/s0)^{−p} + shift)`` of the roots already known
+        (Farrell, Birkisson, Funke, SIAM J. Sci. Comput. 37 (2015)), ``p`` and ``shift``
+        positive.
+
+    Raises
+    ------
+    InvalidParametersError
+        When built with a value out of range, naming it.
+
+    Examples
+    --------
+    >>> from gtcontrol import Layer, NewtonSettings, newton_equilibrium
+    >>> fast = NewtonSettings(tol=1e-8, max_iter=20)
+    >>> res = newton_equilibrium(Layer(A=[[1.0]], B=[[2.0]], V=-1.0), [[0.3]], newton=fast)
+    >>> res.status, abs(float(res.cov[0, 0]) - 0.5) < 1e-8
+    (<Status.SUCCESS: 'success'>, True)
     """
 
     tol: float = 1e-12
     max_iter: int = 60
-    n_random: int = 5
-    seed: int = 0
     kron_max_dim: int = 16
     deflation_power: float = 2.0
     deflation_shift: float = 1.0
-    max_work: float = DEFAULT_MAX_WORK
 
     def __post_init__(self) -> None:
         if not 0 < as_positive_float("tol", self.tol) < 1:
             raise InvalidParametersError(f"tol: expected a number in (0, 1), got {self.tol!r}")
         as_positive_int("max_iter", self.max_iter)
+        as_positive_int("kron_max_dim", self.kron_max_dim)
+        as_positive_float("deflation_power", self.deflation_power)
+        as_positive_float("deflation_shift", self.deflation_shift)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _NewtonOptions(NewtonSettings):
+    """The settings of every run and the options of a search (private; the functions take
+    ``newton=`` and keywords).
+
+    Attributes
+    ----------
+    n_random
+        Random positive-definite starts (in addition to three multiples of I).
+    seed
+        Seed of the random starts.
+    max_work
+        Cap on the floating-point work of a search (:class:`WorkMeter`).
+    """
+
+    n_random: int = 5
+    seed: int = 0
+    max_work: float = DEFAULT_MAX_WORK
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
         if (
             isinstance(self.n_random, bool)
             or not isinstance(self.n_random, int)
@@ -363,10 +398,14 @@ class _NewtonOptions:
             )
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise InvalidParametersError(f"seed: expected an integer, got {self.seed!r}")
-        as_positive_int("kron_max_dim", self.kron_max_dim)
-        as_positive_float("deflation_power", self.deflation_power)
-        as_positive_float("deflation_shift", self.deflation_shift)
         as_positive_float("max_work", self.max_work)
+
+    @classmethod
+    def of(cls, newton: Any, **search: Any) -> _NewtonOptions:
+        """The options of ``newton=`` (``None``: the defaults) and the search's ``search``."""
+        settings = as_option_group("newton", newton, NewtonSettings)
+        runs = {f.name: getattr(settings, f.name) for f in dataclasses.fields(NewtonSettings)}
+        return cls(**runs, **search)
 
 
 @dataclass(frozen=True, eq=False)
@@ -540,11 +579,7 @@ def newton_equilibrium(
     start: Any,
     *,
     deflate: Sequence[Any] = (),
-    tol: float = 1e-12,
-    max_iter: int = 60,
-    kron_max_dim: int = 16,
-    deflation_power: float = 2.0,
-    deflation_shift: float = 1.0,
+    newton: NewtonSettings | None = None,
     time_limit: float | None = None,
 ) -> NewtonResult:
     """Newton–Kantorovich for ``F(Σ) = 0`` from ``start``, optionally deflating known roots.
@@ -565,18 +600,10 @@ def newton_equilibrium(
         ``DF`` is not singular.
     deflate
         Roots to deflate (e.g. ``0`` and equilibria already found).
-    tol
-        Stop when the relative residual ``‖F(Σ)‖ / (2‖AΣ‖ + 2Σ_h‖V_hΣB_hΣ‖)`` is below it, in
-        ``(0, 1)``.
-    max_iter
-        Cap on Newton iterations (``Status.BUDGET_EXHAUSTED`` when reached).
-    kron_max_dim
-        Up to this d each step is a dense Kronecker solve on Sym (``d(d+1)/2`` unknowns, cost
-        ``O(d⁶)``); beyond, matrix-free GMRES right-preconditioned by the Lyapunov operator
-        ``H ↦ NH + HNᵀ``, ``N = M + Σ_h (tr V_h / d) Σ B_hᵀ`` (exact in the Riccati class).
-        Measured crossover (benchmarks/bench_riccati.py): GMRES is faster from d ≈ 15 on.
-    deflation_power, deflation_shift
-        Deflation ``m(Σ) = Π_i ((‖Σ − Σ_i‖/s0)^{−p} + shift)`` of the roots in ``deflate``.
+    newton
+        The iteration's settings (:class:`NewtonSettings`: ``tol``, ``max_iter``,
+        ``kron_max_dim``, the deflation's ``deflation_power`` and ``deflation_shift``);
+        ``None``: ``NewtonSettings()``.
     time_limit
         Wall-clock limit in seconds (``None``: none); running out returns the best iterate
         with ``Status.BUDGET_EXHAUSTED``.
@@ -600,7 +627,7 @@ def newton_equilibrium(
     >>> res.status, round(float(res.cov[0, 0]), 12)
     (<Status.SUCCESS: 'success'>, 0.5)
     """
-    opts = _NewtonOptions(**option_values(_NewtonOptions, locals()))
+    opts = _NewtonOptions.of(newton)
     budget = Budget(as_time_limit(time_limit))
     d = layer.dim
     cov = sym(as_float_array("start", start, ndim=2, shape=(d, d)))

@@ -60,7 +60,9 @@ def _child(spec: dict[str, Any]) -> dict[str, Any]:
     t0 = time.perf_counter()
     out: dict[str, Any] = {}
     if method == "exact":
-        sched = exact_layer_steering(g0, g1, 1.0, LAYERS, "ffn" if mode != "attention" else mode)
+        sched = exact_layer_steering(
+            g0, g1, 1.0, layers=LAYERS, mode="ffn" if mode != "attention" else mode
+        )
         final = simulate(sched, g0, rtol=1e-13, atol=1e-16).final
         energy = kinetic_energy(sched, g0, n_points=64 * LAYERS + 1)
         out.update(status="success", err=final.bures_wasserstein(g1), gap=energy / bound - 1)

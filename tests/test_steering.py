@@ -215,7 +215,7 @@ def test_ot_steering_refuses_degenerate_supports_not_in_general_position() -> No
     g1 = Gaussian([1.0, 0.0], np.diag([0.0, 2.0]))
     with pytest.raises(InvalidParametersError, match="general position"):
         ot_steering(g0, g1, 1.0)
-    sched = exact_layer_steering(g0, g1, 1.0, 6, "ffn")
+    sched = exact_layer_steering(g0, g1, 1.0, layers=6, mode="ffn")
     traj = simulate(sched, g0, **TIGHT)
     assert np.all(traj.rank == 1)
     assert np.max(np.abs(traj.final.cov - g1.cov)) <= 1e-9
@@ -299,7 +299,7 @@ def test_exact_layer_steering_ffn_converges_to_the_bound(d: int) -> None:
     bound = _w2sq(g0, g1)
     gaps = []
     for n in (1, 3, 9):
-        sched = exact_layer_steering(g0, g1, 1.0, n, "ffn")
+        sched = exact_layer_steering(g0, g1, 1.0, layers=n, mode="ffn")
         assert sched.n_layers == n
         assert all(lay.heads == () for lay in sched.layers)
         traj = simulate(sched, g0, **TIGHT)
@@ -315,16 +315,16 @@ def test_exact_layer_steering_attention(d: int) -> None:
     rng = np.random.default_rng(70 + d)
     g0 = _gauss(rng, d, mean=np.abs(rng.standard_normal(d)) + 0.3)
     g1 = _gauss(rng, d, mean=np.abs(rng.standard_normal(d)) + 0.3)
-    sched = exact_layer_steering(g0, g1, 1.0, 5, "attention")
+    sched = exact_layer_steering(g0, g1, 1.0, layers=5, mode="attention")
     for lay in sched.layers:
         assert not np.any(lay.A) and not np.any(lay.b)
     traj = simulate(sched, g0, **TIGHT)
     assert traj.final.bures_wasserstein(g1) <= 1e-8
     zero0, zero1 = _gauss(rng, d, mean=np.zeros(d)), _gauss(rng, d, mean=np.zeros(d))
-    sched = exact_layer_steering(zero0, zero1, 1.0, 1, "attention")
+    sched = exact_layer_steering(zero0, zero1, 1.0, layers=1, mode="attention")
     assert simulate(sched, zero0, **TIGHT).final.bures_wasserstein(zero1) <= 1e-9
     with pytest.raises(InvalidParametersError, match="at least 2 layers"):
-        exact_layer_steering(g0, g1, 1.0, 1, "attention")
+        exact_layer_steering(g0, g1, 1.0, layers=1, mode="attention")
 
 
 def test_attention_with_singular_covariance_on_a_fixed_range() -> None:
@@ -335,7 +335,7 @@ def test_attention_with_singular_covariance_on_a_fixed_range() -> None:
     u = q[:, :2]
     g0 = Gaussian([1.0, 0.5, -0.3], u @ np.diag([1.0, 0.5]) @ u.T)
     g1 = Gaussian([-0.5, 1.0, 0.4], u @ np.array([[0.8, 0.3], [0.3, 1.5]]) @ u.T)
-    sched = exact_layer_steering(g0, g1, 1.0, 6, "attention")
+    sched = exact_layer_steering(g0, g1, 1.0, layers=6, mode="attention")
     traj = simulate(sched, g0, **TIGHT)
     assert np.all(traj.rank == 2)
     assert np.max(np.abs(traj.final.cov - g1.cov)) <= 1e-9
@@ -345,16 +345,16 @@ def test_attention_with_singular_covariance_on_a_fixed_range() -> None:
     assert res.stats["regularization"] == 1e-3
     other = Gaussian([0.2, 0.1, 1.0], _cov(rng, 3, 2))
     with pytest.raises(InvalidParametersError, match="range"):
-        exact_layer_steering(g0, other, 1.0, 6, "attention")
+        exact_layer_steering(g0, other, 1.0, layers=6, mode="attention")
     d0, d1 = Gaussian([1.0, 0.0], np.zeros((2, 2))), Gaussian([0.0, -2.0], np.zeros((2, 2)))
-    sched = exact_layer_steering(d0, d1, 1.0, 3, "attention")
+    sched = exact_layer_steering(d0, d1, 1.0, layers=3, mode="attention")
     assert np.max(np.abs(simulate(sched, d0, **TIGHT).final.mean - d1.mean)) <= 1e-10
 
 
 def test_exact_layer_steering_rank_deficient() -> None:
     rng = np.random.default_rng(80)
     g0, g1 = _gauss(rng, 3, 2), _gauss(rng, 3, 2)
-    sched = exact_layer_steering(g0, g1, 1.0, 6, "full")
+    sched = exact_layer_steering(g0, g1, 1.0, layers=6, mode="full")
     traj = simulate(sched, g0, **TIGHT)
     assert np.all(traj.rank == 2)
     assert np.max(np.abs(traj.final.cov - g1.cov)) <= 1e-9
@@ -568,7 +568,7 @@ def test_steer_parameter_objective_minimizes_parameter_energy() -> None:
     res = steer(g0, g1, 1.0, layers=6, mode="ffn", objective="parameter")
     _check_result(res, g0, g1, 1.0, 6)
     kin = steer(g0, g1, 1.0, layers=6, mode="ffn")
-    closed = exact_layer_steering(g0, g1, 1.0, 6, "ffn")
+    closed = exact_layer_steering(g0, g1, 1.0, layers=6, mode="ffn")
     h = 1.0 / 6
 
     def energy(s: Schedule) -> float:
@@ -599,7 +599,7 @@ def test_steer_terminal_penalties(terminal: str) -> None:
         )
         assert res.success, res.message
         errs.append(res.terminal_error)
-        assert res.kinetic_energy <= kinetic_energy(exact_layer_steering(g0, g1, 1.0, 6), g0)
+        assert res.kinetic_energy <= kinetic_energy(exact_layer_steering(g0, g1, 1.0, layers=6), g0)
     assert errs[1] < errs[0] / 10  # the miss shrinks like 1/weight
     with pytest.raises(InvalidParametersError, match="KL"):
         steer(_gauss(rng, 3, 2), _gauss(rng, 3, 2), 1.0, layers=4, terminal="kl")
@@ -623,7 +623,7 @@ def test_steer_unconverged_returns_best_iterate_with_reason() -> None:
 def test_steer_initial_guess_tokens_and_options() -> None:
     rng = np.random.default_rng(170)
     g0, g1 = _gauss(rng, 2), _gauss(rng, 2)
-    guess = exact_layer_steering(g0, g1, 1.0, 5, "ffn")
+    guess = exact_layer_steering(g0, g1, 1.0, layers=5, mode="ffn")
     res = steer(g0, g1, 1.0, layers=5, mode="ffn", initial_guess=guess, verify_tokens=300, seed=1)
     _check_result(res, g0, g1, 1.0, 5)
     assert res.stats["warm_start"] == "initial_guess"
@@ -673,7 +673,7 @@ def test_schedule_to_dict_round_trip() -> None:
 def test_steering_figures(tmp_path) -> None:
     rng = np.random.default_rng(190)
     g0, g1 = _gauss(rng, 2), _gauss(rng, 2)
-    sched = exact_layer_steering(g0, g1, 1.0, 4, "full")
+    sched = exact_layer_steering(g0, g1, 1.0, layers=4, mode="full")
     traj = simulate(sched, g0, n_points=41)
     plot_steering_moments(
         traj, g1, tmp_path / "moments.png", breakpoints=sched.breakpoints, title="steer"

@@ -177,7 +177,7 @@ def test_flow_ffn_is_the_exact_construction_with_its_closed_form_energy() -> Non
     assert res.stats["method"] == "flow"
     energy = _check(res, g0, g1)
     assert energy == pytest.approx(_exact_energy(g0, g1, 1.0, 8), rel=1e-9)
-    ref = exact_layer_steering(g0, g1, 1.0, 8, "ffn")
+    ref = exact_layer_steering(g0, g1, 1.0, layers=8, mode="ffn")
     for got, want in zip(res.controls.layers, ref.layers, strict=True):
         assert np.max(np.abs(got.A - want.A)) <= 1e-9 and not got.heads
 

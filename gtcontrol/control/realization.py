@@ -403,6 +403,7 @@ def exact_layer_steering(
     initial: Gaussian,
     target: Gaussian,
     T: float,
+    *,
     layers: int = 10,
     mode: str = "full",
 ) -> Schedule:

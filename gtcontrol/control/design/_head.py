@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -42,7 +42,7 @@ from ._gains import Design
 from ._jobs import concurrently
 from ._stabilization import Stabilization
 
-__all__ = ["SCREEN_TOL", "HeadContext", "head_family"]
+__all__ = ["SCREEN_TOL", "CheckPlan", "HeadContext", "head_family"]
 
 #: The screens that choose ``c`` when a start's verification fails at the local minimum
 #: (:func:`_smallest_verified_c`): doublings, then geometric bisections (a bracket
@@ -74,6 +74,31 @@ SCREEN_TOL = 1e-2
 #: (:func:`_token_scale`).
 _ESS_N_STD = 3.0
 _OWN_LOGIT = 1.0
+
+
+@dataclass(frozen=True)
+class CheckPlan:
+    """How :meth:`HeadContext.finish` runs the checks of one design of the ``c`` ladder.
+
+    Attributes
+    ----------
+    stats
+        Entries added to the result's ``stats`` (the ladder's record).
+    screen_at
+        Each verification stops at this depth when a screen would fail there: ``c`` is about to
+        grow, and the rest of the depth would be wasted. ``None``: it runs to its depth.
+    design_rate
+        A certified design rate above the rate asked for (:func:`_token_valid`): the default
+        depths of the verifications and of the stabilized layer's tokens follow it.
+    first
+        A start's index and its first segment, already integrated
+        (:meth:`HeadContext.first_segment`): its verification continues from it.
+    """
+
+    stats: Mapping[str, Any] = field(default_factory=dict)
+    screen_at: float | None = None
+    design_rate: float | None = None
+    first: tuple[int, Trajectory] | None = None
 
 
 class HeadContext(Protocol):
@@ -118,14 +143,7 @@ class HeadContext(Protocol):
     ) -> tuple[int, Trajectory, str] | None: ...
 
     def finish(
-        self,
-        design: Design,
-        base: LinearizationSpectrum,
-        *,
-        extra_stats: dict[str, Any] | None = None,
-        screen_at: float | None = None,
-        design_rate: float | None = None,
-        first: tuple[int, Trajectory] | None = None,
+        self, design: Design, base: LinearizationSpectrum, plan: CheckPlan | None = None
     ) -> Stabilization: ...
 
 
@@ -266,20 +284,18 @@ def head_family(ctx: HeadContext, base_layer: Layer, base: LinearizationSpectrum
         design: Design | None = None,
         first: tuple[int, Trajectory] | None = None,
     ) -> Stabilization:
+        record = {
+            "c_local": c_loc,
+            "c_screens": 0,
+            "c_failed": math.nan,
+            "design_rate": ctx.rate,
+            "token_doublings": 0,
+            **stats,
+        }
         return ctx.finish(
             design if design is not None else design_at(c, ladder, shift),
             base,
-            extra_stats={
-                "c_local": c_loc,
-                "c_screens": 0,
-                "c_failed": math.nan,
-                "design_rate": ctx.rate,
-                "token_doublings": 0,
-                **stats,
-            },
-            screen_at=screen_at,
-            design_rate=design_rate,
-            first=first,
+            CheckPlan(record, screen_at, design_rate, first),
         )
 
     # c_loc is the smallest c of the local certificate; a far start can still settle at

@@ -112,7 +112,7 @@ from ...model.params import Layer
 from ._common import designed_a
 from ._finite_n import TokenCertificate, design_token_certificate
 from ._gains import Design, gains_family
-from ._head import SCREEN_TOL, head_family
+from ._head import SCREEN_TOL, CheckPlan, head_family
 from ._jobs import concurrently, in_background, in_turn, threaded
 from ._stabilization import VERIFY_RTOL, Stabilization, Verification
 
@@ -638,22 +638,11 @@ class _Context:
 
     # -- results ----------------------------------------------------------------------------
     def finish(
-        self,
-        design: Design,
-        base: LinearizationSpectrum,
-        *,
-        extra_stats: dict[str, Any] | None = None,
-        screen_at: float | None = None,
-        design_rate: float | None = None,
-        first: tuple[int, Trajectory] | None = None,
+        self, design: Design, base: LinearizationSpectrum, plan: CheckPlan | None = None
     ) -> Stabilization:
-        """The checks of ``design`` and its result. With ``screen_at`` each verification stops
-        at that depth when a screen would fail there (:meth:`_verify`): ``c`` is about to grow
-        (when the local certificate holds), and the rest of the depth would be wasted. ``first``
-        is a start's index and its first segment, already integrated (:meth:`first_segment`). A
-        ``design_rate`` above the rate asked for (``_head._token_valid``) is the certified one: the
-        default depths of the verifications and of the stabilized layer's tokens follow
-        it, those of the given layer's tokens do not (that run is kept across designs).
+        """The checks of ``design`` and its result, run as ``plan`` says (:class:`CheckPlan`:
+        the gains family and a first design pass none). The default depths of the given
+        layer's tokens do not follow ``plan.design_rate``: that run is kept across designs.
 
         A design without its spectrum (the gains family; the head family on a dense base, or
         where the shift identity failed) gets it here, as one more job beside the verifying
@@ -662,6 +651,8 @@ class _Context:
         takes the other core (or the token run does); before the verification when that is
         the only job.
         """
+        plan = CheckPlan() if plan is None else plan
+        screen_at, design_rate, first = plan.screen_at, plan.design_rate, plan.first
         final, q, omega = design.layer, design.q, design.omega
         rate = self.rate
         depth, n_tok, probe = self.depth, self.n_tok, self.probe
@@ -701,8 +692,7 @@ class _Context:
                 radius,
                 inv_root,
                 extend=depth is None,
-                screen_at=screen_at,
-                rate=design_rate,
+                plan=plan,
                 first=first[1] if first is not None and first[0] == i else None,
             )
             for i, (name, g0) in enumerate(self.starts)
@@ -857,7 +847,7 @@ class _Context:
                 "matvecs": int(base.stats.get("matvecs", 0)) + int(spec.stats.get("matvecs", 0)),
                 "active_dim": r,
                 "kept_head_ess": kept_ess,
-                **(extra_stats or {}),
+                **plan.stats,
             },
         )
 
@@ -907,14 +897,14 @@ class _Context:
         inv_root: FloatArray,
         *,
         extend: bool,
-        screen_at: float | None = None,
-        rate: float | None = None,
+        plan: CheckPlan,
         first: Trajectory | None = None,
     ) -> Verification:
         """Simulate ``final`` from ``g0`` to ``t_end`` (extended while a default depth's error
-        still falls). With ``screen_at < t_end`` the integration first stops there, and ends
-        unconverged when :meth:`_stuck` says so. ``first``: that first segment, already
+        still falls). With ``plan.screen_at < t_end`` the integration first stops there, and
+        ends unconverged when :meth:`_stuck` says so. ``first``: that first segment, already
         integrated (:meth:`first_segment`)."""
+        screen_at, rate = plan.screen_at, plan.design_rate
         cov_ref = float(np.linalg.norm(self.target.cov))
         mean_ref = self._mean_ref()
         t_parts, means, covs = [], [], []

@@ -13,7 +13,7 @@ deflation of every root found (Σ = 0 always) from several kinds of starts, shar
 * ``factor``: Newton in Cholesky coordinates ``Σ = LLᵀ`` (L lower triangular, a square system
   ``F(LLᵀ) = 0`` with Jacobian ``DF(Σ)[δL Lᵀ + L δLᵀ]``) from random L: its iterates stay
   positive semidefinite, so it converges to the positive-(semi)definite roots only — the ones
-  wanted — and is then polished in Σ coordinates (up to ``kron_max_dim``).
+  wanted — and is then polished in Σ coordinates (up to ``newton.kron_max_dim``).
 
 * ``path``: the real curve of the Newton homotopy ``F(Σ) = (1 − t)F(Σ0)`` from a random
   ``(Σ0, 0)``, followed by pseudo-arclength continuation through turning points; every crossing
@@ -21,9 +21,9 @@ deflation of every root found (Σ = 0 always) from several kinds of starts, shar
 
 * ``whitened``: Levenberg–Marquardt on the whitened residual ``L⁻¹F(LLᵀ)L⁻ᵀ`` in the factor
   ``Σ = LLᵀ`` from random positive-definite starts, then Newton polish
-  (:mod:`gtcontrol.analysis._whitened_search`; up to ``kron_max_dim``). Σ = 0 and the singular
-  roots of F are no minima of this residual, and a planted equilibrium (a saddle, out of reach
-  of the flows) is typically found within a few starts. These run *first*, until
+  (:mod:`gtcontrol.analysis._whitened_search`; up to ``newton.kron_max_dim``). Σ = 0 and the
+  singular roots of F are no minima of this residual, and a planted equilibrium (a saddle, out
+  of reach of the flows) is typically found within a few starts. These run *first*, until
   ``_WHITENED_SATURATION`` of them in a row find no new positive-definite root (at least
   ``n_random``), then the other kinds.
 

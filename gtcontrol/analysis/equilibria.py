@@ -7,11 +7,11 @@ is ``Σ* = Ω⁻¹`` with ``AᵀΩ + ΩA = R`` (slycot SB03MD, :mod:`gtcontrol.a
 cross-checked against the CARE route (SB02MD). For any V and d ≤ 4, every isolated root by
 total-degree homotopy continuation (:mod:`gtcontrol.analysis._homotopy`): a complete list when
 every path is accounted for. Otherwise Newton–Kantorovich (:mod:`gtcontrol.analysis.newton`)
-from many kinds of starts — first (d ≤ ``kron_max_dim``) Levenberg–Marquardt on the whitened
-residual ``L⁻¹F(LLᵀ)L⁻ᵀ`` in the factor Σ = LLᵀ (:mod:`gtcontrol.analysis._whitened_search`),
-then endpoints of the forward and reversed flows, continuation from a Riccati-class layer,
-multiples of I, random matrices, Newton in Cholesky coordinates — with
-deflation of every root already found (and of Σ = 0, always a root)
+from many kinds of starts — first (d ≤ ``newton.kron_max_dim``) Levenberg–Marquardt on the
+whitened residual ``L⁻¹F(LLᵀ)L⁻ᵀ`` in the factor Σ = LLᵀ
+(:mod:`gtcontrol.analysis._whitened_search`), then endpoints of the forward and reversed flows,
+continuation from a Riccati-class layer, multiples of I, random matrices, Newton in Cholesky
+coordinates — with deflation of every root already found (and of Σ = 0, always a root)
 (:mod:`gtcontrol.analysis._deflated_search`); it finds roots but proves nothing, so finding
 none is ``Status.NOT_FOUND``. Each :class:`Equilibrium` carries its residual, the spectrum of DF on
 symmetric matrices, its spectral abscissa, ``stable`` and the mean matrix
@@ -356,7 +356,7 @@ def equilibria(
     Newton continues from the starts below, with the homotopy's roots deflated.
 
     Any V (``method="newton"``, or ``"auto"`` outside the class for d ≥ 4): first, up to
-    d = ``kron_max_dim``, Levenberg–Marquardt on the whitened residual ``L⁻¹F(LLᵀ)L⁻ᵀ`` over
+    d = ``newton.kron_max_dim``, Levenberg–Marquardt on the whitened residual ``L⁻¹F(LLᵀ)L⁻ᵀ`` over
     the factor Σ = LLᵀ from random positive-definite starts, each converged end point polished
     by Newton (it reaches saddles, which the flows do not: issue 21's planted equilibria are
     found at d = 3–12, benchmarks/bench_equilibria_planted.py); then Newton–Kantorovich
@@ -401,7 +401,7 @@ def equilibria(
         overall limit); a start that runs out is abandoned and the search goes on. Independent
         of both limits the work is capped, so that a default call ends in seconds: each
         flow-start integration gets 6,000 right-hand-side evaluations (a stiff or slow flow is
-        skipped), each Newton run ``max_iter`` iterations and the whole search 1,500 Newton
+        skipped), each Newton run ``newton.max_iter`` iterations and the whole search 1,500 Newton
         iterations, after which the equilibria found so far are returned with
         ``Status.BUDGET_EXHAUSTED``.
 

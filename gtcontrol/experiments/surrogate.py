@@ -94,8 +94,8 @@ class SurrogateComparison(ModelTokens, ResultFields, Outcome):
         The model's short label and its description
         (:class:`~gtcontrol.experiments.ExtractedModel`).
     n_tokens, seed
-        Sequence length and seed of the input (:class:`~gtcontrol.experiments.pretrained.
-        GaussianForward`: the same states as :func:`pretrained_gaussianity`'s).
+        Sequence length and seed of the input (with the same seed, the same states as
+        :func:`~gtcontrol.experiments.pretrained_gaussianity` reads).
     rows
         One :class:`SurrogateRow` per encoder layer compared.
     predicted_mean, predicted_cov
@@ -208,8 +208,9 @@ def moment_surrogate(
         Anything :func:`~gtcontrol.experiments.extract` reads (default ``"minilm"``): post-LN
         and pre-LN layers, plain or gated feed-forwards.
     time_limit
-        Wall-clock limit in seconds for the layer-by-layer comparison (``None``: none); the
-        model is loaded and run in any case. When it runs out the layers compared so far are
+        Wall-clock limit in seconds for the forward pass and the layer-by-layer comparison
+        (``None``: none); the model is loaded in any case, and the forward pass starts no layer
+        estimated not to fit in what is left. When it runs out the layers compared so far are
         returned with ``Status.BUDGET_EXHAUSTED``.
 
     Returns

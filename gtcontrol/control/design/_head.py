@@ -295,7 +295,7 @@ def head_family(ctx: HeadContext, base_layer: Layer, base: LinearizationSpectrum
         return ctx.finish(
             design if design is not None else design_at(c, ladder, shift),
             base,
-            CheckPlan(record, screen_at, design_rate, first),
+            CheckPlan(record, screen_at=screen_at, design_rate=design_rate, first=first),
         )
 
     # c_loc is the smallest c of the local certificate; a far start can still settle at

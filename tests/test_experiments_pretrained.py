@@ -175,6 +175,32 @@ def test_moment_surrogate_time_limit() -> None:
     assert "forward pass stopped after layer 0 of 6" in cut.message
 
 
+def test_moment_surrogate_starts_no_layer_that_would_not_fit(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import time
+
+    from gtcontrol.experiments import surrogate as surrogate_module
+
+    real = surrogate_module._compare_layer
+
+    def slow(*args, **kwargs):  # type: ignore[no-untyped-def]
+        time.sleep(0.4)  # each layer's comparison lasts 0.4 s
+        return real(*args, **kwargs)
+
+    moment_surrogate(400, 0, model="random-bert", time_limit=1e-6)  # the model is loaded
+    monkeypatch.setattr(surrogate_module, "_compare_layer", slow)
+    clock = time.perf_counter()
+    cut = moment_surrogate(400, 0, model="random-bert", time_limit=1.0)
+    wall = time.perf_counter() - clock
+    # each layer is then 0.4 s or more: some fit, and the next one, estimated by the last, is
+    # not started (before, the layer begun just under the limit ran on past it)
+    k = len(cut.rows)
+    assert cut.status is Status.BUDGET_EXHAUSTED and 1 <= k < 6
+    assert "would not fit" in cut.message and f"{k} of 6 layers compared" in cut.message
+    assert wall < 1.0
+    full = moment_surrogate(400, 0, model="random-bert")
+    assert [r.cov_error for r in cut.rows] == [r.cov_error for r in full.rows[:k]]
+
+
 def test_reproduce_time_limit_writes_what_is_done(tmp_path) -> None:  # type: ignore[no-untyped-def]
     import json
 

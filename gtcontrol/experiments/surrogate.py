@@ -302,12 +302,21 @@ def _compare_layers(
     m, s = meas[0]
     pm, ps = [m], [s]
     rows: list[SurrogateRow] = []
+    last = 0.0  # seconds of the last layer: the estimate of the next (as forward_within's)
     for k, ex in enumerate(extracted, start=1):
         if k >= len(states):
             return rows, pm, ps, meas, Status.OVERFLOW, f"the tokens after layer {k} are not finite"
-        if budget.exhausted:
-            msg = f"{stop_reason(budget)}: {k - 1} of {total} layers compared"
+        left = budget.remaining()
+        if budget.exhausted or last > left:
+            why = (
+                stop_reason(budget)
+                if budget.exhausted
+                else f"the time limit of {budget.time_limit:g} s (the next layer, about "
+                f"{last:.2g} s as the last, would not fit in the {left:.2g} s left)"
+            )
+            msg = f"{why}: {k - 1} of {total} layers compared"
             return rows, pm, ps, meas, Status.BUDGET_EXHAUSTED, msg
+        clock = time.perf_counter()
         m, s = ex.propagate(m, s)
         if not (np.all(np.isfinite(m)) and np.all(np.isfinite(s))):
             msg = f"the surrogate's moments after layer {k} are not finite"
@@ -315,6 +324,7 @@ def _compare_layers(
         pm.append(m)
         ps.append(s)
         rows.append(_compare_layer(k, ex, (m, s), meas, states[k - 1]))
+        last = time.perf_counter() - clock
     worst = max(r.local_cov_error for r in rows) if rows else math.nan
     msg = f"{len(rows)} layers compared; largest local covariance error {worst:.3g}"
     return rows, pm, ps, meas, Status.SUCCESS, msg

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["ReadOnlyOnLoad", "frozen"]
+__all__ = ["ReadOnlyOnLoad", "frozen", "set_fields"]
 
 _A = TypeVar("_A", bound=NDArray[Any])
 
@@ -34,6 +34,29 @@ def _read_only(value: Any) -> Any:
     if type(value) is tuple:
         return tuple(_read_only(v) for v in value)
     return value
+
+
+def set_fields(value: object, /, **fields: Any) -> None:
+    """Store ``fields`` on the frozen ``value`` from its own ``__init__`` or ``__post_init__``.
+
+    The one way the frozen values store what they validated: by ``object.__setattr__``, as
+    :mod:`dataclasses` itself does for frozen classes, with every array (also those in plain
+    tuples) made read-only (:func:`frozen`), so no value holds a writable array.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dataclasses import dataclass
+    >>> @dataclass(frozen=True)
+    ... class Box:
+    ...     a: np.ndarray
+    ...     def __post_init__(self) -> None:
+    ...         set_fields(self, a=np.array(self.a, dtype=float))
+    >>> Box([1, 2]).a.flags.writeable
+    False
+    """
+    for name, field_value in fields.items():
+        object.__setattr__(value, name, _read_only(field_value))
 
 
 class ReadOnlyOnLoad:
@@ -54,5 +77,4 @@ class ReadOnlyOnLoad:
     def __setstate__(self, state: Any) -> None:
         attrs, slots = state if isinstance(state, tuple) else (state, None)
         for part in (attrs, slots):
-            for name, value in (part or {}).items():
-                object.__setattr__(self, name, _read_only(value))
+            set_fields(self, **(part or {}))

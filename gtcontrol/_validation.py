@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from ._linalg import FloatArray
-from ._readonly import frozen
+from ._readonly import frozen, set_fields
 from ._status import MAX_EVALS_LIMIT, _shown, as_time_limit
 from .errors import InvalidParametersError
 
@@ -36,6 +36,7 @@ __all__ = [
     "as_time_limit",
     "frozen",
     "option_values",
+    "set_fields",
 ]
 
 _G = TypeVar("_G")

@@ -47,6 +47,7 @@ from .._validation import (
     as_positive_int,
     as_seed,
     option_values,
+    set_fields,
 )
 from ..errors import InvalidParametersError
 from ..model.gaussian import Gaussian
@@ -105,13 +106,13 @@ class _CompareOptions:
         ns = sorted({as_positive_int("n_tokens", n, maximum=10**6) for n in raw})
         if len(ns) < 2:
             raise InvalidParametersError("n_tokens: expected at least two distinct token counts")
-        object.__setattr__(self, "n_tokens", tuple(ns))
+        set_fields(self, n_tokens=tuple(ns))
         as_positive_int("repeats", self.repeats, maximum=1000)
         as_seed("seed", self.seed)
         method = self.method
         if method is None:
             method = "rk4" if self.steps_per_layer is not None else "adaptive"
-        object.__setattr__(self, "method", as_choice("method", method, _METHODS))
+        set_fields(self, method=as_choice("method", method, _METHODS))
         if self.rtol is not None and method != "adaptive":
             raise InvalidParametersError(f"rtol: only used by method 'adaptive', got {method!r}")
         as_positive_int("n_snapshots", self.n_snapshots, maximum=10**4)

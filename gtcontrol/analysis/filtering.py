@@ -53,6 +53,7 @@ from .._validation import (
     as_positive_float,
     as_time_limit,
     frozen,
+    set_fields,
 )
 from ..errors import InvalidGaussianError, InvalidParametersError, SolverError
 from ..model.gaussian import Gaussian
@@ -132,10 +133,7 @@ class KalmanData(ReadOnlyOnLoad):
             )
         q = np.zeros((d, d)) if Q is None else as_float_array("Q", Q, ndim=2, shape=(d, d))
         q = _check_psd("Q", q)
-        object.__setattr__(self, "F", frozen(f))
-        object.__setattr__(self, "H", frozen(h))
-        object.__setattr__(self, "R", frozen(r))
-        object.__setattr__(self, "Q", frozen(q))
+        set_fields(self, F=f, H=h, R=r, Q=q)
 
     @property
     def dim(self) -> int:

@@ -20,7 +20,7 @@ from typing import Any
 
 import casadi as ca
 
-from .._validation import as_positive_float, as_positive_int
+from .._validation import as_positive_float, as_positive_int, set_fields
 from ..errors import InvalidParametersError
 
 __all__ = [
@@ -87,7 +87,7 @@ class IpoptSettings:
             raise InvalidParametersError(
                 f"options: expected a mapping of IPOPT option names to values, got {given!r}"
             )
-        object.__setattr__(self, "options", MappingProxyType(dict(given)))
+        set_fields(self, options=MappingProxyType(dict(given)))
 
 
 def casadi_options(options: Mapping[str, Any]) -> dict[str, Any]:

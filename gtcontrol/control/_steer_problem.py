@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
@@ -37,6 +36,7 @@ from .._validation import (
     as_positive_float,
     as_positive_int,
     as_seed,
+    set_fields,
 )
 from ..errors import InvalidParametersError, SolverError
 from ..model.gaussian import Gaussian
@@ -44,7 +44,7 @@ from ..model.moments import Trajectory, simulate
 from ..model.params import Layer, Schedule
 from ..model.tokens import simulate_tokens
 from ._ipopt import IpoptSettings
-from ._transcription import PARAMS, Problem, Solution
+from ._transcription import PARAMS, Problem, Solution, SteeringBounds
 from .ot import trajectory_energy
 from .reachability import check_mode, check_pair, check_reachable, problem_scale
 
@@ -60,25 +60,6 @@ METHODS = ("auto", "flow", "collocation")
 #: collocation NLP is fast and, for ``"ffn"``, lower in energy: it also optimizes the skew part of
 #: each layer, which the exact node-to-node layers keep at zero).
 FLOW_MIN_DIM = {"full": 5, "attention": 5, "ffn": 9}
-#: Parameter names a bound may refer to.
-BOUNDED = ("A", "b", "V", "B")
-
-
-def _frozen_bounds(name: str, value: Any) -> Mapping[str, float]:
-    if value is None:
-        return MappingProxyType({})
-    if not isinstance(value, Mapping):
-        raise InvalidParametersError(f"{name}: expected a mapping of parameter name to bound")
-    out: dict[str, float] = {}
-    for key, bound in value.items():
-        if key not in BOUNDED:
-            raise InvalidParametersError(
-                f"{name}: unknown parameter {key!r}; expected 'A', 'b', 'V' or 'B'"
-            )
-        out[key] = as_positive_float(f"{name}[{key!r}]", bound, allow_inf=True)
-    return MappingProxyType(out)
-
-
 #: Caps of the integer options (finite loops; larger values are refused as absurd).
 MAX_INTERVALS, MAX_CORRECTIONS, MAX_VERIFY_TOKENS = 64, 100, 10**6
 #: IPOPT's defaults in steering (``IpoptSettings`` fields left ``None``).
@@ -95,52 +76,6 @@ def _nonnegative_int(name: str, value: Any, maximum: int) -> int:
             f"{name}: expected an integer from 0 to {maximum}, got {_short(value)}"
         )
     return int(value)
-
-
-@dataclass(frozen=True, kw_only=True)
-class SteeringBounds:
-    """Bounds of a collocation steering problem: one validated value for the option family.
-
-    :func:`gtcontrol.steer` takes it as ``bounds=`` (``None``: unbounded), as diffrax takes
-    ``SaveAt``. Bounds need the collocation method (the flow construction takes none).
-
-    Attributes
-    ----------
-    entry
-        Per parameter name (``"A"``, ``"b"``, ``"V"``, ``"B"``): a bound on the absolute value of
-        every entry of each layer's parameter. Only optimized parameters may be bounded.
-    norm
-        Per parameter name: a bound on the Frobenius norm of each layer's matrix.
-    cov
-        Bound on ``|Σ(t)|_F`` at every collocation point (the re-simulated maximum is reported
-        in ``stats["cov_norm_max"]``); required for ``objective="parameter"`` with attention.
-
-    Raises
-    ------
-    InvalidParametersError
-        On an unknown parameter name or a bound that is not positive (naming the field).
-
-    Examples
-    --------
-    >>> from gtcontrol import SteeringBounds
-    >>> b = SteeringBounds(entry={"A": 2.0}, cov=10.0)
-    >>> dict(b.entry), dict(b.norm), b.cov
-    ({'A': 2.0}, {}, 10.0)
-    """
-
-    entry: Mapping[str, float] = field(default_factory=dict)
-    norm: Mapping[str, float] = field(default_factory=dict)
-    cov: float | None = None
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "entry", _frozen_bounds("entry", self.entry))
-        object.__setattr__(self, "norm", _frozen_bounds("norm", self.norm))
-        if self.cov is not None:
-            as_positive_float("cov", self.cov)
-
-    def __bool__(self) -> bool:
-        """Whether any bound is set."""
-        return bool(self.entry or self.norm or self.cov is not None)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -233,11 +168,12 @@ class _SteerOptions:
             raise InvalidParametersError(
                 f"initial_guess: expected a Schedule, got {type(self.initial_guess).__name__}"
             )
-        object.__setattr__(self, "bounds", as_option_group("bounds", self.bounds, SteeringBounds))
-        object.__setattr__(
-            self, "collocation", as_option_group("collocation", self.collocation, Collocation)
+        set_fields(
+            self,
+            bounds=as_option_group("bounds", self.bounds, SteeringBounds),
+            collocation=as_option_group("collocation", self.collocation, Collocation),
+            solver=as_option_group("solver", self.solver, IpoptSettings),
         )
-        object.__setattr__(self, "solver", as_option_group("solver", self.solver, IpoptSettings))
 
     @property
     def intervals(self) -> int:
@@ -299,18 +235,42 @@ def _method(initial: Gaussian, mode: str, redundancy: str, opts: _SteerOptions) 
 # ============================================================================ the plan
 @dataclass(frozen=True, eq=False)
 class Plan:
-    """A validated steering problem: end points, horizon, mode, options and the NLP data."""
+    """A validated steering problem: the initial law, the options and the NLP data.
+
+    The target, horizon, depth, mode and regularization weight live in ``problem`` once; the
+    properties below read them there.
+    """
 
     initial: Gaussian
-    target: Gaussian
-    T: float
-    n: int
-    mode: str
     opts: _SteerOptions
     redundancy: str
-    reg_weight: float
     problem: Problem
     method: str = "collocation"
+
+    @property
+    def target(self) -> Gaussian:
+        """The target law."""
+        return self.problem.target
+
+    @property
+    def T(self) -> float:
+        """The horizon."""
+        return self.problem.T
+
+    @property
+    def n(self) -> int:
+        """The number of layers."""
+        return self.problem.L
+
+    @property
+    def mode(self) -> str:
+        """Which parameters are controls."""
+        return self.problem.mode
+
+    @property
+    def reg_weight(self) -> float:
+        """The regularization weight the NLP uses (the option, or its default for the mode)."""
+        return self.problem.regularization
 
     @property
     def best_of(self) -> bool:
@@ -367,26 +327,22 @@ def make_plan(
         reg_weight = 1e-3 if mode == "attention" and initial.rank < d else 1e-4
     problem = Problem(
         mode=mode,
-        d=d,
+        fixed=fixed,
+        target=target,
+        logdet0=float(np.linalg.slogdet(initial.cov)[1]) if initial.rank == d else 0.0,
         T=t_hor,
         L=n,
-        intervals=opts.intervals,
-        fixed=fixed,
-        cov1=target.cov,
-        rank1=target.rank,
         objective=opts.objective,
         terminal=opts.terminal,
         terminal_weight=float(opts.terminal_weight),
         regularization=reg_weight,
-        entry_bounds=opts.bounds.entry,
-        norm_bounds=opts.bounds.norm,
-        cov_bound=opts.bounds.cov,
-        logdet0=float(np.linalg.slogdet(initial.cov)[1]) if initial.rank == d else 0.0,
+        bounds=opts.bounds,
+        intervals=opts.intervals,
         parallelization=opts.collocation.parallelization,
         ipopt=opts.ipopt,
     )
     method = _method(initial, mode, redundancy, opts)
-    return Plan(initial, target, t_hor, n, mode, opts, redundancy, reg_weight, problem, method)
+    return Plan(initial, opts, redundancy, problem, method)
 
 
 #: IPOPT return statuses that mean "stopped by a cap" (iterations, CPU or wall time, deadline).

@@ -38,6 +38,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 import casadi as ca
@@ -45,12 +46,14 @@ import numpy as np
 
 from .._linalg import FloatArray, psd_sqrt, unvech, vech, vech_index
 from .._progress import progress
+from .._validation import as_positive_float, set_fields
 from ..errors import InvalidParametersError
+from ..model.gaussian import Gaussian
 from ..model.moments import affine_velocity, moment_field
 from ..model.params import Layer
 from ._ipopt import STOPPED, IpoptDeadline, casadi_options
 
-__all__: list[str] = []
+__all__ = ["SteeringBounds"]
 
 
 #: Up to this dimension the NLP is expanded to scalar (SX) form: faster iterations, and the
@@ -242,28 +245,109 @@ def layer_function(mode: str, d: int, h: float, n_int: int) -> ca.Function:
     )
 
 
+#: Parameter names a bound may refer to.
+BOUNDED = ("A", "b", "V", "B")
+
+
+def _frozen_bounds(name: str, value: Any) -> Mapping[str, float]:
+    if value is None:
+        return MappingProxyType({})
+    if not isinstance(value, Mapping):
+        raise InvalidParametersError(f"{name}: expected a mapping of parameter name to bound")
+    out: dict[str, float] = {}
+    for key, bound in value.items():
+        if key not in BOUNDED:
+            raise InvalidParametersError(
+                f"{name}: unknown parameter {key!r}; expected 'A', 'b', 'V' or 'B'"
+            )
+        out[key] = as_positive_float(f"{name}[{key!r}]", bound, allow_inf=True)
+    return MappingProxyType(out)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SteeringBounds:
+    """Bounds of a collocation steering problem: one validated value for the option family.
+
+    :func:`gtcontrol.steer` takes it as ``bounds=`` (``None``: unbounded), as diffrax takes
+    ``SaveAt``. Bounds need the collocation method (the flow construction takes none).
+
+    Attributes
+    ----------
+    entry
+        Per parameter name (``"A"``, ``"b"``, ``"V"``, ``"B"``): a bound on the absolute value of
+        every entry of each layer's parameter. Only optimized parameters may be bounded.
+    norm
+        Per parameter name: a bound on the Frobenius norm of each layer's matrix.
+    cov
+        Bound on ``|Σ(t)|_F`` at every collocation point (the re-simulated maximum is reported
+        in ``stats["cov_norm_max"]``); required for ``objective="parameter"`` with attention.
+
+    Raises
+    ------
+    InvalidParametersError
+        On an unknown parameter name or a bound that is not positive (naming the field).
+
+    Examples
+    --------
+    >>> from gtcontrol import SteeringBounds
+    >>> b = SteeringBounds(entry={"A": 2.0}, cov=10.0)
+    >>> dict(b.entry), dict(b.norm), b.cov
+    ({'A': 2.0}, {}, 10.0)
+    """
+
+    entry: Mapping[str, float] = field(default_factory=dict)
+    norm: Mapping[str, float] = field(default_factory=dict)
+    cov: float | None = None
+
+    def __post_init__(self) -> None:
+        set_fields(
+            self, entry=_frozen_bounds("entry", self.entry), norm=_frozen_bounds("norm", self.norm)
+        )
+        if self.cov is not None:
+            as_positive_float("cov", self.cov)
+
+    def __bool__(self) -> bool:
+        """Whether any bound is set."""
+        return bool(self.entry or self.norm or self.cov is not None)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Problem:
-    """Everything the transcription needs (validated by ``steer``)."""
+    """Everything the transcription needs (validated by ``steer``).
+
+    The end point and the bounds are held as the values ``steer`` validated (``target``,
+    ``bounds``), not restated field by field; ``d``, ``cov1`` and ``rank1`` read the target.
+    """
 
     mode: str
-    d: int
+    fixed: tuple[str, ...]
+    target: Gaussian
+    logdet0: float
     T: float
     L: int
-    intervals: int
-    fixed: tuple[str, ...]
-    cov1: FloatArray
-    rank1: int
     objective: str
     terminal: str
     terminal_weight: float
     regularization: float
-    entry_bounds: Mapping[str, float]
-    norm_bounds: Mapping[str, float]
-    cov_bound: float | None
-    logdet0: float
+    bounds: SteeringBounds
+    intervals: int
     parallelization: str
     ipopt: Mapping[str, Any]
+
+    @property
+    def d(self) -> int:
+        """The dimension."""
+        return self.target.dim
+
+    @property
+    def cov1(self) -> FloatArray:
+        """The target covariance."""
+        return self.target.cov
+
+    @property
+    def rank1(self) -> int:
+        """The target covariance's numerical rank."""
+        return self.target.rank
 
     def key(self) -> tuple[Any, ...]:
         """Everything the symbolic NLP depends on (the data enter as NLP parameters)."""
@@ -281,9 +365,9 @@ class Problem:
             self.terminal,
             self.terminal_weight,
             self.regularization,
-            tuple(sorted(self.entry_bounds.items())),
-            tuple(sorted(self.norm_bounds.items())),
-            self.cov_bound,
+            tuple(sorted(self.bounds.entry.items())),
+            tuple(sorted(self.bounds.norm.items())),
+            self.bounds.cov,
             self.parallelization,
             tuple(sorted(self.ipopt.items())),
         )
@@ -461,12 +545,12 @@ class Transcription:
         """Per-layer Frobenius-norm bounds on parameters and the bound on ``|Σ|_F``."""
         prob = self.prob
         free_pos = {int(r): j for j, r in enumerate(self.free_rows)}
-        for name, bound in prob.norm_bounds.items():
+        for name, bound in prob.bounds.norm.items():
             i = self.names.index(name)
             rows = [free_pos[r] for r in range(int(self.offsets[i]), int(self.offsets[i + 1]))]
             cons.add(ca.sum1(self.P[rows, :] ** 2).T, -np.inf, bound**2)
-        if prob.cov_bound is not None:
-            cons.add(ca.vec(norms), -np.inf, prob.cov_bound**2)
+        if prob.bounds.cov is not None:
+            cons.add(ca.vec(norms), -np.inf, prob.bounds.cov**2)
 
     def _variable_bounds(self) -> None:
         """Entry bounds on the free parameters; the states are unbounded."""
@@ -474,7 +558,7 @@ class Transcription:
         L = prob.L
         lbx = np.full((self.npar, L), -np.inf)
         ubx = np.full((self.npar, L), np.inf)
-        for name, bound in prob.entry_bounds.items():
+        for name, bound in prob.bounds.entry.items():
             i = self.names.index(name)
             lbx[self.offsets[i] : self.offsets[i + 1], :] = -bound
             ubx[self.offsets[i] : self.offsets[i + 1], :] = bound

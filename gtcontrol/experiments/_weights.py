@@ -33,7 +33,7 @@ from scipy.special import expit, ndtr
 
 from .._linalg import FloatArray, sym
 from .._readonly import ReadOnlyOnLoad
-from .._validation import as_float_array, as_positive_float, as_positive_int, frozen
+from .._validation import as_float_array, as_positive_float, as_positive_int, frozen, set_fields
 from ..errors import InvalidParametersError
 from ..model.gaussian_closure import activation_moments
 from ..model.params import Layer
@@ -225,11 +225,8 @@ class AttentionWeights(ReadOnlyOnLoad):
         for name, value, n in (("b_q", b_q, inner), ("b_k", b_k, inner), ("b_v", b_v, inner)):
             vals[name] = _matrix(name, np.zeros(n) if value is None else value, (n,))
         vals["b_o"] = _matrix("b_o", np.zeros(d) if b_o is None else b_o, (d,))
-        for name, value in vals.items():
-            object.__setattr__(self, name, value)
-        object.__setattr__(self, "n_heads", h)
         s = 1.0 / math.sqrt(inner // h) if scale is None else as_positive_float("scale", scale)
-        object.__setattr__(self, "scale", s)
+        set_fields(self, **vals, n_heads=h, scale=s)
 
     @property
     def dim(self) -> int:
@@ -319,9 +316,7 @@ class LayerNormWeights(ReadOnlyOnLoad):
         e = float(eps)
         if not math.isfinite(e) or e < 0:
             raise InvalidParametersError(f"eps: expected a finite number >= 0, got {eps!r}")
-        object.__setattr__(self, "gamma", g)
-        object.__setattr__(self, "beta", b)
-        object.__setattr__(self, "eps", e)
+        set_fields(self, gamma=g, beta=b, eps=e)
 
     def __call__(self, x: Any) -> FloatArray:
         """The normalized tokens (rows of ``x``)."""
@@ -407,16 +402,15 @@ class FeedForwardWeights(ReadOnlyOnLoad):
             raise InvalidParametersError(
                 f"activation: expected one of {ACTIVATIONS}, got {activation!r}"
             )
-        object.__setattr__(self, "w_in", wi)
-        object.__setattr__(
-            self, "b_in", _matrix("b_in", np.zeros(rows) if b_in is None else b_in, (rows,))
+        set_fields(
+            self,
+            w_in=wi,
+            b_in=_matrix("b_in", np.zeros(rows) if b_in is None else b_in, (rows,)),
+            w_out=wo,
+            b_out=_matrix("b_out", np.zeros(d) if b_out is None else b_out, (d,)),
+            activation=activation,
+            gated=bool(gated),
         )
-        object.__setattr__(self, "w_out", wo)
-        object.__setattr__(
-            self, "b_out", _matrix("b_out", np.zeros(d) if b_out is None else b_out, (d,))
-        )
-        object.__setattr__(self, "activation", activation)
-        object.__setattr__(self, "gated", bool(gated))
 
     @property
     def hidden(self) -> int:

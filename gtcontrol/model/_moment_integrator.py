@@ -43,6 +43,7 @@ from .._validation import (
     as_positive_float,
     as_positive_int,
     as_time_limit,
+    set_fields,
 )
 from ..errors import InvalidParametersError
 from ._blowup_detection import OVERFLOW_LEVEL, BlowupWatch, IntegrationEnd
@@ -145,8 +146,7 @@ class _IntegratorOptions:
             raise InvalidParametersError(
                 f"blowup_factor: expected a number > 1, got {self.blowup_factor!r}"
             )
-        for name, value in norm.items():
-            object.__setattr__(self, name, value)
+        set_fields(self, **norm)
 
 
 def _check_exact(ctrl: Control) -> None:

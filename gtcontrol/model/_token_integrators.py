@@ -32,6 +32,7 @@ from .._validation import (
     as_rng,
     as_time_limit,
     frozen,
+    set_fields,
 )
 from ..errors import InvalidParametersError
 from ._attention_kernels import BACKENDS
@@ -126,7 +127,7 @@ class _TokenOptions:
     def __post_init__(self) -> None:
         if self.method is None:
             auto = "rk4" if self.steps_per_layer is not None else "adaptive"
-            object.__setattr__(self, "method", auto)
+            set_fields(self, method=auto)
         as_choice("method", self.method, _METHODS)
         adaptive = self.method == "adaptive"
         if self.steps_per_layer is not None:
@@ -151,7 +152,7 @@ class _TokenOptions:
         if self.first_step is not None:
             as_positive_float("first_step", self.first_step)
         as_max_evals(self.max_evals)
-        object.__setattr__(self, "time_limit", as_time_limit(self.time_limit))
+        set_fields(self, time_limit=as_time_limit(self.time_limit))
         try:
             dt: np.dtype[Any] | None = np.dtype(self.dtype)
         except (TypeError, ValueError):
@@ -161,7 +162,7 @@ class _TokenOptions:
             raise InvalidParametersError(
                 f"dtype: expected numpy.float64 or numpy.float32, got {self.dtype!r}"
             )
-        object.__setattr__(self, "dtype", dt)
+        set_fields(self, dtype=dt)
         if self.rtol is not None:
             floor = rtol_floor(dt)
             if not floor <= as_positive_float("rtol", self.rtol) <= _RTOL_MAX:

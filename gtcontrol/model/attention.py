@@ -81,6 +81,7 @@ from .._validation import (
     as_float_dtype,
     as_positive_int,
     option_values,
+    set_fields,
 )
 from ..errors import InvalidParametersError
 from ._attention_kernels import BACKENDS, auto_backend, numpy_softmax, tile_plan
@@ -317,7 +318,7 @@ class _VelocityOptions:
         if self.block_size is not None:
             as_positive_int("block_size", self.block_size, maximum=_MAX_BLOCK)
         as_choice("backend", self.backend, BACKENDS)
-        object.__setattr__(self, "dtype", as_float_dtype("dtype", self.dtype))
+        set_fields(self, dtype=as_float_dtype("dtype", self.dtype))
 
 
 def token_velocity(

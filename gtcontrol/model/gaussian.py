@@ -27,7 +27,7 @@ from .._validation import (
     as_float_array,
     as_positive_int,
     as_rng,
-    frozen,
+    set_fields,
 )
 from ..errors import InvalidGaussianError, InvalidParametersError
 
@@ -102,9 +102,7 @@ class Gaussian(Displayable):
                 f"{name}.cov: expected a positive semi-definite matrix, smallest eigenvalue "
                 f"{w[0]:.3g} is below -{SYM_RTOL:g} x norm {scale:.3g}"
             )
-        object.__setattr__(self, "mean", frozen(m))
-        object.__setattr__(self, "cov", frozen(s))
-        object.__setattr__(self, "_eig", (frozen(np.clip(w, 0.0, None)), frozen(u)))
+        set_fields(self, mean=m, cov=s, _eig=(np.clip(w, 0.0, None), u))
 
     # ------------------------------------------------------------------ properties
     @property
@@ -149,9 +147,7 @@ class Gaussian(Displayable):
         which costs 0.4 s at d = 1024)."""
         d = as_dim("dim", as_positive_int("dim", dim))
         g = cls.__new__(cls)
-        object.__setattr__(g, "mean", frozen(np.zeros(d)))
-        object.__setattr__(g, "cov", frozen(np.eye(d)))
-        object.__setattr__(g, "_eig", (frozen(np.ones(d)), frozen(np.eye(d))))
+        set_fields(g, mean=np.zeros(d), cov=np.eye(d), _eig=(np.ones(d), np.eye(d)))
         return g
 
     @classmethod

@@ -29,6 +29,7 @@ from .._validation import (
     as_positive_float,
     as_positive_int,
     frozen,
+    set_fields,
 )
 from ..errors import InvalidParametersError
 
@@ -112,17 +113,11 @@ class FactoredHeads(ReadOnlyOnLoad):
         vv = _fitting("v", v, (n_heads, d_head, d), "q", qq.shape)
         oo = _fitting("o", o, (n_heads, d, d_head), "q", qq.shape)
         s = 1.0 / math.sqrt(d_head) if scale is None else as_positive_float("scale", scale)
-        object.__setattr__(self, "q", frozen(qq))
-        object.__setattr__(self, "k", frozen(kk))
-        object.__setattr__(self, "v", frozen(vv))
-        object.__setattr__(self, "o", frozen(oo))
-        object.__setattr__(self, "scale", s)
         # The output factors side by side, (d, H·d_head): one product applies every head.
         o_cat = np.ascontiguousarray(oo.transpose(1, 0, 2).reshape(d, n_heads * d_head))
-        object.__setattr__(self, "_o_cat", frozen(o_cat))
         inner = n_heads * d_head
         vqk = np.concatenate([a.reshape(inner, d) for a in (vv, qq, kk)])
-        object.__setattr__(self, "_vqk", frozen(vqk))
+        set_fields(self, q=qq, k=kk, v=vv, o=oo, scale=s, _o_cat=o_cat, _vqk=vqk)
 
     @classmethod
     def from_projections(

@@ -29,6 +29,7 @@ from .._validation import (
     as_positive_int,
     frozen,
     leading_size,
+    set_fields,
 )
 from ..errors import InvalidParametersError
 from ._layer_stack import LayerStack
@@ -78,10 +79,7 @@ class FeedForward(ReadOnlyOnLoad):
             raise InvalidParametersError(
                 f"FeedForward.activation: expected one of {_ACTIVATIONS}, got {activation!r}"
             )
-        object.__setattr__(self, "W", frozen(w))
-        object.__setattr__(self, "U", frozen(u))
-        object.__setattr__(self, "c", frozen(cc))
-        object.__setattr__(self, "activation", activation)
+        set_fields(self, W=w, U=u, c=cc, activation=activation)
 
     @property
     def dim(self) -> int:
@@ -205,25 +203,24 @@ class Layer(ReadOnlyOnLoad):
             else:
                 vm = as_float_array(nv, vh, ndim=2, shape=(d, d))
             bm = np.zeros((d, d)) if bh is None else as_float_array(nb, bh, ndim=2, shape=(d, d))
-            hs.append((frozen(vm), frozen(bm)))
+            hs.append((vm, bm))
         if ffn is not None and not isinstance(ffn, FeedForward):
             raise InvalidParametersError(f"ffn: expected a FeedForward, got {type(ffn).__name__}")
         if ffn is not None and ffn.dim != d:
             raise InvalidParametersError(
                 f"ffn: FeedForward acts on dimension {ffn.dim}, layer dimension is {d}"
             )
-        object.__setattr__(self, "A", frozen(a))
-        object.__setattr__(self, "b", frozen(bb))
-        object.__setattr__(self, "factored_heads", factored)
-        object.__setattr__(self, "dense_heads", tuple(hs))
-        object.__setattr__(self, "_all_heads", None if factored is not None else tuple(hs))
-        object.__setattr__(self, "ffn", ffn)
-        g = (
-            None
-            if noise is None
-            else frozen(as_float_array("noise", noise, ndim=2, shape=(d, None)))
+        g = None if noise is None else as_float_array("noise", noise, ndim=2, shape=(d, None))
+        set_fields(
+            self,
+            A=a,
+            b=bb,
+            factored_heads=factored,
+            dense_heads=tuple(hs),
+            _all_heads=None if factored is not None else tuple(hs),
+            ffn=ffn,
+            noise=g,
         )
-        object.__setattr__(self, "noise", g)
 
     @classmethod
     def from_projections(
@@ -289,7 +286,7 @@ class Layer(ReadOnlyOnLoad):
         if every is None:
             assert self.factored_heads is not None
             every = self.factored_heads.dense() + self.dense_heads
-            object.__setattr__(self, "_all_heads", every)
+            set_fields(self, _all_heads=every)
         return every
 
     @property
@@ -549,8 +546,7 @@ class Schedule(LayerStack[Layer]):
                     f"layers[{i}]: dimension {lay.dim} differs from layers[0] dimension "
                     f"{layers[0].dim}"
                 )
-        object.__setattr__(self, "layers", tuple(layers))
-        object.__setattr__(self, "T", as_positive_float("T", T))
+        set_fields(self, layers=tuple(layers), T=as_positive_float("T", T))
 
     @property
     def duration(self) -> float:

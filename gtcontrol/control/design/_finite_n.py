@@ -64,6 +64,7 @@ from ..._validation import (
     as_seed,
     frozen,
     option_values,
+    set_fields,
 )
 from ...analysis.equilibria import mean_matrix
 from ...errors import InvalidGaussianError, InvalidParametersError
@@ -541,7 +542,7 @@ class _TokenCheckOptions:
     time_limit: float | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "dtype", as_float_dtype("dtype", self.dtype))
+        set_fields(self, dtype=as_float_dtype("dtype", self.dtype))
         if as_positive_int("n_tokens", self.n_tokens, maximum=MAX_TOKENS) < 2:
             raise InvalidParametersError(f"n_tokens: expected at least 2, got {self.n_tokens!r}")
         if self.T is not None:

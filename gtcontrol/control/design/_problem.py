@@ -50,6 +50,7 @@ from ..._validation import (
     as_positive_int,
     as_seed,
     leading_size,
+    set_fields,
 )
 from ...errors import InvalidParametersError, UnreachableTargetError
 from ...model.gaussian import Gaussian
@@ -109,7 +110,7 @@ class _DesignOptions:
                 f"rate_rtol: expected a number < 0.1, got {self.rate_rtol!r}"
             )
         as_choice("symbolic", self.symbolic, ("SX", "MX"))
-        object.__setattr__(self, "solver", as_option_group("solver", self.solver, IpoptSettings))
+        set_fields(self, solver=as_option_group("solver", self.solver, IpoptSettings))
         check = self.robustness
         if isinstance(check, (bool, np.bool_)):
             check = RobustnessCheck() if check else None
@@ -117,7 +118,7 @@ class _DesignOptions:
             raise InvalidParametersError(
                 f"robustness: expected a bool or a RobustnessCheck, got {self.robustness!r}"
             )
-        object.__setattr__(self, "robustness", check)  # the check to run, or None
+        set_fields(self, robustness=check)  # the check to run, or None
         as_seed("seed", self.seed)
         if self.min_ess is not None and not 0.0 < as_positive_float("min_ess", self.min_ess) < 1.0:
             raise InvalidParametersError(

@@ -87,7 +87,7 @@ def main() -> None:
     wq, wk, wv = (rng.standard_normal((inner, d)) / math.sqrt(d) for _ in range(3))
     wo = rng.standard_normal((d, inner)) / math.sqrt(inner)
     b = 0.1 * rng.standard_normal(d)
-    fac = Layer.from_projections(wq, wk, wv, wo, h, b=b)
+    fac = Layer.from_projections(wq, wk, wv, wo, n_heads=h, b=b)
     t0 = time.perf_counter()
     dense = Layer(heads=fac.heads, b=b)
     print(f"d = {d}, {h} heads x {dh}; dense heads formed in {time.perf_counter() - t0:.2f} s")

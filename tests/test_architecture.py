@@ -367,6 +367,17 @@ VOCABULARY = {
     "bounds": ("entry_bounds", "norm_bounds", "cov_bound"),  # SteeringBounds(entry=, norm=, cov=)
     "collocation": ("intervals", "max_corrections", "parallelization", "cache"),  # Collocation
     "newton": ("kron_max_dim", "deflation_power", "deflation_shift"),  # NewtonSettings
+    # weight matrices are upper case, as A, B, V, W, U (Layer.from_projections, AttentionWeights)
+    "W_Q": ("w_q", "wq"),
+    "W_K": ("w_k", "wk"),
+    "W_V": ("w_v", "wv"),
+    "W_O": ("w_o", "wo"),
+    "b_Q": ("b_q", "bq"),
+    "b_K": ("b_k", "bk"),
+    "b_V": ("b_v", "bv"),
+    "b_O": ("b_o", "bo"),
+    "W_in": ("w_in",),
+    "W_out": ("w_out",),
 }
 _FORBIDDEN = {old: new for new, olds in VOCABULARY.items() for old in olds}
 
@@ -378,7 +389,13 @@ def _functions_and_methods() -> Iterator[tuple[str, object]]:
         elif inspect.isclass(obj):
             for attr, raw in vars(obj).items():
                 raw = raw.__func__ if isinstance(raw, (classmethod, staticmethod)) else raw
-                generated = dataclasses.is_dataclass(obj) and attr == "__init__"  # data fields
+                # A generated __init__ takes the fields, and an option family's fields are the
+                # very names the table refuses as flat keywords; a hand-written one is checked.
+                generated = (
+                    dataclasses.is_dataclass(obj)
+                    and attr == "__init__"
+                    and obj.__dataclass_params__.init  # type: ignore[attr-defined]
+                )
                 if inspect.isfunction(raw) and not generated:
                     if attr == "__init__" or not attr.startswith("_"):
                         yield f"{name}.{attr}", raw

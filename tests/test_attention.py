@@ -77,7 +77,7 @@ def _layers(rng: np.random.Generator, d: int) -> dict[str, Layer]:
         "multi-head affine": Layer(heads=heads, A=m(), b=rng.standard_normal(d)),
         "relu": Layer(heads=heads[:1], ffn=ffn["relu"]),
         "gelu": Layer(heads=heads[:2], ffn=ffn["gelu"]),
-        "factored": Layer.from_projections(wq, wk, wv, wo, 3),
+        "factored": Layer.from_projections(wq, wk, wv, wo, n_heads=3),
     }
 
 

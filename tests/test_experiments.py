@@ -208,8 +208,8 @@ def _random_extracted(rng: np.random.Generator, d: int, heads: int, k: int) -> E
         np.vstack([eye] * heads),
         np.vstack([eye] * heads),
         np.hstack([0.3 * rng.standard_normal((d, d)) for _ in range(heads)]),
-        b_q=0.3 * rng.standard_normal(heads * d),
-        b_o=0.1 * rng.standard_normal(d),
+        b_Q=0.3 * rng.standard_normal(heads * d),
+        b_O=0.1 * rng.standard_normal(d),
         n_heads=heads,
         scale=1.0,
     )

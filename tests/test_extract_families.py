@@ -189,10 +189,10 @@ def test_every_family_round_trips_and_reproduces_its_attention(
         # amplifies the float32 round-off of its input by ~1/s, hence 1e-4 there.
         assert _layer_error(em, io, causal) <= (1e-4 if precision == "float32" else 1e-10), name
         for a, b in zip(em.layers, ref.layers, strict=True):  # the very same weights
-            for part in ("w_q", "w_k", "w_v", "w_o", "b_q", "b_v", "b_o"):
+            for part in ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_V", "b_O"):
                 np.testing.assert_array_equal(getattr(a.weights, part), getattr(b.weights, part))
             assert a.weights.scale == pytest.approx(b.weights.scale, rel=1e-7)
-            np.testing.assert_array_equal(a.ffn.w_in, b.ffn.w_in)
+            np.testing.assert_array_equal(a.ffn.W_in, b.ffn.W_in)
             assert (a.ffn.activation, a.ffn.gated) == (b.ffn.activation, b.ffn.gated)
             assert (a.ln1 is None) == (b.ln1 is None) and (a.ln2 is None) == (b.ln2 is None)
     assert os.environ["HF_HUB_OFFLINE"] == "1"  # set by gtcontrol when it loaded the folder
@@ -262,9 +262,9 @@ def test_minilm_through_onnx_reads_the_same_weights(tmp_path: Path) -> None:
     em = extract(_export(load_model("minilm"), "bert", tmp_path / "minilm.onnx"))
     assert (em.n_layers, em.dim, em.n_heads, em.norm_placement) == (6, 384, 12, "post-LN")
     for a, b in zip(em.layers, ref.layers, strict=True):
-        np.testing.assert_array_equal(a.weights.w_q, b.weights.w_q)
-        np.testing.assert_array_equal(a.weights.w_o, b.weights.w_o)
-        np.testing.assert_array_equal(a.ffn.w_out, b.ffn.w_out)
+        np.testing.assert_array_equal(a.weights.W_Q, b.weights.W_Q)
+        np.testing.assert_array_equal(a.weights.W_O, b.weights.W_O)
+        np.testing.assert_array_equal(a.ffn.W_out, b.ffn.W_out)
 
 
 def test_kind_reads_a_clone_and_refuses_a_wrong_family() -> None:

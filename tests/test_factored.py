@@ -44,7 +44,7 @@ def _pair(seed: int, d: int, h: int, dh: int, *, with_a: bool = True) -> tuple[L
     rng = np.random.default_rng(seed)
     a = rng.standard_normal((d, d)) / math.sqrt(d) if with_a else None
     b = rng.standard_normal(d)
-    fl = Layer.from_projections(*_weights(rng, d, h, dh), h, A=a, b=b)
+    fl = Layer.from_projections(*_weights(rng, d, h, dh), n_heads=h, A=a, b=b)
     return fl, Layer(fl.A, b=fl.b, heads=fl.heads)
 
 
@@ -59,7 +59,7 @@ def _moments(seed: int, d: int, r: int) -> tuple[np.ndarray, np.ndarray, np.ndar
 def test_from_projections_equals_the_dense_construction(d: int, h: int, dh: int) -> None:
     rng = np.random.default_rng(d + h)
     wq, wk, wv, wo = _weights(rng, d, h, dh)
-    layer = Layer.from_projections(wq, wk, wv, wo, h)
+    layer = Layer.from_projections(wq, wk, wv, wo, n_heads=h)
     assert layer.n_heads == h and layer.factored_heads is not None
     assert layer.factored_heads.head_dim == dh and layer.factored_heads.scale == 1 / math.sqrt(dh)
     assert len(layer.heads) == h
@@ -77,7 +77,7 @@ def test_the_attention_weight_is_the_transformer_logit() -> None:
     # exp(yᵀ B_h x) is exp((W_K,h y)ᵀ(W_Q,h x) · scale): the convention of docs/theory.md §1.
     rng = np.random.default_rng(3)
     wq, wk, wv, wo = _weights(rng, 10, 2, 4)
-    layer = Layer.from_projections(wq, wk, wv, wo, 2, scale=0.3)
+    layer = Layer.from_projections(wq, wk, wv, wo, n_heads=2, scale=0.3)
     x, y = rng.standard_normal(10), rng.standard_normal(10)
     _, b1 = layer.heads[1]
     assert math.isclose(y @ b1 @ x, 0.3 * (wk[4:] @ y) @ (wq[4:] @ x), rel_tol=1e-13)
@@ -86,7 +86,7 @@ def test_the_attention_weight_is_the_transformer_logit() -> None:
 def test_factored_heads_value_and_layer_plumbing() -> None:
     rng = np.random.default_rng(4)
     wq, wk, wv, wo = _weights(rng, 6, 3, 2)
-    fh = FactoredHeads.from_projections(wq, wk, wv, wo, 3)
+    fh = FactoredHeads.from_projections(wq, wk, wv, wo, n_heads=3)
     assert (fh.n_heads, fh.head_dim, fh.dim) == (3, 2, 6)
     np.testing.assert_array_equal(fh.q[1], wq[2:4])
     np.testing.assert_array_equal(fh.o[2], wo[:, 4:6])
@@ -107,7 +107,7 @@ def test_factored_heads_value_and_layer_plumbing() -> None:
     out = layer.to_dict()
     assert len(out["heads"]) == 3
     np.testing.assert_array_equal(np.array(out["heads"][2]["B"]), layer.heads[2][1])
-    one = Layer.from_projections(wq[:2], wk[:2], wv[:2], wo[:, :2], 1)
+    one = Layer.from_projections(wq[:2], wk[:2], wv[:2], wo[:, :2], n_heads=1)
     np.testing.assert_array_equal(np.array(one.to_dict()["V"]), one.heads[0][0])
     with pytest.raises(InvalidParametersError, match="dimension"):
         Layer(heads=fh, dim=5)
@@ -130,13 +130,13 @@ def test_validation_names_the_argument() -> None:
         ((wq[0], wk, wv, wo, 2), "W_Q"),
         ((np.zeros((0, 6)), wk, wv, wo, 2), "W_Q"),
     ]
-    for args, name in cases:
+    for (*weights, heads), name in cases:
         with pytest.raises(InvalidParametersError, match=name):
-            Layer.from_projections(*args)
+            Layer.from_projections(*weights, n_heads=heads)
     with pytest.raises(InvalidParametersError, match="scale"):
-        Layer.from_projections(wq, wk, wv, wo, 2, scale=-1.0)
+        Layer.from_projections(wq, wk, wv, wo, n_heads=2, scale=-1.0)
     with pytest.raises(InvalidParametersError, match=r"^A"):
-        Layer.from_projections(wq, wk, wv, wo, 2, A=np.eye(5))
+        Layer.from_projections(wq, wk, wv, wo, n_heads=2, A=np.eye(5))
     q = wq.reshape(2, 3, 6)
     with pytest.raises(InvalidParametersError, match=r"^o"):
         FactoredHeads(q, q, q, q)
@@ -171,7 +171,7 @@ def test_factored_field_with_affine_ffn_and_noise() -> None:
         rng.standard_normal((d, 5)), rng.standard_normal((5, d)), activation="identity"
     )
     g = rng.standard_normal((d, d))
-    fl = Layer.from_projections(*_weights(rng, d, h, dh), h, ffn=ffn, noise=g)
+    fl = Layer.from_projections(*_weights(rng, d, h, dh), n_heads=h, ffn=ffn, noise=g)
     dl = Layer(fl.A, b=fl.b, heads=fl.heads, ffn=ffn, noise=g)
     m, _, cov = _moments(0, d, d)
     for got, ref in zip(moment_field(fl, m, cov), moment_field(dl, m, cov), strict=True):
@@ -205,12 +205,12 @@ def test_token_velocity_factored_degenerate_heads() -> None:
     wq, wk, wv, wo = _weights(rng, 7, 3, 2)
     wq[:2] = 0.0
     wo[:, 4:] = 0.0
-    fl = Layer.from_projections(wq, wk, wv, wo, 3)
+    fl = Layer.from_projections(wq, wk, wv, wo, n_heads=3)
     dl = Layer(heads=fl.heads)
     x = rng.standard_normal((50, 7))
     assert _rel(token_velocity(fl, x), token_velocity(dl, x)) < 1e-12
     wv[:] = 0.0
-    zero = Layer.from_projections(wq, wk, wv, wo, 3)
+    zero = Layer.from_projections(wq, wk, wv, wo, n_heads=3)
     np.testing.assert_array_equal(token_velocity(zero, x), np.zeros_like(x))
 
 

@@ -81,7 +81,7 @@ def random_layer(rng: np.random.Generator, d: int, n_heads: int, *, factored: bo
         dh = max(1, d // (2 * n_heads))
         wq, wk, wv = (rng.standard_normal((n_heads * dh, d)) / math.sqrt(d) for _ in range(3))
         wo = rng.standard_normal((d, n_heads * dh)) / math.sqrt(dh)
-        return gt.Layer.from_projections(wq, wk, wv, wo, n_heads)
+        return gt.Layer.from_projections(wq, wk, wv, wo, n_heads=n_heads)
     heads = [
         (rng.standard_normal((d, d)) / math.sqrt(d), rng.standard_normal((d, d)) / math.sqrt(d))
         for _ in range(n_heads)

@@ -127,7 +127,7 @@ def _attention(
     """Query, key, value and output ``(W, b)`` as :class:`AttentionWeights`."""
     (wq, bq), (wk, bk), (wv, bv), (wo, bo) = qkvo
     return AttentionWeights(
-        wq, wk, wv, wo, b_q=bq, b_k=bk, b_v=bv, b_o=bo, n_heads=n_heads, scale=scale
+        wq, wk, wv, wo, b_Q=bq, b_K=bk, b_V=bv, b_O=bo, n_heads=n_heads, scale=scale
     )
 
 

@@ -456,7 +456,7 @@ def _block(g: _Graph, softmax: Any) -> _Block:
     if logit == 0 or not np.isfinite(logit):
         raise g.fail(f"{where}: the logit scale {logit:g} is not a finite non-zero number")
     att = AttentionWeights(
-        wq, wk, wv, wo, b_q=bq, b_k=bk, b_v=bv, b_o=out.bias, n_heads=n_heads, scale=abs(logit)
+        wq, wk, wv, wo, b_Q=bq, b_K=bk, b_V=bv, b_O=out.bias, n_heads=n_heads, scale=abs(logit)
     )
     pos = any(_positional(g, p.output, t) for p, t in zip(projs[:2], targets[:2]))
     return _Block(att, projs[0].input, out.output, pos)

@@ -157,14 +157,14 @@ class AttentionWeights(ReadOnlyOnLoad):
 
     Parameters
     ----------
-    w_q, w_k, w_v
+    W_Q, W_K, W_V
         Query, key and value weights ``(H·d_head, d)``.
-    w_o
+    W_O
         Output weight ``(d, H·d_head)``.
-    b_q, b_k, b_v, b_o
-        Biases ``(H·d_head,)`` (``b_o``: ``(d,)``); ``None`` means zero.
+    b_Q, b_K, b_V, b_O
+        Biases ``(H·d_head,)`` (``b_O``: ``(d,)``); ``None`` means zero.
     n_heads
-        Number of heads ``H``; it must divide the rows of ``w_q``.
+        Number of heads ``H``; it must divide the rows of ``W_Q``.
     scale
         Logit scale ``s > 0``; ``None`` means ``1/sqrt(d_head)``.
 
@@ -183,71 +183,71 @@ class AttentionWeights(ReadOnlyOnLoad):
     (2, 3, 0.7071, 4)
     """
 
-    w_q: FloatArray
-    w_k: FloatArray
-    w_v: FloatArray
-    w_o: FloatArray
-    b_q: FloatArray
-    b_k: FloatArray
-    b_v: FloatArray
-    b_o: FloatArray
+    W_Q: FloatArray
+    W_K: FloatArray
+    W_V: FloatArray
+    W_O: FloatArray
+    b_Q: FloatArray
+    b_K: FloatArray
+    b_V: FloatArray
+    b_O: FloatArray
     n_heads: int
     scale: float
 
     def __init__(
         self,
-        w_q: Any,
-        w_k: Any,
-        w_v: Any,
-        w_o: Any,
+        W_Q: Any,
+        W_K: Any,
+        W_V: Any,
+        W_O: Any,
         *,
-        b_q: Any = None,
-        b_k: Any = None,
-        b_v: Any = None,
-        b_o: Any = None,
+        b_Q: Any = None,
+        b_K: Any = None,
+        b_V: Any = None,
+        b_O: Any = None,
         n_heads: int,
         scale: float | None = None,
     ) -> None:
-        wq = _matrix("w_q", w_q, (None, None))
+        wq = _matrix("W_Q", W_Q, (None, None))
         inner, d = wq.shape
         h = as_positive_int("n_heads", n_heads)
         if inner == 0 or d == 0 or inner % h:
             raise InvalidParametersError(
-                f"n_heads: {h} heads do not divide the {inner} rows of w_q (expected w_q of "
+                f"n_heads: {h} heads do not divide the {inner} rows of W_Q (expected W_Q of "
                 "shape (n_heads·d_head, d))"
             )
         vals = {
-            "w_q": wq,
-            "w_k": _matrix("w_k", w_k, (inner, d)),
-            "w_v": _matrix("w_v", w_v, (inner, d)),
-            "w_o": _matrix("w_o", w_o, (d, inner)),
+            "W_Q": wq,
+            "W_K": _matrix("W_K", W_K, (inner, d)),
+            "W_V": _matrix("W_V", W_V, (inner, d)),
+            "W_O": _matrix("W_O", W_O, (d, inner)),
         }
-        for name, value, n in (("b_q", b_q, inner), ("b_k", b_k, inner), ("b_v", b_v, inner)):
+        for name, value, n in (("b_Q", b_Q, inner), ("b_K", b_K, inner), ("b_V", b_V, inner)):
             vals[name] = _matrix(name, np.zeros(n) if value is None else value, (n,))
-        vals["b_o"] = _matrix("b_o", np.zeros(d) if b_o is None else b_o, (d,))
+        vals["b_O"] = _matrix("b_O", np.zeros(d) if b_O is None else b_O, (d,))
         s = 1.0 / math.sqrt(inner // h) if scale is None else as_positive_float("scale", scale)
         set_fields(self, **vals, n_heads=h, scale=s)
 
     @property
     def dim(self) -> int:
         """The model width ``d``."""
-        return int(self.w_q.shape[1])
+        return int(self.W_Q.shape[1])
 
     @property
     def head_dim(self) -> int:
         """The head width ``d_head``."""
-        return int(self.w_q.shape[0]) // self.n_heads
+        return int(self.W_Q.shape[0]) // self.n_heads
 
     @property
     def output_bias(self) -> FloatArray:
         """``Σ_h W_O,h b_V,h + b_O = W_O b_V + b_O``: attention weights sum to one."""
-        return np.asarray(self.w_o @ self.b_v + self.b_o)
+        return np.asarray(self.W_O @ self.b_V + self.b_O)
 
     @property
     def key_tilt(self) -> FloatArray:
         """``u_h = s W_K,hᵀ b_Q,h`` per head, ``(H, d)``."""
-        wk = self.w_k.reshape(self.n_heads, self.head_dim, self.dim)
-        bq = self.b_q.reshape(self.n_heads, self.head_dim)
+        wk = self.W_K.reshape(self.n_heads, self.head_dim, self.dim)
+        bq = self.b_Q.reshape(self.n_heads, self.head_dim)
         return np.asarray(self.scale * np.einsum("hed,he->hd", wk, bq))
 
     def dense_heads(self) -> tuple[tuple[FloatArray, FloatArray], ...]:
@@ -256,8 +256,8 @@ class AttentionWeights(ReadOnlyOnLoad):
         out = []
         for h in range(self.n_heads):
             sl = slice(h * dh, (h + 1) * dh)
-            v = self.w_o[:, sl] @ self.w_v[sl]
-            out.append((v, self.scale * (self.w_k[sl].T @ self.w_q[sl])))
+            v = self.W_O[:, sl] @ self.W_V[sl]
+            out.append((v, self.scale * (self.W_K[sl].T @ self.W_Q[sl])))
         return tuple(out)
 
     def layer(self) -> Layer:
@@ -267,13 +267,13 @@ class AttentionWeights(ReadOnlyOnLoad):
         ``b̃ = (W_O b_V + b_O, 0)``: then ``ỹᵀ B̃_h x̃ = yᵀ B_h x + yᵀ u_h`` and the last coordinate
         never moves (:mod:`gtcontrol.experiments.extraction`).
         """
-        zero = np.zeros((self.w_q.shape[0], 1))
+        zero = np.zeros((self.W_Q.shape[0], 1))
         return Layer.from_projections(
-            np.hstack([self.w_q, self.b_q[:, None]]),
-            np.hstack([self.w_k, zero]),
-            np.hstack([self.w_v, zero]),
-            np.vstack([self.w_o, zero.T]),
-            self.n_heads,
+            np.hstack([self.W_Q, self.b_Q[:, None]]),
+            np.hstack([self.W_K, zero]),
+            np.hstack([self.W_V, zero]),
+            np.vstack([self.W_O, zero.T]),
+            n_heads=self.n_heads,
             b=np.append(self.output_bias, 0.0),
             scale=self.scale,
         )
@@ -352,9 +352,9 @@ class FeedForwardWeights(ReadOnlyOnLoad):
 
     Parameters
     ----------
-    w_in
+    W_in
         ``(k, d)``; gated: ``(2k, d)``, rows ``[:k]`` the activation's input, ``[k:]`` the gate.
-    w_out
+    W_out
         ``(d, k)``.
     b_in, b_out
         Biases; ``None`` means zero.
@@ -375,38 +375,38 @@ class FeedForwardWeights(ReadOnlyOnLoad):
     [[1.0, 0.0]]
     """
 
-    w_in: FloatArray
+    W_in: FloatArray
     b_in: FloatArray
-    w_out: FloatArray
+    W_out: FloatArray
     b_out: FloatArray
     activation: str
     gated: bool
 
     def __init__(
         self,
-        w_in: Any,
-        w_out: Any,
+        W_in: Any,
+        W_out: Any,
         *,
         b_in: Any = None,
         b_out: Any = None,
         activation: str = "gelu",
         gated: bool = False,
     ) -> None:
-        wi = _matrix("w_in", w_in, (None, None))
+        wi = _matrix("W_in", W_in, (None, None))
         rows, d = wi.shape
         k = rows // 2 if gated else rows
         if gated and rows % 2:
-            raise InvalidParametersError(f"w_in: a gated feed-forward needs 2k rows, got {rows}")
-        wo = _matrix("w_out", w_out, (d, k))
+            raise InvalidParametersError(f"W_in: a gated feed-forward needs 2k rows, got {rows}")
+        wo = _matrix("W_out", W_out, (d, k))
         if activation not in ACTIVATIONS:
             raise InvalidParametersError(
                 f"activation: expected one of {ACTIVATIONS}, got {activation!r}"
             )
         set_fields(
             self,
-            w_in=wi,
+            W_in=wi,
             b_in=_matrix("b_in", np.zeros(rows) if b_in is None else b_in, (rows,)),
-            w_out=wo,
+            W_out=wo,
             b_out=_matrix("b_out", np.zeros(d) if b_out is None else b_out, (d,)),
             activation=activation,
             gated=bool(gated),
@@ -415,22 +415,22 @@ class FeedForwardWeights(ReadOnlyOnLoad):
     @property
     def hidden(self) -> int:
         """The hidden width ``k``."""
-        return int(self.w_out.shape[1])
+        return int(self.W_out.shape[1])
 
     def __call__(self, z: Any) -> FloatArray:
         """The feed-forward of every token (rows of ``z``)."""
-        a = np.asarray(z, dtype=float) @ self.w_in.T + self.b_in
+        a = np.asarray(z, dtype=float) @ self.W_in.T + self.b_in
         if self.gated:
             k = self.hidden
             h = activation(self.activation, a[..., :k]) * a[..., k:]
         else:
             h = activation(self.activation, a)
-        return np.asarray(h @ self.w_out.T + self.b_out)
+        return np.asarray(h @ self.W_out.T + self.b_out)
 
     @cached_property
     def _split(self) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
         k = self.hidden
-        return self.w_in[:k], self.b_in[:k], self.w_in[k:], self.b_in[k:]
+        return self.W_in[:k], self.b_in[:k], self.W_in[k:], self.b_in[k:]
 
     def linearization(
         self, mean: FloatArray, cov: FloatArray
@@ -454,12 +454,12 @@ class FeedForwardWeights(ReadOnlyOnLoad):
             The output mean ``(d,)``, ``J`` and ``R`` ``(d, d)``.
         """
         if not self.gated:
-            mu = self.w_in @ mean + self.b_in
-            var = np.einsum("ij,ij->i", self.w_in @ cov, self.w_in)
+            mu = self.W_in @ mean + self.b_in
+            var = np.einsum("ij,ij->i", self.W_in @ cov, self.W_in)
             e_f, e_df, var_f = activation_statistics(self.activation, mu, var)
-            jac = (self.w_out * e_df) @ self.w_in
+            jac = (self.W_out * e_df) @ self.W_in
             res = np.maximum(var_f - e_df**2 * var, 0.0)
-            return self.w_out @ e_f + self.b_out, jac, (self.w_out * res) @ self.w_out.T
+            return self.W_out @ e_f + self.b_out, jac, (self.W_out * res) @ self.W_out.T
         wa, ba, wg, bg = self._split
         mu_a, mu_g = wa @ mean + ba, wg @ mean + bg
         sa, sg = wa @ cov, wg @ cov
@@ -481,5 +481,5 @@ class FeedForwardWeights(ReadOnlyOnLoad):
         e_fg2 = (f * f * (m_g * m_g + v_r[:, None])) @ w
         lin_var = d_a**2 * var_a + 2 * d_a * d_g * c_ag + d_g**2 * var_g
         res = np.maximum(e_fg2 - e_fg**2 - lin_var, 0.0)
-        jac = self.w_out @ (d_a[:, None] * wa + d_g[:, None] * wg)
-        return self.w_out @ e_fg + self.b_out, jac, (self.w_out * res) @ self.w_out.T
+        jac = self.W_out @ (d_a[:, None] * wa + d_g[:, None] * wg)
+        return self.W_out @ e_fg + self.b_out, jac, (self.W_out * res) @ self.W_out.T

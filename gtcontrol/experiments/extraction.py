@@ -113,7 +113,7 @@ class ExtractedLayer:
                 f"norm_placement: expected one of {NORM_PLACEMENTS}, got {self.norm_placement!r}"
             )
         d = self.weights.dim
-        parts: dict[str, int] = {"ffn": int(self.ffn.w_in.shape[1])}
+        parts: dict[str, int] = {"ffn": int(self.ffn.W_in.shape[1])}
         for name, ln in (("ln1", self.ln1), ("ln2", self.ln2)):
             if ln is not None:
                 parts[name] = int(ln.gamma.shape[0])

@@ -171,8 +171,8 @@ def _attention_ess(ex: ExtractedLayer, x: FloatArray) -> float:
     """
     w = ex.weights
     n, dh = int(x.shape[0]), w.head_dim
-    q = (x @ w.w_q.T + w.b_q).reshape(n, w.n_heads, dh)
-    k = (x @ w.w_k.T).reshape(n, w.n_heads, dh)
+    q = (x @ w.W_Q.T + w.b_Q).reshape(n, w.n_heads, dh)
+    k = (x @ w.W_K.T).reshape(n, w.n_heads, dh)
     out = []
     for h in range(w.n_heads):
         logits = w.scale * (q[:, h] @ k[:, h].T)  # row i: query i against every key

@@ -121,7 +121,7 @@ class FactoredHeads(ReadOnlyOnLoad):
 
     @classmethod
     def from_projections(
-        cls, W_Q: Any, W_K: Any, W_V: Any, W_O: Any, n_heads: int, *, scale: float | None = None
+        cls, W_Q: Any, W_K: Any, W_V: Any, W_O: Any, *, n_heads: int, scale: float | None = None
     ) -> FactoredHeads:
         """Split nn.Linear projection weights into ``n_heads`` heads.
 

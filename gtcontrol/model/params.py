@@ -229,8 +229,8 @@ class Layer(ReadOnlyOnLoad):
         W_K: Any,
         W_V: Any,
         W_O: Any,
-        n_heads: int,
         *,
+        n_heads: int,
         A: Any = None,
         b: Any = None,
         ffn: FeedForward | None = None,
@@ -276,7 +276,7 @@ class Layer(ReadOnlyOnLoad):
         >>> layer.n_heads, layer.factored_heads.head_dim, len(layer.heads)
         (2, 2, 2)
         """
-        fh = FactoredHeads.from_projections(W_Q, W_K, W_V, W_O, n_heads, scale=scale)
+        fh = FactoredHeads.from_projections(W_Q, W_K, W_V, W_O, n_heads=n_heads, scale=scale)
         return cls(A, b=b, heads=fh, ffn=ffn, noise=noise, dim=fh.dim)
 
     @property

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._readonly import ReadOnlyOnLoad
+from ._readonly import ReadOnlyArrays
 from .errors import InvalidParametersError
 
 if TYPE_CHECKING:
@@ -203,7 +203,7 @@ def new_axes(ax: Any = None, *, width: float = 6.4, height: float = 4.0) -> Axes
     return ax
 
 
-class Displayable(ReadOnlyOnLoad):
+class Displayable(ReadOnlyArrays):
     """Base of the public results: readable ``repr``, ``_repr_html_`` and ``plot(ax)``.
 
     Subclasses implement :meth:`_summary_items` (the key figures) and :meth:`_draw` (the

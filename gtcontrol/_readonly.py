@@ -1,22 +1,24 @@
-"""Read-only arrays in copies of frozen values.
+"""Read-only arrays in the frozen values and results, when built and in copies.
 
-The frozen values and results make their arrays read-only when built
-(:func:`frozen`, the one home of that rule), so that they are really immutable. numpy's pickle does
-not keep that flag, so a copy made by ``pickle`` or ``copy`` (a Dask worker's, a cached result)
-held writable arrays: ``pickle.loads(pickle.dumps(gaussian)).cov`` could be changed in place.
-:class:`ReadOnlyOnLoad` makes them read-only again when such a copy is restored. It imports
-nothing of gtcontrol, so the lowest modules (:mod:`gtcontrol._display`, the model's values) can
-use it.
+The frozen values and results are really immutable: their arrays are read-only. The rule has
+one home, :class:`ReadOnlyArrays`: a dataclass deriving it makes its array fields read-only when
+built (``__post_init__``), a hand-written ``__init__`` stores its fields with
+:func:`set_fields`, which does the same, and a copy made by ``pickle`` or ``copy`` (a Dask
+worker's, a cached result), whose arrays numpy's pickle restores writable, is made read-only again
+when restored. A construction site may still call :func:`frozen` on an array it builds (to
+hand it on read-only before the value exists); it need not. The module imports nothing of
+gtcontrol, so the lowest modules (:mod:`gtcontrol._display`, the model's values) can use it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["ReadOnlyOnLoad", "frozen", "set_fields"]
+__all__ = ["ReadOnlyArrays", "frozen", "set_fields"]
 
 _A = TypeVar("_A", bound=NDArray[Any])
 
@@ -59,9 +61,14 @@ def set_fields(value: object, /, **fields: Any) -> None:
         object.__setattr__(value, name, _read_only(field_value))
 
 
-class ReadOnlyOnLoad:
-    """Mixin of the frozen values and results that hold arrays: a copy restored by ``pickle``
-    or ``copy`` holds read-only arrays again, as the original does.
+class ReadOnlyArrays:
+    """Mixin of the frozen values and results that hold arrays: their arrays are read-only,
+    when a dataclass is built and when a copy is restored by ``pickle`` or ``copy``.
+
+    A generated dataclass ``__init__`` calls :meth:`__post_init__`, which makes every array
+    field (and the arrays of plain tuples in it) read-only; a hand-written ``__init__`` stores its
+    fields with :func:`set_fields`, which does the same. So no construction site has to
+    remember it.
 
     Examples
     --------
@@ -70,9 +77,21 @@ class ReadOnlyOnLoad:
     >>> g = pickle.loads(pickle.dumps(Gaussian([0.0], [[1.0]])))
     >>> g.cov.flags.writeable
     False
+    >>> from dataclasses import dataclass
+    >>> @dataclass(frozen=True)
+    ... class Record(ReadOnlyArrays):
+    ...     values: np.ndarray
+    >>> Record(np.zeros(2)).values.flags.writeable
+    False
     """
 
     __slots__ = ()
+
+    def __post_init__(self) -> None:
+        # Only a generated dataclass __init__ calls this, so ``self`` is a dataclass.
+        names = [f.name for f in dataclasses.fields(self)]  # type: ignore[arg-type]
+        held = {k: getattr(self, k) for k in names}
+        set_fields(self, **{k: v for k, v in held.items() if isinstance(v, (np.ndarray, tuple))})
 
     def __setstate__(self, state: Any) -> None:
         attrs, slots = state if isinstance(state, tuple) else (state, None)

@@ -81,3 +81,55 @@ def test_a_restored_copy_holds_read_only_arrays(name: str, how: str) -> None:
         np.testing.assert_array_equal(a, b)
     with pytest.raises(ValueError, match="read-only"):
         again[0][...] = 0.0
+
+
+def _built() -> dict[str, Callable[[], Any]]:
+    """Real calls whose results held writable arrays before the mixin froze them when built."""
+    from gtcontrol.experiments import feedforward_closeness
+
+    d = 2
+    g0 = gt.Gaussian(np.zeros(d), np.eye(d))
+    g1 = gt.Gaussian(np.ones(d), 2.0 * np.eye(d))
+    layer = gt.Layer(A=-np.eye(d), B=0.3 * np.eye(d), V=-0.5)
+    return {
+        "BernoulliSolution": lambda: gt.solve_bernoulli(gt.riccati_form(layer)),
+        "SteadyState": lambda: gt.kalman_steady_state(
+            gt.KalmanData(-np.eye(d), np.eye(d), np.eye(d))
+        ),
+        "OTSteering": lambda: gt.ot_steering(g0, g1, 1.0),
+        "TokenComparison": lambda: gt.compare_tokens(
+            layer, g1, 0.2, n_tokens=(64, 128), repeats=1, n_snapshots=2
+        ),
+        "FeedForwardCloseness": lambda: feedforward_closeness(
+            d=2, n_tokens=100, n_points=2, n_projections=4, T=0.2
+        ),
+    }
+
+
+@pytest.mark.parametrize("name", sorted(_built()))
+def test_a_freshly_built_result_holds_read_only_arrays(name: str) -> None:
+    """Every array a result holds (also in its nested values) is read-only as built."""
+    value = _built()[name]()
+    arrays = _arrays(value)
+    assert arrays, name
+    writable = [a.shape for a in arrays if a.flags.writeable]
+    assert not writable, (name, writable)
+
+
+def test_the_mixin_freezes_array_fields_and_tuples_of_them_when_built() -> None:
+    from dataclasses import dataclass
+
+    from gtcontrol._readonly import ReadOnlyArrays
+
+    @dataclass(frozen=True)
+    class Record(ReadOnlyArrays):
+        a: np.ndarray
+        pair: tuple[np.ndarray, np.ndarray]
+        note: str = ""
+
+    given = np.zeros(3)
+    rec = Record(given, (np.ones(2), np.ones(2)))
+    assert not rec.a.flags.writeable and not any(p.flags.writeable for p in rec.pair)
+    assert rec.a is given  # frozen in place, not copied
+    with pytest.raises(ValueError, match="read-only"):
+        rec.pair[1][0] = 2.0

@@ -45,7 +45,7 @@ from scipy.integrate import solve_ivp
 from .._display import Axes, SummaryItems
 from .._docstring import fill, integrator_budget_doc
 from .._linalg import SYM_RTOL, FloatArray, frobenius_norms, psd_sqrt, sym, unvech, vech, vech_index
-from .._readonly import ReadOnlyOnLoad
+from .._readonly import ReadOnlyArrays
 from .._status import DEFAULT_MAX_EVALS, Budget, BudgetExhausted, Outcome, ResultFields, Status
 from .._validation import (
     as_float_array,
@@ -88,7 +88,7 @@ def _check_psd(name: str, a: FloatArray, rtol: float = SYM_RTOL) -> FloatArray:
 
 
 @dataclass(frozen=True, eq=False, init=False)
-class KalmanData(ReadOnlyOnLoad):
+class KalmanData(ReadOnlyArrays):
     """A continuous-time filtering problem ``dx = Fx dt + dw``, ``dy = Hx dt + dν``.
 
     Parameters

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from .._linalg import FloatArray
+from .._readonly import ReadOnlyArrays
 from .._status import Budget
 from .._validation import as_positive_float, as_positive_int, frozen
 from ..errors import InvalidParametersError
@@ -72,7 +73,7 @@ def cone_coordinates(cov: Any) -> FloatArray:
 
 
 @dataclass(frozen=True, eq=False)
-class RegimeFigureData:
+class RegimeFigureData(ReadOnlyArrays):
     """What the ``analyze`` figures plot (no plotting here; see :mod:`gtcontrol.plotting.analysis`).
 
     Attributes

@@ -32,7 +32,7 @@ import numpy as np
 from scipy.special import expit, ndtr
 
 from .._linalg import FloatArray, sym
-from .._readonly import ReadOnlyOnLoad
+from .._readonly import ReadOnlyArrays
 from .._validation import as_float_array, as_positive_float, as_positive_int, frozen, set_fields
 from ..errors import InvalidParametersError
 from ..model.gaussian_closure import activation_moments
@@ -149,7 +149,7 @@ def _matrix(name: str, value: Any, shape: tuple[int | None, ...]) -> FloatArray:
 
 
 @dataclass(frozen=True, eq=False, init=False)
-class AttentionWeights(ReadOnlyOnLoad):
+class AttentionWeights(ReadOnlyArrays):
     """A multi-head self-attention's projections in ``nn.Linear`` layout (module docstring).
 
     Rows ``h·d_head … (h+1)·d_head − 1`` of ``W_Q``, ``W_K``, ``W_V`` (and those columns of
@@ -280,7 +280,7 @@ class AttentionWeights(ReadOnlyOnLoad):
 
 
 @dataclass(frozen=True, eq=False, init=False)
-class LayerNormWeights(ReadOnlyOnLoad):
+class LayerNormWeights(ReadOnlyArrays):
     """A LayerNorm ``γ ⊙ (x − mean x)/sqrt(var x + ε) + β`` over the last axis.
 
     Parameters
@@ -347,7 +347,7 @@ class LayerNormWeights(ReadOnlyOnLoad):
 
 
 @dataclass(frozen=True, eq=False, init=False)
-class FeedForwardWeights(ReadOnlyOnLoad):
+class FeedForwardWeights(ReadOnlyArrays):
     """A feed-forward ``W_out σ(W_in z + b_in) + b_out``, or gated (module docstring).
 
     Parameters

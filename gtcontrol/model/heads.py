@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from .._linalg import FloatArray
-from .._readonly import ReadOnlyOnLoad
+from .._readonly import ReadOnlyArrays
 from .._validation import (
     as_float_array,
     as_positive_float,
@@ -50,7 +50,7 @@ def _fitting(
 
 
 @dataclass(frozen=True, eq=False, init=False)
-class FactoredHeads(ReadOnlyOnLoad):
+class FactoredHeads(ReadOnlyArrays):
     """``H`` attention heads kept as their rank-``d_head`` projection factors.
 
     Head ``h`` is ``B_h = scale · k_hᵀ q_h`` and ``V_h = o_h v_h`` (docs/theory.md §2): the

@@ -22,7 +22,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from .._linalg import FloatArray
-from .._readonly import ReadOnlyOnLoad
+from .._readonly import ReadOnlyArrays
 from .._validation import (
     as_float_array,
     as_positive_float,
@@ -41,7 +41,7 @@ _ACTIVATIONS = ("identity", "relu", "gelu")
 
 
 @dataclass(frozen=True, eq=False, init=False)
-class FeedForward(ReadOnlyOnLoad):
+class FeedForward(ReadOnlyArrays):
     """A token-level feed-forward term ``W σ(U x + c)`` (added to the layer's ``A x + b``).
 
     With ``activation="identity"`` it is affine (``W U x + W c``) and the moment model stays exact;
@@ -92,7 +92,7 @@ class FeedForward(ReadOnlyOnLoad):
 
 
 @dataclass(frozen=True, eq=False, init=False)
-class Layer(ReadOnlyOnLoad):
+class Layer(ReadOnlyArrays):
     """One time-invariant layer: feed-forward ``(A, b)`` plus attention heads ``(V_h, B_h)``.
 
     Parameters

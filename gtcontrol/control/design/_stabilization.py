@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from ..._display import Axes, SummaryItems
 from ..._linalg import FloatArray
+from ..._readonly import ReadOnlyArrays
 from ..._status import Outcome, ResultFields, Status
 from ...analysis.stability import LinearizationSpectrum
 from ...model.gaussian import Gaussian
@@ -27,7 +28,7 @@ VERIFY_RTOL = 1e-6
 
 
 @dataclass(frozen=True, eq=False)
-class Verification:
+class Verification(ReadOnlyArrays):
     """One verifying simulation: depths, ``λ_max(Σ)`` and the relative errors to the target."""
 
     name: str

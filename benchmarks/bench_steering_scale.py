@@ -61,7 +61,7 @@ def _child(spec: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if method == "exact":
         sched = exact_layer_steering(
-            g0, g1, 1.0, layers=LAYERS, mode="ffn" if mode != "attention" else mode
+            g0, g1, 1.0, n_layers=LAYERS, mode="ffn" if mode != "attention" else mode
         )
         final = simulate(sched, g0, rtol=1e-13, atol=1e-16).final
         energy = kinetic_energy(sched, g0, n_points=64 * LAYERS + 1)
@@ -76,7 +76,7 @@ def _child(spec: dict[str, Any]) -> dict[str, Any]:
         )
     else:
         res = steer(
-            g0, g1, 1.0, layers=LAYERS, mode=mode, method=method, time_limit=spec.get("limit")
+            g0, g1, 1.0, n_layers=LAYERS, mode=mode, method=method, time_limit=spec.get("limit")
         )
         out.update(status=str(res.status), err=res.terminal_error, gap=res.gap)
     out["seconds"] = time.perf_counter() - t0

@@ -352,7 +352,7 @@ def _budget_call(a: dict[str, Any]) -> Any:
         return lambda: gc.simulate_tokens(strong, x, T=5.0, time_limit=tl)
     if solver == "steer":
         g1 = gc.Gaussian(np.ones(d), np.eye(d))
-        return lambda: gc.steer(g, g1, 1.0, layers=6, time_limit=tl)
+        return lambda: gc.steer(g, g1, 1.0, n_layers=6, time_limit=tl)
     if solver == "design_mean_matching":
         mean = rng.standard_normal(d)
         return lambda: gc.design_mean_matching(gc.Gaussian(mean, cov), time_limit=tl)
@@ -391,7 +391,7 @@ def _hostile2_call(kind: str, a: dict[str, Any]) -> Any:
         c1 = _ill_spd(rng, d, 10.0, a["s1"])
         g0, g1 = gc.Gaussian(np.zeros(d), c0), gc.Gaussian(np.ones(d), c1)
         if a["what"] == "steer":
-            return gc.steer(g0, g1, 1.0, layers=4, time_limit=5.0)
+            return gc.steer(g0, g1, 1.0, n_layers=4, time_limit=5.0)
         if a["what"] == "simulate":
             lay = gc.Layer(A=-np.eye(d), B=np.linalg.inv(c1) if d else np.eye(d), V=-1.0)
             return gc.simulate(lay, g0, T=2.0, time_limit=5.0)
@@ -408,7 +408,7 @@ def _hostile2_call(kind: str, a: dict[str, Any]) -> Any:
         d = a["d"]
         g0 = gc.Gaussian(rng.standard_normal(d), _lowrank(rng, d, a["r"], a["scale"]))
         g1 = gc.Gaussian(rng.standard_normal(d), _lowrank(rng, d, a["r1"], a["scale"]))
-        return gc.steer(g0, g1, 1.0, layers=4, mode=a["mode"], method=a["method"], time_limit=5.0)
+        return gc.steer(g0, g1, 1.0, n_layers=4, mode=a["mode"], method=a["method"], time_limit=5.0)
     if kind == "ill_design":
         d = a["d"]
         cov = _ill_spd(rng, d, a["condition"], a["scale"])
@@ -443,7 +443,7 @@ def _hostile2_call(kind: str, a: dict[str, Any]) -> Any:
     s, g = a["seed"], gc.Gaussian([0.0, 1.0], [[1.0, 0.2], [0.2, 0.5]])
     lay = gc.Layer(A=-np.eye(2), B=np.eye(2), V=-1.0)
     if a["what"] == "steer":
-        return gc.steer(g, g, 1.0, layers=2, mode="ffn", seed=s, verify_tokens=8)
+        return gc.steer(g, g, 1.0, n_layers=2, mode="ffn", seed=s, verify_tokens=8)
     if a["what"] == "design":
         return gc.design_mean_matching(
             gc.Gaussian([1.0, 2.0], g.cov), seed=s, robustness=gc.RobustnessCheck(samples=2)
@@ -531,7 +531,7 @@ def run_case(i: int, seed: int) -> tuple[int, str, str]:
                 wrong = _w2_check(end, g1, 1e-9 * (1 + float(np.sqrt(np.trace(g1.cov)))))
             elif kind == "exact":
                 g0, g1 = Gaussian(a["m0"], a["c0"]), Gaussian(a["m1"], a["c1"])
-                sched = gc.exact_layer_steering(g0, g1, T=1.0, layers=4)
+                sched = gc.exact_layer_steering(g0, g1, T=1.0, n_layers=4)
                 fin = gc.simulate(sched, g0, time_limit=10.0)
                 if fin.success:
                     scale = 1 + float(np.sqrt(np.trace(g1.cov)))
@@ -546,7 +546,7 @@ def run_case(i: int, seed: int) -> tuple[int, str, str]:
                     g0,
                     g1,
                     1.0,
-                    layers=3,
+                    n_layers=3,
                     objective=a["objective"],
                     bounds=gc.SteeringBounds(cov=a["cov_bound"]),
                     time_limit=15.0,

@@ -103,7 +103,7 @@ def make_fast(doc: dict[str, Any]) -> dict[str, Any]:
         opts.update(tokens=0, max_iter=60)
         horizon = doc.setdefault("horizon", {})
         if isinstance(horizon, dict):
-            horizon["layers"] = 2
+            horizon["n_layers"] = 2
     elif task == "experiment":
         opts.update(quick=True, n_tokens=400)
     return doc

@@ -380,6 +380,10 @@ VOCABULARY = {
     "W_out": ("w_out",),
 }
 _FORBIDDEN = {old: new for new, olds in VOCABULARY.items() for old in olds}
+#: Names refused only for one kind of value: a count of layers is ``n_layers`` (as
+#: ``Schedule.n_layers`` and ``prescribed_attention_regimes(n_layers=)``), while ``layers`` is a
+#: sequence (of layers, or of layer indices).
+_FORBIDDEN_FOR_INT = {"layers": "n_layers"}
 
 
 def _functions_and_methods() -> Iterator[tuple[str, object]]:
@@ -404,9 +408,11 @@ def _functions_and_methods() -> Iterator[tuple[str, object]]:
 def test_one_keyword_spelling_per_idea() -> None:
     bad = []
     for name, func in _functions_and_methods():
-        for p in inspect.signature(func).parameters:  # type: ignore[arg-type]
+        for p, param in inspect.signature(func).parameters.items():  # type: ignore[arg-type]
             if p in _FORBIDDEN:
                 bad.append(f"{name}({p}=): use {_FORBIDDEN[p]}")
+            if p in _FORBIDDEN_FOR_INT and param.annotation in (int, "int"):
+                bad.append(f"{name}({p}: int): a count, use {_FORBIDDEN_FOR_INT[p]}")
     assert not bad, "\n".join(bad)
 
 

@@ -190,7 +190,7 @@ CASES: dict[str, Callable[[float], Any]] = {
         design().layer, design().target, directions=64, samples=64, time_limit=tl
     ),
     "kinetic_energy": lambda tl: gt.kinetic_energy(schedule(), gauss(), time_limit=tl),
-    "steer": lambda tl: gt.steer(gauss(3), gauss(4), 1.0, layers=20, time_limit=tl),
+    "steer": lambda tl: gt.steer(gauss(3), gauss(4), 1.0, n_layers=20, time_limit=tl),
 }
 
 #: Inputs each case builds before its timed call (cached), so that the call alone is timed.

@@ -66,7 +66,7 @@ def test_parse_fills_defaults_and_builds_the_model() -> None:
         (lambda s: s.replace("T = 1.0", "T = 0.0"), r"'horizon\.T' must be positive"),
         (lambda s: s.replace('task = "simulate"', 'task = "fly"'), "task 'fly'"),
         (lambda s: s.replace("[initial]", "[initialx]"), "unknown key 'initialx'"),
-        (lambda s: s.replace("T = 1.0", "layers = 0"), r"'horizon\.layers' must be a positive"),
+        (lambda s: s.replace("T = 1.0", "n_layers = 0"), r"'horizon\.n_layers' must be a positive"),
         (lambda s: s.replace("A = [[-0.5", "A = [[nan"), r"'layer\.A'"),
         (lambda s: s.replace("[horizon]\nT = 1.0", ""), r"needs \[horizon\] T"),
         (lambda s: s + "\n[[schedule]]\nA = [[1.0, 0.0], [0.0, 1.0]]\n", "not both"),
@@ -323,7 +323,7 @@ def test_cli_steer_small_problem_and_rank_refusal(tmp_path: Path) -> None:
     text = (ROOT / "designs" / "steer.toml").read_text()
     design = tmp_path / "s.toml"
     design.write_text(
-        text.replace("layers = 10", "layers = 5").replace("tokens = 2000", "tokens = 200")
+        text.replace("n_layers = 10", "n_layers = 5").replace("tokens = 2000", "tokens = 200")
     )
     assert main(["run", str(design), "-o", str(tmp_path / "s")]) == 0
     res = json.loads((tmp_path / "s" / "result.json").read_text())
@@ -430,8 +430,8 @@ def test_result_status_is_a_status_value(tmp_path: Path) -> None:
 def test_absurd_task_options_are_refused(option: str, match: str) -> None:
     with pytest.raises(DesignFileError, match=match):
         parse_design(BASE + f"\n[simulate]\n{option}\n")
-    with pytest.raises(DesignFileError, match=r"'horizon\.layers' must be a positive integer"):
-        parse_design(BASE.replace("T = 1.0", "T = 1.0\nlayers = 10000000"))
+    with pytest.raises(DesignFileError, match=r"'horizon\.n_layers' must be a positive integer"):
+        parse_design(BASE.replace("T = 1.0", "T = 1.0\nn_layers = 10000000"))
 
 
 # --- issue 12: outputs that lose nothing, errors that never hang or trace back ----------------

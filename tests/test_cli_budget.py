@@ -66,7 +66,7 @@ def _steer_design(d: int, limit: float) -> dict[str, Any]:
         "time_limit": limit,
         "initial": {"mean": rng.standard_normal(d).tolist(), "cov": _spd(d, 10.0, 3)},
         "target": {"mean": rng.standard_normal(d).tolist(), "cov": _spd(d, 10.0, 4)},
-        "horizon": {"T": 1.0, "layers": 8},
+        "horizon": {"T": 1.0, "n_layers": 8},
         "steer": {"mode": "full", "tokens": 0},
     }
 

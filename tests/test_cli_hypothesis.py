@@ -147,7 +147,7 @@ _KEYS = st.sampled_from(
         "B",
         "V",
         "T",
-        "layers",
+        "n_layers",
         "heads",
         "simulate",
         "bogus",

@@ -110,7 +110,7 @@ def _results() -> dict[str, Any]:
     eqs = gt.equilibria(CONVERGES)
     form = gt.riccati_form(CONVERGES)
     assert form is not None
-    steering = gt.steer(D2, TARGET, 1.0, layers=3, solver=gt.IpoptSettings(max_iter=50))
+    steering = gt.steer(D2, TARGET, 1.0, n_layers=3, solver=gt.IpoptSettings(max_iter=50))
     out: dict[str, Any] = {
         "Gaussian": D2,
         "Gaussian(1-d)": gt.Gaussian([0.0], [[2.0]]),

@@ -150,7 +150,7 @@ def test_steer_refines_the_mesh_until_the_terminal_error_holds() -> None:
         pairs.append((g0, g1, int(rng.integers(2, 6))))
     g0, g1, layers = pairs[9]
     res = gc.steer(
-        g0, g1, 1.0, objective="parameter", bounds=gc.SteeringBounds(cov=10.0), layers=layers
+        g0, g1, 1.0, objective="parameter", bounds=gc.SteeringBounds(cov=10.0), n_layers=layers
     )
     assert res.success, res.message
     assert res.terminal_error < 1e-6
@@ -162,7 +162,9 @@ def test_steer_never_claims_success_above_terminal_tol() -> None:
     a, b = rng.standard_normal((2, 2)), rng.standard_normal((2, 2))
     g0 = Gaussian(rng.standard_normal(2), a @ a.T + 0.1 * np.eye(2))
     g1 = Gaussian(rng.standard_normal(2) * 3, 5 * b @ b.T + 0.1 * np.eye(2))
-    res = gc.steer(g0, g1, 1.0, objective="parameter", bounds=gc.SteeringBounds(cov=10.0), layers=3)
+    res = gc.steer(
+        g0, g1, 1.0, objective="parameter", bounds=gc.SteeringBounds(cov=10.0), n_layers=3
+    )
     assert res.success == (res.terminal_error <= 1e-6)
     if not res.success and np.isfinite(res.terminal_error):
         assert f"{res.terminal_error:.3g}" in res.message

@@ -68,7 +68,7 @@ SOLVERS = {
         gt.Gaussian([1.0], [[0.5]]),
         gt.Gaussian([2.0], [[1.5]]),
         1.0,
-        layers=2,
+        n_layers=2,
         mode="ffn",
         time_limit=tl,
     ),
@@ -109,7 +109,7 @@ def test_01_as_time_limit_is_the_one_check() -> None:
 @pytest.mark.parametrize(
     "call",
     [
-        lambda s: gt.steer(G2, G2, 1.0, layers=2, mode="ffn", seed=s),
+        lambda s: gt.steer(G2, G2, 1.0, n_layers=2, mode="ffn", seed=s),
         lambda s: gt.design_mean_matching(gt.Gaussian([1.0], [[1.0]]), robustness=False, seed=s),
         lambda s: gt.compare_tokens(LAYER, G2, T=0.5, n_tokens=(32, 64), repeats=1, seed=s),
         lambda s: gt.design_token_certificate(
@@ -127,9 +127,9 @@ def test_01_a_bad_seed_is_refused_naming_it(call: Any, bad: Any) -> None:
 
 def test_01_numeric_options_refuse_huge_integers_by_name() -> None:
     with pytest.raises(InvalidParametersError, match="terminal_tol"):
-        gt.steer(G2, G2, 1.0, layers=2, terminal_tol=-(10**400))
+        gt.steer(G2, G2, 1.0, n_layers=2, terminal_tol=-(10**400))
     with pytest.raises(InvalidParametersError, match="max_iter"):
-        gt.steer(G2, G2, 1.0, layers=2, solver=gt.IpoptSettings(max_iter=10**400))
+        gt.steer(G2, G2, 1.0, n_layers=2, solver=gt.IpoptSettings(max_iter=10**400))
     with pytest.raises(InvalidParametersError, match="rate"):
         gt.design_mean_matching(gt.Gaussian([1.0], [[1.0]]), rate=10**400)
 
@@ -189,7 +189,7 @@ def test_03_simulate_tokens_keeps_a_half_second_limit_at_n_8192() -> None:
     ids=["rank2-to-rank2", "scale-1e-6-to-1e6"],
 )
 def test_05_steer_keeps_its_time_limit(g0: gt.Gaussian, g1: gt.Gaussian) -> None:
-    res, wall = timed(lambda: gt.steer(g0, g1, 1.0, layers=6, time_limit=1.0))
+    res, wall = timed(lambda: gt.steer(g0, g1, 1.0, n_layers=6, time_limit=1.0))
     assert wall <= allowed(1.0), wall  # was 40 s and more than 200 s at time_limit=5
     assert res.status is not gt.Status.SUCCESS or res.terminal_error <= 1e-6
 
@@ -203,7 +203,7 @@ def test_05_the_reproducer_at_time_limit_5(variant: str) -> None:
     else:
         g0 = gt.Gaussian(np.zeros(4), _lowrank(4, 2, 0))
         g1 = gt.Gaussian(np.ones(4), _lowrank(4, 2, 7))
-    res, wall = timed(lambda: gt.steer(g0, g1, 1.0, layers=6, time_limit=5.0))
+    res, wall = timed(lambda: gt.steer(g0, g1, 1.0, n_layers=6, time_limit=5.0))
     assert wall <= allowed(5.0), wall
     assert res.status is not gt.Status.SUCCESS or res.terminal_error <= 1e-6
 
@@ -214,8 +214,8 @@ def test_05_the_reproducer_at_time_limit_5(variant: str) -> None:
 def test_06_steer_between_zero_covariances() -> None:
     g0 = gt.Gaussian(np.zeros(3), np.zeros((3, 3)))
     g1 = gt.Gaussian(np.ones(3), np.zeros((3, 3)))
-    ffn = gt.steer(g0, g1, 1.0, layers=4, mode="ffn")
-    full = gt.steer(g0, g1, 1.0, layers=4)  # used to raise "A: contains NaN"
+    ffn = gt.steer(g0, g1, 1.0, n_layers=4, mode="ffn")
+    full = gt.steer(g0, g1, 1.0, n_layers=4)  # used to raise "A: contains NaN"
     for res in (ffn, full):
         assert res.success and res.terminal_error <= 1e-6
         # the moments really reach the target: an independent re-simulation
@@ -332,7 +332,7 @@ def _gauss(d: int, seed: int) -> gt.Gaussian:
 def test_10_collocation_at_d16_is_refused_up_front_naming_the_limit() -> None:
     res, wall = timed(
         lambda: gt.steer(
-            _gauss(16, 1), _gauss(16, 2), 1.0, layers=10, method="collocation", time_limit=2.0
+            _gauss(16, 1), _gauss(16, 2), 1.0, n_layers=10, method="collocation", time_limit=2.0
         )
     )
     assert wall <= allowed(2.0), wall  # had not returned after 90 s
@@ -529,7 +529,7 @@ def test_steer_at_d128_with_a_tiny_limit_keeps_the_promise() -> None:
     # API fuzzer case 756: 1.57–1.90 s for time_limit = 1e-9 (promise: 1 s).
     g0, g1 = _steer_d128()
     t0 = time.perf_counter()
-    res = gt.steer(g0, g1, 1.0, layers=6, time_limit=1e-9)
+    res = gt.steer(g0, g1, 1.0, n_layers=6, time_limit=1e-9)
     assert time.perf_counter() - t0 <= 1.0
     assert res.status is gt.Status.BUDGET_EXHAUSTED and not res.success
 
@@ -541,7 +541,7 @@ def test_steer_keeps_time_to_verify_the_flow_construction_it_returns() -> None:
     # verification is left, and the control it returns is verified within the promise.
     g0, g1 = _steer_d128()
     t0 = time.perf_counter()
-    res = gt.steer(g0, g1, 1.0, layers=6, time_limit=3.0)
+    res = gt.steer(g0, g1, 1.0, n_layers=6, time_limit=3.0)
     assert time.perf_counter() - t0 <= 4.0
     assert res.status is gt.Status.BUDGET_EXHAUSTED and not res.success
     assert res.trajectory is not None, res.message

@@ -97,7 +97,7 @@ def test_rank_change_is_refused_with_a_message_about_rank(mode: str) -> None:
     with pytest.raises(UnreachableTargetError, match="rank 2 but the initial covariance has rank"):
         check_reachable(g0, g1, mode)
     with pytest.raises(UnreachableTargetError, match="rank"):
-        steer(g0, g1, 1.0, layers=4, mode=mode)
+        steer(g0, g1, 1.0, n_layers=4, mode=mode)
     with pytest.raises(UnreachableTargetError, match="rank"):
         ot_steering(g0, g1, 1.0)
 
@@ -118,9 +118,9 @@ def test_attention_invariants_of_the_mean() -> None:
     assert not is_reachable(pos, neg, "attention")
     assert is_reachable(pos, neg, "full")
     with pytest.raises(UnreachableTargetError, match="sign"):
-        steer(pos, neg, 1.0, layers=3, mode="attention")
+        steer(pos, neg, 1.0, n_layers=3, mode="attention")
     with pytest.raises(UnreachableTargetError, match="zero mean"):
-        steer(zero, nonzero, 1.0, layers=3, mode="attention")
+        steer(zero, nonzero, 1.0, n_layers=3, mode="attention")
 
 
 def test_attention_invariants_hold_under_random_attention_schedules() -> None:
@@ -215,7 +215,7 @@ def test_ot_steering_refuses_degenerate_supports_not_in_general_position() -> No
     g1 = Gaussian([1.0, 0.0], np.diag([0.0, 2.0]))
     with pytest.raises(InvalidParametersError, match="general position"):
         ot_steering(g0, g1, 1.0)
-    sched = exact_layer_steering(g0, g1, 1.0, layers=6, mode="ffn")
+    sched = exact_layer_steering(g0, g1, 1.0, n_layers=6, mode="ffn")
     traj = simulate(sched, g0, **TIGHT)
     assert np.all(traj.rank == 1)
     assert np.max(np.abs(traj.final.cov - g1.cov)) <= 1e-9
@@ -299,7 +299,7 @@ def test_exact_layer_steering_ffn_converges_to_the_bound(d: int) -> None:
     bound = _w2sq(g0, g1)
     gaps = []
     for n in (1, 3, 9):
-        sched = exact_layer_steering(g0, g1, 1.0, layers=n, mode="ffn")
+        sched = exact_layer_steering(g0, g1, 1.0, n_layers=n, mode="ffn")
         assert sched.n_layers == n
         assert all(lay.heads == () for lay in sched.layers)
         traj = simulate(sched, g0, **TIGHT)
@@ -315,16 +315,16 @@ def test_exact_layer_steering_attention(d: int) -> None:
     rng = np.random.default_rng(70 + d)
     g0 = _gauss(rng, d, mean=np.abs(rng.standard_normal(d)) + 0.3)
     g1 = _gauss(rng, d, mean=np.abs(rng.standard_normal(d)) + 0.3)
-    sched = exact_layer_steering(g0, g1, 1.0, layers=5, mode="attention")
+    sched = exact_layer_steering(g0, g1, 1.0, n_layers=5, mode="attention")
     for lay in sched.layers:
         assert not np.any(lay.A) and not np.any(lay.b)
     traj = simulate(sched, g0, **TIGHT)
     assert traj.final.bures_wasserstein(g1) <= 1e-8
     zero0, zero1 = _gauss(rng, d, mean=np.zeros(d)), _gauss(rng, d, mean=np.zeros(d))
-    sched = exact_layer_steering(zero0, zero1, 1.0, layers=1, mode="attention")
+    sched = exact_layer_steering(zero0, zero1, 1.0, n_layers=1, mode="attention")
     assert simulate(sched, zero0, **TIGHT).final.bures_wasserstein(zero1) <= 1e-9
     with pytest.raises(InvalidParametersError, match="at least 2 layers"):
-        exact_layer_steering(g0, g1, 1.0, layers=1, mode="attention")
+        exact_layer_steering(g0, g1, 1.0, n_layers=1, mode="attention")
 
 
 def test_attention_with_singular_covariance_on_a_fixed_range() -> None:
@@ -335,26 +335,26 @@ def test_attention_with_singular_covariance_on_a_fixed_range() -> None:
     u = q[:, :2]
     g0 = Gaussian([1.0, 0.5, -0.3], u @ np.diag([1.0, 0.5]) @ u.T)
     g1 = Gaussian([-0.5, 1.0, 0.4], u @ np.array([[0.8, 0.3], [0.3, 1.5]]) @ u.T)
-    sched = exact_layer_steering(g0, g1, 1.0, layers=6, mode="attention")
+    sched = exact_layer_steering(g0, g1, 1.0, n_layers=6, mode="attention")
     traj = simulate(sched, g0, **TIGHT)
     assert np.all(traj.rank == 2)
     assert np.max(np.abs(traj.final.cov - g1.cov)) <= 1e-9
     assert np.max(np.abs(traj.final.mean - g1.mean)) <= 1e-9
-    res = steer(g0, g1, 1.0, layers=6, mode="attention")
+    res = steer(g0, g1, 1.0, n_layers=6, mode="attention")
     _check_result(res, g0, g1, 1.0, 6)
     assert res.stats["regularization"] == 1e-3
     other = Gaussian([0.2, 0.1, 1.0], _cov(rng, 3, 2))
     with pytest.raises(InvalidParametersError, match="range"):
-        exact_layer_steering(g0, other, 1.0, layers=6, mode="attention")
+        exact_layer_steering(g0, other, 1.0, n_layers=6, mode="attention")
     d0, d1 = Gaussian([1.0, 0.0], np.zeros((2, 2))), Gaussian([0.0, -2.0], np.zeros((2, 2)))
-    sched = exact_layer_steering(d0, d1, 1.0, layers=3, mode="attention")
+    sched = exact_layer_steering(d0, d1, 1.0, n_layers=3, mode="attention")
     assert np.max(np.abs(simulate(sched, d0, **TIGHT).final.mean - d1.mean)) <= 1e-10
 
 
 def test_exact_layer_steering_rank_deficient() -> None:
     rng = np.random.default_rng(80)
     g0, g1 = _gauss(rng, 3, 2), _gauss(rng, 3, 2)
-    sched = exact_layer_steering(g0, g1, 1.0, layers=6, mode="full")
+    sched = exact_layer_steering(g0, g1, 1.0, n_layers=6, mode="full")
     traj = simulate(sched, g0, **TIGHT)
     assert np.all(traj.rank == 2)
     assert np.max(np.abs(traj.final.cov - g1.cov)) <= 1e-9
@@ -437,7 +437,7 @@ def _check_result(res, g0: Gaussian, g1: Gaussian, T: float, n: int) -> None:
 def test_steer_kinetic_reaches_small_gap(d: int, mode: str) -> None:
     rng = np.random.default_rng(100 + d)
     g0, g1 = _gauss(rng, d), _gauss(rng, d)
-    res = steer(g0, g1, 1.0, layers=10, mode=mode)
+    res = steer(g0, g1, 1.0, n_layers=10, mode=mode)
     _check_result(res, g0, g1, 1.0, 10)
     assert res.gap <= 1e-3
     assert res.cost == res.kinetic_energy
@@ -469,8 +469,8 @@ def test_steer_full_fixed_is_never_worse_than_ffn() -> None:
     rng = np.random.default_rng(104)
     for d in (2, 3):
         g0, g1 = _gauss(rng, d), _gauss(rng, d)
-        ffn = steer(g0, g1, 1.0, layers=8, mode="ffn")
-        full = steer(g0, g1, 1.0, layers=8, mode="full")
+        ffn = steer(g0, g1, 1.0, n_layers=8, mode="ffn")
+        full = steer(g0, g1, 1.0, n_layers=8, mode="full")
         _check_result(full, g0, g1, 1.0, 8)
         assert full.stats["redundancy"] == "fixed"
         assert full.kinetic_energy <= ffn.kinetic_energy * (1 + 1e-8)
@@ -481,8 +481,8 @@ def test_steer_full_joint_redundancy_improves_on_ffn() -> None:
     of the ffn optimum, since every ffn control is a full control."""
     rng = np.random.default_rng(103)
     g0, g1 = _gauss(rng, 2), _gauss(rng, 2)
-    ffn = steer(g0, g1, 1.0, layers=6, mode="ffn")
-    joint = steer(g0, g1, 1.0, layers=6, mode="full", redundancy="joint")
+    ffn = steer(g0, g1, 1.0, n_layers=6, mode="ffn")
+    joint = steer(g0, g1, 1.0, n_layers=6, mode="full", redundancy="joint")
     _check_result(joint, g0, g1, 1.0, 6)
     assert joint.kinetic_energy <= ffn.kinetic_energy * (1 + 1e-6)
     assert joint.stats["redundancy"] == "joint"
@@ -495,7 +495,7 @@ def test_steer_full_joint_redundancy_improves_on_ffn() -> None:
 def test_steer_attention_only(m0: list[float], m1: list[float]) -> None:
     rng = np.random.default_rng(110)
     g0, g1 = _gauss(rng, 2, mean=m0), _gauss(rng, 2, mean=m1)
-    res = steer(g0, g1, 1.0, layers=8, mode="attention")
+    res = steer(g0, g1, 1.0, n_layers=8, mode="attention")
     _check_result(res, g0, g1, 1.0, 8)
     for lay in res.controls.layers:
         assert not np.any(lay.A) and not np.any(lay.b)  # exactly zero
@@ -504,7 +504,7 @@ def test_steer_attention_only(m0: list[float], m1: list[float]) -> None:
 
 def test_steer_attention_d1_keeps_sign() -> None:
     g0, g1 = Gaussian([1.0], [[0.5]]), Gaussian([2.0], [[1.5]])
-    res = steer(g0, g1, 1.0, layers=5, mode="attention")
+    res = steer(g0, g1, 1.0, n_layers=5, mode="attention")
     _check_result(res, g0, g1, 1.0, 5)
     assert np.all(res.trajectory.mean[:, 0] > 0)
 
@@ -513,7 +513,7 @@ def test_steer_attention_d1_keeps_sign() -> None:
 def test_steer_rank_deficient_same_rank(mode: str) -> None:
     rng = np.random.default_rng(120)
     g0, g1 = _gauss(rng, 3, 2), _gauss(rng, 3, 2)
-    res = steer(g0, g1, 1.0, layers=8, mode=mode)
+    res = steer(g0, g1, 1.0, n_layers=8, mode=mode)
     _check_result(res, g0, g1, 1.0, 8)
     assert np.all(res.trajectory.rank == 2)
     assert res.stats["cov_error"] <= 1e-9
@@ -522,14 +522,14 @@ def test_steer_rank_deficient_same_rank(mode: str) -> None:
 def test_steer_bounds_and_infeasibility_are_reported() -> None:
     rng = np.random.default_rng(130)
     g0, g1 = _gauss(rng, 2), _gauss(rng, 2)
-    free = steer(g0, g1, 1.0, layers=6, mode="ffn")
+    free = steer(g0, g1, 1.0, n_layers=6, mode="ffn")
     cap = 0.85 * max(float(np.max(np.abs(lay.A))) for lay in free.controls.layers)
-    res = steer(g0, g1, 1.0, layers=6, mode="ffn", bounds=SteeringBounds(entry={"A": cap}))
+    res = steer(g0, g1, 1.0, n_layers=6, mode="ffn", bounds=SteeringBounds(entry={"A": cap}))
     _check_result(res, g0, g1, 1.0, 6)
     assert max(float(np.max(np.abs(lay.A))) for lay in res.controls.layers) <= cap * (1 + 1e-7)
     assert res.kinetic_energy >= free.kinetic_energy * (1 - 1e-9)
     bad = steer(
-        g0, g1, 1.0, layers=6, mode="ffn", bounds=SteeringBounds(entry={"A": 1e-3, "b": 1e-3})
+        g0, g1, 1.0, n_layers=6, mode="ffn", bounds=SteeringBounds(entry={"A": 1e-3, "b": 1e-3})
     )
     assert not bad.success
     assert bad.status is Status.NOT_FOUND  # IPOPT is local: no proof of infeasibility
@@ -545,7 +545,7 @@ def test_steer_norm_and_covariance_bounds() -> None:
         g0,
         g1,
         1.0,
-        layers=6,
+        n_layers=6,
         mode="full",
         redundancy="joint",
         bounds=SteeringBounds(norm={"V": 0.2, "B": 0.2}),
@@ -555,7 +555,7 @@ def test_steer_norm_and_covariance_bounds() -> None:
         assert np.linalg.norm(lay.heads[0][0]) <= 0.2 * (1 + 1e-6)
         assert np.linalg.norm(lay.heads[0][1]) <= 0.2 * (1 + 1e-6)
     bound = 1.02 * max(np.linalg.norm(g0.cov), np.linalg.norm(g1.cov))
-    res = steer(g0, g1, 1.0, layers=6, mode="ffn", bounds=SteeringBounds(cov=bound))
+    res = steer(g0, g1, 1.0, n_layers=6, mode="ffn", bounds=SteeringBounds(cov=bound))
     _check_result(res, g0, g1, 1.0, 6)
     # Imposed at the collocation points; between them the re-simulated norm may exceed it by
     # the interpolation error of one layer (here well below 1e-3).
@@ -565,10 +565,10 @@ def test_steer_norm_and_covariance_bounds() -> None:
 def test_steer_parameter_objective_minimizes_parameter_energy() -> None:
     rng = np.random.default_rng(140)
     g0, g1 = _gauss(rng, 2), _gauss(rng, 2)
-    res = steer(g0, g1, 1.0, layers=6, mode="ffn", objective="parameter")
+    res = steer(g0, g1, 1.0, n_layers=6, mode="ffn", objective="parameter")
     _check_result(res, g0, g1, 1.0, 6)
-    kin = steer(g0, g1, 1.0, layers=6, mode="ffn")
-    closed = exact_layer_steering(g0, g1, 1.0, layers=6, mode="ffn")
+    kin = steer(g0, g1, 1.0, n_layers=6, mode="ffn")
+    closed = exact_layer_steering(g0, g1, 1.0, n_layers=6, mode="ffn")
     h = 1.0 / 6
 
     def energy(s: Schedule) -> float:
@@ -578,7 +578,7 @@ def test_steer_parameter_objective_minimizes_parameter_energy() -> None:
     assert res.cost <= energy(kin.controls) + 1e-9
     assert res.cost <= energy(closed) + 1e-9
     with pytest.raises(InvalidParametersError, match=r"bounds\.cov"):
-        steer(g0, g1, 1.0, layers=6, mode="full", objective="parameter")
+        steer(g0, g1, 1.0, n_layers=6, mode="full", objective="parameter")
 
 
 @pytest.mark.parametrize("terminal", ["bw", "kl"])
@@ -591,7 +591,7 @@ def test_steer_terminal_penalties(terminal: str) -> None:
             g0,
             g1,
             1.0,
-            layers=6,
+            n_layers=6,
             mode="ffn",
             terminal=terminal,
             terminal_weight=weight,
@@ -599,10 +599,12 @@ def test_steer_terminal_penalties(terminal: str) -> None:
         )
         assert res.success, res.message
         errs.append(res.terminal_error)
-        assert res.kinetic_energy <= kinetic_energy(exact_layer_steering(g0, g1, 1.0, layers=6), g0)
+        assert res.kinetic_energy <= kinetic_energy(
+            exact_layer_steering(g0, g1, 1.0, n_layers=6), g0
+        )
     assert errs[1] < errs[0] / 10  # the miss shrinks like 1/weight
     with pytest.raises(InvalidParametersError, match="KL"):
-        steer(_gauss(rng, 3, 2), _gauss(rng, 3, 2), 1.0, layers=4, terminal="kl")
+        steer(_gauss(rng, 3, 2), _gauss(rng, 3, 2), 1.0, n_layers=4, terminal="kl")
 
 
 def test_steer_unconverged_returns_best_iterate_with_reason() -> None:
@@ -611,7 +613,7 @@ def test_steer_unconverged_returns_best_iterate_with_reason() -> None:
     one_iteration = IpoptSettings(max_iter=1)
     no_correction = Collocation(max_corrections=0)
     res = steer(
-        g0, g1, 1.0, layers=6, mode="attention", solver=one_iteration, collocation=no_correction
+        g0, g1, 1.0, n_layers=6, mode="attention", solver=one_iteration, collocation=no_correction
     )
     assert not res.success
     # The iteration cap is a budget: the best iterate comes back with BUDGET_EXHAUSTED.
@@ -623,8 +625,8 @@ def test_steer_unconverged_returns_best_iterate_with_reason() -> None:
 def test_steer_initial_guess_tokens_and_options() -> None:
     rng = np.random.default_rng(170)
     g0, g1 = _gauss(rng, 2), _gauss(rng, 2)
-    guess = exact_layer_steering(g0, g1, 1.0, layers=5, mode="ffn")
-    res = steer(g0, g1, 1.0, layers=5, mode="ffn", initial_guess=guess, verify_tokens=300, seed=1)
+    guess = exact_layer_steering(g0, g1, 1.0, n_layers=5, mode="ffn")
+    res = steer(g0, g1, 1.0, n_layers=5, mode="ffn", initial_guess=guess, verify_tokens=300, seed=1)
     _check_result(res, g0, g1, 1.0, 5)
     assert res.stats["warm_start"] == "initial_guess"
     # 300 tokens: the empirical Gaussian is within O(N^{-1/2}) of the target.
@@ -636,7 +638,7 @@ def test_steer_initial_guess_tokens_and_options() -> None:
     with pytest.raises(InvalidParametersError, match="redundancy"):
         steer(g0, g1, 1.0, mode="full", bounds=SteeringBounds(norm={"B": 1.0}))
     with pytest.raises(InvalidParametersError, match="initial_guess"):
-        steer(g0, g1, 1.0, layers=4, initial_guess=guess)
+        steer(g0, g1, 1.0, n_layers=4, initial_guess=guess)
     with pytest.raises(InvalidParametersError, match="terminal_tol"):
         steer(g0, g1, 1.0, terminal_tol=0.0)
     with pytest.raises(InvalidParametersError, match="time_limit"):
@@ -673,7 +675,7 @@ def test_schedule_to_dict_round_trip() -> None:
 def test_steering_figures(tmp_path) -> None:
     rng = np.random.default_rng(190)
     g0, g1 = _gauss(rng, 2), _gauss(rng, 2)
-    sched = exact_layer_steering(g0, g1, 1.0, layers=4, mode="full")
+    sched = exact_layer_steering(g0, g1, 1.0, n_layers=4, mode="full")
     traj = simulate(sched, g0, n_points=41)
     plot_steering_moments(
         traj, g1, tmp_path / "moments.png", breakpoints=sched.breakpoints, title="steer"
@@ -692,7 +694,7 @@ def test_results_follow_the_protocol() -> None:
     assert isinstance(geo, Result)
     assert geo.success and geo.status is Status.SUCCESS and "geodesic" in geo.message
     assert geo.stats["kinetic_energy"] == pytest.approx(geo.stats["lower_bound"], rel=1e-12)
-    res = steer(g0, g1, 1.0, layers=4, mode="ffn")
+    res = steer(g0, g1, 1.0, n_layers=4, mode="ffn")
     assert isinstance(res, SteeringResult) and isinstance(res, Result)
     assert isinstance(res.status, Status) and res.status is Status.SUCCESS
     assert res.success is True and isinstance(res.message, str) and res.message
@@ -706,7 +708,7 @@ def test_steer_status_strings_compare_equal() -> None:
     the statuses that kept their name."""
     rng = np.random.default_rng(201)
     g0, g1 = _gauss(rng, 2), _gauss(rng, 2)
-    res = steer(g0, g1, 1.0, layers=3, mode="ffn")
+    res = steer(g0, g1, 1.0, n_layers=3, mode="ffn")
     assert res.status == "success"
     assert json.loads(json.dumps({"status": res.status})) == {"status": "success"}
 
@@ -716,7 +718,7 @@ def test_steer_tiny_time_limit_returns_the_starting_control_quickly() -> None:
     rng = np.random.default_rng(210)
     g0, g1 = _gauss(rng, 3), _gauss(rng, 3)
     t0 = time.perf_counter()
-    res = steer(g0, g1, 1.0, layers=6, mode="full", time_limit=1e-9)
+    res = steer(g0, g1, 1.0, n_layers=6, mode="full", time_limit=1e-9)
     assert time.perf_counter() - t0 < 5.0
     assert res.status is Status.BUDGET_EXHAUSTED and not res.success
     assert "time limit" in res.message

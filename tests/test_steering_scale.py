@@ -161,7 +161,7 @@ def test_shoot_makes_an_attention_layer_hit_its_node() -> None:
 # ============================================================================ full and ffn
 def test_flow_full_d8_beats_the_exact_construction() -> None:
     g0, g1 = _pair(8, 8)
-    res = steer(g0, g1, 1.0, layers=8, mode="full")
+    res = steer(g0, g1, 1.0, n_layers=8, mode="full")
     assert res.stats["method"] == "flow"  # the default from d = 5 on
     energy = _check(res, g0, g1)
     exact = _exact_energy(g0, g1, 1.0, 8)
@@ -173,11 +173,11 @@ def test_flow_full_d8_beats_the_exact_construction() -> None:
 
 def test_flow_ffn_is_the_exact_construction_with_its_closed_form_energy() -> None:
     g0, g1 = _pair(9, 9)
-    res = steer(g0, g1, 1.0, layers=8, mode="ffn")
+    res = steer(g0, g1, 1.0, n_layers=8, mode="ffn")
     assert res.stats["method"] == "flow"
     energy = _check(res, g0, g1)
     assert energy == pytest.approx(_exact_energy(g0, g1, 1.0, 8), rel=1e-9)
-    ref = exact_layer_steering(g0, g1, 1.0, layers=8, mode="ffn")
+    ref = exact_layer_steering(g0, g1, 1.0, n_layers=8, mode="ffn")
     for got, want in zip(res.controls.layers, ref.layers, strict=True):
         assert np.max(np.abs(got.A - want.A)) <= 1e-9 and not got.heads
 
@@ -185,7 +185,7 @@ def test_flow_ffn_is_the_exact_construction_with_its_closed_form_energy() -> Non
 def test_flow_time_limit_returns_the_feasible_exact_construction() -> None:
     g0, g1 = _pair(8, 10)
     t0 = time.perf_counter()
-    res = steer(g0, g1, 1.0, layers=8, mode="full", time_limit=1e-9)
+    res = steer(g0, g1, 1.0, n_layers=8, mode="full", time_limit=1e-9)
     assert time.perf_counter() - t0 < 10.0
     assert res.status is Status.BUDGET_EXHAUSTED and not res.success
     assert "time limit" in res.message and "feasible" in res.message
@@ -199,7 +199,7 @@ def test_flow_time_limit_returns_the_feasible_exact_construction() -> None:
 def test_flow_attention_d8_finishes_and_reaches_the_target() -> None:
     g0, g1 = _pair(8, 11)
     t0 = time.perf_counter()
-    res = steer(g0, g1, 1.0, layers=8, mode="attention", time_limit=120.0)
+    res = steer(g0, g1, 1.0, n_layers=8, mode="attention", time_limit=120.0)
     assert time.perf_counter() - t0 < 120.0
     assert res.stats["method"] == "flow"
     _check(res, g0, g1)
@@ -210,7 +210,7 @@ def test_flow_attention_d8_finishes_and_reaches_the_target() -> None:
 
 def test_flow_attention_tiny_time_limit_returns_a_feasible_control() -> None:
     g0, g1 = _pair(6, 12)
-    res = steer(g0, g1, 1.0, layers=6, mode="attention", time_limit=1e-9)
+    res = steer(g0, g1, 1.0, n_layers=6, mode="attention", time_limit=1e-9)
     assert res.status is Status.BUDGET_EXHAUSTED and not res.success
     assert res.stats["warm_start"] == "exact attention construction"
     assert res.terminal_error <= 1e-8
@@ -222,13 +222,13 @@ def test_collocation_from_a_flow_start_keeps_the_feasible_start() -> None:
     """Polishing a flow result with the NLP: when no iterate reaches the target (here one IPOPT
     iteration), the feasible start comes back, with the budget status and the reason."""
     g0, g1 = _pair(3, 13)
-    flow = steer(g0, g1, 1.0, layers=6, mode="attention", method="flow")
+    flow = steer(g0, g1, 1.0, n_layers=6, mode="attention", method="flow")
     assert flow.success
     res = steer(
         g0,
         g1,
         1.0,
-        layers=6,
+        n_layers=6,
         mode="attention",
         method="collocation",
         initial_guess=flow.controls,
@@ -244,10 +244,10 @@ def test_collocation_from_a_flow_start_keeps_the_feasible_start() -> None:
 # ============================================================================ options
 def test_method_option(monkeypatch: pytest.MonkeyPatch) -> None:
     g0, g1 = _pair(3, 14)
-    small = steer(g0, g1, 1.0, layers=4, mode="full")
+    small = steer(g0, g1, 1.0, n_layers=4, mode="full")
     assert small.stats["method"] == "collocation"
     assert small.stats["ipopt_status"] == "Solve_Succeeded"
-    forced = steer(g0, g1, 1.0, layers=4, mode="full", method="flow")
+    forced = steer(g0, g1, 1.0, n_layers=4, mode="full", method="flow")
     assert forced.stats["method"] == "flow" and forced.success
     with pytest.raises(InvalidParametersError, match="method"):
         steer(g0, g1, 1.0, mode="ffn", objective="parameter", method="flow")
@@ -257,7 +257,7 @@ def test_method_option(monkeypatch: pytest.MonkeyPatch) -> None:
         steer(g0, g1, 1.0, method="shooting")
     # When the flow construction builds nothing feasible, the NLP takes over and says so.
     monkeypatch.setattr(steer_solve, "solve_flow", lambda plan, budget, clock: None)
-    fell = steer(g0, g1, 1.0, layers=4, mode="attention", method="flow")
+    fell = steer(g0, g1, 1.0, n_layers=4, mode="attention", method="flow")
     assert fell.success
     assert fell.stats["method"] == "collocation" and fell.stats["flow_fallback"] is True
     assert fell.message.startswith("the flow construction built no feasible control")
@@ -268,7 +268,7 @@ def test_method_option(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize("mode", ["full", "attention"])
 def test_flow_d16(mode: str) -> None:
     g0, g1 = _pair(16, 16)
-    res = steer(g0, g1, 1.0, layers=8, mode=mode, time_limit=300.0)
+    res = steer(g0, g1, 1.0, n_layers=8, mode=mode, time_limit=300.0)
     assert res.stats["method"] == "flow"
     energy = _check(res, g0, g1)
     exact = _exact_energy(g0, g1, 1.0, 8)

@@ -118,7 +118,7 @@ def test_ot_steering_is_exact(pair: tuple[Gaussian, Gaussian]) -> None:
 @given(st.integers(1, 2).flatmap(lambda d: st.tuples(_gaussians(d), _gaussians(d))))
 def test_steering_reaches_target_above_the_bound(pair: tuple[Gaussian, Gaussian]) -> None:
     g0, g1 = pair
-    res = gc.steer(g0, g1, 1.0, layers=3, mode="ffn", time_limit=20.0)
+    res = gc.steer(g0, g1, 1.0, n_layers=3, mode="ffn", time_limit=20.0)
     if res.success:
         assert res.terminal_error <= 1e-6
         assert res.kinetic_energy >= res.lower_bound * (1 - 1e-6) - 1e-9

@@ -7,7 +7,7 @@ A design names a ``task`` and gives the inputs it needs::
     [target]             # a Gaussian (steer, design)
     [layer]              # one time-invariant layer: A, B, V, b, v, heads, ffn
     [[schedule]]         # or an L-layer schedule, each entry with the [layer] keys
-    [horizon]            # T, layers
+    [horizon]            # T, n_layers
     [<task>]             # the task's own options
 
 The options each task accepts are :data:`gtcontrol.cli.specs.SPECS`. Every key is checked: an
@@ -57,8 +57,8 @@ _GAUSSIAN_KEYS = {"mean", "cov"}
 _LAYER_KEYS = {"A", "B", "V", "b", "heads", "ffn", "noise"}
 _HEAD_KEYS = {"V", "B"}
 _FFN_KEYS = {"W", "U", "c", "activation"}
-_HORIZON_KEYS = {"T", "layers"}
-#: Largest integer accepted for counts such as ``horizon.layers`` (larger is absurd).
+_HORIZON_KEYS = {"T", "n_layers"}
+#: Largest integer accepted for counts such as ``horizon.n_layers`` (larger is absurd).
 _MAX_INT = 10**6
 #: Largest design file read (bytes); a larger file is refused before it is read.
 MAX_DESIGN_BYTES = 10 * 2**20
@@ -78,7 +78,7 @@ class Design:
         Gaussians, or ``None`` when the file has no such table.
     model
         A :class:`Layer` or :class:`Schedule`, or ``None``.
-    T, layers
+    T, n_layers
         The ``[horizon]`` values (``None`` when absent).
     time_limit
         Wall-clock limit of the whole run in seconds, shared by its solver calls.
@@ -96,7 +96,7 @@ class Design:
     target: Gaussian | None
     model: Layer | Schedule | None
     T: float | None
-    layers: int | None
+    n_layers: int | None
     options: Mapping[str, Any]
     seed: int
     title: str
@@ -229,7 +229,9 @@ def parse_design(text: str, *, source: str = "<string>") -> Design:
         raise DesignFileError(f"{source}: give either [layer] or [[schedule]], not both")
     horizon = ctx.table(doc.get("horizon", {}), "horizon", _HORIZON_KEYS)
     T = ctx.positive_float(horizon["T"], "horizon.T") if "T" in horizon else None
-    layers = ctx.positive_int(horizon["layers"], "horizon.layers") if "layers" in horizon else None
+    n_layers = (
+        ctx.positive_int(horizon["n_layers"], "horizon.n_layers") if "n_layers" in horizon else None
+    )
     model: Layer | Schedule | None = None
     if "layer" in doc:
         model = ctx.layer(doc["layer"], "layer")
@@ -271,7 +273,7 @@ def parse_design(text: str, *, source: str = "<string>") -> Design:
         target=target,
         model=model,
         T=T,
-        layers=layers,
+        n_layers=n_layers,
         options=options,
         seed=seed,
         title=title,

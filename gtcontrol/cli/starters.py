@@ -81,7 +81,7 @@ cov = [[0.6, 0.1], [0.1, 1.4]]
 
 [horizon]
 T = 1.0
-layers = 4               # L: the parameters are constant on each layer
+n_layers = 4             # L: the parameters are constant on each layer
 """,
     "design": """\
 # Design a time-invariant layer that carries every Gaussian to N(m*, Σ*), with a convergence

@@ -399,7 +399,7 @@ def _run_steer(design: Design, out: Path) -> dict[str, Any]:
         design.initial,
         design.target,
         design.T,
-        layers=design.layers or 10,
+        n_layers=design.n_layers or 10,
         mode=o["mode"],
         objective=o["objective"],
         method=o["method"],
@@ -431,7 +431,7 @@ def _run_steer(design: Design, out: Path) -> dict[str, Any]:
     if res.trajectory is not None:
         outputs["trajectory"] = trajectory_summary(res.trajectory, run)
     summary = {
-        "layers": len(sched.layers),
+        "n_layers": len(sched.layers),
         "cost": res.cost,
         "lower_bound": res.lower_bound,
         "gap": res.gap,

@@ -146,7 +146,7 @@ def warm_starts(
     keeps away from 0 (:func:`_mean_path`), then as fallbacks the exact attention construction
     and (singular Σ, ``d ≥ 2``) a realization at ``Σ + εI``.
     """
-    ffn = exact_layer_steering(initial, target, T, layers=n, mode="ffn")
+    ffn = exact_layer_steering(initial, target, T, n_layers=n, mode="ffn")
     if mode == "ffn":
         yield list(ffn.layers), "closed form (exact L-layer geodesic)"
         return
@@ -186,7 +186,7 @@ def warm_starts(
         else:
             yield layers, "closed form realized in attention mode"
     try:
-        exact = exact_layer_steering(initial, target, T, layers=n, mode="attention")
+        exact = exact_layer_steering(initial, target, T, n_layers=n, mode="attention")
     except InvalidParametersError:
         pass
     else:
@@ -652,7 +652,7 @@ def _baseline(plan: Plan, budget: Budget) -> tuple[Schedule | None, str]:
         return None, "exact attention construction not built (no time left)"
     try:
         return exact_layer_steering(
-            plan.initial, plan.target, plan.T, layers=plan.n, mode="attention"
+            plan.initial, plan.target, plan.T, n_layers=plan.n, mode="attention"
         ), "exact attention construction"
     except InvalidParametersError as exc:
         return None, f"exact attention construction unavailable ({exc})"

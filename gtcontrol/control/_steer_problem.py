@@ -302,14 +302,14 @@ def _check_bounds(mode: str, fixed: tuple[str, ...], opts: _SteerOptions) -> Non
 
 
 def make_plan(
-    initial: Gaussian, target: Gaussian, T: Any, layers: Any, mode: Any, opts: _SteerOptions
+    initial: Gaussian, target: Gaussian, T: Any, n_layers: Any, mode: Any, opts: _SteerOptions
 ) -> Plan:
     """Validate the problem against its options and build the NLP description."""
     check_pair(initial, target)
     mode = check_mode(mode)
     check_reachable(initial, target, mode)
     t_hor = as_positive_float("T", T)
-    n = as_positive_int("layers", layers)
+    n = as_positive_int("n_layers", n_layers)
     d = initial.dim
     if opts.terminal == "kl" and (initial.rank < d or target.rank < d):
         raise InvalidParametersError(
@@ -415,7 +415,7 @@ class SteeringResult(ResultFields, Outcome):
 
     def _summary_items(self) -> SummaryItems:
         return [
-            ("layers", self.controls.n_layers),
+            ("n_layers", self.controls.n_layers),
             ("dim", self.controls.dim),
             ("cost", self.cost),
             ("kinetic_energy", self.kinetic_energy),

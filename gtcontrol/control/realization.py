@@ -255,7 +255,7 @@ def _real_log(c: FloatArray) -> FloatArray:
     """Principal real logarithm of a matrix with no eigenvalue on the closed negative axis.
 
     A layer's transport map is close to the identity when the layers are many; a map without an
-    accurate real logarithm means the steps are too large, so the error names ``layers``.
+    accurate real logarithm means the steps are too large, so the error names ``n_layers``.
     """
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # accuracy is checked below instead
@@ -264,14 +264,14 @@ def _real_log(c: FloatArray) -> FloatArray:
     if np.iscomplexobj(log_c):
         if float(np.max(np.abs(np.imag(log_c)))) > 1e-10 * scale:
             raise InvalidParametersError(
-                "layers: a layer transport map of exact_layer_steering has no real logarithm; "
+                "n_layers: a layer transport map of exact_layer_steering has no real logarithm; "
                 "use more layers"
             )
         log_c = np.real(log_c)
     err = float(np.linalg.norm(scipy.linalg.expm(log_c) - c, 1) / np.linalg.norm(c, 1))
     if err > 1e-10:
         raise InvalidParametersError(
-            "layers: the matrix logarithm of a layer transport map of exact_layer_steering is "
+            "n_layers: the matrix logarithm of a layer transport map of exact_layer_steering is "
             f"inaccurate (relative error {err:.2g}); use more layers"
         )
     return np.asarray(log_c, dtype=float)
@@ -368,7 +368,7 @@ def _attention_layers(initial: Gaussian, target: Gaussian, T: float, n: int) -> 
     n_cov = n if zero else n - 1
     if n_cov == 0:
         raise InvalidParametersError(
-            "layers: attention-mode constructive steering with a non-zero mean needs at least "
+            "n_layers: attention-mode constructive steering with a non-zero mean needs at least "
             "2 layers (covariance phase, then mean phase)"
         )
     om0 = np.linalg.inv(sym(u0.T @ initial.cov @ u0))
@@ -404,7 +404,7 @@ def exact_layer_steering(
     target: Gaussian,
     T: float,
     *,
-    layers: int = 10,
+    n_layers: int = 10,
     mode: str = "full",
 ) -> Schedule:
     """An ``L``-layer Transformer (constant parameters per layer) that steers exactly.
@@ -434,7 +434,7 @@ def exact_layer_steering(
         The Gaussian to reach; it must be reachable in ``mode`` (see :func:`is_reachable`).
     T
         Depth, positive.
-    layers
+    n_layers
         Number ``L`` of constant layers, positive.
     mode
         ``"full"``, ``"ffn"`` or ``"attention"``.
@@ -462,7 +462,7 @@ def exact_layer_steering(
 
     >>> from gtcontrol import Gaussian, exact_layer_steering, simulate
     >>> g0, g1 = Gaussian([1.0], [[0.5]]), Gaussian([2.0], [[1.5]])
-    >>> sched = exact_layer_steering(g0, g1, 1.0, layers=4)
+    >>> sched = exact_layer_steering(g0, g1, 1.0, n_layers=4)
     >>> sched.n_layers, bool(simulate(sched, g0).final.bures_wasserstein(g1) < 1e-8)
     (4, True)
 
@@ -473,14 +473,14 @@ def exact_layer_steering(
     mode = check_mode(mode)
     check_reachable(initial, target, mode)
     t_hor = as_positive_float("T", T)
-    n = as_positive_int("layers", layers)
+    n = as_positive_int("n_layers", n_layers)
     if mode == "attention":
         return Schedule(_attention_layers(initial, target, t_hor, n), t_hor)
     if general_position(initial, target):
         return Schedule(ffn_layers(ot_steering(initial, target, t_hor), n), t_hor)
     if n < 2:
         raise InvalidParametersError(
-            "layers: degenerate end points whose supports are not in general position need at "
+            "n_layers: degenerate end points whose supports are not in general position need at "
             "least 2 layers (one leg to an intermediate Gaussian, one from it)"
         )
     mid = _grassmann_midpoint(initial, target)

@@ -66,7 +66,7 @@ def steer(
     target: Gaussian,
     T: float,
     *,
-    layers: int = 10,
+    n_layers: int = 10,
     mode: str = "full",
     objective: str = "kinetic",
     terminal: str = "exact",
@@ -113,7 +113,7 @@ def steer(
         The Gaussian to reach, of the same dimension; it must be reachable in ``mode``.
     T
         Depth, positive.
-    layers
+    n_layers
         Number of layers ``L``.
     mode
         ``"full"`` (``A, b, V, B``), ``"ffn"`` (``V = B = 0``) or ``"attention"``
@@ -212,7 +212,7 @@ def steer(
     --------
     >>> from gtcontrol import Gaussian
     >>> g0, g1 = Gaussian([1.0], [[0.5]]), Gaussian([2.0], [[1.5]])
-    >>> res = steer(g0, g1, 1.0, layers=3, mode="ffn")
+    >>> res = steer(g0, g1, 1.0, n_layers=3, mode="ffn")
     >>> res.status, res.stats["ipopt_status"]
     (<Status.SUCCESS: 'success'>, 'Solve_Succeeded')
     >>> bool(res.terminal_error < 1e-6), bool(res.kinetic_energy >= res.lower_bound)
@@ -221,7 +221,7 @@ def steer(
     clock = time.perf_counter()
     opts = _SteerOptions(**option_values(_SteerOptions, locals()))
     budget = Budget(as_time_limit(time_limit))
-    return run(make_plan(initial, target, T, layers, mode, opts), budget, clock)
+    return run(make_plan(initial, target, T, n_layers, mode, opts), budget, clock)
 
 
 # ============================================================================ warm starts

@@ -105,7 +105,7 @@ class ModelReport(ResultFields, Outcome):
         fastest = min((r.blowup_identity for r in self.rows), default=math.nan)
         return [
             ("model", self.model),
-            ("layers", self.n_layers),
+            ("n_layers", self.n_layers),
             ("first_rejected_layer", first),
             ("fastest_blowup_identity", fastest),
         ]
@@ -336,7 +336,7 @@ def run_model_task(
         "figures": figures,
         "summary": {
             "model": rep.model,
-            "layers": rep.n_layers,
+            "n_layers": rep.n_layers,
             "first_rejected_layer": first,
             "fastest_blowup_identity": min(finite) if finite else math.inf,
             "message": rep.message,

@@ -316,7 +316,7 @@ class GaussianityTable(ModelTokens, ResultFields, Outcome):
         return [
             ("model", self.model),
             ("n_tokens", self.n_tokens),
-            ("layers", len(self.rows)),
+            ("n_layers", len(self.rows)),
             ("first_rejected_layer", self.first_rejected_layer),
         ]
 

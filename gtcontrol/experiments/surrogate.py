@@ -124,7 +124,7 @@ class SurrogateComparison(ModelTokens, ResultFields, Outcome):
         return [
             ("model", self.model),
             ("n_tokens", self.n_tokens),
-            ("layers", len(self.rows)),
+            ("n_layers", len(self.rows)),
             ("max_cov_error", worst),
         ]
 

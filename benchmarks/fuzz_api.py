@@ -446,13 +446,13 @@ def _hostile2_call(kind: str, a: dict[str, Any]) -> Any:
         return gc.steer(g, g, 1.0, n_layers=2, mode="ffn", seed=s, verify_tokens=8)
     if a["what"] == "design":
         return gc.design_mean_matching(
-            gc.Gaussian([1.0, 2.0], g.cov), seed=s, robustness=gc.RobustnessCheck(samples=2)
+            gc.Gaussian([1.0, 2.0], g.cov), seed=s, robustness=gc.RobustnessCheck(n_samples=2)
         )
     if a["what"] == "compare":
         return gc.compare_tokens(lay, g, T=0.3, n_tokens=(16, 32), repeats=1, seed=s)
     if a["what"] == "robustness":
         design = gc.design_mean_matching(gc.Gaussian([1.0, 2.0], g.cov), robustness=False)
-        return gc.design_robustness(design.layer, design.target, seed=s, samples=2)
+        return gc.design_robustness(design.layer, design.target, seed=s, n_samples=2)
     return g.sample(3, s)
 
 

@@ -380,10 +380,10 @@ VOCABULARY = {
     "W_out": ("w_out",),
 }
 _FORBIDDEN = {old: new for new, olds in VOCABULARY.items() for old in olds}
-#: Names refused only for one kind of value: a count of layers is ``n_layers`` (as
-#: ``Schedule.n_layers`` and ``prescribed_attention_regimes(n_layers=)``), while ``layers`` is a
-#: sequence (of layers, or of layer indices).
-_FORBIDDEN_FOR_INT = {"layers": "n_layers"}
+#: Names refused only for a count: ``layers`` is a sequence (of layers, or of layer indices)
+#: and ``samples`` an array of samples, so their counts are ``n_layers`` (as
+#: ``Schedule.n_layers``) and ``n_samples``.
+_FORBIDDEN_FOR_INT = {"layers": "n_layers", "samples": "n_samples", "directions": "n_directions"}
 
 
 def _functions_and_methods() -> Iterator[tuple[str, object]]:

@@ -187,7 +187,7 @@ CASES: dict[str, Callable[[float], Any]] = {
     ),
     "design_convergence": lambda tl: gt.design_convergence(design(), n_starts=50, time_limit=tl),
     "design_robustness": lambda tl: gt.design_robustness(
-        design().layer, design().target, directions=64, samples=64, time_limit=tl
+        design().layer, design().target, n_directions=64, n_samples=64, time_limit=tl
     ),
     "kinetic_energy": lambda tl: gt.kinetic_energy(schedule(), gauss(), time_limit=tl),
     "steer": lambda tl: gt.steer(gauss(3), gauss(4), 1.0, n_layers=20, time_limit=tl),

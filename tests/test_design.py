@@ -164,7 +164,7 @@ def test_robustness_of_constructive_design_equals_its_rates() -> None:
         rate=0.6,
         cov_rate=2.0,
         rotation=random_skew(rng, d),
-        robustness=RobustnessCheck(directions=4, samples=8),
+        robustness=RobustnessCheck(n_directions=4, n_samples=8),
         min_ess=None,
     )
     rob = res.robustness
@@ -191,7 +191,7 @@ def test_stability_radius_of_nonnormal_design_matches_a_frequency_sweep() -> Non
     v = -1.2 * np.eye(d) + 0.5 * rng.standard_normal((d, d))
     res = design_mean_matching(target, rate=0.4, fixed_V=v, **EXACT)
     assert res.success
-    rob = design_robustness(res.layer, res.target, directions=2, samples=4)
+    rob = design_robustness(res.layer, res.target, n_directions=2, n_samples=4)
     # Brute force in whitened coordinates: K̂ = Σ*^{-½} K Σ*^{½}.
     h = _sqrtm(target.cov)
     k_hat = np.linalg.solve(h, res.certificate.mean_matrix @ h)
@@ -443,7 +443,7 @@ def test_every_design_result_follows_the_result_protocol() -> None:
     res = design_mean_matching(
         Gaussian([1.0, -1.0], np.eye(2)),
         rate=1.0,
-        robustness=RobustnessCheck(directions=2, samples=2),
+        robustness=RobustnessCheck(n_directions=2, n_samples=2),
         min_ess=None,
     )
     assert res.status is Status.SUCCESS and res.optimal
@@ -494,7 +494,7 @@ def test_generous_time_limit_does_not_change_the_design() -> None:
 def test_robustness_and_convergence_respect_a_tiny_time_limit() -> None:
     res = design_mean_matching(Gaussian([1.0, -1.0], np.eye(2)), rate=1.0, **EXACT)
     t0 = time.perf_counter()
-    rob = design_robustness(res.layer, res.target, directions=50, time_limit=1e-6)
+    rob = design_robustness(res.layer, res.target, n_directions=50, time_limit=1e-6)
     assert time.perf_counter() - t0 < 5.0
     assert rob.status is Status.BUDGET_EXHAUSTED and not rob.success
     assert rob.mean_radius == pytest.approx(1.0, rel=1e-10) and "time limit" in rob.message

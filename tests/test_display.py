@@ -142,7 +142,7 @@ def _results() -> dict[str, Any]:
         "DesignCertificate": design.certificate,
         "PathEss": design.ess,
         "ConvergenceData": gt.design_convergence(design, n_starts=2, n_points=51),
-        "Robustness": gt.design_robustness(design.layer, TARGET, directions=2, samples=4),
+        "Robustness": gt.design_robustness(design.layer, TARGET, n_directions=2, n_samples=4),
         "TokenCertificate": gt.design_token_certificate(
             design.layer, TARGET, n_tokens=128, floor_samples=2
         ),

@@ -368,9 +368,9 @@ _BISECTIONS = 12
 
 #: The options of :func:`design_robustness`, documented once (``%(check)s``).
 _CHECK_DOC = """\
-directions
+n_directions
     Number of parameter directions searched (at most 10 000).
-samples
+n_samples
     Number of sampled checks of each linearization block and of the parameter radius (at
     most 100 000).
 max_relative
@@ -397,17 +397,17 @@ class RobustnessCheck:
     Examples
     --------
     >>> from gtcontrol import RobustnessCheck
-    >>> RobustnessCheck(directions=2, samples=4)
-    RobustnessCheck(directions=2, samples=4, max_relative=1.0)
+    >>> RobustnessCheck(n_directions=2, n_samples=4)
+    RobustnessCheck(n_directions=2, n_samples=4, max_relative=1.0)
     """
 
-    directions: int = 8
-    samples: int = 16
+    n_directions: int = 8
+    n_samples: int = 16
     max_relative: float = 1.0
 
     def __post_init__(self) -> None:
-        as_positive_int("directions", self.directions, maximum=_MAX_DIRECTIONS)
-        as_positive_int("samples", self.samples, maximum=_MAX_SAMPLES)
+        as_positive_int("n_directions", self.n_directions, maximum=_MAX_DIRECTIONS)
+        as_positive_int("n_samples", self.n_samples, maximum=_MAX_SAMPLES)
         as_positive_float("max_relative", self.max_relative)
 
 
@@ -771,8 +771,8 @@ def _robustness(
     layer: Layer,
     tgt: Gaussian,
     *,
-    directions: int,
-    samples: int,
+    n_directions: int,
+    n_samples: int,
     max_relative: float,
     seed: int,
     budget: Budget,
@@ -781,7 +781,7 @@ def _robustness(
     clock = time.perf_counter()
     rng = np.random.default_rng(seed)
     try:
-        lin = _linear_radii(layer, tgt, samples, rng, budget)
+        lin = _linear_radii(layer, tgt, n_samples, rng, budget)
     except (SolverError, BudgetExhausted) as exc:
         nan = math.nan
         cut = isinstance(exc, BudgetExhausted)
@@ -791,7 +791,7 @@ def _robustness(
             radius=nan,
             binding="",
             frequency=nan,
-            linear_samples=samples,
+            linear_samples=n_samples,
             linear_stable_fraction=nan,
             worst_case_abscissa=nan,
             parameter_radius=nan,
@@ -805,12 +805,12 @@ def _robustness(
     search = _ParameterSearch(layer, tgt.cov, budget)
     exhausted: str | None = None
     try:
-        for _ in range(directions):
+        for _ in range(n_directions):
             search.along(_random_direction(search.blocks, rng), max_relative)
     except BudgetExhausted as exc:
         exhausted = exc.reason
     check_eps = 0.5 * search.best if math.isfinite(search.best) else max_relative
-    fraction = search.stable_fraction(check_eps, samples, rng) if exhausted is None else math.nan
+    fraction = search.stable_fraction(check_eps, n_samples, rng) if exhausted is None else math.nan
     if exhausted is None and math.isnan(fraction):
         exhausted = budget.reason()
     message = (
@@ -825,7 +825,7 @@ def _robustness(
         radius=lin.bind.radius,
         binding=lin.bind.name,
         frequency=lin.bind.frequency,
-        linear_samples=samples,
+        linear_samples=n_samples,
         linear_stable_fraction=lin.stable_fraction,
         worst_case_abscissa=lin.worst,
         parameter_radius=search.best,
@@ -843,8 +843,8 @@ def design_robustness(
     layer: Layer,
     target: Gaussian | tuple[Any, Any],
     *,
-    directions: int = 8,
-    samples: int = 16,
+    n_directions: int = 8,
+    n_samples: int = 16,
     max_relative: float = 1.0,
     seed: int = 0,
     time_limit: float | None = None,
@@ -859,8 +859,8 @@ def design_robustness(
        the worst-case rank-one perturbation ``−σ_min u wᴴ`` (at the peak frequency) puts an
        eigenvalue on the imaginary axis.
     2. Parameters: relative perturbations of every matrix (see :class:`Robustness`) along
-       ``directions`` seeded random directions; the first loss of stability along each is
-       bracketed on a geometric grid and bisected; ``samples`` fresh perturbations at half the
+       ``n_directions`` seeded random directions; the first loss of stability along each is
+       bracketed on a geometric grid and bisected; ``n_samples`` fresh perturbations at half the
        smallest such size are checked stable.
 
     Parameters
@@ -895,13 +895,14 @@ def design_robustness(
     >>> from gtcontrol import Gaussian, design_mean_matching, design_robustness
     >>> target = Gaussian([1.0, 0.0], np.eye(2))
     >>> design = design_mean_matching(target, robustness=False, min_ess=None)
-    >>> rob = design_robustness(design.layer, design.target, directions=2, samples=4)
+    >>> rob = design_robustness(design.layer, design.target, n_directions=2, n_samples=4)
     >>> rob.status, bool(rob.cov_radius > 0)
     (<Status.SUCCESS: 'success'>, True)
     """
     layer, tgt = check_layer(layer, target)
-    check = RobustnessCheck(directions=directions, samples=samples, max_relative=max_relative)
-    n_dir, n_samp, eps_max = check.directions, check.samples, check.max_relative
+    check = RobustnessCheck(
+        n_directions=n_directions, n_samples=n_samples, max_relative=max_relative
+    )
     budget = Budget(as_time_limit(time_limit))
     as_seed("seed", seed)
     if rel_residual(layer, tgt) > RESIDUAL_TOL:
@@ -909,9 +910,9 @@ def design_robustness(
     return _robustness(
         layer,
         tgt,
-        directions=n_dir,
-        samples=n_samp,
-        max_relative=eps_max,
+        n_directions=check.n_directions,
+        n_samples=check.n_samples,
+        max_relative=check.max_relative,
         seed=int(seed),
         budget=budget,
     )

@@ -343,8 +343,8 @@ def _robustness_report(req: DesignRequest, out: DesignAttempt, budget: Budget) -
     return _robustness(
         out.layer,
         req.target,
-        directions=check.directions,
-        samples=check.samples,
+        n_directions=check.n_directions,
+        n_samples=check.n_samples,
         max_relative=check.max_relative,
         seed=int(opts.seed),
         budget=budget,
@@ -484,7 +484,7 @@ def design_mean_matching(
         ``IpoptSettings()``.
     robustness
         Compute :func:`design_robustness` for the result: ``True`` with the default
-        :class:`RobustnessCheck`, a ``RobustnessCheck(directions=..., samples=...,
+        :class:`RobustnessCheck`, a ``RobustnessCheck(n_directions=..., n_samples=...,
         max_relative=...)`` to tune it, ``False`` to skip it.
     seed
         Seed of the robustness report and of the token check.

@@ -2,8 +2,9 @@
 
 :class:`_SteerOptions` is the frozen holder of the defaults and the validator; the public
 interface is the keyword-only arguments of ``steer``, documented there, with two option
-families as one validated value each: :class:`SteeringBounds` (``bounds=``) and
-:class:`Collocation` (``collocation=``); IPOPT's settings are
+families as one validated value each: :class:`~gtcontrol.control._transcription.SteeringBounds`
+(``bounds=``, defined beside the NLP whose constraints it sets) and :class:`Collocation`
+(``collocation=``); IPOPT's settings are
 :class:`~gtcontrol.control._ipopt.IpoptSettings` (``solver=``, shared with the designs).
 :func:`make_plan` checks the end points and the options together and describes the NLP
 (:class:`Plan`).

@@ -6,6 +6,9 @@ fixed are NLP parameters, so one symbolic NLP serves every problem of the same s
 small LRU cache, :func:`transcription`). The objective is the kinetic or the parameter energy;
 the terminal condition exact (reduced for a singular target) or a Bures–Wasserstein/KL penalty.
 
+The problem is one :class:`Problem` value; its bounds are a :class:`SteeringBounds` (public as
+``gtcontrol.SteeringBounds``, the ``bounds=`` of ``steer``), the constraints of this NLP.
+
 IPOPT's options are fixed when CasADi builds the solver, and the solver is cached across calls,
 so the wall-clock budget of a solve (``max_wall_time``) is enforced by an IPOPT iteration
 callback that reads the deadline of the current solve; IPOPT then stops with

@@ -88,7 +88,6 @@ def _built() -> dict[str, Callable[[], Any]]:
     from gtcontrol.experiments import feedforward_closeness
 
     d = 2
-    g0 = gt.Gaussian(np.zeros(d), np.eye(d))
     g1 = gt.Gaussian(np.ones(d), 2.0 * np.eye(d))
     layer = gt.Layer(A=-np.eye(d), B=0.3 * np.eye(d), V=-0.5)
     return {
@@ -96,7 +95,11 @@ def _built() -> dict[str, Callable[[], Any]]:
         "SteadyState": lambda: gt.kalman_steady_state(
             gt.KalmanData(-np.eye(d), np.eye(d), np.eye(d))
         ),
-        "OTSteering": lambda: gt.ot_steering(g0, g1, 1.0),
+        "OTSteering (singular end points)": lambda: gt.ot_steering(
+            gt.Gaussian(np.zeros(d), np.diag([1.0, 0.0])),
+            gt.Gaussian(np.ones(d), np.diag([2.0, 0.0])),
+            1.0,
+        ),
         "TokenComparison": lambda: gt.compare_tokens(
             layer, g1, 0.2, n_tokens=(64, 128), repeats=1, n_snapshots=2
         ),

@@ -21,6 +21,7 @@ from gtcontrol import (
     moment_field,
     simulate,
 )
+from gtcontrol._status import Budget
 from gtcontrol.analysis._compare_checks import kurtosis_ratio, min_evals
 from gtcontrol.model.finite_n import worst_ess_fraction
 from gtcontrol.model.gaussian_closure import linearized_layer, simulate_closure
@@ -367,6 +368,57 @@ def test_min_evals_is_a_lower_bound_of_the_work_done() -> None:
 
 def _ctrl(lay: Layer, T: float) -> Control:
     return as_control(lay, T)
+
+
+def test_min_evals_with_a_spent_budget_is_the_bound_without_a_path() -> None:
+    """The rates along the path cost a dense eigenproblem each: a spent budget skips them and
+    keeps a lower bound (one step per segment)."""
+    _, g0 = _setup()
+    stiff = Layer(A=-40.0 * np.eye(2))  # rate 40: about 20 stability-limited steps in T = 3
+    path = simulate(stiff, g0, 3.0)
+    spent = Budget(1e-9)
+    time.sleep(1e-3)
+    cut = min_evals(_ctrl(stiff, 3.0), path, "adaptive", None, spent)
+    assert cut == min_evals(_ctrl(stiff, 3.0), None, "adaptive", None)
+    assert cut < min_evals(_ctrl(stiff, 3.0), path, "adaptive", None)
+
+
+def test_a_small_time_limit_holds_at_d_256_planning_and_ess_included() -> None:
+    """At d = 256 the sizing of the runs (64 eigenvalue problems, once per bound) and the ESS
+    pass (64 more) took 2.7 s after a 0.3 s limit; both now stop with the budget, the ESS pass
+    within its grace (half of max(1 s, 10 %))."""
+    d = 256
+    rng = np.random.default_rng(3)
+    m = rng.standard_normal((d, d))
+    g0 = Gaussian(rng.standard_normal(d), m @ m.T / d + 0.3 * np.eye(d))
+    lay = Layer(A=-np.eye(d), B=0.01 * np.eye(d), V=-0.5)
+    clock = time.perf_counter()
+    res = compare_tokens(lay, g0, 0.5, n_tokens=(256, 1024), time_limit=0.3)
+    wall = time.perf_counter() - clock
+    assert res.status is Status.BUDGET_EXHAUSTED and not res.success
+    assert wall < 0.3 + 1.0 + 0.5, wall  # the documented tolerance, plus slack for a busy CI
+    assert res.stats["seconds"] <= wall
+
+
+def test_an_ess_pass_cut_by_the_time_limit_is_not_a_success(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every run done but the predicted ESS along the path not: BUDGET_EXHAUSTED, saying so."""
+    import gtcontrol.analysis.compare as compare_module
+
+    real = compare_module.ess_along
+
+    def grace_spent(ctrl: Control, predicted: object, budget: Budget | None = None) -> object:
+        assert budget is not None
+        monkeypatch.setattr(Budget, "grace", lambda self: 1e-9)
+        return real(ctrl, predicted, budget)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(compare_module, "ess_along", grace_spent)
+    lay, g0 = _setup()
+    res = compare_tokens(lay, g0, 0.5, n_tokens=(32, 64), repeats=1, time_limit=60.0)
+    assert res.stats["completed_runs"] == 2
+    assert res.status is Status.BUDGET_EXHAUSTED and not res.consistent
+    assert "while predicting the ESS" in res.message and res.ess.size == 0
 
 
 def test_compare_tokens_time_limit_returns_partial_results() -> None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._linalg import FloatArray
+from .._status import Budget
 from .._validation import MAX_ENTRY
 from ..errors import GTControlError
 from ..model.field import affine_velocity
@@ -98,7 +99,11 @@ def _rate(ctrl: Control, predicted: Trajectory, i: int) -> float:
 
 
 def min_evals(
-    ctrl: Control, predicted: Trajectory | None, method: str, steps_per_layer: int | None
+    ctrl: Control,
+    predicted: Trajectory | None,
+    method: str,
+    steps_per_layer: int | None,
+    budget: Budget | None = None,
 ) -> int:
     """Field evaluations a token run needs at the least.
 
@@ -106,7 +111,9 @@ def min_evals(
     and one for the first step, plus 12 per step, with at least one step per segment and at least
     ``∫ ρ(M(t)) dt / 6`` steps (the stability limit of an explicit step, with ``M`` the
     mean-field linear part along the predicted path; the token field has it as its own).
-    Without a predicted path (before it is computed), one step per segment.
+    Without a predicted path (before it is computed), or when ``budget`` is spent before every
+    rate along it is known (each is a dense ``O(d³)`` eigenvalue problem), one step per segment:
+    still a lower bound.
     """
     bps = np.asarray(ctrl.breakpoints, dtype=float)
     segments = len(bps) - 1
@@ -118,7 +125,12 @@ def min_evals(
         return 1 + (1 + _DOP853_EVALS) * segments
     t = np.asarray(predicted.t, dtype=float)
     idx = np.unique(np.linspace(0, len(t) - 1, min(len(t), _ESS_POINTS)).astype(int))
-    rates = np.array([_rate(ctrl, predicted, int(i)) for i in idx])
+    known: list[float] = []
+    for i in idx:
+        if budget is not None and budget.exhausted:
+            return min_evals(ctrl, None, method, steps_per_layer)
+        known.append(_rate(ctrl, predicted, int(i)))
+    rates = np.array(known)
     total = 1
     for k in range(segments):
         inside = (t[idx] >= bps[k]) & (t[idx] <= bps[k + 1])
@@ -128,14 +140,24 @@ def min_evals(
     return total
 
 
-def ess_along(ctrl: Control, predicted: Trajectory) -> tuple[FloatArray, FloatArray]:
-    """Depths and the worst ``ESS/N`` there (minimum over heads, queries within 2σ)."""
+def ess_along(
+    ctrl: Control, predicted: Trajectory, budget: Budget | None = None
+) -> tuple[FloatArray, FloatArray, bool]:
+    """Depths and the worst ``ESS/N`` there (minimum over heads, queries within 2σ), and
+    whether every depth was reached.
+
+    Each depth costs ``O(d³)``: with a ``budget`` the pass is wrap-up work and stops when its
+    grace (:meth:`Budget.grace`) is spent, returning the depths done.
+    """
     t = np.asarray(predicted.t, dtype=float)
     if t.size == 0:
-        return np.empty(0), np.empty(0)
+        return np.empty(0), np.empty(0), True
     idx = np.unique(np.linspace(0, len(t) - 1, min(len(t), _ESS_POINTS)).astype(int))
     out = np.empty(idx.size)
     for j, i in enumerate(idx):
+        grace = None if budget is None else budget.grace()
+        if grace is not None and grace <= 1e-9:
+            return t[idx[:j]].copy(), out[:j].copy(), False
         try:
             g = Gaussian(predicted.mean[i], predicted.cov[i])
         except GTControlError:  # a covariance beyond the accepted magnitudes (near a blow-up)
@@ -144,7 +166,7 @@ def ess_along(ctrl: Control, predicted: Trajectory) -> tuple[FloatArray, FloatAr
         lay = ctrl.layer_at(min(float(t[i]), ctrl.T))
         worst = worst_ess_fraction(lay, g, n_std=ESS_N_STD)
         out[j] = float(np.min(worst)) if worst.size else 1.0
-    return t[idx].copy(), out
+    return t[idx].copy(), out, True
 
 
 def out_of_range(predicted: Trajectory) -> str:

@@ -296,8 +296,11 @@ def compare_tokens(
         plus 25,000 for the fixed cost of an evaluation, summed over all runs (default
         ``6·10⁹``, about a minute; at most ``10¹⁵``).
     time_limit
-        Wall-clock limit in seconds (``None``: none); running out returns the errors of the
-        runs done so far with ``Status.BUDGET_EXHAUSTED``.
+        Wall-clock limit in seconds (``None``: none), held to within ``max(1 s, 10 %)``: it
+        bounds the moment reference, the sizing of the runs and the runs; the predicted ESS
+        along the path (``O(d³)`` per depth) is wrap-up work within that tolerance. Running out
+        returns the errors of the runs done so far with ``Status.BUDGET_EXHAUSTED`` (also when
+        only the ESS pass was cut: ``ess`` then holds the depths done).
 
     Returns
     -------
@@ -333,13 +336,13 @@ def compare_tokens(
             f"control: the moments blow up at t = {predicted.blowup_time:.6g} < T = {ctrl.T:g}; "
             "choose a shorter horizon to compare with tokens"
         )
-    plan = _plan(ctrl, predicted, opts)
+    plan = _plan(ctrl, predicted, opts, budget)
     run = _Runner(ctrl, initial, opts, plan, budget)
     runs = len(opts.n_tokens) * opts.repeats
     work = float(opts.repeats * sum(plan.cost[n] for n in opts.n_tokens))
     with progress(f"compare-tokens: {runs} token runs", total=work) as run.update:
         run.all(predicted)
-    return run.result(predicted, reference, time.perf_counter() - clock)
+    return run.result(predicted, reference, clock)
 
 
 @dataclass(frozen=True)
@@ -352,15 +355,21 @@ class _Plan:
 
 
 def _work_needed(
-    ctrl: Control, predicted: Trajectory | None, opts: _CompareOptions
+    ctrl: Control,
+    predicted: Trajectory | None,
+    opts: _CompareOptions,
+    budget: Budget | None = None,
 ) -> tuple[dict[int, int], int]:
     """Token pairs per field evaluation by N and the least evaluations of a run; refuse a
     comparison that needs more than ``max_work`` even at its cheapest (sized from N, the
     repeats, the number of sizes and, once the path is known, T times the field's rate)."""
     ns: tuple[int, ...] = opts.n_tokens
     cost = {n: cost_per_eval(ctrl, n) for n in ns}
-    evals = min_evals(ctrl, predicted, str(opts.method), opts.steps_per_layer)
-    ref = min_evals(ctrl, predicted, "adaptive", None)
+    evals = min_evals(ctrl, predicted, str(opts.method), opts.steps_per_layer, budget)
+    # the reference run is adaptive: the same bound when the runs are (up to 64 eigenproblems)
+    ref = (
+        evals if opts.method == "adaptive" else min_evals(ctrl, predicted, "adaptive", None, budget)
+    )
     need = opts.repeats * sum(cost[n] for n in ns) * evals + cost[ns[0]] * ref
     if need > opts.max_work:
         per = ", ".join(f"N = {n}: {opts.repeats * cost[n] * evals:.3g}" for n in ns)
@@ -373,9 +382,10 @@ def _work_needed(
     return cost, evals
 
 
-def _plan(ctrl: Control, predicted: Trajectory, opts: _CompareOptions) -> _Plan:
-    """Size the runs (refusing them beyond ``max_work``) and the adaptive tolerance."""
-    cost, evals = _work_needed(ctrl, predicted, opts)
+def _plan(ctrl: Control, predicted: Trajectory, opts: _CompareOptions, budget: Budget) -> _Plan:
+    """Size the runs (refusing them beyond ``max_work``) and the adaptive tolerance; the rates
+    along the path that sharpen the size are computed while ``budget`` lasts."""
+    cost, evals = _work_needed(ctrl, predicted, opts, budget)
     rtol = opts.rtol
     if opts.method == "adaptive" and rtol is None:
         ratio = spread_ratio(predicted)
@@ -483,8 +493,8 @@ class _Runner:
                 self.status = Status.BUDGET_EXHAUSTED
             self.stop = f"stopped after {self.done} token runs: {exc.reason}"
 
-    def result(self, predicted: Trajectory, reference: str, seconds: float) -> TokenComparison:
-        """The comparison, its verdict and message."""
+    def result(self, predicted: Trajectory, reference: str, clock: float) -> TokenComparison:
+        """The comparison, its verdict and message (``clock``: when the comparison began)."""
         with warnings.catch_warnings():  # token counts without a completed run give nan
             warnings.simplefilter("ignore", RuntimeWarning)
             rms = np.sqrt(np.nanmean(self.errs**2, axis=2))
@@ -494,7 +504,13 @@ class _Runner:
         done_bw = rms[2][np.isfinite(rms[2])]
         stat = float(done_bw[-1]) if done_bw.size else math.nan
         n_max = ns[int(np.flatnonzero(np.isfinite(rms[2]))[-1])] if done_bw.size else ns[-1]
-        ess_t, ess = ess_along(self.ctrl, predicted)
+        ess_t, ess, ess_complete = ess_along(self.ctrl, predicted, self.budget)
+        if not ess_complete and self.status is Status.SUCCESS:
+            self.status = Status.BUDGET_EXHAUSTED
+            self.stop = (
+                f"{self.budget.reason()} while predicting the ESS along the path "
+                f"({ess.size} depths done); the token runs are complete"
+            )
         k = int(np.argmin(ess)) if ess.size else -1
         ess_min = float(ess[k]) if ess.size else math.nan
         verdict = Verdict(
@@ -534,7 +550,7 @@ class _Runner:
             status=self.status,
             message=f"{head}: {text}",
             stats={
-                "seconds": seconds,
+                "seconds": time.perf_counter() - clock,
                 "completed_runs": self.done,
                 "work": self.work,
                 "max_work": opts.max_work,

@@ -34,12 +34,14 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from .._linalg import FloatArray
+from ..errors import GTControlError
 from ._deps import ModelFileError, require_onnx
 from ._weights import (
     ACTIVATIONS,
@@ -73,6 +75,41 @@ class _Block:
     reads: str  # what the attention reads (the projections' input)
     writes: str  # the output projection's output (after its bias)
     positional: bool
+
+
+@cache
+def _gather_elements() -> type:
+    """ONNX ``GatherElements``, exactly (``numpy.take_along_axis``).
+
+    onnx's reference implementation gathers with ``numpy.choose``, which takes at most 64
+    choices, and falls back to a 2-D path that reads only each row's first index: a static
+    export's token-type gather over a 64-position buffer (BERT) comes out wrong or fails.
+    """
+    from onnx.reference.op_run import OpRun
+
+    class GatherElements(OpRun):
+        op_domain = ""
+
+        def _run(self, data: Any, indices: Any, axis: int = 0) -> tuple[Any]:
+            data, idx = np.asarray(data), np.asarray(indices).astype(np.int64)
+            ax = int(axis) % max(data.ndim, 1)
+            size = data.shape[ax]
+            if idx.ndim != data.ndim or (idx.size and (idx.min() < -size or idx.max() >= size)):
+                raise ValueError(
+                    f"GatherElements: indices of shape {idx.shape} outside data {data.shape}"
+                )
+            # the other axes of the indices may be shorter than the data's (the spec's rule)
+            part = tuple(slice(None) if i == ax else slice(0, n) for i, n in enumerate(idx.shape))
+            return (np.take_along_axis(data[part], np.where(idx < 0, idx + size, idx), axis=ax),)
+
+    return GatherElements
+
+
+def _evaluator(model: Any) -> Any:
+    """onnx's reference evaluator for ``model``, with the operators it gets wrong replaced."""
+    from onnx.reference import ReferenceEvaluator
+
+    return ReferenceEvaluator(model, new_ops=[_gather_elements()])
 
 
 class _Graph:
@@ -120,14 +157,14 @@ class _Graph:
         return feeds
 
     def _run_all(self) -> dict[str, Any]:
-        from onnx.reference import ReferenceEvaluator
-
         try:
-            values = ReferenceEvaluator(self.model).run(None, self._feeds(), intermediate=True)
-        except Exception as exc:  # the reference evaluator raises anything: the graph is broken
-            line = " ".join(str(exc).split())[:300]
+            values = _evaluator(self.model).run(None, self._feeds(), intermediate=True)
+        except Exception as exc:  # the reference evaluator raises anything
+            line = " ".join(str(exc).split())[:300] or type(exc).__name__
             raise self.fail(
-                f"the graph does not run in onnx's reference evaluator ({line})"
+                "onnx's reference evaluator, which gtcontrol reads the graph with, cannot run it "
+                f"({type(exc).__name__}: {line}); expected a graph that runs on one input of "
+                "its declared shape"
             ) from None
         return dict(values)
 
@@ -158,8 +195,6 @@ class _Graph:
     def evaluate(self, probes: dict[str, Any], outputs: list[str]) -> list[Any]:
         """Run only the nodes between ``probes`` and ``outputs``; everything else from the run."""
         onnx = self.onnx
-        from onnx.reference import ReferenceEvaluator
-
         keep = self.between(probes, outputs)
         made = {o for n in keep for o in n.output}
         ext = {i for n in keep for i in n.input if i and i not in made}
@@ -176,7 +211,7 @@ class _Graph:
         sub = onnx.helper.make_model(
             graph, opset_imports=list(self.model.opset_import), ir_version=self.model.ir_version
         )
-        return list(ReferenceEvaluator(sub).run(outputs, feeds))
+        return list(_evaluator(sub).run(outputs, feeds))
 
     # ------------------------------------------------------------------ structure
     def data_inputs(self, node: Any) -> list[str]:
@@ -669,6 +704,15 @@ def _layer(g: _Graph, b: _Block, k: int) -> tuple[ExtractedLayer, str, str]:
 
 def read_onnx(path: Path) -> ExtractedModel:
     """Every layer of the Transformer in the ONNX file ``path`` (module docstring)."""
+    try:
+        return _read(path)
+    except ModelFileError:
+        raise
+    except GTControlError as exc:  # weights the checks refuse (misshapen, non-finite)
+        raise ModelFileError(f"{path}: {exc}") from None
+
+
+def _read(path: Path) -> ExtractedModel:
     onnx = require_onnx()
     try:
         model = onnx.load(str(path))

@@ -321,7 +321,8 @@ class ExtractedModel(LayerStack[ExtractedLayer]):
         The precision the weights were stored in (``"float32"``, ``"float64"``).
     network
         The ``torch.nn.Module`` it was extracted from (``None`` for an ONNX file): what the
-        experiments run as "the real network".
+        experiments run as "the real network", in eval mode for the run (the module's own
+        train/eval mode is left as its owner set it).
     dim, n_layers
         The model width ``d`` and the number of layers.
 

@@ -164,9 +164,7 @@ def _load(model: str, seed: int) -> Any:
     tr = require_transformers()
     with quiet_transformers():
         if model == "minilm":
-            net = tr.BertModel.from_pretrained(
-                str(minilm_path()), local_files_only=True, add_pooling_layer=False
-            )
+            net = load_folder(minilm_path())
         else:
             config_class, model_class, shape, options = _RANDOM[model]
             cfg = getattr(tr, config_class)(**shape)
@@ -218,12 +216,21 @@ def extract(model_or_path: Any, *, kind: str | None = None, seed: int = 0) -> Ex
     Raises
     ------
     ModelFileError
-        On a missing file, a damaged ONNX graph, an unknown architecture (the message names
-        what was found), an unsupported pattern of operations, head counts that do not fit, or
-        safetensors weights without a config.json; the message names the file and what was
-        expected.
+        On a missing file or a path the system refuses, a damaged ONNX graph or safetensors
+        file, an unknown architecture (the message names what was found), an unsupported
+        pattern of operations, head counts that do not fit, a config field of the wrong type,
+        safetensors weights without a config.json or that do not match it (a weight missing, a
+        tensor not read, another shape: never filled with random numbers), a model with no
+        layers or without weight data (the meta device); the message names the file and what
+        was expected.
     ExperimentDependencyError
         Without torch/transformers (or onnx for an ONNX file): the ``experiments`` extra.
+
+    Notes
+    -----
+    A module is read, not changed: its train/eval mode stays as the caller set it (the
+    package's forward runs of ``network`` use eval mode for their duration). Only the
+    ``random-*`` names are randomly initialized, and their description says so.
 
     Examples
     --------
@@ -239,10 +246,12 @@ def extract(model_or_path: Any, *, kind: str | None = None, seed: int = 0) -> Ex
         return model_or_path
     if isinstance(model_or_path, (str, os.PathLike)):
         text = os.fspath(model_or_path)
+        if not isinstance(text, str):
+            raise ModelFileError(f"{text!r}: expected a path as text, got bytes")
         path = Path(text).expanduser()
-        if text in MODELS and kind is None and not path.exists():
+        if text in MODELS and kind is None and not _exists(path, text):
             return _named(text, as_seed(seed) if text != "minilm" else 0)
-        return _from_path(path, kind)
+        return _from_path(path, text, kind)
     if kind == "onnx":
         raise ModelFileError(
             f"kind='onnx' needs the path of an .onnx file, got {type(model_or_path).__name__}"
@@ -254,12 +263,39 @@ def extract(model_or_path: Any, *, kind: str | None = None, seed: int = 0) -> Ex
     return from_module(model_or_path, kind=kind, source=name, label=label or name)
 
 
-def _from_path(path: Path, kind: str | None) -> ExtractedModel:
-    if not path.exists():
+def _shown(text: str) -> str:
+    """A path for a message: a very long one cut, with its length."""
+    return text if len(text) <= 120 else f"{text[:60]}…{text[-20:]} ({len(text)} characters)"
+
+
+def _exists(path: Path, text: str) -> bool:
+    """Whether ``path`` exists; a path the system refuses (too long, a NUL byte) is bad input."""
+    try:
+        return path.exists()
+    except (OSError, ValueError) as exc:
+        reason = getattr(exc, "strerror", None) or str(exc)
         raise ModelFileError(
-            f"{path}: not found; expected a Hugging Face folder (config.json + model.safetensors), "
-            f"an .onnx file, or one of the model names {tuple(MODELS)}"
+            f"{_shown(text)}: not a usable path ({reason}); expected a Hugging Face folder, an "
+            f".onnx file or one of the model names {tuple(MODELS)}"
+        ) from None
+
+
+def _from_path(path: Path, text: str, kind: str | None) -> ExtractedModel:
+    if not _exists(path, text):
+        raise ModelFileError(
+            f"{_shown(str(path))}: not found; expected a Hugging Face folder (config.json + "
+            f"model.safetensors), an .onnx file, or one of the model names {tuple(MODELS)}"
         )
+    try:
+        return _read_path(path, kind)
+    except OSError as exc:  # a file that vanished or cannot be read while it is read
+        raise ModelFileError(
+            f"{_shown(str(path))}: cannot be read ({exc.strerror or exc}); expected a readable "
+            "folder or file"
+        ) from None
+
+
+def _read_path(path: Path, kind: str | None) -> ExtractedModel:
     if kind == "onnx" or (path.is_file() and path.suffix.lower() == ".onnx"):
         from ._onnx import read_onnx
 
@@ -271,7 +307,7 @@ def _from_path(path: Path, kind: str | None) -> ExtractedModel:
 
         return read_onnx(path)
     if path.is_dir():
-        return from_module(load_folder(path), kind=kind, source=str(path), label=path.name)
+        return from_module(load_folder(path, kind), kind=kind, source=str(path), label=path.name)
     if path.suffix.lower() == ".safetensors":
         beside = (
             " (a config.json is beside it: give the folder)"

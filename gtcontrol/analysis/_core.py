@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -27,17 +28,23 @@ from .newton import head_norm_sum, norm2
 
 __all__ = [
     "CERT_MARGIN",
+    "EXACT_MAX_DIM",
     "PD_RTOL",
     "SEP_RTOL",
     "SIGN_RTOL",
+    "exact_definiteness",
+    "exact_solve",
     "field_rate",
     "gramian",
+    "gramian_doublings",
     "gramian_limit",
     "inv_spd",
     "is_pd",
     "krylov_basis",
     "lmax",
     "lmin",
+    "lyapunov_certificate",
+    "lyapunov_error",
     "lyapunov_sep",
     "range_factor",
     "remaining_limit",
@@ -71,8 +78,7 @@ def gramian(a: FloatArray, q: FloatArray, h: float) -> tuple[FloatArray, FloatAr
     d = a.shape[0]
     if h <= 0.0:
         return np.eye(d), np.zeros((d, d))
-    na = float(np.linalg.norm(a, 1))
-    k = 0 if na * h <= 0.5 else math.ceil(math.log2(na * h / 0.5))
+    k = gramian_doublings(a, h)
     h0 = h / 2.0**k
     c = np.zeros((2 * d, 2 * d))
     c[:d, :d] = -a.T * h0
@@ -85,6 +91,108 @@ def gramian(a: FloatArray, q: FloatArray, h: float) -> tuple[FloatArray, FloatAr
         w = sym(w + e.T @ w @ e)
         e = e @ e
     return e, w
+
+
+def gramian_doublings(a: FloatArray, h: float) -> int:
+    """How many doublings :func:`gramian` uses for depth ``h`` (``‖A‖₁ h0 ≤ 1/2``)."""
+    na = float(np.linalg.norm(a, 1))
+    return 0 if na * h <= 0.5 else math.ceil(math.log2(na * h / 0.5))
+
+
+def lyapunov_certificate(a: FloatArray, sign: float) -> tuple[FloatArray, float] | None:
+    """A proof that A is Hurwitz (``sign = −1``) or −A is (``sign = +1``), or ``None``.
+
+    Solves ``AᵀP + PA = sign·I`` and keeps the computed ``P`` only if it proves the claim for
+    the float A by itself: ``P ≻ 0`` and ``sign·(AᵀP + PA) ≻ 0`` beyond the rounding of forming
+    them (Lyapunov's theorem then holds for ``xᵀPx``). Returns ``(P, ‖P_exact‖₂ bound)`` where
+    ``P_exact`` solves the equation exactly; ``‖L⁻¹(Y)‖₂ ≤ ‖Y‖₂‖P_exact‖₂`` for the Lyapunov
+    operator ``L(X) = AᵀX + XA`` (used by :func:`lyapunov_error`).
+    """
+    d = int(a.shape[0])
+    try:
+        p, _, _ = slycot_lyapunov(a, sign * np.eye(d))
+    except SolverError:
+        return None
+    gam = 4.0 * d * float(np.finfo(np.float64).eps)
+    w_p = np.linalg.eigvalsh(p)
+    if not (w_p[0] > gam * w_p[-1] > 0):
+        return None
+    lhs = sign * sym(a.T @ p + p @ a)
+    decay = float(np.linalg.eigvalsh(lhs)[0]) - gam * 2.0 * float(np.linalg.norm(a, 2)) * w_p[-1]
+    if decay <= 0:
+        return None
+    # sign·L(P) ⪰ decay·I, so the exact solution of sign·L(X) = I is ⪯ P / decay
+    return p, float(w_p[-1]) / decay * (1.0 + gam)
+
+
+def lyapunov_error(a: FloatArray, x: FloatArray, c: FloatArray, p_norm: float) -> float:
+    """Bound on ``‖X_exact − X‖₂`` for ``AᵀX + XA = C`` from the residual of the computed X.
+
+    ``p_norm`` is the bound of :func:`lyapunov_certificate` for the same A (either sign);
+    the residual's own rounding is included.
+    """
+    d = int(a.shape[0])
+    gam = 4.0 * d * float(np.finfo(np.float64).eps)
+    res = a.T @ x + x @ a - c
+    top = float(np.linalg.norm(res, 2)) + gam * (
+        2.0 * float(np.linalg.norm(a, 2)) * float(np.linalg.norm(x, 2))
+        + float(np.linalg.norm(c, 2))
+    )
+    return p_norm * top * (1.0 + gam)
+
+
+#: Largest dimension for which definiteness is decided in exact rational arithmetic.
+EXACT_MAX_DIM = 16
+
+
+def exact_definiteness(m: list[list[Fraction]]) -> str:
+    """``"pd"``, ``"psd"`` (singular) or ``"indefinite"`` for a symmetric rational matrix, exactly.
+
+    Symmetric Gaussian elimination in :class:`fractions.Fraction`: a negative pivot, or a zero
+    pivot whose row is not zero (a 2×2 principal minor ``−a² < 0``), is indefinite. Used where
+    a float test could not tell an exact zero eigenvalue from rounding (e.g. ``R ⪰ 0`` with
+    structural zeros); affordable for ``d ≤ EXACT_MAX_DIM``.
+    """
+    a = [row[:] for row in m]
+    n = len(a)
+    singular = False
+    for k in range(n):
+        piv = a[k][k]
+        if piv < 0:
+            return "indefinite"
+        if piv == 0:
+            if any(a[k][j] != 0 for j in range(k + 1, n)):
+                return "indefinite"
+            singular = True
+            continue
+        for i in range(k + 1, n):
+            if a[i][k] == 0:
+                continue
+            f = a[i][k] / piv
+            for j in range(k + 1, n):
+                a[i][j] -= f * a[k][j]
+    return "psd" if singular else "pd"
+
+
+def exact_solve(m: list[list[Fraction]], rhs: list[Fraction]) -> list[Fraction] | None:
+    """The solution of ``m x = rhs`` in rational arithmetic, or ``None`` if ``m`` is singular."""
+    n = len(m)
+    aug = [[*row, rhs[i]] for i, row in enumerate(m)]
+    for k in range(n):
+        piv = next((i for i in range(k, n) if aug[i][k] != 0), None)
+        if piv is None:
+            return None
+        aug[k], aug[piv] = aug[piv], aug[k]
+        for i in range(k + 1, n):
+            if aug[i][k] != 0:
+                f = aug[i][k] / aug[k][k]
+                for j in range(k, n + 1):
+                    aug[i][j] -= f * aug[k][j]
+    x = [Fraction(0)] * n
+    for i in range(n - 1, -1, -1):
+        acc = aug[i][n] - sum((aug[i][j] * x[j] for j in range(i + 1, n)), Fraction(0))
+        x[i] = acc / aug[i][i]
+    return x
 
 
 def krylov_basis(m: FloatArray, v0: FloatArray, rtol: float = 1e-10) -> FloatArray:
@@ -115,14 +223,14 @@ def _orth(x: FloatArray, rtol: float) -> FloatArray:
     return u[:, sv > rtol * sv[0]]
 
 
-def gramian_limit(a: FloatArray, q: FloatArray) -> FloatArray | None:
+def gramian_limit(a: FloatArray, q: FloatArray, rtol: float = 1e-10) -> FloatArray | None:
     """``W(∞) = ∫₀^∞ e^{Aᵀs} Q e^{As} ds`` for ``Q ⪰ 0``, or ``None`` if it diverges.
 
     ``W(t)`` lives on the observable subspace of ``(Q^{1/2}, A)``, the smallest Aᵀ-invariant
     subspace containing ``range Q`` (basis ``Q_o``); there ``A_o = Q_oᵀ A Q_o`` and the integral
     converges iff ``A_o`` is Hurwitz, to the solution of ``A_oᵀ X + X A_o = −Q_oᵀ Q Q_o``.
     """
-    qo = krylov_basis(a.T, q)
+    qo = krylov_basis(a.T, q, rtol)
     if qo.shape[1] == 0:
         return np.zeros_like(q)
     ao = qo.T @ a @ qo

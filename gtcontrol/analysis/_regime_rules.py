@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -24,10 +25,21 @@ from .._status import Status
 from ..errors import SolverError
 from ..model.gaussian import Gaussian
 from ..model.params import Layer
-from ._core import ComplexArray, krylov_basis, range_factor, sign_split, slycot_lyapunov
+from ._core import (
+    SIGN_RTOL,
+    ComplexArray,
+    exact_definiteness,
+    exact_solve,
+    krylov_basis,
+    lyapunov_certificate,
+    lyapunov_error,
+    range_factor,
+    slycot_lyapunov,
+)
+from ._march import UNIT_ROUNDOFF, ModelError
 from .blowup import BlowupResult
 from .equilibria import EquilibriaResult, Equilibrium, equilibria
-from .riccati import RiccatiForm
+from .riccati import RiccatiForm, model_error
 
 __all__ = ["Verdict", "blowup_verdict", "fmt_eigs", "hurwitz", "riccati_verdict"]
 
@@ -128,25 +140,66 @@ def riccati_verdict(
     if not np.any(a):
         return _zero_a_verdict(r, f) if never else None
     eig_a = np.linalg.eigvals(a)
-    _, rm = sign_split(r)
-    r_pd = not np.any(rm) and bool(np.linalg.eigvalsh(r)[0] > 0)
+    signs = _Signs(a, r, model_error(layer, form))
     eqs = equilibria(layer)
-    if rank == d and np.all(eig_a.real > 0) and never:
-        return _anti_hurwitz_verdict(a, r, eig_a, r_pd, eqs)
-    if rank == d and r_pd:
+    if rank == d and signs.anti_hurwitz is not None and never:
+        return _anti_hurwitz_verdict(a, r, eig_a, signs, eqs)
+    if rank == d and signs.r_pd and signs.left_half_plane_eigenvalue:
         return Verdict(
             "collapses",
             "R ≻ 0 (V and B of opposite sign) but A has eigenvalues with Re ≤ 0 "
-            f"({fmt_eigs(eig_a)}): along such an eigenvector Ω(t) grows without bound while "
-            "Ω(t) ⪰ ∫₀¹e^{−Aᵀs}Re^{−As}ds keeps Σ bounded, so λ_min Σ(t) → 0 (no positive-definite "
-            "limit; stabilization needs every eigenvalue of A in the right half-plane)",
+            f"({fmt_eigs(eig_a)}; {signs.left_half_plane_eigenvalue}): along such an eigenvector "
+            "Ω(t) grows without bound while Ω(t) ⪰ ∫₀¹e^{−Aᵀs}Re^{−As}ds keeps Σ bounded, so "
+            "λ_min Σ(t) → 0 (no positive-definite limit; stabilization needs every eigenvalue of "
+            "A in the right half-plane)",
             "exact",
-            limit=np.zeros((d, d)) if hurwitz(eig_a) else None,
+            limit=np.zeros((d, d)) if signs.hurwitz is not None else None,
             eqs=eqs,
         )
-    if hurwitz(eig_a) and never:
-        return _hurwitz_verdict(a, r, f, eig_a, eqs)
+    if signs.hurwitz is not None and never:
+        return _hurwitz_verdict(a, r, f, eig_a, signs, eqs)
     return None
+
+
+class _Signs:
+    """The sign facts the exact rules rest on, each proved for the layer's own floats.
+
+    ``hurwitz`` / ``anti_hurwitz``: a Lyapunov certificate ``(P, ‖P_exact‖)`` that A (resp. −A)
+    is Hurwitz, or ``None``; ``r_pd``: R ≻ 0 exactly (rational arithmetic) or beyond rounding;
+    ``left_half_plane_eigenvalue``: why A has an eigenvalue with ``Re ≤ 0`` (an exactly skew A,
+    or a computed eigenvalue whose first-order error bound keeps it left of the axis), or ``""``.
+    """
+
+    def __init__(self, a: FloatArray, r: FloatArray, model: ModelError) -> None:
+        self.model = model
+        self.hurwitz = lyapunov_certificate(a, -1.0)
+        self.anti_hurwitz = lyapunov_certificate(a, 1.0)
+        d = int(a.shape[0])
+        gam = 2.0 * d * UNIT_ROUNDOFF
+        nr = float(np.linalg.norm(r, 2))
+        self.r_error = (SIGN_RTOL + gam) * nr + model.r
+        if model.r_sign:
+            self.r_pd = model.r_sign == "pd"
+        else:
+            self.r_pd = bool(np.linalg.eigvalsh(r)[0] > self.r_error)
+        self.left_half_plane_eigenvalue = _left_half_plane(a, gam, model.a)
+
+
+def _left_half_plane(a: FloatArray, gam: float, a_err: float) -> str:
+    """Why A has an eigenvalue with ``Re ≤ 0`` for its exact floats, or ``""`` if unproved."""
+    if a_err == 0.0 and not np.any(a + a.T):
+        return "A is exactly skew-symmetric: its spectrum is imaginary"
+    w, vl, vr = sla.eig(a, left=True, right=True)
+    delta = gam * float(np.linalg.norm(a, 2)) + a_err
+    for k in range(w.size):
+        x, y = vr[:, k], vl[:, k]
+        cond = float(np.linalg.norm(x) * np.linalg.norm(y) / max(abs(np.vdot(y, x)), 1e-300))
+        if w[k].real + 2.0 * cond * delta < 0:
+            return (
+                f"the eigenvalue {w[k]:.4g} has Re < 0 beyond its first-order rounding bound "
+                f"{2.0 * cond * delta:.2g}"
+            )
+    return ""
 
 
 def _zero_a_verdict(r: FloatArray, f: FloatArray) -> Verdict:
@@ -170,12 +223,22 @@ def _zero_a_verdict(r: FloatArray, f: FloatArray) -> Verdict:
 
 
 def _anti_hurwitz_verdict(
-    a: FloatArray, r: FloatArray, eig_a: ComplexArray, r_pd: bool, eqs: EquilibriaResult
+    a: FloatArray, r: FloatArray, eig_a: ComplexArray, signs: _Signs, eqs: EquilibriaResult
 ) -> Verdict | None:
-    """−A Hurwitz, Σ0 ≻ 0, no blow-up: ``Ω(t) → Ω*`` (converges if Ω* ≻ 0, else unbounded)."""
-    if eqs.status is Status.SUCCESS and eqs.equilibria:
+    """−A Hurwitz, Σ0 ≻ 0, no blow-up: ``Ω(t) → Ω*`` (converges if Ω* ≻ 0, else unbounded).
+
+    The sign of ``λ_min Ω*`` decides only beyond the residual bound of the Lyapunov solve.
+    """
+    assert signs.anti_hurwitz is not None
+    try:
+        omega, _, _ = slycot_lyapunov(a, r)
+    except SolverError:
+        return None
+    err = lyapunov_error(a, omega, r, signs.anti_hurwitz[1]) + signs.model.r * signs.anti_hurwitz[1]
+    w_om = np.linalg.eigvalsh(omega)
+    if w_om[0] > err and eqs.status is Status.SUCCESS and eqs.equilibria:
         eq = eqs.equilibria[0]
-        if r_pd:
+        if signs.r_pd:
             reason = (
                 "global convergence: R = −Σ_h v_h(B_h + B_hᵀ) ≻ 0 (V and B of opposite sign) "
                 f"and −A is Hurwitz (eigenvalues of A {fmt_eigs(eig_a)}), so Ω(t) = "
@@ -190,34 +253,72 @@ def _anti_hurwitz_verdict(
             )
             cert = "exact"
         return Verdict("converges", reason, cert, limit=np.asarray(eq.cov), equilibrium=eq, eqs=eqs)
-    if eqs.status is not Status.INFEASIBLE:
+    if eqs.status is not Status.INFEASIBLE or w_om[0] > err:
         return None
-    try:
-        omega, _, _ = slycot_lyapunov(a, r)
-    except SolverError:
-        return None
-    w_om = np.linalg.eigvalsh(omega)
-    if w_om[0] >= -1e-12 * max(abs(w_om[-1]), 1e-300):
+    # No blow-up is proved, so Ω(t) ≻ 0 for ever and its limit Ω* ⪰ 0; λ_min Ω* within the
+    # solve's rounding bound of 0 cannot tell singular from definite: only an exact zero
+    # (no blow-up with λ_min Ω* < 0 is impossible) is named.
+    if signs.model.r_sign and _exactly_singular_lyapunov(a, r):
         return Verdict(
             "unbounded",
-            f"−A is Hurwitz and Ω(t) → Ω* (AᵀΩ* + Ω*A = R) which is singular (λ_min = "
-            f"{w_om[0]:.3g}), with no blow-up certified: λ_max Σ(t) → ∞ exponentially",
+            f"−A is Hurwitz and Ω(t) → Ω* (AᵀΩ* + Ω*A = R) which is exactly singular (λ_min = "
+            f"{w_om[0]:.3g}, rational arithmetic), with no blow-up certified: λ_max Σ(t) → ∞ "
+            "exponentially",
             "exact",
             eqs=eqs,
         )
     return None
 
 
+def _exactly_singular_lyapunov(a: FloatArray, r: FloatArray) -> bool:
+    """Whether the solution of ``AᵀΩ + ΩA = R`` is singular, decided in rational arithmetic."""
+    d = int(a.shape[0])
+    if d > 4:  # the Kronecker system has d² unknowns
+        return False
+    aq = [[Fraction(float(x)) for x in row] for row in a]
+    n = d * d
+    kron = [[Fraction(0)] * n for _ in range(n)]
+    for i in range(d):
+        for j in range(d):
+            for k in range(d):
+                kron[i * d + j][k * d + j] += aq[k][i]
+                kron[i * d + j][i * d + k] += aq[k][j]
+    rhs = [Fraction(float(x)) for x in r.ravel()]
+    sol = exact_solve(kron, rhs)
+    if sol is None:
+        return False
+    omega = [[sol[i * d + j] for j in range(d)] for i in range(d)]
+    return exact_definiteness(omega) == "psd"
+
+
 def _hurwitz_verdict(
-    a: FloatArray, r: FloatArray, f: FloatArray, eig_a: ComplexArray, eqs: EquilibriaResult
+    a: FloatArray,
+    r: FloatArray,
+    f: FloatArray,
+    eig_a: ComplexArray,
+    signs: _Signs,
+    eqs: EquilibriaResult,
 ) -> Verdict | None:
-    """A Hurwitz, no blow-up: ``G(t) → G(∞) = I + FᵀW(∞)F``; ≻ 0 means Σ(t) → 0."""
+    """A Hurwitz, no blow-up: ``G(t) → G(∞) = I + FᵀW(∞)F``; ≻ 0 means Σ(t) → 0.
+
+    ``G(∞) ≻ 0`` must hold beyond the rounding of W(∞) (its residual bound), of the start's
+    factor and of forming G(∞).
+    """
+    assert signs.hurwitz is not None
     try:
         w_inf, _, _ = slycot_lyapunov(a, -r)
     except SolverError:
         return None
-    g_inf = np.linalg.eigvalsh(sym(np.eye(f.shape[1]) + f.T @ w_inf @ f))
-    if g_inf[0] > 1e-9:
+    p_norm = signs.hurwitz[1]
+    err_w = lyapunov_error(a, w_inf, -r, p_norm) + signs.model.r * p_norm
+    sv = np.linalg.svd(f, compute_uv=False)
+    gam = 2.0 * a.shape[0] * UNIT_ROUNDOFF
+    g_mat = sym(np.eye(f.shape[1]) + f.T @ w_inf @ f)
+    g_top = float(np.linalg.norm(g_mat, 2))
+    # the start's factor is exact to a relative γκ(Σ0) in G's coordinates
+    err = sv[0] ** 2 * err_w + gam * (1.0 + g_top) * (1.0 + float(sv[0] / sv[-1]) ** 2)
+    g_inf = np.linalg.eigvalsh(g_mat)
+    if g_inf[0] > err:
         return Verdict.collapse_to_zero(
             a.shape[0],
             f"A is Hurwitz (abscissa {float(np.max(eig_a.real)):.4g}) and G(∞) = I + FᵀW(∞)F "

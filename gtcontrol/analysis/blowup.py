@@ -16,8 +16,18 @@ rank is kept). The search marches in restarted coordinates (``F`` replaced by a 
 * interpolation: ``λ_min G(s) ≥ min(1, λ_min G(h)) − ‖F‖² h²/8 ‖AᵀR + RA‖ e^{2 μ₊ h}``
   (λ_min is concave along the chord; ``μ₊`` = positive part of the logarithmic norm of A).
 
-A point with ``λ_min G ≤ 0`` closes the bracket; the march then converges to the first root from
+A point proved singular closes the bracket; the march then converges to the first root from
 below, and the root is reported once the certified bracket is narrower than ``rtol`` relative.
+
+Every statement holds for the exact solution of the layer's own float numbers: the march carries
+a bound on how far the exact trajectory can be from the computed one (the rounding of each step,
+amplified exactly as the flow amplifies perturbations), subtracts it before calling a step
+root-free, adds it before calling a point singular, and accumulates the depth rounded down.
+Near an unstable equilibrium the flow amplifies rounding like its instability: the bracket the
+floats determine may then be wider than ``rtol`` (``stats["rounding_limited"]``, said in the
+message), and a start within rounding of the equilibrium gets ``Status.FAILED`` with
+``stats["undetermined"]``: the floats do not decide at double precision whether or when Σ blows
+up beyond the certified ``[0, lower]``.
 Tail certificates prove that no blow-up ever happens: ``R ⪰ 0``; ``λ_max(Fᵀ W₋(∞) F) < 1``
 (when that Gramian converges, e.g. A Hurwitz); and, when −A is Hurwitz and Σ(t) ≻ 0,
 ``κ(P) ‖Σ(t)⁻¹ − Ω*‖ < λ_min(Ω*)`` with ``AᵀP + PA = I`` and ``Ω*`` the Lyapunov solution.
@@ -44,7 +54,7 @@ from ..model.gaussian import Gaussian, check_gaussian
 from ..model.params import Layer
 from ._core import field_rate, simulate_within
 from ._march import DEFAULT_MAX_STEPS, DEFAULT_RTOL, march_blowup
-from .riccati import riccati_form
+from .riccati import model_error, riccati_form
 
 __all__ = [
     "BlowupResult",
@@ -96,7 +106,8 @@ class BlowupResult(OutcomeOrBlowup):
         blow-up: proved for every depth when ``proved_never``, else none up to the search depth
         ``stats["T"]``); ``Status.BUDGET_EXHAUSTED`` (``time_limit`` or ``max_steps`` ran out;
         ``[0, lower]`` is still certified); ``Status.FAILED`` (the march could not certify any
-        step: a tangential, non-crossing singularity).
+        step: a tangential, non-crossing singularity, or, with ``stats["undetermined"]``, a
+        start whose float numbers do not decide the answer at double precision).
     certified
         True when the statement is proved by the certificates (Riccati class); False for the
         adaptive integrator, a depth-limited search or an unfinished one.
@@ -108,7 +119,11 @@ class BlowupResult(OutcomeOrBlowup):
         True when a certificate proves that no blow-up happens at any depth (the old status
         ``"never"``); False for a depth-limited answer (the old ``"none_before_horizon"``).
     stats
-        ``steps``, ``gramians`` (matrix exponentials), ``seconds``, ``T``.
+        ``steps``, ``gramians`` (matrix exponentials), ``seconds``, ``T``; for the certified
+        march also ``rounding`` (the final bound on the relative distance between the exact and
+        the computed trajectory), ``rounding_limited`` (rounding, not ``rtol``, set the bracket)
+        and ``undetermined`` (see ``status``). When ``rounding_limited``, ``blowup_time`` is the
+        computed estimate and only ``[lower, upper]`` is certified.
     """
 
     blowup_time: float
@@ -242,7 +257,14 @@ def blowup_analysis(
     if form is None or not form.is_bernoulli:
         return _integrator_blowup(layer, g0, hz, budget)
     out = march_blowup(
-        form.A, form.R, g0.cov, hz, rtol=opts.rtol, max_steps=opts.max_steps, budget=budget
+        form.A,
+        form.R,
+        g0.cov,
+        hz,
+        rtol=opts.rtol,
+        max_steps=opts.max_steps,
+        budget=budget,
+        model=model_error(layer, form),
     )
     return BlowupResult(
         blowup_time=out.t_star,
@@ -257,6 +279,9 @@ def blowup_analysis(
             "steps": out.steps,
             "gramians": out.gramians,
             "T": hz,
+            "rounding": out.rounding,
+            "rounding_limited": out.limited,
+            "undetermined": out.undetermined,
             "seconds": time.perf_counter() - clock,
         },
     )

@@ -214,8 +214,11 @@ def analyze(
     try:
         blow = blowup_analysis(layer, g0, T=T, time_limit=remaining_limit(budget))
         budget.check()
-        verdict = _decide(layer, g0, blow, T, opts, budget)
-        reg = _build(layer, verdict, blow)
+        if blow.stats.get("undetermined"):
+            # no integrator guess either: its numbers would carry the same rounding, uncertified
+            reg = _undecided(Status.FAILED, f"undecided at double precision: {blow.message}", blow)
+        else:
+            reg = _build(layer, _decide(layer, g0, blow, T, opts, budget), blow)
     except BudgetExhausted as exc:
         reg = _undecided(Status.BUDGET_EXHAUSTED, f"undecided: {exc.reason}", blow)
     except SolverError as exc:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -36,10 +37,17 @@ from .._validation import as_float_array, frozen
 from ..errors import InvalidGaussianError, InvalidParametersError, SolverError
 from ..model.gaussian import Gaussian, check_gaussian
 from ..model.params import Layer
-from ._core import SIGN_RTOL, gramian, inv_spd, simulate_within
-from ._march import DEFAULT_MAX_STEPS, DEFAULT_RTOL, march_blowup
+from ._core import (
+    EXACT_MAX_DIM,
+    SIGN_RTOL,
+    exact_definiteness,
+    gramian,
+    inv_spd,
+    simulate_within,
+)
+from ._march import DEFAULT_MAX_STEPS, DEFAULT_RTOL, UNIT_ROUNDOFF, ModelError, march_blowup
 
-__all__ = ["CovarianceFlow", "RiccatiForm", "riccati_flow", "riccati_form"]
+__all__ = ["CovarianceFlow", "RiccatiForm", "model_error", "riccati_flow", "riccati_form"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -172,6 +180,56 @@ def riccati_form(layer: Layer) -> RiccatiForm | None:
     g = layer.noise
     q = np.zeros((d, d)) if g is None else sym(g @ g.T)
     return RiccatiForm(A=frozen(a.copy()), R=frozen(sym(r)), v=tuple(vs), Q=frozen(q))
+
+
+def model_error(layer: Layer, form: RiccatiForm) -> ModelError:
+    """How far ``form``'s A and R may be from the layer's own float numbers.
+
+    ``R = −Σ_h v_h(B_h + B_hᵀ)`` is formed in floating point, ``v_h`` is read off ``V_h``
+    (exactly when ``V_h`` is exactly ``v_h I``; otherwise the deviation, within the class's
+    tolerance, is a model error of its own), and an identity-activation feed-forward folded
+    into A is a rounded product. The certified blow-up march adds these to its rounding bounds.
+    """
+    d = layer.dim
+    u = UNIT_ROUNDOFF
+    heads = layer.heads
+    r_err = 2.0 * (len(heads) + 2) * u * float(np.linalg.norm(form.R, 2))
+    v_dev = 0.0
+    for (v_h, b_h), v_used in zip(heads, form.v, strict=True):
+        nb = float(np.linalg.norm(b_h + b_h.T, 2))
+        diag = np.diag(v_h)
+        exact = not np.any(v_h - np.diag(diag)) and bool(np.all(diag == diag[0]))
+        if exact:
+            r_err += (abs(float(diag[0]) - v_used) + 4.0 * u * abs(v_used)) * nb
+        else:
+            v_dev += (
+                2.0
+                * float(np.linalg.norm(v_h - v_used * np.eye(d), 2))
+                * float(np.linalg.norm(b_h, 2))
+            )
+            r_err += 4.0 * u * abs(v_used) * nb
+    a_err = 0.0
+    if layer.ffn is not None:
+        w, uu = layer.ffn.W, layer.ffn.U
+        a_err = (
+            2.0
+            * (uu.shape[0] + 2)
+            * u
+            * (
+                float(np.linalg.norm(layer.A, 2))
+                + float(np.linalg.norm(w, 2)) * float(np.linalg.norm(uu, 2))
+            )
+        )
+    r_sign = ""
+    if v_dev == 0.0 and d <= EXACT_MAX_DIM:
+        r_q = [[Fraction(0)] * d for _ in range(d)]
+        for v_h, b_h in heads:
+            v_q = Fraction(float(v_h[0, 0]))
+            for i in range(d):
+                for j in range(d):
+                    r_q[i][j] -= v_q * (Fraction(float(b_h[i, j])) + Fraction(float(b_h[j, i])))
+        r_sign = exact_definiteness(r_q)
+    return ModelError(a=a_err, r=r_err, v=v_dev, r_sign=r_sign)
 
 
 def _require_form(layer: Layer, what: str, *, bernoulli: bool = False) -> RiccatiForm:
@@ -409,6 +467,7 @@ def _first_blowup(
         rtol=DEFAULT_RTOL,
         max_steps=DEFAULT_MAX_STEPS,
         budget=budget,
+        model=model_error(layer, form),
     )
     if out.status is Status.BUDGET_EXHAUSTED:
         raise BudgetExhausted(out.message)

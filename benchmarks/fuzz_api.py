@@ -20,6 +20,27 @@ The generators of the second hostile round (issue 22) add: ``time_limit`` at eve
 and negative integers), extreme covariance scales (``10^±100``), rank-deficient steering, design
 targets with condition numbers up to ``10¹²``, token checks, and hostile seeds.
 
+The ``stabilize`` family (third hostile round) drives :func:`gtcontrol.stabilize` over target
+scales ``1e-200 … 1e150`` (heads in the target's units or not), condition numbers up to
+``1e12``, means up to ``1e12``, noisy layers, factored and dense heads, ``add`` = head, gains,
+auto, several rates and time limits (small ones at ``d`` = 64 and 96). Its calls record warnings
+instead of raising them: ``noisy <Category>`` counts a call that printed one (a defect). Each
+``SUCCESS`` is checked independently (numpy, in units where ``Σ*`` is of order 1): the residual
+of the equilibrium equations for the returned layer, the shift of its exact equilibrium from the
+target (``L⁻¹F``, ``K⁻¹ṁ``), and the dense Kronecker spectrum's abscissa ``≤ −rate`` (``d ≤
+16``). ``FUZZ_ONLY=stabilize`` draws every case from that family (any of the second-round kinds
+may be named, comma-separated).
+
+The ``planted`` family (third hostile round) starts ``blowup_analysis`` and ``analyze`` on and
+near planted equilibria of the Riccati class (d = 2…6, repelling, attracting and saddle, starts
+from exactly on the equilibrium to 1e-3 away, tests/_planted.py) and checks every certified
+claim against an independent 50-digit computation on the same floats: a contradicted
+certificate counts as ``wrong``.
+
+Every call records warnings instead of printing them: ``noisy <Category>`` counts a call that
+emitted one on its way (a defect: valid or hostile input gets an answer or a clean error, never
+a raw warning).
+
 Also prints the wall time used and, for every defect, one example call.
 """
 
@@ -43,6 +64,10 @@ import numpy as np
 TIMEOUT = 30.0
 #: Share of the calls drawn from the generators of the second hostile round (issue 22).
 HOSTILE2_SHARE = float(os.environ.get("FUZZ_HOSTILE2_SHARE", "0.5"))
+#: Share of the calls drawn from the planted-equilibrium certificate family.
+PLANTED_SHARE = float(os.environ.get("FUZZ_PLANTED_SHARE", "0.1"))
+#: Only these second-round kinds (comma-separated; empty: the usual mix).
+ONLY = tuple(k for k in os.environ.get("FUZZ_ONLY", "").split(",") if k)
 
 
 # ============================================================================ generators
@@ -219,15 +244,53 @@ def make_hostile2(rng: np.random.Generator, kind: str) -> dict[str, Any]:
             seed=SEEDS[int(rng.integers(0, len(SEEDS)))],
             what=str(rng.choice(["steer", "design", "compare", "robustness", "sample"])),
         )
+    elif kind == "stabilize":
+        args.update(_stabilize_args(rng))
     return args
+
+
+#: Target scales, condition numbers and means of the ``stabilize`` family: hostile half the time.
+STAB_SIZES = (1, 2, 3, 4, 6, 8, 12, 16)
+STAB_LIMITS = (0.05, 0.3, 1.0, 5.0, 20.0)
+
+
+def _stabilize_args(rng: np.random.Generator) -> dict[str, Any]:
+    """Arguments of one ``stabilize`` case (module docstring)."""
+    large = rng.random() < 0.12
+    d = int(rng.choice([64, 96])) if large else int(rng.choice(STAB_SIZES))
+    hostile = rng.random() < 0.6
+    return {
+        "d": d,
+        "factored": bool(rng.random() < 0.5),
+        "n_heads": int(rng.integers(1, 5)),
+        "head_scale": float(10.0 ** rng.uniform(-1, 1)),
+        "a_shift": float(rng.uniform(-1.5, 1.5)),
+        "scale": float(10.0 ** (rng.uniform(-200, 150) if hostile else rng.uniform(-3, 3))),
+        "cond": float(10.0 ** (rng.uniform(0, 12) if rng.random() < 0.5 else rng.uniform(0, 2))),
+        "mean_scale": float(10.0 ** rng.uniform(-3, 12)),
+        "mean_absolute": bool(rng.random() < 0.3),
+        "unit_heads": bool(rng.random() < 0.6),
+        "noise": float(10.0 ** rng.uniform(-2, 0)) if rng.random() < 0.2 else None,
+        "add": str(rng.choice(["head", "gains", "auto"])),
+        "rate": float(rng.choice([0.1, 0.5, 1.0, 3.0])),
+        "limit": float(rng.choice(STAB_LIMITS[:3] if large else STAB_LIMITS)),
+        "seed": int(rng.integers(0, 10_000)),
+    }
 
 
 def make_case(i: int, seed: int) -> tuple[str, dict[str, Any]]:
     """The ``i``-th call: an entry-point name and its arguments."""
     rng = np.random.default_rng([seed, i])
+    if ONLY:
+        kind2 = str(rng.choice(ONLY))
+        if kind2 == "planted":
+            return kind2, {"seed": int(rng.integers(0, 2**31)), "index": int(rng.integers(0, 240))}
+        return kind2, make_hostile2(rng, kind2)
+    if ONLY == () and rng.random() < PLANTED_SHARE:
+        return "planted", {"seed": int(rng.integers(0, 2**31)), "index": int(rng.integers(0, 240))}
     if rng.random() < HOSTILE2_SHARE:
-        kinds2 = ["budget", "scale", "rank_steer", "ill_design", "token_check", "seed"]
-        w2 = np.array([4.0, 1.5, 1.5, 1.5, 1.0, 0.5])
+        kinds2 = ["budget", "scale", "rank_steer", "ill_design", "token_check", "seed", "stabilize"]
+        w2 = np.array([4.0, 1.5, 1.5, 1.5, 1.0, 0.5, 1.5])
         kind2 = str(rng.choice(kinds2, p=w2 / w2.sum()))
         return kind2, make_hostile2(rng, kind2)
     d = int(rng.integers(1, 4))
@@ -302,7 +365,7 @@ def make_case(i: int, seed: int) -> tuple[str, dict[str, Any]]:
 
 
 # ============================================================================ execution
-HOSTILE2 = ("budget", "scale", "rank_steer", "ill_design", "token_check", "seed")
+HOSTILE2 = ("budget", "scale", "rank_steer", "ill_design", "token_check", "seed", "stabilize")
 
 
 def _contradiction(res: Any) -> str:
@@ -456,6 +519,132 @@ def _hostile2_call(kind: str, a: dict[str, Any]) -> Any:
     return g.sample(3, s)
 
 
+def _stabilize_inputs(a: dict[str, Any]) -> tuple[Any, Any]:
+    """The layer and target of a ``stabilize`` case, built untimed (every input valid)."""
+    import gtcontrol as gc
+
+    rng = np.random.default_rng(a["seed"])
+    d, h, size = a["d"], a["n_heads"], a["head_scale"]
+    scale = a["scale"]
+    cov = _ill_spd(rng, d, a["cond"], scale)
+    # heads in the target's units (B·Σ* of order 1) unless the case says otherwise
+    unit = min(1.0 / scale, 1e140) if a["unit_heads"] else 1.0
+    a_mat = rng.standard_normal((d, d)) / math.sqrt(d) + a["a_shift"] * np.eye(d)
+    bias = rng.standard_normal(d)
+    dh = max(1, d // h)
+
+    def w(r: int, c: int) -> Any:
+        return size * rng.standard_normal((r, c)) / math.sqrt(c)
+
+    noise = None
+    if a["noise"] is not None:
+        noise = a["noise"] * math.sqrt(scale) * rng.standard_normal((d, d)) / math.sqrt(d)
+    if a["factored"]:
+        heads: Any = gc.FactoredHeads.from_projections(
+            unit * w(h * dh, d), w(h * dh, d), w(h * dh, d), w(d, h * dh), n_heads=h
+        )
+    else:
+        heads = [(w(d, d), unit * w(d, d)) for _ in range(h)]
+    layer = gc.Layer(A=a_mat, b=bias, heads=heads, noise=noise)
+    z = rng.standard_normal(d)
+    mean = a["mean_scale"] * z * (1.0 if a["mean_absolute"] else math.sqrt(scale))
+    mean = np.clip(mean, -1e149, 1e149)
+    return layer, gc.Gaussian(mean, cov)
+
+
+def _stabilize_check(res: Any, target: Any, rate: float) -> str:
+    """Why a ``SUCCESS`` of :func:`gtcontrol.stabilize` does not hold up ('' when it does), in
+    units where ``Σ*`` is of order 1 (tokens ``x = √t x̃``: ``B → tB``, ``m, b, G → /√t``)."""
+    if not res.success:
+        return ""
+    s, m = np.array(target.cov), np.array(target.mean)
+    t = 2.0 ** round(math.log2(float(np.max(np.abs(s)))))
+    st, mt = s / t, m / math.sqrt(t)
+    lay = res.layer
+    a_mat = np.array(lay.A)
+    heads = [(np.array(v), np.array(b) * t) for v, b in lay.heads]
+    mm = a_mat + sum((v @ st @ b for v, b in heads), np.zeros_like(st))
+    c = np.array(lay.b) / math.sqrt(t) + sum((v @ mt for v, _ in heads), np.zeros_like(mt))
+    ds = mm @ st + st @ mm.T
+    size_s = 2.0 * np.linalg.norm(a_mat @ st)
+    size_m = np.linalg.norm(a_mat @ mt) + np.linalg.norm(np.array(lay.b)) / math.sqrt(t)
+    for v, b in heads:
+        size_s += 2.0 * np.linalg.norm(v @ st @ b @ st)
+        size_m += np.linalg.norm(v @ st @ b @ mt) + np.linalg.norm(v @ mt)
+    if lay.noise is not None:
+        gg = np.array(lay.noise) @ np.array(lay.noise).T / t
+        ds, size_s = ds + gg, size_s + np.linalg.norm(gg)
+    dm = mm @ mt + c
+    rc = float(np.linalg.norm(ds) / size_s)
+    rm = float(np.linalg.norm(dm) / size_m) if size_m > 0 else float(np.linalg.norm(dm))
+    if not (rc <= 1e-6 and rm <= 1e-6):
+        return f"stabilize: SUCCESS with equilibrium residuals {rc:.3g} (Σ), {rm:.3g} (m)"
+    d = s.shape[0]
+    if d > 16:
+        return ""
+    eye = np.eye(d)
+    jac = np.kron(eye, mm) + np.kron(mm, eye)
+    for v, b in heads:
+        jac += np.kron((b @ st).T, v) + np.kron(v, (b @ st).T)
+    cols = [(i, k) for k in range(d) for i in range(k, d)]
+    dup = np.zeros((d * d, len(cols)))
+    for n, (i, k) in enumerate(cols):
+        dup[i + k * d, n] = dup[k + i * d, n] = 1.0
+    lin = np.linalg.pinv(dup) @ jac @ dup
+    k_mat = a_mat + sum((v @ (eye + st @ b) for v, b in heads), np.zeros_like(st))
+    alpha = max(
+        float(np.max(np.linalg.eigvals(lin).real)), float(np.max(np.linalg.eigvals(k_mat).real))
+    )
+    tol = 1e-7 * max(1.0, rate) + 1e-12 * float(np.linalg.norm(lin))
+    if alpha > -rate + tol:
+        return f"stabilize: SUCCESS with a dense spectral abscissa {alpha:.8g} > −{rate:g}"
+    h = dup @ np.linalg.solve(lin, -np.linalg.pinv(dup) @ ds.reshape(-1, order="F"))
+    shift_s = float(np.linalg.norm(h) / np.linalg.norm(st))
+    ref = max(float(np.linalg.norm(mt)), math.sqrt(float(np.trace(st))))
+    shift_m = float(np.linalg.norm(np.linalg.solve(k_mat, dm))) / ref
+    if not max(shift_s, shift_m) <= 1e-5:
+        return (
+            f"stabilize: SUCCESS whose exact equilibrium lies {shift_s:.3g} (Σ), {shift_m:.3g} "
+            "(m) from the target"
+        )
+    return ""
+
+
+def _run_stabilize(i: int, a: dict[str, Any]) -> tuple[int, str, str]:
+    """One ``stabilize`` case: warnings are recorded (``noisy``), not raised."""
+    import gtcontrol as gc
+
+    layer, target = _stabilize_inputs(a)
+    limit = a["limit"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warnings.simplefilter("ignore", DeprecationWarning)
+        try:
+            t0 = time.perf_counter()
+            res = gc.stabilize(
+                layer, target, add=a["add"], rate=a["rate"], seed=a["seed"], time_limit=limit
+            )
+            wall = time.perf_counter() - t0
+        except gc.GTControlError as exc:
+            return i, "GTControlError", f"stabilize: {exc!s:.120}"
+        except Exception as exc:  # counting raw exceptions is the point
+            where = traceback.extract_tb(exc.__traceback__)[-1]
+            return (
+                i,
+                f"raw {type(exc).__name__}",
+                f"stabilize: {exc!s:.120} at {where.filename}:{where.lineno}",
+            )
+    if caught:
+        w = caught[0]
+        return i, f"noisy {w.category.__name__}", f"stabilize: {w.message!s:.100} ({w.filename})"
+    if wall > allowed(limit) + 0.5:
+        return i, "overtime", f"stabilize: d={a['d']} {wall:.2f} s > {limit} ({res.status.value})"
+    wrong = _stabilize_check(res, target, a["rate"])
+    if wrong:
+        return i, "wrong", f"{wrong} (case args {a})"
+    return i, "ok", f"stabilize-{res.status.value}"
+
+
 def _w2_check(a: Any, b: Any, tol: float) -> str:
     w = a.bures_wasserstein(b)
     return "" if w <= tol else f"W2 {w:.3g} > {tol:.3g}"
@@ -463,96 +652,120 @@ def _w2_check(a: Any, b: Any, tol: float) -> str:
 
 def run_case(i: int, seed: int) -> tuple[int, str, str]:
     """Run one call: ``(i, outcome, detail)``."""
+    kind, a = make_case(i, seed)
+    if kind == "stabilize":
+        return _run_stabilize(i, a)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warnings.simplefilter("ignore", DeprecationWarning)
+        out = _run_call(i, kind, a)
+    if caught and out[1] in ("ok", "GTControlError"):
+        w = caught[0]
+        return i, f"noisy {w.category.__name__}", f"{kind}: {w.message!s:.100} ({w.filename})"
+    return out
+
+
+def _run_planted(a: dict[str, Any]) -> str:
+    """A planted-equilibrium case (tests/_planted.py), every certified claim checked at 50
+    digits: the contradiction, or ``""``."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+    from _planted import check_case, default_cases
+
+    case = default_cases(a["index"] + 1, a["seed"])[a["index"]]
+    chk = check_case(case)
+    return f"{case.name}: {chk.contradicted}" if chk.contradicted else ""
+
+
+def _run_call(i: int, kind: str, a: dict[str, Any]) -> tuple[int, str, str]:
+    """One call of the usual mix: ``(i, outcome, detail)``."""
     import gtcontrol as gc
     from gtcontrol import Gaussian, Layer
 
-    kind, a = make_case(i, seed)
     wrong = ""
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            warnings.simplefilter("error", RuntimeWarning)
-            if kind in HOSTILE2:
-                call = _budget_call(a) if kind == "budget" else lambda: _hostile2_call(kind, a)
-                t0 = time.perf_counter()
-                res = call()
-                wall = time.perf_counter() - t0
-                limit = a.get("limit")
-                finite = isinstance(limit, float) and 0 < limit < 1e9 and limit == limit
-                if kind == "budget" and finite and wall > allowed(limit) + 0.5:
-                    return i, "overtime", f"{kind}: {a['solver']} d={a['d']} {wall:.2f} s > {limit}"
-                wrong = _contradiction(res)
-            elif kind == "gaussian":
-                g = Gaussian(a["m0"], a["c0"])
-                if not np.all(np.isfinite(g.cov)) or np.linalg.eigvalsh(g.cov)[0] < -1e-6 * max(
-                    1.0, float(np.abs(g.cov).max())
-                ):
-                    wrong = "accepted a non-finite or non-PSD covariance"
-            elif kind == "sample":
-                x = Gaussian([0.0], [[1.0]]).sample(a["n"], a["rng"])
-                wrong = "" if np.all(np.isfinite(x)) else "non-finite samples"
-            elif kind == "bures":
-                g0, g1 = Gaussian(a["m0"], a["c0"]), Gaussian(a["m1"], a["c1"])
-                w = g0.bures_wasserstein(g1)
-                w_self = g0.bures_wasserstein(g0)
-                scale = float(np.sqrt(np.trace(g0.cov))) + 1.0
-                if not (np.isfinite(w) and w >= 0 and w_self <= 1e-12 * scale):
-                    wrong = f"W2 = {w}, W2(g, g) = {w_self}"
-            elif kind == "layer":
-                Layer(A=a["A"], heads=[(a["V"], a["B"])])
-            elif kind == "simulate":
-                lay = Layer(A=a["A"], heads=[(a["V"], a["B"])])
-                tr = gc.simulate(
-                    lay, Gaussian(a["m0"], a["c0"]), T=a["T"], rtol=a["rtol"], time_limit=10.0
-                )
-                if (
-                    tr.success
-                    and tr.status is gc.Status.SUCCESS
-                    and not np.all(np.isfinite(tr.final.cov))
-                ):
-                    wrong = "SUCCESS with a non-finite covariance"
-            elif kind == "tokens":
-                lay = Layer(A=a["A"], heads=[(a["V"], a["B"])])
-                x0 = np.random.default_rng(i).standard_normal((8, a["d"]))
-                gc.simulate_tokens(lay, x0, T=a["T"], dtype=a["dtype"], time_limit=10.0)
-            elif kind == "equilibria":
-                lay = Layer(A=a["A"], heads=[(a["V"], a["B"])])
-                tol = a["rtol"] if not a["valid"] else 1e-12
-                res = gc.equilibria(lay, newton=gc.NewtonSettings(tol=tol))
-                if res.status is gc.Status.SUCCESS and any(e.residual > 1e-6 for e in res):
-                    wrong = "SUCCESS with a large residual"
-            elif kind == "analyze":
-                lay = Layer(A=a["A"], heads=[(a["V"], a["B"])])
-                gc.analyze(lay, Gaussian(a["m0"], a["c0"]), time_limit=10.0)
-            elif kind == "ot":
-                g0, g1 = Gaussian(a["m0"], a["c0"]), Gaussian(a["m1"], a["c1"])
-                geo = gc.ot_steering(g0, g1, T=1.0)
-                end = Gaussian(geo.mean_at(1.0), geo.cov_at(1.0))
-                wrong = _w2_check(end, g1, 1e-9 * (1 + float(np.sqrt(np.trace(g1.cov)))))
-            elif kind == "exact":
-                g0, g1 = Gaussian(a["m0"], a["c0"]), Gaussian(a["m1"], a["c1"])
-                sched = gc.exact_layer_steering(g0, g1, T=1.0, n_layers=4)
-                fin = gc.simulate(sched, g0, time_limit=10.0)
-                if fin.success:
-                    scale = 1 + float(np.sqrt(np.trace(g1.cov)))
-                    wrong = _w2_check(fin.final, g1, 1e-6 * scale)
-            elif kind == "kalman":
-                gc.from_kalman(a["F"], a["H"], a["R"], a["Q"])
-            elif kind == "layer_at":
-                gc.Schedule([Layer(dim=1), Layer(dim=1)], T=1.0).layer_at(a["t"])
-            elif kind == "steer":
-                g0, g1 = Gaussian(a["m0"], a["c0"]), Gaussian(a["m1"], a["c1"])
-                res = gc.steer(
-                    g0,
-                    g1,
-                    1.0,
-                    n_layers=3,
-                    objective=a["objective"],
-                    bounds=gc.SteeringBounds(cov=a["cov_bound"]),
-                    time_limit=15.0,
-                )
-                if res.success and not res.terminal_error <= 1e-6:
-                    wrong = f"success with terminal error {res.terminal_error:.3g}"
+        if kind == "planted":
+            wrong = _run_planted(a)
+        elif kind in HOSTILE2:
+            call = _budget_call(a) if kind == "budget" else lambda: _hostile2_call(kind, a)
+            t0 = time.perf_counter()
+            res = call()
+            wall = time.perf_counter() - t0
+            limit = a.get("limit")
+            finite = isinstance(limit, float) and 0 < limit < 1e9 and limit == limit
+            if kind == "budget" and finite and wall > allowed(limit) + 0.5:
+                return i, "overtime", f"{kind}: {a['solver']} d={a['d']} {wall:.2f} s > {limit}"
+            wrong = _contradiction(res)
+        elif kind == "gaussian":
+            g = Gaussian(a["m0"], a["c0"])
+            if not np.all(np.isfinite(g.cov)) or np.linalg.eigvalsh(g.cov)[0] < -1e-6 * max(
+                1.0, float(np.abs(g.cov).max())
+            ):
+                wrong = "accepted a non-finite or non-PSD covariance"
+        elif kind == "sample":
+            x = Gaussian([0.0], [[1.0]]).sample(a["n"], a["rng"])
+            wrong = "" if np.all(np.isfinite(x)) else "non-finite samples"
+        elif kind == "bures":
+            g0, g1 = Gaussian(a["m0"], a["c0"]), Gaussian(a["m1"], a["c1"])
+            w = g0.bures_wasserstein(g1)
+            w_self = g0.bures_wasserstein(g0)
+            scale = float(np.sqrt(np.trace(g0.cov))) + 1.0
+            if not (np.isfinite(w) and w >= 0 and w_self <= 1e-12 * scale):
+                wrong = f"W2 = {w}, W2(g, g) = {w_self}"
+        elif kind == "layer":
+            Layer(A=a["A"], heads=[(a["V"], a["B"])])
+        elif kind == "simulate":
+            lay = Layer(A=a["A"], heads=[(a["V"], a["B"])])
+            tr = gc.simulate(
+                lay, Gaussian(a["m0"], a["c0"]), T=a["T"], rtol=a["rtol"], time_limit=10.0
+            )
+            if (
+                tr.success
+                and tr.status is gc.Status.SUCCESS
+                and not np.all(np.isfinite(tr.final.cov))
+            ):
+                wrong = "SUCCESS with a non-finite covariance"
+        elif kind == "tokens":
+            lay = Layer(A=a["A"], heads=[(a["V"], a["B"])])
+            x0 = np.random.default_rng(i).standard_normal((8, a["d"]))
+            gc.simulate_tokens(lay, x0, T=a["T"], dtype=a["dtype"], time_limit=10.0)
+        elif kind == "equilibria":
+            lay = Layer(A=a["A"], heads=[(a["V"], a["B"])])
+            tol = a["rtol"] if not a["valid"] else 1e-12
+            res = gc.equilibria(lay, newton=gc.NewtonSettings(tol=tol))
+            if res.status is gc.Status.SUCCESS and any(e.residual > 1e-6 for e in res):
+                wrong = "SUCCESS with a large residual"
+        elif kind == "analyze":
+            lay = Layer(A=a["A"], heads=[(a["V"], a["B"])])
+            gc.analyze(lay, Gaussian(a["m0"], a["c0"]), time_limit=10.0)
+        elif kind == "ot":
+            g0, g1 = Gaussian(a["m0"], a["c0"]), Gaussian(a["m1"], a["c1"])
+            geo = gc.ot_steering(g0, g1, T=1.0)
+            end = Gaussian(geo.mean_at(1.0), geo.cov_at(1.0))
+            wrong = _w2_check(end, g1, 1e-9 * (1 + float(np.sqrt(np.trace(g1.cov)))))
+        elif kind == "exact":
+            g0, g1 = Gaussian(a["m0"], a["c0"]), Gaussian(a["m1"], a["c1"])
+            sched = gc.exact_layer_steering(g0, g1, T=1.0, n_layers=4)
+            fin = gc.simulate(sched, g0, time_limit=10.0)
+            if fin.success:
+                scale = 1 + float(np.sqrt(np.trace(g1.cov)))
+                wrong = _w2_check(fin.final, g1, 1e-6 * scale)
+        elif kind == "kalman":
+            gc.from_kalman(a["F"], a["H"], a["R"], a["Q"])
+        elif kind == "layer_at":
+            gc.Schedule([Layer(dim=1), Layer(dim=1)], T=1.0).layer_at(a["t"])
+        elif kind == "steer":
+            g0, g1 = Gaussian(a["m0"], a["c0"]), Gaussian(a["m1"], a["c1"])
+            res = gc.steer(
+                g0,
+                g1,
+                1.0,
+                n_layers=3,
+                objective=a["objective"],
+                bounds=gc.SteeringBounds(cov=a["cov_bound"]),
+                time_limit=15.0,
+            )
+            if res.success and not res.terminal_error <= 1e-6:
+                wrong = f"success with terminal error {res.terminal_error:.3g}"
     except gc.GTControlError:
         return i, "GTControlError", kind
     except Exception as exc:  # counting raw exceptions is the point

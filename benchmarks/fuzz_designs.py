@@ -39,6 +39,15 @@ every size (``d`` up to 64; tiny, ordinary, NaN, inf, beyond the TOML integer ra
 covariance scales (``10^±100``), rank-deficient steering, design targets with condition numbers
 up to ``10¹²`` with ``min_ess`` and token checks.
 
+A share of the files (``--models``, default 0) come from the generator of the tasks that load a
+model (:func:`make_model_case`): ``model``, ``stabilize`` with ``model`` and ``experiment``, on
+tiny random-init models built once (a BERT and a ViT folder, a ViT as an ONNX file), the
+``random-*`` names and MiniLM, with time limits of 0.5, 2 and 5 s and hostile ones (tiny,
+unlimited, NaN, negative, zero) and their options drawn (too few tokens, a layer past the last,
+the text target of an ONNX file). These are run, not only validated; their overtime is judged
+by the run's own clock (``result.json`` ``seconds``: importing torch and loading the model
+count) against ``max(1 s, 10 %)`` with no slack for the writing, which the limit covers too.
+
 Usage::
 
     python benchmarks/fuzz_designs.py            # 2,000 files
@@ -59,6 +68,7 @@ import os
 import random
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -87,6 +97,12 @@ OUTCOMES = (
 )
 #: Seconds a run may take past ``max(1 s, 10 %)`` of its time limit to write its folder.
 OUTPUT_SLACK = 3.0
+#: Share of the files made by the model-task generator (``--models``; a list, set once).
+_MODEL_SHARE = [0.0]
+#: First line of a file of the model-task generator: run it although its task loads a model.
+MODEL_MARK = "# fuzz: a task that loads a model, run on tiny models"
+#: The tiny model files of the model-task generator (filled once by :func:`build_models`).
+_MODEL_FILES: dict[str, str] = {}
 
 
 class Hang(BaseException):
@@ -173,6 +189,117 @@ def make_hostile2(index: int, seed: int) -> tuple[str, str]:
     return f"hostile2:{kind}:{task}:d={d}", dumps(doc)
 
 
+#: Time limits of the model-task files: the promised ones, then hostile ones (as TOML values).
+_MODEL_LIMITS: tuple[Any, ...] = (0.5, 2.0, 5.0, 0.5, 2.0, 5.0, 1e-9, 0.05, math.inf, 1e10)
+_MODEL_BAD_LIMITS: tuple[Any, ...] = (math.nan, -1.0, 0)
+
+
+def build_models(folder: Path) -> dict[str, str]:
+    """Build the tiny models of the model-task generator into ``folder`` (in a child process:
+    the workers are forked, and a parent that imported torch would hand them its threads)."""
+    ctx = mp.get_context("spawn")
+    proc = ctx.Process(target=_build_models, args=(str(folder),))
+    proc.start()
+    proc.join()
+    if proc.exitcode != 0:
+        raise RuntimeError(f"building the tiny models failed (exit {proc.exitcode})")
+    return {
+        "bert": str(folder / "bert"),
+        "vit": str(folder / "vit"),
+        "onnx": str(folder / "vit.onnx"),
+    }
+
+
+def _build_models(folder: str) -> None:
+    import warnings
+
+    import torch
+    import transformers as tr
+
+    tr.logging.set_verbosity_error()
+    tr.logging.disable_progress_bar()
+    root = Path(folder)
+    torch.manual_seed(0)
+    tr.BertModel(
+        tr.BertConfig(
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=64,
+            vocab_size=100,
+            max_position_embeddings=64,
+        ),
+        add_pooling_layer=False,
+    ).save_pretrained(root / "bert")
+    vit = tr.ViTModel(
+        tr.ViTConfig(
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=64,
+            image_size=16,
+            patch_size=4,
+        ),
+        add_pooling_layer=False,
+    ).eval()
+    vit.save_pretrained(root / "vit")
+
+    class Pixels(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = vit
+
+        def forward(self, x: Any) -> Any:
+            return self.net(pixel_values=x).last_hidden_state
+
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            Pixels(),
+            (torch.zeros(1, 3, 16, 16),),
+            str(root / "vit.onnx"),
+            input_names=["x"],
+            dynamo=False,
+            opset_version=17,
+        )
+
+
+def make_model_case(index: int, seed: int) -> tuple[str, str]:
+    """A design file of a task that loads a model: ``(description, TOML text)``."""
+    rng = random.Random(seed * 11_000_027 + index)
+    files = _MODEL_FILES
+    task = rng.choice(["model", "model", "stabilize", "stabilize", "experiment"])
+    tiny = [files["bert"], files["vit"], files["onnx"]]
+    named = ["random-bert", "random-vit", "random-deit", "random-gpt2", "minilm"]
+    model = rng.choice(tiny * 3 + named + ["random-modernbert"])
+    limit = rng.choice(_MODEL_LIMITS) if rng.random() < 0.9 else rng.choice(_MODEL_BAD_LIMITS)
+    unlimited = not (isinstance(limit, float) and 0 < limit < 100)
+    if unlimited and (task == "experiment" or model not in tiny):
+        limit = 2.0  # no unlimited run on a full-size model: it would only measure the machine
+    doc: dict[str, Any] = {"task": task, "title": f"models {task}", "time_limit": limit}
+    if rng.random() < 0.5:
+        doc["seed"] = rng.randrange(0, 5)
+    if task == "model":
+        opts: dict[str, Any] = {"model": model, "n_null": rng.choice([8, 16])}
+        opts["n_tokens"] = rng.choice([0, 16, 20, 33, 34, 64, 400])
+        if opts["n_tokens"] == 0 and model in tiny:
+            opts["n_tokens"] = 64  # automatic: max(512, d + 64), slow on a loaded machine
+        opts["T"] = rng.choice([0.5, 4.0])
+        opts["flows"] = rng.random() < 0.6
+    elif task == "stabilize":
+        opts = {"model": model, "layer": rng.choice([0, 0, 1, 5])}
+        opts["target_from"] = rng.choice(["text", "identity", "identity"])
+        opts["add"] = rng.choice(["head", "head", "gains", "auto"])
+        if rng.random() < 0.3:
+            opts["token_check"] = rng.choice([64, 256])
+        opts["before"] = rng.random() < 0.7
+    else:
+        opts = {"quick": True} if rng.random() < 0.7 else {"flows": True}
+    doc[task] = opts
+    name = Path(model).name if task != "experiment" else "minilm"
+    return f"models:{task}:{name}:{limit!r}", f"{MODEL_MARK}\n{dumps(doc)}"
+
+
 def _limit_of(text: str) -> float | None:
     """The finite top-level ``time_limit`` of a design text (``None``: none or not finite)."""
     try:
@@ -206,7 +333,10 @@ def contradiction(res: dict[str, Any]) -> str:
 
 
 def make_case(index: int, seed: int, bases: dict[str, dict[str, Any]]) -> tuple[str, str]:
-    """The ``index``-th design file: mutated, or (a share) of the second-round generators."""
+    """The ``index``-th design file: of the model-task generator (a share), mutated, or (a
+    share) of the second-round generators."""
+    if random.Random(seed * 5_000_011 + index).random() < _MODEL_SHARE[0]:
+        return make_model_case(index, seed)
     if random.Random(seed * 3_000_017 + index).random() < _SHARE[0]:
         return make_hostile2(index, seed)
     rng = random.Random(seed * 1_000_003 + index)
@@ -237,7 +367,8 @@ def _on_alarm(signum: int, frame: Any) -> None:
 
 
 def run_case(text: str, root: Path, limit: int) -> tuple[str, str]:
-    """Run one design file in this process; return ``(outcome, detail)``."""
+    """Run one design file in this process (a file of the model-task generator in a fresh
+    ``gtcontrol run`` process); return ``(outcome, detail)``."""
     from gtcontrol import DesignFileError
     from gtcontrol.cli import main
     from gtcontrol.cli.schema import parse_design
@@ -251,6 +382,8 @@ def run_case(text: str, root: Path, limit: int) -> tuple[str, str]:
     except tomllib.TOMLDecodeError:
         parsed = {}
     task = parsed.get("task")
+    if text.startswith(MODEL_MARK):  # the family of the tasks that load a model: run
+        return _run_fresh(design, out, root, text, limit)
     if task in SLOW_TASKS or _pretrained_stabilize(parsed):
         try:
             parse_design(text)
@@ -276,7 +409,49 @@ def run_case(text: str, root: Path, limit: int) -> tuple[str, str]:
     promised = _limit_of(text)
     if promised is not None and wall > promised + max(1.0, 0.1 * promised) + OUTPUT_SLACK:
         return "overtime", f"exit {code} after {wall:.1f} s for time_limit = {promised:g}"
-    stderr = err.getvalue()
+    return _judge(code, err.getvalue(), root, out)
+
+
+def _run_fresh(design: Path, out: Path, root: Path, text: str, limit: int) -> tuple[str, str]:
+    """A file of the model-task generator, run as the command runs: a fresh process (a load
+    it gives up on ends with it). Overtime is judged by the run's own clock (``result.json``
+    ``seconds``); the wall clock, which adds Python's start, the import of gtcontrol and the
+    exit, is reported in the detail of a run that succeeded (``wall=...``, not a warning)."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    clock = time.perf_counter()
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "gtcontrol", "run", "-q", str(design), "-o", str(out)],
+            capture_output=True,
+            text=True,
+            timeout=limit,
+            env=env,
+        )
+    except subprocess.TimeoutExpired:
+        return "hang", f"no exit after {limit} s"
+    wall = time.perf_counter() - clock
+    promised = _limit_of(text)
+    own = _own_seconds(out) if proc.returncode == 0 else None
+    if promised is not None and own is not None and own > promised + max(1.0, 0.1 * promised):
+        summary = json.loads((out / "result.json").read_text("utf-8"))["summary"]
+        return "overtime", (
+            f"result.json seconds {own:.2f} (wall {wall:.1f}) for time_limit = {promised:g}: "
+            f"{summary.get('status')}: {str(summary.get('message'))[:300]}"
+        )
+    stderr = "\n".join(
+        ln for ln in proc.stderr.splitlines() if not ln.startswith("gtcontrol: wrote ")
+    )
+    outcome, detail = _judge(proc.returncode, stderr, root, out, quiet=True)
+    if outcome == "ok" and not detail:
+        detail = f"wall={wall:.2f} own={own if own is None else round(own, 2)}"
+    return outcome, detail
+
+
+def _judge(
+    code: int, stderr: str, root: Path, out: Path, *, quiet: bool = False
+) -> tuple[str, str]:
+    """The outcome of a run that ended with exit ``code`` and ``stderr`` (``quiet``: a run
+    with ``-q``, whose stderr holds nothing but warning lines when it succeeds)."""
     lines = stderr.splitlines()
     leftovers = sorted(p.name for p in root.iterdir() if p.name not in ("d.toml", "out"))
     if code == 0:
@@ -292,6 +467,8 @@ def run_case(text: str, root: Path, limit: int) -> tuple[str, str]:
         if why:
             return "self-contradicting", why
         warned = [ln for ln in lines if ln.startswith("gtcontrol: warning:")]
+        if quiet and len(warned) < len(lines):  # anything else on stderr is raw
+            return "raw exception", f"exit 0 with stderr: {stderr.strip()[:300]}"
         return "ok", warned[0] if warned else ""
     if "Traceback" in stderr or code not in (2, 130):
         return "raw exception", f"exit {code}: {stderr.strip()[:300]}"
@@ -300,6 +477,15 @@ def run_case(text: str, root: Path, limit: int) -> tuple[str, str]:
     if out.exists() or leftovers:
         return "partial output", f"exit {code}, out={out.exists()}, leftovers={leftovers}"
     return "clean error", lines[0][:300]
+
+
+def _own_seconds(out: Path) -> float | None:
+    """The run's own clock: ``seconds`` of its ``result.json`` (``None`` when unreadable)."""
+    try:
+        value = json.loads((out / "result.json").read_text("utf-8"))["seconds"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return float(value) if isinstance(value, (int, float)) else None
 
 
 def _worker(conn: Connection, workdir: str, limit: int) -> None:
@@ -432,6 +618,13 @@ def main(argv: list[str] | None = None) -> int:
         help="share of files from the second-round generators (default 0.5)",
     )
     p.add_argument(
+        "--models",
+        type=float,
+        default=_MODEL_SHARE[0],
+        help="share of files from the generator of the tasks that load a model (default 0; "
+        "1: only those)",
+    )
+    p.add_argument(
         "--cases",
         type=int,
         nargs="+",
@@ -448,7 +641,20 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     n, limit = (200, 30) if args.quick else (args.n, args.timeout)
     _SHARE[0] = args.hostile2
+    _MODEL_SHARE[0] = args.models
     bases = {name: make_fast(doc) for name, doc in shipped_designs().items()}
+    with tempfile.TemporaryDirectory(prefix="gtcontrol-fuzz-") as workdir:
+        if args.models > 0:
+            _MODEL_FILES.update(build_models(Path(workdir) / "models"))
+        else:
+            _MODEL_FILES.update(bert="bert", vit="vit", onnx="vit.onnx")  # never run
+        return _fuzz(args, n, limit, bases, workdir)
+
+
+def _fuzz(
+    args: argparse.Namespace, n: int, limit: int, bases: dict[str, dict[str, Any]], workdir: str
+) -> int:
+    """Make the cases, run them (or show them) and print the counts."""
     if args.show:
         for index in args.show:
             desc, text = make_case(index, args.seed, bases)
@@ -456,9 +662,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     cases = [make_case(i, args.seed, bases) for i in range(n)]
     clock = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="gtcontrol-fuzz-") as workdir:
-        pool = _Pool(args.workers, workdir, limit)
-        results = pool.run(cases, args.progress, args.log, start=args.start, only=args.cases)
+    pool = _Pool(args.workers, workdir, limit)
+    results = pool.run(cases, args.progress, args.log, start=args.start, only=args.cases)
     seconds = time.perf_counter() - clock
     counts = Counter(outcome for _, outcome, _ in results)
     print(
@@ -468,8 +673,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     for outcome in OUTCOMES:
         print(f"  {outcome:15s} {counts.get(outcome, 0)}")
-    warned = sum(1 for _, o, d in results if o == "ok" and d)
+    warned = sum(1 for _, o, d in results if o == "ok" and d.startswith("gtcontrol: warning:"))
     print(f"  (ok runs that printed a warning line: {warned})")
+    _print_model_clocks(results, cases)
     defects = ("raw exception", "hang", "partial output", "overtime", "self-contradicting")
     bad = [r for r in sorted(results) if r[1] in defects]
     for index, outcome, detail in bad[:20]:
@@ -485,6 +691,28 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
     return 1 if bad else 0
+
+
+def _print_model_clocks(results: list[tuple[int, str, str]], cases: list[tuple[str, str]]) -> None:
+    """The largest run's own clock past its limit and the largest wall clock of the fresh
+    processes of the model-task generator, by time limit."""
+    worst: dict[float, tuple[float, float]] = {}
+    for index, outcome, detail in results:
+        if outcome != "ok" or not detail.startswith("wall=") or "None" in detail:
+            continue
+        promised = _limit_of(cases[index][1])
+        wall, own = (float(x.split("=")[1]) for x in detail.split())
+        key = -1.0 if promised is None else promised
+        old = worst.get(key, (-math.inf, -math.inf))
+        worst[key] = (max(old[0], own - max(0.0, key)), max(old[1], wall))
+    for key in sorted(worst):
+        over, wall = worst[key]
+        own = f"at most {over:.1f} s" if key < 0 else f"at most {over:+.2f} s past the limit"
+        name = "none" if key < 0 else f"{key:g} s"
+        print(
+            f"  model tasks, time_limit {name}: own clock {own}; wall of the fresh process at "
+            f"most {wall:.1f} s"
+        )
 
 
 if __name__ == "__main__":

@@ -12,10 +12,17 @@ FAQ on its threads' busy-waiting between calls.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-__all__ = ["arpack_products", "blas_single_threaded", "single_threaded_blas"]
+__all__ = [
+    "arpack_products",
+    "blas_single_threaded",
+    "busy",
+    "calm_blas",
+    "single_threaded_blas",
+]
 
 _T = TypeVar("_T")
 
@@ -83,3 +90,34 @@ def arpack_products(
 
     with ctl.limit(limits=1):
         yield on_caller_threads
+
+
+def busy() -> bool:
+    """Whether the machine has more work than cores: more threads runnable right now than it
+    has CPUs (``/proc/loadavg``, this process's included), or a one-minute load above them.
+
+    A multi-threaded OpenBLAS then stalls: its threads busy-wait for cores that others hold,
+    and no budget check can fall inside one call (docs/benchmarks.md).
+    """
+    n = os.cpu_count() or 1
+    try:
+        with open("/proc/loadavg", encoding="ascii") as f:
+            fields = f.read().split()
+        load, running = float(fields[0]), int(fields[3].split("/")[0])
+    except (OSError, ValueError, IndexError):
+        try:
+            load, running = os.getloadavg()[0], 0
+        except (OSError, AttributeError):  # pragma: no cover - no load average to read
+            return False
+    return running > n or load > n + 0.5
+
+
+@contextlib.contextmanager
+def calm_blas() -> Iterator[None]:
+    """numpy's BLAS on one thread inside the block when the machine is :func:`busy` (its
+    threads would stall), else as it is; restored after."""
+    if busy() and not blas_single_threaded():
+        with single_threaded_blas():
+            yield
+    else:
+        yield

@@ -11,14 +11,17 @@ wall-clock limit) and turns it into a :class:`Budget`, which its loops consult.
 
 from __future__ import annotations
 
+import atexit
+import contextvars
 import math
+import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
@@ -31,13 +34,17 @@ __all__ = [
     "MAX_TIME_LIMIT",
     "Budget",
     "BudgetExhausted",
+    "HandedLimit",
     "Outcome",
     "OutcomeOrBlowup",
     "OutcomeOrInfeasible",
     "Result",
     "ResultFields",
     "Status",
+    "abandoned_work",
     "as_time_limit",
+    "import_fits",
+    "within",
 ]
 
 
@@ -138,7 +145,49 @@ def as_time_limit(value: Any, name: str = "time_limit") -> float | None:
         raise InvalidParametersError(
             f"{name}: expected None or a positive number of seconds, got {_shown(value)}"
         )
-    return None if x > MAX_TIME_LIMIT else x
+    if x > MAX_TIME_LIMIT:
+        return None
+    return HandedLimit(x, value.given) if isinstance(value, HandedLimit) else x
+
+
+class HandedLimit(float):
+    """A ``time_limit`` that a :class:`Budget` hands to a nested solver: its seconds (a float,
+    used as any limit) and ``given``, the limit the user gave the outer call.
+
+    The nested solver's :class:`Budget` keeps ``given`` as its :attr:`Budget.given_limit`, so
+    its messages name the limit the user gave, never a remainder or a floor (``1e-06 s``).
+    Scaling keeps it (``0.5 * limit`` is still a share of the same limit); other arithmetic
+    gives a plain float.
+
+    Examples
+    --------
+    >>> outer = Budget(2.0)
+    >>> inner = Budget(outer.left_as_limit() / 3)
+    >>> inner.time_limit < 1, inner.given_limit
+    (True, 2.0)
+    """
+
+    given: float
+
+    def __new__(cls, seconds: float, given: float) -> HandedLimit:
+        self = super().__new__(cls, seconds)
+        self.given = float(given)
+        return self
+
+    def __reduce__(self) -> tuple[type[HandedLimit], tuple[float, float]]:
+        return (HandedLimit, (float(self), self.given))
+
+    def _same(self, value: Any) -> Any:
+        return HandedLimit(value, self.given) if type(value) is float else value
+
+    def __mul__(self, other: Any) -> Any:
+        return self._same(float.__mul__(self, other))
+
+    def __rmul__(self, other: Any) -> Any:
+        return self._same(float.__rmul__(self, other))
+
+    def __truediv__(self, other: Any) -> Any:
+        return self._same(float.__truediv__(self, other))
 
 
 def _shown(value: Any, limit: int = 80) -> str:
@@ -167,18 +216,23 @@ class BudgetExhausted(Exception):
         self.reason = reason
 
 
-#: An event that, once set, spends every :class:`Budget` built while it is the context's: the
-#: cancellation of a run whose result is no longer needed (:func:`cancellable`).
-_CANCEL: ContextVar[threading.Event | None] = ContextVar("gtcontrol_cancel", default=None)
+#: The events (with their reasons) that, once one is set, spend every :class:`Budget` built
+#: while they are the context's: the cancellation of a run whose result is no longer needed, or
+#: that its caller stopped waiting for (:func:`cancellable`). Nested blocks add to the chain.
+_CANCEL: ContextVar[tuple[tuple[threading.Event, str], ...]] = ContextVar(
+    "gtcontrol_cancel", default=()
+)
+_CANCELLED = "the run was cancelled: its result was no longer needed"
 
 
 @contextmanager
-def cancellable(event: threading.Event) -> Iterator[None]:
+def cancellable(event: threading.Event, reason: str = _CANCELLED) -> Iterator[None]:
     """Inside the block, every :class:`Budget` built is spent once ``event`` is set.
 
     For work started in the background (:func:`gtcontrol.stabilize`'s run of the given layer's
-    tokens, in a thread): setting ``event`` ends it at its next budget check, the way a time
-    limit would, with the reason "cancelled".
+    tokens, in a thread; :func:`within`): setting ``event`` ends it at its next budget check,
+    the way a time limit would, with ``reason`` (by default "cancelled"). An enclosing block's
+    event spends the budgets of an inner block too.
 
     Examples
     --------
@@ -191,7 +245,7 @@ def cancellable(event: threading.Event) -> Iterator[None]:
     >>> stop.set(); b.exhausted, b.reason()
     (True, 'the run was cancelled: its result was no longer needed')
     """
-    token = _CANCEL.set(event)
+    token = _CANCEL.set((*_CANCEL.get(), (event, reason)))
     try:
         yield
     finally:
@@ -211,6 +265,15 @@ class Budget:
         When the time limit began (a ``time.perf_counter()`` value; ``None``: now), for work
         done before the budget could be built (reading the file that holds the limit).
 
+    Attributes
+    ----------
+    time_limit
+        The seconds of this budget (``None``: no limit).
+    given_limit
+        The limit the user gave: ``time_limit``, or for the budget of a nested solver the outer
+        call's (a :class:`HandedLimit` from :meth:`left_as_limit`, :meth:`nested_limit`,
+        :meth:`hand` or :meth:`sub`). Messages name it (:meth:`reason`).
+
     Examples
     --------
     >>> b = Budget(None, max_evals=2)
@@ -223,7 +286,7 @@ class Budget:
     the cap of 2 evaluations was reached
     """
 
-    __slots__ = ("_cancel", "_deadline", "count", "max_evals", "start", "time_limit")
+    __slots__ = ("_cancel", "_deadline", "count", "given_limit", "max_evals", "start", "time_limit")
 
     def __init__(
         self,
@@ -233,6 +296,9 @@ class Budget:
         start: float | None = None,
     ) -> None:
         self.time_limit = as_time_limit(time_limit)
+        self.given_limit = (
+            self.time_limit.given if isinstance(self.time_limit, HandedLimit) else self.time_limit
+        )
         self.start = time.perf_counter() if start is None else float(start)
         self._deadline = math.inf if self.time_limit is None else self.start + self.time_limit
         self.max_evals = max_evals
@@ -247,9 +313,15 @@ class Budget:
     def left_as_limit(self, floor: float = 1e-6) -> float | None:
         """What is left of the deadline as the ``time_limit`` of a nested solver: ``None``
         without one, else the seconds left but at least ``floor`` (a limit must be positive;
-        the nested solver then stops at its first check)."""
+        the nested solver then stops at its first check), as a :class:`HandedLimit`."""
         left = self.remaining()
-        return None if math.isinf(left) else max(left, floor)
+        return None if math.isinf(left) else self.hand(max(left, floor))
+
+    def hand(self, seconds: float) -> float:
+        """``seconds`` as the ``time_limit`` of a nested solver: a :class:`HandedLimit` that
+        remembers :attr:`given_limit` (a plain float without one)."""
+        given = self.given_limit
+        return float(seconds) if given is None else HandedLimit(seconds, given)
 
     def remaining(self) -> float:
         """Seconds left before the deadline (``inf`` without a time limit, never negative)."""
@@ -261,7 +333,7 @@ class Budget:
         cancelled (:func:`cancellable`)."""
         if self.max_evals is not None and self.count > self.max_evals:
             return True
-        if self._cancel is not None and self._cancel.is_set():
+        if any(event.is_set() for event, _ in self._cancel):
             return True
         return time.perf_counter() > self._deadline
 
@@ -269,9 +341,10 @@ class Budget:
         """Why the budget is exhausted, in words (for ``message``)."""
         if self.max_evals is not None and self.count > self.max_evals:
             return f"the cap of {self.max_evals} evaluations was reached"
-        if self._cancel is not None and self._cancel.is_set():
-            return "the run was cancelled: its result was no longer needed"
-        return f"the time limit of {self.time_limit:g} s was reached"
+        for event, why in self._cancel:
+            if event.is_set():
+                return why
+        return f"the time limit of {self.given_limit:g} s was reached"
 
     def tick(self, n: int = 1) -> None:
         """Count ``n`` evaluations; raise :class:`BudgetExhausted` when the budget is spent."""
@@ -310,10 +383,106 @@ class Budget:
         if grace is None:
             return None
         left = self.remaining()
-        return max(left + 0.5 * max(grace - left, 0.0), 1e-9)
+        return self.hand(max(left + 0.5 * max(grace - left, 0.0), 1e-9))
 
     def sub(self, time_limit: float | None = None, *, max_evals: int | None = None) -> Budget:
         """A child budget that ends no later than this one (for per-start budgets)."""
         rem = self.remaining()
         limit = rem if time_limit is None else min(rem, time_limit)
-        return Budget(None if math.isinf(limit) else max(limit, 1e-9), max_evals=max_evals)
+        if math.isinf(limit):
+            return Budget(None, max_evals=max_evals)
+        seconds = max(limit, 1e-9)
+        handed = seconds if self.given_limit is None else self.hand(seconds)
+        return Budget(handed, max_evals=max_evals)
+
+
+_R = TypeVar("_R")
+#: The threads of work that :func:`within` gave up on (they may still run).
+_ABANDONED: list[threading.Thread] = []
+
+
+def abandoned_work() -> bool:
+    """Whether work that :func:`within` gave up on still runs in this process (a command
+    ending then exits at once: the interpreter's exit would stop that thread in the middle of
+    torch's C code, which aborts the process)."""
+    _ABANDONED[:] = [t for t in _ABANDONED if t.is_alive()]
+    return bool(_ABANDONED)
+
+
+@atexit.register
+def _finish_abandoned_work() -> None:
+    """At the exit of a process that gave up on work, let it end first (at most a minute per
+    thread): a daemon thread stopped inside torch's C code aborts the interpreter's exit."""
+    for thread in list(_ABANDONED):
+        thread.join(timeout=60.0)
+
+
+def import_fits(budget: Budget, module: str, seconds: float) -> None:
+    """Raise :class:`BudgetExhausted` when ``module`` is not imported yet and importing it
+    (``seconds`` in a fresh process) would not fit in what is left of ``budget``.
+
+    For work run by :func:`within`: an import whose C extension initializes for a second holds
+    the interpreter, so the caller waiting in another thread could not end in time meanwhile;
+    an import that cannot fit is not begun.
+    """
+    if module in sys.modules:
+        return
+    left = budget.remaining()
+    if left < seconds:
+        raise BudgetExhausted(
+            f"importing {module} (about {seconds:g} s in a fresh process) would not fit in the "
+            f"{left:.2g} s left of the time limit of {budget.given_limit:g} s"
+        )
+
+
+def within(
+    budget: Budget, work: Callable[[], _R], *, wait: float | None = None, settle: float = 0.0
+) -> _R | None:
+    """``work()`` if it returns in time for ``budget``, else ``None`` (the caller gave up on it).
+
+    For work that no budget check can interrupt: importing torch and transformers (2–8 s in a
+    fresh process), loading or building a model, a forward pass; or work whose own overrun the
+    caller cannot afford. Without a time limit it runs here. With one it runs in a daemon
+    thread, waited for ``wait`` seconds: by default until the deadline plus a quarter of the
+    tolerance ``max(1 s, 10 %)`` (:meth:`Budget.nested_limit`: a model already loaded still
+    returns for a spent budget). Then its budgets are spent (:func:`cancellable`, with the
+    reason of ``budget``'s time limit) and it is waited for ``settle`` seconds more, time for a
+    budget-aware loop to return what it has. Work given up on finishes in the background and
+    its result or error is dropped; an error raised in time is raised here.
+
+    Examples
+    --------
+    >>> import time
+    >>> within(Budget(5.0), lambda: 42)
+    42
+    >>> within(Budget(1e-3), lambda: time.sleep(2.0)) is None  # given up on after 0.25 s
+    True
+    """
+    if budget.time_limit is None:
+        return work()
+    stop = threading.Event()
+    box: list[tuple[bool, Any]] = []
+
+    def run() -> None:
+        with cancellable(stop, f"the time limit of {budget.given_limit:g} s was reached"):
+            try:
+                box.append((True, work()))
+            except BaseException as exc:  # handed to the caller if it still waits
+                box.append((False, exc))
+
+    thread = threading.Thread(
+        target=contextvars.copy_context().run, args=(run,), name="gtcontrol-within", daemon=True
+    )
+    thread.start()
+    thread.join(budget.nested_limit() if wait is None else max(wait, 0.0))
+    if not box and settle > 0:
+        stop.set()
+        thread.join(settle)
+    if not box:
+        stop.set()
+        _ABANDONED.append(thread)
+        return None
+    done, value = box[0]
+    if not done:
+        raise value
+    return value  # type: ignore[no-any-return]

@@ -321,24 +321,7 @@ def test_every_experiment_has_a_hard_case(tmp_path: Path) -> None:
     assert not missing, f"experiments without a hard case in tests/test_budget.py: {missing}"
 
 
-#: Experiments that still overrun the limit, and why (issue 22: reported, not hidden).
-_EXPERIMENT_OVERRUNS = {
-    # reproduce loads its encoders by name inside the limit: extract("minilm") (models.py,
-    # _named) is about 2 s with torch imported and 13 s cold, and cannot be interrupted
-    "reproduce": "loading a named model (gtcontrol/experiments/models.py _named) is not "
-    "interruptible: 2 s warm, 13 s cold",
-}
-
-
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(n, marks=pytest.mark.xfail(reason=_EXPERIMENT_OVERRUNS[n], strict=False))
-        if n in _EXPERIMENT_OVERRUNS
-        else n
-        for n in experiment_solvers()
-    ],
-)
+@pytest.mark.parametrize("name", experiment_solvers())
 def test_experiment_time_limit_holds(name: str, tmp_path: Path) -> None:
     cases = _experiment_cases(tmp_path)
     if name not in cases:

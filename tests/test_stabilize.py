@@ -295,13 +295,14 @@ def test_head_family_random_layers(d: int, n_heads: int, factored: bool, seed: i
     assert np.linalg.norm(s - target.cov) <= 1e-6 * np.linalg.norm(target.cov)
     assert np.linalg.norm(m - target.mean) <= 1e-6 * max(1.0, np.linalg.norm(target.mean))
     # the verification's own integration (rtol 1e-7) ends where the 1e-10 reference does, to
-    # 1/100 of the 1e-6 it must reach (it restarts at half depth, where it checks the screens'
+    # 1/50 of the 1e-6 it must reach (it restarts at half depth, where it checks the screens'
     # test). The difference follows the step sequence: a last-bit change of the gauge s (same
     # moment model) moved it from 1.05e-9 to 3.1e-9 on one row here, and an s four times
     # larger (an earlier, tail version of the own-logit bound) to 6.6e-9; it was 3e-10 before
-    # that restart
+    # that restart. On the d = 24 row it is 1.04e-8 to 1.13e-8 (against 7.6e-10), by the
+    # BLAS's threads and the round-off of the designed A alone: hence 2e-8, not 1e-8
     ref_err = np.linalg.norm(s - target.cov) / np.linalg.norm(target.cov)
-    assert abs(float(res.verification[1].cov_error[-1]) - ref_err) <= 1e-8
+    assert abs(float(res.verification[1].cov_error[-1]) - ref_err) <= 2e-8
 
 
 def test_a_shift_that_does_not_hold_is_refused() -> None:
@@ -768,7 +769,8 @@ def test_the_token_run_at_the_local_minimum_stops_when_c_grows(
     real = module.design_token_certificate
 
     def watched(*args: Any, **kwargs: Any) -> Any:
-        cancel = _CANCEL.get()
+        chain = _CANCEL.get()  # the (event, reason) pairs of the enclosing cancellable blocks
+        cancel = chain[-1][0] if chain else None
         stabilized = kwargs.get("method") == "adaptive"  # the given layer's run is RK4
         if stabilized and cancel is not None:
             # hold the run until the verification beside it fails its screen
@@ -1175,7 +1177,9 @@ def test_newton_krylov_returns_a_stabilized_factored_equilibrium() -> None:
     assert np.linalg.norm(dcov) <= 1e-10 * np.linalg.norm(target.cov)
 
 
-def test_verifications_run_concurrently_on_a_single_threaded_blas() -> None:
+def test_verifications_run_concurrently_on_a_single_threaded_blas(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """With numpy's BLAS on one thread (as in ``stabilize_model``) the verifying simulations
     run in threads: the same verification, start by start and in order, as one after the
     other."""
@@ -1198,8 +1202,11 @@ def test_verifications_run_concurrently_on_a_single_threaded_blas() -> None:
     with threadpool_limits(1, user_api="blas"), reporting(enabled=True, stream=io.StringIO()):
         assert jobs.concurrently([reporting_enabled, reporting_enabled]) == [True, True]
 
-    # a single job gets the BLAS threads of every core, and the caller's one thread after it
+    # a single job gets the BLAS threads of every core (on a machine that is not busy), and
+    # the caller's one thread after it
     from threadpoolctl import threadpool_info
+
+    monkeypatch.setattr(jobs, "busy", lambda: False)
 
     def blas_threads() -> int:
         return max(int(p["num_threads"]) for p in threadpool_info() if p["user_api"] == "blas")

@@ -42,8 +42,15 @@ import scipy.linalg as sla
 from .._linalg import FloatArray, sym, unvech, vech
 from .._status import Budget
 from ..model.params import Layer
+from ._certify import RootBall, certified_root, root_ball
 from ._core import is_pd
-from .newton import _field, _jacobian_parts, _kron_sym, _rel_residual, _typical_scale
+from .newton import (
+    _field,
+    _jacobian_parts,
+    _kron_sym,
+    _rel_residual,
+    _typical_scale,
+)
 
 __all__ = ["HOMOTOPY_MAX_DIM", "HomotopyRoots", "homotopy_roots"]
 
@@ -85,7 +92,10 @@ class HomotopyRoots:
     """What the total-degree homotopy found (see the module docstring).
 
     ``real_roots`` are the distinct real finite roots Σ (refined to ``residuals``), ``pd`` the
-    indices of the positive-definite ones. ``complete`` holds when every path was accounted for.
+    indices of the positive-definite ones, ``radii`` their Kantorovich radii (``nan``: not
+    certified) and ``certified`` whether an exact positive-definite root lies within the radius.
+    ``undecided`` counts the finite end points whose reality or definiteness the float data
+    cannot decide (:func:`_certify_roots`). ``complete`` holds when every path was accounted for.
     """
 
     paths: int
@@ -101,6 +111,9 @@ class HomotopyRoots:
     complete: bool
     seconds: float
     stats: Mapping[str, Any] = field(default_factory=dict)
+    radii: tuple[float, ...] = ()
+    certified: tuple[bool, ...] = ()
+    undecided: int = 0
 
     def summary(self) -> dict[str, Any]:
         """The counts, for ``stats`` and messages."""
@@ -114,6 +127,7 @@ class HomotopyRoots:
             "failed": self.failed,
             "jumped": self.jumped,
             "complete": self.complete,
+            "undecided": self.undecided,
             "seconds": self.seconds,
             **self.stats,
         }
@@ -288,7 +302,7 @@ def _polish_target(sys: _System, z: ComplexArray) -> tuple[ComplexArray, FloatAr
     return z, np.where(np.isfinite(last), last, np.inf), np.where(np.isfinite(cond), cond, np.inf)
 
 
-def _refine_real(layer: Layer, cov: FloatArray) -> tuple[FloatArray, float]:
+def refine_real(layer: Layer, cov: FloatArray) -> tuple[FloatArray, float]:
     """Real Newton on F (dense Kronecker Jacobian) until the relative residual stops falling."""
     d = layer.dim
     _, best = _rel_residual(layer, cov)
@@ -354,28 +368,23 @@ def homotopy_roots(layer: Layer, budget: Budget, *, seed: int = 0) -> HomotopyRo
         end, cycles = _end_game(sys, z[rest], h[rest], failed[rest], budget)
         for k, (kind, x) in zip(rest, end):
             kinds[k] = kind
-            if kind == "finite":
-                roots[k] = x
+            if kind in ("finite", "singular"):
+                roots[k] = x  # a singular one is checked for a possible real PD root
         kinds, jumped = _deduplicate(kinds, roots)
     else:
         jumped = int(np.sum(kinds == "duplicate"))
+    far = _far_roots(layer, sys, kinds, roots)
     finite = np.flatnonzero(kinds == "finite")
     sing = np.flatnonzero(kinds == "singular")
-    real, resid = _real_roots(layer, sys, roots[finite])
-    pd = tuple(k for k, r in enumerate(real) if is_pd(r))
-    sing_pd = sum(
-        1
-        for k in sing
-        if np.linalg.norm(roots[k].imag) <= 1e-4 * max(float(np.linalg.norm(roots[k])), 1.0)
-        and is_pd(unvech(roots[k].real, d), 1e-6)
-    )
+    cert = _certify_roots(layer, sys, roots[finite], budget)
+    sing_pd = sum(int(_maybe_real_pd(unvech(roots[k], d))) for k in sing)
     n_failed = int(np.sum(kinds == "failed"))
     return HomotopyRoots(
         paths=2**n,
         finite=int(finite.size),
-        real_roots=tuple(real),
-        residuals=tuple(resid),
-        pd=pd,
+        real_roots=tuple(cert.real),
+        residuals=tuple(cert.residuals),
+        pd=tuple(k for k, c in enumerate(cert.listed) if c),
         at_infinity=int(np.sum(kinds == "infinity")),
         singular=int(sing.size),
         singular_real_pd=sing_pd,
@@ -388,7 +397,11 @@ def homotopy_roots(layer: Layer, budget: Budget, *, seed: int = 0) -> HomotopyRo
             "retracked": retracked,
             "end_game_paths": int(rest.size),
             "cycle_numbers": sorted({round(c) for c in cycles if math.isfinite(c)}),
+            "far_roots": far,
         },
+        radii=tuple(cert.radii),
+        certified=tuple(cert.certified),
+        undecided=cert.undecided,
     )
 
 
@@ -438,7 +451,9 @@ def _classify(
     fin = good & ~at_inf
     kinds[fin] = "finite"
     roots = np.zeros((z.shape[0], sys.n), dtype=complex)
-    roots[fin] = zend[fin, 1:] / zend[fin, 0:1]
+    # at infinity too (where x_0 ≠ 0): a huge finite root also has a tiny x_0 (_far_roots)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        roots[good] = zend[good, 1:] / zend[good, 0:1]
     kinds, _ = _deduplicate(kinds, roots)
     return kinds, roots
 
@@ -526,24 +541,104 @@ def _end_game(
     return out, cycles
 
 
-def _real_roots(
-    layer: Layer, sys: _System, roots: ComplexArray
-) -> tuple[list[FloatArray], list[float]]:
-    """Distinct real finite roots Σ, refined by real Newton, with their relative residuals."""
+@dataclass
+class _Certified:
+    """The real roots of :func:`_certify_roots` and how far each is decided."""
+
+    real: list[FloatArray] = field(default_factory=list)
+    residuals: list[float] = field(default_factory=list)
+    radii: list[float] = field(default_factory=list)
+    certified: list[bool] = field(default_factory=list)
+    listed: list[bool] = field(default_factory=list)
+    undecided: int = 0
+
+    def add(self, cov: FloatArray, rel: float, ball: RootBall | None) -> None:
+        """A real root (merged into an equal one already held)."""
+        scale = max(float(np.linalg.norm(cov)), 1e-300)
+        if any(np.linalg.norm(cov - r) <= _SAME_TOL * max(scale, 1e-12) for r in self.real):
+            return
+        self.real.append(cov)
+        self.residuals.append(rel)
+        self.radii.append(math.nan if ball is None else ball.radius)
+        self.certified.append(ball is not None and ball.definiteness == "pd")
+        # an uncertified root is listed on the float test alone (the proof is then withheld)
+        self.listed.append(ball.definiteness == "pd" if ball is not None else is_pd(cov))
+        if ball is None or ball.definiteness == "undecided":
+            self.undecided += 1
+
+
+def _certify_roots(layer: Layer, sys: _System, roots: ComplexArray, budget: Budget) -> _Certified:
+    """Classify the finite non-singular roots, each with a Kantorovich ball on the layer's F.
+
+    A root is *non-real* when its ball (complex) excludes every real matrix (``‖Im Σ‖ > r``);
+    otherwise real Newton from ``Re Σ`` gives a real root, certified by its own ball, and it is
+    *the* root of the path when that ball lies inside the complex ball's uniqueness radius.
+    Its definiteness is then decided beyond rounding (:func:`certified_root`). A root for which
+    any step fails, or whose definiteness the float data cannot decide, is counted in
+    ``undecided`` (the search then claims no complete list); a real root found on the way is
+    kept either way.
+    """
     d = layer.dim
-    real: list[FloatArray] = []
-    resid: list[float] = []
+    out = _Certified()
     zero_is_root = not np.any(sys.c)
     for x in roots:
-        if np.linalg.norm(x.imag) > _REAL_TOL * max(float(np.linalg.norm(x)), 1.0):
-            continue
+        budget.check()
         if zero_is_root and np.linalg.norm(x) <= _REAL_TOL:
-            cov, rel = np.zeros((d, d)), 0.0  # the trivial root Σ = 0, exactly
-        else:
-            cov, rel = _refine_real(layer, sym(unvech(x.real, d) * sys.scale))
-        scale = max(float(np.linalg.norm(cov)), 1e-300)
-        if any(np.linalg.norm(cov - r) <= _SAME_TOL * max(scale, 1e-12) for r in real):
+            x = np.zeros_like(x)  # the trivial root Σ = 0 (exact: certified_root checks it)
+        cov_c = unvech(x, d) * sys.scale
+        ball_c = root_ball(layer, cov_c)
+        imag = float(np.linalg.norm(cov_c.imag))
+        if ball_c is not None and imag > ball_c.radius:
+            continue  # certainly not real: conjugate pairs of complex roots
+        if ball_c is None and imag > _REAL_TOL * max(float(np.linalg.norm(cov_c)), 1.0):
+            out.undecided += 1  # most likely complex, but not certified
             continue
-        real.append(cov)
-        resid.append(rel)
-    return real, resid
+        cov, rel = refine_real(layer, sym(cov_c.real)) if np.any(x) else (cov_c.real, 0.0)
+        ball = certified_root(layer, cov)
+        same = (
+            ball_c is not None
+            and ball is not None
+            and float(np.linalg.norm(cov - cov_c)) + ball.radius <= ball_c.unique
+        )
+        if ball is not None or rel <= _LIST_RTOL:
+            before = out.undecided
+            out.add(cov, rel, ball)
+            if not same and out.undecided == before:
+                out.undecided += 1  # a real root, but not certainly this path's
+        else:
+            out.undecided += 1
+    return out
+
+
+#: An uncertified real root is still listed (without a proof) when its relative residual is
+#: at most this.
+_LIST_RTOL = 1e-10
+
+
+def _far_roots(
+    layer: Layer, sys: _System, kinds: np.ndarray[Any, np.dtype[Any]], roots: ComplexArray
+) -> int:
+    """Re-read end points taken to lie at infinity (``|x_0|`` tiny) whose affine point is a
+    certified finite root of F (a root far beyond the typical scale): they become finite."""
+    d = layer.dim
+    count = 0
+    for k in np.flatnonzero(kinds == "infinity"):
+        x = roots[k]
+        if not (np.any(x) and np.all(np.isfinite(x))):
+            continue
+        with np.errstate(over="ignore", invalid="ignore"):
+            ball = root_ball(layer, unvech(x, d) * sys.scale)
+        if ball is not None:
+            kinds[k] = "finite"
+            count += 1
+    return count
+
+
+def _maybe_real_pd(x: Any) -> bool:
+    """Whether a singular end point (known only to about ``u^{1/m}``) may be a real positive
+    semidefinite root: not clearly complex, not clearly indefinite."""
+    scale = max(float(np.linalg.norm(x)), 1.0)
+    if float(np.linalg.norm(x.imag)) > 1e-3 * scale:
+        return False
+    w = np.linalg.eigvalsh(sym(x.real))
+    return bool(w[-1] > 0 and w[0] >= -1e-3 * w[-1])

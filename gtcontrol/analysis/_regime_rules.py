@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -28,8 +27,6 @@ from ..model.params import Layer
 from ._core import (
     SIGN_RTOL,
     ComplexArray,
-    exact_definiteness,
-    exact_solve,
     krylov_basis,
     lyapunov_certificate,
     lyapunov_error,
@@ -37,6 +34,7 @@ from ._core import (
     slycot_lyapunov,
 )
 from ._march import UNIT_ROUNDOFF, ModelError
+from .bernoulli import exact_lyapunov_definiteness
 from .blowup import BlowupResult
 from .equilibria import EquilibriaResult, Equilibrium, equilibria
 from .riccati import RiccatiForm, model_error
@@ -258,7 +256,7 @@ def _anti_hurwitz_verdict(
     # No blow-up is proved, so Ω(t) ≻ 0 for ever and its limit Ω* ⪰ 0; λ_min Ω* within the
     # solve's rounding bound of 0 cannot tell singular from definite: only an exact zero
     # (no blow-up with λ_min Ω* < 0 is impossible) is named.
-    if signs.model.r_sign and _exactly_singular_lyapunov(a, r):
+    if signs.model.r_sign and a.shape[0] <= 4 and exact_lyapunov_definiteness(a, r) == "psd":
         return Verdict(
             "unbounded",
             f"−A is Hurwitz and Ω(t) → Ω* (AᵀΩ* + Ω*A = R) which is exactly singular (λ_min = "
@@ -268,27 +266,6 @@ def _anti_hurwitz_verdict(
             eqs=eqs,
         )
     return None
-
-
-def _exactly_singular_lyapunov(a: FloatArray, r: FloatArray) -> bool:
-    """Whether the solution of ``AᵀΩ + ΩA = R`` is singular, decided in rational arithmetic."""
-    d = int(a.shape[0])
-    if d > 4:  # the Kronecker system has d² unknowns
-        return False
-    aq = [[Fraction(float(x)) for x in row] for row in a]
-    n = d * d
-    kron = [[Fraction(0)] * n for _ in range(n)]
-    for i in range(d):
-        for j in range(d):
-            for k in range(d):
-                kron[i * d + j][k * d + j] += aq[k][i]
-                kron[i * d + j][i * d + k] += aq[k][j]
-    rhs = [Fraction(float(x)) for x in r.ravel()]
-    sol = exact_solve(kron, rhs)
-    if sol is None:
-        return False
-    omega = [[sol[i * d + j] for j in range(d)] for i in range(d)]
-    return exact_definiteness(omega) == "psd"
 
 
 def _hurwitz_verdict(

@@ -13,8 +13,11 @@ whitened residual ``L⁻¹F(LLᵀ)L⁻ᵀ`` in the factor Σ = LLᵀ
 continuation from a Riccati-class layer, multiples of I, random matrices, Newton in Cholesky
 coordinates — with deflation of every root already found (and of Σ = 0, always a root)
 (:mod:`gtcontrol.analysis._deflated_search`); it finds roots but proves nothing, so finding
-none is ``Status.NOT_FOUND``. Each :class:`Equilibrium` carries its residual, the spectrum of DF on
-symmetric matrices, its spectral abscissa, ``stable`` and the mean matrix
+none is ``Status.NOT_FOUND``. Up to d = 24 each equilibrium returned carries a Kantorovich
+radius: an exact equilibrium of the layer's own floats lies that close, and ``certified``
+says whether it is positive definite beyond rounding. Each :class:`Equilibrium` carries its
+residual, the spectrum of DF on symmetric matrices, its spectral abscissa, ``stable`` and the
+mean matrix
 ``K = A + Σ_h V_h (I + Σ* B_h)`` (the mean obeys ``dm/dt = K m + b`` near Σ*).
 
 Reference: the paper cited in :mod:`gtcontrol`, §4 (deflation: the reference in
@@ -27,6 +30,7 @@ import math
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -39,10 +43,11 @@ from .._validation import as_float_array, as_time_limit, frozen
 from ..errors import InvalidParametersError, SolverError
 from ..model.moments import affine_velocity
 from ..model.params import Layer
-from ._core import ComplexArray
+from ._certify import CERTIFY_MAX_DIM, RootBall, certified_root
+from ._core import ComplexArray, slycot_lyapunov
 from ._deflated_search import as_start_sequence, deflated_search
-from ._homotopy import HOMOTOPY_MAX_DIM, homotopy_roots
-from .bernoulli import solve_bernoulli
+from ._homotopy import HOMOTOPY_MAX_DIM, homotopy_roots, refine_real
+from .bernoulli import omega_decision, solve_bernoulli
 from .newton import (
     DEFAULT_MAX_WORK,
     NewtonSettings,
@@ -52,7 +57,7 @@ from .newton import (
     _NewtonOptions,
     _rel_residual,
 )
-from .riccati import RiccatiForm, _bernoulli_form
+from .riccati import RiccatiForm, _bernoulli_form, model_error
 
 __all__ = [
     "EquilibriaResult",
@@ -68,6 +73,11 @@ _DENSE_SPECTRUM_MAX_DIM = 50
 
 #: The two slycot routes must agree to this relative difference (else status "inconsistent").
 _CROSS_CHECK_RTOL = 1e-8
+
+#: A Riccati-class equilibrium is returned as a SUCCESS only up to this relative residual (that
+#: of :func:`gtcontrol.linearization_spectrum`'s check); a larger one means Ω is singular to
+#: working precision and Σ* = Ω⁻¹ is not representable accurately.
+_ACCURATE_RTOL = 1e-8
 
 
 @dataclass(frozen=True, eq=False)
@@ -94,6 +104,14 @@ class Equilibrium(Displayable):
         How Σ* was found (``"lyapunov"``, ``"care"``, ``"newton"``, ``"exact"``).
     iterations
         Newton iterations (0 for direct solvers).
+    radius
+        In exact arithmetic on the layer's own floats, an equilibrium lies within this
+        Frobenius distance of ``cov`` (a Kantorovich ball with every rounding bounded;
+        ``nan`` when not certified: d > 24, or DF too ill-conditioned).
+    certified
+        True when that exact equilibrium is positive definite beyond the radius and rounding.
+        False: ``cov`` is positive definite in floating point only (relative test
+        ``λ_min > 1e-10 λ_max``), which the float data may not decide.
     """
 
     cov: FloatArray
@@ -104,6 +122,8 @@ class Equilibrium(Displayable):
     mean_matrix: FloatArray
     method: str
     iterations: int = 0
+    radius: float = math.nan
+    certified: bool = False
 
     @property
     def dim(self) -> int:
@@ -115,6 +135,7 @@ class Equilibrium(Displayable):
             ("stable", self.stable),
             ("spectral_abscissa", self.spectral_abscissa),
             ("residual", self.residual),
+            ("certified", self.certified),
             ("method", self.method),
         ]
 
@@ -235,6 +256,7 @@ def _make_equilibrium(
     iterations: int,
     form: RiccatiForm | None,
     eig_a: ComplexArray | None,
+    ball: RootBall | None = None,
 ) -> Equilibrium:
     _, rel = _rel_residual(layer, cov)
     spec = _spectrum(layer, cov, form, eig_a)
@@ -249,6 +271,8 @@ def _make_equilibrium(
         mean_matrix=frozen(_mean_matrix(layer, cov)),
         method=method,
         iterations=iterations,
+        radius=math.nan if ball is None else ball.radius,
+        certified=ball is not None and ball.definiteness == "pd",
     )
 
 
@@ -262,21 +286,33 @@ class EquilibriaResult(ResultFields, Sequence[Equilibrium], OutcomeOrInfeasible)
         Distinct positive-definite equilibria (possibly none).
     status
         ``Status.SUCCESS`` (equilibria found; the complete list when ``proved``);
-        ``Status.INFEASIBLE`` (provably none: the unique Lyapunov solution of the Riccati
-        class is not positive definite, or a completed homotopy has no real positive-definite
-        root; always ``proved``); ``Status.NOT_FOUND`` (deflated Newton found none, which
-        proves nothing: ``stats["start_log"]`` says how each start ended);
-        ``Status.FAILED`` (``degenerate``: a singular Lyapunov operator, e.g. A with eigenvalues
-        on the imaginary axis, equilibria not isolated or absent; or the two slycot routes
-        disagree, ``stats["cross_check"]["consistent"]`` false; or slycot failed);
+        ``Status.INFEASIBLE`` (provably none for the layer's own floats, every rounding
+        bounded: the unique solution Ω of AᵀΩ + ΩA = R of a layer exactly in the Riccati class
+        is not positive definite beyond the solve's error bound, or in rational arithmetic;
+        or a completed homotopy whose every real end point is certified indefinite or
+        singular; always ``proved``); ``Status.NOT_FOUND`` (deflated Newton found none, which
+        proves nothing: ``stats["start_log"]`` says how each start ended; or a layer within
+        the class's tolerance of ``V_h = v_h I`` but not exactly in it, whose class layer
+        has none); ``Status.FAILED`` (``degenerate``: a singular Lyapunov operator, e.g. A
+        with eigenvalues on the imaginary axis, equilibria not isolated or absent; or the two
+        slycot routes disagree, ``stats["cross_check"]["consistent"]`` false; or slycot
+        failed; or undecided at double precision: λ_min Ω within its error bound; or an
+        equilibrium that exists but is not accurate in double precision, returned with its
+        residual and radius);
         ``Status.BUDGET_EXHAUSTED`` (``time_limit`` ran out: the equilibria found so far).
     message
         Explanation with the numbers.
     method
         ``"lyapunov"``, ``"homotopy"`` or ``"newton"`` (or ``"care"`` when forced).
     proved
-        True when the list is complete: by the uniqueness argument (Riccati class) or by a
-        homotopy whose every path is accounted for.
+        True when the list is complete and each equilibrium in it ``certified``: by the
+        uniqueness argument (a layer exactly in the Riccati class whose Lyapunov operator is
+        proved non-singular) or by a homotopy whose every path is accounted for and whose
+        every end point is decided beyond rounding (non-real, or real and definite or
+        indefinite: :attr:`Equilibrium.radius`; an end point within rounding of the boundary
+        of the cone withholds the proof). The homotopy's completeness itself rests on its
+        numerical path tracking (gamma trick, step control, end-game tolerances), which is
+        not interval-certified.
     degenerate
         True when the Lyapunov operator ``Ω ↦ AᵀΩ + ΩA`` is singular (Riccati class).
     stats
@@ -346,14 +382,22 @@ def equilibria(
     eigenvalues of A the solution is unique: one equilibrium if Ω ≻ 0, provably none otherwise.
     ``cross_check`` (default: d ≤ 64) re-solves it as a CARE with zero constant term (SB02MD,
     ``G = R``) when −A or A is Hurwitz and requires agreement to 1e-8. If −A is Hurwitz and
-    R ≻ 0 the equilibrium attracts every Σ0 ≻ 0 (see :func:`gtcontrol.analyze`).
+    R ≻ 0 the equilibrium attracts every Σ0 ≻ 0 (see :func:`gtcontrol.analyze`). Whether Ω
+    is positive definite is decided beyond the solve's error bound (a bound on the inverse
+    Lyapunov operator and the residual, plus the rounding of forming A and R from the layer),
+    in rational arithmetic for d ≤ 4 when that bound cannot decide, and otherwise reported as
+    undecided (``Status.FAILED``), never as INFEASIBLE.
 
     Any V, d ≤ 4 (``method="homotopy"``; ``"auto"`` outside the class for d ≤ 3): all
     isolated roots of the ``d(d+1)/2`` quadratics by total-degree homotopy continuation (``2ⁿ``
     paths, :mod:`gtcontrol.analysis._homotopy`, docs/theory.md §4.4), the real ones refined
-    by Newton to round-off. When every path is accounted for the list is complete
-    (``proved``; ``Status.INFEASIBLE`` if it has no positive-definite root); otherwise deflated
-    Newton continues from the starts below, with the homotopy's roots deflated.
+    by Newton to round-off. Each finite end point gets a Kantorovich ball on the layer's own
+    F (every rounding bounded): non-real, or a real root whose definiteness holds beyond the
+    radius (a root of lower rank is certified as such in a chart). When every path is
+    accounted for and every end point so decided, the list is complete (``proved``;
+    ``Status.INFEASIBLE`` if it has no positive-definite root); otherwise deflated Newton
+    continues from the starts below, with the homotopy's roots deflated, and the message
+    says what was left undecided.
 
     Any V (``method="newton"``, or ``"auto"`` outside the class for d ≥ 4): first, up to
     d = ``newton.kron_max_dim``, Levenberg–Marquardt on the whitened residual ``L⁻¹F(LLᵀ)L⁻ᵀ`` over
@@ -505,20 +549,33 @@ def _complete_search(
         note = f"the homotopy stopped ({exc.reason}); "
         return replace(res, message=note + res.message, stats={**res.stats, "homotopy": None})
     counts = hom.summary()
-    found = [_make_equilibrium(layer, hom.real_roots[k], "homotopy", 0, None, None) for k in hom.pd]
+    found = [
+        replace(
+            _make_equilibrium(layer, hom.real_roots[k], "homotopy", 0, None, None),
+            radius=hom.radii[k],
+            certified=hom.certified[k],
+        )
+        for k in hom.pd
+    ]
     found.sort(key=lambda e: (not e.stable, -float(np.trace(e.cov))))
     tally = (
         f"{hom.paths} paths: {hom.finite} finite non-singular roots ({len(hom.real_roots)} real, "
-        f"{len(hom.pd)} positive definite), {hom.at_infinity} at infinity, {hom.singular} "
-        f"singular, {hom.failed} unresolved"
+        f"{len(hom.pd)} positive definite, {hom.undecided} undecided at double precision), "
+        f"{hom.at_infinity} at infinity, {hom.singular} singular, {hom.failed} unresolved"
     )
-    proved = hom.complete and hom.singular_real_pd == 0
+    proved = (
+        hom.complete
+        and hom.singular_real_pd == 0
+        and hom.undecided == 0
+        and all(e.certified for e in found)
+    )
     if proved:
         status = Status.SUCCESS if found else Status.INFEASIBLE
         what = (
-            f"all {len(found)} positive-definite equilibria"
+            f"all {len(found)} positive-definite equilibria (each certified within its radius)"
             if found
-            else "no positive-definite equilibrium (proved: every path is accounted for)"
+            else "no positive-definite equilibrium (proved: every path is accounted for and "
+            "every real end point is indefinite beyond rounding)"
         )
         stats = {"homotopy": counts, "seconds": time.perf_counter() - clock}
         return EquilibriaResult(
@@ -534,9 +591,13 @@ def _complete_search(
         layer, given, opts, budget, per_start, known=list(hom.real_roots), found=found
     )
     why = (
-        f"{hom.singular_real_pd} singular positive-definite end points"
-        if hom.complete
-        else f"{hom.failed} unresolved paths, {hom.jumped} path jumps"
+        f"{hom.failed} unresolved paths, {hom.jumped} path jumps"
+        if not hom.complete
+        else f"{hom.singular_real_pd} singular end points that may be positive semidefinite"
+        if hom.singular_real_pd
+        else f"{hom.undecided} end points whose reality or definiteness the float data cannot "
+        "decide at double precision (an equilibrium within rounding of the boundary of the "
+        "cone, or too ill-conditioned to certify)"
     )
     message = f"homotopy incomplete ({why}; {tally}); then {res.message}"
     return replace(res, message=message, stats={**res.stats, "homotopy": counts})
@@ -548,51 +609,200 @@ def _riccati_equilibria(
     clock = time.perf_counter()
     primary = solve_bernoulli(form, method="care" if method == "care" else "lyapunov")
     stats: dict[str, Any] = {"primary": dict(primary.stats)}
-    if primary.cov is None:
+    proof = _RiccatiProof.of(layer, form, primary)
+    stats["proof"] = proof.stats()
+    if primary.cov is None or proof.sign == "not_pd":
+        status, message = _riccati_none(primary, proof)
         stats["seconds"] = time.perf_counter() - clock
         return EquilibriaResult(
             equilibria=(),
-            status=primary.status,
-            message=primary.message,
+            status=status,
+            message=message,
             method=primary.method,
-            proved=primary.status is Status.INFEASIBLE,
+            proved=status is Status.INFEASIBLE,
             degenerate=primary.degenerate,
             stats=stats,
         )
-    eq = _make_equilibrium(
-        layer, np.asarray(primary.cov), primary.method, 0, form, primary.eigvals_a
-    )
+    cov = np.asarray(primary.cov)
+    ball = certified_root(layer, cov) if layer.dim <= CERTIFY_MAX_DIM else None
+    eq = _make_equilibrium(layer, cov, primary.method, 0, form, primary.eigvals_a, ball)
+    if proof.sign == "pd" and proof.exact_class:
+        # Ω_exact ≻ 0, so Σ = Ω_exact⁻¹ is a PD equilibrium, within this distance of cov
+        eq = replace(eq, radius=float(np.fmin(eq.radius, proof.radius(cov))), certified=True)
     do_check = cross_check if cross_check is not None else form.dim <= 64
     status, message = Status.SUCCESS, primary.message
     if do_check:
-        other = solve_bernoulli(form, method="lyapunov" if primary.method == "care" else "care")
-        check: dict[str, Any] = {"method": other.method, "status": other.status}
-        stats["cross_check"] = check
-        if other.cov is not None:
-            diff = float(np.linalg.norm(other.cov - eq.cov) / np.linalg.norm(eq.cov))
-            _, rel_other = _rel_residual(layer, np.asarray(other.cov))
-            check.update({"rel_diff": diff, "residual": rel_other})
-            if diff > _CROSS_CHECK_RTOL:
-                status = Status.FAILED
-                message = (
-                    f"the Lyapunov (SB03MD) and CARE (SB02MD) routes disagree by {diff:.3g} "
-                    "relative: the equilibrium is ill-conditioned"
-                )
-            else:
-                message += f"; cross-checked by {other.method} to {diff:.2g} relative"
-        elif other.status is Status.INFEASIBLE:
-            status = Status.FAILED
-            message = f"{primary.method} found an equilibrium but {other.method} did not"
-        check["consistent"] = status is Status.SUCCESS
+        status, message = _cross_check(layer, form, primary, eq, stats, message)
+    if status is Status.SUCCESS and not eq.residual <= _ACCURATE_RTOL:
+        status = Status.FAILED
+        exists = f"a positive-definite equilibrium exists ({proof.how}), but " * eq.certified
+        message = (
+            f"{exists}Σ* = Ω⁻¹ is not accurate in double precision (relative residual "
+            f"{eq.residual:.3g}, distance to the exact equilibrium ≤ {eq.radius:.3g}): Ω is "
+            "nearly singular"
+        )
+    message += proof.note(eq.certified)
     stats["seconds"] = time.perf_counter() - clock
     return EquilibriaResult(
         equilibria=(eq,),
         status=status,
         message=message,
         method=primary.method,
-        proved=status is Status.SUCCESS,
+        proved=status is Status.SUCCESS and eq.certified and proof.unique,
         stats=stats,
     )
+
+
+@dataclass(frozen=True)
+class _RiccatiProof:
+    """What the layer's own floats prove about ``Ω_exact`` (``AᵀΩ + ΩA = R``).
+
+    ``exact_class``: every head is exactly ``v_h I`` (so any PD equilibrium gives a solution
+    Ω = Σ⁻¹); ``sign``: the definiteness of ``Ω_exact`` beyond every rounding (form-level solve
+    error plus the rounding of forming A and R from the layer) or ``"undecided"``; ``unique``:
+    the Lyapunov operator of the exact A is proved non-singular (at most one PD equilibrium).
+    """
+
+    exact_class: bool
+    sign: str
+    unique: bool
+    error: float
+    how: str
+    omega: Any = None
+    lowest: float = math.nan
+
+    @classmethod
+    def of(cls, layer: Layer, form: RiccatiForm, primary: Any) -> _RiccatiProof:
+        omega = primary.omega
+        if omega is None and not primary.degenerate:
+            try:
+                omega, _, _ = slycot_lyapunov(form.A, form.R)
+            except SolverError:
+                omega = None
+        if omega is None:
+            return cls(False, "undecided", False, math.inf, "no Lyapunov solution")
+        me = model_error(layer, form)
+        exact_class = me.v == 0.0 and layer.factored_heads is None
+
+        def exact() -> tuple[Any, Any]:
+            return layer.A, _exact_r(layer)
+
+        known = primary.stats.get("lyapunov_inverse")
+        dec = omega_decision(
+            form.A, form.R, np.asarray(omega), np.asarray(primary.eigvals_a),
+            a_err=me.a, r_err=me.r, exact=exact if exact_class and layer.ffn is None else None,
+            inverse=float(known) if known is not None else None,
+        )  # fmt: skip
+        unique = exact_class and math.isfinite(dec.inverse)
+        return cls(exact_class, dec.sign, unique, dec.error, dec.how, np.asarray(omega), dec.lowest)
+
+    def radius(self, cov: FloatArray) -> float:
+        """A bound on ``‖Ω_exact⁻¹ − cov‖_F`` (``inf``: none): ``‖Ω⁻¹‖²ε/(1 − ‖Ω⁻¹‖ε)`` from
+        the solve's error ε, plus ``‖Ω⁻¹‖‖I − Ω·cov‖`` for the inversion (rounding included)."""
+        om = self.omega
+        if om is None or not math.isfinite(self.error):
+            return math.inf
+        d = om.shape[0]
+        u = float(np.finfo(np.float64).eps) / 2
+        low = self.lowest - 8.0 * d * u * float(np.linalg.norm(om))
+        inv = 1.0 / low if low > 0 else math.inf
+        if not inv * self.error < 1.0:
+            return math.inf
+        to_exact = inv * inv * self.error / (1.0 - inv * self.error)
+        gap = float(np.linalg.norm(np.eye(d) - om @ cov))
+        gap += 4.0 * (d + 2) * u * float(np.linalg.norm(np.abs(om) @ np.abs(cov)))
+        return float(math.sqrt(d) * (to_exact + inv * gap) * (1.0 + 1e-12))
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "exact_class": self.exact_class,
+            "omega_sign": self.sign,
+            "unique": self.unique,
+            "omega_error": self.error,
+        }
+
+    def note(self, certified: bool) -> str:
+        """What the SUCCESS message must add when the proof is partial."""
+        if not self.exact_class:
+            return (
+                "; the layer is within the class's tolerance of V_h = v_h I but not exactly in "
+                "it, so uniqueness is not proved"
+            )
+        if not certified:
+            return "; positive definiteness of the exact equilibrium not certified beyond rounding"
+        if not self.unique:
+            return "; uniqueness not proved (no bound on the inverse Lyapunov operator)"
+        return ""
+
+
+def _exact_r(layer: Layer) -> list[list[Fraction]]:
+    """``R = −Σ_h v_h (B_h + B_hᵀ)`` of an exact-class layer, in rational arithmetic."""
+    d = layer.dim
+    r_q = [[Fraction(0)] * d for _ in range(d)]
+    for v_h, b_h in layer.heads:
+        v_q = Fraction(float(v_h[0, 0]))
+        for i in range(d):
+            for j in range(d):
+                r_q[i][j] -= v_q * (Fraction(float(b_h[i, j])) + Fraction(float(b_h[j, i])))
+    return r_q
+
+
+def _riccati_none(primary: Any, proof: _RiccatiProof) -> tuple[Status, str]:
+    """Status and message when no equilibrium is returned: INFEASIBLE only with the proof."""
+    if proof.sign == "not_pd" and proof.exact_class:
+        return Status.INFEASIBLE, (
+            "no positive-definite equilibrium: the unique solution Ω of AᵀΩ + ΩA = R (the "
+            f"layer's exact A and R) is not positive definite ({proof.how})"
+        )
+    if proof.sign == "not_pd":
+        return Status.NOT_FOUND, (
+            "no positive-definite equilibrium of the Riccati-class layer with V_h = v_h I "
+            f"({proof.how}); the layer is within the class's tolerance of it but not exactly "
+            "in it, so this proves nothing about the layer itself"
+        )
+    if proof.sign == "pd" and proof.exact_class and not primary.degenerate:
+        return Status.FAILED, (
+            f"a positive-definite equilibrium exists (Ω ≻ 0: {proof.how}), but Ω is singular "
+            "to working precision: Σ* = Ω⁻¹ cannot be formed in double precision"
+        )
+    if primary.status is Status.INFEASIBLE:
+        return Status.FAILED, (
+            f"{primary.message}; but not beyond the rounding of forming A and R from the layer "
+            f"(error bound {proof.error:.3g}): undecided at double precision"
+        )
+    return primary.status, primary.message
+
+
+def _cross_check(
+    layer: Layer,
+    form: RiccatiForm,
+    primary: Any,
+    eq: Equilibrium,
+    stats: dict[str, Any],
+    message: str,
+) -> tuple[Status, str]:
+    """The second slycot route: SUCCESS when it agrees to ``_CROSS_CHECK_RTOL``."""
+    status = Status.SUCCESS
+    other = solve_bernoulli(form, method="lyapunov" if primary.method == "care" else "care")
+    check: dict[str, Any] = {"method": other.method, "status": other.status}
+    stats["cross_check"] = check
+    if other.cov is not None:
+        diff = float(np.linalg.norm(other.cov - eq.cov) / np.linalg.norm(eq.cov))
+        _, rel_other = _rel_residual(layer, np.asarray(other.cov))
+        check.update({"rel_diff": diff, "residual": rel_other})
+        if diff > _CROSS_CHECK_RTOL:
+            status = Status.FAILED
+            message = (
+                f"the Lyapunov (SB03MD) and CARE (SB02MD) routes disagree by {diff:.3g} "
+                "relative: the equilibrium is ill-conditioned"
+            )
+        else:
+            message += f"; cross-checked by {other.method} to {diff:.2g} relative"
+    elif other.status is Status.INFEASIBLE:
+        status = Status.FAILED
+        message = f"{primary.method} found an equilibrium but {other.method} did not"
+    check["consistent"] = status is Status.SUCCESS
+    return status, message
 
 
 def _newton_equilibria(
@@ -608,9 +818,18 @@ def _newton_equilibria(
     """Deflated Newton from every kind of start; ``known``/``found`` carry earlier roots."""
     clock = time.perf_counter()
     out = deflated_search(layer, given, opts, budget, per_start, list(known or []))
-    found = list(found or []) + [
-        _make_equilibrium(layer, cov, "newton", its, None, None) for cov, its in out.roots
-    ]
+    found = list(found or [])
+    dropped = 0
+    for root, its in out.roots:
+        cov = root
+        ball = None
+        if layer.dim <= CERTIFY_MAX_DIM and not budget.exhausted:
+            cov, _ = refine_real(layer, root)  # to round-off: Newton stops at its tolerance
+            ball = certified_root(layer, cov)
+        if ball is not None and ball.definiteness == "not_pd":
+            dropped += 1  # positive definite in floating point only
+            continue
+        found.append(_make_equilibrium(layer, cov, "newton", its, None, None, ball))
     found.sort(key=lambda e: (not e.stable, -float(np.trace(e.cov))))
     kinds = out.kinds()
     stats = {
@@ -623,7 +842,9 @@ def _newton_equilibria(
         "max_work": out.max_work,
         "seconds": time.perf_counter() - clock,
     }
-    tried = f"{len(out.log)} starts ({kinds}; outcomes {out.outcomes})"
+    tried = f"{len(out.log)} starts ({kinds}; outcomes {out.outcomes})" + _certified_note(
+        found, dropped
+    )
     if out.stopped:
         status = Status.BUDGET_EXHAUSTED
         message = (
@@ -642,6 +863,16 @@ def _newton_equilibria(
     return EquilibriaResult(
         equilibria=tuple(found), status=status, message=message, method="newton", stats=stats
     )
+
+
+def _certified_note(found: list[Equilibrium], dropped: int) -> str:
+    """How many of the equilibria found are certified positive definite beyond rounding."""
+    note = ""
+    if found:
+        note = f"; {sum(e.certified for e in found)} of {len(found)} certified positive definite"
+    if dropped:
+        note += f"; {dropped} root(s) positive definite in floating point only, dropped"
+    return note
 
 
 def search_equilibria(layer: Layer, opts: _NewtonOptions, budget: Budget) -> EquilibriaResult:

@@ -221,7 +221,7 @@ class WorkMeter:
             speed = done / elapsed if elapsed > 0.05 and done > 0 else self.SPEED
             if n * flops / speed > left:
                 raise BudgetExhausted(
-                    f"the time limit of {self.budget.time_limit:g} s would be passed by the "
+                    f"the time limit of {self.budget.given_limit:g} s would be passed by the "
                     f"next operation (about {n * flops / speed:.2g} s)"
                 )
 
@@ -539,7 +539,7 @@ def _newton_step(
         budget.check()
         if pre.seconds > budget.remaining():
             raise BudgetExhausted(
-                f"the time limit of {budget.time_limit:g} s would be passed by the next "
+                f"the time limit of {budget.given_limit:g} s would be passed by the next "
                 f"Lyapunov solve (about {pre.seconds:.2g} s)"
             )
         work.charge(matvec_flops)

@@ -55,6 +55,7 @@ from ..errors import InvalidParametersError
 from ..model.field import affine_velocity, moment_field
 from ..model.gaussian import Gaussian, check_gaussian
 from ..model.params import Layer
+from ._certify import _evaluate
 from ._subspace import active_subspace, reduced_layer
 from .newton import _Jacobian, _rel_residual
 
@@ -88,6 +89,9 @@ _MIN_NCV = 40
 #: in 3,247 products (45 s).
 _FIRST_MAXITER = 150
 _WIDE_NCV = 120
+#: Largest ``r(r+1)/2`` for which the dense abscissa gets its error bound (an SVD of the
+#: complex eigenvector matrix, about as costly as the eigendecomposition itself).
+_BOUND_MAX_N = 500
 
 
 def _mean_block(layer: Layer, mean: FloatArray, cov: FloatArray, basis: FloatArray) -> FloatArray:
@@ -199,8 +203,18 @@ class LinearizationSpectrum(ResultFields, Outcome):
         Every eigenvalue of ``K`` (active subspace), by decreasing real part.
     numerical_abscissa
         ``ω = λ_max`` of the symmetric part of ``L`` in the ``Σ*``-normalized coordinates
-        (``≥ cov_abscissa``); ``ω < 0`` certifies ``‖Σ*^{-1/2}H(t)Σ*^{-1/2}‖_F ≤ e^{ωt}·(same at
-        0)`` for the linearized flow. ``nan`` when not computed.
+        (``≥ cov_abscissa``); ``ω < 0`` means ``‖Σ*^{-1/2}H(t)Σ*^{-1/2}‖_F ≤ e^{ωt}·(same at
+        0)`` for the linearized flow. An estimate, not a certificate: to rounding (no bound
+        stated; the computed ``Σ*^{±1/2}`` are inverse to about ``κ(Σ*)·1e-16``) for
+        ``r(r+1)/2 ≤ 1500``, a Lanczos Ritz value beyond (which can fall short of ω).
+        ``nan`` when not computed.
+    cov_abscissa_error
+        A bound on ``|cov_abscissa − α|``, α the spectral abscissa of the exact ``L`` of the
+        layer's own floats at the ``Σ*`` given (method ``"dense"``, ``r(r+1)/2 ≤ 500``):
+        Bauer–Fike on the computed eigenvectors, with the rounding of forming L and of the
+        bound. ``inf`` when the eigenvector matrix is numerically singular (a defective or
+        nearly defective L: the computed abscissa may then be off by ``~‖L‖·u^{1/m}``);
+        ``nan`` when not computed (Krylov, larger n, ``"shifted"``).
     residual
         Relative residuals ``(covariance, mean)`` of the equilibrium equations at the input.
     active_dim
@@ -226,11 +240,13 @@ class LinearizationSpectrum(ResultFields, Outcome):
     residual: tuple[float, float]
     active_dim: int
     method: str
+    cov_abscissa_error: float = math.nan
 
     def _summary_items(self) -> SummaryItems:
         return [
             ("abscissa", self.abscissa),
             ("cov_abscissa", self.cov_abscissa),
+            ("cov_abscissa_error", self.cov_abscissa_error),
             ("mean_abscissa", self.mean_abscissa),
             ("numerical_abscissa", self.numerical_abscissa),
             ("active_dim", self.active_dim),
@@ -269,7 +285,8 @@ def linearization_spectrum(
         ``N(m*, Σ*)``, an equilibrium of ``layer`` (relative residual ``≤ 1e-8``). ``Σ*`` may be
         singular along directions the layer never moves (an affine coordinate).
     k
-        Number of rightmost eigenvalues of ``L`` reported (``1 ≤ k``; default 6).
+        Number of rightmost eigenvalues of ``L`` reported (``1 ≤ k``; default 6): at most
+        ``n = r(r+1)/2`` (dense) or ``n − 2`` (Krylov; ``stats["k_capped"]`` says so).
     method
         ``"auto"`` (dense when ``r(r+1)/2 ≤ 1500``, else Krylov), ``"dense"`` or ``"krylov"``.
     tol
@@ -374,12 +391,15 @@ def _spectrum(
     stats: dict[str, Any] = {}
     try:
         if use_dense:
-            vals, vecs = _dense_pairs(op, k)
+            vals, vecs, err = _dense_pairs(op, k, bound=(red, s_act))
             name = "dense"
         else:
             vals, vecs = _krylov_pairs(op, k, tol, v0)
-            name = "krylov"
+            name, err = "krylov", nan
         stats["matvecs_eigs"] = op.count
+        if vals.size < k:  # ARPACK returns at most n − 2 pairs (its k < n − 1)
+            stats["k_capped"] = {"asked": k, "returned": int(vals.size)}
+            k = int(vals.size)
         omega = _numerical_abscissa(red, s_act, tol, budget) if want_omega else nan
     except BudgetExhausted as exc:
         return _unfinished(
@@ -401,9 +421,16 @@ def _spectrum(
     alpha = float(vals[0].real)
     mean_alpha = float(mean_eigs[0].real) if mean_eigs.size else -math.inf
     msg = (
-        f"spectral abscissa {max(alpha, mean_alpha):.6g}: covariance part {alpha:.6g} "
-        f"(rightmost λ = {_fmt(vals[0])}, {name}, n = {n}), mean part {mean_alpha:.6g}"
+        f"spectral abscissa {max(alpha, mean_alpha):.6g}: covariance part {alpha:.6g}"
+        + (f" ± {err:.2g}" if math.isfinite(err) else "")
+        + f" (rightmost λ = {_fmt(vals[0])}, {name}, n = {n}), mean part {mean_alpha:.6g}"
         + (f"; numerical abscissa ω = {omega:.6g}" if want_omega else "")
+        + (
+            f"; {k} of the {stats['k_capped']['asked']} eigenvalues asked (Krylov finds at most "
+            f"n − 2 = {n - 2}; method='dense' gives all n)"
+            if "k_capped" in stats
+            else ""
+        )
     )
     stats.update(matvecs=op.count, seconds=time.perf_counter() - clock, residuals=residuals, n=n)
     return LinearizationSpectrum(
@@ -417,6 +444,7 @@ def _spectrum(
         residual=residual,
         active_dim=r,
         method=name,
+        cov_abscissa_error=err,
         status=Status.SUCCESS,
         message=msg,
         stats=stats,
@@ -553,13 +581,74 @@ def _order(vals: ComplexArray, vecs: Any) -> tuple[ComplexArray, Any]:
     return vals[idx], vecs[:, idx]
 
 
-def _dense_pairs(op: SymOperator, k: int) -> tuple[ComplexArray, ComplexArray]:
+def _dense_pairs(
+    op: SymOperator, k: int, bound: tuple[Layer, FloatArray] | None = None
+) -> tuple[ComplexArray, ComplexArray, float]:
+    """The k rightmost pairs of the formed matrix, and (with ``bound``: the reduced layer and
+    Σ*) the error bound of the abscissa (:func:`_abscissa_error`; ``nan`` without)."""
     import scipy.linalg
 
     mat = op.dense()
-    vals, vecs = scipy.linalg.eig(mat, check_finite=False)
+    # scipy's eig returns wrongly scaled eigenvalues for a matrix beyond about 1e±138 (its
+    # internal scaling is not undone: diag(1e150) gave 1.49e138); a power of two is exact
+    scale = _power_of_two(mat)
+    vals, vecs = scipy.linalg.eig(mat / scale, check_finite=False)
+    vals = vals * scale
     vals, vecs = _order(vals, vecs)
-    return vals[:k], vecs[:, :k]
+    err = math.nan
+    if bound is not None and op.n <= _BOUND_MAX_N:
+        err = _abscissa_error(mat, vals, vecs, *bound)
+    return vals[:k], vecs[:, :k], err
+
+
+def _abscissa_error(
+    mat: FloatArray, vals: ComplexArray, vecs: ComplexArray, red: Layer, s_act: FloatArray
+) -> float:
+    """Bound on ``|max Re vals − α(L)|`` for the exact L of ``red``'s floats at ``s_act``.
+
+    With ``R = L̃X − XΛ`` and ``E = L − L̃`` (forming, bounded via the independent dense
+    Jacobian of :mod:`~gtcontrol.analysis._certify`), ``X⁻¹LX = Λ + X⁻¹(R + EX)``, so every
+    eigenvalue of L lies in the union of discs of radius ``δ = ‖X⁻¹‖(‖R‖ + ‖E‖‖X‖)`` about the
+    computed ones (Bauer–Fike), and each connected component of m discs holds exactly m of them
+    (continuity). Hence ``α ≤ α̃ + δ`` and ``α ≥ min Re`` over the rightmost disc's component
+    ``− δ``. The rounding of R and of the SVD of X is included.
+    """
+    n = mat.shape[0]
+    u = float(np.finfo(np.float64).eps) / 2
+    ev = _evaluate(red, s_act)
+    if ev is None or not np.all(np.isfinite(vecs)):
+        return math.inf
+    gam = 4.0 * (n + 2) * u
+    form_err = ev.jac_err + float(np.linalg.norm(ev.jac - mat)) * (1.0 + gam)
+    form_err += gam * float(np.linalg.norm(mat))
+    res = mat @ vecs - vecs * vals
+    abs_v = np.abs(vecs)
+    res_err = gam * float(np.linalg.norm(np.abs(mat) @ abs_v + abs_v * np.abs(vals)))
+    sv = np.linalg.svd(vecs, compute_uv=False)
+    s_min = float(sv[-1]) - 4.0 * n * u * float(sv[0])
+    if not s_min > 0:
+        return math.inf
+    delta = (float(np.linalg.norm(res)) + res_err + form_err * float(sv[0])) / s_min
+    delta *= 1.0 + gam
+    # the component of the rightmost disc: discs whose centres chain within 2δ
+    inside = np.zeros(n, dtype=bool)
+    inside[0] = True
+    frontier = [0]
+    while frontier:
+        near = np.abs(vals - vals[frontier.pop()]) <= 2.0 * delta
+        new = np.flatnonzero(near & ~inside)
+        inside[new] = True
+        frontier.extend(new.tolist())
+    spread = float(vals[0].real) - float(np.min(vals[inside].real))
+    return float(spread + delta)
+
+
+def _power_of_two(mat: FloatArray) -> float:
+    """The power of two nearest ``max |mat|`` (1 for a zero or non-finite matrix)."""
+    top = float(np.max(np.abs(mat))) if mat.size else 0.0
+    if top == 0.0 or not math.isfinite(top):
+        return 1.0
+    return math.ldexp(1.0, math.frexp(top)[1] - 1)
 
 
 def _krylov_pairs(
@@ -574,7 +663,8 @@ def _krylov_pairs(
     n = op.n
     kk = min(k + 2, n - 2)
     if kk < 1:
-        return _dense_pairs(op, k)
+        vals, vecs, _ = _dense_pairs(op, k)
+        return vals, vecs
     start = v0 if v0 is not None else _default_start(op)
     narrow = min(n, max(2 * kk + 1, _MIN_NCV))
     wide = min(n, max(2 * kk + 1, _WIDE_NCV))

@@ -11,9 +11,15 @@ folder. A run ends within ``max(1 s, 10 %)`` of it (docs/architecture.md, "Budge
   import of matplotlib in a fresh process) fits in what is left of the run's tolerance
   (:meth:`RunBudget.draw`); summaries computed from arrays (eigenvalues of every recorded
   covariance) stop the same way (:meth:`RunBudget.affords`);
+- work that no check can interrupt (importing torch and transformers, loading a model, a
+  forward pass) runs in a thread that the run stops waiting for at its deadline
+  (:meth:`RunBudget.load`, :func:`gtcontrol._status.within`);
 - what was left out is recorded: the run's status is then ``budget_exhausted`` (a run that
   reached its limit writes its best result, docs/designs.md), ``outputs.skipped`` and
   ``summary.skipped`` name what is missing (:meth:`RunBudget.finish`).
+
+The limits handed to the solvers remember the design's (:class:`~gtcontrol._status.HandedLimit`),
+so that their messages name the ``time_limit`` the user gave, not what was left of it.
 """
 
 from __future__ import annotations
@@ -21,29 +27,40 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from .._linalg import FloatArray
-from .._status import Budget, Status
+from .._status import Budget, BudgetExhausted, Status, within
 
-__all__ = ["CONTROL_IMPORT_SECONDS", "RunBudget", "import_seconds", "stack_eigenvalues"]
+__all__ = [
+    "CONTROL_IMPORT_SECONDS",
+    "EXPERIMENTS_IMPORT_SECONDS",
+    "RunBudget",
+    "import_seconds",
+    "stack_eigenvalues",
+]
 
 #: Seconds kept for writing ``result.json`` and ``result.npz`` (compressed arrays).
 WRITE_SECONDS = 0.25
 #: Seconds to import matplotlib and gtcontrol.plotting in a fresh process (1.5–2.3 s measured
 #: on two loaded cores; 0.6 s on an idle one).
 IMPORT_SECONDS = 2.0
-#: Estimated seconds of one figure (drawing and PNG), updated by every figure drawn: 0.3 s on
-#: an idle core, 1.8 s measured on two loaded ones.
+#: Estimated seconds of one figure (drawing and PNG) per panel, updated by every figure drawn:
+#: 0.3 s on an idle core, 1.8 s measured on two loaded ones (a 7-panel figure of the
+#: experiment's report: 3.7 s).
 _FIGURE_SECONDS = [0.6]
 #: Estimated seconds of ``eigvalsh`` per ``d³`` (refined by each chunk computed).
 _EIG_SECONDS_PER_D3 = 2e-9
 #: Statuses that answer the question; a run that left something out is ``BUDGET_EXHAUSTED``.
 _ANSWERS = (Status.SUCCESS, Status.BLOWUP)
+_R = TypeVar("_R")
 
 
+#: Seconds to import gtcontrol.experiments in a fresh process (scipy.stats, the report's
+#: figures: 0.7–1.1 s measured on two loaded cores), before torch.
+EXPERIMENTS_IMPORT_SECONDS = 1.0
 #: Seconds to import python-control in a fresh process (it imports scipy.signal and pyplot:
 #: 3.1 s measured on two loaded cores).
 CONTROL_IMPORT_SECONDS = 3.0
@@ -55,7 +72,8 @@ def import_seconds(module: str, cold: float) -> float:
 
 
 def figure_seconds(n: int = 1) -> float:
-    """Estimated seconds to draw ``n`` figures now (the import of matplotlib included once)."""
+    """Estimated seconds to draw ``n`` figures (or panels) now (the import of matplotlib
+    included once)."""
     if n <= 0:
         return 0.0
     return import_seconds("gtcontrol.plotting.core", IMPORT_SECONDS) + n * _FIGURE_SECONDS[0]
@@ -92,7 +110,7 @@ class RunBudget:
     def left(self) -> float:
         """Seconds left before the deadline (at least a millisecond: a spent budget returns at
         once); for the last solver call of a run that draws nothing."""
-        return max(self.budget.remaining(), 1e-3)
+        return self.budget.hand(max(self.budget.remaining(), 1e-3))
 
     def solver_limit(self, figures: int = 0) -> float:
         """Seconds for the next solver call: what is left before the deadline, less the
@@ -101,7 +119,37 @@ class RunBudget:
         if limit is None:
             return self.left()
         reserve = min(figure_seconds(figures) + WRITE_SECONDS, 0.3 * limit)
-        return max(self.budget.remaining() - reserve, 1e-3)
+        return self.budget.hand(max(self.budget.remaining() - reserve, 1e-3))
+
+    def load(self, what: str, work: Callable[[], _R]) -> _R | None:
+        """``work()`` (importing torch, loading a model, a forward pass: nothing a budget check
+        can interrupt) if it finishes before the deadline (:func:`gtcontrol._status.within`);
+        else ``None`` and ``what`` is recorded as left out (the work finishes in the
+        background, unused). Work that ends in the tolerance past the deadline is not used
+        either: what would follow it has no time left."""
+        try:
+            value = within(self.budget, work, wait=self.budget.remaining())
+        except BudgetExhausted as exc:  # an import or a load not begun: it would not fit
+            self.skip(f"{what} ({exc.reason})")
+            return None
+        if value is None or self.budget.exhausted:
+            self.skip(what)
+            return None
+        return value
+
+    def compute(self, what: str, work: Callable[[], _R]) -> _R | None:
+        """``work()`` (a solver handed a limit by :meth:`solver_limit`) in a thread waited for
+        until a quarter of the tolerance ``max(1 s, 10 %)`` past the deadline; then its
+        budgets are spent and it gets another quarter to return what it has
+        (:func:`gtcontrol._status.within`). ``None`` and ``what`` recorded as left out when it
+        does not: the run ends in time whatever the solver's own overrun."""
+        limit = self.budget.time_limit
+        if limit is None:
+            return work()
+        value = within(self.budget, work, settle=0.25 * max(1.0, 0.1 * limit))
+        if value is None:
+            self.skip(what)
+        return value
 
     def affords(self, seconds: float) -> bool:
         """Whether work estimated at ``seconds`` (and the writing after it) still ends within
@@ -110,17 +158,19 @@ class RunBudget:
         grace = self.budget.grace()
         return grace is None or seconds + WRITE_SECONDS <= grace
 
-    def draw(self, name: str, draw: Callable[[], Any]) -> bool:
-        """Draw the figure ``name`` with ``draw()`` if it fits (see the module docstring);
-        return whether it was drawn (if not, it is recorded in :attr:`skipped`)."""
-        if not self.affords(figure_seconds(1)):
+    def draw(self, name: str, draw: Callable[[], Any], panels: int = 1) -> bool:
+        """Draw the figure ``name`` (of ``panels`` axes) with ``draw()`` if it fits (see the
+        module docstring); return whether it was drawn (if not, it is recorded in
+        :attr:`skipped`)."""
+        panels = max(int(panels), 1)
+        if not self.affords(figure_seconds(panels)):
             self.skip(f"figure {name}")
             return False
         warm = "gtcontrol.plotting.core" in sys.modules
         clock = time.perf_counter()
         draw()
         if warm:  # a cold figure also measured the import
-            spent = time.perf_counter() - clock
+            spent = (time.perf_counter() - clock) / panels
             _FIGURE_SECONDS[0] = max(spent, 0.7 * _FIGURE_SECONDS[0] + 0.3 * spent, 0.05)
         return True
 

@@ -20,6 +20,7 @@ printed.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import traceback
 import warnings
@@ -28,6 +29,7 @@ from pathlib import Path
 
 from .._output import write_run
 from .._progress import reporting
+from .._status import abandoned_work
 from .._version import __version__
 from ..errors import GTControlError
 from .schema import load_design
@@ -257,7 +259,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     Parameters
     ----------
     argv
-        Command-line arguments (``sys.argv[1:]`` when ``None``).
+        Command-line arguments (``sys.argv[1:]`` when ``None``: the command itself, which then
+        exits the process at once after a run that gave up on a load at its time limit, rather
+        than wait for the load or abort inside it).
 
     Returns
     -------
@@ -272,6 +276,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     >>> main(["run", "no/such/design.toml"])  # the error line goes to stderr
     2
     """
+    code = _main(argv)
+    if argv is None and abandoned_work():  # a load given up on still runs: leave it unfinished
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    """:func:`main` without its exit."""
     parser = _build_parser()
     args = parser.parse_args(argv)
     if args.command is None:

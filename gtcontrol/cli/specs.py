@@ -100,6 +100,23 @@ def _at_most(limit: int, *, zero: bool = False) -> Callable[[Any], str | None]:
     return check
 
 
+#: Fewest Gaussian tokens of the ``model`` task: the Gaussianity statistics take
+#: ``max(20, d + 2)`` (the width ``d`` is checked when the model has loaded).
+_MIN_MODEL_TOKENS = 20
+
+
+def _model_tokens(x: Any) -> str | None:
+    """0 (automatic) or from 20 to the cap (``max(20, d + 2)`` is checked with the model)."""
+    if x == 0:
+        return None
+    if not _MIN_MODEL_TOKENS <= x <= _MAX_TOKENS:
+        return (
+            f"must be 0 (automatic) or from {_MIN_MODEL_TOKENS} to {_MAX_TOKENS} (the "
+            "Gaussianity statistics take at least max(20, d + 2) tokens, d the model's width)"
+        )
+    return None
+
+
 def _nonempty(x: Any) -> str | None:
     return None if x.strip() else "must not be empty"
 
@@ -232,8 +249,16 @@ def _axis_min(x: Any) -> float:
 
 
 def _stabilize_check(options: Mapping[str, Any], doc: Mapping[str, Any]) -> str | None:
-    """``model`` names a model, or the design has a ``[layer]`` and a ``[target]``."""
-    if options.get("model"):
+    """``model`` names a model, or the design has a ``[layer]`` and a ``[target]``; the
+    ``"text"`` target needs data, which an ONNX file cannot read."""
+    model = options.get("model")
+    if model:
+        if str(model).lower().endswith(".onnx") and options.get("target_from") == "text":
+            return (
+                "stabilize: target_from = 'text' needs the tokens entering the layer on real "
+                "text, which run the model's own embeddings, and an .onnx file has none; give "
+                "target_from = 'identity' (it needs no data)"
+            )
         return None
     missing = [name for name in ("layer", "target") if name not in doc]
     if missing:
@@ -395,7 +420,8 @@ SPECS: dict[str, TaskSpec] = {
                 str,
                 "text",
                 _one_of("text", "identity"),
-                "with model: 'text' (the tokens entering the layer, Ledoit–Wolf) or 'identity'",
+                "with model: 'text' (the tokens entering the layer on real text, Ledoit–Wolf; "
+                "needs the model's embeddings: not an .onnx file) or 'identity' (no data)",
             ),
             "add": Option(str, "head", _one_of("auto", "head", "gains"), "the family of the extra"),
             "rate": Option(float, 1.0, _positive, "required exponential rate"),
@@ -451,8 +477,8 @@ SPECS: dict[str, TaskSpec] = {
             "n_tokens": Option(
                 int,
                 0,
-                _at_most(_MAX_TOKENS, zero=True),
-                "Gaussian tokens fed to the network (0: max(512, d + 64))",
+                _model_tokens,
+                "Gaussian tokens fed to the network (0: max(512, d + 64); at least max(20, d + 2))",
             ),
             "T": Option(float, 4.0, _positive, "horizon of the attention flows"),
             "n_null": Option(int, 16, _between(8, 10000), "replicates of each Gaussianity null"),

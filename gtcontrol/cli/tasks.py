@@ -41,11 +41,17 @@ from .. import (
     stabilize,
     steer,
 )
-from .._status import Status
+from .._status import Status, import_fits
 from .._validation import as_float_array
 from ..control.design.stabilize import Stabilization
 from ..errors import DesignFileError
-from ._run_budget import CONTROL_IMPORT_SECONDS, RunBudget, import_seconds, stack_eigenvalues
+from ._run_budget import (
+    CONTROL_IMPORT_SECONDS,
+    EXPERIMENTS_IMPORT_SECONDS,
+    RunBudget,
+    import_seconds,
+    stack_eigenvalues,
+)
 from .records import (
     CERTIFICATE_KEYS,
     ROBUSTNESS_KEYS,
@@ -642,46 +648,42 @@ def _stabilize_run(design: Design, out: Path) -> dict[str, Any]:
     o = design.options
     run = RunBudget(design.time_limit, design.started)  # loading the model counts
     probe = None
-    source = "the design's [layer] and [target]"
     if o["model"]:
-        from ..experiments.models import extract
-        from ..experiments.stabilization import data_tokens, text_target
-
-        em = extract(o["model"])
-        k = int(o["layer"])
-        if k >= len(em.layers):
-            raise DesignFileError(
-                f"stabilize.layer: {k} is not a layer of {em.label} (0 … {len(em.layers) - 1})"
-            )
-        layer = em.layers[k].attention_layer
-        tokens, what = data_tokens(em, seed=design.seed)
-        probe = np.hstack([tokens[k], np.ones((tokens[k].shape[0], 1))])
-        if o["target_from"] == "text":
-            target, delta = text_target(tokens[k])
-            source = (
-                f"{em.label} layer {k}; target: the {tokens[k].shape[0]} tokens entering it "
-                f"({what}), covariance shrunk by Ledoit–Wolf δ = {delta:.3g}"
-            )
-        else:
-            d = layer.dim
-            cov = np.eye(d)
-            cov[-1, -1] = 0.0
-            target = Gaussian(np.eye(d)[-1], cov, name="target")
-            source = f"{em.label} layer {k}; target N(e, I ⊕ 0)"
+        problem = _model_problem(design, run)
+        if isinstance(problem, str):
+            return _not_loaded(run, o["model"], problem)
+        layer, target, probe, source = problem
     else:
         if not isinstance(design.model, Layer) or design.target is None:
             raise DesignFileError("stabilize: expected a [layer] (not a schedule) and a [target]")
         layer, target = design.model, design.target
-    res = _stabilize_design(design, layer, target, probe, run.solver_limit(1))
+        source = "the design's [layer] and [target]"
+    limit = run.solver_limit(1)
+    if o["model"]:  # a layer of width d + 1 of a real model: its solvers may overrun (threaded)
+        found = run.compute(
+            "the stabilization", lambda: _stabilize_design(design, layer, target, probe, limit)
+        )
+        if found is None:
+            return _not_loaded(run, o["model"], _COMPUTE)
+        res = found
+    else:
+        res = _stabilize_design(design, layer, target, probe, limit)
     curves = {f"stabilized, from {name}": (v.t, v.lam_max) for name, v in _named_checks(res)}
     blowup = None
     if o["before"] and res.starts and run.solver_limit(1) > 1.0:
         T0 = float(res.verification[0].t[-1]) if res.verification else 10.0 / o["rate"]
         limit = run.solver_limit(1)
-        before = simulate(res.original, res.starts[0], T0, n_points=201, time_limit=limit)
-        lam = stack_eigenvalues(before.cov, run, "the given layer's eigenvalues")[:, -1]
-        curves = {f"given layer ({before.status.value})": (np.asarray(before.t), lam), **curves}
-        blowup = before.blowup_time
+
+        def given() -> Trajectory:
+            return simulate(res.original, res.starts[0], T0, n_points=201, time_limit=limit)
+
+        what = "the given layer's simulation"
+        before = run.compute(what, given) if o["model"] else given()
+        if before is not None:
+            lam = stack_eigenvalues(before.cov, run, "the given layer's eigenvalues")[:, -1]
+            label = f"given layer ({before.status.value})"
+            curves = {label: (np.asarray(before.t), lam), **curves}
+            blowup = before.blowup_time
 
     def draw() -> None:
         from ..plotting.design import plot_stabilization
@@ -752,6 +754,74 @@ def _stabilize_run(design: Design, out: Path) -> dict[str, Any]:
         summary["token W2 / floor"] = tc.w2 / tc.floor if tc.floor > 0 else None
         summary["design rate"] = res.stats.get("design_rate")
     return run.finish(result(_status(res, Status.FAILED), outputs, figures, summary))
+
+
+def _model_problem(design: Design, run: RunBudget) -> tuple[Layer, Gaussian, Any, str] | str:
+    """``(layer, target, probe tokens, source)`` of ``stabilize`` with ``model`` set, or what
+    did not finish within the time limit (the model's load or its data tokens).
+
+    Only ``target_from = "text"`` needs data (the model's embeddings, which an ONNX file does
+    not have); ``"identity"`` probes the function change on the data tokens when the model has
+    embeddings, else on samples of the target."""
+    o = design.options
+    em = _load_model(run, design, o["model"], "the stabilization")
+    if em is None:
+        return _LOAD
+    k = int(o["layer"])
+    if k >= len(em.layers):
+        raise DesignFileError(
+            f"{design.source}: stabilize.layer: {k} is not a layer of {em.label} "
+            f"(0 … {len(em.layers) - 1})"
+        )
+    layer = em.layers[k].attention_layer
+    if em.network is None:  # an ONNX file: no embeddings, no data
+        if o["target_from"] == "text":
+            raise DesignFileError(
+                f"{design.source}: stabilize.target_from = 'text' needs the tokens entering the "
+                f"layer on real text, which run the model's own embeddings; {em.label} "
+                f"({em.family}) has none: give target_from = 'identity' (it needs no data)"
+            )
+        return (
+            layer,
+            _identity_target(layer.dim),
+            None,
+            f"{em.label} layer {k}; target N(e, I ⊕ 0); function change on 512 samples of the "
+            "target (the file has no embeddings to read text)",
+        )
+
+    def read() -> Any:
+        from ..experiments.pretrained import serially
+        from ..experiments.stabilization import data_tokens
+
+        return serially(lambda: data_tokens(em, seed=design.seed))
+
+    data = run.load(f"the stabilization of {em.label} (its data tokens)", read)
+    if data is None:
+        return _DATA
+    tokens, what = data
+    probe = np.hstack([tokens[k], np.ones((tokens[k].shape[0], 1))])
+    if o["target_from"] == "identity":
+        return (
+            layer,
+            _identity_target(layer.dim),
+            probe,
+            f"{em.label} layer {k}; target N(e, I ⊕ 0)",
+        )
+    from ..experiments.stabilization import text_target
+
+    target, delta = text_target(tokens[k])
+    source = (
+        f"{em.label} layer {k}; target: the {tokens[k].shape[0]} tokens entering it "
+        f"({what}), covariance shrunk by Ledoit–Wolf δ = {delta:.3g}"
+    )
+    return layer, target, probe, source
+
+
+def _identity_target(d: int) -> Gaussian:
+    """``N(e, I ⊕ 0)`` on ``R^d``, ``e`` the affine coordinate (last)."""
+    cov = np.eye(d)
+    cov[-1, -1] = 0.0
+    return Gaussian(np.eye(d)[-1], cov, name="target")
 
 
 def _stabilize_design(
@@ -854,29 +924,31 @@ def _run_filter(design: Design, out: Path) -> dict[str, Any]:
 
 
 def _run_experiment(design: Design, out: Path) -> dict[str, Any]:
+    o = design.options
+    run = RunBudget(design.time_limit, design.started)  # the experiments draw within it
+    em = _load_model(run, design, "minilm", "the experiments")  # every stage begins with it
+    if em is None:
+        return _not_loaded(run, "minilm")
     from ..experiments.report import experiment_outputs, run_experiments
 
-    o = design.options
-    run = RunBudget(
-        design.time_limit, design.started
-    )  # the experiments draw their own figures within it
     if o["flows"]:
         from ..experiments.attention_flows import run_flows
 
-        flows = dict(run_flows(out, time_limit=run.solver_limit()))
+        flows = dict(run_flows(out, model=em, time_limit=run.solver_limit(1)))
         rows = flows["outputs"]["table"]
         flows["summary"] = {
             "flows": len(rows),
             "blowups": sum(row.get("regime") == "blowup" for row in rows),
             "message": flows["outputs"]["message"],
         }
-        return flows
+        return run.finish(flows)
     res = run_experiments(
         out,
         n_tokens=o["n_tokens"],
         seed=design.seed,
         quick=o["quick"],
-        time_limit=run.solver_limit(),
+        time_limit=run.solver_limit(5 if o["quick"] else 10),  # the report's figures
+        draw=run.draw,
     )
     done = dict(experiment_outputs(res))
     done["summary"] = {
@@ -885,29 +957,88 @@ def _run_experiment(design: Design, out: Path) -> dict[str, Any]:
         "skipped_stages": len(res.stats.get("skipped", [])),
         "message": res.message,
     }
-    return done
+    return run.finish(done)
 
 
 def _run_model(design: Design, out: Path) -> dict[str, Any]:
-    from ..experiments.model_report import run_model_task
-    from ..experiments.models import MODELS
-
     o = design.options
     run = RunBudget(design.time_limit, design.started)
-    model = o["model"]
-    if model not in MODELS and not Path(model).is_absolute():
-        beside = Path(design.source).parent / model  # a path relative to the design file
-        if beside.exists():
-            model = str(beside)
-    return run_model_task(
-        out,
-        model=model,
-        n_tokens=o["n_tokens"],
-        seed=design.seed,
-        T=o["T"],
-        n_null=o["n_null"],
-        flows=o["flows"],
-        time_limit=run.solver_limit(2),  # its two figures are drawn after the report
+    em = _load_model(run, design, o["model"], "the report")
+    if em is None:
+        return _not_loaded(run, o["model"])
+    from ..experiments.model_report import model_report, model_task_record
+
+    limit = run.solver_limit(2)  # its two figures are drawn after the report
+    rep = run.compute(
+        f"the report of {em.label}",
+        lambda: model_report(
+            em,
+            n_tokens=o["n_tokens"] or None,
+            seed=design.seed,
+            T=o["T"],
+            n_null=o["n_null"],
+            flows=o["flows"],
+            time_limit=limit,
+        ),
+    )
+    if rep is None:
+        return _not_loaded(run, o["model"], _COMPUTE)
+    return run.finish(model_task_record(out, rep, draw=run.draw))
+
+
+def _load_model(run: RunBudget, design: Design, name: str, what: str) -> Any:
+    """The model ``name`` extracted within the run's time limit (``None``: not in time).
+
+    Importing gtcontrol.experiments (about 1 s), torch and transformers (2–8 s in a fresh
+    process) and reading the model cannot be interrupted: :meth:`RunBudget.load` gives up on
+    them at the deadline and records ``what`` as not produced. A relative path is read beside
+    the design file first (a name of ``gtcontrol models`` wins)."""
+
+    def load() -> Any:
+        import_fits(run.budget, "gtcontrol.experiments", EXPERIMENTS_IMPORT_SECONDS)
+        from ..experiments.models import MODELS
+        from ..experiments.pretrained import extract_serially
+
+        model = name
+        if model not in MODELS and not Path(model).is_absolute():
+            beside = Path(design.source).parent / model
+            if beside.exists():
+                model = str(beside)
+        return extract_serially(model, design.seed, run.budget)
+
+    return run.load(f"{what} of {_label(name)}", load)
+
+
+def _label(name: str) -> str:
+    return Path(name).name or name
+
+
+#: Why nothing was computed on a model within the time limit (:func:`_not_loaded`).
+_LOAD = (
+    "{} was not loaded within the time limit of {:g} s (importing torch and transformers and "
+    "reading the model, which cannot be interrupted, did not fit in it): nothing was computed"
+)
+_DATA = (
+    "running {} on its data batch (the target's and the probe's tokens), which cannot be "
+    "interrupted, did not fit in the time limit of {:g} s: nothing was computed"
+)
+_COMPUTE = (
+    "the computation on {} did not return within the time limit of {:g} s, even when told "
+    "to stop: nothing is kept"
+)
+
+
+def _not_loaded(run: RunBudget, name: str, why: str = _LOAD) -> dict[str, Any]:
+    """The record of a run that computed nothing on its model within the time limit; ``why``
+    is one of the sentences above."""
+    message = why.format(_label(name), run.budget.time_limit)
+    return run.finish(
+        result(
+            Status.BUDGET_EXHAUSTED,
+            {"model": name, "message": message},
+            [],
+            {"model": name, "message": message},
+        )
     )
 
 

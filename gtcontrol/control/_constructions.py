@@ -690,7 +690,7 @@ def _result(
             budget.reason()
             if budget.exhausted
             else f"the gauge search stopped to keep time for the verification within the "
-            f"time limit of {budget.time_limit:g} s"
+            f"time limit of {budget.given_limit:g} s"
         )
         status, message = (
             Status.BUDGET_EXHAUSTED,
@@ -710,7 +710,7 @@ def solve_flow(plan: Plan, budget: Budget, clock: float) -> SteeringResult | Non
     start = time.perf_counter()
     if no_time_for_closed_form(plan, budget):
         why = (
-            f"the time limit of {budget.time_limit:g} s leaves {budget.remaining():.3g} s (and "
+            f"the time limit of {budget.given_limit:g} s leaves {budget.remaining():.3g} s (and "
             f"a grace of {budget.grace():.3g} s for a fallback), less than the exact "
             f"construction's estimated {closed_form_estimate(plan):.3g} s"
         )

@@ -433,7 +433,7 @@ def _run_once(plan: Plan, budget: Budget, clock: float) -> SteeringResult:
         stop = (
             f"building the collocation NLP (d = {prob.d}, {prob.L} layers, mode {prob.mode!r}) "
             f"is estimated at {estimate:.3g} s, more than the {budget.remaining():.3g} s left of "
-            f"the time limit of {budget.time_limit:g} s (the build cannot be interrupted; "
+            f"the time limit of {budget.given_limit:g} s (the build cannot be interrupted; "
             "raise time_limit, or use method='flow')"
         )
         common["build_estimate"] = estimate

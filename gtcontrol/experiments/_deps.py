@@ -12,9 +12,11 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from ..errors import GTControlError, InvalidParametersError
 
@@ -74,21 +76,34 @@ def require_onnx() -> ModuleType:
     return onnx
 
 
+#: Blocks of :func:`quiet_transformers` open in any thread, and the settings to restore when
+#: the last one closes (a load given up on by a time limit goes on in a thread beside the next).
+_QUIET: dict[str, Any] = {"open": 0, "level": None, "bars": False}
+_QUIET_LOCK = threading.Lock()
+
+
 @contextlib.contextmanager
 def quiet_transformers() -> Iterator[None]:
-    """Silence Hugging Face logging and progress bars while loading; restore them after."""
+    """Silence Hugging Face logging and progress bars while loading; restore them when the
+    last block open (in any thread) closes."""
     tr = require_transformers()
     logging = tr.utils.logging
-    level = logging.get_verbosity()
-    bars = logging.is_progress_bar_enabled()
-    logging.set_verbosity_error()
-    logging.disable_progress_bar()
+    with _QUIET_LOCK:
+        if _QUIET["open"] == 0:
+            _QUIET["level"] = logging.get_verbosity()
+            _QUIET["bars"] = logging.is_progress_bar_enabled()
+            logging.set_verbosity_error()
+            logging.disable_progress_bar()
+        _QUIET["open"] += 1
     try:
         yield
     finally:
-        logging.set_verbosity(level)
-        if bars:
-            logging.enable_progress_bar()
+        with _QUIET_LOCK:
+            _QUIET["open"] -= 1
+            if _QUIET["open"] == 0:
+                logging.set_verbosity(_QUIET["level"])
+                if _QUIET["bars"]:
+                    logging.enable_progress_bar()
 
 
 def minilm_path() -> Path:

@@ -68,6 +68,14 @@ _LOG_SCALE = {"mardia_skewness": True, "energy": True, "sliced_wasserstein": Tru
 _TWO_SIDED = {"mardia_kurtosis": True}
 #: Finite cap on the Monte Carlo replicates of each null.
 MAX_NULL = 10_000
+#: Fewest samples the test takes: ``max(MIN_SAMPLES, d + 2)`` rows (the sample covariance needs
+#: ``d + 2``; the per-coordinate normality test needs 20).
+MIN_SAMPLES = 20
+
+
+def min_samples(d: int) -> int:
+    """The fewest rows :func:`gaussianity` takes in dimension ``d``: ``max(20, d + 2)``."""
+    return max(MIN_SAMPLES, d + 2)
 
 
 @dataclass(frozen=True)
@@ -320,9 +328,9 @@ def _check_options(
 def _check_samples(samples: Any) -> FloatArray:
     x = as_float_array("samples", samples, ndim=2)
     n, d = x.shape
-    if n < max(20, d + 2):
+    if n < min_samples(d):
         raise InvalidParametersError(
-            f"samples: expected at least max(20, d + 2) = {max(20, d + 2)} rows for d = {d}, "
+            f"samples: expected at least max(20, d + 2) = {min_samples(d)} rows for d = {d}, "
             f"got {n}"
         )
     return x

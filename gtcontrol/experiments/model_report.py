@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +28,17 @@ from .._status import Budget, Outcome, ResultFields, Status
 from .._validation import as_positive_float, as_positive_int, as_time_limit
 from ._common import as_seed, first_failure
 from .attention_flows import AttentionFlows, attention_flows
-from .models import extract
-from .pretrained import MAX_TOKENS, GaussianityTable, pretrained_gaussianity
+from .pretrained import (
+    MAX_TOKENS,
+    GaussianityTable,
+    check_tokens,
+    load_within,
+    model_label,
+    not_loaded,
+    pretrained_gaussianity,
+)
 
-__all__ = ["ModelLayerRow", "ModelReport", "model_report", "run_model_task"]
+__all__ = ["ModelLayerRow", "ModelReport", "model_report", "model_task_record"]
 
 
 @dataclass(frozen=True)
@@ -173,7 +182,8 @@ def model_report(
         :data:`~gtcontrol.experiments.MODELS`, a Hugging Face folder, an ONNX file, a
         ``transformers`` model).
     n_tokens
-        Gaussian tokens fed to the network; ``None``: ``max(512, d + 64)``.
+        Gaussian tokens fed to the network, at least ``max(20, d + 2)``; ``None``:
+        ``max(512, d + 64)``.
     seed
         Seed of the tokens, of random weights (``random-*`` names) and of the nulls.
     T
@@ -183,9 +193,10 @@ def model_report(
     flows
         Run the attention flows (the slow part at large widths).
     time_limit
-        Wall-clock limit in seconds for the whole report (``None``: none). The Gaussianity
-        table runs first, then the flows, each within what is left; a row whose part did not
-        run holds ``nan``, and the report is then ``Status.BUDGET_EXHAUSTED``.
+        Wall-clock limit in seconds for the whole report, loading the model included (``None``:
+        none). The Gaussianity table runs first, then the flows, each within what is left; a
+        row whose part did not run holds ``nan``, and the report is then
+        ``Status.BUDGET_EXHAUSTED`` (with no rows when the model did not load in time).
 
     Returns
     -------
@@ -207,13 +218,15 @@ def model_report(
     clock = time.perf_counter()
     sd = as_seed(seed)
     horizon = as_positive_float("T", T)
+    n_req = None if n_tokens is None else as_positive_int("n_tokens", n_tokens, maximum=MAX_TOKENS)
+    if n_req is not None:
+        check_tokens(n_req)  # refused before the model loads
     budget = Budget(as_time_limit(time_limit))
-    em = extract(model, seed=sd)
-    n = (
-        max(512, em.dim + 64)
-        if n_tokens is None
-        else as_positive_int("n_tokens", n_tokens, maximum=MAX_TOKENS)
-    )
+    em = load_within(model, sd, budget)
+    if em is None:
+        return _not_loaded(model, budget, clock)
+    n = max(512, em.dim + 64) if n_req is None else n_req
+    check_tokens(n, em.dim, em.label)
     tab = pretrained_gaussianity(n, sd, model=em, n_null=n_null, time_limit=budget.left_as_limit())
     flow = None
     if flows and not budget.exhausted:
@@ -264,61 +277,68 @@ def model_report(
     )
 
 
+def _not_loaded(model: Any, budget: Budget, clock: float) -> ModelReport:
+    """The report of a model not loaded within the time limit: no rows."""
+    return ModelReport(
+        model=model_label(model),
+        description="not loaded",
+        family="",
+        norm_placement="",
+        n_layers=0,
+        dim=0,
+        n_heads=0,
+        notes=(),
+        data="",
+        rows=(),
+        status=Status.BUDGET_EXHAUSTED,
+        message=not_loaded(model, budget),
+        stats={"seconds": time.perf_counter() - clock, "n_tokens": 0},
+    )
+
+
 def _flow(flows: AttentionFlows | None, k: int, start: str) -> Any:
     if flows is None:
         return None
     return next((r for r in flows.rows if r.layer == k and r.start == start), None)
 
 
-def run_model_task(
+def model_task_record(
     dest: Path,
+    rep: ModelReport,
     *,
-    model: str,
-    n_tokens: int,
-    seed: int,
-    T: float,
-    n_null: int,
-    flows: bool,
-    time_limit: float | None,
+    draw: Callable[[str, Callable[[], None]], bool] | None = None,
 ) -> dict[str, Any]:
-    """Run :func:`model_report` for the ``model`` design task; write its files into ``dest``.
+    """Write the files of the ``model`` design task for a :func:`model_report` into ``dest``.
 
-    Writes ``model_report.md``, ``gaussianity.png`` and (with ``flows``) ``flows.png``.
+    Writes ``model_report.md``, ``gaussianity.png`` and ``flows.png`` (each figure when its
+    part has rows).
 
     Parameters
     ----------
     dest
         An existing directory.
-    model, seed, T, n_null, flows, time_limit
-        As in :func:`model_report`.
-    n_tokens
-        As in :func:`model_report`; ``0`` means ``None`` (automatic).
+    rep
+        The report.
+    draw
+        ``draw(name, make)`` calls ``make()`` to draw the figure ``name`` if the run affords
+        it and returns whether it did (the design task's time limit); ``None``: draw all.
 
     Returns
     -------
     dict
         ``{"status", "outputs", "figures", "summary"}`` for ``result.json``.
     """
-    from ..plotting.core import new_figure, save_figure
-
-    rep = model_report(
-        model,
-        n_tokens=n_tokens or None,
-        seed=seed,
-        T=T,
-        n_null=n_null,
-        flows=flows,
-        time_limit=time_limit,
-    )
     dest = Path(dest)
     (dest / "model_report.md").write_text(rep.markdown() + "\n", "utf-8")
     figures = []
     for name, part in (("gaussianity.png", rep.gaussianity), ("flows.png", rep.flows)):
         if part is not None and part.rows:
-            fig = new_figure(7.0, 3.6)
-            part.plot(fig.subplots())
-            save_figure(fig, dest / name)
-            figures.append(name)
+            make = partial(_draw_part, part, dest / name)
+            if draw is None:
+                make()
+                figures.append(name)
+            elif draw(name, make):
+                figures.append(name)
     first = next((r.layer for r in rep.rows if r.rejected), None)
     finite = [r.blowup_identity for r in rep.rows if math.isfinite(r.blowup_identity)]
     return {
@@ -342,3 +362,12 @@ def run_model_task(
             "message": rep.message,
         },
     }
+
+
+def _draw_part(part: GaussianityTable | AttentionFlows, path: Path) -> None:
+    """The figure of one part of the report (its ``.plot``), saved at ``path``."""
+    from ..plotting.core import new_figure, save_figure  # matplotlib: only when drawing
+
+    fig = new_figure(7.0, 3.6)
+    part.plot(fig.subplots())
+    save_figure(fig, path)

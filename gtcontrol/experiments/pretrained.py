@@ -33,26 +33,41 @@ float64.
 from __future__ import annotations
 
 import math
+import os
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeVar
 
 import numpy as np
 
 from .._blas import single_threaded_blas
 from .._display import Axes, SummaryItems
 from .._linalg import FloatArray
-from .._status import Budget, Outcome, ResultFields, Status
+from .._status import (
+    Budget,
+    BudgetExhausted,
+    Outcome,
+    ResultFields,
+    Status,
+    import_fits,
+    within,
+)
 from .._validation import as_positive_int, as_time_limit
 from ..errors import InvalidParametersError
 from ._common import as_seed, stop_reason
+from ._deps import require_onnx, require_torch, require_transformers
 from ._families import run_network
+from .extraction import ExtractedModel
 from .gaussianity import (
+    MIN_SAMPLES,
     STATISTICS,
     GaussianityResult,
     _check_options,
     gaussianity,
+    min_samples,
 )
 from .models import extract
 
@@ -82,7 +97,7 @@ def forward_within(em: Any, x: FloatArray, budget: Budget) -> tuple[list[FloatAr
         states = run_network(em, x, budget)
     if len(states) < em.n_layers + 1:
         return states, (
-            f"the time limit of {budget.time_limit:g} s: the forward pass stopped after layer "
+            f"the time limit of {budget.given_limit:g} s: the forward pass stopped after layer "
             f"{len(states) - 1} of {em.n_layers} (the next layer was estimated not to fit in "
             "what was left)"
         )
@@ -107,6 +122,91 @@ class ModelTokens:
     seed: int
 
 
+#: One load at a time in the process: a load given up on (:func:`load_within`) goes on in the
+#: background, and the next waits for it (finding its model cached if it is the same) instead
+#: of competing with it for the cores and the interpreter: several abandoned loads side by
+#: side made a later run miss its own deadline by seconds.
+_LOADING = threading.Lock()
+_T = TypeVar("_T")
+
+
+def serially(work: Callable[[], _T]) -> _T:
+    """``work()`` (loading a model, running it on data), one at a time in the process."""
+    with _LOADING:
+        return work()
+
+
+def extract_serially(model: Any, seed: int = 0, budget: Budget | None = None) -> ExtractedModel:
+    """:func:`~gtcontrol.experiments.extract`, one load at a time in the process.
+
+    With a ``budget``, a cold import the load needs (torch and transformers, or onnx for an
+    ONNX file) is not begun when its typical time (:data:`IMPORT_SECONDS`) does not fit in
+    what is left (:func:`gtcontrol._status.import_fits` raises): a C extension initializing
+    holds the interpreter, and a caller waiting in another thread could not end in time
+    meanwhile. The load itself is begun in any case (a model loaded before is returned at once).
+    """
+    if budget is not None:
+        for name in _imports_for(model):
+            import_fits(budget, name, IMPORT_SECONDS[name])
+            _IMPORTERS[name]()
+    return serially(lambda: extract(model, seed=seed))
+
+
+#: Typical seconds of a cold import in a fresh process (measured on two idle cores; up to
+#: twice that on loaded ones): an import that would not fit in the time left is not begun.
+IMPORT_SECONDS = {"torch": 2.0, "transformers": 1.0, "onnx": 1.0}
+
+
+_IMPORTERS = {"torch": require_torch, "transformers": require_transformers, "onnx": require_onnx}
+
+
+def _imports_for(model: Any) -> tuple[str, ...]:
+    """The packages loading ``model`` imports (an extracted or loaded model needs none new)."""
+    if not isinstance(model, (str, os.PathLike)):
+        return ()
+    if os.fspath(model).lower().endswith(".onnx"):
+        return ("onnx",)
+    return ("torch", "transformers")
+
+
+def load_within(model: Any, seed: int, budget: Budget) -> ExtractedModel | None:
+    """:func:`extract_serially` of ``model`` if it finishes in time for ``budget`` (importing
+    torch and transformers, reading or building the model cannot be interrupted:
+    :func:`gtcontrol._status.within`), else ``None``; a bad model raises."""
+    if isinstance(model, ExtractedModel):
+        return model
+    try:
+        return within(budget, lambda: extract_serially(model, seed, budget))
+    except BudgetExhausted:  # an import or the load was not begun: it would not fit
+        return None
+
+
+def model_label(model: Any) -> str:
+    """A short name of a model not loaded (a name, a file or folder name, a class name)."""
+    if isinstance(model, (str, os.PathLike)):
+        text = os.fspath(model)
+        return Path(text).name or text
+    return str(getattr(model, "label", type(model).__name__))
+
+
+def not_loaded(model: Any, budget: Budget) -> str:
+    """Why nothing was computed for a model that :func:`load_within` gave up on."""
+    return (
+        f"{model_label(model)} was not loaded within the time limit of {budget.given_limit:g} s "
+        "(importing torch and transformers and reading the model cannot be interrupted, and "
+        "did not fit): nothing was computed"
+    )
+
+
+def check_tokens(n: int, d: int | None = None, label: str = "") -> None:
+    """Refuse fewer tokens than the Gaussianity statistics take: ``max(20, d + 2)`` (20 before
+    the width ``d`` is known, so that too few are refused before the model loads)."""
+    need = MIN_SAMPLES if d is None else min_samples(d)
+    if n < need:
+        what = "" if d is None else f" = {need} tokens for {label} (width {d})"
+        raise InvalidParametersError(f"n_tokens: expected at least max(20, d + 2){what}, got {n}")
+
+
 @dataclass(frozen=True, eq=False)
 class GaussianForward:
     """``n_tokens`` standard Gaussian tokens run through an encoder's layers within ``budget``:
@@ -114,11 +214,14 @@ class GaussianForward:
     (:func:`pretrained_gaussianity` and :func:`~gtcontrol.experiments.moment_surrogate`; with
     the same seed they read the same states).
 
-    ``states`` are :func:`forward_within`'s (input first), ``cut`` why the pass stopped before
-    the last layer (``""``: it did not), ``seconds`` the pass's wall time.
+    ``em`` is the extracted model (``None``: it was not loaded within ``budget``; ``states`` is
+    then empty), ``states`` are :func:`forward_within`'s (input first), ``cut`` why the pass
+    stopped before the last layer or did not run (``""``: it ran to the end), ``seconds`` the
+    pass's wall time.
     """
 
-    em: Any
+    em: ExtractedModel | None
+    model: Any
     n_tokens: int
     seed: int
     budget: Budget
@@ -130,8 +233,8 @@ class GaussianForward:
         """The :class:`ModelTokens` fields of a result on these states."""
         em = self.em
         return {
-            "model": em.label,
-            "description": em.description,
+            "model": model_label(self.model) if em is None else em.label,
+            "description": "not loaded" if em is None else em.description,
             "n_tokens": self.n_tokens,
             "seed": self.seed,
         }
@@ -142,25 +245,25 @@ def gaussian_forward(
 ) -> GaussianForward:
     """Validate the common arguments, load ``model`` and run :class:`GaussianForward`'s tokens.
 
-    ``check(seed)`` validates the caller's own options before the model loads. Raises
-    :class:`InvalidParametersError` on a bad size, seed or limit, and on fewer than ``d + 2``
-    tokens (the sample covariance and the statistics need them).
+    ``check(seed)`` validates the caller's own options before the model loads. The load counts
+    in ``time_limit`` (:func:`load_within`). Raises :class:`InvalidParametersError` on a bad
+    size, seed or limit, and on fewer than ``max(20, d + 2)`` tokens (the sample covariance and
+    the statistics need them; fewer than 20 before the model loads).
     """
     n = as_positive_int("n_tokens", n_tokens, maximum=MAX_TOKENS)
     sd = as_seed(seed)
+    check_tokens(n)
     if check is not None:
         check(sd)
     budget = Budget(as_time_limit(time_limit))
-    em = extract(model, seed=sd)
-    if n < em.dim + 2:
-        raise InvalidParametersError(
-            f"n_tokens: expected at least d + 2 = {em.dim + 2} tokens for {em.label} "
-            f"(width {em.dim}), got {n}"
-        )
+    em = load_within(model, sd, budget)
+    if em is None:
+        return GaussianForward(None, model, n, sd, budget, [], not_loaded(model, budget), 0.0)
+    check_tokens(n, em.dim, em.label)
     clock = time.perf_counter()
     rng = np.random.default_rng([sd, 20260607])
     states, cut = forward_within(em, rng.standard_normal((n, em.dim)), budget)
-    return GaussianForward(em, n, sd, budget, states, cut, time.perf_counter() - clock)
+    return GaussianForward(em, model, n, sd, budget, states, cut, time.perf_counter() - clock)
 
 
 def with_cut(status: Status, message: str, cut: str) -> tuple[Status, str]:
@@ -364,7 +467,7 @@ def pretrained_gaussianity(
     Parameters
     ----------
     n_tokens
-        Sequence length N (one sequence; must exceed the width + 1, e.g. ≥ 386 for MiniLM).
+        Sequence length N (one sequence; at least ``max(20, d + 2)``, e.g. 386 for MiniLM).
     seed
         Seeds the input tokens, the random weights of the ``random-*`` models and the nulls.
     model
@@ -380,9 +483,10 @@ def pretrained_gaussianity(
     n_projections
         Directions of the sliced Wasserstein distance.
     time_limit
-        Wall-clock limit in seconds for the diagnostics (``None``: none); the model is loaded
-        and run in any case. When it runs out the layers diagnosed so far are returned with
-        ``Status.BUDGET_EXHAUSTED``.
+        Wall-clock limit in seconds for loading the model, the forward pass and the diagnostics
+        (``None``: none). When it runs out the layers diagnosed so far are returned with
+        ``Status.BUDGET_EXHAUSTED`` (none when the model did not load in time: importing torch
+        alone takes seconds in a fresh process).
 
     Returns
     -------
@@ -418,16 +522,12 @@ def pretrained_gaussianity(
         lambda sd: _check_options(level, n_null, n_projections, 0.05, sd, 512, 1e-9),
     )
     states = run.states
-    with single_threaded_blas():
-        rows, status, message = _diagnose(
-            states,
-            run.budget,
-            level=level,
-            n_null=n_null,
-            n_projections=n_projections,
-            seed=run.seed,
-        )
-    status, message = with_cut(status, message, run.cut)
+    rows: list[LayerGaussianity] = []
+    if run.em is None:  # not loaded in time: nothing to diagnose
+        status, message = Status.BUDGET_EXHAUSTED, run.cut
+    else:
+        rows, status, message = _diagnose_within(states, run, level, n_null, n_projections)
+        status, message = with_cut(status, message, run.cut)
     total = time.perf_counter() - clock
     finite = [s for s in states if np.all(np.isfinite(s))]
     max_abs = max((float(np.max(np.abs(s))) for s in finite), default=math.nan)
@@ -448,6 +548,20 @@ def pretrained_gaussianity(
             "log10_max_abs": math.log10(max_abs + 1e-300),
         },
     )
+
+
+def _diagnose_within(
+    states: list[FloatArray], run: GaussianForward, level: float, n_null: int, n_projections: int
+) -> tuple[list[LayerGaussianity], Status, str]:
+    with single_threaded_blas():
+        return _diagnose(
+            states,
+            run.budget,
+            level=level,
+            n_null=n_null,
+            n_projections=n_projections,
+            seed=run.seed,
+        )
 
 
 def _diagnose(

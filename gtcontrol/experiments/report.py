@@ -37,7 +37,7 @@ from ._common import as_seed, first_failure
 from .closure import FeedForwardCloseness, feedforward_closeness
 from .pretrained import MAX_TOKENS, GaussianityTable, pretrained_gaussianity
 from .regimes import RegimeResult, prescribed_attention_regimes
-from .report_figures import Evidence, write_figures
+from .report_figures import Draw, Evidence, write_figures
 from .report_tables import (
     feedforward_table,
     gaussianity_table,
@@ -147,8 +147,10 @@ def _write_report(
     n_null: int,
     clock: float,
     note: str = "",
+    draw: Draw | None = None,
 ) -> tuple[list[str], dict[str, Any]]:
-    """Write figures, report.md and report.html into ``dest``; return figures and tables."""
+    """Write figures (each if ``draw`` affords it), report.md and report.html into ``dest``;
+    return figures and tables."""
     tables = [gaussianity_table(t) for t in ev.tabs]
     tables += [surrogate_table(c) for c in ev.surs]
     if ev.reg is not None:
@@ -157,7 +159,7 @@ def _write_report(
         tables.append(feedforward_table(ev.ff))
     seconds = time.perf_counter() - clock
     intro_lines = _intro_lines(seed=seed, quick=quick, n_null=n_null, seconds=seconds, note=note)
-    figures = write_figures(dest, ev, seed)
+    figures = write_figures(dest, ev, seed, draw)
     md_intro = "# gtcontrol: the paper's numerical evidence, reproduced\n\n" + "\n\n".join(
         intro_lines
     )
@@ -205,6 +207,20 @@ class _Stages:
         return status, "; ".join(failed) + skipped
 
 
+def _before(budget: Budget, undrawn: list[str]) -> Draw:
+    """Draw a figure while ``budget``'s deadline has not passed; name the others in
+    ``undrawn``."""
+
+    def draw(name: str, make: Callable[[], None], panels: int) -> bool:
+        if budget.exhausted:
+            undrawn.append(f"figure {name}")
+            return False
+        make()
+        return True
+
+    return draw
+
+
 def _check_run_options(
     n_tokens: Any, seed: Any, quick: Any, time_limit: Any
 ) -> tuple[int, int, bool, float | None]:
@@ -222,6 +238,7 @@ def run_experiments(
     seed: int = 0,
     quick: bool = False,
     time_limit: float | None = None,
+    draw: Draw | None = None,
 ) -> ReproduceResult:
     """Compute every experiment and write figures, report.md and report.html into ``dest``.
 
@@ -235,8 +252,13 @@ def run_experiments(
     n_tokens, seed, quick
         As in :func:`reproduce`.
     time_limit
-        Wall-clock limit in seconds for the computations, shared by all stages (``None``: none).
-        The stages still to run when it is spent are skipped; the report is written in any case.
+        Wall-clock limit in seconds for the computations and the figures, shared by all stages
+        (``None``: none). The stages still to run when it is spent are skipped, and so are the
+        figures still to draw (``stats["skipped"]``); the report is written in any case.
+    draw
+        ``draw(name, make, panels)`` calls ``make()`` to draw the figure ``name`` (of ``panels``
+        axes) if the caller's budget affords it and returns whether it did (the ``experiment``
+        design task's run budget); ``None``: each while the time limit is not reached.
 
     Returns
     -------
@@ -274,6 +296,7 @@ def run_experiments(
     )
     status, message = stages.outcome()
     note = "" if status is Status.SUCCESS else f"Incomplete run ({status}): {message}."
+    undrawn: list[str] = []
     figures, tables = _write_report(
         dest,
         Evidence(tabs, surs, reg, ff),
@@ -282,10 +305,14 @@ def run_experiments(
         n_null=n_null,
         clock=clock,
         note=note,
+        draw=draw if draw is not None or limit is None else _before(stages.budget, undrawn),
     )
+    if undrawn:  # the time limit covers the figures too
+        status = Status.BUDGET_EXHAUSTED if status is Status.SUCCESS else status
+        message += f"; not drawn within the time limit of {limit:g} s: {', '.join(undrawn)}"
     timings: dict[str, Any] = dict(stages.timings)
     timings["total"] = time.perf_counter() - clock
-    timings["skipped"] = list(stages.skipped)
+    timings["skipped"] = [*stages.skipped, *undrawn]
     return ReproduceResult(
         outdir=Path(dest),
         files=tuple(sorted(p.name for p in Path(dest).iterdir())),
@@ -324,9 +351,10 @@ def reproduce(
         A reduced run (< 60 s on 2 cores): MiniLM only, at most 400 tokens, 8 null replicates,
         smaller token-level experiments. For a smoke test, not for the numbers.
     time_limit
-        Wall-clock limit in seconds for the computations (``None``: none). When it runs out the
-        stages done are reported, ``result.json`` says ``"budget_exhausted"`` and the result has
-        ``Status.BUDGET_EXHAUSTED``; the directory is still written atomically.
+        Wall-clock limit in seconds for loading the models, the computations and the figures
+        (``None``: none). When it runs out the stages done are reported, ``result.json`` says
+        ``"budget_exhausted"`` and the result has ``Status.BUDGET_EXHAUSTED``; the directory is
+        still written atomically.
 
     Returns
     -------

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -71,21 +72,36 @@ class Evidence:
     ff: FeedForwardCloseness | None
 
 
-def write_figures(dest: Path, ev: Evidence, seed: int) -> list[str]:
-    """Write every figure of the results that have rows; return their file names."""
+#: ``draw(name, make, panels)``: draw the figure ``name`` (``make()``, ``panels`` axes) if the
+#: run affords it; whether it was drawn (the ``experiment`` design task's time limit).
+Draw = Callable[[str, Callable[[], None], int], bool]
+
+
+def _always(name: str, make: Callable[[], None], panels: int) -> bool:
+    make()
+    return True
+
+
+def write_figures(dest: Path, ev: Evidence, seed: int, draw: Draw | None = None) -> list[str]:
+    """Write every figure of the results that have rows (each if ``draw`` affords it; ``None``:
+    all); return the file names written."""
     tabs, surs, reg, ff = ev.tabs, ev.surs, ev.reg, ev.ff
-    figures: list[str] = []
+    ask = draw or _always
+    todo: list[tuple[str, Callable[[], None], int]] = []
     for t in (t for t in tabs if t.rows):
-        _plot_one(t, dest / f"gaussianity_{t.model}.png", 7.0, 3.6)
-        _plot_projections(t, dest / f"projections_{t.model}.png", seed)
-        figures += [f"gaussianity_{t.model}.png", f"projections_{t.model}.png"]
+        name = f"gaussianity_{t.model}.png"
+        todo.append((name, partial(_plot_one, t, dest / name, 7.0, 3.6), 1))
+        name = f"projections_{t.model}.png"
+        todo.append((name, partial(_plot_projections, t, dest / name, seed), len(t.rows)))
     for c in (c for c in surs if c.rows):
-        _plot_one(c, dest / f"surrogate_{c.model}.png", 7.0, 3.4)
-        figures.append(f"surrogate_{c.model}.png")
+        name = f"surrogate_{c.model}.png"
+        todo.append((name, partial(_plot_one, c, dest / name, 7.0, 3.4), 1))
     if reg is not None and reg.rows:
-        _plot_regimes(reg, dest / "regimes.png")
-        figures.append("regimes.png")
+        todo.append(
+            ("regimes.png", partial(_plot_regimes, reg, dest / "regimes.png"), len(reg.rows))
+        )
     if ff is not None and ff.curves:
-        _plot_one(ff, dest / "feedforward.png", 6.5, 3.4)
-        figures.append("feedforward.png")
-    return figures
+        todo.append(
+            ("feedforward.png", partial(_plot_one, ff, dest / "feedforward.png", 6.5, 3.4), 1)
+        )
+    return [name for name, make, panels in todo if ask(name, make, panels)]

@@ -33,7 +33,7 @@ from .._blas import single_threaded_blas
 from .._display import Axes, SummaryItems
 from .._linalg import FloatArray
 from .._progress import progress
-from .._status import Budget, Outcome, ResultFields, Status, as_time_limit
+from .._status import Budget, Outcome, ResultFields, Status, as_time_limit, within
 from .._validation import as_choice, as_positive_float
 from ..control.design.stabilize import FAMILIES, Stabilization, stabilize
 from ..errors import InvalidParametersError
@@ -43,6 +43,7 @@ from ._families import attention_inputs, data_batch
 from .attention_flows import SENTENCES
 from .extraction import ExtractedModel
 from .models import extract
+from .pretrained import load_within, model_label, not_loaded, serially
 
 __all__ = [
     "TARGETS",
@@ -320,6 +321,19 @@ class StabilizationTable(ResultFields, Outcome):
         return head + "\n".join(lines) + "\n"
 
 
+def _not_ready(label: str, why: str, budget: Budget) -> StabilizationTable:
+    """The table of a model (or its data) not ready within the time limit: no rows."""
+    return StabilizationTable(
+        model=label,
+        rows=(),
+        results=(),
+        data="",
+        status=Status.BUDGET_EXHAUSTED,
+        message=f"{why}: nothing was stabilized",
+        stats={"seconds": budget.elapsed},
+    )
+
+
 def stabilize_model(
     model: Any = "minilm",
     *,
@@ -347,8 +361,10 @@ def stabilize_model(
     seed
         Seed of the data batch, the verification's perturbed start and the token check.
     time_limit
-        Wall-clock limit in seconds for the whole table (``None``: none); each layer gets what
-        is left, and a table cut short says so with ``Status.BUDGET_EXHAUSTED``.
+        Wall-clock limit in seconds for the whole table, loading the model and computing its
+        data tokens included (``None``: none); each layer gets what is left, and a table cut
+        short says so with ``Status.BUDGET_EXHAUSTED`` (with no rows when the model or its
+        data were not ready in time).
 
     Returns
     -------
@@ -365,15 +381,21 @@ def stabilize_model(
     as_positive_float("rate", rate)
     for t in targets:
         as_choice("targets", t, TARGETS)
-    em = model if isinstance(model, ExtractedModel) else extract(model)
+    budget = Budget(limit)
+    em = load_within(model, 0, budget)
+    if em is None:
+        return _not_ready(model_label(model), not_loaded(model, budget), budget)
     picked = list(range(len(em.layers))) if layers is None else [int(k) for k in layers]
     for k in picked:
         if not 0 <= k < len(em.layers):
             raise InvalidParametersError(
                 f"layers: {k} is not a layer of {em.label} (0 … {len(em.layers) - 1})"
             )
-    budget = Budget(limit)
-    tokens, what = data_tokens(em, seed=seed)
+    data = within(budget, lambda: serially(lambda: data_tokens(em, seed=seed)))
+    if data is None:
+        why = f"{budget.reason()} before the data tokens of {em.label} were computed"
+        return _not_ready(em.label, why, budget)
+    tokens, what = data
     rows: list[StabilizationRow] = []
     results: list[Stabilization] = []
     status = Status.SUCCESS

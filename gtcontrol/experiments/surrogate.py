@@ -208,10 +208,10 @@ def moment_surrogate(
         Anything :func:`~gtcontrol.experiments.extract` reads (default ``"minilm"``): post-LN
         and pre-LN layers, plain or gated feed-forwards.
     time_limit
-        Wall-clock limit in seconds for the forward pass and the layer-by-layer comparison
-        (``None``: none); the model is loaded in any case, and the forward pass starts no layer
-        estimated not to fit in what is left. When it runs out the layers compared so far are
-        returned with ``Status.BUDGET_EXHAUSTED``.
+        Wall-clock limit in seconds for loading the model, the forward pass and the
+        layer-by-layer comparison (``None``: none); the forward pass starts no layer estimated
+        not to fit in what is left. When it runs out the layers compared so far are returned
+        with ``Status.BUDGET_EXHAUSTED`` (none when the model did not load in time).
 
     Returns
     -------
@@ -234,10 +234,17 @@ def moment_surrogate(
     """
     clock = time.perf_counter()
     run = gaussian_forward(model, n_tokens, seed, time_limit, None)
-    with single_threaded_blas():
-        reached = run.em.layers[: len(run.states) - 1]  # the layers the forward pass went through
-        rows, pm, ps, meas, status, message = _compare_layers(reached, run.states, run.budget)
-    status, message = with_cut(status, message, run.cut)
+    rows: list[SurrogateRow] = []
+    pm: list[FloatArray] = []
+    ps: list[FloatArray] = []
+    meas: list[tuple[FloatArray, FloatArray]] = []
+    if run.em is None:  # not loaded in time: nothing to compare
+        status, message = Status.BUDGET_EXHAUSTED, run.cut
+    else:
+        with single_threaded_blas():
+            reached = run.em.layers[: len(run.states) - 1]  # the layers the forward pass ran
+            rows, pm, ps, meas, status, message = _compare_layers(reached, run.states, run.budget)
+        status, message = with_cut(status, message, run.cut)
     return SurrogateComparison(
         **run.fields(),
         rows=tuple(rows),
@@ -311,7 +318,7 @@ def _compare_layers(
             why = (
                 stop_reason(budget)
                 if budget.exhausted
-                else f"the time limit of {budget.time_limit:g} s (the next layer, about "
+                else f"the time limit of {budget.given_limit:g} s (the next layer, about "
                 f"{last:.2g} s as the last, would not fit in the {left:.2g} s left)"
             )
             msg = f"{why}: {k - 1} of {total} layers compared"

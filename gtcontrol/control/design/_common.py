@@ -39,6 +39,8 @@ __all__ = [
     "param_norm",
     "quadratic_growth",
     "rel_residual",
+    "residual_parts",
+    "scaled_norm",
     "with_bias",
 ]
 
@@ -154,21 +156,65 @@ def is_normal(x: FloatArray) -> bool:
     return bool(np.linalg.norm(x @ x.conj().T - x.conj().T @ x) <= 1e-10 * max(nx * nx, 1e-300))
 
 
+def scaled_norm(x: Any) -> float:
+    """``‖x‖`` (Frobenius, or Euclidean for a vector) without overflow or underflow of the
+    squares: entries near ``1e150`` or ``1e-200`` (a target's scale) square out of float64."""
+    a = np.asarray(x)
+    if a.size == 0:
+        return 0.0
+    top = float(np.max(np.abs(a)))
+    if top == 0.0 or not math.isfinite(top):
+        return top
+    return top * float(np.linalg.norm(a / top))
+
+
+def _head_terms(layer: Layer, mean: FloatArray, cov: FloatArray) -> tuple[float, float]:
+    """``Σ_h ‖V_hΣB_hΣ‖`` and ``Σ_h (‖V_hΣB_hm‖ + ‖V_hm‖)``, head by head (factored heads
+    through their factors: no ``d×d`` head is formed)."""
+    cov_terms, mean_terms = 0.0, 0.0
+    fh = layer.factored_heads
+    if fh is not None:
+        cores = np.matmul(np.matmul(fh.v, cov), fh.k.transpose(0, 2, 1)) * fh.scale
+        q_cov = np.matmul(fh.q, cov)
+        q_m = np.einsum("hij,j->hi", fh.q, mean)
+        for h in range(fh.n_heads):
+            cov_terms += scaled_norm(fh.o[h] @ (cores[h] @ q_cov[h]))
+            mean_terms += scaled_norm(fh.o[h] @ (cores[h] @ q_m[h]))
+            mean_terms += scaled_norm(fh.o[h] @ (fh.v[h] @ mean))
+    for v_h, b_h in layer.dense_heads:
+        vs = v_h @ cov
+        cov_terms += scaled_norm(vs @ b_h @ cov)
+        mean_terms += scaled_norm(vs @ (b_h @ mean)) + scaled_norm(v_h @ mean)
+    return cov_terms, mean_terms
+
+
+def residual_parts(layer: Layer, mean: FloatArray, cov: FloatArray) -> tuple[float, float]:
+    """Relative sizes ``(covariance, mean)`` of ``(dΣ/dt, dm/dt)`` at ``N(mean, cov)``.
+
+    Each is the field over the sum of the sizes of its terms, head by head (``2‖AΣ‖ + 2Σ_h
+    ‖V_hΣB_hΣ‖ + ‖GGᵀ‖``; ``‖Am‖ + ‖b‖ + Σ_h (‖V_hΣB_hm‖ + ‖V_hm‖)``): the terms cancel at an
+    equilibrium, so rounding makes the field a few units of round-off of that sum, and a head
+    pair that cancels in the mean (:func:`gtcontrol.stabilize`'s gauge ``(−scI, B₀/s)`` and its
+    companion ``(κI, 0)``) is counted at the size of each head, not of their sum. The norms are
+    scaled (:func:`scaled_norm`), so any covariance scale accepted by a Gaussian works.
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        dm, ds = moment_field(layer, mean, cov)
+        a, b = layer.affine_ffn()
+        head_s, head_m = _head_terms(layer, mean, cov)
+        scale_s = 2.0 * scaled_norm(a @ cov) + 2.0 * head_s
+        scale_m = scaled_norm(a @ mean) + scaled_norm(b) + head_m
+        if layer.noise is not None:
+            scale_s += scaled_norm(layer.noise @ layer.noise.T)
+        ns, nm = scaled_norm(ds), scaled_norm(dm)
+    rs = ns / scale_s if scale_s > 0 else ns
+    rm = nm / scale_m if scale_m > 0 else nm
+    return rs, rm
+
+
 def rel_residual(layer: Layer, target: Gaussian) -> float:
     """Relative size of ``(dm/dt, dΣ/dt)`` at the target (the terms' sizes as the scale)."""
-    m, s = target.mean, target.cov
-    dm, ds = moment_field(layer, m, s)
-    a, b = layer.affine_ffn()
-    scale_s = 2.0 * float(np.linalg.norm(a @ s))
-    scale_m = float(np.linalg.norm(a @ m)) + float(np.linalg.norm(b))
-    for v_h, b_h in layer.heads:
-        scale_s += 2.0 * float(np.linalg.norm(v_h @ s @ b_h @ s))
-        scale_m += float(np.linalg.norm(v_h @ s @ b_h @ m)) + float(np.linalg.norm(v_h @ m))
-    if layer.noise is not None:
-        scale_s += float(np.linalg.norm(layer.noise @ layer.noise.T))
-    rs = float(np.linalg.norm(ds)) / scale_s if scale_s > 0 else float(np.linalg.norm(ds))
-    rm = float(np.linalg.norm(dm)) / scale_m if scale_m > 0 else float(np.linalg.norm(dm))
-    return max(rs, rm)
+    return max(residual_parts(layer, target.mean, target.cov))
 
 
 def param_norm(layer: Layer) -> float:
@@ -186,24 +232,43 @@ def with_bias(layer: Layer, target: Gaussian) -> Layer:
     return layer.replace(b=-k @ target.mean)
 
 
+#: Steps of iterative refinement of the designed ``A`` (:func:`designed_a`).
+_REFINE_STEPS = 2
+
+
 def _nearest_skew(e: FloatArray, s_act: FloatArray) -> FloatArray:
-    """Skew ``K`` minimizing ``‖E + KP‖_F``, ``P = S⁻¹``: ``KP² + P²K = PEᵀ − EP``."""
+    """``KP`` for the skew ``K`` minimizing ``‖E + KP‖_F``, ``P = S⁻¹``: ``KP² + P²K = PEᵀ − EP``.
+
+    In ``S``'s eigenbasis (eigenvalues ``w``) ``K_ij = (E_ji w_i w_j² − E_ij w_i² w_j) / (w_i² +
+    w_j²)``, of degree 1 in ``w``: it is formed with ``w / max w``, so no power of ``w``
+    overflows or underflows at any scale of ``S`` (``w⁻²`` does beyond ``1e±154``).
+    """
     w, u = np.linalg.eigh(s_act)
-    p = (u / w) @ u.T
-    rhs = u.T @ (p @ e.T - e @ p) @ u
-    inv2 = w**-2.0
-    k = rhs / (inv2[:, None] + inv2[None, :])
-    out: FloatArray = u @ k @ u.T
-    return 0.5 * (out - out.T)
+    wn = w / w[-1]
+    et = u.T @ e @ u
+    wi, wj = wn[:, None], wn[None, :]
+    k = (et.T * wi * wj * wj - et * wi * wi * wj) / (wi * wi + wj * wj)
+    k = 0.5 * (k - k.T)
+    out: FloatArray = u @ (k / wj) @ u.T
+    return out
 
 
-def designed_a(red: Layer, s_act: FloatArray, a_old: FloatArray) -> FloatArray:
-    """``A = (−Q(S)/2 + K) S⁻¹`` nearest to ``a_old`` (reduced coordinates)."""
+def designed_a(
+    red: Layer, s_act: FloatArray, a_old: FloatArray, forcing: FloatArray | None = None
+) -> FloatArray:
+    """``A = (−(Q(S) + GGᵀ)/2 + K) S⁻¹`` nearest to ``a_old`` (reduced coordinates); ``forcing``
+    is the noise's ``GGᵀ`` there (``None``: none). ``Q(S)`` includes ``red``'s own noise, if any."""
     q = moment_field(red.replace(A=np.zeros_like(a_old)), np.zeros(red.dim), s_act)[1]
+    if forcing is not None:
+        q = q + forcing
     p = np.linalg.inv(s_act)
     a0 = -0.5 * q @ p
-    k = _nearest_skew(a0 - a_old, s_act)
-    out: FloatArray = a0 + k @ p
+    out: FloatArray = a0 + _nearest_skew(a0 - a_old, s_act)
+    # The inverse leaves a residual of about eps·κ(S) (2e-5 of the terms at κ = 1e12); each
+    # step A → A − RS⁻¹/2 of iterative refinement multiplies it by about eps·κ again.
+    for _ in range(_REFINE_STEPS):
+        res = out @ s_act
+        out = out - 0.5 * (res + res.T + q) @ p
     return out
 
 

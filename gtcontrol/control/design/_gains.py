@@ -33,7 +33,12 @@ from ..._blas import arpack_products
 from ..._linalg import FloatArray
 from ..._status import Budget, Status
 from ...analysis._subspace import reduced_layer
-from ...analysis.stability import LinearizationSpectrum, SymOperator, _mean_block
+from ...analysis.stability import (
+    LinearizationSpectrum,
+    SymOperator,
+    _mean_block,
+    _power_of_two,
+)
 from ...model.gaussian import Gaussian
 from ...model.heads import FactoredHeads
 from ...model.params import Layer
@@ -84,6 +89,7 @@ class GainsContext(Protocol):
     target: Gaussian
     basis: FloatArray
     s_act: FloatArray
+    forcing: FloatArray | None
     rate: float
     budget: Budget
 
@@ -94,6 +100,11 @@ class GainsContext(Protocol):
     ) -> LinearizationSpectrum: ...
 
 
+#: The left eigenvector of the gains' sensitivities comes from the formed adjoint up to this
+#: ``n = r(r+1)/2`` (an LAPACK solve of well under a second), from Arnoldi, with at most
+#: ``_ADJOINT_MAXITER`` restarts, beyond.
+_DENSE_ADJOINT = 300
+_ADJOINT_MAXITER = 2000
 #: Gains search: iterations, trust region, and the step below which it has converged.
 _GAINS_MAX_ITER = 30
 _GAINS_TRUST = 0.25
@@ -156,9 +167,14 @@ def gains_family(
         bs = b_h @ s_act
         tr_l[h] = float(np.trace(v_h)) * float(np.trace(bs)) + float(np.sum(v_h * bs))
         tr_k[h] = float(np.trace(v_h))
+    # at an equilibrium M*Σ* + Σ*M*ᵀ = −GGᵀ for every g, so tr M* = −γ/2 with γ = tr(Σ*⁻¹GGᵀ)
+    # (0 without noise): the trace of L(g) on Sym(r) has (r + 1) tr M*, that of K(g) tr M*
+    tr_m = (
+        0.0 if ctx.forcing is None else -0.5 * float(np.trace(np.linalg.solve(s_act, ctx.forcing)))
+    )
     n_sym = r * (r + 1) / 2.0
-    best_l = float(np.sum(np.minimum(tr_l, 0.0))) / n_sym
-    best_k = float(np.sum(np.minimum(tr_k, 0.0))) / r
+    best_l = ((r + 1) * tr_m + float(np.sum(np.minimum(tr_l, 0.0)))) / n_sym
+    best_k = (tr_m + float(np.sum(np.minimum(tr_k, 0.0)))) / r
     if best_l > -ctx.rate or best_k > -ctx.rate:
         part, val = ("L", best_l) if best_l > -ctx.rate else ("K", best_k)
         proof = (
@@ -171,11 +187,13 @@ def gains_family(
     best: tuple[FloatArray, LinearizationSpectrum, Layer] | None = None
     v0: FloatArray | None = None
     history = []
+    stopped: LinearizationSpectrum | None = None
     for _ in range(_GAINS_MAX_ITER):
         ctx.budget.check()
         lay = ctx.design_ffn(_with_gains(ctx.layer, g))
         spec = ctx.spectrum(lay, omega=False, k=1, v0=v0)
         if spec.status is not Status.SUCCESS:
+            stopped = spec
             break
         history.append((g.copy(), spec.abscissa))
         ok = spec.abscissa <= -ctx.rate
@@ -191,6 +209,15 @@ def gains_family(
         if np.max(np.abs(g_new - g)) < _GAINS_STEP_TOL and ok:
             break
         g = g_new
+    if best is None and stopped is not None:
+        # a spectrum that could not be computed (off its equilibrium, Arnoldi unconverged, out
+        # of time): said as such, not as a search that found nothing
+        spent = stopped.status is Status.BUDGET_EXHAUSTED
+        return NoDesign(
+            Status.BUDGET_EXHAUSTED if spent else Status.FAILED,
+            f"the gains search stopped after {len(history)} steps: at g = "
+            f"{np.array2string(g, precision=4)} {stopped.message}",
+        )
     if best is None:
         tried = len(history)
         low = min((a for _, a in history), default=math.nan)
@@ -229,32 +256,51 @@ def _grad_cov(
     lam = complex(spec.eigenvalues[0])
     fwd = SymOperator(red, ctx.s_act, ctx.budget)
     phi = fwd.to_coords(ctx.basis.T @ spec.modes[0] @ ctx.basis)
-    adj = SymOperator(red, ctx.s_act, ctx.budget, adjoint=True)
-    kk = min(3, adj.n - 2)
-    with arpack_products(adj.matvec) as product:
-        vals, vecs = sla.eigs(
-            sla.LinearOperator((adj.n, adj.n), matvec=product, dtype=float),
-            k=kk,
-            which="LR",
-            tol=1e-9,
-            v0=np.real(phi) + np.imag(phi),
-        )
-    j = int(np.argmin(np.abs(vals - np.conj(lam))))
-    psi = vecs[:, j]
-    denom = np.vdot(psi, phi)
-    if abs(denom) <= 1e-8 * float(np.linalg.norm(psi) * np.linalg.norm(phi)):
-        # a defective or repeated eigenvalue: no derivative; use the Rayleigh quotient's
+    psi = _left_vector(SymOperator(red, ctx.s_act, ctx.budget, adjoint=True), lam, phi)
+    denom = np.vdot(psi, phi) if psi is not None else 0.0
+    if psi is None or abs(denom) <= 1e-8 * float(np.linalg.norm(psi) * np.linalg.norm(phi)):
+        # a defective or repeated eigenvalue (no derivative), or an adjoint eigenvector that
+        # Arnoldi did not find: the Rayleigh quotient's derivative (exact for a normal L)
         psi, denom = phi, np.vdot(phi, phi)
     grad = np.array([float((np.vdot(psi, op.matvec(phi)) / denom).real) for op in ops])
     return grad, lam.real, phi
 
 
+def _left_vector(adj: SymOperator, lam: complex, phi: Any) -> Any:
+    """The eigenvector of ``L*`` for ``conj(lam)`` (the left one of ``L`` for ``lam``): every pair
+    of the formed matrix for ``n ≤ _DENSE_ADJOINT``, else three by Arnoldi from ``phi``; ``None``
+    when Arnoldi does not converge (the caller falls back to the Rayleigh quotient)."""
+    if adj.n <= _DENSE_ADJOINT:
+        mat = adj.dense()
+        scale = _power_of_two(mat)  # scipy's eig needs it beyond 1e±138 (stability._dense_pairs)
+        vals, vecs = scipy.linalg.eig(mat / scale, check_finite=False)
+        vals = vals * scale
+    else:
+        try:
+            with arpack_products(adj.matvec) as product:
+                vals, vecs = sla.eigs(
+                    sla.LinearOperator((adj.n, adj.n), matvec=product, dtype=float),
+                    k=min(3, adj.n - 2),
+                    which="LR",
+                    tol=1e-9,
+                    v0=np.real(phi) + np.imag(phi),
+                    maxiter=_ADJOINT_MAXITER,
+                )
+        except sla.ArpackError:  # ArpackNoConvergence included
+            return None
+    return vecs[:, int(np.argmin(np.abs(vals - np.conj(lam))))]
+
+
 def _grad_mean(k_mat: FloatArray, k_heads: list[FloatArray]) -> tuple[FloatArray, float]:
     """``∂ Re λ / ∂g_h`` at the rightmost eigenvalue of ``K(g)`` (left and right eigenvectors)."""
-    vals, left, right = scipy.linalg.eig(k_mat, left=True, right=True)
+    scale = _power_of_two(k_mat)
+    vals, left, right = scipy.linalg.eig(k_mat / scale, left=True, right=True)
+    vals = vals * scale
     j = int(np.argmax(vals.real))
     y, x = left[:, j], right[:, j]
     denom = np.vdot(y, x)
+    if abs(denom) <= 1e-8:  # a defective eigenvalue: the Rayleigh quotient's derivative
+        y, denom = x, np.vdot(x, x)
     grad = np.array([float((np.vdot(y, k_h @ x) / denom).real) for k_h in k_heads])
     return grad, float(vals[j].real)
 

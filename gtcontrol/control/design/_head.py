@@ -32,12 +32,13 @@ import numpy as np
 
 from ..._linalg import FloatArray, psd_sqrt
 from ..._status import Budget, Status
+from ..._validation import MAX_ENTRY
 from ...analysis._subspace import reduced_layer
 from ...analysis.stability import LinearizationSpectrum
 from ...model.gaussian import Gaussian
 from ...model.moments import Trajectory, simulate
 from ...model.params import Layer
-from ._common import RATE_MARGIN, quadratic_growth
+from ._common import RATE_MARGIN, quadratic_growth, scaled_norm
 from ._gains import Design
 from ._jobs import concurrently
 from ._stabilization import Stabilization
@@ -74,6 +75,13 @@ SCREEN_TOL = 1e-2
 #: (:func:`_token_scale`).
 _ESS_N_STD = 3.0
 _OWN_LOGIT = 1.0
+#: Share of the entry bound left to the added head at the local minimum ``c``: the ladder
+#: grows ``c`` up to 64 times, and three doublings of the design rate (:func:`_fitted_scale`).
+_ENTRY_ROOM = 1e-4
+#: Largest rounding of the mean matrix by the gauge, ``eps·s·c``, relative to the rate, at
+#: the local minimum ``c``: it moves the float layer's mean equilibrium by about that much
+#: (relative), and the ladder may grow ``c`` 64 times, against the 1e-6 of the verification.
+_MEAN_PRECISION = 1e-10
 
 
 @dataclass(frozen=True)
@@ -112,6 +120,7 @@ class HeadContext(Protocol):
     proj: FloatArray
     rate: float
     budget: Budget
+    parallel: bool
     min_ess: float
     depth: float | None
     starts: list[tuple[str, Gaussian]]
@@ -144,6 +153,15 @@ class HeadContext(Protocol):
 
     def finish(
         self, design: Design, base: LinearizationSpectrum, plan: CheckPlan | None = None
+    ) -> Stabilization: ...
+
+    def result_without(
+        self,
+        base_layer: Layer,
+        base: LinearizationSpectrum | None,
+        family: str,
+        status: Status,
+        message: str,
     ) -> Stabilization: ...
 
 
@@ -218,12 +236,61 @@ def _token_scale(ctx: HeadContext, b0: FloatArray) -> float:
         root = psd_sqrt(g.cov)
         rb = root @ b0
         w = rb @ root
-        w_f, w_2 = float(np.linalg.norm(w)), float(np.linalg.norm(w, 2))
-        rm = float(np.linalg.norm(rb @ g.mean))
+        w_f, w_2 = scaled_norm(w), float(np.linalg.norm(w, 2))
+        rm = scaled_norm(rb @ g.mean)
         s = max(s, (rm + w_f + _ESS_N_STD * w_2) / rho_req)
         if g is ctx.target:
             s = max(s, float(np.trace(w)) / _OWN_LOGIT)
     return (1.0 + 1e-9) * s
+
+
+def _fitted_scale(s: float, b0: FloatArray, size: float, rate: float) -> tuple[float, str, str]:
+    """The token gauge ``s`` moved, if needed, into the range where the added head ``(−scP,
+    B₀/s)`` and its companion ``((sc − σ)P, 0)`` are faithful in float64; ``size`` is the
+    larger of ``c`` and the mean's shift ``σ``. Returns ``s``, a note when it moved, and a
+    sentence when no gauge fits (else ``""``).
+
+    * ``s ≥ |B₀| / (room · MAX_ENTRY)``: ``B₀/s`` within a layer's entry bound;
+    * ``s · size ≤ room · MAX_ENTRY``: the head's value and the companion within it;
+    * ``s · size ≤ 1e-10 ρ / eps``: the two heads' mean terms, ``∓sc·m``, cancel to ``−σm``,
+      and their rounding, ``eps·s·c`` of the mean matrix, must stay far below the rate (a
+      gauge of ``1e10`` moved the float layer's mean equilibrium by a relative ``1e-5``).
+
+    ``room`` (``_ENTRY_ROOM``) leaves ``c`` room to grow. A target scale far from 1, or a start
+    far from the target in ``Σ*``'s metric, asks ``s`` beyond these; the gauge leaves the moment
+    model unchanged, and only the predicted ESS of the head's softmax (the token check) may
+    then fall short, which the note says.
+    """
+    low = float(np.max(np.abs(b0))) / (_ENTRY_ROOM * MAX_ENTRY)
+    top = min(_ENTRY_ROOM * MAX_ENTRY, _MEAN_PRECISION * rate / float(np.finfo(float).eps))
+    high = top / size if size > 0 else math.inf
+    if low > high:
+        return (
+            s,
+            "",
+            (
+                f"no token gauge s fits the added head in float64: B = Σ*⁻¹/s needs s ≥ {low:.3g} "
+                f"(|Σ*⁻¹| up to {low * _ENTRY_ROOM * MAX_ENTRY:.3g} against the entry bound "
+                f"{MAX_ENTRY:g}), and the mean's rounding (eps·s·c beside the rate) needs "
+                f"s ≤ {high:.3g}"
+            ),
+        )
+    fitted = min(max(s, low), high)
+    if fitted == s:
+        return s, "", ""
+    why = (
+        "so the predicted ESS/N of its softmax may fall below min_ess"
+        if fitted < s
+        else "a larger gauge only raises the predicted ESS/N"
+    )
+    return (
+        fitted,
+        (
+            f" (the ESS rule asks s = {s:.4g}; moved into the range where the head is faithful "
+            f"in float64: {why})"
+        ),
+        "",
+    )
 
 
 def head_family(ctx: HeadContext, base_layer: Layer, base: LinearizationSpectrum) -> Stabilization:
@@ -233,6 +300,9 @@ def head_family(ctx: HeadContext, base_layer: Layer, base: LinearizationSpectrum
     b0 = tilts[pick]
     c_cov, c_loc = _head_c(ctx, base, ctx.rate)
     need_mean, sigma = _mean_shift(ctx, base, ctx.rate)
+    s, gauge_note, no_gauge = _fitted_scale(s, b0, max(c_loc, sigma), ctx.rate)
+    if no_gauge:
+        return ctx.result_without(base_layer, base, "head", Status.FAILED, no_gauge)
     red = reduced_layer(ctx.layer, ctx.basis)
     q = quadratic_growth(red, ctx.s_act)
 
@@ -246,7 +316,9 @@ def head_family(ctx: HeadContext, base_layer: Layer, base: LinearizationSpectrum
         if c > 0:
             parts.append(
                 f"added head (−s·c·I, Σ*⁻¹/s) with c = {c:.6g} (minimal {c_cov:.6g} for the "
-                f"covariance), token gauge s = {s:.4g}" + (", query centred on m*" if pick else "")
+                f"covariance), token gauge s = {s:.4g}"
+                + (", query centred on m*" if pick else "")
+                + gauge_note
             )
         if ladder:
             parts.append(ladder)
@@ -344,9 +416,9 @@ def head_family(ctx: HeadContext, base_layer: Layer, base: LinearizationSpectrum
                     float(v.t[-1]),
                 ),
             )
-            for v, (name, g0) in zip(res.verification, ctx.starts, strict=True)
+            for v, (name, g0) in zip(res.verification, ctx.starts, strict=False)
             if v.status is Status.SUCCESS and not v.converged and not ctx.rank_gap(g0)
-        ]
+        ]  # no verification when the local certificate failed before any check
     ladder, stats = "", {}
     if (
         stuck
@@ -564,6 +636,7 @@ def _screen(
     errs = concurrently(
         [functools.partial(end_error, g0) for _, g0 in starts],
         alone=not ctx.background_running(),
+        parallel=ctx.parallel,
     )
     j = int(np.argmax(errs))
     return None if errs[j] <= SCREEN_TOL else starts[j][0]

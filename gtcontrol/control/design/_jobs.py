@@ -8,7 +8,9 @@ multi-threaded OpenBLAS beside torch's OpenMP runtime is up to 50 times slower) 
 cores in threads (:func:`concurrently`). With a multi-threaded BLAS, or without
 ``threadpoolctl`` to tell, they run one after the other, each using every core. A job whose
 result may not be needed runs in the background (:func:`in_background`) and is cancelled by an
-event, at its next budget check (:func:`gtcontrol._status.cancellable`).
+event, at its next budget check (:func:`gtcontrol._status.cancellable`). On a :func:`busy`
+machine (more runnable threads than cores) no job gets a multi-threaded BLAS
+(:func:`calm_blas`): its threads would stall, inside calls that no budget check interrupts.
 
 Reference: :func:`gtcontrol.stabilize` (its ``token_check``); the tutorial "Stabilizing MiniLM's
 layer 2" (docs/tutorials/stabilize-minilm.md); :mod:`concurrent.futures`.
@@ -23,10 +25,16 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
-from ..._blas import blas_single_threaded
+from ..._blas import blas_single_threaded, busy, calm_blas
 from ..._status import cancellable
 
-__all__ = ["concurrently", "cpus", "in_background", "in_turn", "threaded"]
+__all__ = [
+    "concurrently",
+    "cpus",
+    "in_background",
+    "in_turn",
+    "threaded",
+]
 
 _T = TypeVar("_T")
 _S = TypeVar("_S")
@@ -47,18 +55,23 @@ def threaded() -> bool:
     return cpus() > 1 and blas_single_threaded()
 
 
-def concurrently(jobs: list[Callable[[], _T]], *, alone: bool = True) -> list[_T]:
-    """``[job() for job in jobs]``, in threads when :func:`threaded`.
+def concurrently(
+    jobs: list[Callable[[], _T]], *, alone: bool = True, parallel: bool | None = None
+) -> list[_T]:
+    """``[job() for job in jobs]``, in threads when ``parallel`` (default :func:`threaded`).
 
     A single job gets the BLAS threads of every core instead, when it is ``alone`` (no
     background run beside it; MiniLM layer 3 at ``I ⊕ 0``, one verifying simulation of 226
-    steps: 60.6 s on one thread, 40.8 s on two). Each job runs in a copy of the caller's
+    steps: 60.6 s on one thread, 40.8 s on two) and the machine is not :func:`busy` (then
+    those threads would stall, and each step take many times longer than the budget's checks
+    assume). Jobs in turn run under :func:`calm_blas`. Each job runs in a copy of the caller's
     context, so its progress bars (a context variable) show as they would in turn.
     """
     n_cpus = cpus()
-    if not jobs or not threaded():
-        return [job() for job in jobs]
-    if len(jobs) == 1 and not alone:
+    if not jobs or not (threaded() if parallel is None else parallel):
+        with calm_blas():
+            return [job() for job in jobs]
+    if len(jobs) == 1 and (not alone or busy()):
         return [jobs[0]()]
     if len(jobs) == 1:
         from threadpoolctl import threadpool_limits

@@ -591,7 +591,7 @@ def _cap_reason(p: Problem, return_status: str, budget: Budget) -> str | None:
 def _refusal(p: Problem, estimate: float, budget: Budget, what: str) -> str:
     return (
         f"setting up {what} (d = {p.d}) is estimated at {estimate:.3g} s, more than the "
-        f"{budget.remaining():.3g} s left of the time limit of {budget.time_limit:g} s (the "
+        f"{budget.remaining():.3g} s left of the time limit of {budget.given_limit:g} s (the "
         "set-up cannot be interrupted; raise time_limit)"
     )
 

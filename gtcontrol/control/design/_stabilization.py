@@ -116,12 +116,18 @@ class Stabilization(ResultFields, Outcome):
         ``SUCCESS`` when every requirement holds (local certificate, every verification, the
         token check when asked); ``INFEASIBLE`` when the family provably cannot reach the rate
         (the proof in ``message``); ``NOT_FOUND`` when the gains search found no certified
-        gains; ``FAILED`` when a verification or the token check contradicts the certificate;
-        ``BUDGET_EXHAUSTED`` when ``time_limit`` ran out.
+        gains; ``FAILED`` when a verification or the token check contradicts the certificate,
+        or when the design cannot be held in float64 (the target not an equilibrium of the
+        designed layer to the design's rounding bound, an added head or ``A`` beyond the entry
+        bound, no token gauge that keeps the mean's rounding below the rate): the message
+        says which, with its numbers; ``BUDGET_EXHAUSTED`` when ``time_limit`` ran out.
     message
         What was designed, every certificate and check with its figures, or why it failed.
     stats
         ``seconds``, ``matvecs`` (operator products of the spectra), ``active_dim``,
+        ``residual`` (the relative residuals ``(Σ, m)`` of the target under ``layer``, head by
+        head) and ``residual_bound`` (the design's rounding bound ``8·eps·(r + κ(Σ*))`` they
+        must lie within),
         ``kept_head_ess``: after a failed token check, the smallest over the kept heads of the
         median predicted ``ESS/N`` on the probe tokens at the target (below ``1/N`` the message
         says that head's softmax is close to a hard maximum; ``nan`` otherwise). Head family:

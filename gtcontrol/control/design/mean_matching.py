@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from ..._blas import calm_blas
 from ..._display import Axes, SummaryItems
 from ..._linalg import FloatArray, frobenius_norms, identity_multiple
 from ..._progress import progress
@@ -205,7 +206,7 @@ def _certificate_refusal(d: int, budget: Budget) -> str | None:
     return (
         f"the certificate was not started: at d = {d} it takes about {estimate:.2g} s (from "
         f"this machine's d×d product), more than the {max(left, 0.0):.2g} s left of the time "
-        f"limit of {budget.time_limit:g} s"
+        f"limit of {budget.given_limit:g} s"
     )
 
 
@@ -581,22 +582,26 @@ def design_mean_matching(
         opts,
         (initial, T),
     )
-    if req.constructive:
-        method, out = "constructive", _design_constructive(req, budget)
-    else:
-        method, out = "casadi", _design_nlp(req, budget)
-    out, ess, ess_note = _finite_n(req, out, budget)
-    status, message = _verdict(out)
-    if ess is not None:
-        message += f"; finite N: {ess.message}{ess_note}"
-        status, message = _requirement(status, message, ess, "min_ess", req.opts.min_ess)
-    rob = _robustness_report(req, out, budget)
-    if rob is not None and not rob.success:
-        message += f"; robustness report incomplete: {rob.message}"
-    tokens = _token_check(req, out, ess, budget)
-    if tokens is not None:
-        message += f"; tokens: {tokens.message}"
-        status, message = _requirement(status, message, tokens, "token_check", req.opts.token_check)
+    # a multi-threaded BLAS stalls on a busy machine, inside calls no budget check interrupts
+    with calm_blas():
+        if req.constructive:
+            method, out = "constructive", _design_constructive(req, budget)
+        else:
+            method, out = "casadi", _design_nlp(req, budget)
+        out, ess, ess_note = _finite_n(req, out, budget)
+        status, message = _verdict(out)
+        if ess is not None:
+            message += f"; finite N: {ess.message}{ess_note}"
+            status, message = _requirement(status, message, ess, "min_ess", req.opts.min_ess)
+        rob = _robustness_report(req, out, budget)
+        if rob is not None and not rob.success:
+            message += f"; robustness report incomplete: {rob.message}"
+        tokens = _token_check(req, out, ess, budget)
+        if tokens is not None:
+            message += f"; tokens: {tokens.message}"
+            status, message = _requirement(
+                status, message, tokens, "token_check", req.opts.token_check
+            )
     stats = dict(out.stats)
     stats["ess_scale"] = 1.0 if ess is None else ess.scale
     stats["seconds"] = time.perf_counter() - clock

@@ -62,10 +62,16 @@ Certificates, stated in the result:
 * **local**: the spectral abscissa of the linearization (covariance and mean parts) at the
   target is ``≤ −rate`` (:func:`gtcontrol.linearization_spectrum` on the final layer; for the
   added head at Krylov scale, the base spectrum shifted by ``−2c``, the identity
-  ``L = L_base − 2cI`` checked on random directions);
+  ``L = L_base − 2cI`` checked on random directions). The target is an equilibrium of the
+  float layer returned only to its rounding: ``A`` is refined (iterative refinement) to
+  round-off, and the relative residuals of both equations, head by head, must lie within the
+  design's rounding bound ``8·eps·(r + κ(Σ*))`` (else ``FAILED`` with the numbers); the message
+  and ``stats["residual"]`` state them, and the verifications, which integrate to the layer's
+  exact equilibrium, bound how far it lies from the target;
 * **global** (head family): with ``q = Σ_h ‖Σ*^{-½}V_hΣ*^{½}‖₂ ‖Σ*^{½}B_hΣ*^{½}‖₂`` over the
   kept heads, ``c > q`` makes the extra head's quadratic term dominate: for every ``Σ0 ⪰ 0``,
-  ``tr(Σ*⁻¹Σ(t)) ≤ max(tr(Σ*⁻¹Σ0), r a⁺/(c − q))`` with ``a = λ_max(sym(Σ*^{-½}AΣ*^{½}))``: no
+  ``tr(Σ*⁻¹Σ(t)) ≤ max(tr(Σ*⁻¹Σ0), r a⁺/(c − q))`` with ``a = λ_max(sym(Σ*^{-½}AΣ*^{½}))``
+  (with noise the level is ``r(a + √(a² + 2(c − q)γ/r))/(2(c − q))``, ``γ = tr(Σ*⁻¹GGᵀ)``): no
   blow-up from anywhere;
 * **basin**: with the numerical abscissa ``ω < 0`` of ``L`` and the quadratic remainder
   bounded by ``β‖G‖²``, ``β = 2(q + c)``, every start with
@@ -91,15 +97,21 @@ from typing import Any
 
 import numpy as np
 
+from ..._blas import calm_blas
 from ..._linalg import FloatArray, spd_sqrt_pair, sym
 from ..._status import Budget, BudgetExhausted, Status, as_time_limit, cancellable
-from ..._validation import as_choice, as_float_array, as_positive_float, as_positive_int, frozen
+from ..._validation import (
+    MAX_ENTRY,
+    as_choice,
+    as_float_array,
+    as_positive_float,
+    as_positive_int,
+    frozen,
+)
 from ...analysis._subspace import active_subspace, reduced_layer
 from ...analysis.stability import (
-    EQUILIBRIUM_RTOL,
     LinearizationSpectrum,
     _spectrum,
-    equilibrium_residuals,
     shifted_spectrum,
 )
 from ...errors import InvalidGaussianError, InvalidParametersError
@@ -109,7 +121,7 @@ from ...model.finite_n import ess_fraction
 from ...model.gaussian import Gaussian, check_gaussian
 from ...model.moments import Trajectory, simulate
 from ...model.params import Layer
-from ._common import designed_a
+from ._common import designed_a, residual_parts, scaled_norm
 from ._finite_n import TokenCertificate, design_token_certificate
 from ._gains import Design, gains_family
 from ._head import SCREEN_TOL, CheckPlan, head_family
@@ -140,6 +152,9 @@ _VERIFY_INTEGRATOR_ATOL = 1e-10
 #: that gain pays; a run that goes the whole depth (a layer whose tokens stay near the
 #: target, about 20 s at d = 385) is not waited for.
 _BACKGROUND_WAIT = 3.0
+#: Seconds a wait for the background run may last past the call's deadline
+#: (:meth:`_Context._await_background`).
+_GRACE = 0.25
 #: e-folds added to the default verification depth for transients.
 _TRANSIENT_EFOLDS = 3.0
 #: A default depth is extended by this many e-folds at a time while the error still falls, up
@@ -178,6 +193,9 @@ _NO_DESIGN: dict[str, Any] = {
 #: Relative size of the perturbed-target start, and its name (the default token-check start).
 _PERTURBATION = 0.1
 _PERTURBED = "perturbed target"
+#: The design's rounding bound is this many units of round-off times ``r + κ(Σ*)``
+#: (:attr:`_Context.residual_bound`).
+_ROUNDING = 8.0
 
 
 def stabilize(
@@ -204,7 +222,9 @@ def stabilize(
     Parameters
     ----------
     layer
-        The layer (dense or factored heads, any number; affine feed-forward).
+        The layer (dense or factored heads, any number; affine feed-forward). With noise ``G``
+        (``Layer.noise``) the equilibrium equation is ``AΣ* + Σ*Aᵀ = −Q(Σ*) − GGᵀ`` (the
+        linearization is unchanged: ``GGᵀ`` is constant), and ``token_check`` is refused.
     target
         ``N(m*, Σ*)``, ``Σ*`` positive definite on the layer's active subspace (it may be
         singular along directions the layer never moves, e.g. ``S ⊕ 0`` for an extracted
@@ -249,8 +269,10 @@ def stabilize(
     seed
         Seed of the perturbed start, the probe tokens and the token check.
     time_limit
-        Wall-clock limit in seconds (``None``: none); reaching it returns
-        ``Status.BUDGET_EXHAUSTED``.
+        Wall-clock limit in seconds from the call (``None``: none); reaching it returns
+        ``Status.BUDGET_EXHAUSTED``. On a busy machine (more runnable threads than cores)
+        numpy's BLAS runs on one thread for the call: a multi-threaded OpenBLAS stalls there,
+        inside calls that no budget check can interrupt.
 
     Returns
     -------
@@ -260,10 +282,11 @@ def stabilize(
     Raises
     ------
     InvalidParametersError
-        On a malformed layer or option (``rate ≤ 0``, an unknown family, ...).
+        On a malformed layer or option (``rate ≤ 0``, an unknown family, a token check of a
+        noisy layer, ...).
     InvalidGaussianError
         On a target or initial of another dimension, or a target that is not positive definite
-        on the active subspace.
+        on the active subspace (or singular where the layer's noise acts).
 
     Examples
     --------
@@ -315,26 +338,43 @@ def stabilize(
         if tokens is None
         else as_float_array("tokens", tokens, ndim=2, shape=(None, layer.dim))
     )
-    basis = active_subspace(layer, tgt.cov, "target")
-    starts = _starts(initial, tgt, basis, int(seed), layer.dim)
-    ctx = _Context(
-        layer,
-        tgt,
-        basis,
-        rho,
-        Budget(limit),
-        int(seed),
-        float(min_ess),
-        starts,
-        depth=depth,
-        n_tok=n_tok,
-        probe=probe,
-        clock=clock,
-    )
+    # jobs in threads when the caller runs numpy's BLAS on one thread (decided before the calm)
+    parallel = threaded()
+    with calm_blas():
+        basis = _target_basis(layer, tgt.cov)
+        if layer.noise is not None:
+            _check_noise(layer.noise, basis, n_tok)
+        starts = _starts(initial, tgt, basis, int(seed), layer.dim)
+        ctx = _Context(
+            layer,
+            tgt,
+            basis,
+            rho,
+            Budget(limit, start=clock),
+            int(seed),
+            float(min_ess),
+            starts,
+            depth=depth,
+            n_tok=n_tok,
+            probe=probe,
+            clock=clock,
+            parallel=parallel,
+        )
+        return _run(ctx, family)
+
+
+def _run(ctx: _Context, family: str) -> Stabilization:
+    """The design and checks of a validated :func:`stabilize` call, and ``auto``'s choice."""
+    layer = ctx.layer
     # the given layer's tokens do not depend on the design: they run from the start, beside it
     ctx.start_untouched()
     try:
-        base_layer = ctx.design_ffn(layer)
+        try:
+            base_layer = ctx.design_ffn(layer)
+        except InvalidParametersError as exc:  # A or b beyond the entry bound
+            return ctx.result_without(
+                layer, None, family, Status.FAILED, f"the designed A, b do not fit: {exc}"
+            )
         ctx.base_layer = base_layer
         base = ctx.spectrum(base_layer, omega=True, k=1)
         if base.status is not Status.SUCCESS:
@@ -365,8 +405,53 @@ def stabilize(
         best,
         candidates=tuple(found),
         message=f"auto chose {best.family} ({names}); {best.message}",
-        stats=dict(best.stats, seconds=time.perf_counter() - clock),
+        stats=dict(best.stats, seconds=time.perf_counter() - ctx.clock),
     )
+
+
+def _target_basis(layer: Layer, cov: FloatArray) -> FloatArray:
+    """The active subspace of the target: :func:`active_subspace`, whose rank rule (eigenvalues
+    below ``1e-10 λ_max`` count as zero) would refuse an ill-conditioned but positive-definite
+    target (cond 1e11) as "singular along a direction the layer moves"; such a target's nonzero
+    rows and columns (all, or all but the frozen coordinates) are kept instead when that block
+    is positive definite. The design's rounding bound grows with ``κ(Σ*)`` and the
+    verifications decide."""
+    try:
+        return active_subspace(layer, cov, "target")
+    except InvalidGaussianError:
+        rows = np.flatnonzero(np.any(cov != 0.0, axis=1))
+        block = cov[np.ix_(rows, rows)]
+        try:
+            np.linalg.cholesky(block)
+        except np.linalg.LinAlgError:
+            raise InvalidGaussianError(
+                "target: the covariance is singular along a direction the layer moves; "
+                "expected a covariance positive definite on the layer's active subspace"
+            ) from None
+        if rows.size == cov.shape[0]:
+            return np.eye(cov.shape[0])
+        # the zero rows must be frozen: the rule's own check, on the rows' projection
+        select = np.zeros_like(cov)
+        select[rows, rows] = 1.0
+        return active_subspace(layer, select, "target")
+
+
+def _check_noise(noise: FloatArray, basis: FloatArray, n_tok: int | None) -> None:
+    """Refuse what a layer with noise ``G`` cannot do: a token check (the token runs are
+    deterministic), or a target singular along a direction that ``G`` moves (``GGᵀ`` pushes
+    variance there, so the target cannot be an equilibrium)."""
+    if n_tok is not None:
+        raise InvalidParametersError(
+            "token_check: the token check drives deterministic tokens, and the layer has noise "
+            "(Layer.noise); expected token_check=None for a noisy layer"
+        )
+    off = noise - basis @ (basis.T @ noise)
+    if scaled_norm(off) > 1e-12 * scaled_norm(noise):
+        raise InvalidGaussianError(
+            "target: the covariance is singular along a direction the layer's noise G moves "
+            f"(|(I − P)G| = {scaled_norm(off):.3g}); expected a covariance positive definite "
+            "wherever GGᵀ pushes variance"
+        )
 
 
 def _starts(
@@ -379,12 +464,20 @@ def _starts(
         rng = np.random.default_rng(seed)
         s_act = basis.T @ tgt.cov @ basis
         root, _ = spd_sqrt_pair(s_act)
-        e = rng.standard_normal((basis.shape[1], basis.shape[1]))
-        e = sym(e)
+        r = basis.shape[1]
+        e = sym(rng.standard_normal((r, r)))
         e *= _PERTURBATION / max(float(np.linalg.norm(e, 2)), 1e-300)
-        cov = basis @ (root @ (np.eye(basis.shape[1]) + e) @ root) @ basis.T
-        mean = tgt.mean + _PERTURBATION * (basis @ (root @ rng.standard_normal(basis.shape[1])))
-        perturbed = (_PERTURBED, Gaussian(mean, sym(cov), name="initial"))
+        cov = sym(basis @ (root @ (np.eye(r) + e) @ root) @ basis.T)
+        if float(np.max(np.abs(cov))) > MAX_ENTRY:
+            # a target near the entry bound: a perturbation in [−0.1, −0.001] keeps the start
+            # ⪯ Σ*, whose largest entry is on its diagonal, so inside the bound
+            e = 0.5 * (e - _PERTURBATION * np.eye(r)) - 1e-3 * np.eye(r)
+            cov = sym(basis @ (root @ (np.eye(r) + e) @ root) @ basis.T)
+        step = _PERTURBATION * (basis @ (root @ rng.standard_normal(r)))
+        mean = tgt.mean + step
+        over = np.abs(mean) > MAX_ENTRY
+        mean[over] = tgt.mean[over] - np.sign(tgt.mean[over]) * np.abs(step[over])
+        perturbed = (_PERTURBED, Gaussian(mean, cov, name="the perturbed target start"))
         if np.array_equal(identity.cov, tgt.cov) and np.array_equal(identity.mean, tgt.mean):
             return [perturbed]  # the identity start is the target itself: nothing to verify
         return [("identity", identity), perturbed]
@@ -397,6 +490,14 @@ def _starts(
             raise InvalidGaussianError(f"initial[{i}]: expected a Gaussian, got {type(g).__name__}")
         out.append((f"initial {i}", check_gaussian(g, d, f"initial[{i}]")))
     return out
+
+
+def _global_level(r: int, a: float, gamma: float, gap: float) -> float:
+    """The level of the global bound: ``φ = tr(Σ*⁻¹Σ)`` obeys ``dφ/dt ≤ 2aφ − 2(c − q)φ²/r + γ``
+    (``γ = tr(Σ*⁻¹GGᵀ)``, the noise's constant push; docs/theory.md, "A global bound"), whose
+    right side is negative above its larger root ``r(a + √(a² + 2(c − q)γ/r)) / (2(c − q))``:
+    ``r a⁺/(c − q)`` without noise."""
+    return r * (a + math.sqrt(a * a + 2.0 * gap * gamma / r)) / (2.0 * gap)
 
 
 def _flagging(flag: threading.Event, verify: Callable[[], Verification]) -> Verification:
@@ -425,8 +526,11 @@ class _Context:
         n_tok: int | None = None,
         probe: FloatArray | None = None,
         clock: float | None = None,
+        parallel: bool = False,
     ) -> None:
         self.layer = layer
+        # independent jobs in threads (numpy's BLAS on one thread when the call began)
+        self.parallel = parallel
         # the checks of every family: verification depth (None: the default), token count,
         # probe tokens, and the call's start time
         self.depth, self.n_tok, self.probe = depth, n_tok, probe
@@ -444,6 +548,15 @@ class _Context:
         self.token_start = starts[-1][1] if starts[-1][0] == _PERTURBED else starts[0][1]
         self.s_act = basis.T @ target.cov @ basis
         self.proj = basis @ basis.T
+        # the noise's GGᵀ on the active subspace: the equilibrium equation's constant term
+        self.forcing = (
+            None if layer.noise is None else sym(basis.T @ layer.noise @ layer.noise.T @ basis)
+        )
+        w = np.linalg.eigvalsh(sym(self.s_act))
+        kappa = float(w[-1]) / float(w[0]) if w[0] > 0 else math.inf
+        #: the design's rounding: a direct solve through Σ*⁻¹ leaves about eps·κ(Σ*) of the
+        #: terms (refinement usually takes it far below), and evaluating them r·eps
+        self.residual_bound = _ROUNDING * float(np.finfo(float).eps) * (basis.shape[1] + kappa)
         self.a_old_r = basis.T @ layer.affine_ffn()[0] @ basis
         self.base_layer = layer
         self._probe_sample: FloatArray | None = None
@@ -469,9 +582,9 @@ class _Context:
         (:func:`~gtcontrol.control.design._jobs.threaded`): it does not depend on the design,
         so it takes the core that the design of ``A, b`` and the base spectrum (on the caller's
         thread) leave idle, and is ready by the first :meth:`finish`. :meth:`close` cancels it
-        if no result needs it."""
+        if no result needs it, and waits for it no longer than the budget allows."""
         key = self._untouched_key()
-        if key is None or not threaded():
+        if key is None or not self.parallel:
             return
         run = functools.partial(self._run_untouched, *key)
         self._background = (key, in_background(run, self._cancel, "gtcontrol-untouched"))
@@ -482,37 +595,90 @@ class _Context:
 
     def close(self) -> None:
         """End the call's background run: cancelled when no result took it, and waited for
-        (it ends at its next field evaluation), so no work outlives the call."""
+        (it ends at its next field evaluation), so no work outlives the call; with a time
+        limit, no longer than ``_GRACE`` past it (a run left then ends at its next check)."""
         if self._background is not None:
             self._cancel.set()
-            self._background[1].exception()  # waits; an error there concerns no result
+            self._await_background()  # an error there concerns no result
             self._background = None
+
+    def _await_background(self, most: float = math.inf) -> bool:
+        """Wait for the background run, at most ``most`` seconds and never past the call's
+        deadline by more than ``_GRACE``: it checks the budget only between two token field
+        evaluations, seconds apart at scale on a busy machine, so past the deadline it is left
+        to end at its next check (cancelled). Whether it has ended."""
+        assert self._background is not None
+        left = self.budget.remaining()
+        timeout = min(most, left + _GRACE) if math.isfinite(left) else most
+        done, _ = wait([self._background[1]], timeout=None if math.isinf(timeout) else timeout)
+        return bool(done)
 
     # -- design of A and b ----------------------------------------------------------------
     def design_ffn(self, layer: Layer) -> Layer:
-        """``layer`` with ``A`` (nearest solution of the equilibrium equation) and ``b`` set."""
+        """``layer`` with ``A`` (nearest solution of the equilibrium equation, the noise's
+        ``GGᵀ`` included) and ``b`` set."""
         red = reduced_layer(layer, self.basis)
-        a_r = designed_a(red, self.s_act, self.a_old_r)
-        a_full = self.layer.A + self.basis @ (a_r - self.a_old_r) @ self.basis.T
+        a_r = designed_a(red, self.s_act, self.a_old_r, self.forcing)
+        # A outside the active block kept, that block replaced: A − PAP is exactly zero on a
+        # coordinate subspace (A + P(A_r − A_old)P lost eps·|A_old| beside a small A_r)
+        old = self.layer.A
+        a_full = old - self.proj @ old @ self.proj + self.basis @ a_r @ self.basis.T
         lay = layer.replace(A=a_full, b=self.layer.b)
         return self.fix_bias(lay)
 
     def fix_bias(self, layer: Layer) -> Layer:
-        m_mat, c = affine_velocity(layer, self.target.mean, self.target.cov)
+        """``layer`` with the ``b`` that makes ``m*`` its mean's equilibrium: ``−P`` times the
+        velocity of ``m*`` without a bias (the frozen part of ``b`` kept). Not ``b − P·v``:
+        beside a large ``b`` that lost a small ``Mm*`` (a target mean of ``1e-59``) entirely."""
+        unbiased = layer.replace(b=np.zeros_like(layer.b))
+        m_mat, c = affine_velocity(unbiased, self.target.mean, self.target.cov)
         v = m_mat @ self.target.mean + c
-        return layer.replace(b=layer.b - self.proj @ v)
+        return unbiased.replace(b=(layer.b - self.proj @ layer.b) - self.proj @ v)
 
-    def _residual(self, layer: Layer) -> tuple[float, float]:
-        """The equilibrium residuals of a designed ``layer`` (an internal error if not one)."""
-        residual = equilibrium_residuals(layer, self.target)
-        if not max(residual) <= EQUILIBRIUM_RTOL:
-            raise RuntimeError(f"internal: the designed layer is not an equilibrium {residual}")
-        return residual
+    def residual(self, layer: Layer) -> tuple[float, float]:
+        """The relative residuals ``(covariance, mean)`` of the target under a designed
+        ``layer``, head by head (:func:`~._common.residual_parts`)."""
+        return residual_parts(layer, self.target.mean, self.target.cov)
+
+    def _off_equilibrium(
+        self, layer: Layer, residual: tuple[float, float]
+    ) -> LinearizationSpectrum | None:
+        """A ``FAILED`` spectrum when the target is not an equilibrium of ``layer`` to the
+        design's rounding (:attr:`residual_bound`), with the ``residual``; ``None`` when it is."""
+        if max(residual) <= self.residual_bound:
+            return None
+        message = (
+            f"the designed layer does not hold the target as an equilibrium to its rounding: "
+            f"relative residuals {residual[0]:.3g} (covariance), {residual[1]:.3g} (mean), "
+            f"above the design's rounding bound {self.residual_bound:.3g} "
+            f"({_ROUNDING:g}·eps·(r + κ(Σ*)), r = {self.basis.shape[1]})"
+        )
+        nan = math.nan
+        return LinearizationSpectrum(
+            abscissa=nan,
+            cov_abscissa=nan,
+            mean_abscissa=nan,
+            eigenvalues=frozen(np.zeros(0, dtype=complex)),
+            modes=frozen(np.zeros((0, self.layer.dim, self.layer.dim), dtype=complex)),
+            mean_eigenvalues=frozen(np.zeros(0, dtype=complex)),
+            numerical_abscissa=nan,
+            residual=residual,
+            active_dim=self.basis.shape[1],
+            method="none",
+            status=Status.FAILED,
+            message=message,
+            stats={"matvecs": 0, "seconds": 0.0},
+        )
 
     def spectrum(
         self, layer: Layer, *, omega: bool, k: int = 6, v0: FloatArray | None = None
     ) -> LinearizationSpectrum:
-        residual = self._residual(layer)
+        """The linearization's spectrum of ``layer`` at the target (``FAILED`` when the target
+        is not its equilibrium to the design's rounding, :meth:`_off_equilibrium`)."""
+        residual = self.residual(layer)
+        off = self._off_equilibrium(layer, residual)
+        if off is not None:
+            return off
         return _spectrum(
             layer,
             self.target,
@@ -537,7 +703,10 @@ class _Context:
         when the identity does not hold. At d = 385 a new Krylov run took 3–34 s a row."""
         if base.method != "krylov" or base.status is not Status.SUCCESS:
             return None
-        residual = self._residual(layer)
+        residual = self.residual(layer)
+        off = self._off_equilibrium(layer, residual)
+        if off is not None:
+            return off
         return shifted_spectrum(
             layer,
             base_layer,
@@ -558,12 +727,27 @@ class _Context:
         base_layer: Layer,
         base: LinearizationSpectrum,
     ) -> Stabilization:
-        if kind == "head":
-            return head_family(self, base_layer, base)
-        found = gains_family(self, base_layer, base)
-        if isinstance(found, Design):
-            return self.finish(found, base)
-        return self.result_without(base_layer, base, "gains", found.status, found.message)
+        """The result of the family ``kind``: out of time, or a designed layer beyond the
+        entry bound (a target scale far from the heads' own), is a result of that family."""
+        try:
+            if kind == "head":
+                return head_family(self, base_layer, base)
+            found = gains_family(self, base_layer, base)
+            if isinstance(found, Design):
+                return self.finish(found, base)
+            return self.result_without(base_layer, base, "gains", found.status, found.message)
+        except BudgetExhausted as exc:
+            return self.result_without(
+                base_layer, base, kind, Status.BUDGET_EXHAUSTED, f"stopped: {exc.reason}"
+            )
+        except InvalidParametersError as exc:
+            return self.result_without(
+                base_layer,
+                base,
+                kind,
+                Status.FAILED,
+                f"the designed layer does not fit float64's range at this target: {exc}",
+            )
 
     def start_vector(self, spec: LinearizationSpectrum) -> FloatArray | None:
         """The rightmost mode of ``spec`` (real coordinates), plus a little seeded noise."""
@@ -591,8 +775,8 @@ class _Context:
     def relative_error(self, mean: FloatArray, cov: FloatArray) -> float:
         """The relative distance of ``N(mean, cov)`` from the target, covariance or mean."""
         return max(
-            float(np.linalg.norm(cov - self.target.cov)) / float(np.linalg.norm(self.target.cov)),
-            float(np.linalg.norm(mean - self.target.mean)) / self._mean_ref(),
+            scaled_norm(cov - self.target.cov) / scaled_norm(self.target.cov),
+            scaled_norm(mean - self.target.mean) / self._mean_ref(),
         )
 
     def _start_error(self, g: Gaussian) -> float:
@@ -604,18 +788,22 @@ class _Context:
         whichever is larger (a small Σ growing exponentially towards the target is slow in the
         target's units but fast in its own)."""
         dm, ds = moment_field(final, mean, cov)
-        size = float(np.linalg.norm(ds))
+        size = scaled_norm(ds)
         return max(
-            size / float(np.linalg.norm(self.target.cov)),
-            size / max(float(np.linalg.norm(cov)), 1e-300),
-            float(np.linalg.norm(dm)) / self._mean_ref(),
+            size / scaled_norm(self.target.cov),
+            size / max(scaled_norm(cov), 1e-300),
+            scaled_norm(dm) / self._mean_ref(),
         )
+
+    def _noise_trace(self) -> float:
+        """``γ = tr(Σ*⁻¹GGᵀ)`` on the active subspace (0 without noise)."""
+        if self.forcing is None:
+            return 0.0
+        return float(np.trace(np.linalg.solve(self.s_act, self.forcing)))
 
     def _mean_ref(self) -> float:
         """The scale of mean errors: ``max(|m*|, sqrt(tr Σ*))``."""
-        return max(
-            float(np.linalg.norm(self.target.mean)), math.sqrt(float(np.trace(self.target.cov)))
-        )
+        return max(scaled_norm(self.target.mean), math.sqrt(float(np.trace(self.target.cov))))
 
     def rank_gap(self, g0: Gaussian) -> str:
         """A sentence when ``g0`` is singular on the active subspace, else ``""``.
@@ -623,8 +811,11 @@ class _Context:
         The covariance flow is a congruence, ``Σ(t) = Φ(t)Σ0Φ(t)ᵀ`` with ``Φ' = M(Σ)Φ``,
         ``Φ(0) = I``, so the rank of ``Σ0`` is kept at every finite depth, and a limit of
         matrices of rank ``k`` has rank at most ``k``: such a start never reaches a ``Σ*``
-        that is positive definite there, whatever the layer.
+        that is positive definite there, whatever the layer. With noise (``+ GGᵀ``) the flow is
+        no congruence and the rank can grow: no claim then.
         """
+        if self.forcing is not None and np.any(self.forcing):
+            return ""
         s0 = sym(self.basis.T @ g0.cov @ self.basis)
         ev = np.linalg.eigvalsh(s0)
         tol = 1e-12 * max(float(ev[-1]), 1e-300) * s0.shape[0]
@@ -663,10 +854,10 @@ class _Context:
         r = self.basis.shape[1]
         holds = c_eff > q
         if holds:
+            level = _global_level(r, a_top, self._noise_trace(), c_eff - q)
             bound = (
                 f"global: c = {c_eff:.6g} > q = {q:.6g}, so for every Σ0 ⪰ 0 "
-                f"tr(Σ*⁻¹Σ(t)) ≤ max(tr(Σ*⁻¹Σ0), {r * max(a_top, 0.0) / (c_eff - q):.6g}): "
-                "no blow-up from any start"
+                f"tr(Σ*⁻¹Σ(t)) ≤ max(tr(Σ*⁻¹Σ0), {level:.6g}): no blow-up from any start"
             )
         else:
             bound = (
@@ -716,6 +907,13 @@ class _Context:
             if not in_background:
                 jobs.append(functools.partial(self._untouched_tokens, *given))
         spec, near = design.spectrum, -1
+        if spec is not None and (
+            spec.status is Status.FAILED
+            or (spec.status is Status.SUCCESS and not spec.abscissa <= -rate)
+        ):
+            # the local certificate already fails (a design at the edge of float64's range):
+            # no check could make this design certified
+            jobs, given = [], None
         if spec is None and len(jobs) == 1:
             # first, here: a job alone gets every core's BLAS threads (MiniLM layer 3 at I ⊕ 0,
             # one verification: 60.6 s on one, 40.8 s on two), and the Krylov products are
@@ -730,11 +928,11 @@ class _Context:
                 ),
                 jobs[near],
             )
-        done = concurrently(jobs, alone=not self.background_running())
+        done = concurrently(jobs, alone=not self.background_running(), parallel=self.parallel)
         if spec is None:
             spec, done[near] = done[near]
         local = spec.status is Status.SUCCESS and spec.abscissa <= -rate
-        n_starts = len(self.starts)
+        n_starts = len(self.starts) if done else 0
         checks: list[Verification] = done[:n_starts]
         tc, untouched = (
             (None, None)
@@ -752,7 +950,9 @@ class _Context:
                 f"unconverged (stopped at depth {tc.T:.4g}: {tc.message})"
             )
             tc = None
-        change_fn = self._function_change(final, probe)
+        # out of time, the result reports what was computed (the change takes a token
+        # evaluation of the probe tokens, seconds at scale)
+        change_fn = math.nan if self.budget.exhausted else self._function_change(final, probe)
         reasons = []
         if spec.status is not Status.SUCCESS:
             reasons.append(f"the local certificate was not computed: {spec.message}")
@@ -771,9 +971,10 @@ class _Context:
             reasons.append(f"the token check was cut short: {self.budget.reason()} ({tc.message})")
         elif tc is not None and not tc.success:
             reasons.append(f"the token check fails: {tc.message}")
-            kept_ess, why = self._kept_heads_ess(probe, n_tok)
-            if why:
-                reasons.append(why)
+            if not self.budget.exhausted:
+                kept_ess, why = self._kept_heads_ess(probe, n_tok)
+                if why:
+                    reasons.append(why)
         spent = (
             self.budget.exhausted
             or any(v.status is Status.BUDGET_EXHAUSTED for v in checks)
@@ -801,9 +1002,15 @@ class _Context:
                 else "every start in the ball converges"
             )
         )
+        residual = self.residual(final)
         parts = [
             design.what,
-            f"local: spectral abscissa {spec.abscissa:.6g} ≤ −{rate:g}" if local else reasons[0],
+            f"local: spectral abscissa {spec.abscissa:.6g} ≤ −{rate:g} at the target, an "
+            f"equilibrium of this layer to relative residuals {residual[0]:.2g} (Σ), "
+            f"{residual[1]:.2g} (m) (the design's rounding bound {self.residual_bound:.2g}; "
+            "the verifications bound how far its exact equilibrium lies)"
+            if local
+            else reasons[0],
             bound,
             basin,
             verified,
@@ -841,12 +1048,14 @@ class _Context:
             token_certificate=tc,
             untouched_tokens=untouched,
             status=status,
-            message=head + "; " + "; ".join(parts),
+            message=head + "; " + "; ".join(part for part in parts if part),
             stats={
                 "seconds": time.perf_counter() - self.clock,
                 "matvecs": int(base.stats.get("matvecs", 0)) + int(spec.stats.get("matvecs", 0)),
                 "active_dim": r,
                 "kept_head_ess": kept_ess,
+                "residual": residual,
+                "residual_bound": self.residual_bound,
                 **plan.stats,
             },
         )
@@ -884,8 +1093,8 @@ class _Context:
         x = self._probe(probe)
         old = token_velocity(self.layer, x)
         new = token_velocity(final, x)
-        size = float(np.linalg.norm(old))
-        return float(np.linalg.norm(new - old)) / size if size > 0 else math.inf
+        size = scaled_norm(old)
+        return scaled_norm(new - old) / size if size > 0 else math.inf
 
     def _verify(
         self,
@@ -905,7 +1114,7 @@ class _Context:
         ends unconverged when :meth:`_stuck` says so. ``first``: that first segment, already
         integrated (:meth:`first_segment`)."""
         screen_at, rate = plan.screen_at, plan.design_rate
-        cov_ref = float(np.linalg.norm(self.target.cov))
+        cov_ref = scaled_norm(self.target.cov)
         mean_ref = self._mean_ref()
         t_parts, means, covs = [], [], []
         halfway = self._halfway(g0, t_end, screen_at)
@@ -945,8 +1154,8 @@ class _Context:
             except InvalidGaussianError:
                 break
         t = np.concatenate(t_parts)
-        cov_err = np.array([float(np.linalg.norm(c - self.target.cov)) / cov_ref for c in covs])
-        mean_err = np.array([float(np.linalg.norm(m - self.target.mean)) / mean_ref for m in means])
+        cov_err = np.array([scaled_norm(c - self.target.cov) / cov_ref for c in covs])
+        mean_err = np.array([scaled_norm(m - self.target.mean) / mean_ref for m in means])
         lam = np.array([float(np.linalg.eigvalsh(sym(c))[-1]) for c in covs])
         message = traj.message + stopped
         if offset > t_end * (1.0 + 1e-12):
@@ -961,9 +1170,7 @@ class _Context:
             gap = self.rank_gap(g0)
             if gap:
                 message += f" ({gap})"
-        dist = float(
-            np.linalg.norm(inv_root @ (self.basis.T @ g0.cov @ self.basis - self.s_act) @ inv_root)
-        )
+        dist = scaled_norm(inv_root @ (self.basis.T @ g0.cov @ self.basis - self.s_act) @ inv_root)
         ratio = dist / radius if radius > 0 and math.isfinite(radius) else math.nan
         return Verification(
             name=name,
@@ -1042,10 +1249,11 @@ class _Context:
             # the given layer's tokens usually leave within seconds of the spectrum (MiniLM:
             # about 1 s after it), and then the segment gets every core's BLAS threads; a run
             # still going after _BACKGROUND_WAIT goes on beside it, on one thread each
-            wait([self._background[1]], timeout=_BACKGROUND_WAIT)
+            self._await_background(_BACKGROUND_WAIT)
         traj = concurrently(
             [functools.partial(self._segment, final, self.starts[i][1], screen_at, 17)],
             alone=not self.background_running(),
+            parallel=self.parallel,
         )[0]
         if traj.status is not Status.SUCCESS or self.budget.exhausted:
             return i, traj, ""
@@ -1068,8 +1276,8 @@ class _Context:
         settled at another equilibrium (the field's relative size there is the evidence)."""
         dm, ds = moment_field(final, mean, cov)
         speed = max(
-            float(np.linalg.norm(ds)) / max(float(np.linalg.norm(cov)), 1e-300),
-            float(np.linalg.norm(dm)) / self._mean_ref(),
+            scaled_norm(ds) / max(scaled_norm(cov), 1e-300),
+            scaled_norm(dm) / self._mean_ref(),
         )
         far = max(float(cov_err[-1]), float(mean_err[-1]))
         if speed <= 1e-6 * self.rate:
@@ -1111,6 +1319,9 @@ class _Context:
         if key in self._untouched:
             return self._untouched[key]
         if self._background is not None and self._background[0] == key:
+            if not self._await_background():
+                self._cancel.set()  # out of time: no result waits for it
+                return None
             untouched = self._background[1].result()
             self._background = None
         else:

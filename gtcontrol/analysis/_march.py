@@ -236,16 +236,31 @@ class _March:
         return out * (1.0 + 8.0 * self.gamma)
 
     def certified(self, s: float, gmin: float, gm: FloatArray) -> bool:
-        """Is ``[t, t+s]`` proved root-free for the exact trajectory?"""
+        """Is ``[t, t+s]`` proved root-free for the exact trajectory?
+
+        Chord bound: ``λ_min`` is concave, the exact ``G`` at the far end is at least
+        ``c = λ_min(G(s) − B) − D`` and at the near end ``I + E``, and ``G'' ⪯ M`` (the
+        interpolation error at ``σ`` is ``σ(s − σ)M/2``). With ``I + E ⪰ (1 − λ_max B)I`` the
+        bound is ``min(1 − λ_max B, c) − s²M/8 > 0``; with only ``I + E ≻ 0`` (the exact Σ(t)
+        has full rank on its range, whatever B) it is ``c > s²M/2``, which keeps directions
+        where rounding left Σ's scale unknown but G grows (Σ collapsing there) certifiable.
+        """
+        dd = self.step_error(s, gmin)
+        far = lmin(gm - self.err) - dd
+        if far <= 0.0:
+            return False
+        m2 = (
+            (self.nf + self.theta) ** 2
+            * self.nq
+            * math.exp(min(2.0 * max(self.mu, 0.0) * s, 700.0))
+            * (1.0 + 4.0 * self.gamma)
+        )
+        if self.bmax < 1.0 and min(1.0 - self.bmax, far) - s * s * m2 / 8.0 > 0.0:
+            return True
+        if far - s * s * m2 / 2.0 > 0.0:
+            return True
         if self.bmax >= 1.0:
             return False
-        dd = self.step_error(s, gmin)
-        curv = (
-            self.nf**2 * s * s / 8.0 * self.nq * math.exp(min(2.0 * max(self.mu, 0.0) * s, 700.0))
-        ) * (1.0 + 4.0 * self.gamma)
-        top = min(1.0 - self.bmax, lmin(gm - self.err) - dd)
-        if top - curv - dd > 0.0:
-            return True
         _, wm = gramian(self.a, self.rm, s)
         self.gramians += 1
         extra = self.nf**2 * (self.eps_split + self.gamma * self.norm_r) * _growth(self.mu, s)

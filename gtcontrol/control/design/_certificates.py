@@ -28,9 +28,10 @@ from ..._docstring import fill
 from ..._linalg import FloatArray, identity_multiple, numerical_rank, sym
 from ..._status import Budget, BudgetExhausted, Outcome, ResultFields, Status, as_time_limit
 from ..._validation import as_positive_float, as_positive_int, as_seed, frozen
+from ...analysis._core import lyapunov_certificate
 from ...analysis.equilibria import equilibria, equilibrium_at, mean_matrix
 from ...analysis.newton import newton_equilibrium
-from ...analysis.riccati import RiccatiForm, riccati_form
+from ...analysis.riccati import RiccatiForm, model_error, riccati_form
 from ...errors import InvalidParametersError, SolverError
 from ...model.gaussian import Gaussian
 from ...model.params import Layer
@@ -53,8 +54,9 @@ __all__ = [
 ]
 
 
-#: Eigenvalues of ``Σ*^{1/2} R Σ*^{1/2}`` above ``−_PSD_RTOL ‖R̂‖`` count as non-negative.
-_PSD_RTOL = 1e-10
+#: Eigenvalues of ``Σ*^{1/2} R Σ*^{1/2}`` above ``−_PSD_RTOL ‖R̂‖`` count as non-negative, where
+#: R's sign is not decided exactly (d > 16): the rounding of forming and whitening R.
+_PSD_RTOL = 1e-13
 #: Unique-equilibrium cross-check (Riccati class): Σ* must equal slycot's solution to this.
 _UNIQUE_RTOL = 1e-8
 
@@ -172,18 +174,27 @@ def _riccati_evidence(layer: Layer, form: RiccatiForm, s: FloatArray, residual: 
         eq = equilibrium_at(layer, s)
         reasons.append(f"slycot: {eqs.message}")
     min_re_a = float(np.min(np.linalg.eigvals(form.A).real))
-    psd = r_min >= -_PSD_RTOL * max(float(np.max(np.abs(w_r))), 1e-300)
+    # both conditions of the global theorem must hold for the layer's own floats: R ⪰ 0 exactly
+    # (rational arithmetic, d ≤ 16) or beyond its rounding, −A Hurwitz by a Lyapunov certificate
+    sign = model_error(layer, form).r_sign
+    if sign:
+        psd = sign in ("pd", "psd")
+    else:
+        psd = r_min >= -_PSD_RTOL * max(float(np.max(np.abs(w_r))), 1e-300)
+    anti_hurwitz = lyapunov_certificate(form.A, 1.0) is not None
     global_ok = bool(
         psd
-        and min_re_a > 0
+        and anti_hurwitz
         and gap is not None
         and gap <= _UNIQUE_RTOL
         and residual <= RESIDUAL_TOL
     )
     if not psd:
         reasons.append(f"R is indefinite (λ_min(Σ*^½RΣ*^½) = {r_min:.3g})")
-    if min_re_a <= 0:
-        reasons.append(f"−A is not Hurwitz (min Re λ(A) = {min_re_a:.3g})")
+    if not anti_hurwitz:
+        reasons.append(
+            f"−A is not proved Hurwitz (min Re λ(A) = {min_re_a:.3g}; no Lyapunov certificate)"
+        )
     return _Evidence(
         cov_abscissa=float(eq.spectral_abscissa),
         mean_matrix=np.asarray(eq.mean_matrix),

@@ -190,6 +190,8 @@ _NO_DESIGN: dict[str, Any] = {
     "verification": (),
     "function_change": math.nan,
 }
+#: float64's machine epsilon (rounding bounds of the certificates).
+_EPS = float(np.finfo(np.float64).eps)
 #: Relative size of the perturbed-target start, and its name (the default token-check start).
 _PERTURBATION = 0.1
 _PERTURBED = "perturbed target"
@@ -852,7 +854,9 @@ class _Context:
         a_r = self.basis.T @ final.affine_ffn()[0] @ self.basis
         a_top = float(np.linalg.eigvalsh(sym(inv_root @ a_r @ root))[-1])
         r = self.basis.shape[1]
-        holds = c_eff > q
+        # q is a sum of rounded 2-norms in Σ*-scaled coordinates: c must beat its rounding too
+        kappa = float(np.linalg.cond(self.s_act))
+        holds = c_eff > q * (1.0 + 8.0 * r * _EPS * kappa)
         if holds:
             level = _global_level(r, a_top, self._noise_trace(), c_eff - q)
             bound = (

@@ -171,6 +171,13 @@ def _message(obj: object) -> str:
 _CELL = 'style="text-align:left;padding:1px 8px;vertical-align:top"'
 
 
+def legend(ax: Axes, **kwargs: Any) -> None:
+    """``ax.legend(**kwargs)`` when some artist has a label (matplotlib warns otherwise: a figure
+    of a run cut short may have drawn none of its labelled lines)."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(**kwargs)
+
+
 def new_axes(ax: Any = None, *, width: float = 6.4, height: float = 4.0) -> Axes:
     """``ax`` itself, or the Axes of a new detached figure (``matplotlib.figure.Figure``).
 

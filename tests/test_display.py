@@ -365,3 +365,22 @@ def test_pretrained_experiment_results_display() -> None:
     ):
         assert type(res).__name__ in repr(res) and "<table" in res._repr_html_()
         assert _drawn(res.plot()) > 0
+
+
+def test_a_figure_without_labelled_lines_draws_no_legend_and_no_warning():
+    """A stabilize run cut short drew its figure with none of the labelled lines, and matplotlib
+    warned "No artists with labels found to put in legend" through the CLI (design fuzzer, third
+    hostile round)."""
+    import warnings
+
+    from gtcontrol._display import legend, new_axes
+
+    ax = new_axes()
+    ax.plot([0, 1], [0, 1])  # no label
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        legend(ax, fontsize=7)
+    assert ax.get_legend() is None
+    ax.plot([0, 1], [1, 0], label="drawn")
+    legend(ax, fontsize=7)
+    assert ax.get_legend() is not None

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._display import legend
 from .._docstring import fill
 from .._linalg import FloatArray, frobenius_norms
 from ..model._figures import readable_log_axis
@@ -77,7 +78,7 @@ def draw_spectrum(
     if title:
         ax.set_title(title, fontsize=10, parse_math=False)
     if label is not None or rate is not None:
-        ax.legend(fontsize=7, loc="best")
+        legend(ax, fontsize=7, loc="best")
 
 
 def draw_blowup(
@@ -120,7 +121,7 @@ def draw_blowup(
     ax.set_yticks([])
     ax.set_xlabel("depth t")
     ax.set_title(f"{title} ({note})" if note else title, fontsize=10, parse_math=False)
-    ax.legend(fontsize=7, loc="upper left")
+    legend(ax, fontsize=7, loc="upper left")
 
 
 def draw_residuals(ax: Axes, residuals: Sequence[float], *, title: str = "") -> None:
@@ -187,7 +188,7 @@ def draw_convergence(
     readable_log_axis(ax.yaxis)
     ax.set_xlabel("number of tokens N")
     ax.set_ylabel("error at depth T")
-    ax.legend(fontsize=8)
+    legend(ax, fontsize=8)
     if title:
         ax.set_title(title, fontsize=10, parse_math=False)
 
@@ -224,7 +225,7 @@ def draw_filter_entries(
     ax.set_xlabel("depth t")
     ax.set_title("filter P(t) (lines), Transformer Σ(t) (circles)", fontsize=9)
     if len(pairs) <= 6:
-        ax.legend(fontsize=7, loc="best")
+        legend(ax, fontsize=7, loc="best")
 
 
 @fill(filter_data=_FILTER_DATA)

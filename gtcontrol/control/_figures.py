@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._display import legend
 from .._linalg import FloatArray
 from ..model._figures import readable_log_axis
 
@@ -75,7 +76,7 @@ def draw_parameter_norms(ax: Axes, schedule: Schedule) -> None:
     ax.set_xlabel("layer")
     ax.set_ylabel("Frobenius norm")
     ax.set_xticks(idx)
-    ax.legend(fontsize=8)
+    legend(ax, fontsize=8)
 
 
 def draw_design_errors(
@@ -157,7 +158,7 @@ def draw_mean_cov_errors(
     draw_design_errors(ax, t, cov_error, rate=cov_rate, color="C1", label="covariance")
     starts = np.atleast_2d(mean_error).shape[0]
     ax.set_title(f"relative errors of {starts} starts", fontsize=10)
-    ax.legend(fontsize=7, loc="best")
+    legend(ax, fontsize=7, loc="best")
 
 
 def draw_path_ess(
@@ -184,7 +185,7 @@ def draw_path_ess(
     ax.set_xlabel("depth t")
     ax.set_ylabel("predicted worst ESS/N")
     ax.set_title(f"softmax ESS along the path (scale {scale:.3g})", fontsize=10)
-    ax.legend(fontsize=7, loc="best")
+    legend(ax, fontsize=7, loc="best")
 
 
 def draw_token_distance(
@@ -211,7 +212,7 @@ def draw_token_distance(
     ax.set_xlabel("depth t")
     if title:
         ax.set_title(title, fontsize=10, parse_math=False)
-    ax.legend(fontsize=7, loc="best")
+    legend(ax, fontsize=7, loc="best")
 
 
 def draw_radii(ax: Axes, radii: Mapping[str, float], *, title: str = "") -> None:
@@ -252,7 +253,7 @@ def draw_stabilization(ax: Axes, before: Any, after: Any, *, rate: float) -> Non
         draw_spectrum(
             ax, after, label="stabilized", marker="x", rate=rate, title="linearization spectrum"
         )
-    ax.legend(loc="best", fontsize="small")
+    legend(ax, loc="best", fontsize="small")
 
 
 def draw_lambda_paths(
@@ -275,4 +276,4 @@ def draw_lambda_paths(
     ax.set_xlabel("depth t")
     ax.set_ylabel("λ_max(Σ)")
     ax.set_title(title, parse_math=False)
-    ax.legend(fontsize=7, loc="best")
+    legend(ax, fontsize=7, loc="best")

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .._display import legend
 from .._linalg import FloatArray
 from ..model._figures import readable_log_axis
 
@@ -59,7 +60,7 @@ def draw_z_by_layer(
     ax.set_ylabel("z against the Gaussian null")
     if title:
         ax.set_title(title, fontsize=9, parse_math=False)
-    ax.legend(fontsize=7)
+    legend(ax, fontsize=7)
 
 
 def draw_z_bars(ax: Axes, z: Mapping[str, float], *, title: str = "") -> None:
@@ -112,7 +113,7 @@ def draw_layer_curves(
     ax.set_xlabel("layer")
     if title:
         ax.set_title(title, fontsize=9, parse_math=False)
-    ax.legend(fontsize=7)
+    legend(ax, fontsize=7)
 
 
 def draw_trace_comparison(
@@ -191,7 +192,7 @@ def draw_closeness(
     )
     ax.set_xlabel("depth t")
     ax.set_ylabel("sliced W2")
-    ax.legend(fontsize=7)
+    legend(ax, fontsize=7)
 
 
 def draw_flow_curves(
@@ -222,4 +223,4 @@ def draw_flow_curves(
     ax.set_yscale("log")
     ax.set_title("approach to the blow-up (1/λ_max → 0)", fontsize=9)
     if curves:
-        ax.legend(fontsize=6, ncol=2)
+        legend(ax, fontsize=6, ncol=2)

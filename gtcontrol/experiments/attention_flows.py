@@ -51,7 +51,7 @@ from typing import Any
 import numpy as np
 
 from .._blas import single_threaded_blas
-from .._display import Axes, SummaryItems
+from .._display import Axes, SummaryItems, legend
 from .._linalg import FloatArray
 from .._progress import progress
 from .._status import Budget, Outcome, ResultFields, Status
@@ -545,7 +545,7 @@ def _plot(
     ax2.set_xlabel("layer")
     ax2.set_ylabel("alignment with the dominant head")
     ax2.set_ylim(0, 1)
-    ax2.legend(fontsize=6)
+    legend(ax2, fontsize=6)
     path.parent.mkdir(parents=True, exist_ok=True)
     save_figure(fig, path)
 

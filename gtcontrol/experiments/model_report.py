@@ -23,7 +23,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from .._display import Axes, SummaryItems
+from .._display import Axes, SummaryItems, legend
 from .._status import Budget, Outcome, ResultFields, Status
 from .._validation import as_positive_float, as_positive_int, as_time_limit
 from ._common import as_seed, first_failure
@@ -128,7 +128,7 @@ class ModelReport(ResultFields, Outcome):
         ax.set_xlabel("layer")
         ax.set_ylabel("blow-up time of the attention flow")
         ax.set_title(self.description, fontsize=8)
-        ax.legend(fontsize=7)
+        legend(ax, fontsize=7)
 
     def table(self) -> list[dict[str, Any]]:
         """One flat row per layer."""

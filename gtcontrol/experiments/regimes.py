@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from .._display import Axes, SummaryItems
+from .._display import Axes, SummaryItems, legend
 from .._docstring import fill
 from .._linalg import FloatArray
 from .._status import Budget, Outcome, ResultFields, Status
@@ -164,7 +164,7 @@ class RegimeResult(TokenSizes, ResultFields, Outcome):
                 equilibrium_trace=row.equilibrium_trace,
                 label="" if rows is not None else row.name,
             )
-        ax.legend(fontsize=6)
+        legend(ax, fontsize=6)
 
     def table(self) -> list[dict[str, Any]]:
         """One flat row per configuration."""

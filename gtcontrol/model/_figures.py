@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import ArrayLike
 
+from .._display import legend
 from .._linalg import FloatArray, psd_factor
 
 if TYPE_CHECKING:
@@ -193,8 +194,7 @@ def draw_covariance(
     mark_depths(ax, blowup_time=blowup_time, breakpoints=breakpoints, blowup_label=blowup_label)
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10, parse_math=False)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7, loc="best")
+    legend(ax, fontsize=7, loc="best")
 
 
 def ellipse(mean: FloatArray, cov: FloatArray, n_std: float = 2.0) -> FloatArray:

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.axes import Axes
 
+from .._display import legend
 from ..analysis.regime_figures import RegimeFigureData
 from ..errors import InvalidParametersError
 from ..model._figures import draw_covariance
@@ -113,7 +114,7 @@ def plot_cone(
     ax3.set_ylabel("2c")
     ax3.set_zlabel("a + b")
     ax3.set_title("Σ/tr Σ (blow-up)" if blow else "Σ(t) in the PSD cone", fontsize=10)
-    ax3.legend(fontsize=8)
+    legend(ax3, fontsize=8)
     circle = np.linspace(0, 2 * np.pi, 200)
     ax2.plot(np.cos(circle), np.sin(circle), color="0.6", lw=1.0)
     xn = data.cone_normalized

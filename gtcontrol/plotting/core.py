@@ -18,6 +18,7 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from .._display import legend
 from .._linalg import FloatArray
 from ..analysis._figures import draw_convergence
 from ..errors import InvalidParametersError
@@ -163,8 +164,7 @@ def plot_moments(
         mark_depths(a, blowup_time=traj.blowup_time, breakpoints=breakpoints)
     ax_m.set_title("mean")
     ax_s.set_title("covariance eigenvalues")
-    if ax_m.get_legend_handles_labels()[0]:
-        ax_m.legend(fontsize=7, loc="best")
+    legend(ax_m, fontsize=7, loc="best")
     if not traj.success:
         stop = traj.status.value
         title = f"{title} (stopped early: {stop})" if title else f"stopped: {stop}"

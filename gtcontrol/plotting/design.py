@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 from matplotlib.axes import Axes
 
+from .._display import legend
 from .._linalg import FloatArray
 from ..analysis._figures import draw_filter_difference, draw_filter_entries
 from ..control._figures import draw_design_errors, draw_lambda_paths, draw_stabilization
@@ -63,7 +64,7 @@ def plot_design_convergence(
     draw_design_errors(ax_m, t, mean_error, rate=rate, title="mean error  |m − m*|")
     draw_design_errors(ax_s, t, cov_error, rate=cov_rate, title="covariance error  ‖Σ − Σ*‖")
     if np.atleast_2d(mean_error).shape[0] <= 8:
-        ax_m.legend(fontsize=7, loc="best")
+        legend(ax_m, fontsize=7, loc="best")
     finish([ax_m, ax_s], path, title)
     return ax_m, ax_s
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.axes import Axes
 
+from .._display import legend
 from ..control._figures import draw_distance, draw_parameter_norms
 from ..model._figures import draw_eigenvalues, draw_mean, mark_depths
 from ..model.gaussian import Gaussian
@@ -70,7 +71,7 @@ def plot_steering_moments(
     ax_m.set_title("mean (target dotted)")
     ax_s.set_title("covariance eigenvalues")
     if traj.dim <= 6:
-        ax_m.legend(fontsize=7, loc="best")
+        legend(ax_m, fontsize=7, loc="best")
     finish([ax_m, ax_s, ax_w], path, title)
     return ax_m, ax_s, ax_w
 

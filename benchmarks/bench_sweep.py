@@ -95,7 +95,7 @@ def measure(n: int, workers: int, limit: float) -> dict[str, Any]:
         marks.setdefault("first_stored", time.perf_counter())
         marks["last_stored"] = time.perf_counter()
 
-    client = sw._client
+    client = sw.dask_client
 
     @contextmanager
     def timed_client(*args: Any, **kwargs: Any) -> Any:
@@ -105,7 +105,7 @@ def measure(n: int, workers: int, limit: float) -> dict[str, Any]:
             marks["points_done"] = time.perf_counter()
 
     SweepFolder.write_rows = timed_write  # type: ignore[method-assign]
-    sw._client = timed_client
+    sw.dask_client = timed_client
     out = Path(tempfile.mkdtemp(prefix="gtcontrol-bench-sweep-"))
     try:
         t0, cpu0 = time.perf_counter(), time.process_time()
@@ -116,7 +116,7 @@ def measure(n: int, workers: int, limit: float) -> dict[str, Any]:
         in_workers = float(pd.read_parquet(out / "out" / "sweep.parquet")["seconds"].mean())
     finally:
         SweepFolder.write_rows = write_rows  # type: ignore[method-assign]
-        sw._client = client
+        sw.dask_client = client
         shutil.rmtree(out, ignore_errors=True)
     points_s = marks.get("points_done", end) - marks.get("cluster_up", t0)
     rate = stored[0] / points_s if points_s > 0 else math.nan

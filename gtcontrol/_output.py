@@ -52,6 +52,7 @@ __all__ = [
     "dumps",
     "jsonable",
     "load_result",
+    "lock_exclusive",
     "refuse_foreign",
     "run_summary",
     "split_arrays",
@@ -247,6 +248,22 @@ def refuse_foreign(out: Path, foreign: list[str], writer: str) -> None:
         f"output: {_show(out)} holds files {writer} did not write ({shown}{more}); "
         "move them away or choose another -o directory"
     )
+
+
+def lock_exclusive(fd: int, busy: str) -> None:
+    """Lock the open file ``fd`` for this process (until it is closed), or raise
+    :class:`OutputError` with the message ``busy`` when another process holds the lock.
+
+    Off POSIX there is no lock.
+    """
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX: no lock
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise OutputError(busy) from None
 
 
 def _exchange(a: Path, b: Path) -> bool:

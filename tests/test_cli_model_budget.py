@@ -160,29 +160,30 @@ def _designs(models: dict[str, Path], limit: float) -> dict[str, str]:
 def test_stabilize_task_runs_an_onnx_file_with_the_identity_target(
     models: dict[str, Path], tmp_path: Path
 ) -> None:
-    """The ``identity`` target needs no data: an ONNX file (no embeddings) is stabilized, its
-    function change measured on samples of the target, and the source says so
-    (15_cli_stabilize_onnx_refused_and_unbudgeted.py: it always failed on the data tokens)."""
+    """The ``identity`` target needs no data: an ONNX file is stabilized, and its function
+    change is measured on the tokens its own graph computes from random token ids (the file
+    has no tokenizer) (15_cli_stabilize_onnx_refused_and_unbudgeted.py: it always failed on the
+    data tokens)."""
     text = _designs(models, 120.0)["stabilize-onnx"]
     code, doc, _ = _run(tmp_path, "onnx", text)
     assert code == 0 and doc is not None
     assert doc["status"] == "success", doc["outputs"]["message"]
-    assert "512 samples of the target" in doc["outputs"]["source"]
+    assert "target N(e, I ⊕ 0)" in doc["outputs"]["source"]
     assert doc["outputs"]["abscissa"] <= -1.0 + 1e-9  # the required rate, certified
 
 
-def test_stabilize_task_refuses_the_text_target_of_an_onnx_file_when_read(
-    models: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def test_stabilize_task_reads_the_text_target_of_an_onnx_file_from_its_graph(
+    models: dict[str, Path], tmp_path: Path
 ) -> None:
-    """The ``text`` target needs the tokens entering the layer on real text, which an ONNX file
-    cannot compute: refused when the design is read (before any import), naming the target
-    that needs no data (15_cli_stabilize_onnx_refused_and_unbudgeted.py)."""
-    design = tmp_path / "text.toml"
-    design.write_text(f'task = "stabilize"\n[stabilize]\nmodel = "{models["onnx"]}"\n')
-    assert main(["run", "-q", str(design), "-o", str(tmp_path / "out")]) == 2
-    err = capsys.readouterr().err
-    assert "target_from = 'text'" in err and "target_from = 'identity'" in err
-    assert not (tmp_path / "out").exists()
+    """The data target of an ONNX file (a ViT here): its own graph runs on data (image-like
+    inputs for a vision model, random token ids for text without a tokenizer), and the source
+    says which (once refused: the file was thought to have no embeddings,
+    15_cli_stabilize_onnx_refused_and_unbudgeted.py)."""
+    design = f'task = "stabilize"\ntime_limit = 120\n[stabilize]\nmodel = "{models["onnx"]}"\n'
+    code, doc, _ = _run(tmp_path, "text", design)
+    assert code == 0 and doc is not None
+    assert doc["status"] == "success", doc["outputs"]["message"]
+    assert "8 random image-like inputs" in doc["outputs"]["source"]
 
 
 # ---------------------------------------------------------------------------- model, n_tokens
@@ -208,7 +209,7 @@ def test_model_task_refuses_too_few_tokens_before_any_token_runs(
         tmp_path,
         "n34",
         f'task = "model"\ntime_limit = 120\n[model]\nmodel = "{models["bert"]}"\n'
-        "n_tokens = 34\nn_null = 8\nflows = false\n",
+        "n_tokens = 34\nn_null = 8\ntoken_check = 64\nT = 0.5\n",
     )
     assert code == 0 and doc is not None and doc["status"] == "success"
 

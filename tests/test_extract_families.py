@@ -461,12 +461,14 @@ def test_experiments_take_any_model(tmp_path: Path) -> None:
     flows = attention_flows(folder, T=0.5, time_limit=60)
     assert {r.start for r in flows.rows} == {"identity", "data"} and "image-like" in flows.data
     onnx = _export(net, "deit", tmp_path / "deit.onnx")
-    with pytest.raises(InvalidParametersError, match="'data' runs the model's own embeddings"):
-        attention_flows(onnx, T=0.5)
-    only = attention_flows(onnx, starts=["identity"], T=0.5, time_limit=60)
-    assert [r.blowup_time for r in only.rows] == pytest.approx(
-        [r.blowup_time for r in flows.rows if r.start == "identity"], rel=1e-6
-    )
+    from_graph = attention_flows(onnx, T=0.5, time_limit=60)  # the graph reads the same images
+    assert from_graph.data == flows.data and from_graph.stats["n_tokens"] == n
+    for start in ("identity", "data"):  # the data tokens agree to float32 rounding (~1e-6)
+        for attr in ("blowup_time", "lam_final"):
+            got = [getattr(r, attr) for r in from_graph.rows if r.start == start]
+            assert got == pytest.approx(
+                [getattr(r, attr) for r in flows.rows if r.start == start], rel=1e-6
+            )
     _, _, text = data_moments(_build("bert"))
     assert "random token ids" in text  # a random model has no tokenizer, and says so
 
@@ -492,13 +494,13 @@ def test_model_task_runs_on_a_random_deit_folder(tmp_path: Path, capsys) -> None
     design = tmp_path / "deit.toml"
     design.write_text(
         'task = "model"\ntime_limit = 120\n[model]\nmodel = "deit"\nn_tokens = 40\n'
-        "T = 0.5\nn_null = 8\n"
+        "T = 0.5\nn_null = 8\ntoken_check = 64\n"
     )
     assert main(["run", str(design), "-o", str(tmp_path / "out"), "-q"]) == 0
     data = json.loads((tmp_path / "out" / "result.json").read_text())
     assert data["status"] == "success"
     assert data["outputs"]["family"] == "deit" and len(data["outputs"]["table"]) == 2
-    report = (tmp_path / "out" / "model_report.md").read_text()
+    report = (tmp_path / "out" / "model_map.md").read_text()
     assert "position embeddings" in report and "| layer |" in report
     assert main(["models"]) == 0
     out = capsys.readouterr().out

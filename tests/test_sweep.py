@@ -22,6 +22,7 @@ import pytest
 pytest.importorskip("dask.distributed")
 pd = pytest.importorskip("pandas")
 
+from _dask_cluster import dask_cluster as start_dask_cluster  # noqa: E402
 from helpers import ROTATION_TABLES  # noqa: E402
 
 from gtcontrol import DesignFileError, Gaussian, Layer, analyze  # noqa: E402
@@ -339,79 +340,11 @@ def test_resume_after_kill_9_computes_only_the_missing_points(
 # -- an existing cluster: a separately started scheduler and worker --------------------------------
 
 
-def _dask_cli() -> Path | None:
-    path = Path(sys.executable).parent / "dask"
-    return path if path.exists() else None
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """Stop a process group started by the test: SIGTERM, then SIGKILL."""
-    for sig, wait in ((signal.SIGTERM, 15), (signal.SIGKILL, 15)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-
-
 @pytest.fixture
 def dask_cluster(tmp_path: Path) -> Iterator[str]:
     """A scheduler and one worker started as separate processes; yields the address."""
-    dask = _dask_cli()
-    if dask is None:
-        pytest.skip("the dask command line is not installed")
-    file = tmp_path / "scheduler.json"
-    procs: list[subprocess.Popen[bytes]] = []
-    try:
-        procs.append(
-            subprocess.Popen(
-                [
-                    str(dask),
-                    "scheduler",
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    "0",
-                    "--scheduler-file",
-                    str(file),
-                    "--no-dashboard",
-                ],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-        )
-        deadline = time.monotonic() + 60
-        while not file.exists() and time.monotonic() < deadline:
-            assert procs[0].poll() is None, "the dask scheduler exited"
-            time.sleep(0.05)
-        address = json.loads(file.read_text())["address"]
-        procs.append(
-            subprocess.Popen(
-                [
-                    str(dask),
-                    "worker",
-                    "--scheduler-file",
-                    str(file),
-                    "--nworkers",
-                    "1",
-                    "--nthreads",
-                    "1",
-                    "--no-dashboard",
-                ],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-        )
+    with start_dask_cluster(tmp_path) as address:
         yield address
-    finally:
-        for proc in reversed(procs):
-            _stop(proc)
 
 
 def test_run_on_a_separately_started_scheduler(dask_cluster: str, tmp_path: Path) -> None:

@@ -45,7 +45,6 @@ __all__ = [
     "point_model",
     "run_point",
     "run_points",
-    "worker_version",
 ]
 
 #: Columns of the sweep table after the axes, by what the points run, with their dtypes.
@@ -538,11 +537,6 @@ class BatchSizer:
         self.points += points
         self.seconds += max(0.0, seconds)
         self.largest = max(self.largest, points)
-
-
-def worker_version() -> str:
-    """The gtcontrol version installed where this runs (checked on every worker)."""
-    return __version__
 
 
 def reusable(row: Mapping[str, Any], task: PointTask, axes: Sequence[str]) -> bool:

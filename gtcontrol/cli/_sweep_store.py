@@ -42,6 +42,7 @@ from .._output import (
     _follow_link,
     _relative_files,
     dumps,
+    lock_exclusive,
     refuse_foreign,
 )
 from .._result_file import _show
@@ -211,7 +212,11 @@ class SweepFolder:
             ) from None
         self._lock = fd
         try:
-            self._acquire(fd)
+            lock_exclusive(
+                fd,
+                f"output: another sweep is writing {_show(self.path)}; wait for it or choose "
+                "another -o directory",
+            )
             self._remove_temporaries()
             if os.fstat(fd).st_size == 0:
                 note = {"gtcontrol_version": __version__, "task": "sweep"}
@@ -224,19 +229,6 @@ class SweepFolder:
         finally:
             os.close(fd)
             self._lock = None
-
-    def _acquire(self, fd: int) -> None:
-        try:
-            import fcntl
-        except ImportError:  # pragma: no cover - not POSIX: no lock
-            return
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise OutputError(
-                f"output: another sweep is writing {_show(self.path)}; wait for it or choose "
-                "another -o directory"
-            ) from None
 
     def _remove_temporaries(self) -> None:
         """Remove the temporary files left by killed runs (their process is dead)."""

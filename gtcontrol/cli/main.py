@@ -24,8 +24,9 @@ import os
 import sys
 import traceback
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from .._output import write_run
 from .._progress import reporting
@@ -136,8 +137,8 @@ def run_design(
         Output directory; ``out/<design name>`` by default. Replaced atomically on success
         (a ``sweep`` writes into it point by point instead, and resumes: docs/sweeps.md).
     scheduler
-        ``sweep`` designs only: the address of a dask scheduler to run the points on
-        (``None``: local worker processes).
+        ``sweep`` and ``model`` designs: the address of a dask scheduler to run the points
+        (the layers) on (``None``: local worker processes, or inline).
 
     Returns
     -------
@@ -155,14 +156,29 @@ def run_design(
         from .sweep import run_sweep
 
         return run_sweep(design, out, scheduler=scheduler)
-    if scheduler is not None:
+    if design.task == "model":
+        from .tasks import map_rows_store, run_model
+
+        store = map_rows_store(out)
+
+        def run(tmp: Path) -> Mapping[str, Any]:
+            return run_model(design, tmp, store=store, scheduler=scheduler)
+
+    elif scheduler is not None:
         from ..errors import DesignFileError
 
-        raise DesignFileError(f"{design_path}: --scheduler is for task 'sweep' designs only")
+        raise DesignFileError(
+            f"{design_path}: --scheduler is for task 'sweep' and 'model' designs only"
+        )
+    else:
+
+        def run(tmp: Path) -> Mapping[str, Any]:
+            return TASKS[design.task].run(design, tmp)
+
     return write_run(
         out,
         design.task,
-        lambda tmp: TASKS[design.task].run(design, tmp),
+        run,
         title=design.title,
         source=str(design_path),
         inputs=design.raw,

@@ -117,6 +117,18 @@ def _model_tokens(x: Any) -> str | None:
     return None
 
 
+def _layer_list(x: Any) -> str | None:
+    if not x or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in x):
+        return "must be a non-empty list of layer indices (integers from 0)"
+    return None
+
+
+def _rate(x: Any) -> str | None:
+    if isinstance(x, str):
+        return None if x == "auto" else "must be a positive number or 'auto'"
+    return None if x > 0 else "must be positive"
+
+
 def _nonempty(x: Any) -> str | None:
     return None if x.strip() else "must not be empty"
 
@@ -249,16 +261,9 @@ def _axis_min(x: Any) -> float:
 
 
 def _stabilize_check(options: Mapping[str, Any], doc: Mapping[str, Any]) -> str | None:
-    """``model`` names a model, or the design has a ``[layer]`` and a ``[target]``; the
-    ``"text"`` target needs data, which an ONNX file cannot read."""
+    """``model`` names a model, or the design has a ``[layer]`` and a ``[target]``."""
     model = options.get("model")
     if model:
-        if str(model).lower().endswith(".onnx") and options.get("target_from") == "text":
-            return (
-                "stabilize: target_from = 'text' needs the tokens entering the layer on real "
-                "text, which run the model's own embeddings, and an .onnx file has none; give "
-                "target_from = 'identity' (it needs no data)"
-            )
         return None
     missing = [name for name in ("layer", "target") if name not in doc]
     if missing:
@@ -421,7 +426,7 @@ SPECS: dict[str, TaskSpec] = {
                 "text",
                 _one_of("text", "identity"),
                 "with model: 'text' (the tokens entering the layer on real text, Ledoit–Wolf; "
-                "needs the model's embeddings: not an .onnx file) or 'identity' (no data)",
+                "random token ids without a tokenizer) or 'identity' (no data)",
             ),
             "add": Option(str, "head", _one_of("auto", "head", "gains"), "the family of the extra"),
             "rate": Option(float, 1.0, _positive, "required exponential rate"),
@@ -474,17 +479,41 @@ SPECS: dict[str, TaskSpec] = {
                 _nonempty,
                 "a name of `gtcontrol models`, a Hugging Face folder or an .onnx file",
             ),
+            "layers": Option(list, None, _layer_list, "layer indices to map (default: all)"),
+            "T": Option(float, 4.0, _positive, "depth of the regimes and of the blow-up search"),
+            "rate": Option(
+                (float, str),
+                1.0,
+                _rate,
+                "stabilization rate, or 'auto': the largest rate of the rate curve whose "
+                "function change is within change_budget",
+            ),
+            "change_budget": Option(
+                float, 1.0, _positive, "rate = 'auto': the largest function change accepted"
+            ),
+            "token_check": Option(
+                int,
+                1024,
+                _at_most(_MAX_TOKENS, zero=True),
+                "tokens of each stabilization's token check (0: none)",
+            ),
             "n_tokens": Option(
                 int,
                 0,
                 _model_tokens,
-                "Gaussian tokens fed to the network (0: max(512, d + 64); at least max(20, d + 2))",
+                "Gaussian tokens of the network's Gaussianity check (0: max(512, d + 64); "
+                "at least max(20, d + 2))",
             ),
-            "T": Option(float, 4.0, _positive, "horizon of the attention flows"),
-            "n_null": Option(int, 16, _between(8, 10000), "replicates of each Gaussianity null"),
-            "flows": Option(bool, True, None, "run the attention flows (slow at large widths)"),
+            "n_null": Option(int, 8, _between(8, 10000), "replicates of each Gaussianity null"),
+            "workers": Option(
+                int,
+                1,
+                _at_most(64),
+                "local worker processes mapping layers in parallel; ignored with --scheduler",
+            ),
         },
-        summary="per-layer report of any Transformer: Gaussianity, blow-up, dominant head",
+        summary="the map of any Transformer: regime, equilibria and certified stabilization per "
+        "layer, and the stabilized network on real inputs",
     ),
     "sweep": TaskSpec(
         needs=("initial", "model"),

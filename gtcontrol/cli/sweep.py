@@ -20,23 +20,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import math
 import os
 import secrets
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from .._cluster import ClusterError, check_address, dask_client, distributed
 from .._output import run_summary
 from .._progress import progress
 from .._status import Status
 from .._version import __version__
-from ..errors import GTControlError
 from ._sweep_points import (
     COLUMNS,
     BatchSizer,
@@ -47,7 +45,6 @@ from ._sweep_points import (
     plan_sweep,
     reusable,
     run_points,
-    worker_version,
 )
 from ._sweep_store import FIGURE, TABLE, SweepFolder, batch_name, check_sweep_folder
 from .schema import Design
@@ -57,12 +54,10 @@ __all__ = ["SweepError", "SweepInterrupted", "run_sweep", "sweep_task"]
 
 #: Seconds the sweep waits beyond its time_limit for points that stop cooperatively.
 _GRACE = 5.0
-#: Seconds to wait for an existing cluster's scheduler and first worker.
-_CONNECT_TIMEOUT = 30.0
 _EXTRA_HINT = "install the 'sweep' extra: pip install 'gtcontrol[sweep]'"
 
 
-class SweepError(GTControlError):
+class SweepError(ClusterError):
     """The sweep cannot run: the dask cluster is unreachable, has no usable worker, or the
     ``sweep`` extra is not installed."""
 
@@ -196,8 +191,8 @@ def _execute(
     preload = threading.Thread(target=_preload, name="gtcontrol-sweep-preload", daemon=True)
     if missing:  # the table's and the figure's modules load while the points run
         preload.start()
-    if missing and scheduler is not None:
-        _check_address(scheduler)  # a malformed address is an error whatever the time left
+    if missing and scheduler is not None:  # a malformed address: an error whatever the time left
+        check_address(scheduler, label="sweep", error=SweepError)
     if missing and time.time() >= deadline:  # no time left to start a cluster
         text = "not computed: the sweep's time_limit ran out"
         for t in missing:
@@ -205,7 +200,8 @@ def _execute(
     elif missing:
         # never more worker processes than points to compute
         n_workers = min(design.options["workers"] or _cores(), len(missing))
-        with _client(scheduler, n_workers, deadline) as (client, where):
+        cluster = dask_client(scheduler, n_workers, deadline, label="sweep", error=SweepError)
+        with cluster as (client, where):
             grace = _grace(design.time_limit)
             workers = n_workers if scheduler is None else None
             run = _Run(client, folder, plan, rows, written, deadline, grace, workers=workers)
@@ -377,158 +373,10 @@ def _frame(rows: list[dict[str, Any]], plan: SweepPlan) -> Any:
     return df
 
 
-def _distributed() -> Any:
-    """The ``dask.distributed`` module (imported when a sweep runs; it has no type hints)."""
-    import dask.distributed
-
-    return dask.distributed
-
-
-@contextmanager
-def _quiet_dask() -> Iterator[None]:
-    """Keep dask's log lines (connection notes, shutdown chatter) off the terminal."""
-    logger = logging.getLogger("distributed")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
-
-
-@contextmanager
-def _client(
-    scheduler: str | None,
-    n_workers: int,
-    deadline: float,
-) -> Iterator[tuple[Any, str]]:
-    """A dask client: of the cluster at ``scheduler``, or of a new local cluster; closed after.
-
-    A local cluster starts its scheduler at once and its ``n_workers`` worker processes in the
-    background (points are submitted while they start, so a slow start does not hold the
-    sweep past its deadline).
-
-    Yields ``(client, where)``, ``where`` the scheduler address or ``"local: N workers"``.
-    """
-    dd = _distributed()
-    with _quiet_dask():
-        if scheduler is not None:
-            _check_address(scheduler)
-            timeout = max(1.0, min(_CONNECT_TIMEOUT, deadline - time.time()))
-            client = dd.Client.__new__(dd.Client)
-            try:
-                client.__init__(scheduler, timeout=timeout, set_as_default=False)
-            except Exception as exc:
-                _discard(client)
-                raise SweepError(
-                    f"sweep: cannot reach the dask scheduler at {_short(scheduler)} "
-                    f"({type(exc).__name__}: {exc})"
-                ) from None
-            try:
-                _check_workers(client, scheduler, timeout)
-                yield client, scheduler
-            finally:
-                client.close()
-            return
-        try:
-            cluster = dd.LocalCluster(
-                n_workers=0,
-                threads_per_worker=1,
-                processes=True,
-                # no dashboard; the scheduler's HTTP endpoint on a free local port (not 8787,
-                # which another cluster may hold)
-                dashboard_address="127.0.0.1:0",
-                scheduler_kwargs={"dashboard": False},
-                silence_logs=logging.ERROR,
-            )
-        except Exception as exc:
-            raise SweepError(f"sweep: cannot start a local dask cluster ({exc})") from None
-        try:
-            client = dd.Client(cluster, set_as_default=False)  # before any worker: at once
-            cluster.scale(n_workers)  # returns at once; the workers join when they are up
-            try:
-                yield client, f"local: {n_workers} worker processes"
-            finally:
-                with contextlib.suppress(Exception):
-                    client.close(timeout=_CLOSE_TIMEOUT)
-        finally:
-            _close(cluster)
-
-
-#: Seconds a local cluster may take to stop its workers (they are killed with this process
-#: if it takes longer; a graceful stop took 1-2.5 s on a loaded 2-core machine).
-_CLOSE_TIMEOUT = 3.0
-
-
-def _close(cluster: Any) -> None:
-    """Stop a local cluster within :data:`_CLOSE_TIMEOUT` (a slow stop is not an error)."""
-    with contextlib.suppress(Exception):
-        cluster.close(timeout=_CLOSE_TIMEOUT)
-
-
-def _short(address: str, limit: int = 80) -> str:
-    """``repr(address)``, cut in the middle when long (for one-line messages)."""
-    text = repr(address)
-    return text if len(text) <= limit else f"{text[: limit // 2]}…{text[-limit // 2 :]}"
-
-
-def _check_address(scheduler: str) -> None:
-    """Refuse what is not a scheduler address ``[PROTOCOL://]HOST:PORT`` before connecting."""
-    from distributed.comm.addressing import get_address_host_port, parse_address
-    from distributed.comm.registry import get_backend
-
-    try:
-        scheme, _ = parse_address(scheduler)
-        get_backend(scheme)
-        host, port = get_address_host_port(scheduler)
-        if not host or not 0 < int(port) < 65536:
-            raise ValueError("no host, or a port outside 1-65535")
-    except Exception as exc:
-        raise SweepError(
-            f"sweep: --scheduler {_short(scheduler)} is not a dask scheduler address "
-            f"(expected tcp://HOST:PORT; {_short(str(exc), 160)[1:-1]})"
-        ) from None
-
-
-def _discard(client: Any) -> None:
-    """Release a client whose construction failed, so that its finalizer neither waits for
-    the lost connection nor prints a traceback at exit."""
-    client.status = "closed"
-    runner = getattr(client, "_loop_runner", None)
-    if runner is not None:
-        with contextlib.suppress(Exception):
-            runner.stop()
-
-
-def _check_workers(client: Any, scheduler: str, timeout: float) -> None:
-    """Wait for a worker of the cluster and check that every worker runs this gtcontrol."""
-    try:
-        client.wait_for_workers(1, timeout=timeout)
-    except Exception:
-        raise SweepError(
-            f"sweep: the dask scheduler at {scheduler!r} has no worker (waited {timeout:g} s); "
-            f"start one with: dask worker {scheduler}"
-        ) from None
-    try:
-        versions = client.run(worker_version)
-    except Exception as exc:
-        raise SweepError(
-            f"sweep: the workers of {scheduler!r} cannot run gtcontrol ({type(exc).__name__}: "
-            f"{exc}); install gtcontrol {__version__} with the 'sweep' extra on every worker"
-        ) from None
-    wrong = {addr: v for addr, v in versions.items() if v != __version__}
-    if wrong:
-        addr, v = next(iter(wrong.items()))
-        raise SweepError(
-            f"sweep: worker {addr} of {scheduler!r} runs gtcontrol {v}, not {__version__} "
-            f"({len(wrong)} of {len(versions)} workers differ); install the same version"
-        )
-
-
 #: Seconds kept from a sweep's time_limit for what follows the points (at most a quarter of
-#: it): stopping the cluster (up to :data:`_CLOSE_TIMEOUT`), the table, the figure and the
-#: record; 3 s plus 60 µs a point (measured on a loaded 2-core machine: 2.5-3.5 s at 10⁴
-#: points, 6.4 s at 10⁵).
+#: it): stopping the cluster (up to :data:`gtcontrol._cluster.CLOSE_TIMEOUT`), the table, the
+#: figure and the record; 3 s plus 60 µs a point (measured on a loaded 2-core machine:
+#: 2.5-3.5 s at 10⁴ points, 6.4 s at 10⁵).
 _WRAP_UP, _WRAP_UP_PER_POINT, _WRAP_UP_SHARE = 3.0, 60e-6, 0.25
 
 
@@ -599,7 +447,7 @@ class _Run:
         time_limit are not stored; those never started, or still running when the deadline
         and its grace are past (cancelled), get a ``budget_exhausted`` row with
         ``time_limit = 0``."""
-        dd = _distributed()
+        dd = distributed()
         workers = self._workers()
         self.sizer = BatchSizer(len(missing), workers)
         self.pending, self.next = missing, 0

@@ -760,9 +760,9 @@ def _model_problem(design: Design, run: RunBudget) -> tuple[Layer, Gaussian, Any
     """``(layer, target, probe tokens, source)`` of ``stabilize`` with ``model`` set, or what
     did not finish within the time limit (the model's load or its data tokens).
 
-    Only ``target_from = "text"`` needs data (the model's embeddings, which an ONNX file does
-    not have); ``"identity"`` probes the function change on the data tokens when the model has
-    embeddings, else on samples of the target."""
+    Only ``target_from = "text"`` needs data (the model's own embeddings run on text, or on
+    random token ids without a tokenizer); ``"identity"`` probes the function change on the data
+    tokens when the model can be fed data, else on samples of the target."""
     o = design.options
     em = _load_model(run, design, o["model"], "the stabilization")
     if em is None:
@@ -774,19 +774,21 @@ def _model_problem(design: Design, run: RunBudget) -> tuple[Layer, Gaussian, Any
             f"(0 … {len(em.layers) - 1})"
         )
     layer = em.layers[k].attention_layer
-    if em.network is None:  # an ONNX file: no embeddings, no data
+    from ..experiments._onnx_data import data_refusal
+
+    refusal = data_refusal(em)  # an ONNX graph without an input of token ids, say
+    if refusal is not None:
         if o["target_from"] == "text":
             raise DesignFileError(
                 f"{design.source}: stabilize.target_from = 'text' needs the tokens entering the "
-                f"layer on real text, which run the model's own embeddings; {em.label} "
-                f"({em.family}) has none: give target_from = 'identity' (it needs no data)"
+                f"layer on data, and {refusal}; give target_from = 'identity' (it needs no data)"
             )
         return (
             layer,
             _identity_target(layer.dim),
             None,
             f"{em.label} layer {k}; target N(e, I ⊕ 0); function change on 512 samples of the "
-            "target (the file has no embeddings to read text)",
+            "target (the model cannot be fed data)",
         )
 
     def read() -> Any:
@@ -961,29 +963,71 @@ def _run_experiment(design: Design, out: Path) -> dict[str, Any]:
 
 
 def _run_model(design: Design, out: Path) -> dict[str, Any]:
+    return run_model(design, out)
+
+
+def map_rows_store(out: Path) -> Path:
+    """Where the ``model`` task of the output folder ``out`` stores its rows as they finish:
+    the sibling folder ``OUT.rows`` (the output folder itself is replaced atomically at the
+    end, so what a killed run finished must live beside it)."""
+    out = Path(out)
+    return out.parent / f"{out.name or 'out'}.rows"
+
+
+def run_model(
+    design: Design, out: Path, *, store: Path | None = None, scheduler: str | None = None
+) -> dict[str, Any]:
+    """The ``model`` task: :func:`~gtcontrol.experiments.model_map.model_map` and its report.
+
+    With ``store`` every finished row is stored there as it lands (a killed run resumes from
+    it); the store is removed once the map is complete, and kept (said in the message) when
+    the time limit cut it short. ``scheduler``: the dask cluster to map the layers on.
+    """
     o = design.options
     run = RunBudget(design.time_limit, design.started)
-    em = _load_model(run, design, o["model"], "the report")
+    em = _load_model(run, design, o["model"], "the map")
     if em is None:
         return _not_loaded(run, o["model"])
-    from ..experiments.model_report import model_report, model_task_record
+    from ..experiments._map_report import FIGURES, model_map_record
+    from ..experiments.model_map import model_map
 
-    limit = run.solver_limit(2)  # its two figures are drawn after the report
-    rep = run.compute(
-        f"the report of {em.label}",
-        lambda: model_report(
+    limit = run.solver_limit(len(FIGURES))  # its figures are drawn after the map
+    m = run.compute(
+        f"the map of {em.label}",
+        lambda: model_map(
             em,
-            n_tokens=o["n_tokens"] or None,
-            seed=design.seed,
+            layers=o["layers"],
             T=o["T"],
+            rate=o["rate"],
+            change_budget=o["change_budget"],
+            token_check=o["token_check"] or None,
+            gaussian_tokens=o["n_tokens"] or None,
             n_null=o["n_null"],
-            flows=o["flows"],
+            seed=design.seed,
+            workers=o["workers"],
+            scheduler=scheduler,
+            store=store,
             time_limit=limit,
         ),
     )
-    if rep is None:
+    if m is None:
         return _not_loaded(run, o["model"], _COMPUTE)
-    return run.finish(model_task_record(out, rep, draw=run.draw))
+    record = model_map_record(out, m, draw=run.draw)
+    if store is not None:
+        kept = m.status is Status.BUDGET_EXHAUSTED or not _remove_store(store)
+        if kept and store.exists():
+            record["outputs"]["store"] = str(store)
+            record["summary"]["message"] += (
+                f"; the finished rows are kept in {store}: run again to map only the others"
+            )
+    return run.finish(record)
+
+
+def _remove_store(store: Path) -> bool:
+    """Remove a complete map's row store if it holds only what the map wrote there."""
+    from ..experiments._layer_jobs import remove_store
+
+    return remove_store(store)
 
 
 def _load_model(run: RunBudget, design: Design, name: str, what: str) -> Any:

@@ -19,6 +19,8 @@
   RoBERTa, ELECTRA, DistilBERT, ViT, DeiT, ModernBERT or GPT-2 family, a local Hugging Face
   folder, an ONNX file) as :class:`ExtractedModel`; every experiment above that reads a real
   network takes one, and :func:`model_report` gives its per-layer report (docs/own_model.md).
+* :func:`model_map` — the map of a model: every attention sublayer's regime, equilibria and
+  smallest certified stabilization, and the network with every layer stabilized.
 
 Every result carries ``success``, ``status`` (a :class:`~gtcontrol.Status`), ``message`` and
 ``stats``; every entry point that loops takes a keyword-only ``time_limit`` (seconds) and, when
@@ -48,6 +50,7 @@ from .gaussianity import (
     NullStatistic,
     gaussianity,
 )
+from .model_map import LayerMap, ModelMap, NetworkCheck, model_map
 from .model_report import ModelLayerRow, ModelReport, model_report
 from .models import FAMILIES, MODELS, ModelEntry, available_models, extract, load_model
 from .pretrained import (
@@ -86,12 +89,15 @@ __all__ = [
     "GaussianityResult",
     "GaussianityTable",
     "LayerGaussianity",
+    "LayerMap",
     "LayerNormWeights",
     "MardiaStatistics",
     "ModelEntry",
     "ModelFileError",
     "ModelLayerRow",
+    "ModelMap",
     "ModelReport",
+    "NetworkCheck",
     "NullStatistic",
     "RegimeResult",
     "RegimeRow",
@@ -112,6 +118,7 @@ __all__ = [
     "ledoit_wolf",
     "load_model",
     "mardia",
+    "model_map",
     "model_report",
     "moment_surrogate",
     "prescribed_attention_regimes",

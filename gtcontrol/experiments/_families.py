@@ -44,11 +44,16 @@ __all__ = [
     "FAMILIES",
     "attention_inputs",
     "data_batch",
+    "data_rng",
     "eval_mode",
+    "folder_tokenizer",
     "from_module",
     "load_folder",
     "query_module",
+    "random_ids",
     "run_network",
+    "sentences_what",
+    "smooth_images",
 ]
 
 #: The families gtcontrol reads from ``transformers`` models (``kind`` of ``extract``).
@@ -922,23 +927,45 @@ def attention_inputs(em: ExtractedModel, inputs: dict[str, Any]) -> list[FloatAr
     return [np.asarray(g) for g in got]
 
 
-def _tokenizer(net: Any) -> Any:
-    """The model's own tokenizer from its folder, or ``None`` (random models have none)."""
-    where = str(getattr(net.config, "name_or_path", "") or "")
+def folder_tokenizer(where: str | Path) -> Any:
+    """The tokenizer saved in the folder ``where`` (offline), or ``None`` when it has none."""
     files = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "tokenizer.model")
-    if not where or not any((Path(where) / f).is_file() for f in files):
+    if not str(where) or not any((Path(where) / f).is_file() for f in files):
         return None  # transformers would build an empty tokenizer (every word unknown)
     tr = require_transformers()
     try:
         with quiet_transformers():
-            return tr.AutoTokenizer.from_pretrained(where, local_files_only=True)
+            return tr.AutoTokenizer.from_pretrained(str(where), local_files_only=True)
     except Exception:  # no or an unreadable tokenizer: random token ids instead (said so)
         return None
 
 
-def _smooth_images(rng: np.random.Generator, n: int, channels: int, size: int) -> FloatArray:
-    """``n`` image-like inputs: Gaussian noise low-passed (Gaussian kernel of width size/16),
-    then per channel mean 0 and variance 1 — spatially correlated, not natural images."""
+def _tokenizer(net: Any) -> Any:
+    """The model's own tokenizer from its folder, or ``None`` (random models have none)."""
+    return folder_tokenizer(str(getattr(net.config, "name_or_path", "") or ""))
+
+
+def data_rng(seed: int) -> np.random.Generator:
+    """The generator of the random token ids or images of a data batch."""
+    return np.random.default_rng([seed, 20260623])
+
+
+def random_ids(rng: np.random.Generator, vocab: int, length: int = 16) -> tuple[np.ndarray, str]:
+    """40 random token ids of ``length``, uniform over ``vocab``, and what they are."""
+    ids = rng.integers(0, vocab, size=(40, length))
+    what = (
+        f"random token ids (40 sequences of {length}, uniform over the {vocab}-token "
+        "vocabulary): the model has no tokenizer"
+    )
+    return ids, what
+
+
+def smooth_images(
+    rng: np.random.Generator, channels: int, size: int, n: int = 8
+) -> tuple[FloatArray, str]:
+    """``n`` image-like inputs and what they are: Gaussian noise low-passed (Gaussian kernel of
+    width size/16), then per channel mean 0 and variance 1 — spatially correlated, not natural
+    images."""
     noise = rng.standard_normal((n, channels, size, size))
     f = np.fft.fftfreq(size)
     width = size / 16.0
@@ -946,7 +973,16 @@ def _smooth_images(rng: np.random.Generator, n: int, channels: int, size: int) -
     img = np.real(np.fft.ifft2(np.fft.fft2(noise) * kernel))
     img -= img.mean(axis=(2, 3), keepdims=True)
     img /= img.std(axis=(2, 3), keepdims=True)
-    return np.asarray(img)
+    what = (
+        f"{n} random image-like inputs ({channels}×{size}×{size} smooth Gaussian fields, not "
+        "natural images) through the model's patch embedding"
+    )
+    return np.asarray(img), what
+
+
+def sentences_what(n: int) -> str:
+    """What a batch of ``n`` sentences through the model's tokenizer is."""
+    return f"{n} English sentences through the model's tokenizer"
 
 
 def data_batch(
@@ -957,18 +993,14 @@ def data_batch(
     net = em.network
     if net is None:
         raise ModelFileError(
-            f"{em.label}: data need the model's own embeddings; an ONNX file has none"
+            f"{em.label}: data run the model's own network; it has no transformers module"
         )
     cfg = net.config
-    rng = np.random.default_rng([seed, 20260623])
+    rng = data_rng(seed)
     dtype = next(net.parameters()).dtype
     if em.inputs == "image":
         size, ch = int(cfg.image_size), int(getattr(cfg, "num_channels", 3))
-        img = _smooth_images(rng, 8, ch, size)
-        what = (
-            f"8 random image-like inputs ({ch}×{size}×{size} smooth Gaussian fields, not natural "
-            "images) through the model's patch embedding"
-        )
+        img, what = smooth_images(rng, ch, size)
         return {"pixel_values": torch.as_tensor(img, dtype=dtype)}, None, what
     tok = _tokenizer(net)
     if tok is not None:
@@ -976,11 +1008,6 @@ def data_batch(
             tok.pad_token = tok.eos_token
         batch = dict(tok(sentences, padding=True, return_tensors="pt"))
         mask = batch["attention_mask"].numpy().astype(bool)
-        return batch, mask, f"{len(sentences)} English sentences through the model's tokenizer"
-    vocab = int(cfg.vocab_size)
-    ids = rng.integers(0, vocab, size=(40, 16))
-    what = (
-        f"random token ids (40 sequences of 16, uniform over the {vocab}-token vocabulary): the "
-        "model has no tokenizer"
-    )
+        return batch, mask, sentences_what(len(sentences))
+    ids, what = random_ids(rng, int(cfg.vocab_size))
     return {"input_ids": torch.as_tensor(ids, dtype=torch.long)}, np.ones(ids.shape, bool), what

@@ -27,10 +27,17 @@ The graph is run once at one token (every symbolic dimension set to 1; position 
 inputs named ``*mask*`` at one) to give every tensor a value; what depends on positions and
 masks — position embeddings, causal or padding masks, rotations of queries and keys — is read
 at that one token at position 0 and otherwise not interpreted (the model's notes say so).
+
+Reading a file also records what running it on data needs (:class:`OnnxPlan`, kept per file
+and found again by :func:`onnx_plan`): the tensor each layer's attention reads (the input of
+its projections), the graph's inputs, and the input of token ids with the row count of the
+embedding table it gathers from (:mod:`._onnx_data` runs the graph).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -52,12 +59,15 @@ from ._weights import (
 )
 from .extraction import ExtractedLayer, ExtractedModel
 
-__all__ = ["read_onnx"]
+__all__ = ["NOT_IDS", "GraphInput", "OnnxPlan", "onnx_plan", "read_onnx"]
 
 _SHAPE_OPS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Cast", "Dropout")
 _MASK_OPS = ("Add", "Sub", "Where", "Mul", "Div", "Cast", "Identity")
 _PROJ = ("MatMul", "Gemm")
 _MAX_WALK = 64
+#: Words of input names that are not token ids (masks, token types, positions).
+NOT_IDS = ("mask", "type", "segment", "position")
+_MAX_PLANS = 16
 
 
 @dataclass(frozen=True)
@@ -105,11 +115,32 @@ def _gather_elements() -> type:
     return GatherElements
 
 
+@cache
+def _erf() -> type:
+    """ONNX ``Erf``, vectorized (scipy) in float64.
+
+    onnx's reference implementation calls ``math.erf`` element by element (most of the time
+    of a BERT's forward pass) and rounds to float32 even for float64 inputs.
+    """
+    from onnx.reference.op_run import OpRun
+    from scipy.special import erf
+
+    class Erf(OpRun):
+        op_domain = ""
+
+        def _run(self, x: Any) -> tuple[Any]:
+            a = np.asarray(x)
+            return (np.asarray(erf(a.astype(np.float64))).astype(a.dtype),)
+
+    return Erf
+
+
 def _evaluator(model: Any) -> Any:
-    """onnx's reference evaluator for ``model``, with the operators it gets wrong replaced."""
+    """onnx's reference evaluator for ``model``, with the operators it gets wrong (or slowly)
+    replaced."""
     from onnx.reference import ReferenceEvaluator
 
-    return ReferenceEvaluator(model, new_ops=[_gather_elements()])
+    return ReferenceEvaluator(model, new_ops=[_gather_elements(), _erf()])
 
 
 class _Graph:
@@ -239,6 +270,10 @@ class _Graph:
         allowed = (*_SHAPE_OPS, "Transpose", "Concat")
         for _ in range(_MAX_WALK):
             cons = [c for c in self.consumers.get(name, []) if c.op_type not in ("Shape", "Size")]
+            guarded = self.nan_guard(name, cons)
+            if guarded is not None:
+                name = guarded
+                continue
             if len(cons) != 1:
                 ops = ", ".join(c.op_type for c in cons) or "nothing"
                 raise self.fail(f"unsupported op pattern {where}: {name!r} feeds {ops}")
@@ -249,6 +284,23 @@ class _Graph:
                 raise self.fail(f"unsupported op pattern {where}: {node.op_type} ({node.name!r})")
             name = node.output[0]
         raise self.fail(f"unsupported op pattern {where}: the path is longer than {_MAX_WALK}")
+
+    def nan_guard(self, name: str, cons: list[Any]) -> str | None:
+        """The output of ``Where(IsNaN(name), 0, name)`` if ``cons`` are exactly that (an
+        identity on finite values: an SDPA export's guard after a masked softmax), else
+        ``None``."""
+        if sorted(c.op_type for c in cons) != ["IsNaN", "Where"]:
+            return None
+        isnan, where = sorted(cons, key=lambda c: str(c.op_type))
+        zero = where.input[1]
+        if (
+            list(where.input) != [isnan.output[0], zero, name]
+            or zero not in self.const
+            or self.scalar(zero) != 0.0
+            or len(self.consumers.get(isnan.output[0], [])) != 1
+        ):
+            return None
+        return str(where.output[0])
 
     def projection(self, node: Any) -> _Projection | None:
         """``node`` as a projection ``x Wᵀ + b`` with a constant 2-D weight, else ``None``."""
@@ -702,17 +754,154 @@ def _layer(g: _Graph, b: _Block, k: int) -> tuple[ExtractedLayer, str, str]:
     raise g.fail(f"unsupported op pattern: the feed-forward residual of {where} adds {y_res!r}")
 
 
-def read_onnx(path: Path) -> ExtractedModel:
-    """Every layer of the Transformer in the ONNX file ``path`` (module docstring)."""
+@dataclass(frozen=True)
+class GraphInput:
+    """One input of a graph: its name, numpy dtype and dimensions (``None``: left free)."""
+
+    name: str
+    dtype: Any
+    dims: tuple[int | None, ...]
+
+    def shown(self) -> str:
+        """``name dtype [dims]`` for a message."""
+        dims = ", ".join("?" if n is None else str(n) for n in self.dims)
+        return f"{self.name!r} {np.dtype(self.dtype).name} [{dims}]"
+
+
+@dataclass(frozen=True)
+class OnnxPlan:
+    """What running an ONNX file on data needs, found while reading it (module docstring).
+
+    ``reads[k]`` is the tensor layer ``k``'s query, key and value projections read; ``ids`` the
+    input of token ids (``None``: the graph has none) and ``vocab`` the rows of the embedding
+    table it gathers from; ``stamp`` the file's ``(mtime_ns, size)`` and ``fingerprint`` a hash
+    of the layers read, which tie the plan to the file and to the model it came with.
+    """
+
+    path: Path
+    stamp: tuple[int, int]
+    fingerprint: str
+    inputs: tuple[GraphInput, ...]
+    reads: tuple[str, ...]
+    ids: str | None
+    vocab: int
+
+
+#: The latest plan of each file read (by resolved path), oldest first.
+_PLANS: dict[str, OnnxPlan] = {}
+
+
+def _stamp(path: Path) -> tuple[int, int]:
+    st = path.stat()
+    return st.st_mtime_ns, st.st_size
+
+
+def _fingerprint(layers: Iterable[ExtractedLayer]) -> str:
+    """A hash of every weight, shape and setting of ``layers``."""
+    h = hashlib.sha256()
+
+    def feed(obj: Any) -> None:
+        if isinstance(obj, np.ndarray):
+            h.update(repr(obj.shape).encode())
+            h.update(np.ascontiguousarray(obj, dtype=float).tobytes())
+        elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+            for f in dataclasses.fields(obj):
+                feed(getattr(obj, f.name))
+        else:
+            h.update(repr(obj).encode())
+
+    for lay in layers:
+        feed(lay)
+    return h.hexdigest()
+
+
+def _graph_input(g: _Graph, inp: Any) -> GraphInput:
+    tt = inp.type.tensor_type
+    dtype = g.onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)
+    dims = tuple(d.dim_value if d.dim_value > 0 else None for d in tt.shape.dim)
+    return GraphInput(inp.name, dtype, dims)
+
+
+def _gathered_rows(g: _Graph, name: str) -> int:
+    """Rows of the largest constant 2-D table that ``name`` (through reshapes, casts) indexes."""
+    rows, queue, seen = 0, [name], {name}
+    for _ in range(_MAX_WALK):
+        if not queue:
+            break
+        t = queue.pop(0)
+        for c in g.consumers.get(t, []):
+            if c.op_type == "Gather" and c.input[1] == t and c.input[0] in g.const:
+                table = np.shape(g.value(c.input[0]))
+                rows = max(rows, table[0] if len(table) == 2 else 0)
+            elif c.op_type in _SHAPE_OPS and c.input[0] == t and c.output[0] not in seen:
+                seen.add(c.output[0])
+                queue.append(c.output[0])
+    return rows
+
+
+def _token_ids(g: _Graph, inputs: Iterable[GraphInput]) -> tuple[str | None, int]:
+    """The input of token ids (an integer input that indexes an embedding table; by name, not a
+    mask, type or position input) and the table's rows; ``(None, 0)`` when there is none."""
+    found = {
+        i.name: _gathered_rows(g, i.name)
+        for i in inputs
+        if np.issubdtype(i.dtype, np.integer) and not any(w in i.name.lower() for w in NOT_IDS)
+    }
+    found = {k: v for k, v in found.items() if v > 0}
+    if not found:
+        return None, 0
+    name = "input_ids" if "input_ids" in found else max(found, key=lambda k: found[k])
+    return name, found[name]
+
+
+def onnx_plan(em: ExtractedModel) -> OnnxPlan:
+    """The plan of the ONNX file ``em`` was read from (``em.source``), read again if the file
+    changed since.
+
+    Raises
+    ------
+    ModelFileError
+        If the file cannot be read (any more), or its layers are not ``em``'s.
+    """
+    path = Path(em.source)
     try:
-        return _read(path)
+        stamp = _stamp(path)
+    except OSError as exc:
+        raise ModelFileError(
+            f"{path}: cannot be read ({exc.strerror or exc}); expected the ONNX file "
+            f"{em.label} was read from (data run its graph)"
+        ) from None
+    plan = _PLANS.get(str(path.resolve()))
+    if plan is None or plan.stamp != stamp:
+        read_onnx(path)
+        plan = _PLANS[str(path.resolve())]
+    if plan.fingerprint != _fingerprint(em.layers):
+        raise ModelFileError(
+            f"{path}: its layers are not those of the model {em.label} (the file changed since "
+            "it was read?); expected the ONNX file the model was read from: extract it again"
+        )
+    return plan
+
+
+def read_onnx(path: Path) -> ExtractedModel:
+    """Every layer of the Transformer in the ONNX file ``path`` (module docstring); its
+    :class:`OnnxPlan` is kept for :func:`onnx_plan`."""
+    try:
+        stamp = _stamp(path)
+        em, plan = _read(path, stamp)
     except ModelFileError:
         raise
     except GTControlError as exc:  # weights the checks refuse (misshapen, non-finite)
         raise ModelFileError(f"{path}: {exc}") from None
+    key = str(path.resolve())
+    _PLANS.pop(key, None)
+    _PLANS[key] = plan
+    while len(_PLANS) > _MAX_PLANS:
+        _PLANS.pop(next(iter(_PLANS)))
+    return em
 
 
-def _read(path: Path) -> ExtractedModel:
+def _read(path: Path, stamp: tuple[int, int]) -> tuple[ExtractedModel, OnnxPlan]:
     onnx = require_onnx()
     try:
         model = onnx.load(str(path))
@@ -754,7 +943,11 @@ def _read(path: Path) -> ExtractedModel:
     image = any(len(i.type.tensor_type.shape.dim) == 4 for i in g.inputs)
     d, h = layers[0].dim, layers[0].weights.n_heads
     dtype = str(np.asarray(g.value(blocks[0].reads)).dtype)
-    return ExtractedModel(
+    inputs = tuple(_graph_input(g, i) for i in g.inputs)
+    ids, vocab = _token_ids(g, inputs)
+    reads = tuple(b.reads for b in blocks)
+    plan = OnnxPlan(path, stamp, _fingerprint(layers), inputs, reads, ids, vocab)
+    em = ExtractedModel(
         layers,
         family="onnx",
         norm_placement=placement,
@@ -767,3 +960,4 @@ def _read(path: Path) -> ExtractedModel:
         notes=tuple(notes),
         dtype=dtype,
     )
+    return em, plan

@@ -15,7 +15,8 @@ layer:
   (variance 0). The data are :data:`SENTENCES` through the model's own tokenizer when the model
   has one (MiniLM: ``N ≈ 600``), else random token ids from its vocabulary; for a vision model,
   random image-like inputs (spatially smooth Gaussian fields, not natural images). Each run says
-  which (``AttentionFlows.data``).
+  which (``AttentionFlows.data``). An ONNX file's own graph runs the data (its embeddings
+  included), with the tokenizer saved beside the file if there is one.
 
 What is reported per (layer, start): the regime (``"blowup"`` from the integrator, or no
 blow-up up to the horizon ``T``; :func:`gtcontrol.analyze` would add an equilibrium search,
@@ -62,7 +63,7 @@ from ..model.gaussian import Gaussian
 from ..model.moments import Trajectory, simulate
 from ..model.params import Layer
 from ._common import as_seed, stop_reason
-from ._families import attention_inputs, data_batch
+from ._onnx_data import attention_tokens
 from .extraction import ExtractedModel
 from .models import extract
 
@@ -264,11 +265,18 @@ def data_moments(
     for a vision model 8 random image-like inputs (spatially smooth Gaussian fields, per channel
     mean 0 and variance 1 — not natural images). The third return value says which.
 
+    The real network is the ``transformers`` module, or for an ONNX file its graph: run as it
+    is (onnxruntime when installed, else onnx's reference evaluator) with the tensor that each
+    layer's projections read captured, fed the ids (its tokenizer is one saved beside the file;
+    its vocabulary the rows of the embedding table the ids index), an attention mask, token
+    type ids 0 and position ids ``0 … n-1`` as its inputs ask. A graph with a fixed batch or
+    length runs in batches of its shape, sequences padded or cut to its length (said in the
+    third value).
+
     Parameters
     ----------
     model
-        Anything :func:`~gtcontrol.experiments.extract` reads that has its ``transformers``
-        module (an ONNX file has no embeddings to run).
+        Anything :func:`~gtcontrol.experiments.extract` reads.
     sentences
         The texts (default :data:`SENTENCES`).
     seed
@@ -283,7 +291,9 @@ def data_moments(
     Raises
     ------
     ModelFileError
-        For a model without its ``transformers`` module (an ONNX file).
+        For an ONNX graph that cannot be fed data (no input of integer token ids indexing an
+        embedding table, an input that is none of ids, attention mask, token types, positions
+        or one image) or that fails on them; the message names the file and what was expected.
 
     Examples
     --------
@@ -293,11 +303,10 @@ def data_moments(
     (6, (384, 384))
     """
     em = extract(model)
-    batch, mask, what = data_batch(em, list(sentences), as_seed(seed))
+    tokens, what = attention_tokens(em, sentences, as_seed(seed))
     moments = []
     n = 0
-    for x in attention_inputs(em, batch):
-        pts = x[mask] if mask is not None else x.reshape(-1, x.shape[-1])
+    for pts in tokens:
         mean = pts.mean(axis=0)
         xc = pts - mean
         moments.append((mean, xc.T @ xc / pts.shape[0]))
@@ -317,21 +326,63 @@ def _subspace_cos(u: FloatArray, basis: FloatArray) -> float:
     return float(np.linalg.norm(q.T @ u))
 
 
-def _direction(layer: Layer, traj: Trajectory) -> tuple[float, int, float, float, float]:
-    """``(λ_max, dominant head, share, |cos| W_O, |cos| W_V)`` at the last record."""
+def head_growth(layer: Layer, factor: Any) -> tuple[float, FloatArray, FloatArray]:
+    """Each head's part in the growth of ``λ_max Σ`` at ``Σ = LLᵀ``.
+
+    ``dλ_max/dt = uᵀ(dΣ/dt)u`` with ``u`` the top eigenvector of ``Σ``; head ``h`` contributes
+    ``2 c_h``, ``c_h = uᵀ V_h Σ B_h u = s (uᵀW_O,h)(W_V,h L)(W_K,h L)ᵀ(W_Q,h u)`` (factored heads
+    ``V_h = W_O,h W_V,h``, ``B_h = s W_Q,hᵀ W_K,h``), computed through the factors in
+    ``O(H d_head d r)``.
+
+    Parameters
+    ----------
+    layer
+        A layer with factored heads (an extracted attention sublayer).
+    factor
+        ``L``, ``(d, r)``, with ``Σ = LLᵀ`` (a factor-form trajectory's record).
+
+    Returns
+    -------
+    (float, numpy.ndarray, numpy.ndarray)
+        ``λ_max Σ``, ``u`` and ``c`` (one entry per factored head; ``c_h / Σ_g c_g`` is the
+        head's share).
+
+    Raises
+    ------
+    InvalidParametersError
+        Without factored heads.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from gtcontrol import FactoredHeads, Layer
+    >>> rng = np.random.default_rng(0)
+    >>> q, k, v, o = (rng.standard_normal((2, 1, 3)) for _ in range(4))
+    >>> lay = Layer(heads=FactoredHeads(q, k, v, o.transpose(0, 2, 1)))
+    >>> lam, u, c = head_growth(lay, np.eye(3))
+    >>> c.shape, bool(np.isclose(lam, 1.0))
+    ((2,), True)
+    """
     fh = layer.factored_heads
-    if fh is None or traj.factor is None:
-        raise InvalidParametersError("layer: expected factored heads and a factor-form trajectory")
-    lf = np.asarray(traj.factor[-1])
+    if fh is None:
+        raise InvalidParametersError("layer: expected factored heads")
+    lf = np.asarray(factor, dtype=float)
     g, q = top_eigenpair(lf.T @ lf)
     u = lf @ q / math.sqrt(g)
-    # c_h = s (uᵀ W_O,h) (W_V,h L)(W_K,h L)ᵀ (W_Q,h u)
     vl = np.matmul(fh.v, lf)  # (H, dh, r)
     kl = np.matmul(fh.k, lf)
     cores = np.matmul(vl, kl.transpose(0, 2, 1))
     ou = np.einsum("hdj,d->hj", fh.o, u)
     qu = np.matmul(fh.q, u)
-    c = fh.scale * np.einsum("hi,hij,hj->h", ou, cores, qu)
+    return g, u, fh.scale * np.einsum("hi,hij,hj->h", ou, cores, qu)
+
+
+def _direction(layer: Layer, traj: Trajectory) -> tuple[float, int, float, float, float]:
+    """``(λ_max, dominant head, share, |cos| W_O, |cos| W_V)`` at the last record."""
+    fh = layer.factored_heads
+    if fh is None or traj.factor is None:
+        raise InvalidParametersError("layer: expected factored heads and a factor-form trajectory")
+    g, u, c = head_growth(layer, traj.factor[-1])
     h = int(np.argmax(c))
     total = float(np.sum(c))
     share = float(c[h] / total) if total != 0 else math.nan
@@ -393,8 +444,7 @@ def attention_flows(
         Layer indices to run (from 0); ``None``: all.
     starts
         Initial laws: ``"identity"`` (``N(e, I ⊕ 0)``) and/or ``"data"`` (the empirical moments
-        of what the attention reads on data, :func:`data_moments`; needs the model's
-        ``transformers`` module).
+        of what the attention reads on data, :func:`data_moments`).
     T
         Horizon of each flow (positive; default 4).
     figure
@@ -411,8 +461,9 @@ def attention_flows(
     Raises
     ------
     InvalidParametersError
-        On a layer the model does not have, an unknown start, a ``"data"`` start for a model
-        without its module, a bad ``T``/``time_limit``, or a model that cannot be read.
+        On a layer the model does not have, an unknown start, a bad ``T``/``time_limit``, or a
+        model that cannot be read (or, with a ``"data"`` start, fed data:
+        :func:`data_moments`).
     ExperimentDependencyError
         Without torch/transformers or the MiniLM files (the ``experiments`` extra).
 
@@ -435,11 +486,6 @@ def attention_flows(
     if not lay_ids or any(k < 0 or k >= em.n_layers for k in lay_ids):
         raise InvalidParametersError(
             f"layers: expected indices in 0..{em.n_layers - 1}, got {layers!r}"
-        )
-    if "data" in starts and em.network is None:
-        raise InvalidParametersError(
-            f"starts: 'data' runs the model's own embeddings on data; {em.label} ({em.family}) "
-            "has no transformers module: use starts=['identity']"
         )
     data = _LazyData(em)
     rows: list[FlowRow] = []

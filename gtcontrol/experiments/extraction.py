@@ -53,7 +53,7 @@ Reference: the paper cited in :mod:`gtcontrol`, §1–§2; docs/own_model.md.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -149,7 +149,9 @@ class ExtractedLayer:
         last; it acts on the tokens the attention reads: ``LN₁(x)`` in a pre-LN layer)."""
         return self.weights.layer()
 
-    def attention(self, tokens: Any, *, causal: bool = False) -> FloatArray:
+    def attention(
+        self, tokens: Any, *, causal: bool = False, layer: Layer | None = None
+    ) -> FloatArray:
         """The attention sublayer's output ``Σ_h V_h Attn_h(x) + bias`` (without the residual).
 
         Computed by gtcontrol's own token attention
@@ -163,6 +165,9 @@ class ExtractedLayer:
             Array ``(N, d)``: one sequence of the tokens the attention reads.
         causal
             Token ``i`` attends to tokens ``1..i`` only.
+        layer
+            A layer on ``R^{d+1}`` (affine coordinate last) whose token velocity replaces the
+            attention's (e.g. a stabilized :attr:`attention_layer`); ``None``: the attention.
 
         Returns
         -------
@@ -171,13 +176,21 @@ class ExtractedLayer:
         """
         x = np.asarray(tokens, dtype=float)
         xt = np.hstack([x, np.ones((x.shape[0], 1))])
-        layer = self.attention_layer
+        if layer is None:
+            layer = self.attention_layer
+        elif layer.dim != self.dim + 1:
+            raise InvalidParametersError(
+                f"layer: expected a layer on R^{self.dim + 1} (affine coordinate last), "
+                f"got dimension {layer.dim}"
+            )
         if not causal:
             return token_velocity(layer, xt)[:, : self.dim]
         rows = [token_velocity(layer, xt[: i + 1])[-1] for i in range(xt.shape[0])]
         return np.asarray(rows)[:, : self.dim]
 
-    def forward(self, tokens: Any, *, causal: bool = False) -> dict[str, FloatArray]:
+    def forward(
+        self, tokens: Any, *, causal: bool = False, layer: Layer | None = None
+    ) -> dict[str, FloatArray]:
         """The whole layer at token level from the extracted weights, with its intermediates.
 
         The attention is that of :meth:`attention` (no positions; a causal mask on request).
@@ -188,6 +201,9 @@ class ExtractedLayer:
             Array ``(N, d)``: one sequence.
         causal
             Token ``i`` attends to tokens ``1..i`` only (``O(N³)``, for short sequences).
+        layer
+            A replacement of the attention sublayer's velocity (:meth:`attention`); the
+            residual, the LayerNorms and the feed-forward stay the model's.
 
         Returns
         -------
@@ -197,7 +213,7 @@ class ExtractedLayer:
         """
         x = np.asarray(tokens, dtype=float)
         if self.norm_placement == "post-LN":
-            att = self.attention(x, causal=causal)
+            att = self.attention(x, causal=causal, layer=layer)
             y = x + att
             z = _norm(self.ln1, y)
             w = z + self.ffn(z)
@@ -210,7 +226,7 @@ class ExtractedLayer:
                 "out": _norm(self.ln2, w),
             }
         a_in = _norm(self.ln1, x)
-        att = self.attention(a_in, causal=causal)
+        att = self.attention(a_in, causal=causal, layer=layer)
         y = x + att
         f_in = _norm(self.ln2, y)
         return {
@@ -320,9 +336,9 @@ class ExtractedModel(LayerStack[ExtractedLayer]):
     dtype
         The precision the weights were stored in (``"float32"``, ``"float64"``).
     network
-        The ``torch.nn.Module`` it was extracted from (``None`` for an ONNX file): what the
-        experiments run as "the real network", in eval mode for the run (the module's own
-        train/eval mode is left as its owner set it).
+        The ``torch.nn.Module`` it was extracted from: what the experiments run as "the real
+        network", in eval mode for the run (the module's own train/eval mode is left as its
+        owner set it). ``None`` for an ONNX file, whose graph (at ``source``) runs the data.
     dim, n_layers
         The model width ``d`` and the number of layers.
 
@@ -365,7 +381,13 @@ class ExtractedModel(LayerStack[ExtractedLayer]):
         """The number of heads of the first layer."""
         return self.layers[0].weights.n_heads
 
-    def forward(self, tokens: Any, *, causal: bool = False) -> list[FloatArray]:
+    def forward(
+        self,
+        tokens: Any,
+        *,
+        causal: bool = False,
+        attention: Sequence[Layer | None] | None = None,
+    ) -> list[FloatArray]:
         """The tokens after every layer from the extracted weights (no positions).
 
         Parameters
@@ -374,6 +396,9 @@ class ExtractedModel(LayerStack[ExtractedLayer]):
             Array ``(N, d)``: one sequence entering the first layer.
         causal
             Apply a causal mask (:meth:`ExtractedLayer.attention`; ``O(N³)``).
+        attention
+            Per layer, a replacement of its attention sublayer's velocity (``None``: keep it;
+            :meth:`ExtractedLayer.forward`); ``None``: the model as extracted.
 
         Returns
         -------
@@ -382,9 +407,14 @@ class ExtractedModel(LayerStack[ExtractedLayer]):
             a pre-LN model is not applied).
         """
         x = np.asarray(tokens, dtype=float)
+        swap = [None] * self.n_layers if attention is None else list(attention)
+        if len(swap) != self.n_layers:
+            raise InvalidParametersError(
+                f"attention: expected {self.n_layers} entries (one per layer), got {len(swap)}"
+            )
         out = [x.copy()]
-        for lay in self.layers:
-            x = lay.forward(x, causal=causal)["out"]
+        for lay, new in zip(self.layers, swap, strict=True):
+            x = lay.forward(x, causal=causal, layer=new)["out"]
             out.append(x)
         return out
 

@@ -6,8 +6,9 @@
   network, the Gaussianity of the tokens after every layer;
 * :func:`~gtcontrol.experiments.attention_flows` — every attention sublayer as a
   continuous-time flow from ``N(e, I ⊕ 0)`` (``"identity"``) and from the moments of what it
-  reads on data (``"data"``; not for an ONNX file, which has no embeddings to run): the blow-up
-  time, and the head that drives the blow-up from the identity.
+  reads on data (``"data"``; an ONNX file's graph runs the data, unless it cannot be fed token
+  ids or an image, and then the report says why): the blow-up time, and the head that drives
+  the blow-up from the identity.
 
 It is the ``model`` task of a design file (``gtcontrol run``; docs/designs.md) and the guide
 docs/own_model.md. Reference: the paper cited in :mod:`gtcontrol`.
@@ -27,6 +28,7 @@ from .._display import Axes, SummaryItems, legend
 from .._status import Budget, Outcome, ResultFields, Status
 from .._validation import as_positive_float, as_positive_int, as_time_limit
 from ._common import as_seed, first_failure
+from ._onnx_data import data_refusal
 from .attention_flows import AttentionFlows, attention_flows
 from .pretrained import (
     MAX_TOKENS,
@@ -84,7 +86,8 @@ class ModelReport(ResultFields, Outcome):
     notes
         What the Gaussian model keeps and drops for it.
     data
-        What the ``"data"`` start was computed from (empty when not run).
+        What the ``"data"`` start was computed from (empty when not run; ``"not run: "`` and
+        why for a model that cannot be fed data).
     rows
         One :class:`ModelLayerRow` per layer.
     gaussianity, flows
@@ -229,8 +232,9 @@ def model_report(
     check_tokens(n, em.dim, em.label)
     tab = pretrained_gaussianity(n, sd, model=em, n_null=n_null, time_limit=budget.left_as_limit())
     flow = None
+    refusal = data_refusal(em)  # an ONNX graph without a token-ids input, say
     if flows and not budget.exhausted:
-        starts = ("identity", "data") if em.network is not None else ("identity",)
+        starts = ("identity", "data") if refusal is None else ("identity",)
         flow = attention_flows(em, starts=starts, T=horizon, time_limit=budget.left_as_limit())
     rows = []
     for k in range(em.n_layers):
@@ -267,7 +271,7 @@ def model_report(
         dim=em.dim,
         n_heads=em.n_heads,
         notes=em.notes,
-        data="" if flow is None else flow.data,
+        data=(flow.data if flow is not None else "") if refusal is None else f"not run: {refusal}",
         rows=tuple(rows),
         gaussianity=tab,
         flows=flow,

@@ -39,7 +39,7 @@ from ..control.design.stabilize import FAMILIES, Stabilization, stabilize
 from ..errors import InvalidParametersError
 from ..model.gaussian import Gaussian
 from ._common import as_seed
-from ._families import attention_inputs, data_batch
+from ._onnx_data import attention_tokens
 from .attention_flows import SENTENCES
 from .extraction import ExtractedModel
 from .models import extract
@@ -110,8 +110,9 @@ def data_tokens(
     Parameters
     ----------
     model
-        Anything :func:`~gtcontrol.experiments.extract` reads with its ``transformers`` module,
-        or an :class:`~gtcontrol.experiments.ExtractedModel`.
+        Anything :func:`~gtcontrol.experiments.extract` reads (an ONNX file's graph runs the
+        data, as in :func:`~gtcontrol.experiments.data_moments`), or an
+        :class:`~gtcontrol.experiments.ExtractedModel`.
     sentences
         The texts (default :data:`~gtcontrol.experiments.SENTENCES`).
     seed
@@ -122,6 +123,12 @@ def data_tokens(
     (list of numpy.ndarray, str)
         The tokens per layer and what the data were.
 
+    Raises
+    ------
+    ModelFileError
+        For an ONNX graph that cannot be fed data, as
+        :func:`~gtcontrol.experiments.data_moments`.
+
     Examples
     --------
     >>> tokens, what = data_tokens("minilm")  # doctest: +SKIP
@@ -129,11 +136,7 @@ def data_tokens(
     (6, 384)
     """
     em = model if isinstance(model, ExtractedModel) else extract(model)
-    batch, mask, what = data_batch(em, list(sentences), as_seed(seed))
-    out = []
-    for x in attention_inputs(em, batch):
-        out.append(np.asarray(x[mask] if mask is not None else x.reshape(-1, x.shape[-1])))
-    return out, what
+    return attention_tokens(em, sentences, as_seed(seed))
 
 
 def _augmented(mean: FloatArray, cov: FloatArray) -> Gaussian:

@@ -145,6 +145,8 @@ class HeadContext(Protocol):
 
     def rank_gap(self, g0: Gaussian) -> str: ...
 
+    def function_change(self, final: Layer) -> float: ...
+
     def background_running(self) -> bool: ...
 
     def first_segment(
@@ -294,6 +296,17 @@ def _fitted_scale(s: float, b0: FloatArray, size: float, rate: float) -> tuple[f
 
 
 def head_family(ctx: HeadContext, base_layer: Layer, base: LinearizationSpectrum) -> Stabilization:
+    """The added-head design (module docstring), with its rate curve in
+    ``stats["rate_curve"]`` (:func:`_rate_curve`) when the design had a gauge."""
+    res, curve = _head_design(ctx, base_layer, base)
+    if curve is None or ctx.budget.exhausted:
+        return res
+    return replace(res, stats={**res.stats, "rate_curve": curve()})
+
+
+def _head_design(
+    ctx: HeadContext, base_layer: Layer, base: LinearizationSpectrum
+) -> tuple[Stabilization, Callable[[], list[dict[str, float]]] | None]:
     # both tilts give the same moment model; the smaller gauge s changes the layer less
     tilts = _added_tilts(ctx)
     s, pick = min((_token_scale(ctx, tilt), i) for i, tilt in enumerate(tilts))
@@ -302,12 +315,15 @@ def head_family(ctx: HeadContext, base_layer: Layer, base: LinearizationSpectrum
     need_mean, sigma = _mean_shift(ctx, base, ctx.rate)
     s, gauge_note, no_gauge = _fitted_scale(s, b0, max(c_loc, sigma), ctx.rate)
     if no_gauge:
-        return ctx.result_without(base_layer, base, "head", Status.FAILED, no_gauge)
+        return ctx.result_without(base_layer, base, "head", Status.FAILED, no_gauge), None
     red = reduced_layer(ctx.layer, ctx.basis)
     q = quadratic_growth(red, ctx.s_act)
 
     def build(c: float, shift: float = sigma) -> Layer:
         return _head_layer(ctx, base_layer, c, s, b0, shift)
+
+    def curve() -> list[dict[str, float]]:
+        return _rate_curve(ctx, base, build)
 
     def design_at(c: float, ladder: str, shift: float = sigma) -> Design:
         final = build(c, shift)
@@ -443,11 +459,35 @@ def head_family(ctx: HeadContext, base_layer: Layer, base: LinearizationSpectrum
                 + ladder
                 + ("; the time limit ended the screens" if spent else ""),
                 stats=dict(res.stats, **stats),
-            )
+            ), curve
         res = attempt(c, ladder, stats)
     elif res is None:
         res = at_c_loc()
-    return _token_valid(ctx, res, base, attempt, ladder, stats)
+    return _token_valid(ctx, res, base, attempt, ladder, stats), curve
+
+
+#: The rates of a head design's curve (``stats["rate_curve"]``), as multiples of the rate asked.
+CURVE_FACTORS = (0.0625, 0.125, 0.25, 0.5, 1.0, 2.0, 4.0)
+
+
+def _rate_curve(
+    ctx: HeadContext, base: LinearizationSpectrum, build: Callable[[float, float], Layer]
+) -> list[dict[str, float]]:
+    """The price of each rate ``ρ = f·rate`` (``f`` in :data:`CURVE_FACTORS`): the smallest
+    added head of the local certificate, ``c_loc(ρ) = (α(L) + ρ)/2`` and ``σ(ρ) = α(K) + ρ``
+    (with the design's margin; exact by the shift identity), at the design's gauge ``s``, and
+    its function change on the probe tokens. Not verified from far starts: the ladder can need a
+    larger ``c`` (the rate asked has the verified point, the result itself)."""
+    out = []
+    for f in CURVE_FACTORS:
+        if ctx.budget.exhausted:
+            break
+        rho = f * ctx.rate
+        c = _head_c(ctx, base, rho)[1]
+        sigma = _mean_shift(ctx, base, rho)[1]
+        change = ctx.function_change(build(c, sigma))
+        out.append({"rate": rho, "c": c, "mean_shift": sigma, "function_change": change})
+    return out
 
 
 def _not_converging(name: str, err: float, depth: float) -> str:

@@ -1093,6 +1093,11 @@ class _Context:
             self._probe_sample = self.target.sample(_PROBE_TOKENS, np.random.default_rng(self.seed))
         return self._probe_sample
 
+    def function_change(self, final: Layer) -> float:
+        """Relative change of the token velocity of ``final`` against the given layer on the
+        probe tokens (the given ones, or samples of the target)."""
+        return self._function_change(final, self.probe)
+
     def _function_change(self, final: Layer, probe: FloatArray | None) -> float:
         x = self._probe(probe)
         old = token_velocity(self.layer, x)

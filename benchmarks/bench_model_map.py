@@ -1,0 +1,86 @@
+"""The model map of a real model against what it replaces, in one process.
+
+Candidate: :func:`gtcontrol.experiments.model_map.model_map` (regimes, head shares, equilibria,
+stabilization with its token check and rate curve, the stabilized network), rows inline or on
+local worker processes (``--workers``). Baseline: the previous ``model`` task
+(:func:`~gtcontrol.experiments.model_report`: Gaussianity of Gaussian tokens after every layer
+and the attention flows from the identity and the data) plus
+:func:`~gtcontrol.experiments.stabilize_model` of the text targets with the same token check:
+together they answered part of what one map answers. Prints the per-part seconds of the map,
+the baseline's two parts, and the ratio.
+
+Run: ``HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_model_map.py [--model minilm]
+[--layers 0 1 ...] [--workers 2] [--tokens 1024] [--no-baseline]`` (needs the ``experiments``
+extra). The numbers of docs/benchmarks.md come from it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+from gtcontrol.experiments import extract, model_report, stabilize_model
+from gtcontrol.experiments.model_map import PARTS, model_map
+
+
+def run_map(model: Any, layers: list[int] | None, workers: int, tokens: int) -> float:
+    clock = time.perf_counter()
+    m = model_map(model, layers=layers, token_check=tokens, workers=workers)
+    wall = time.perf_counter() - clock
+    timing = m.stats["timing"]
+    print(f"model_map: {m.status.value} in {wall:.1f} s wall ({m.stats['where']})")
+    print("| part | seconds (summed over rows) |\n|---|---|")
+    for part in ("load", "data", *PARTS, "network"):
+        print(f"| {part} | {timing.get(part, 0.0):.1f} |")
+    print(
+        "\n| layer | T* identity | T* data | head (share) | eq. data | c | abscissa | "
+        "tokens W2/floor | change | s |\n|---|---|---|---|---|---|---|---|---|---|"
+    )
+    for r in m.rows:
+        row = r.row()
+        print(
+            f"| {r.layer} | {row['blowup_identity']:.4g} | {row['blowup_data']:.4g} | "
+            f"{r.dominant_head} ({r.head_share:.2f}) | {row['equilibrium_data']} | "
+            f"{row['c']:.4g} | {row['abscissa_before']:.3g} → {row['abscissa_after']:.4g} | "
+            f"{row['token_w2']:.3g}/{row['token_floor']:.3g} | {row['function_change']:.3g} | "
+            f"{row['seconds']:.0f} |"
+        )
+    net = m.stabilized_network
+    if net is not None:
+        print(f"\nstabilized network: {net.message}")
+    return wall
+
+
+def run_baseline(model: Any, layers: list[int] | None, tokens: int) -> float:
+    clock = time.perf_counter()
+    rep = model_report(model, n_null=8)
+    t_report = time.perf_counter() - clock
+    tab = stabilize_model(model, layers=layers, targets=["text"], token_check=tokens)
+    wall = time.perf_counter() - clock
+    print(
+        f"baseline: model_report {rep.status.value} {t_report:.1f} s + stabilize_model "
+        f"{tab.status.value} {wall - t_report:.1f} s = {wall:.1f} s"
+    )
+    return wall
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--model", default="minilm")
+    ap.add_argument("--layers", type=int, nargs="*", default=None)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--tokens", type=int, default=1024)
+    ap.add_argument("--no-baseline", action="store_true")
+    args = ap.parse_args()
+    clock = time.perf_counter()
+    em = extract(args.model)  # loaded once: both sides start from the extracted model
+    print(f"load: {time.perf_counter() - clock:.1f} s")
+    t_map = run_map(em, args.layers, args.workers, args.tokens)
+    if not args.no_baseline:
+        t_base = run_baseline(em, args.layers, args.tokens)
+        print(f"\nmap {t_map:.1f} s, baseline {t_base:.1f} s: ratio {t_base / t_map:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1504 @@
+"""The map of a model: what every attention sublayer does, and the least certified change that
+makes it stable, with what the stabilized network still does on real inputs.
+
+For every layer ``k`` of a model :func:`~gtcontrol.experiments.extract` reads, the attention
+sublayer ``ExtractedLayer.attention_layer`` (``d + 1`` coordinates, the affine one last) is
+mapped from two starts, ``N(e, I ⊕ 0)`` (``"identity"``) and the moments of the tokens that
+enter it when the real network reads data (``"data"``: mean and ``1/N`` covariance):
+
+1. **Regime** — :func:`gtcontrol.analyze` from each start, to the depth ``T``, with its
+   certificate; the blow-up time, and from the identity the head that drives it and its share
+   of the growth of ``λ_max Σ`` (:func:`~gtcontrol.experiments.attention_flows.head_growth`).
+2. **Equilibria near the data** — :func:`gtcontrol.newton_equilibrium` from the data moments
+   (Ledoit–Wolf) and from ``I ⊕ 0``; for each root found, the mean equilibrium
+   ``m* = −K⁻¹b`` and the spectral abscissa of the linearization
+   (:func:`gtcontrol.linearization_spectrum`). Its stability is *certified* only when the
+   spectrum carries a rounding bound (dense, Bauer–Fike); a Krylov abscissa is reported as an
+   estimate. A Newton run that does not converge is ``NOT_FOUND``, never "none exist".
+3. **Stabilization** — :func:`gtcontrol.stabilize` with ``add="head"`` makes the data target
+   (mean and Ledoit–Wolf covariance) an exponentially stable equilibrium at the rate, with its
+   local and global certificates and a token check at ``N`` tokens (W2 against its floor), and
+   the function change on the data tokens.
+4. **The price of stability** — the design's rate curve: the function change of the smallest
+   locally certified addition at rates ``ρ/16 … 4ρ`` (``Stabilization.stats["rate_curve"]``).
+   With ``rate="auto"`` the map first designs at rate 1, then at the largest rate of the curve
+   whose change is within ``change_budget`` (the least change that still certifies), and says
+   which.
+
+Then the **stabilized network**: in the network's own forward pass (LayerNorms and
+feed-forwards kept; the extracted weights, :meth:`ExtractedModel.forward`), every attention
+sublayer's update ``x + v(x)`` is replaced by the stabilized layer's velocity, one residual
+step as the network takes it (the flow over a unit of depth would describe a different network,
+one whose attention is integrated, not the one the user runs). Reported: the cosine of the
+mean-pooled final hidden states against the original's per input, the relative change of the
+final hidden states, and the Gaussianity of Gaussian input tokens after every layer in both
+networks.
+
+Layers run as independent jobs (:func:`map_layer`), inline, on local worker processes or on a
+Dask cluster, and are stored as each finishes so that a killed map resumes (the ``model``
+design task). Reference: the paper cited in :mod:`gtcontrol` (§3–§4); O. Ledoit, M. Wolf,
+J. Multivariate Anal. 88 (2004).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from .._blas import single_threaded_blas
+from .._display import Axes, SummaryItems, legend
+from .._linalg import FloatArray
+from .._progress import progress
+from .._status import (
+    Budget,
+    BudgetExhausted,
+    Outcome,
+    ResultFields,
+    Status,
+    as_time_limit,
+    within,
+)
+from .._validation import as_positive_float, as_positive_int
+from .._version import __version__
+from ..analysis.blowup import blowup_analysis
+from ..analysis.equilibria import mean_matrix, riccati_form_of
+from ..analysis.newton import NewtonSettings, newton_equilibrium
+from ..analysis.regimes import analyze
+from ..analysis.stability import LinearizationSpectrum, linearization_spectrum
+from ..control.design.stabilize import Stabilization, stabilize
+from ..errors import GTControlError, InvalidParametersError
+from ..model.gaussian import Gaussian
+from ..model.moments import Trajectory, simulate
+from ..model.params import Layer
+from ._common import as_seed
+from ._deps import require_torch
+from ._families import data_batch, eval_mode
+from ._layer_jobs import run_layer_jobs
+from ._onnx_data import onnx_sequences
+from .attention_flows import SENTENCES, head_growth
+from .extraction import ExtractedModel
+from .gaussianity import gaussianity
+from .pretrained import (
+    MAX_TOKENS,
+    check_tokens,
+    load_within,
+    model_label,
+    not_loaded,
+    serially,
+)
+from .stabilization import data_tokens, text_target
+
+__all__ = [
+    "LayerJob",
+    "LayerMap",
+    "MapData",
+    "MapEquilibrium",
+    "MapRegime",
+    "ModelMap",
+    "NetworkCheck",
+    "RateCurve",
+    "map_data",
+    "map_layer",
+    "model_map",
+    "network_check",
+]
+
+#: The parts of a row, in the order they run.
+PARTS = ("regime", "heads", "equilibria", "stabilization")
+#: Seconds each regime (one per start) and each Newton run may take at most: analyze's verdict
+#: outside the Riccati class runs an equilibria search that is hours at d = 385.
+REGIME_SECONDS = 5.0
+NEWTON_SECONDS = 10.0
+#: Outside the Riccati class, analyze's long-run verdict is attempted up to this dimension.
+_VERDICT_MAX_DIM = 8
+#: The flows from the identity and the data: tolerance and records. The blow-up time is
+#: extrapolated from 1/λ_max, near-linear at the singularity, so it needs no tight steps
+#: (docs/benchmarks.md, "The model map"); the records draw λ_max.
+_FLOW_RTOL = 1e-6
+_FLOW_POINTS = 20
+#: Newton's tolerance on the relative residual (the spectrum needs ``≤ 1e-8``).
+_NEWTON_TOL = 1e-10
+#: Two Newton roots closer than this (relative Frobenius) are one equilibrium.
+_SAME_ROOT = 1e-6
+
+
+@dataclass(frozen=True)
+class LayerJob:
+    """One layer's work for :func:`map_layer`: picklable, for worker processes and clusters.
+
+    Attributes
+    ----------
+    layer_index
+        The layer (from 0).
+    layer
+        Its attention sublayer (``d + 1`` coordinates, affine coordinate last).
+    tokens
+        The data tokens that enter it, ``(N, d)``.
+    T
+        Depth of the regimes and of the blow-up search.
+    rate
+        The stabilization rate, or ``"auto"``.
+    change_budget
+        ``rate="auto"``: the largest function change accepted.
+    token_check
+        Tokens of the stabilization's token check (``None``: none).
+    seed
+        Seed of the stabilization's perturbed start and token check.
+    time_limit
+        Seconds for the whole row (``None``: none).
+    deadline
+        A wall-clock deadline (``time.time()`` seconds; ``None``: none): the row ends by the
+        earlier of the two, whenever and wherever it starts (rows of one map on worker
+        processes share the map's deadline).
+    """
+
+    layer_index: int
+    layer: Layer
+    tokens: FloatArray = field(repr=False)
+    T: float = 4.0
+    rate: float | str = 1.0
+    change_budget: float = 1.0
+    token_check: int | None = 1024
+    seed: int = 0
+    time_limit: float | None = None
+    deadline: float | None = None
+
+    def budget(self) -> Budget:
+        """The row's budget, from now."""
+        limit = as_time_limit(self.time_limit)
+        if self.deadline is not None:
+            left = max(self.deadline - time.time(), 1e-6)
+            limit = left if limit is None else min(limit, left)
+        return Budget(limit)
+
+
+@dataclass(frozen=True)
+class MapRegime:
+    """The regime of one start (:func:`gtcontrol.analyze`).
+
+    Attributes
+    ----------
+    start
+        ``"identity"`` or ``"data"``.
+    kind, certificate
+        ``Regime.kind`` and ``Regime.certificate`` (``"none"``: decided by an integration, or
+        undecided).
+    status
+        ``Regime.status`` (``BLOWUP``, ``SUCCESS``; ``BUDGET_EXHAUSTED``: undecided in its time).
+    blowup_time
+        ``T*`` (``inf``: none found up to ``T``).
+    message
+        ``Regime.message``.
+    seconds
+        Wall time.
+    """
+
+    start: str
+    kind: str
+    certificate: str
+    status: Status
+    blowup_time: float
+    message: str
+    seconds: float
+
+
+@dataclass(frozen=True)
+class MapEquilibrium:
+    """An equilibrium near the data: one Newton run and the spectrum at its root.
+
+    Attributes
+    ----------
+    start
+        ``"data"`` or ``"identity"``.
+    status
+        ``SUCCESS`` (a root, its spectrum computed), ``NOT_FOUND`` (Newton did not converge: no
+        claim that none exists), ``FAILED`` (a root without a mean equilibrium or spectrum),
+        ``BUDGET_EXHAUSTED``.
+    same_as
+        The other start whose root this is (``""``: a distinct root).
+    residual
+        Newton's final relative residual.
+    trace
+        ``tr Σ*`` (``nan`` without a root).
+    abscissa, cov_abscissa, mean_abscissa, abscissa_error
+        Of the linearization at ``(m*, Σ*)``; ``abscissa_error`` is the rounding bound of a
+        dense spectrum (``nan``: Krylov, no bound).
+    eigenvalues
+        The rightmost eigenvalues of the covariance part found.
+    stability
+        ``"stable"``, ``"unstable"`` or ``"undecided"``.
+    evidence
+        What decided it: ``"certified"`` (the bound excludes the other sign) or ``"estimate"``
+        (a Krylov abscissa, or one within its bound of 0); ``""`` without a root.
+    message
+        What was found, with its numbers.
+    seconds
+        Wall time of the run and the spectrum.
+    """
+
+    start: str
+    status: Status
+    same_as: str
+    residual: float
+    trace: float
+    abscissa: float
+    cov_abscissa: float
+    mean_abscissa: float
+    abscissa_error: float
+    eigenvalues: tuple[complex, ...]
+    stability: str
+    evidence: str
+    message: str
+    seconds: float
+
+
+@dataclass(frozen=True)
+class RateCurve:
+    """The function change of the smallest locally certified addition, per rate.
+
+    Attributes
+    ----------
+    rates, c, function_change
+        The rates, the added head's ``c`` at each (``c_loc(ρ)``, exact by the shift identity)
+        and the relative change of the token velocity on the data tokens.
+    chosen
+        The rate the row's stabilization used.
+    how
+        How it was chosen (``"given"``, or ``rate="auto"`` and the budget).
+    """
+
+    rates: tuple[float, ...]
+    c: tuple[float, ...]
+    function_change: tuple[float, ...]
+    chosen: float
+    how: str
+
+    def small_and_large(self, budget: float) -> tuple[float, float]:
+        """The largest rate whose change is ``≤ budget`` and the smallest above it (``nan``
+        when there is none)."""
+        ok = [r for r, f in zip(self.rates, self.function_change, strict=True) if f <= budget]
+        bad = [r for r, f in zip(self.rates, self.function_change, strict=True) if f > budget]
+        return (max(ok) if ok else math.nan, min(bad) if bad else math.nan)
+
+
+@dataclass(frozen=True, eq=False)
+class LayerMap(ResultFields, Outcome):
+    """One row of :class:`ModelMap`: what layer ``layer`` does, and how it is stabilized.
+
+    Attributes
+    ----------
+    layer
+        The layer (from 0).
+    regimes
+        :class:`MapRegime` from ``"identity"`` and ``"data"`` (those that ran).
+    blowup_identity, blowup_data
+        ``T*`` from each start (``inf``: none up to ``T``; ``nan``: not run).
+    dominant_head, head_share, head_shares
+        From the identity: the head with the largest part in the growth of ``λ_max Σ`` at the
+        last depth integrated, its share, and every head's share (``-1``/``nan``/empty: not
+        run).
+    lam_before, lam_after
+        ``(t, λ_max Σ(t))`` from the identity under the layer, and under the stabilized layer
+        (its verification from the identity start); empty when not run.
+    equilibria
+        :class:`MapEquilibrium` from ``"data"`` and ``"identity"``.
+    stabilization
+        The :class:`~gtcontrol.Stabilization` of the data target at the row's rate, or ``None``.
+    stabilization_note
+        Why there is none, or which rate and why.
+    curve
+        The :class:`RateCurve` (``None`` without a head design).
+    seconds
+        Wall time per part (:data:`PARTS`).
+    cut
+        The parts the time limit cut or skipped.
+    status
+        ``SUCCESS`` when every part ran and the stabilization succeeded; ``BUDGET_EXHAUSTED``
+        when a part was cut; ``FAILED`` when the stabilization did not succeed or a part
+        refused its input (the message says which).
+    message
+        One line per part.
+    stats
+        ``seconds``.
+    """
+
+    layer: int
+    regimes: tuple[MapRegime, ...]
+    blowup_identity: float
+    blowup_data: float
+    dominant_head: int
+    head_share: float
+    head_shares: tuple[float, ...]
+    lam_before: tuple[tuple[float, ...], tuple[float, ...]]
+    lam_after: tuple[tuple[float, ...], tuple[float, ...]]
+    equilibria: tuple[MapEquilibrium, ...]
+    stabilization: Stabilization | None
+    stabilization_note: str
+    curve: RateCurve | None
+    seconds: Mapping[str, float]
+    cut: tuple[str, ...]
+
+    def _summary_items(self) -> SummaryItems:
+        st = self.stabilization
+        return [
+            ("layer", self.layer),
+            ("blowup_identity", self.blowup_identity),
+            ("stabilization", "—" if st is None else st.status.value),
+            ("function_change", math.nan if st is None else st.function_change),
+        ]
+
+    def _draw(self, ax: Axes) -> None:
+        for (t, lam), style, label in (
+            (self.lam_before, "--", "as it is"),
+            (self.lam_after, "-", "stabilized"),
+        ):
+            if len(t):
+                ax.plot(t, lam, style, label=label)
+        ax.set_yscale("log")
+        ax.set_xlabel("depth t")
+        ax.set_ylabel("λ_max Σ(t) from N(e, I ⊕ 0)")
+        ax.set_title(f"layer {self.layer}", fontsize=8)
+        legend(ax, fontsize=7)
+
+    def regime(self, start: str) -> MapRegime | None:
+        """The regime from ``start`` (``None``: not run)."""
+        return next((r for r in self.regimes if r.start == start), None)
+
+    def row(self) -> dict[str, Any]:
+        """The row as a flat dict (tables, ``result.json``)."""
+        st = self.stabilization
+        tc = None if st is None else st.token_certificate
+        eq = {e.start: e for e in self.equilibria}
+        out: dict[str, Any] = {"layer": self.layer}
+        for start in ("identity", "data"):
+            r = self.regime(start)
+            out[f"regime_{start}"] = "—" if r is None else f"{r.kind} ({r.certificate})"
+        out |= {
+            "blowup_identity": self.blowup_identity,
+            "blowup_data": self.blowup_data,
+            "dominant_head": self.dominant_head,
+            "head_share": self.head_share,
+        }
+        for start in ("data", "identity"):
+            e = eq.get(start)
+            out[f"equilibrium_{start}"] = "—" if e is None else _equilibrium_word(e)
+            out[f"equilibrium_{start}_abscissa"] = math.nan if e is None else e.abscissa
+        out |= {
+            "stabilization": "—" if st is None else str(st.status),
+            "rate": math.nan if self.curve is None else self.curve.chosen,
+            "c": math.nan if st is None else st.c,
+            "local_certificate": None if st is None else st.local_certificate,
+            "global_certificate": None if st is None else st.global_certificate,
+            "abscissa_before": math.nan if st is None or st.base is None else st.base.abscissa,
+            "abscissa_after": math.nan
+            if st is None or st.spectrum is None
+            else st.spectrum.abscissa,
+            "token_w2": math.nan if tc is None else tc.w2,
+            "token_floor": math.nan if tc is None else tc.floor,
+            "function_change": math.nan if st is None else st.function_change,
+            "status": str(self.status),
+            "cut": ",".join(self.cut),
+            "seconds": float(sum(self.seconds.values())),
+        }
+        return out
+
+
+def _equilibrium_word(e: MapEquilibrium) -> str:
+    if e.status is not Status.SUCCESS:
+        return str(e.status)
+    same = f" (= {e.same_as})" if e.same_as else ""
+    return f"{e.stability}, {e.evidence}{same}"
+
+
+@dataclass(frozen=True)
+class NetworkCheck:
+    """The network with every attention sublayer stabilized, against the original.
+
+    Attributes
+    ----------
+    stabilized_layers
+        The layers whose attention was replaced (the others kept, ``missing`` says why).
+    missing
+        ``"layer k: why"`` for each layer kept as it was.
+    n_inputs
+        Data sequences compared.
+    cosine_mean, cosine_min
+        Cosine of the mean-pooled final hidden states, stabilized against original, over the
+        sequences.
+    relative_change
+        ``‖H_stab − H‖_F / ‖H‖_F`` of the final hidden states, all tokens.
+    layer_change
+        The same after every layer.
+    reference_error
+        Largest relative difference between the extracted weights' forward pass and the real
+        network's hidden states on the same inputs (``nan``: not compared): what the comparison
+        inherits from the extraction.
+    p_original, p_stabilized
+        Gaussianity p-values (:func:`~gtcontrol.experiments.gaussianity`) of Gaussian input
+        tokens after every layer, in each network (``nan``: not tested).
+    gaussian_tokens
+        The number of Gaussian input tokens.
+    status, message
+        ``SUCCESS``; ``BUDGET_EXHAUSTED`` when the Gaussianity tests were cut; ``FAILED``
+        without data.
+    seconds
+        Wall time.
+    """
+
+    stabilized_layers: tuple[int, ...]
+    missing: tuple[str, ...]
+    n_inputs: int
+    cosine_mean: float
+    cosine_min: float
+    relative_change: float
+    layer_change: tuple[float, ...]
+    reference_error: float
+    p_original: tuple[float, ...]
+    p_stabilized: tuple[float, ...]
+    gaussian_tokens: int
+    status: Status
+    message: str
+    seconds: float
+
+
+def _augmented(mean: FloatArray, cov: FloatArray) -> Gaussian:
+    d = mean.shape[0]
+    s = np.zeros((d + 1, d + 1))
+    s[:d, :d] = 0.5 * (cov + cov.T)
+    return Gaussian(np.append(mean, 1.0), s)
+
+
+def _identity(d: int) -> Gaussian:
+    return _augmented(np.zeros(d), np.eye(d))
+
+
+def _data_start(tokens: FloatArray) -> Gaussian:
+    mean = tokens.mean(axis=0)
+    xc = tokens - mean
+    return _augmented(mean, xc.T @ xc / tokens.shape[0])
+
+
+def _capped(budget: Budget, cap: float) -> float:
+    """A nested solver's limit: ``cap`` seconds or what is left, whichever is less."""
+    return budget.hand(min(cap, budget.remaining()))
+
+
+def _regime(
+    layer: Layer, start: str, g0: Gaussian, T: float, budget: Budget
+) -> tuple[MapRegime, Trajectory | None]:
+    """The blow-up search to ``T`` and, without a blow-up, :func:`gtcontrol.analyze`'s long-run
+    verdict where it can decide (within :data:`REGIME_SECONDS`); the trajectory integrated.
+
+    In the Riccati class the search is :func:`gtcontrol.blowup_analysis` (certified); outside
+    it (every extracted layer: the affine coordinate is frozen) one factor-form integration
+    at ``rtol`` :data:`_FLOW_RTOL` gives the blow-up time and, from its last record (where the
+    blow-up was detected), the head shares.
+    """
+    clock = time.perf_counter()
+
+    def regime(kind: str, certificate: str, status: Status, t_star: float, msg: str) -> MapRegime:
+        return MapRegime(start, kind, certificate, status, t_star, msg, time.perf_counter() - clock)
+
+    no_blowup = f"no blow-up to T = {T:g}"
+    traj = None
+    if riccati_form_of(layer) is not None:
+        blow = blowup_analysis(layer, g0, T=T, time_limit=budget.left_as_limit())
+        if blow.status is Status.BLOWUP:
+            cert = "exact" if blow.certified else "none"
+            return regime("blowup", cert, Status.BLOWUP, blow.blowup_time, blow.message), None
+        if blow.status is not Status.SUCCESS:
+            return regime("undecided", "none", blow.status, math.nan, blow.message), None
+        found = blow.message
+    else:
+        traj = simulate(
+            layer, g0, T, rtol=_FLOW_RTOL, n_points=_FLOW_POINTS, time_limit=budget.left_as_limit()
+        )
+        if traj.status is Status.BLOWUP:
+            lo, hi = traj.blowup_bracket or (traj.blowup_time, traj.blowup_time)
+            why = (
+                f"the adaptive integrator (factor form, rtol {_FLOW_RTOL:g}) detected blow-up at "
+                f"T* ≈ {traj.blowup_time:.10g} in [{lo:.12g}, {hi:.12g}] ({traj.message}); "
+                "outside the Riccati class no certificate"
+            )
+            return regime("blowup", "none", Status.BLOWUP, traj.blowup_time, why), traj
+        if traj.status is not Status.SUCCESS:
+            return regime("undecided", "none", traj.status, math.nan, traj.message), traj
+        found = f"no blow-up before the depth T = {T:g} (integrator, rtol {_FLOW_RTOL:g})"
+        if layer.dim > _VERDICT_MAX_DIM:
+            why = (
+                f"{found}; the long-run verdict outside the Riccati class searches every "
+                f"equilibrium, which is out of reach at d = {layer.dim}"
+            )
+            return regime(no_blowup, "none", Status.SUCCESS, math.inf, why), traj
+    searched = time.perf_counter() - clock
+    if 4.0 * searched > REGIME_SECONDS or budget.remaining() < 4.0 * searched:
+        why = f"{found}; the long-run verdict was not attempted (the search took {searched:.3g} s)"
+        return regime(no_blowup, "none", Status.SUCCESS, math.inf, why), traj
+    reg = analyze(layer, g0, T=T, time_limit=_capped(budget, REGIME_SECONDS))
+    if reg.status is Status.BUDGET_EXHAUSTED:
+        why = f"{found}; the long-run regime is undecided ({reg.message})"
+        return regime(no_blowup, "none", Status.SUCCESS, math.inf, why), traj
+    return regime(reg.kind, reg.certificate, reg.status, reg.blowup_time, reg.message), traj
+
+
+_NO_HEADS: tuple[int, float, tuple[float, ...], tuple[tuple[float, ...], tuple[float, ...]]] = (
+    -1,
+    math.nan,
+    (),
+    ((), ()),
+)
+
+
+def _heads(
+    layer: Layer, traj: Trajectory | None, T: float, budget: Budget
+) -> tuple[int, float, tuple[float, ...], tuple[tuple[float, ...], tuple[float, ...]]]:
+    """The head shares at the last record of the flow from the identity (where a blow-up was
+    detected, or at ``T``) and the ``λ_max`` curve; :data:`_NO_HEADS` without factored heads.
+    A Riccati-class layer (no factor-form trajectory yet) is integrated here."""
+    if layer.factored_heads is None:
+        return _NO_HEADS
+    if traj is None or traj.factor is None:
+        traj = simulate(
+            layer,
+            _identity(layer.dim - 1),
+            T,
+            rtol=_FLOW_RTOL,
+            n_points=_FLOW_POINTS,
+            time_limit=budget.left_as_limit(),
+        )
+    if traj.factor is None or traj.status is Status.BUDGET_EXHAUSTED or not len(traj.t):
+        return _NO_HEADS
+    lams = [head_growth(layer, f)[0] for f in traj.factor]
+    _, _, c = head_growth(layer, traj.factor[-1])
+    total = float(np.sum(c))
+    shares = c / total if total != 0 else np.full_like(c, math.nan)
+    h = int(np.argmax(c))
+    curve = (tuple(float(t) for t in traj.t), tuple(float(x) for x in lams))
+    return h, float(shares[h]), tuple(float(x) for x in shares), curve
+
+
+def _mean_equilibrium(layer: Layer, cov: FloatArray) -> FloatArray | None:
+    """``m*`` with the affine coordinate at 1: ``K₁₁ x = −(K₁₂ + b₁)`` (``None``: K singular)."""
+    d = layer.dim - 1
+    k = mean_matrix(layer, cov)
+    _, b = layer.affine_ffn()
+    rhs = -(k[:d, d] + b[:d])
+    try:
+        x = np.linalg.solve(k[:d, :d], rhs)
+    except np.linalg.LinAlgError:
+        return None
+    if not np.all(np.isfinite(x)) or np.linalg.norm(k[:d, :d] @ x - rhs) > 1e-8 * (
+        np.linalg.norm(rhs) + np.linalg.norm(k[:d, :d], 2) * np.linalg.norm(x)
+    ):
+        return None
+    return np.append(x, 1.0)
+
+
+def _stability(spec: LinearizationSpectrum) -> tuple[str, str]:
+    a, err = spec.abscissa, spec.cov_abscissa_error
+    bound = err if math.isfinite(err) else math.nan
+    if math.isfinite(bound) and spec.mean_abscissa < 0 and a + bound < 0:
+        return "stable", "certified"
+    if math.isfinite(bound) and a - bound > 0:
+        return "unstable", "certified"
+    if not math.isfinite(a):
+        return "undecided", "estimate"
+    return ("stable" if a < 0 else "unstable"), "estimate"
+
+
+def _equilibrium(
+    layer: Layer, start: str, cov0: FloatArray, budget: Budget
+) -> tuple[MapEquilibrium, FloatArray | None]:
+    """Newton from ``cov0``, then ``m*`` and the spectrum at the root; the root's covariance."""
+    clock = time.perf_counter()
+
+    def entry(status: Status, message: str, **kw: Any) -> MapEquilibrium:
+        nan = math.nan
+        fields: dict[str, Any] = {
+            "start": start,
+            "status": status,
+            "same_as": "",
+            "residual": nan,
+            "trace": nan,
+            "abscissa": nan,
+            "cov_abscissa": nan,
+            "mean_abscissa": nan,
+            "abscissa_error": nan,
+            "eigenvalues": (),
+            "stability": "undecided",
+            "evidence": "",
+            "message": message,
+            "seconds": time.perf_counter() - clock,
+        }
+        return MapEquilibrium(**(fields | kw))
+
+    res = newton_equilibrium(
+        layer,
+        cov0,
+        newton=NewtonSettings(tol=_NEWTON_TOL, max_iter=30),
+        time_limit=_capped(budget, NEWTON_SECONDS),
+    )
+    resid = float(res.residuals[-1]) if res.residuals else math.nan
+    if not res.success:
+        status = Status.BUDGET_EXHAUSTED if budget.exhausted else Status.NOT_FOUND
+        why = (
+            f"Newton from the {start} moments did not converge ({res.message}); this does not "
+            "say that no equilibrium exists"
+        )
+        return entry(status, why, residual=resid), None
+    cov = np.asarray(res.cov)
+    trace = float(np.trace(cov))
+    mean = _mean_equilibrium(layer, cov)
+    if mean is None:
+        why = "a covariance root, but the mean matrix K is singular there: no mean equilibrium"
+        return entry(Status.FAILED, why, residual=resid, trace=trace), cov
+    spec = linearization_spectrum(
+        layer, Gaussian(mean, cov), k=4, numerical_abscissa=False, time_limit=budget.left_as_limit()
+    )
+    if spec.status is not Status.SUCCESS:
+        why = f"a root (residual {resid:.2g}); its spectrum: {spec.message}"
+        return entry(spec.status, why, residual=resid, trace=trace), cov
+    stability, evidence = _stability(spec)
+    err = spec.cov_abscissa_error
+    how = (
+        f"± {err:.2g} (Bauer–Fike bound)"
+        if math.isfinite(err)
+        else f"({spec.method}, {spec.stats.get('matvecs', 0)} products; no rounding bound)"
+    )
+    found = entry(
+        Status.SUCCESS,
+        f"root with relative residual {resid:.2g}, tr Σ* = {trace:.4g}; abscissa "
+        f"{spec.abscissa:.6g} {how}: {stability} ({evidence})",
+        residual=resid,
+        trace=trace,
+        abscissa=spec.abscissa,
+        cov_abscissa=spec.cov_abscissa,
+        mean_abscissa=spec.mean_abscissa,
+        abscissa_error=err,
+        eigenvalues=tuple(complex(z) for z in spec.eigenvalues),
+        stability=stability,
+        evidence=evidence,
+    )
+    return found, cov
+
+
+def _same_roots(found: list[tuple[MapEquilibrium, FloatArray | None]]) -> list[MapEquilibrium]:
+    """The entries, each root found twice marked ``same_as`` the start that found it first."""
+    out: list[MapEquilibrium] = []
+    for i, (e, cov) in enumerate(found):
+        for f, other in found[:i]:
+            if cov is not None and other is not None:
+                gap = float(np.linalg.norm(cov - other)) / max(float(np.linalg.norm(other)), 1e-300)
+                if gap <= _SAME_ROOT:
+                    e = MapEquilibrium(**{**e.__dict__, "same_as": f.start})
+                    break
+        out.append(e)
+    return out
+
+
+def _curve(res: Stabilization, chosen: float, how: str) -> RateCurve | None:
+    rows = res.stats.get("rate_curve")
+    if not rows:
+        return None
+    return RateCurve(
+        rates=tuple(float(r["rate"]) for r in rows),
+        c=tuple(float(r["c"]) for r in rows),
+        function_change=tuple(float(r["function_change"]) for r in rows),
+        chosen=chosen,
+        how=how,
+    )
+
+
+def _auto_rate(curve: RateCurve, change_budget: float) -> tuple[float, str]:
+    small, _ = curve.small_and_large(change_budget)
+    if math.isnan(small):
+        lo = min(curve.rates)
+        return lo, (
+            f"auto: no rate of the curve keeps the function change within {change_budget:g}; "
+            f"the smallest, {lo:g}"
+        )
+    return small, f"auto: the largest rate of the curve with function change ≤ {change_budget:g}"
+
+
+def _stabilization(
+    job: LayerJob, probe: FloatArray, budget: Budget
+) -> tuple[Stabilization | None, RateCurve | None, str]:
+    """The data target stabilized at the job's rate (``"auto"``: chosen from the curve of a
+    first design at rate 1, then designed again there with the token check)."""
+    target, _ = text_target(job.tokens)
+    auto = job.rate == "auto"
+    first = 1.0 if auto else float(job.rate)
+
+    def design(rate: float, tokens: int | None) -> Stabilization:
+        return stabilize(
+            job.layer,
+            target,
+            add="head",
+            rate=rate,
+            token_check=tokens,
+            tokens=probe,
+            seed=job.seed,
+            time_limit=budget.left_as_limit(1e-3),
+        )
+
+    res = design(first, None if auto else job.token_check)
+    if not auto:
+        return res, _curve(res, first, "given"), ""
+    probe_curve = _curve(res, first, "")
+    if probe_curve is None:
+        return res, None, "rate 'auto': the design at rate 1 has no curve (no head designed)"
+    chosen, how = _auto_rate(probe_curve, job.change_budget)
+    if budget.exhausted:
+        return res, probe_curve, f"rate 'auto': cut before the design at {chosen:g}"
+    final = design(chosen, job.token_check)
+    curve = RateCurve(
+        rates=probe_curve.rates,
+        c=probe_curve.c,
+        function_change=probe_curve.function_change,
+        chosen=chosen,
+        how=how,
+    )
+    return final, curve, how
+
+
+def _lam_after(res: Stabilization | None) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    if res is None or not res.verification:
+        return (), ()
+    v = next((v for v in res.verification if "identity" in v.name), res.verification[0])
+    return tuple(float(t) for t in v.t), tuple(float(x) for x in v.lam_max)
+
+
+#: Share of a row's time limit each part may take at most (the stabilization takes the rest).
+_SHARES = {"regime": 0.2, "heads": 0.1, "equilibria": 0.2}
+
+
+def _part(budget: Budget, name: str) -> Budget:
+    """The budget of one part: its share of what the row has left (all of it for the last)."""
+    share = _SHARES.get(name)
+    if share is None or budget.time_limit is None:
+        return budget.sub()
+    return budget.sub(share * budget.remaining())
+
+
+def map_layer(job: LayerJob) -> LayerMap:
+    """Map one attention sublayer: regimes, head shares, equilibria, stabilization.
+
+    Each part runs within its share of the row's time limit (20 % for the regimes, 10 % for
+    the head shares, 20 % for the equilibria, the rest for the stabilization; and at most
+    :data:`REGIME_SECONDS` per regime and :data:`NEWTON_SECONDS` per Newton run), so that a
+    row whose first parts are slow still gets a stabilization; a part cut short is named in
+    ``cut``. A part that refuses its input (:class:`~gtcontrol.GTControlError`) is reported in
+    the message, and the other parts still run.
+
+    Parameters
+    ----------
+    job
+        The layer, its data tokens and the options.
+
+    Returns
+    -------
+    LayerMap
+        The row.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from gtcontrol import FactoredHeads, Layer
+    >>> rng = np.random.default_rng(1)
+    >>> q, k, v = (0.3 * rng.standard_normal((2, 2, 5)) for _ in range(3))
+    >>> o = 0.3 * rng.standard_normal((2, 5, 2))
+    >>> o[:, -1, :] = 0.0  # the affine coordinate never moves
+    >>> layer = Layer(heads=FactoredHeads(q, k, v, o))
+    >>> tokens = rng.standard_normal((200, 4))
+    >>> row = map_layer(LayerJob(0, layer, tokens, T=1.0, token_check=None))  # doctest: +SKIP
+    >>> row.stabilization.status  # doctest: +SKIP
+    <Status.SUCCESS: 'success'>
+    """
+    budget = job.budget()
+    layer, d = job.layer, job.layer.dim - 1
+    seconds: dict[str, float] = {}
+    cut: list[str] = []
+    lines: list[str] = []
+    failed: list[str] = []
+
+    def run(name: str, work: Callable[[Budget], Any], default: Any) -> Any:
+        clock = time.perf_counter()
+        try:
+            if budget.exhausted:
+                raise BudgetExhausted(budget.reason())
+            return work(_part(budget, name))
+        except BudgetExhausted as exc:
+            cut.append(name)
+            lines.append(f"{name}: cut ({exc.reason})")
+            return default
+        except GTControlError as exc:
+            failed.append(name)
+            lines.append(f"{name}: refused ({exc})")
+            return default
+        finally:
+            seconds[name] = seconds.get(name, 0.0) + time.perf_counter() - clock
+
+    starts = (("identity", _identity(d)), ("data", _data_start(job.tokens)))
+
+    flows: dict[str, Trajectory | None] = {}
+
+    def regimes(b: Budget) -> tuple[MapRegime, ...]:
+        out = []
+        for name, g0 in starts:
+            reg, flows[name] = _regime(layer, name, g0, job.T, b)
+            out.append(reg)
+        return tuple(out)
+
+    regs: tuple[MapRegime, ...] = run("regime", regimes, ())
+    for r in regs:
+        lines.append(f"regime from {r.start}: {r.kind} ({r.certificate}): {r.message}")
+        if r.status is Status.BUDGET_EXHAUSTED and "regime" not in cut:
+            cut.append("regime")
+    t_id = next((r.blowup_time for r in regs if r.start == "identity"), math.nan)
+    t_data = next((r.blowup_time for r in regs if r.start == "data"), math.nan)
+    heads = run("heads", lambda b: _heads(layer, flows.get("identity"), job.T, b), _NO_HEADS)
+    if heads[0] < 0 and layer.factored_heads is not None and "heads" not in cut:
+        cut.append("heads")
+
+    def equilibria(b: Budget) -> list[MapEquilibrium]:
+        target, _ = text_target(job.tokens)
+        found = [_equilibrium(layer, "data", target.cov, b)]
+        if not b.exhausted:
+            found.append(_equilibrium(layer, "identity", _identity(d).cov, b))
+        return _same_roots(found)
+
+    eqs: list[MapEquilibrium] = run("equilibria", equilibria, [])
+    lines.extend(f"equilibrium from {e.start}: {e.message}" for e in eqs)
+    if any(e.status is Status.BUDGET_EXHAUSTED for e in eqs) and "equilibria" not in cut:
+        cut.append("equilibria")
+    probe = np.hstack([job.tokens, np.ones((job.tokens.shape[0], 1))])
+    stab, curve, note = run(
+        "stabilization", lambda b: _stabilization(job, probe, b), (None, None, "not run")
+    )
+    if stab is not None:
+        lines.append(f"stabilization ({stab.status.value}): {stab.message}")
+        if stab.status is Status.BUDGET_EXHAUSTED and "stabilization" not in cut:
+            cut.append("stabilization")
+    status = Status.SUCCESS
+    if cut:
+        status = Status.BUDGET_EXHAUSTED
+    elif failed or stab is None or stab.status is not Status.SUCCESS:
+        status = Status.FAILED
+    return LayerMap(
+        layer=job.layer_index,
+        regimes=regs,
+        blowup_identity=t_id,
+        blowup_data=t_data,
+        dominant_head=heads[0],
+        head_share=heads[1],
+        head_shares=heads[2],
+        lam_before=heads[3],
+        lam_after=_lam_after(stab),
+        equilibria=tuple(eqs),
+        stabilization=stab,
+        stabilization_note=note,
+        curve=curve,
+        seconds=seconds,
+        cut=tuple(cut),
+        status=status,
+        message="\n".join(lines),
+        stats={"seconds": float(sum(seconds.values()))},
+    )
+
+
+@dataclass(frozen=True)
+class MapData:
+    """What the real network read, for the targets and the network check.
+
+    Attributes
+    ----------
+    tokens
+        Per layer, the pooled tokens that enter its attention, ``(N, d)``.
+    sequences
+        The inputs of the first layer, one ``(n_i, d)`` array per data sequence (padding
+        dropped); empty when they cannot be had (the network check then says why).
+    reference
+        The real network's last hidden states on each sequence (``None`` when not run).
+    what
+        What the data were.
+    """
+
+    tokens: tuple[FloatArray, ...]
+    sequences: tuple[FloatArray, ...]
+    reference: tuple[FloatArray, ...] | None
+    what: str
+
+
+def map_data(em: ExtractedModel, seed: int = 0) -> MapData:
+    """The data of a map: what every layer's attention reads, and the first layer's inputs.
+
+    Parameters
+    ----------
+    em
+        The model (with its ``transformers`` module, or an ONNX file).
+    seed
+        Seed of random token ids or images (a model without a tokenizer).
+
+    Returns
+    -------
+    MapData
+        The tokens per layer, the sequences and the real network's output on them.
+    """
+    if em.family == "onnx":
+        per_layer, what = onnx_sequences(em, list(SENTENCES), as_seed(seed))
+        tokens = tuple(np.concatenate(seqs) for seqs in per_layer)
+        if em.norm_placement == "post-LN":  # the first layer's attention reads its input
+            return MapData(tokens, tuple(per_layer[0]), None, what)
+        return MapData(tokens, (), None, what)
+    tokens_list, what = data_tokens(em, seed=seed)
+    tokens = tuple(tokens_list)
+    batch, mask, _ = data_batch(em, list(SENTENCES), as_seed(seed))
+    torch = require_torch()
+    with torch.inference_mode(), eval_mode(em.network):
+        out = em.network(**batch, output_hidden_states=True)
+    states = out.hidden_states
+    first = states[0].to(torch.float64).numpy()
+    last = states[-1].to(torch.float64).numpy()
+    keep = np.ones(first.shape[:2], bool) if mask is None else mask
+    seqs = tuple(np.asarray(first[i][keep[i]]) for i in range(first.shape[0]))
+    refs = tuple(np.asarray(last[i][keep[i]]) for i in range(last.shape[0]))
+    return MapData(tokens, seqs, refs, what)
+
+
+def _pooled(em: ExtractedModel, h: FloatArray) -> FloatArray:
+    if em.final_norm is not None:
+        h = em.final_norm(h)
+    return np.asarray(h.mean(axis=0))
+
+
+def _cosine(a: FloatArray, b: FloatArray) -> float:
+    na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
+    return float(a @ b) / (na * nb) if na > 0 and nb > 0 else math.nan
+
+
+def network_check(
+    em: ExtractedModel,
+    rows: Sequence[LayerMap],
+    data: MapData,
+    *,
+    gaussian_tokens: int | None = None,
+    n_null: int = 8,
+    seed: int = 0,
+    time_limit: float | None = None,
+) -> NetworkCheck:
+    """Run the network with every stabilized attention sublayer in place, against the original.
+
+    In :meth:`ExtractedModel.forward` each layer's attention update ``x + v(x)`` becomes
+    ``x + v_stab(x)`` (one residual step of the stabilized layer's token velocity, as the
+    network steps); LayerNorms and feed-forwards are kept. On the data sequences: the cosine of
+    the mean-pooled final hidden states (after the final norm of a pre-LN model) and the
+    relative change of the hidden states after every layer. On ``n`` Gaussian input tokens
+    (``n = max(512, d + 64)``): the Gaussianity p-value after every layer in each network.
+
+    Parameters
+    ----------
+    em
+        The model.
+    rows
+        The map's rows (a row without a successful stabilization keeps its attention).
+    data
+        :func:`map_data`.
+    gaussian_tokens
+        ``n`` (``None``: the default above).
+    n_null
+        Monte Carlo replicates of each Gaussianity null (8 to 10 000).
+    seed
+        Seed of the Gaussian tokens and of the Gaussianity nulls.
+    time_limit
+        Seconds (``None``: none); the Gaussianity tests run last and are cut first.
+
+    Returns
+    -------
+    NetworkCheck
+        The comparison.
+    """
+    budget = Budget(as_time_limit(time_limit))
+    clock = time.perf_counter()
+    swap: list[Layer | None] = [None] * em.n_layers
+    missing = []
+    for k in range(em.n_layers):
+        row = next((r for r in rows if r.layer == k), None)
+        st = None if row is None else row.stabilization
+        if st is not None and st.status is Status.SUCCESS:
+            swap[k] = st.layer
+        else:
+            why = (
+                "not mapped"
+                if row is None
+                else ("no stabilization" if st is None else f"stabilization {st.status.value}")
+            )
+            missing.append(f"layer {k}: {why}, kept as it is")
+    done = tuple(k for k, s in enumerate(swap) if s is not None)
+    nan = math.nan
+    if not data.sequences:
+        return NetworkCheck(
+            done,
+            tuple(missing),
+            0,
+            nan,
+            nan,
+            nan,
+            (),
+            nan,
+            (),
+            (),
+            0,
+            Status.FAILED,
+            "no data sequences to run the network on: the first layer's inputs are not captured "
+            "for a pre-LN ONNX graph (its first attention reads a LayerNorm's output)",
+            time.perf_counter() - clock,
+        )
+    cosines, num, den = [], np.zeros(em.n_layers), np.zeros(em.n_layers)
+    ref_err = 0.0
+    for i, x0 in enumerate(data.sequences):
+        old = em.forward(x0, causal=em.causal)
+        new = em.forward(x0, causal=em.causal, attention=swap)
+        cosines.append(_cosine(_pooled(em, old[-1]), _pooled(em, new[-1])))
+        for k in range(em.n_layers):
+            num[k] += float(np.sum((new[k + 1] - old[k + 1]) ** 2))
+            den[k] += float(np.sum(old[k + 1] ** 2))
+        if data.reference is not None:
+            ref = data.reference[i]
+            ref_err = max(ref_err, float(np.linalg.norm(old[-1] - ref) / np.linalg.norm(ref)))
+    change = tuple(float(math.sqrt(a / b)) if b > 0 else nan for a, b in zip(num, den, strict=True))
+    p_old, p_new, n_g, status = _gaussian_layers(em, swap, gaussian_tokens, n_null, seed, budget)
+    cos = np.asarray(cosines)
+    msg = (
+        f"{len(done)} of {em.n_layers} attention sublayers stabilized in the forward pass: "
+        f"pooled-embedding cosine {np.mean(cos):.4f} (min {np.min(cos):.4f}) over "
+        f"{len(cosines)} inputs, final hidden states changed by {change[-1]:.3g} relative"
+    )
+    if status is Status.BUDGET_EXHAUSTED:
+        msg += "; the Gaussianity tests were cut by the time limit"
+    return NetworkCheck(
+        stabilized_layers=done,
+        missing=tuple(missing),
+        n_inputs=len(cosines),
+        cosine_mean=float(np.mean(cos)),
+        cosine_min=float(np.min(cos)),
+        relative_change=change[-1],
+        layer_change=change,
+        reference_error=ref_err if data.reference is not None else nan,
+        p_original=p_old,
+        p_stabilized=p_new,
+        gaussian_tokens=n_g,
+        status=status,
+        message=msg,
+        seconds=time.perf_counter() - clock,
+    )
+
+
+def _gaussian_layers(
+    em: ExtractedModel,
+    swap: list[Layer | None],
+    n: int | None,
+    n_null: int,
+    seed: int,
+    budget: Budget,
+) -> tuple[tuple[float, ...], tuple[float, ...], int, Status]:
+    """Gaussianity p-values of Gaussian input tokens after every layer, original and
+    stabilized (``nan`` where the time ran out)."""
+    d = em.dim
+    n_tok = max(512, d + 64) if n is None else n
+    x0 = np.random.default_rng([seed, 7]).standard_normal((n_tok, d))
+    p: dict[str, list[float]] = {}
+    status = Status.SUCCESS
+    for name, att in (("original", None), ("stabilized", swap)):
+        p[name] = []
+        if budget.exhausted:
+            status = Status.BUDGET_EXHAUSTED
+            p[name] = [math.nan] * em.n_layers
+            continue
+        states = em.forward(x0, causal=em.causal, attention=att)
+        for h in states[1:]:
+            if budget.exhausted:
+                status = Status.BUDGET_EXHAUSTED
+                p[name].append(math.nan)
+                continue
+            res = gaussianity(h, n_null=n_null, seed=seed, time_limit=budget.left_as_limit())
+            p[name].append(float(res.p_value) if res.success else math.nan)
+    return tuple(p["original"]), tuple(p["stabilized"]), n_tok, status
+
+
+@dataclass(frozen=True, eq=False)
+class ModelMap(ResultFields, Outcome):
+    """Result of :func:`model_map`: one :class:`LayerMap` per layer and the stabilized network.
+
+    Attributes
+    ----------
+    model, description, family, norm_placement, n_layers, dim, n_heads, notes
+        What the model is (:class:`~gtcontrol.experiments.ExtractedModel`).
+    data
+        What the data were (the packaged sentences through the tokenizer, or random ids).
+    rows
+        One :class:`LayerMap` per layer mapped, in order.
+    stabilized_network
+        The :class:`NetworkCheck` (``None`` when it did not run).
+    rate, change_budget
+        The rate asked (a number or ``"auto"``) and the change budget of ``"auto"``.
+    unmapped
+        ``"layer k: why"`` for each layer asked for and not mapped (cut, or its job raised).
+    status
+        ``SUCCESS`` when every row succeeded and the network check ran; ``BUDGET_EXHAUSTED``
+        when the time limit cut a row or the check; ``FAILED`` when a row failed (the other
+        rows still come).
+    message, stats
+        What ran; ``stats``: ``seconds``, ``timing`` (seconds per part, summed over the rows,
+        and for loading, data and the network check), ``where`` (inline, local processes or
+        the cluster's address), ``reused`` (the layers read from the store).
+    """
+
+    model: str
+    description: str
+    family: str
+    norm_placement: str
+    n_layers: int
+    dim: int
+    n_heads: int
+    notes: tuple[str, ...]
+    data: str
+    rows: tuple[LayerMap, ...]
+    stabilized_network: NetworkCheck | None
+    rate: float | str
+    change_budget: float
+    unmapped: tuple[str, ...] = ()
+
+    def _summary_items(self) -> SummaryItems:
+        net = self.stabilized_network
+        return [
+            ("model", self.model),
+            ("layers mapped", len(self.rows)),
+            (
+                "stabilized",
+                sum(r.stabilization is not None and r.stabilization.success for r in self.rows),
+            ),
+            ("pooled cosine", math.nan if net is None else net.cosine_mean),
+        ]
+
+    def _draw(self, ax: Axes) -> None:
+        ks = [r.layer for r in self.rows]
+        before = [_abscissa(r, "base") for r in self.rows]
+        after = [_abscissa(r, "spectrum") for r in self.rows]
+        ax.plot(ks, before, "o-", label="heads kept, A, b designed")
+        ax.plot(ks, after, "s-", label="stabilized")
+        ax.axhline(0.0, color="0.6", lw=0.8, ls="--")
+        ax.set_xlabel("layer")
+        ax.set_ylabel("spectral abscissa at the data target")
+        ax.set_title(self.model, fontsize=8)
+        legend(ax, fontsize=7)
+
+    def table(self) -> list[dict[str, Any]]:
+        """One flat row per layer."""
+        return [r.row() for r in self.rows]
+
+
+def _abscissa(row: LayerMap, which: str) -> float:
+    st = row.stabilization
+    spec = None if st is None else getattr(st, which)
+    return math.nan if spec is None else float(spec.abscissa)
+
+
+def _check_rate(rate: Any) -> float | str:
+    if isinstance(rate, str):
+        if rate != "auto":
+            raise InvalidParametersError(
+                f"rate: expected a positive number or 'auto', got {rate!r}"
+            )
+        return rate
+    return as_positive_float("rate", rate)
+
+
+def model_map(
+    model: Any = "minilm",
+    *,
+    layers: Sequence[int] | None = None,
+    T: float = 4.0,
+    rate: float | str = 1.0,
+    change_budget: float = 1.0,
+    token_check: int | None = 1024,
+    gaussian_tokens: int | None = None,
+    n_null: int = 8,
+    seed: int = 0,
+    workers: int = 1,
+    scheduler: str | None = None,
+    store: str | os.PathLike[str] | None = None,
+    time_limit: float | None = None,
+) -> ModelMap:
+    """The map of a model: every attention sublayer's regime, equilibria and certified
+    stabilization, and the network with every layer stabilized (module docstring).
+
+    Parameters
+    ----------
+    model
+        Anything :func:`~gtcontrol.experiments.extract` reads (a name of
+        :data:`~gtcontrol.experiments.MODELS`, a Hugging Face folder, an ``.onnx`` file, a
+        ``transformers`` module) or an :class:`~gtcontrol.experiments.ExtractedModel`.
+    layers
+        Layer indices (default: all).
+    T
+        Depth of the regimes and of the blow-up search (default 4).
+    rate
+        The stabilization's rate ``ρ > 0``, or ``"auto"``: the largest rate of the rate curve
+        whose function change is at most ``change_budget``.
+    change_budget
+        ``rate="auto"``: the largest function change accepted (relative; default 1, the token
+        velocity's own size).
+    token_check
+        Tokens of each stabilization's token check (``None``: none; default 1024).
+    gaussian_tokens, n_null
+        Gaussian input tokens of the network check's Gaussianity tests (``None``:
+        ``max(512, d + 64)``; at least ``max(20, d + 2)``) and the replicates of each null.
+    seed
+        Seed of random data, the stabilization's perturbed start and token checks.
+    workers
+        Without ``scheduler``: 1 maps the layers one after the other here; more map them on a
+        local cluster of that many worker processes (at most the cores; extra ``sweep``).
+    scheduler
+        Address of a running dask scheduler (``tcp://HOST:8786``): one task per layer on its
+        cluster (its workers run this gtcontrol).
+    store
+        A folder where each finished row is stored at once (``None``: none). A map killed or
+        cut short and run again with the same store, model and options reuses the rows stored
+        and maps only the others; a row cut by the time limit is not stored. A store of
+        another model or options is refused, never changed.
+    time_limit
+        Wall-clock limit in seconds for the whole map, loading included (``None``: none).
+
+    Returns
+    -------
+    ModelMap
+        The rows and the network check.
+
+    Raises
+    ------
+    InvalidParametersError
+        On bad options, a layer the model does not have, or a model that cannot be read
+        (:class:`~gtcontrol.experiments.ModelFileError`).
+
+    Examples
+    --------
+    >>> m = model_map("random-bert", layers=[0], token_check=None)  # doctest: +SKIP
+    >>> m.rows[0].stabilization.status  # doctest: +SKIP
+    <Status.SUCCESS: 'success'>
+    """
+    clock = time.perf_counter()
+    horizon = as_positive_float("T", T)
+    chosen = _check_rate(rate)
+    budget_c = as_positive_float("change_budget", change_budget)
+    n_tok = None if token_check is None else as_positive_int("token_check", token_check)
+    sd = as_seed(seed)
+    n_workers = as_positive_int("workers", workers, maximum=1024)
+    nulls = as_positive_int("n_null", n_null, maximum=10000)
+    if nulls < 8:
+        raise InvalidParametersError(f"n_null: expected 8 to 10000, got {n_null!r}")
+    n_gauss = None
+    if gaussian_tokens is not None:
+        n_gauss = as_positive_int("gaussian_tokens", gaussian_tokens, maximum=MAX_TOKENS)
+        check_tokens(n_gauss)
+    budget = Budget(as_time_limit(time_limit))
+    timing: dict[str, float] = {}
+    em = load_within(model, sd, budget)
+    timing["load"] = time.perf_counter() - clock
+    if em is None:
+        return _not_mapped(model_label(model), not_loaded(model, budget), chosen, budget_c, clock)
+    if n_gauss is not None:
+        check_tokens(n_gauss, em.dim, em.label)
+    picked = list(range(em.n_layers)) if layers is None else list(layers)
+    bad = [
+        k
+        for k in picked
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 0 <= k < em.n_layers
+    ]
+    if bad or not picked:
+        raise InvalidParametersError(
+            f"layers: expected indices in 0..{em.n_layers - 1}, got {layers!r}"
+        )
+    t0 = time.perf_counter()
+    data = within(budget, lambda: serially(lambda: map_data(em, sd)))
+    timing["data"] = time.perf_counter() - t0
+    if data is None:
+        why = f"{budget.reason()} before the data of {em.label} were computed"
+        return _not_mapped(em.label, why, chosen, budget_c, clock)
+    jobs = [
+        LayerJob(
+            layer_index=k,
+            layer=em.layers[k].attention_layer,
+            tokens=data.tokens[k],
+            T=horizon,
+            rate=chosen,
+            change_budget=budget_c,
+            token_check=n_tok,
+            seed=sd,
+            time_limit=budget.left_as_limit(),
+        )
+        for k in picked
+    ]
+    got, unmapped, where, reused = _run_rows(jobs, n_workers, scheduler, store, budget)
+    rows = tuple(got[k] for k in picked if k in got)
+    for part in PARTS:
+        timing[part] = float(sum(r.seconds.get(part, 0.0) for r in rows))
+    t0 = time.perf_counter()
+    net = None
+    if rows and not budget.exhausted:
+        with single_threaded_blas():
+            net = network_check(
+                em,
+                rows,
+                data,
+                gaussian_tokens=n_gauss,
+                n_null=nulls,
+                seed=sd,
+                time_limit=budget.left_as_limit(),
+            )
+    timing["network"] = time.perf_counter() - t0
+    run = {"where": where, "reused": list(reused), "timing": timing}
+    return _assemble(em, data, rows, net, unmapped, chosen, budget_c, run, clock)
+
+
+def _map_key(jobs: Mapping[int, LayerJob], key: int) -> LayerMap:
+    """The row of layer ``key`` (the runner's work: module-level, picklable with its jobs)."""
+    with single_threaded_blas():
+        return map_layer(jobs[key])
+
+
+def _complete(row: LayerMap) -> bool:
+    """Whether a row is stored: one cut by the time limit is mapped again by a resume."""
+    return row.status is not Status.BUDGET_EXHAUSTED
+
+
+def fingerprint(jobs: Sequence[LayerJob]) -> str:
+    """What a map's rows depend on: every job's layer, data tokens and options (a digest)."""
+    h = hashlib.sha256(f"model_map {__version__}".encode())
+    for job in jobs:
+        lay = job.layer
+        h.update(repr((job.layer_index, job.T, job.rate, job.change_budget)).encode())
+        h.update(repr((job.token_check, job.seed)).encode())
+        for a in (lay.A, lay.b, job.tokens):
+            h.update(np.ascontiguousarray(a).tobytes())
+        for v, b in lay.dense_heads:
+            h.update(v.tobytes() + b.tobytes())
+        fh = lay.factored_heads
+        if fh is not None:
+            for a in (fh.q, fh.k, fh.v, fh.o):
+                h.update(np.ascontiguousarray(a).tobytes())
+            h.update(repr(fh.scale).encode())
+    return h.hexdigest()
+
+
+def _run_rows(
+    jobs: list[LayerJob],
+    workers: int,
+    scheduler: str | None,
+    store: str | os.PathLike[str] | None,
+    budget: Budget,
+) -> tuple[dict[int, LayerMap], dict[int, str], str, tuple[int, ...]]:
+    """The rows by layer (:func:`~gtcontrol.experiments._layer_jobs.run_layer_jobs`), the
+    layers not mapped with why, where they ran and the layers reused from the store."""
+    limit = budget.left_as_limit()
+    deadline = None if limit is None else time.time() + limit
+    by_key = {j.layer_index: replace(j, time_limit=None, deadline=deadline) for j in jobs}
+    with progress("model map", total=len(jobs)) as update:
+        done = [0]
+
+        def landed(key: int, row: Any) -> None:
+            done[0] += 1
+            update(done[0])
+
+        out = run_layer_jobs(
+            sorted(by_key),
+            partial(_map_key, by_key),
+            store=store,
+            fingerprint=None if store is None else fingerprint(jobs),
+            scheduler=scheduler,
+            workers=workers,
+            time_limit=limit,
+            on_done=landed,
+            stored=_complete,
+        )
+    missing = {k: f"{nd.reason}: {nd.message}" for k, nd in out.not_done.items()}
+    return dict(out.rows), missing, out.where, tuple(out.reused)
+
+
+def _assemble(
+    em: ExtractedModel,
+    data: MapData,
+    rows: tuple[LayerMap, ...],
+    net: NetworkCheck | None,
+    unmapped: Mapping[int, str],
+    rate: float | str,
+    change_budget: float,
+    run: dict[str, Any],
+    clock: float,
+) -> ModelMap:
+    statuses = [r.status for r in rows] + ([] if net is None else [net.status])
+    if unmapped or net is None or Status.BUDGET_EXHAUSTED in statuses:
+        status = Status.BUDGET_EXHAUSTED
+    elif any(s is not Status.SUCCESS for s in statuses):
+        status = Status.FAILED
+    else:
+        status = Status.SUCCESS
+    done = sum(r.stabilization is not None and r.stabilization.success for r in rows)
+    parts = [
+        f"{em.label}: {len(rows)} of {em.n_layers} layers mapped, {done} stabilized "
+        f"(rate {rate if isinstance(rate, str) else f'{rate:g}'}); data: {data.what}"
+    ]
+    if run["reused"]:
+        parts.append(f"layers {', '.join(map(str, run['reused']))} reused from the store")
+    if net is not None:
+        parts.append(f"stabilized network: {net.message}")
+    parts.extend(f"layer {k}: {why}" for k, why in sorted(unmapped.items()))
+    return ModelMap(
+        model=em.label,
+        description=em.description,
+        family=em.family,
+        norm_placement=em.norm_placement,
+        n_layers=em.n_layers,
+        dim=em.dim,
+        n_heads=em.n_heads,
+        notes=em.notes,
+        data=data.what,
+        rows=rows,
+        stabilized_network=net,
+        rate=rate,
+        change_budget=change_budget,
+        unmapped=tuple(f"layer {k}: {why}" for k, why in sorted(unmapped.items())),
+        status=status,
+        message="; ".join(parts),
+        stats={"seconds": time.perf_counter() - clock, **run},
+    )
+
+
+def _not_mapped(
+    label: str, why: str, rate: float | str, change_budget: float, clock: float
+) -> ModelMap:
+    return ModelMap(
+        model=label,
+        description="not loaded",
+        family="",
+        norm_placement="",
+        n_layers=0,
+        dim=0,
+        n_heads=0,
+        notes=(),
+        data="",
+        rows=(),
+        stabilized_network=None,
+        rate=rate,
+        change_budget=change_budget,
+        status=Status.BUDGET_EXHAUSTED,
+        message=why,
+        stats={"seconds": time.perf_counter() - clock, "timing": {}, "where": ""},
+    )

@@ -1,0 +1,309 @@
+"""The model map: every part of a row against an independent computation, on small random
+BERT and GPT-2 models whose heads blow up from the identity; the stabilized network against the
+real network with its attention replaced by hooks; time limits, bad input and the report."""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import gtcontrol as gt
+from gtcontrol import Gaussian, Layer, Status
+from gtcontrol.errors import InvalidParametersError
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from _families import BUILD  # noqa: E402
+
+from gtcontrol.experiments import ModelFileError, extract  # noqa: E402
+from gtcontrol.experiments._map_report import FIGURES, model_map_record  # noqa: E402
+from gtcontrol.experiments.model_map import (  # noqa: E402
+    LayerJob,
+    ModelMap,
+    map_data,
+    map_layer,
+    model_map,
+)
+
+#: Query, key and value weights equal (``B_h ∝ V_h ⪰ 0``: the same-sign case, which blows up
+#: from every start) and scaled so that ``T*`` is of order 0.1 at these sizes.
+_GAIN = 9.0
+
+
+def _aligned(family: str) -> Any:
+    """A small random model of ``family`` whose heads have ``W_K = W_V = W_Q``, ``W_O = W_Qᵀ``."""
+    cc, mc, ck, mk = BUILD[family]
+    torch.manual_seed(0)
+    net = getattr(transformers, mc)(getattr(transformers, cc)(**ck), **mk).eval()
+    with torch.no_grad():
+        if family == "bert":
+            for lay in net.encoder.layer:
+                a = lay.attention
+                q = a.self.query.weight * _GAIN
+                for lin in (a.self.query, a.self.key, a.self.value):
+                    lin.weight.copy_(q)
+                a.output.dense.weight.copy_(q.T)
+        else:
+            for blk in net.h:
+                w = blk.attn.c_attn.weight  # Conv1D (d, 3d): x @ w
+                d = w.shape[0]
+                q = w[:, :d] * _GAIN
+                w[:, d : 2 * d] = q
+                w[:, 2 * d :] = q
+                blk.attn.c_proj.weight.copy_(q.T)
+    return net
+
+
+@pytest.fixture(scope="module", params=["bert", "gpt2"])
+def mapped(request: Any) -> tuple[str, Any, ModelMap]:
+    net = _aligned(request.param)
+    em = extract(net)
+    m = model_map(em, T=2.0, token_check=128, gaussian_tokens=64, n_null=8)
+    return request.param, em, m
+
+
+def test_every_row_has_every_part(mapped: tuple[str, Any, ModelMap]) -> None:
+    _, em, m = mapped
+    assert m.status is Status.SUCCESS, m.message
+    assert [r.layer for r in m.rows] == list(range(em.n_layers))
+    for r in m.rows:
+        assert r.status is Status.SUCCESS and not r.cut, r.message
+        assert {x.start for x in r.regimes} == {"identity", "data"}
+        assert {e.start for e in r.equilibria} == {"data", "identity"}
+        assert all(e.status in (Status.SUCCESS, Status.NOT_FOUND) for e in r.equilibria)
+        st = r.stabilization
+        assert st is not None and st.success and st.local_certificate
+        assert st.token_certificate is not None and st.token_certificate.success
+        assert set(r.seconds) == {"regime", "heads", "equilibria", "stabilization"}
+    assert m.stabilized_network is not None and m.stabilized_network.n_inputs == 40
+
+
+def test_blowup_time_matches_an_independent_integration(
+    mapped: tuple[str, Any, ModelMap],
+) -> None:
+    """The map's T* from the identity (factor form, rtol 1e-6) against an integration at rtol
+    1e-11: agreement to 1e-7 relative (both extrapolate 1/λ_max to the singularity; MiniLM's
+    layers put the two tolerances' T* 1e-10 to 3e-9 apart)."""
+    _, em, m = mapped
+    for r in m.rows:
+        layer = em.layers[r.layer].attention_layer
+        d = layer.dim - 1
+        cov = np.eye(d + 1)
+        cov[-1, -1] = 0.0
+        ref = gt.simulate(layer, Gaussian(np.eye(d + 1)[-1], cov), 2.0, rtol=1e-11)
+        assert ref.status is Status.BLOWUP and r.regime("identity").kind == "blowup"
+        assert r.blowup_identity == pytest.approx(ref.blowup_time, rel=1e-7)
+
+
+def test_head_shares_match_dense_heads(mapped: tuple[str, Any, ModelMap]) -> None:
+    """Shares from the factors against ``c_h = uᵀ V_h Σ B_h u`` with the dense head matrices,
+    at Σ integrated independently (Σ form, rtol 1e-10) to the map's last record, just before
+    T* where λ_max ~ 1e6: the direction u has converged, so the shares agree to 1e-3."""
+    _, em, m = mapped
+    for r in m.rows:
+        layer = em.layers[r.layer].attention_layer
+        d = layer.dim - 1
+        cov = np.eye(d + 1)
+        cov[-1, -1] = 0.0
+        depth = r.lam_before[0][-1]
+        assert r.blowup_identity * (1 - 1e-3) < depth <= r.blowup_identity
+        traj = gt.simulate(layer, Gaussian(np.eye(d + 1)[-1], cov), depth, rtol=1e-10)
+        sigma = np.asarray(traj.cov[-1])
+        _, vecs = np.linalg.eigh(sigma)
+        u = vecs[:, -1]
+        c = np.array([u @ v @ sigma @ b @ u for v, b in layer.heads])
+        shares = c / c.sum()
+        assert r.dominant_head == int(np.argmax(shares))
+        np.testing.assert_allclose(r.head_shares, shares, atol=1e-3)
+        assert sum(r.head_shares) == pytest.approx(1.0, abs=1e-12)
+
+
+def test_stabilized_layer_converges_in_an_independent_simulation(
+    mapped: tuple[str, Any, ModelMap],
+) -> None:
+    """The stabilized layer from N(e, I ⊕ 0) and from the data moments, integrated by
+    simulate to depth 30 (rate 1: e^-30 ≈ 1e-13 of the start's error), ends at the target."""
+    _, _, m = mapped
+    for r in m.rows:
+        st = r.stabilization
+        assert st is not None
+        d = st.target.dim - 1
+        cov = np.eye(d + 1)
+        cov[-1, -1] = 0.0
+        end = gt.simulate(st.layer, Gaussian(np.eye(d + 1)[-1], cov), 30.0, rtol=1e-10)
+        scale = np.linalg.norm(st.target.cov)
+        assert np.linalg.norm(end.cov[-1] - st.target.cov) <= 1e-6 * scale
+        assert np.linalg.norm(end.mean[-1] - st.target.mean) <= 1e-6 * np.linalg.norm(
+            st.target.mean
+        )
+
+
+def test_rate_curve_passes_through_the_verified_design(
+    mapped: tuple[str, Any, ModelMap],
+) -> None:
+    """At the rate asked, the curve's point is the result itself when the ladder kept the
+    local minimum c; c(ρ) rises by exactly (ρ − ρ')/2 (the shift identity, with the margin)."""
+    _, _, m = mapped
+    for r in m.rows:
+        st, curve = r.stabilization, r.curve
+        assert st is not None and curve is not None and curve.chosen == 1.0 and curve.how == "given"
+        i = curve.rates.index(1.0)
+        if st.c == pytest.approx(st.stats["c_local"], rel=1e-12):
+            assert curve.function_change[i] == pytest.approx(st.function_change, rel=1e-9)
+        dc = np.diff(curve.c) / np.diff(curve.rates)
+        np.testing.assert_allclose(dc, 0.5 * (1.0 + 1e-4), rtol=1e-6)
+
+
+def test_stabilized_network_matches_the_real_network_with_hooks() -> None:
+    """The extracted forward pass with the stabilized attention against the real BERT whose
+    attention output is replaced, by a forward hook, with the stabilized layer's velocity."""
+    net = _aligned("bert")
+    em = extract(net)
+    m = model_map(em, T=2.0, token_check=None, gaussian_tokens=64, n_null=8)
+    swap = [r.stabilization.layer for r in m.rows]  # type: ignore[union-attr]
+    data = map_data(em)
+    seen: dict[int, np.ndarray] = {}
+
+    def reads(k: int) -> Any:
+        def f(mod: Any, args: Any, out: Any) -> None:
+            seen[k] = args[0][0].double().numpy()
+
+        return f
+
+    def writes(k: int) -> Any:
+        def f(mod: Any, args: Any, out: Any) -> Any:
+            x = seen[k]
+            xt = np.hstack([x, np.ones((x.shape[0], 1))])
+            v = gt.token_velocity(swap[k], xt)[:, :-1]
+            return torch.as_tensor(v, dtype=out.dtype)[None]
+
+        return f
+
+    handles = []
+    for k, lay in enumerate(net.encoder.layer):
+        handles.append(lay.attention.self.query.register_forward_hook(reads(k)))
+        handles.append(lay.attention.output.dense.register_forward_hook(writes(k)))
+    try:
+        x0 = data.sequences[0]
+        with torch.no_grad():
+            h = torch.as_tensor(x0, dtype=torch.float32)[None]
+            for lay in net.encoder.layer:
+                h = lay(h)
+                h = h[0] if isinstance(h, tuple) else h
+        real = h[0].double().numpy()
+    finally:
+        for hd in handles:
+            hd.remove()
+    mine = em.forward(x0, attention=swap)[-1]
+    # float32 network against float64 extraction: ~1e-6 of the states' size
+    assert np.abs(mine - real).max() <= 1e-4 * np.abs(real).max()
+    net_check = m.stabilized_network
+    assert net_check is not None and net_check.reference_error < 1e-5
+
+
+def test_map_finds_and_certifies_a_planted_equilibrium() -> None:
+    """A one-dimensional Riccati layer (A = 1, B = 2, V = −1) on R^1 ⊕ affine: Σ* = 0.5 is its
+    equilibrium, dσ/dt = 2σ − 4σ² has derivative −2 there and the mean matrix K = −1, so the
+    linearization's abscissa is −1: Newton from the data finds it, and a dense spectrum with
+    its Bauer–Fike bound certifies it stable."""
+    layer = Layer(
+        A=[[1.0, 0.0], [0.0, 0.0]],
+        heads=[([[-1.0, 0.0], [0.0, 0.0]], [[2.0, 0.0], [0.0, 0.0]])],
+    )
+    tokens = np.random.default_rng(3).normal(0.2, 0.6, size=(400, 1))
+    row = map_layer(LayerJob(0, layer, tokens, T=2.0, token_check=None))
+    eq = {e.start: e for e in row.equilibria}
+    e = eq["data"]
+    assert e.status is Status.SUCCESS and e.trace == pytest.approx(0.5, rel=1e-12)
+    assert e.cov_abscissa == pytest.approx(-2.0, rel=1e-10)
+    assert e.abscissa == pytest.approx(-1.0, rel=1e-10)
+    assert e.stability == "stable" and e.evidence == "certified"
+    assert math.isfinite(e.abscissa_error) and e.abscissa_error < 1e-8
+    reg = row.regime("data")  # the affine coordinate takes it out of the Riccati class
+    assert reg is not None and reg.kind == "no blow-up to T = 2" and reg.status is Status.SUCCESS
+    assert row.stabilization is not None and row.stabilization.success
+
+
+def test_map_keeps_its_time_limit_and_names_what_was_cut() -> None:
+    net = _aligned("bert")
+    em = extract(net)
+    clock = time.perf_counter()
+    m = model_map(em, T=2.0, token_check=128, time_limit=2.0)
+    spent = time.perf_counter() - clock
+    assert spent <= 2.0 + 1.0 + 1.5, spent  # its limit, the max(1 s, 10 %) tolerance, slack
+    assert m.status is Status.BUDGET_EXHAUSTED
+    assert m.unmapped or any(r.cut for r in m.rows) or m.stabilized_network is None
+
+
+def test_map_refuses_bad_input(tmp_path: Path) -> None:
+    bad = tmp_path / "broken.onnx"
+    bad.write_bytes(b"not an onnx file")
+    with pytest.raises(ModelFileError, match=r"broken\.onnx"):
+        model_map(bad)
+    em = extract(_aligned("bert"))
+    with pytest.raises(InvalidParametersError, match="rate"):
+        model_map(em, rate="fast")
+    with pytest.raises(InvalidParametersError, match="layers"):
+        model_map(em, layers=[2])
+    with pytest.raises(InvalidParametersError, match="layers"):
+        model_map(em, layers=[True])
+    with pytest.raises(InvalidParametersError, match="n_null"):
+        model_map(em, n_null=3)
+
+
+def test_report_is_self_contained(mapped: tuple[str, Any, ModelMap], tmp_path: Path) -> None:
+    _, _, m = mapped
+    rec = model_map_record(tmp_path, m)
+    assert set(FIGURES) <= set(rec["figures"])
+    page = (tmp_path / "model_map.html").read_text("utf-8")
+    assert page.count("data:image/png;base64,") == len(FIGURES)
+    assert "http://" not in page and "https://" not in page
+    md = (tmp_path / "model_map.md").read_text("utf-8")
+    assert "The stabilized network on real inputs" in md and "| layer |" in md
+    assert len(rec["outputs"]["table"]) == len(m.rows)
+
+
+@pytest.mark.slow
+def test_report_renders_in_a_headless_browser_with_every_figure(
+    mapped: tuple[str, Any, ModelMap], tmp_path: Path
+) -> None:
+    """The page opened by headless Chromium (Debian's ``chromium``) with no network: every
+    embedded figure decodes to an image with a size. A copy of the page gets a script that
+    writes what loaded into the DOM, which Chromium dumps after the load."""
+    import shutil
+    import subprocess
+
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        pytest.skip("headless Chromium is not installed (apt install chromium)")
+    _, _, m = mapped
+    model_map_record(tmp_path, m)
+    page = (tmp_path / "model_map.html").read_text("utf-8")
+    probe = (
+        "<script>window.addEventListener('load', () => { const i = [...document.images];"
+        " document.body.setAttribute('data-loaded', i.filter(x => x.complete &&"
+        " x.naturalWidth > 0).length + '/' + i.length); });</script></body>"
+    )
+    copy = tmp_path / "probe.html"
+    copy.write_text(page.replace("</body>", probe), "utf-8")
+    proc = subprocess.run(
+        [
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--virtual-time-budget=10000",
+            "--dump-dom",
+            copy.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert f'data-loaded="{len(FIGURES)}/{len(FIGURES)}"' in proc.stdout, proc.stderr[-2000:]

@@ -81,7 +81,10 @@ def test_every_row_has_every_part(mapped: tuple[str, Any, ModelMap]) -> None:
         assert st is not None and st.success and st.local_certificate
         assert st.token_certificate is not None and st.token_certificate.success
         assert set(r.seconds) == {"regime", "heads", "equilibria", "stabilization"}
-    assert m.stabilized_network is not None and m.stabilized_network.n_inputs == 40
+    net = m.stabilized_network
+    assert net is not None and net.n_inputs == 40
+    # the extracted forward pass (final norm included) reproduces the real network's output
+    assert net.reference_error < 1e-5
 
 
 def test_blowup_time_matches_an_independent_integration(

@@ -73,11 +73,15 @@ def gramian(a: FloatArray, q: FloatArray, h: float) -> tuple[FloatArray, FloatAr
 
     The block exponential ``expm([[−Aᵀ, Q], [0, A]] h0)`` gives ``e^{−Aᵀh0} W(h0)`` over a short
     step ``‖A‖₁ h0 ≤ 1/2`` (well conditioned); ``W(2s) = W(s) + e^{Aᵀs} W(s) e^{As}`` doubles it
-    up to h without ever forming ``e^{−Aᵀh}``.
+    up to h without ever forming ``e^{−Aᵀh}``. With ``A = 0`` it is ``(I, hQ)``, formed directly
+    (one rounding per entry, within the bound the march charges for the block exponential).
     """
     d = a.shape[0]
     if h <= 0.0:
         return np.eye(d), np.zeros((d, d))
+    if not np.any(a):
+        # an attention-only layer: the 2d × 2d exponential would cost O(d³) per trial step
+        return np.eye(d), sym(q * h)
     k = gramian_doublings(a, h)
     h0 = h / 2.0**k
     c = np.zeros((2 * d, 2 * d))

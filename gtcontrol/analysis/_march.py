@@ -68,6 +68,12 @@ DEFAULT_RTOL = 1e-12
 DEFAULT_MAX_STEPS = 100_000
 #: Unit roundoff of float64, ``u = 2⁻⁵³``.
 UNIT_ROUNDOFF = float(np.finfo(np.float64).eps) / 2.0
+#: Rounding bound ``λ_max B`` above which the bracket phase asks how much depth is still
+#: certifiable (the same level at which a stall is called rounding's).
+_ROUNDING_SIGNIFICANT = 1e-3
+#: The bracket phase ends (rounding-limited) once the depth still certifiable below the root is
+#: under this fraction of the bracket's width: further steps could narrow it by no more.
+_GAIN_FRACTION = 0.01
 
 
 def _down(x: float) -> float:
@@ -312,6 +318,19 @@ class _March:
 
         return float(brentq(fn, 0.0, s_up, xtol=1e-300 + 1e-16 * s_up, rtol=1e-15, maxiter=200))
 
+    def rounding_at(self, s_root: float) -> float:
+        """``vᵀBv`` for ``v`` the null direction of ``G(s_root)``: the cap on later steps.
+
+        A step to ``s`` needs ``G(s) − B ≻ 0``, so ``vᵀG(s)v > vᵀBv``, and restarts keep that
+        condition (``G`` and ``B`` map by the same congruence). ``vᵀG(s)v`` falls from 1 to 0
+        on ``[0, s_root]`` (linearly for ``A = 0``): no certified depth reaches beyond about
+        ``(1 − vᵀBv)·s_root``.
+        """
+        _, gm, _ = self.g(s_root)
+        _, u = np.linalg.eigh(gm)
+        v = u[:, 0]
+        return float(v @ self.err @ v)
+
 
 class _Tails:
     """Certificates that no blow-up happens after the current depth, and 'certain' verdicts.
@@ -503,6 +522,8 @@ class _Search:
         """Accept the longest certified step, or find a point proved singular. True if either."""
         march = self.march
         for s in ladder:
+            if _down(march.t + s) <= march.t:
+                return False  # below the depth's resolution: no rung left can advance it
             gmin, gm, e = march.g(s)
             if gmin <= 0.0:
                 if march.singular(s, gmin, gm):
@@ -534,7 +555,14 @@ class _Search:
 
     # ------------------------------------------------------------------ bracket steps
     def bracket_ladder(self) -> list[float] | MarchOutcome:
-        """Trial steps below the proved singular point ``t_up`` (or the blow-up outcome)."""
+        """Trial steps below the proved singular point ``t_up`` (or the blow-up outcome).
+
+        Once rounding is significant (``λ_max B > 10⁻³``) the rounding ``b`` in the null
+        direction of G at the computed root caps what is still certifiable (about
+        ``(1 − b)·s_root``, :meth:`_March.rounding_at`): the phase ends, rounding-limited, when
+        that is under 1 % of the bracket's width, and the steps and probes that the cap rules
+        out are not tried.
+        """
         march = self.march
         t_up = self.t_up
         s_up = t_up - march.t
@@ -542,23 +570,43 @@ class _Search:
             return self.blowup_outcome(limited=False)
         gmin_up, _, _ = march.g(s_up)
         s_root = march.root(s_up) if gmin_up <= 0.0 else s_up
-        # tighten the proved singular point just above the computed root
+        b_root = march.rounding_at(s_root) if march.bmax > _ROUNDING_SIGNIFICANT else None
+        self.tighten(s_root, s_up, b_root or 0.0)
+        gap = self.t_up - march.t
+        if gap <= self.rtol * self.t_up:
+            return self.blowup_outcome(limited=False)
+        deltas: tuple[float, ...] = (1e-9, 1e-6, 1e-4, 1e-2, 0.1, 0.3, 0.6, 0.9)
+        if b_root is not None:
+            if (1.0 - b_root) * s_root <= _GAIN_FRACTION * gap:
+                return self.blowup_outcome(limited=True)
+            # just below the cap first; the rungs above it cannot be certified
+            near = {b_root + (1.0 - b_root) * x for x in (1e-3, 1e-2, 0.1)}
+            deltas = tuple(sorted(near | {dl for dl in deltas if dl > b_root}))
+        return [s_root * (1 - dl) for dl in deltas] + [s_root * 0.1 * 0.5**k for k in range(1, 50)]
+
+    def tighten(self, s_root: float, s_up: float, b_root: float) -> None:
+        """Move the proved singular point down to just above the computed root.
+
+        A probe ``dl`` past the root is proved singular only where G's fall there (about
+        ``dl`` in the null direction, 16× that allowed) outweighs the rounding ``b_root``.
+        """
+        march = self.march
         for dl in (1e-14, 1e-12, 1e-10, 1e-8, 1e-6, 1e-4, 1e-2):
             probe = s_root * (1.0 + dl)
             if probe >= s_up:
                 break
+            if 16.0 * dl <= b_root:
+                continue
             gmin, gm, _ = march.g(probe)
             if march.singular(probe, gmin, gm):
                 self.t_up = _up(march.t + probe)
                 break
-        if self.t_up - march.t <= self.rtol * self.t_up:
-            return self.blowup_outcome(limited=False)
-        deltas = (1e-9, 1e-6, 1e-4, 1e-2, 0.1, 0.3, 0.6, 0.9)
-        return [s_root * (1 - dl) for dl in deltas] + [s_root * 0.1 * 0.5**k for k in range(1, 50)]
 
     def climb_bracket(self, ladder: list[float]) -> bool:
         march = self.march
         for s in ladder:
+            if _down(march.t + s) <= march.t:
+                return False  # rounding-limited: the rungs left cannot advance the depth
             gmin, gm, e = march.g(s)
             if gmin <= 0.0:
                 if march.singular(s, gmin, gm):
@@ -597,7 +645,7 @@ class _Search:
     def stalled(self) -> MarchOutcome:
         """No step can be certified and no point is proved singular."""
         march = self.march
-        if march.bmax > 1e-3 or math.isfinite(self.s_suspect):
+        if march.bmax > _ROUNDING_SIGNIFICANT or math.isfinite(self.s_suspect):
             return self.outcome(
                 Status.FAILED,
                 f"undetermined at double precision after t = {march.t:.15g}: the exact trajectory "

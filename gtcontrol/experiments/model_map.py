@@ -926,7 +926,8 @@ class MapData:
         The inputs of the first layer, one ``(n_i, d)`` array per data sequence (padding
         dropped); empty when they cannot be had (the network check then says why).
     reference
-        The real network's last hidden states on each sequence (``None`` when not run).
+        The real network's output (``last_hidden_state``: after the final norm of a pre-LN
+        model) on each sequence (``None`` when not run).
     what
         What the data were.
     """
@@ -964,9 +965,8 @@ def map_data(em: ExtractedModel, seed: int = 0) -> MapData:
     torch = require_torch()
     with torch.inference_mode(), eval_mode(em.network):
         out = em.network(**batch, output_hidden_states=True)
-    states = out.hidden_states
-    first = states[0].to(torch.float64).numpy()
-    last = states[-1].to(torch.float64).numpy()
+    first = out.hidden_states[0].to(torch.float64).numpy()
+    last = out.last_hidden_state.to(torch.float64).numpy()  # after a pre-LN model's final norm
     keep = np.ones(first.shape[:2], bool) if mask is None else mask
     seqs = tuple(np.asarray(first[i][keep[i]]) for i in range(first.shape[0]))
     refs = tuple(np.asarray(last[i][keep[i]]) for i in range(last.shape[0]))
@@ -1072,7 +1072,8 @@ def network_check(
             den[k] += float(np.sum(old[k + 1] ** 2))
         if data.reference is not None:
             ref = data.reference[i]
-            ref_err = max(ref_err, float(np.linalg.norm(old[-1] - ref) / np.linalg.norm(ref)))
+            mine = old[-1] if em.final_norm is None else em.final_norm(old[-1])
+            ref_err = max(ref_err, float(np.linalg.norm(mine - ref) / np.linalg.norm(ref)))
     change = tuple(float(math.sqrt(a / b)) if b > 0 else nan for a, b in zip(num, den, strict=True))
     p_old, p_new, n_g, status = _gaussian_layers(em, swap, gaussian_tokens, n_null, seed, budget)
     cos = np.asarray(cosines)

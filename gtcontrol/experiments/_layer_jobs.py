@@ -593,8 +593,7 @@ class _Run:
             # not inside each task
             shared = client.scatter(self.work, hash=False) if len(missing) > 1 else self.work
             futures = [
-                client.submit(_timed, shared, k, key=name, pure=False)
-                for name, k in names.items()
+                client.submit(_timed, shared, k, key=name, pure=False) for name, k in names.items()
             ]
             pending = {f.key: f for f in futures}
             timeout = None if end == math.inf else max(end - time.monotonic(), 0.0)

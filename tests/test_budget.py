@@ -276,6 +276,7 @@ def _experiment_cases(tmp: Path) -> dict[str, Callable[[float], Any]]:
             D, N_TOKENS, 0, T=20.0, time_limit=tl
         ),
         "gaussianity": lambda tl: ex.gaussianity(token_samples(), n_null=64, time_limit=tl),
+        "model_map": lambda tl: ex.model_map(minilm(), token_check=N_TOKENS, time_limit=tl),
         "model_report": lambda tl: ex.model_report(minilm(), n_tokens=N_TOKENS, time_limit=tl),
         "moment_surrogate": lambda tl: ex.moment_surrogate(
             N_TOKENS, 0, model=minilm(), time_limit=tl
@@ -297,6 +298,7 @@ def _experiment_cases(tmp: Path) -> dict[str, Callable[[float], Any]]:
 _EXPERIMENT_WARM: dict[str, Callable[[], Any]] = {
     "attention_flows": minilm,
     "gaussianity": token_samples,
+    "model_map": minilm,
     "model_report": minilm,
     "moment_surrogate": minilm,
     "pretrained_gaussianity": minilm,

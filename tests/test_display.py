@@ -12,6 +12,7 @@ import functools
 import importlib
 import inspect
 import io
+import math
 import pkgutil
 from html.parser import HTMLParser
 from pathlib import Path
@@ -168,11 +169,29 @@ def _stabilization_results() -> dict[str, Any]:
         dim=2, n_heads=1, notes=(), data="none",
         rows=(ModelLayerRow(0, False, 0.5, 1.0, 2.0, 0, 1.0),), message="1 layer",
     )  # fmt: skip
+    from gtcontrol.experiments._layer_jobs import run_layer_jobs
+    from gtcontrol.experiments.model_map import LayerMap, ModelMap
+
+    row = LayerMap(
+        layer=0, regimes=(), blowup_identity=0.5, blowup_data=math.inf, dominant_head=0,
+        head_share=1.0, head_shares=(1.0,), lam_before=((0.0, 0.4), (1.0, 9.0)),
+        lam_after=((0.0, 1.0, 2.0), (1.0, 1.2, 1.0)), equilibria=(), stabilization=stab,
+        stabilization_note="", curve=None, seconds={"stabilization": 0.1}, cut=(),
+        message="stabilized",
+    )  # fmt: skip
+    themap = ModelMap(
+        model="toy", description="a toy", family="bert", norm_placement="post-LN", n_layers=1,
+        dim=2, n_heads=1, notes=(), data="none", rows=(row,), stabilized_network=None,
+        rate=1.0, change_budget=1.0, message="1 layer",
+    )  # fmt: skip
     return {
         "Stabilization": stab,
         "LinearizationSpectrum": stab.spectrum,
         "StabilizationTable": table,
         "ModelReport": report,
+        "LayerMap": row,
+        "ModelMap": themap,
+        "JobsOutcome": run_layer_jobs([0, 1], abs),
     }
 
 

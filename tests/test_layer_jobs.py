@@ -258,6 +258,7 @@ def _calls(calls: Path) -> dict[int, list[int]]:
     return {k: sorted(v) for k, v in out.items()}
 
 
+@pytest.mark.slow
 def test_a_killed_driver_resumes_on_the_cluster_and_stores_no_layer_twice(
     cluster: str, tmp_path: Path
 ) -> None:

@@ -5,6 +5,7 @@ real network with its attention replaced by hooks; time limits, bad input and th
 from __future__ import annotations
 
 import math
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -228,8 +229,11 @@ def test_map_finds_and_certifies_a_planted_equilibrium() -> None:
     assert e.abscissa == pytest.approx(-1.0, rel=1e-10)
     assert e.stability == "stable" and e.evidence == "certified"
     assert math.isfinite(e.abscissa_error) and e.abscissa_error < 1e-8
-    reg = row.regime("data")  # the affine coordinate takes it out of the Riccati class
-    assert reg is not None and reg.kind == "no blow-up to T = 2" and reg.status is Status.SUCCESS
+    # the affine coordinate takes it out of the Riccati class: analyze's integrator verdict
+    # ("bounded" to T) when it fits in its 5 s, else the blow-up search's "no blow-up to T"
+    reg = row.regime("data")
+    assert reg is not None and reg.status is Status.SUCCESS
+    assert reg.kind in ("bounded", "no blow-up to T = 2"), reg
     assert row.stabilization is not None and row.stabilization.success
 
 
@@ -242,6 +246,9 @@ def test_map_keeps_its_time_limit_and_names_what_was_cut() -> None:
     assert spent <= 2.0 + 1.0 + 1.5, spent  # its limit, the max(1 s, 10 %) tolerance, slack
     assert m.status is Status.BUDGET_EXHAUSTED
     assert m.unmapped or any(r.cut for r in m.rows) or m.stabilized_network is None
+    text = " ".join([m.message, *m.unmapped, *(r.message for r in m.rows)])
+    named = {float(x) for x in re.findall(r"time limit of ([0-9.e+-]+) s", text)}
+    assert named <= {2.0}, named  # only the limit the user gave, never a share of it
 
 
 def test_map_refuses_bad_input(tmp_path: Path) -> None:

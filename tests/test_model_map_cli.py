@@ -86,6 +86,7 @@ def _run(args: list[str], **kw: Any) -> subprocess.Popen[bytes]:
     )
 
 
+@pytest.mark.slow
 def test_a_killed_map_on_a_dask_cluster_resumes_and_maps_no_stored_layer_twice(
     tmp_path: Path,
 ) -> None:

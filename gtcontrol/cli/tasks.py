@@ -1014,8 +1014,10 @@ def run_model(
         return _not_loaded(run, o["model"], _COMPUTE)
     record = model_map_record(out, m, draw=run.draw)
     if store is not None:
-        kept = m.status is Status.BUDGET_EXHAUSTED or not _remove_store(store)
-        if kept and store.exists():
+        stored = any((store / "rows").glob("layer_*.pkl"))
+        if m.status is not Status.BUDGET_EXHAUSTED or not stored:
+            _remove_store(store)  # complete, or nothing worth keeping
+        if store.exists():
             record["outputs"]["store"] = str(store)
             record["summary"]["message"] += (
                 f"; the finished rows are kept in {store}: run again to map only the others"

@@ -60,7 +60,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from .._cluster import ClusterError, check_address, dask_client, distributed, require_distributed
-from .._display import SummaryItems
+from .._display import Axes, SummaryItems
 from .._output import OutputError, lock_exclusive
 from .._result_file import _show
 from .._status import Outcome, ResultFields, as_time_limit
@@ -174,6 +174,15 @@ class JobsOutcome(ResultFields, Outcome):
             ("where", self.where),
             ("seconds", self.seconds),
         ]
+
+    def _draw(self, ax: Axes) -> None:
+        keys = sorted(self.runs)
+        secs = [self.runs[k].seconds for k in keys]
+        colors = ["0.6" if self.runs[k].reused else "C0" for k in keys]
+        ax.bar(keys, secs, color=colors)
+        ax.set_xlabel("key (layer)")
+        ax.set_ylabel("seconds (grey: reused from the store)")
+        ax.set_title(f"{len(self.rows)} rows, {self.where}", fontsize=8)
 
 
 @dataclass(frozen=True)

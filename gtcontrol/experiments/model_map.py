@@ -60,6 +60,7 @@ from .._progress import progress
 from .._status import (
     Budget,
     BudgetExhausted,
+    HandedLimit,
     Outcome,
     ResultFields,
     Status,
@@ -79,13 +80,10 @@ from ..model.gaussian import Gaussian
 from ..model.moments import Trajectory, simulate
 from ..model.params import Layer
 from ._common import as_seed
-from ._deps import require_torch
-from ._families import data_batch, eval_mode
 from ._layer_jobs import run_layer_jobs
-from ._onnx_data import onnx_sequences
-from .attention_flows import SENTENCES, head_growth
+from ._map_network import MapData, NetworkCheck, map_data, network_check
+from .attention_flows import head_growth
 from .extraction import ExtractedModel
-from .gaussianity import gaussianity
 from .pretrained import (
     MAX_TOKENS,
     check_tokens,
@@ -94,7 +92,7 @@ from .pretrained import (
     not_loaded,
     serially,
 )
-from .stabilization import data_tokens, text_target
+from .stabilization import text_target
 
 __all__ = [
     "LayerJob",
@@ -158,6 +156,8 @@ class LayerJob:
         A wall-clock deadline (``time.time()`` seconds; ``None``: none): the row ends by the
         earlier of the two, whenever and wherever it starts (rows of one map on worker
         processes share the map's deadline).
+    given_limit
+        The time limit the user gave, named by the row's messages (``None``: its own).
     """
 
     layer_index: int
@@ -170,13 +170,17 @@ class LayerJob:
     seed: int = 0
     time_limit: float | None = None
     deadline: float | None = None
+    given_limit: float | None = None
 
     def budget(self) -> Budget:
-        """The row's budget, from now."""
+        """The row's budget, from now (its messages name ``given_limit`` when set: the limit
+        the user gave the whole map)."""
         limit = as_time_limit(self.time_limit)
         if self.deadline is not None:
             left = max(self.deadline - time.time(), 1e-6)
             limit = left if limit is None else min(limit, left)
+        if limit is not None and self.given_limit is not None:
+            limit = HandedLimit(limit, self.given_limit)
         return Budget(limit)
 
 
@@ -416,57 +420,6 @@ def _equilibrium_word(e: MapEquilibrium) -> str:
         return str(e.status)
     same = f" (= {e.same_as})" if e.same_as else ""
     return f"{e.stability}, {e.evidence}{same}"
-
-
-@dataclass(frozen=True)
-class NetworkCheck:
-    """The network with every attention sublayer stabilized, against the original.
-
-    Attributes
-    ----------
-    stabilized_layers
-        The layers whose attention was replaced (the others kept, ``missing`` says why).
-    missing
-        ``"layer k: why"`` for each layer kept as it was.
-    n_inputs
-        Data sequences compared.
-    cosine_mean, cosine_min
-        Cosine of the mean-pooled final hidden states, stabilized against original, over the
-        sequences.
-    relative_change
-        ``‖H_stab − H‖_F / ‖H‖_F`` of the final hidden states, all tokens.
-    layer_change
-        The same after every layer.
-    reference_error
-        Largest relative difference between the extracted weights' forward pass and the real
-        network's hidden states on the same inputs (``nan``: not compared): what the comparison
-        inherits from the extraction.
-    p_original, p_stabilized
-        Gaussianity p-values (:func:`~gtcontrol.experiments.gaussianity`) of Gaussian input
-        tokens after every layer, in each network (``nan``: not tested).
-    gaussian_tokens
-        The number of Gaussian input tokens.
-    status, message
-        ``SUCCESS``; ``BUDGET_EXHAUSTED`` when the Gaussianity tests were cut; ``FAILED``
-        without data.
-    seconds
-        Wall time.
-    """
-
-    stabilized_layers: tuple[int, ...]
-    missing: tuple[str, ...]
-    n_inputs: int
-    cosine_mean: float
-    cosine_min: float
-    relative_change: float
-    layer_change: tuple[float, ...]
-    reference_error: float
-    p_original: tuple[float, ...]
-    p_stabilized: tuple[float, ...]
-    gaussian_tokens: int
-    status: Status
-    message: str
-    seconds: float
 
 
 def _augmented(mean: FloatArray, cov: FloatArray) -> Gaussian:
@@ -914,226 +867,6 @@ def map_layer(job: LayerJob) -> LayerMap:
     )
 
 
-@dataclass(frozen=True)
-class MapData:
-    """What the real network read, for the targets and the network check.
-
-    Attributes
-    ----------
-    tokens
-        Per layer, the pooled tokens that enter its attention, ``(N, d)``.
-    sequences
-        The inputs of the first layer, one ``(n_i, d)`` array per data sequence (padding
-        dropped); empty when they cannot be had (the network check then says why).
-    reference
-        The real network's output (``last_hidden_state``: after the final norm of a pre-LN
-        model) on each sequence (``None`` when not run).
-    what
-        What the data were.
-    """
-
-    tokens: tuple[FloatArray, ...]
-    sequences: tuple[FloatArray, ...]
-    reference: tuple[FloatArray, ...] | None
-    what: str
-
-
-def map_data(em: ExtractedModel, seed: int = 0) -> MapData:
-    """The data of a map: what every layer's attention reads, and the first layer's inputs.
-
-    Parameters
-    ----------
-    em
-        The model (with its ``transformers`` module, or an ONNX file).
-    seed
-        Seed of random token ids or images (a model without a tokenizer).
-
-    Returns
-    -------
-    MapData
-        The tokens per layer, the sequences and the real network's output on them.
-    """
-    if em.family == "onnx":
-        per_layer, what = onnx_sequences(em, list(SENTENCES), as_seed(seed))
-        tokens = tuple(np.concatenate(seqs) for seqs in per_layer)
-        if em.norm_placement == "post-LN":  # the first layer's attention reads its input
-            return MapData(tokens, tuple(per_layer[0]), None, what)
-        return MapData(tokens, (), None, what)
-    tokens_list, what = data_tokens(em, seed=seed)
-    tokens = tuple(tokens_list)
-    batch, mask, _ = data_batch(em, list(SENTENCES), as_seed(seed))
-    torch = require_torch()
-    with torch.inference_mode(), eval_mode(em.network):
-        out = em.network(**batch, output_hidden_states=True)
-    first = out.hidden_states[0].to(torch.float64).numpy()
-    last = out.last_hidden_state.to(torch.float64).numpy()  # after a pre-LN model's final norm
-    keep = np.ones(first.shape[:2], bool) if mask is None else mask
-    seqs = tuple(np.asarray(first[i][keep[i]]) for i in range(first.shape[0]))
-    refs = tuple(np.asarray(last[i][keep[i]]) for i in range(last.shape[0]))
-    return MapData(tokens, seqs, refs, what)
-
-
-def _pooled(em: ExtractedModel, h: FloatArray) -> FloatArray:
-    if em.final_norm is not None:
-        h = em.final_norm(h)
-    return np.asarray(h.mean(axis=0))
-
-
-def _cosine(a: FloatArray, b: FloatArray) -> float:
-    na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
-    return float(a @ b) / (na * nb) if na > 0 and nb > 0 else math.nan
-
-
-def network_check(
-    em: ExtractedModel,
-    rows: Sequence[LayerMap],
-    data: MapData,
-    *,
-    gaussian_tokens: int | None = None,
-    n_null: int = 8,
-    seed: int = 0,
-    time_limit: float | None = None,
-) -> NetworkCheck:
-    """Run the network with every stabilized attention sublayer in place, against the original.
-
-    In :meth:`ExtractedModel.forward` each layer's attention update ``x + v(x)`` becomes
-    ``x + v_stab(x)`` (one residual step of the stabilized layer's token velocity, as the
-    network steps); LayerNorms and feed-forwards are kept. On the data sequences: the cosine of
-    the mean-pooled final hidden states (after the final norm of a pre-LN model) and the
-    relative change of the hidden states after every layer. On ``n`` Gaussian input tokens
-    (``n = max(512, d + 64)``): the Gaussianity p-value after every layer in each network.
-
-    Parameters
-    ----------
-    em
-        The model.
-    rows
-        The map's rows (a row without a successful stabilization keeps its attention).
-    data
-        :func:`map_data`.
-    gaussian_tokens
-        ``n`` (``None``: the default above).
-    n_null
-        Monte Carlo replicates of each Gaussianity null (8 to 10 000).
-    seed
-        Seed of the Gaussian tokens and of the Gaussianity nulls.
-    time_limit
-        Seconds (``None``: none); the Gaussianity tests run last and are cut first.
-
-    Returns
-    -------
-    NetworkCheck
-        The comparison.
-    """
-    budget = Budget(as_time_limit(time_limit))
-    clock = time.perf_counter()
-    swap: list[Layer | None] = [None] * em.n_layers
-    missing = []
-    for k in range(em.n_layers):
-        row = next((r for r in rows if r.layer == k), None)
-        st = None if row is None else row.stabilization
-        if st is not None and st.status is Status.SUCCESS:
-            swap[k] = st.layer
-        else:
-            why = (
-                "not mapped"
-                if row is None
-                else ("no stabilization" if st is None else f"stabilization {st.status.value}")
-            )
-            missing.append(f"layer {k}: {why}, kept as it is")
-    done = tuple(k for k, s in enumerate(swap) if s is not None)
-    nan = math.nan
-    if not data.sequences:
-        return NetworkCheck(
-            done,
-            tuple(missing),
-            0,
-            nan,
-            nan,
-            nan,
-            (),
-            nan,
-            (),
-            (),
-            0,
-            Status.FAILED,
-            "no data sequences to run the network on: the first layer's inputs are not captured "
-            "for a pre-LN ONNX graph (its first attention reads a LayerNorm's output)",
-            time.perf_counter() - clock,
-        )
-    cosines, num, den = [], np.zeros(em.n_layers), np.zeros(em.n_layers)
-    ref_err = 0.0
-    for i, x0 in enumerate(data.sequences):
-        old = em.forward(x0, causal=em.causal)
-        new = em.forward(x0, causal=em.causal, attention=swap)
-        cosines.append(_cosine(_pooled(em, old[-1]), _pooled(em, new[-1])))
-        for k in range(em.n_layers):
-            num[k] += float(np.sum((new[k + 1] - old[k + 1]) ** 2))
-            den[k] += float(np.sum(old[k + 1] ** 2))
-        if data.reference is not None:
-            ref = data.reference[i]
-            mine = old[-1] if em.final_norm is None else em.final_norm(old[-1])
-            ref_err = max(ref_err, float(np.linalg.norm(mine - ref) / np.linalg.norm(ref)))
-    change = tuple(float(math.sqrt(a / b)) if b > 0 else nan for a, b in zip(num, den, strict=True))
-    p_old, p_new, n_g, status = _gaussian_layers(em, swap, gaussian_tokens, n_null, seed, budget)
-    cos = np.asarray(cosines)
-    msg = (
-        f"{len(done)} of {em.n_layers} attention sublayers stabilized in the forward pass: "
-        f"pooled-embedding cosine {np.mean(cos):.4f} (min {np.min(cos):.4f}) over "
-        f"{len(cosines)} inputs, final hidden states changed by {change[-1]:.3g} relative"
-    )
-    if status is Status.BUDGET_EXHAUSTED:
-        msg += "; the Gaussianity tests were cut by the time limit"
-    return NetworkCheck(
-        stabilized_layers=done,
-        missing=tuple(missing),
-        n_inputs=len(cosines),
-        cosine_mean=float(np.mean(cos)),
-        cosine_min=float(np.min(cos)),
-        relative_change=change[-1],
-        layer_change=change,
-        reference_error=ref_err if data.reference is not None else nan,
-        p_original=p_old,
-        p_stabilized=p_new,
-        gaussian_tokens=n_g,
-        status=status,
-        message=msg,
-        seconds=time.perf_counter() - clock,
-    )
-
-
-def _gaussian_layers(
-    em: ExtractedModel,
-    swap: list[Layer | None],
-    n: int | None,
-    n_null: int,
-    seed: int,
-    budget: Budget,
-) -> tuple[tuple[float, ...], tuple[float, ...], int, Status]:
-    """Gaussianity p-values of Gaussian input tokens after every layer, original and
-    stabilized (``nan`` where the time ran out)."""
-    d = em.dim
-    n_tok = max(512, d + 64) if n is None else n
-    x0 = np.random.default_rng([seed, 7]).standard_normal((n_tok, d))
-    p: dict[str, list[float]] = {}
-    status = Status.SUCCESS
-    for name, att in (("original", None), ("stabilized", swap)):
-        p[name] = []
-        if budget.exhausted:
-            status = Status.BUDGET_EXHAUSTED
-            p[name] = [math.nan] * em.n_layers
-            continue
-        states = em.forward(x0, causal=em.causal, attention=att)
-        for h in states[1:]:
-            if budget.exhausted:
-                status = Status.BUDGET_EXHAUSTED
-                p[name].append(math.nan)
-                continue
-            res = gaussianity(h, n_null=n_null, seed=seed, time_limit=budget.left_as_limit())
-            p[name].append(float(res.p_value) if res.success else math.nan)
-    return tuple(p["original"]), tuple(p["stabilized"]), n_tok, status
-
-
 @dataclass(frozen=True, eq=False)
 class ModelMap(ResultFields, Outcome):
     """Result of :func:`model_map`: one :class:`LayerMap` per layer and the stabilized network.
@@ -1355,10 +1088,23 @@ def model_map(
     net = None
     if rows and not budget.exhausted:
         with single_threaded_blas():
+            stabilized = {
+                r.layer: r.stabilization.layer
+                for r in rows
+                if r.stabilization is not None and r.stabilization.success
+            }
+            kept = {
+                r.layer: "no stabilization"
+                if r.stabilization is None
+                else f"stabilization {r.stabilization.status.value}"
+                for r in rows
+                if r.layer not in stabilized
+            }
             net = network_check(
                 em,
-                rows,
+                stabilized,
                 data,
+                kept=kept,
                 gaussian_tokens=n_gauss,
                 n_null=nulls,
                 seed=sd,
@@ -1410,7 +1156,11 @@ def _run_rows(
     layers not mapped with why, where they ran and the layers reused from the store."""
     limit = budget.left_as_limit()
     deadline = None if limit is None else time.time() + limit
-    by_key = {j.layer_index: replace(j, time_limit=None, deadline=deadline) for j in jobs}
+    given = budget.given_limit
+    by_key = {
+        j.layer_index: replace(j, time_limit=None, deadline=deadline, given_limit=given)
+        for j in jobs
+    }
     with progress("model map", total=len(jobs)) as update:
         done = [0]
 
@@ -1429,7 +1179,12 @@ def _run_rows(
             on_done=landed,
             stored=_complete,
         )
-    missing = {k: f"{nd.reason}: {nd.message}" for k, nd in out.not_done.items()}
+    missing = {
+        k: f"not mapped: {budget.reason()}"
+        if nd.reason == "time_limit"
+        else f"{nd.reason}: {nd.message}"
+        for k, nd in out.not_done.items()
+    }
     return dict(out.rows), missing, out.where, tuple(out.reused)
 
 

@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from .._blas import calm_blas
 from .._display import Axes, SummaryItems
 from .._linalg import FloatArray
 from .._progress import progress
@@ -328,6 +329,15 @@ def compare_tokens(
     budget = Budget(opts.time_limit)
     clock = time.perf_counter()
     _work_needed(ctrl, None, opts)  # absurd sizes are refused before anything is computed
+    # on a busy machine a multi-threaded BLAS stalls inside calls no budget check interrupts
+    with calm_blas():
+        return _compare(ctrl, initial, opts, budget, clock)
+
+
+def _compare(
+    ctrl: Control, initial: Gaussian, opts: _CompareOptions, budget: Budget, clock: float
+) -> TokenComparison:
+    """:func:`compare_tokens` once its inputs are checked."""
     # the time left, never raising: a budget spent already gives a BUDGET_EXHAUSTED reference
     left = None if budget.time_limit is None else max(budget.remaining(), 1e-9)
     predicted, reference = reference_flow(ctrl, initial, left)

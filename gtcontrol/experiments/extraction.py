@@ -68,7 +68,7 @@ from ..model.field import affine_velocity
 from ..model.params import Layer
 from ._weights import AttentionWeights, FeedForwardWeights, LayerNormWeights
 
-__all__ = ["NORM_PLACEMENTS", "ExtractedLayer", "ExtractedModel"]
+__all__ = ["NORM_PLACEMENTS", "ExtractedLayer", "ExtractedModel", "ModelFields"]
 
 #: Where a layer's LayerNorms sit: after each residual sum (BERT) or inside each branch (ViT).
 NORM_PLACEMENTS = ("post-LN", "pre-LN")
@@ -425,3 +425,56 @@ class ExtractedModel(LayerStack[ExtractedLayer]):
             f"{self.label}: {self.family}, {self.n_layers} layers, d = {self.dim}, "
             f"{self.n_heads} heads, {self.norm_placement}{causal}, reads {self.inputs}"
         )
+
+
+@dataclass(frozen=True, eq=False)
+class ModelFields:
+    """What a result about a whole model says the model is (one home for the fields of
+    :class:`~gtcontrol.experiments.ModelReport` and :class:`~gtcontrol.experiments.ModelMap`).
+
+    Attributes
+    ----------
+    model, description, family, norm_placement
+        The model's label, description, family and norm placement (:class:`ExtractedModel`).
+    n_layers, dim, n_heads
+        Its shape.
+    notes
+        What the Gaussian model keeps and drops for it.
+    """
+
+    model: str
+    description: str
+    family: str
+    norm_placement: str
+    n_layers: int
+    dim: int
+    n_heads: int
+    notes: tuple[str, ...]
+
+    @staticmethod
+    def of(em: ExtractedModel) -> dict[str, Any]:
+        """The fields of ``em``, as keywords (``Result(**ModelFields.of(em), ...)``)."""
+        return {
+            "model": em.label,
+            "description": em.description,
+            "family": em.family,
+            "norm_placement": em.norm_placement,
+            "n_layers": em.n_layers,
+            "dim": em.dim,
+            "n_heads": em.n_heads,
+            "notes": em.notes,
+        }
+
+    @staticmethod
+    def unloaded(label: str) -> dict[str, Any]:
+        """The fields of a model that was not loaded."""
+        return {
+            "model": label,
+            "description": "not loaded",
+            "family": "",
+            "norm_placement": "",
+            "n_layers": 0,
+            "dim": 0,
+            "n_heads": 0,
+            "notes": (),
+        }

@@ -83,7 +83,7 @@ from ._common import as_seed
 from ._layer_jobs import run_layer_jobs
 from ._map_network import MapData, NetworkCheck, map_data, network_check
 from .attention_flows import head_growth
-from .extraction import ExtractedModel
+from .extraction import ExtractedModel, ModelFields
 from .pretrained import (
     MAX_TOKENS,
     check_tokens,
@@ -868,7 +868,7 @@ def map_layer(job: LayerJob) -> LayerMap:
 
 
 @dataclass(frozen=True, eq=False)
-class ModelMap(ResultFields, Outcome):
+class ModelMap(ModelFields, ResultFields, Outcome):
     """Result of :func:`model_map`: one :class:`LayerMap` per layer and the stabilized network.
 
     Attributes
@@ -895,14 +895,6 @@ class ModelMap(ResultFields, Outcome):
         the cluster's address), ``reused`` (the layers read from the store).
     """
 
-    model: str
-    description: str
-    family: str
-    norm_placement: str
-    n_layers: int
-    dim: int
-    n_heads: int
-    notes: tuple[str, ...]
     data: str
     rows: tuple[LayerMap, ...]
     stabilized_network: NetworkCheck | None
@@ -1217,14 +1209,7 @@ def _assemble(
         parts.append(f"stabilized network: {net.message}")
     parts.extend(f"layer {k}: {why}" for k, why in sorted(unmapped.items()))
     return ModelMap(
-        model=em.label,
-        description=em.description,
-        family=em.family,
-        norm_placement=em.norm_placement,
-        n_layers=em.n_layers,
-        dim=em.dim,
-        n_heads=em.n_heads,
-        notes=em.notes,
+        **ModelFields.of(em),
         data=data.what,
         rows=rows,
         stabilized_network=net,
@@ -1241,14 +1226,7 @@ def _not_mapped(
     label: str, why: str, rate: float | str, change_budget: float, clock: float
 ) -> ModelMap:
     return ModelMap(
-        model=label,
-        description="not loaded",
-        family="",
-        norm_placement="",
-        n_layers=0,
-        dim=0,
-        n_heads=0,
-        notes=(),
+        **ModelFields.unloaded(label),
         data="",
         rows=(),
         stabilized_network=None,

@@ -30,6 +30,7 @@ from .._validation import as_positive_float, as_positive_int, as_time_limit
 from ._common import as_seed, first_failure
 from ._onnx_data import data_refusal
 from .attention_flows import AttentionFlows, attention_flows
+from .extraction import ModelFields
 from .pretrained import (
     MAX_TOKENS,
     GaussianityTable,
@@ -74,7 +75,7 @@ class ModelLayerRow:
 
 
 @dataclass(frozen=True, eq=False)
-class ModelReport(ResultFields, Outcome):
+class ModelReport(ModelFields, ResultFields, Outcome):
     """Result of :func:`model_report`.
 
     Attributes
@@ -99,14 +100,6 @@ class ModelReport(ResultFields, Outcome):
         What ran; ``seconds``.
     """
 
-    model: str
-    description: str
-    family: str
-    norm_placement: str
-    n_layers: int
-    dim: int
-    n_heads: int
-    notes: tuple[str, ...]
     data: str
     rows: tuple[ModelLayerRow, ...]
     gaussianity: GaussianityTable | None = None
@@ -263,14 +256,7 @@ def model_report(
         + f"; {blow} of {em.n_layers} attention flows blow up from the identity"
     )
     return ModelReport(
-        model=em.label,
-        description=em.description,
-        family=em.family,
-        norm_placement=em.norm_placement,
-        n_layers=em.n_layers,
-        dim=em.dim,
-        n_heads=em.n_heads,
-        notes=em.notes,
+        **ModelFields.of(em),
         data=(flow.data if flow is not None else "") if refusal is None else f"not run: {refusal}",
         rows=tuple(rows),
         gaussianity=tab,
@@ -284,14 +270,7 @@ def model_report(
 def _not_loaded(model: Any, budget: Budget, clock: float) -> ModelReport:
     """The report of a model not loaded within the time limit: no rows."""
     return ModelReport(
-        model=model_label(model),
-        description="not loaded",
-        family="",
-        norm_placement="",
-        n_layers=0,
-        dim=0,
-        n_heads=0,
-        notes=(),
+        **ModelFields.unloaded(model_label(model)),
         data="",
         rows=(),
         status=Status.BUDGET_EXHAUSTED,

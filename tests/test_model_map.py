@@ -25,6 +25,7 @@ from _families import BUILD  # noqa: E402
 from gtcontrol.experiments import ModelFileError, extract  # noqa: E402
 from gtcontrol.experiments._map_report import FIGURES, model_map_record  # noqa: E402
 from gtcontrol.experiments.model_map import (  # noqa: E402
+    PARTS,
     LayerJob,
     ModelMap,
     map_data,
@@ -81,7 +82,15 @@ def test_every_row_has_every_part(mapped: tuple[str, Any, ModelMap]) -> None:
         st = r.stabilization
         assert st is not None and st.success and st.local_certificate
         assert st.token_certificate is not None and st.token_certificate.success
-        assert set(r.seconds) == {"regime", "heads", "equilibria", "stabilization"}
+        assert set(r.seconds) == set(PARTS)
+        # the local question: the perturbed target is the one verified start
+        assert [v.name for v in st.verification] == ["perturbed target"]
+        assert all(v.converged for v in st.verification)
+        # the stabilized layer's flow from N(e, I ⊕ 0), drawn to the map's depth
+        t_after, lam_after = r.lam_after
+        assert t_after[0] == 0.0 and t_after[-1] == pytest.approx(2.0)
+        assert lam_after[0] == pytest.approx(1.0)
+        assert "from the identity under the stabilized layer" in r.message
     net = m.stabilized_network
     assert net is not None and net.n_inputs == 40
     # the extracted forward pass (final norm included) reproduces the real network's output

@@ -1349,3 +1349,48 @@ def test_a_token_check_failed_at_the_rate_alone_doubles_the_design_rate() -> Non
     assert not first.success and first.w2 > 2.0 * first.floor
     again = gt.design_token_certificate(res.layer, target, **same)
     assert again.success and again.w2 == pytest.approx(tc.w2, rel=1e-6)
+
+
+def test_a_token_check_the_budget_never_ran_is_not_a_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A token check asked for but never run (the time limit was reached before its turn) made
+    the design ``SUCCESS`` with no token certificate (seen on a busy machine in
+    ``test_time_limit_holds_while_the_design_rate_doubles``): it is ``BUDGET_EXHAUSTED`` and
+    says so."""
+    import importlib
+
+    stabilize_module = importlib.import_module("gtcontrol.control.design.stabilize")
+    original = stabilize_module._Context._tokens
+
+    def late(self: Any, *args: Any, **kwargs: Any) -> Any:
+        while not self.budget.exhausted:  # its turn comes after the limit
+            time.sleep(0.01)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(stabilize_module._Context, "_tokens", late)
+    layer = gt.Layer(V=0.3 * np.eye(2), B=0.5 * np.eye(2))
+    target = gt.Gaussian([0.5, -0.3], [[1.0, 0.2], [0.2, 0.6]])
+    res = gt.stabilize(layer, target, add="head", token_check=64, time_limit=2.0)
+    assert res.status is Status.BUDGET_EXHAUSTED, res.message
+    assert res.token_certificate is None
+    assert "the token check did not run: the time limit of 2 s was reached" in res.message
+
+
+def test_the_perturbed_target_alone_answers_the_local_question() -> None:
+    """``initial="perturbed"``: one verified start, the perturbed target, no screens, and ``c``
+    the local minimum, where the default starts grow ``c`` for a far start that settles
+    elsewhere."""
+    rng = np.random.default_rng(1020)
+    d = 24
+    layer = random_layer(rng, d, 3, factored=False)
+    layer = layer.replace(heads=[(6.0 * v, b) for v, b in layer.heads])
+    target = gt.Gaussian(rng.standard_normal(d), random_spd(rng, d))
+    full = gt.stabilize(layer, target, add="head", rate=1.0)
+    local = gt.stabilize(layer, target, add="head", rate=1.0, initial="perturbed")
+    assert full.success and full.stats["c_screens"] >= 2
+    assert local.success, local.message
+    assert [v.name for v in local.verification] == ["perturbed target"]
+    assert local.stats["c_screens"] == 0 and local.c == local.stats["c_local"]
+    assert local.c < full.c
+    np.testing.assert_array_equal(local.starts[0].cov, full.starts[-1].cov)
+    with pytest.raises(gt.InvalidParametersError, match=r"initial: expected .*'perturbed'"):
+        gt.stabilize(layer, target, add="head", initial="near")

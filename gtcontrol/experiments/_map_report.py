@@ -27,7 +27,7 @@ __all__ = ["FIGURES", "draw_figure", "map_html", "map_markdown", "model_map_reco
 #: The report's figures: file name and caption.
 FIGURES = {
     "lambda_depth.png": "λ_max Σ(t) from N(e, I ⊕ 0): each layer as it is (dashed, until its "
-    "blow-up) and stabilized (solid, its verification)",
+    "blow-up) and stabilized (solid, integrated to the same depth)",
     "spectra.png": "Rightmost eigenvalues of the linearization: at the equilibria Newton found "
     "(circles) and at the stabilized data target (crosses)",
     "head_shares.png": "Each head's share of the growth of λ_max Σ from the identity, per layer",

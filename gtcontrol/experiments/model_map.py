@@ -110,7 +110,7 @@ __all__ = [
 ]
 
 #: The parts of a row, in the order they run.
-PARTS = ("regime", "heads", "equilibria", "stabilization")
+PARTS = ("regime", "heads", "equilibria", "stabilization", "after")
 #: Seconds each regime (one per start) and each Newton run may take at most: analyze's verdict
 #: outside the Riccati class runs an equilibria search that is hours at d = 385.
 REGIME_SECONDS = 5.0
@@ -122,6 +122,9 @@ _VERDICT_MAX_DIM = 8
 #: (docs/benchmarks.md, "The model map"); the records draw λ_max.
 _FLOW_RTOL = 1e-6
 _FLOW_POINTS = 20
+#: Tolerance of the stabilized layer's flow from the identity (a figure and a distance, two
+#: significant digits; the stabilization's own verification runs at 1e-7).
+_AFTER_RTOL = 1e-3
 #: Newton's tolerance on the relative residual (the spectrum needs ``≤ 1e-8``).
 _NEWTON_TOL = 1e-10
 #: Two Newton roots closer than this (relative Frobenius) are one equilibrium.
@@ -311,7 +314,7 @@ class LayerMap(ResultFields, Outcome):
         run).
     lam_before, lam_after
         ``(t, λ_max Σ(t))`` from the identity under the layer, and under the stabilized layer
-        (its verification from the identity start); empty when not run.
+        (an integration to ``T``, :func:`_after`); empty when not run.
     equilibria
         :class:`MapEquilibrium` from ``"data"`` and ``"identity"``.
     stabilization
@@ -696,6 +699,7 @@ def _stabilization(
             target,
             add="head",
             rate=rate,
+            initial="perturbed",
             token_check=tokens,
             tokens=probe,
             seed=job.seed,
@@ -722,11 +726,39 @@ def _stabilization(
     return final, curve, how
 
 
-def _lam_after(res: Stabilization | None) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    if res is None or not res.verification:
-        return (), ()
-    v = next((v for v in res.verification if "identity" in v.name), res.verification[0])
-    return tuple(float(t) for t in v.t), tuple(float(x) for x in v.lam_max)
+def _after(
+    res: Stabilization | None, T: float, budget: Budget
+) -> tuple[tuple[tuple[float, ...], tuple[float, ...]], str]:
+    """``(t, λ_max Σ(t))`` from ``N(e, I ⊕ 0)`` to ``T`` under the stabilized layer, and a line
+    saying how far from the target that start ends (an integration at ``rtol``
+    :data:`_AFTER_RTOL`, for the figure and that line, not a verification: the stabilization
+    verifies the target's own neighbourhood, its local question)."""
+    if res is None or res.status is not Status.SUCCESS:
+        return ((), ()), ""
+    final, tgt = res.layer, res.target
+    traj = simulate(
+        final,
+        _identity(final.dim - 1),
+        T,
+        rtol=_AFTER_RTOL,
+        n_points=_FLOW_POINTS,
+        time_limit=budget.left_as_limit(),
+    )
+    if not len(traj.t):
+        return ((), ()), ""
+    lam = tuple(float(np.linalg.eigvalsh(c)[-1]) for c in traj.cov)
+    curve = (tuple(float(t) for t in traj.t), lam)
+    if traj.status is not Status.SUCCESS:
+        return curve, f"from the identity under the stabilized layer: {traj.message}"
+    cov_err = float(np.linalg.norm(traj.cov[-1] - tgt.cov) / np.linalg.norm(tgt.cov))
+    mean_err = float(
+        np.linalg.norm(traj.mean[-1] - tgt.mean) / max(float(np.linalg.norm(tgt.mean)), 1.0)
+    )
+    return curve, (
+        f"from the identity under the stabilized layer (integrator, rtol {_AFTER_RTOL:g}; not a "
+        f"verification): relative distance to the target {cov_err:.2g} (Σ), {mean_err:.2g} "
+        f"(m) at depth {float(traj.t[-1]):.4g}"
+    )
 
 
 #: Share of a row's time limit each part may take at most (the stabilization takes the rest).
@@ -840,6 +872,9 @@ def map_layer(job: LayerJob) -> LayerMap:
         lines.append(f"stabilization ({stab.status.value}): {stab.message}")
         if stab.status is Status.BUDGET_EXHAUSTED and "stabilization" not in cut:
             cut.append("stabilization")
+    after, after_line = run("after", lambda b: _after(stab, job.T, b), (((), ()), ""))
+    if after_line:
+        lines.append(after_line)
     status = Status.SUCCESS
     if cut:
         status = Status.BUDGET_EXHAUSTED
@@ -854,7 +889,7 @@ def map_layer(job: LayerJob) -> LayerMap:
         head_share=heads[1],
         head_shares=heads[2],
         lam_before=heads[3],
-        lam_after=_lam_after(stab),
+        lam_after=after,
         equilibria=tuple(eqs),
         stabilization=stab,
         stabilization_note=note,

@@ -11,6 +11,15 @@ has grown tenfold past ``blowup_factor × max(‖Σ0‖₂, 1)`` and declares a 
 * the predicted error of the last one, ``|t*_k − t*_{k−1}| (ρ_k/ρ_{k−1})²``, is below the target
   (``tol``, relative to ``t*``), or ``λ_max`` reached the end of its useful range.
 
+Where the integrator's own error sets the estimates' accuracy (near the singularity it may
+loosen its tolerances, :meth:`BlowupWatch.relaxation`, and the estimates then agree only to a
+fixed fraction of ``ρ``), the agreement test above is never met and the integration would go on
+to the collapse of its step. So the watch also stops on a *geometric* convergence of the
+estimates: over four samples the remaining time shrank threefold at each, and so did the gaps
+``g_k = |t*_k − t*_{k−1}|`` (``g_k ≤ g_{k−1}/3``, twice); the estimates' limit then lies within
+``g_k/2`` of ``t*_k`` (a geometric tail of ratio ``≤ 1/3``), and the watch stops once ``g_k/2`` is
+below the target, with the bracket's upper end ``t*_k + g_k`` (twice that tail).
+
 The answer is ``t*_k`` with the bracket ``(t_k, t*_k + max(|t*_k − t*_{k−1}|, 8 ε t*_k))``: the
 lower end is the last depth the integration reached, the upper end an over-estimate verified by
 the agreement of two extrapolations (its margin is the difference of the two, which exceeds the
@@ -23,6 +32,7 @@ Reference: the paper cited in :mod:`gtcontrol`, §3.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -112,10 +122,13 @@ class BlowupWatch:
         gap = abs(new.estimate - prev.estimate)
         shrinking = remaining <= prev.remaining / 3.0
         agree = gap <= 1e-3 * prev.remaining
+        t_star = new.estimate
+        geometric = self._geometric()
+        if geometric is not None:
+            return geometric
         if not (shrinking and agree):
             return None
         predicted = gap * (remaining / prev.remaining) ** 2
-        t_star = new.estimate
         if predicted <= self.tol * abs(t_star) or lam >= self.lam_ref * _LAST_LEVEL:
             upper = t_star + max(gap, 8 * _EPS * abs(t_star))
             how = (
@@ -124,6 +137,32 @@ class BlowupWatch:
             )
             return _blowup(t_star, t, upper, how)
         return None
+
+    def _geometric(self) -> IntegrationEnd | None:
+        """The blow-up from the last four samples when their estimates converge geometrically
+        (module docstring), else ``None``."""
+        if len(self.samples) < 4:
+            return None
+        last = self.samples[-4:]
+        rho = [s.remaining for s in last]
+        if not all(math.isfinite(r) and r > 0 for r in rho) or any(
+            b > a / 3.0 for a, b in itertools.pairwise(rho)
+        ):
+            return None
+        est = [s.estimate for s in last]
+        gaps = [abs(b - a) for a, b in itertools.pairwise(est)]
+        if not (gaps[1] <= gaps[0] / 3.0 and gaps[2] <= gaps[1] / 3.0):
+            return None
+        t_star = est[-1]
+        if 0.5 * gaps[2] > self.tol * abs(t_star):
+            return None
+        upper = t_star + max(gaps[2], 8 * _EPS * abs(t_star))
+        how = (
+            f"the extrapolations of 1/λ_max converge geometrically (gaps {gaps[0]:.2g}, "
+            f"{gaps[1]:.2g}, {gaps[2]:.2g}); λ_max = {last[-1].lam:.3g}, remaining time "
+            f"{rho[-1]:.3g}"
+        )
+        return _blowup(t_star, last[-1].t, upper, how)
 
     def relaxation(self) -> float:
         """Factor ``≥ 1`` by which the integrator may loosen its tolerances near a blow-up.

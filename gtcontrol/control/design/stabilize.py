@@ -206,7 +206,7 @@ def stabilize(
     *,
     add: str = "auto",
     rate: float = 1.0,
-    initial: Gaussian | Sequence[Gaussian] | None = None,
+    initial: Gaussian | Sequence[Gaussian] | str | None = None,
     T: float | None = None,
     token_check: int | None = None,
     min_ess: float = 0.5,
@@ -239,7 +239,8 @@ def stabilize(
         Start(s) of the verifying simulations: a Gaussian or a sequence; ``None``: the
         identity start ``N(m*_frozen, P)`` (``P`` the projection on the active subspace, the
         mean zero on it; left out when it is the target itself) and a perturbed target (10 %,
-        seeded).
+        seeded); ``"perturbed"``: that perturbed target alone (the local question, with no far
+        start: no screens, and ``c`` is the smallest with the local certificate).
     T
         Depth of the verification; ``None``: ``(ln(e0/1e-6) + 3) / rate`` with ``e0`` the
         largest relative error of the starts (covariance or mean), extended by ``3 / rate`` at
@@ -459,7 +460,12 @@ def _check_noise(noise: FloatArray, basis: FloatArray, n_tok: int | None) -> Non
 def _starts(
     initial: Any, tgt: Gaussian, basis: FloatArray, seed: int, d: int
 ) -> list[tuple[str, Gaussian]]:
-    if initial is None:
+    if initial is None or isinstance(initial, str):
+        if initial is not None and initial != "perturbed":
+            raise InvalidParametersError(
+                "initial: expected a Gaussian, a sequence of them, None or 'perturbed', "
+                f"got {initial!r}"
+            )
         proj = basis @ basis.T
         frozen_mean = tgt.mean - proj @ tgt.mean
         identity = Gaussian(frozen_mean, proj, name="initial")
@@ -480,7 +486,9 @@ def _starts(
         over = np.abs(mean) > MAX_ENTRY
         mean[over] = tgt.mean[over] - np.sign(tgt.mean[over]) * np.abs(step[over])
         perturbed = (_PERTURBED, Gaussian(mean, cov, name="the perturbed target start"))
-        if np.array_equal(identity.cov, tgt.cov) and np.array_equal(identity.mean, tgt.mean):
+        if initial == "perturbed" or (
+            np.array_equal(identity.cov, tgt.cov) and np.array_equal(identity.mean, tgt.mean)
+        ):
             return [perturbed]  # the identity start is the target itself: nothing to verify
         return [("identity", identity), perturbed]
     items = [initial] if isinstance(initial, Gaussian) else list(initial)
@@ -970,6 +978,9 @@ class _Context:
                     f"the simulation from the {v.name} start did not converge: {v.message}"
                 )
         kept_ess = math.nan
+        if given is not None and tc is None and not token_note:
+            # asked for and never run (the budget was spent before its turn): not a pass
+            reasons.append(f"the token check did not run: {self.budget.reason()}")
         if tc is not None and tc.status is Status.BUDGET_EXHAUSTED and self.budget.exhausted:
             # the run saw what was left of the call's time: name the call's limit
             reasons.append(f"the token check was cut short: {self.budget.reason()} ({tc.message})")

@@ -33,13 +33,14 @@ import numpy as np
 
 from .._linalg import FloatArray, vech
 from .._status import Budget, Status, as_time_limit
-from .._validation import option_values
-from ..errors import SolverError
+from .._validation import as_positive_float, as_positive_int, option_values
+from ..errors import InvalidParametersError, SolverError
 from ..model.gaussian import Gaussian
 from ..model.moments import Trajectory
 from ..model.params import Layer, Schedule
 from ._constructions import check_guess, solve_flow, states_of, warm_starts
 from ._ipopt import IpoptSettings
+from ._steer_base import make_problem, steer_base
 from ._steer_problem import (
     Collocation,
     Plan,
@@ -57,6 +58,7 @@ from ._steer_problem import (
     verify,
 )
 from ._transcription import Solution, Transcription, build_estimate, pack, to_layer, transcription
+from .reachability import check_mode
 
 __all__ = ["Collocation", "IpoptSettings", "SteeringBounds", "SteeringResult", "steer"]
 
@@ -81,6 +83,7 @@ def steer(
     verify_tokens: int = 0,
     seed: int = 0,
     method: str = "auto",
+    base: Layer | Schedule | None = None,
     time_limit: float | None = None,
 ) -> SteeringResult:
     """Optimal ``L``-layer steering of ``initial`` to ``target`` in depth ``T``, verified.
@@ -174,6 +177,22 @@ def steer(
         bounds, no ``initial_guess``, ``redundancy="fixed"`` and a non-singular Σ0.
         ``"auto"``: ``"flow"`` where it applies from ``d ≥ 5`` (``"full"``, ``"attention"``) or
         ``d ≥ 9`` (``"ffn"``), else ``"collocation"``.
+    base
+        A network to steer through (``None``: a blank network): a :class:`Layer` used in every
+        sublayer, or a :class:`Schedule` of ``n_layers`` layers over depth ``T``. Its heads
+        (dense and factored) and affine part are kept unchanged in every sublayer; the control
+        is what is added to them, a constant affine ``A_k, b_k`` per sublayer (``mode="ffn"``,
+        the only mode with a base), and ``cost`` is its kinetic energy
+        ``∫ E|A_k x + b_k|² dt`` (``kinetic_energy`` is the whole field's). The initial and
+        target covariances must share their range (the active subspace); coordinates with
+        zero variance and the same mean at both ends (the affine coordinate of a layer on
+        ``R^{d+1}``) are held constant, so a base that moves one is refused. The construction
+        (:mod:`gtcontrol.control._steer_base`) shoots each sublayer from where the previous
+        one ended onto the geodesic's next node; ``success`` needs the re-simulated terminal
+        error to be at most ``terminal_tol · max(1, |m|, sqrt(tr Σ))`` of the end points
+        (``stats["relative_terminal_error"]``). ``objective``, ``terminal``, ``bounds``,
+        ``collocation``, ``solver``, ``initial_guess``, ``redundancy``, ``regularization``
+        and ``method`` keep their defaults.
     time_limit
         Wall-clock budget in seconds (``None``: no limit). Each IPOPT solve gets the remaining
         budget as its maximal wall time; when it is spent no further start or correction is
@@ -221,7 +240,55 @@ def steer(
     clock = time.perf_counter()
     opts = _SteerOptions(**option_values(_SteerOptions, locals()))
     budget = Budget(as_time_limit(time_limit))
+    if base is not None:
+        return _steer_around(initial, target, T, n_layers, mode, opts, base, budget, clock)
     return run(make_plan(initial, target, T, n_layers, mode, opts), budget, clock)
+
+
+def _steer_around(
+    initial: Gaussian,
+    target: Gaussian,
+    T: float,
+    n_layers: int,
+    mode: str,
+    opts: _SteerOptions,
+    base: Any,
+    budget: Budget,
+    clock: float,
+) -> SteeringResult:
+    """``steer`` with a base: validate, refuse what the construction does not cover, build."""
+    if check_mode(mode) != "ffn":
+        raise InvalidParametersError(
+            f"mode: with a base the control is the added affine part (mode 'ffn'), got {mode!r}"
+        )
+    defaults = _SteerOptions()
+    for name in _BASE_FIXED_OPTIONS:
+        if getattr(opts, name) != getattr(defaults, name):
+            raise InvalidParametersError(
+                f"{name}: steering around a base takes the default ({getattr(defaults, name)!r})"
+            )
+    prob = make_problem(
+        initial,
+        target,
+        as_positive_float("T", T),
+        as_positive_int("n_layers", n_layers),
+        base,
+        opts.terminal_tol,
+        opts.verify_tokens,
+        opts.seed,
+    )
+    return steer_base(prob, budget, clock)
+
+
+#: Options of the blank problem that steering around a base does not take.
+_BASE_FIXED_OPTIONS = (
+    "objective",
+    "terminal",
+    "redundancy",
+    "regularization",
+    "initial_guess",
+    "method",
+)
 
 
 # ============================================================================ warm starts

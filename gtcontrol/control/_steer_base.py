@@ -1,0 +1,725 @@
+"""Steering through a fixed network: keep a base's heads, add the least affine control.
+
+:func:`gtcontrol.steer` with ``base=`` solves the steering problem of the paper with a drift:
+every sublayer keeps the base's heads (dense and factored) and its affine part unchanged and adds
+a constant affine control ``A_k, b_k``; the total field on ``N(m, Σ)`` is
+
+    M(t) = A_base + A_k + Σ_h V_h Σ(t) B_h,        c(t) = b_base + b_k + Σ_h V_h m(t).
+
+**Frame.** The flow is a congruence, so Σ keeps its rank ``r``. The initial and target
+covariances must share their range ``U`` (``d × r``, orthonormal); ``N`` spans the rest. A state
+is read in that frame as ``z = Uᵀm``, ``y = Nᵀm``, ``S = UᵀΣU`` (positive definite) and the
+off-block ``X = NᵀΣU``, which the base's heads may create (MiniLM's heads move LayerNorm's null
+direction) and the control must bring back to 0 by the end of every sublayer.
+
+**Nodes.** The Bures–Wasserstein geodesic of the reduced covariances ``S_k = G_k S_0 G_k``,
+``G_k = (1 − s_k) I + s_k C`` (``C`` the Bures–Wasserstein map ``S_0 → S_1``), and the straight
+mean line, at the sublayer switches: the nodes of the flow construction.
+
+**Model.** Between a start and an end state the blank network has an exact constant field
+(:func:`model_field`): ``M = U M_r Uᵀ + N W Uᵀ``, with ``M_r = log(C)/h`` the exact node-to-node
+feed-forward of the reduced covariances, ``W`` the coupling that produces the requested
+off-block (the flow of ``M`` is block-triangular in ``(U, N)``, so the off-block is linear in
+``W``), and the shift ``c`` that moves both parts of the mean.
+
+**Sublayer.** From where the previous sublayer actually ended, the control starts as the
+model field to the next node minus the base's field averaged (Simpson) along the planned
+sub-path, then is corrected by the fixed point of :func:`gtcontrol.control._constructions.shoot`:
+``control += model(start → node) − model(start → reached)``, each step one adaptive
+re-simulation of the sublayer (through the factored heads, ``O(H d² d_head)`` per evaluation
+and ``O(d² r)`` for the factor), until the reached state matches the node to ``1e-12``
+relative. Coordinates that are constant in the problem (exactly zero variance and the same mean
+at both ends: the affine coordinate of a layer on ``R^{d+1}``) are left alone by the control.
+
+Reference: Alcalde, Ji, Zuazua, arXiv:2606.07600 (2026), §5.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+import scipy.linalg
+from scipy.integrate import simpson
+
+from .._blas import calm_blas
+from .._linalg import FloatArray, sym
+from .._status import Budget, Status
+from .._validation import _short
+from ..errors import InvalidParametersError, UnreachableTargetError
+from ..model.field import affine_velocity
+from ..model.gaussian import Gaussian
+from ..model.moments import Trajectory, simulate
+from ..model.params import Layer, Schedule
+from ._constructions import _phi, bw_map
+from ._steer_problem import _VERIFY_ATOL, _VERIFY_RTOL, SteeringResult, _energy_points
+from .reachability import check_pair, check_reachable, problem_scale
+
+__all__: list[str] = []
+
+#: Relative mismatch (of the mean and covariance blocks) at which a sublayer has hit its node.
+SHOT_TOL = 1e-12
+#: Fixed-point steps per sublayer before it is given up.
+MAX_SHOTS = 30
+#: Relative size of ``(I − P)Σ1`` (``P`` the projection on the initial's range) above which the
+#: target is off the initial's active subspace.
+SUPPORT_RTOL = 1e-9
+#: Reserve kept for the verification, in units of its estimate (measured sublayer integrations).
+VERIFY_RESERVE = 3.0
+
+
+# ============================================================================ the problem
+@dataclass(frozen=True, eq=False)
+class Frame:
+    """The active subspace ``U`` of the end points, its complement ``N`` and constant coordinates.
+
+    ``N``'s first columns are the constant coordinates' unit vectors (their rows of every
+    control are zero).
+    """
+
+    U: FloatArray
+    N: FloatArray
+    fixed: tuple[int, ...]
+
+    def reduce(self, mean: FloatArray, cov: FloatArray) -> Reduced:
+        """``(z, S, y, X)`` of ``N(mean, cov)``."""
+        su = cov @ self.U
+        return Reduced(self.U.T @ mean, sym(self.U.T @ su), self.N.T @ mean, self.N.T @ su)
+
+
+@dataclass(frozen=True, eq=False)
+class Reduced:
+    """A state in the frame: ``z = Uᵀm``, ``S = UᵀΣU``, ``y = Nᵀm``, ``X = NᵀΣU``."""
+
+    z: FloatArray
+    S: FloatArray
+    y: FloatArray
+    X: FloatArray
+
+    def mismatch(self, other: Reduced, scale: float) -> float:
+        """Largest entry of the difference, over ``scale``."""
+        parts = [self.z - other.z, self.S - other.S, self.y - other.y, self.X - other.X]
+        return max((float(np.max(np.abs(p))) for p in parts if p.size), default=0.0) / scale
+
+
+@dataclass(frozen=True, eq=False)
+class BaseProblem:
+    """A validated steering problem around a base."""
+
+    initial: Gaussian
+    target: Gaussian
+    T: float
+    n: int
+    bases: tuple[Layer, ...]
+    frame: Frame
+    terminal_tol: float
+    verify_tokens: int
+    seed: int
+
+    @property
+    def h(self) -> float:
+        """Sublayer duration."""
+        return self.T / self.n
+
+    @property
+    def scale(self) -> float:
+        """``max(1, |m|, sqrt(tr Σ))`` of the end points."""
+        return problem_scale(self.initial, self.target)
+
+
+def check_base(base: Any, n: int, T: float, d: int) -> tuple[Layer, ...]:
+    """The base layer of every sublayer, or :class:`InvalidParametersError` naming the input."""
+    if isinstance(base, Layer):
+        layers: tuple[Layer, ...] = (base,) * n
+        names = ["base"] * n
+    elif isinstance(base, Schedule):
+        if base.n_layers != n or not math.isclose(base.T, T, rel_tol=1e-12):
+            raise InvalidParametersError(
+                f"base: a Schedule of {base.n_layers} layers over depth {base.T:g}; expected "
+                f"n_layers = {n} layers over T = {T:g} (one base layer per sublayer)"
+            )
+        layers = base.layers
+        names = [f"base.layers[{k}]" for k in range(n)]
+    else:
+        raise InvalidParametersError(
+            f"base: expected a Layer or a Schedule, got {_short(base)} ({type(base).__name__})"
+        )
+    for lay, name in zip(layers, names, strict=True):
+        if lay.dim != d:
+            raise InvalidParametersError(
+                f"{name}: dimension {lay.dim}, but the initial Gaussian has dimension {d}"
+            )
+        if lay.noise is not None:
+            raise InvalidParametersError(
+                f"{name}: Brownian forcing raises the covariance's rank; steering keeps it"
+            )
+        if not lay.is_gaussian_exact:
+            raise InvalidParametersError(
+                f"{name}: a {lay.ffn.activation if lay.ffn else ''} feed-forward is outside the "
+                "exact moment model; give the base's attention sublayer"
+            )
+    return layers
+
+
+def _frame(initial: Gaussian, target: Gaussian) -> Frame:
+    """The common active subspace, or an error naming the target."""
+    d, r = initial.dim, initial.rank
+    _, u = np.linalg.eigh(initial.cov)
+    big = u[:, d - r :]
+    proj_off = target.cov - big @ (big.T @ target.cov)
+    size = float(np.linalg.norm(target.cov))
+    off = float(np.linalg.norm(proj_off))
+    if off > SUPPORT_RTOL * max(size, np.finfo(float).tiny):
+        raise UnreachableTargetError(
+            f"target: its covariance leaves the initial's active subspace (|(I − P)Σ1| = "
+            f"{off:.3g}, |Σ1| = {size:.3g}, P the projection on range Σ0 of rank {r}); steering "
+            "around a base keeps the active subspace: give a target on the same subspace"
+        )
+    zero0 = np.diag(initial.cov) == 0.0
+    zero1 = np.diag(target.cov) == 0.0
+    fixed = tuple(int(j) for j in np.flatnonzero(zero0 & zero1 & (initial.mean == target.mean)))
+    null = u[:, : d - r]
+    if fixed:
+        e = np.zeros((d, len(fixed)))
+        e[list(fixed), range(len(fixed))] = 1.0
+        rest = null - e @ (e.T @ null)
+        q = np.linalg.svd(rest, full_matrices=False)[0]
+        null = np.hstack([e, q[:, : d - r - len(fixed)]])
+    return Frame(big, null, fixed)
+
+
+def _moved_fixed(lay: Layer, fixed: tuple[int, ...]) -> int | None:
+    """A constant coordinate that ``lay``'s heads or affine part move, else ``None``."""
+    a, b = lay.affine_ffn()
+    rows = list(fixed)
+    moved = np.any(a[rows] != 0.0, axis=1) | (b[rows] != 0.0)
+    fh = lay.factored_heads
+    if fh is not None:
+        moved |= np.any(fh.o_cat[rows] != 0.0, axis=1)
+    for v_h, _ in lay.dense_heads:
+        moved |= np.any(v_h[rows] != 0.0, axis=1)
+    hit = np.flatnonzero(moved)
+    return rows[int(hit[0])] if hit.size else None
+
+
+def make_problem(
+    initial: Gaussian,
+    target: Gaussian,
+    T: float,
+    n: int,
+    base: Any,
+    terminal_tol: float,
+    verify_tokens: int,
+    seed: int,
+) -> BaseProblem:
+    """Validate the end points against the base (refusals up front)."""
+    check_pair(initial, target)
+    check_reachable(initial, target, "ffn")  # a rank change
+    bases = check_base(base, n, T, initial.dim)
+    frame = _frame(initial, target)
+    if frame.fixed:
+        for k, lay in enumerate(bases):
+            j = _moved_fixed(lay, frame.fixed)
+            if j is not None:
+                name = "base" if isinstance(base, Layer) else f"base.layers[{k}]"
+                raise InvalidParametersError(
+                    f"{name}: moves coordinate {j}, which has zero variance and the same mean "
+                    "at both ends (the affine coordinate of a layer on R^{d+1} must stay "
+                    "constant); its row of the heads' output and of A, b must be zero"
+                )
+    return BaseProblem(initial, target, T, n, bases, frame, terminal_tol, verify_tokens, seed)
+
+
+# ============================================================================ the model field
+def _integral_phi(lam: FloatArray, h: float) -> FloatArray:
+    """``∫₀ʰ (e^{λt} − 1)/λ dt = (φ(λ, h) − h)/λ`` entrywise (``h²/2`` at ``λ = 0``)."""
+    x = lam * h
+    small = np.abs(x) < 1e-4
+    safe = np.where(small, 1.0, lam)
+    series = h * h * (0.5 + x / 6.0 + x * x / 24.0)
+    return np.where(small, series, (_phi(lam, h) - h) / safe)
+
+
+@dataclass(frozen=True, eq=False)
+class ModelField:
+    """The blank network's exact constant field between two states, in the frame."""
+
+    A: FloatArray
+    c: FloatArray
+    gam: FloatArray
+    lam: FloatArray
+    Q: FloatArray
+    c_u: FloatArray
+
+
+def model_field(frame: Frame, start: Reduced, end: Reduced, h: float) -> ModelField:
+    """The constant field ``x ↦ A x + c`` of the blank network that takes ``start`` to ``end``.
+
+    ``A = U M_r Uᵀ + N W Uᵀ``: ``M_r = log(C)/h`` with ``C`` the Bures–Wasserstein map of the
+    reduced covariances (exact for the ``U`` block); ``W = (X_e C⁻¹ − X_a) S_a⁻¹ Ψ⁻¹``,
+    ``Ψ = ∫₀ʰ e^{M_r s} ds``, gives the off-block ``X_e`` (the flow is block-triangular);
+    ``c = U c_U + N c_N`` moves ``z`` exactly and ``y`` by ``W ∫ z dt + h c_N``.
+    """
+    gam, q = np.linalg.eigh(bw_map(start.S, end.S))
+    lam = np.log(gam) / h
+    phi = _phi(lam, h)
+    c_u = q @ ((q.T @ end.z - gam * (q.T @ start.z)) / phi)
+    m_r = sym((q * lam) @ q.T)
+    x_rhs = (end.X @ q / gam) @ q.T - start.X  # X_e C⁻¹ − X_a
+    if x_rhs.size:
+        w_mat = scipy.linalg.solve(start.S, x_rhs.T, assume_a="pos").T
+        w_mat = (w_mat @ q / phi) @ q.T
+        int_z = q @ (phi * (q.T @ start.z) + _integral_phi(lam, h) * (q.T @ c_u))
+        c_n = (end.y - start.y - w_mat @ int_z) / h
+    else:
+        w_mat = np.zeros((0, q.shape[0]))
+        c_n = np.zeros(0)
+    u, n = frame.U, frame.N
+    a = (u @ m_r + n @ w_mat) @ u.T
+    c = u @ c_u + n @ c_n
+    return ModelField(a, c, gam, lam, q, c_u)
+
+
+def _planned_states(
+    frame: Frame, start: Reduced, end: Reduced, fld: ModelField, h: float
+) -> list[tuple[FloatArray, FloatArray]]:
+    """``(m, Σ)`` at ``0, h/2, h`` along the blank model's flow (off-block left out)."""
+    out = []
+    for t in (0.0, 0.5 * h, h):
+        e = fld.gam ** (t / h)
+        z = fld.Q @ (e * (fld.Q.T @ start.z) + _phi(fld.lam, t) * (fld.Q.T @ fld.c_u))
+        s_half = (fld.Q * e) @ fld.Q.T
+        cov_r = sym(s_half @ start.S @ s_half)
+        y = start.y + (t / h) * (end.y - start.y)
+        m = frame.U @ z + frame.N @ y
+        uc = frame.U @ cov_r
+        out.append((m, sym(uc @ frame.U.T)))
+    return out
+
+
+def base_average(
+    base: Layer, states: list[tuple[FloatArray, FloatArray]]
+) -> tuple[FloatArray, FloatArray]:
+    """Simpson average of the base's field ``(M, c)`` over the three planned states."""
+    fields = [affine_velocity(base, m, s) for m, s in states]
+    m_avg = (fields[0][0] + 4.0 * fields[1][0] + fields[2][0]) / 6.0
+    c_avg = (fields[0][1] + 4.0 * fields[1][1] + fields[2][1]) / 6.0
+    return m_avg, c_avg
+
+
+# ============================================================================ the construction
+State = tuple[FloatArray, FloatArray]
+
+
+@dataclass
+class _Log:
+    """Where the time went, and what each sublayer took."""
+
+    seconds: dict[str, float] = field(
+        default_factory=lambda: dict.fromkeys(
+            ("plan", "model", "integrate", "verify", "measure"), 0.0
+        )
+    )
+    shots: list[int] = field(default_factory=list)
+    errors: list[float] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    cut: bool = False
+
+    def timed(self, key: str, clock: float) -> None:
+        self.seconds[key] += time.perf_counter() - clock
+
+
+def added_layer(base: Layer, a_add: FloatArray, b_add: FloatArray) -> Layer:
+    """``base`` with ``A_k, b_k`` added to its affine part; its heads kept as they are."""
+    return base.replace(A=base.A + a_add, b=base.b + b_add)
+
+
+def _nodes(prob: BaseProblem) -> list[Reduced]:
+    """The geodesic's reduced states at the sublayer switches (the target's own at the end)."""
+    fr, g0, g1 = prob.frame, prob.initial, prob.target
+    s0 = sym(fr.U.T @ g0.cov @ fr.U)
+    c = bw_map(s0, sym(fr.U.T @ g1.cov @ fr.U))
+    r, dn = fr.U.shape[1], fr.N.shape[1]
+    nodes = [fr.reduce(g0.mean, g0.cov)]
+    for k in range(1, prob.n):
+        s = k / prob.n
+        g = (1.0 - s) * np.eye(r) + s * c
+        m = (1.0 - s) * g0.mean + s * g1.mean
+        nodes.append(Reduced(fr.U.T @ m, sym(g @ s0 @ g), fr.N.T @ m, np.zeros((dn, r))))
+    nodes.append(fr.reduce(g1.mean, g1.cov))
+    return nodes
+
+
+def _planned_control(
+    prob: BaseProblem, k: int, start: Reduced, end: Reduced, log: _Log
+) -> tuple[ModelField, FloatArray, FloatArray]:
+    """The model field to ``end`` and the first control: that field minus the base's average."""
+    clock = time.perf_counter()
+    fld = model_field(prob.frame, start, end, prob.h)
+    m_bar, c_bar = base_average(prob.bases[k], _planned_states(prob.frame, start, end, fld, prob.h))
+    a_add, b_add = fld.A - m_bar, fld.c - c_bar
+    _zero_rows(a_add, b_add, prob.frame.fixed)
+    log.timed("model", clock)
+    return fld, a_add, b_add
+
+
+def _zero_rows(a: FloatArray, b: FloatArray, rows: tuple[int, ...]) -> None:
+    if rows:
+        a[list(rows)] = 0.0
+        b[list(rows)] = 0.0
+
+
+@dataclass
+class _Shot:
+    layer: Layer
+    end: State | None
+    error: float
+    status: Status
+    message: str = ""
+
+
+def _end_of(
+    layer: Layer, start: State, h: float, rtol: float, budget: Budget
+) -> tuple[State | None, Status, str]:
+    traj = simulate(
+        layer,
+        Gaussian(*start),
+        T=h,
+        rtol=rtol,
+        atol=1e-16 * rtol / 1e-13,
+        n_points=2,
+        time_limit=budget.nested_limit(),
+    )
+    if traj.status is not Status.SUCCESS:
+        return None, traj.status, traj.message
+    return (np.array(traj.mean[-1]), sym(np.array(traj.cov[-1]))), Status.SUCCESS, ""
+
+
+class Feedback:
+    """The base's first-order response to a change of the control, removed from a correction.
+
+    A change ``(Δ, δ)`` of ``A_k, b_k`` moves the state on average by ``δΣ ≈ (h/2)(ΔΣ + ΣΔᵀ)``,
+    ``δm ≈ (h/2)(Δm + δ)`` over the sublayer, and the heads answer with ``(Σ_h V_h δΣ B_h,
+    Σ_h V_h δm)`` (linear in the state: one field evaluation through the factored heads). The
+    effective field changes by the correction ``R`` when ``(I + L)(Δ, δ) = R``; a few Neumann
+    steps solve it (``|L| ~ h |V Σ B|`` < 1 on sublayers shorter than the base's blow-up).
+    """
+
+    def __init__(
+        self, base: Layer, state: tuple[FloatArray, FloatArray], h: float, fixed: tuple[int, ...]
+    ) -> None:
+        d = base.dim
+        self.heads = (
+            base.replace(A=np.zeros((d, d)), b=np.zeros(d), ffn=None) if base.n_heads else None
+        )
+        self.m, self.cov = state
+        self.h = h
+        self.fixed = fixed
+
+    def response(self, da: FloatArray, db: FloatArray) -> tuple[FloatArray, FloatArray]:
+        assert self.heads is not None
+        p = da @ self.cov
+        dm = 0.5 * self.h * (da @ self.m + db)
+        return affine_velocity(self.heads, dm, 0.5 * self.h * (p + p.T))
+
+    def solve(self, ra: FloatArray, rb: FloatArray) -> tuple[FloatArray, FloatArray]:
+        if self.heads is None:
+            return ra, rb
+        da, db = ra, rb
+        size = float(np.linalg.norm(ra)) + float(np.linalg.norm(rb))
+        for _ in range(FEEDBACK_STEPS):
+            la, lb = self.response(da, db)
+            na, nb = ra - la, rb - lb
+            _zero_rows(na, nb, self.fixed)
+            step = float(np.linalg.norm(na - da)) + float(np.linalg.norm(nb - db))
+            if not np.isfinite(step) or step > size:  # |L| ≥ 1: keep the plain correction
+                return ra, rb
+            da, db = na, nb
+            if step <= 1e-3 * size:
+                break
+        return da, db
+
+
+#: Neumann steps of :class:`Feedback`.
+FEEDBACK_STEPS = 12
+
+
+class Anderson:
+    """Anderson mixing of the fixed point ``x ← x + f(x)`` (``f``: the model's correction).
+
+    The plain step converges linearly, at the rate the model misses the base's response to the
+    control (about 0.5 per step for strong heads); mixing the last :data:`ANDERSON_DEPTH` steps
+    (a least-squares secant on ``O(d²)`` vectors, no extra integration) makes it superlinear.
+    """
+
+    def __init__(self) -> None:
+        self.xs: list[FloatArray] = []
+        self.fs: list[FloatArray] = []
+
+    def step(
+        self, a: FloatArray, b: FloatArray, fa: FloatArray, fb: FloatArray
+    ) -> tuple[FloatArray, FloatArray]:
+        d = b.shape[0]
+        x, f = np.concatenate([a.ravel(), b]), np.concatenate([fa.ravel(), fb])
+        self.xs.append(x)
+        self.fs.append(f)
+        if len(self.xs) > ANDERSON_DEPTH + 1:
+            self.xs.pop(0)
+            self.fs.pop(0)
+        new = x + f
+        if len(self.xs) > 1:
+            df = np.stack([self.fs[i + 1] - self.fs[i] for i in range(len(self.fs) - 1)], 1)
+            dx = np.stack([self.xs[i + 1] - self.xs[i] for i in range(len(self.xs) - 1)], 1)
+            gamma = np.linalg.lstsq(df, f, rcond=1e-10)[0]
+            if np.all(np.isfinite(gamma)):
+                new = new - (dx + df) @ gamma
+        return new[: d * d].reshape(d, d), new[d * d :].copy()
+
+
+#: Steps of :class:`Anderson`'s memory.
+ANDERSON_DEPTH = 4
+
+
+def _sublayer(
+    prob: BaseProblem,
+    k: int,
+    start: State,
+    node: Reduced,
+    budget: Budget,
+    log: _Log,
+    reserve: float,
+) -> _Shot:
+    """Shoot sublayer ``k`` from the state where the previous one ended onto ``node``."""
+    frame, h, scale = prob.frame, prob.h, prob.scale
+    red = frame.reduce(*start)
+    fld, a_add, b_add = _planned_control(prob, k, red, node, log)
+    best: _Shot | None = None
+    err = math.inf
+    mixer = Anderson()
+    mid = _planned_states(frame, red, node, fld, h)[1]
+    feedback = Feedback(prob.bases[k], mid, h, frame.fixed)
+    for it in range(MAX_SHOTS):
+        if budget.exhausted or budget.remaining() <= reserve:
+            log.cut = True
+            break
+        rtol = min(max(1e-3 * err, _VERIFY_RTOL), 1e-8)
+        layer = added_layer(prob.bases[k], a_add, b_add)
+        clock = time.perf_counter()
+        end, status, message = _end_of(layer, start, h, rtol, budget)
+        log.timed("integrate", clock)
+        if end is None:
+            log.shots.append(it + 1)
+            return best or _Shot(layer, None, math.inf, status, message)
+        reached = frame.reduce(*end)
+        new_err = reached.mismatch(node, scale)
+        if best is None or new_err <= best.error or rtol <= _VERIFY_RTOL:
+            best = _Shot(layer, end, new_err, Status.SUCCESS)
+        if new_err <= SHOT_TOL and rtol <= _VERIFY_RTOL:
+            break
+        if new_err > 10.0 * err or not np.all(np.linalg.eigvalsh(reached.S) > 0.0):
+            log.notes.append(f"sublayer {k + 1}: the correction diverged at {new_err:.3g}")
+            break
+        err = new_err
+        clock = time.perf_counter()
+        got = model_field(frame, red, reached, h)
+        fa, fb = feedback.solve(fld.A - got.A, fld.c - got.c)
+        a_add, b_add = mixer.step(a_add, b_add, fa, fb)
+        _zero_rows(a_add, b_add, frame.fixed)
+        log.timed("model", clock)
+    log.shots.append(it + 1)
+    assert best is not None or log.cut
+    return best or _Shot(
+        added_layer(prob.bases[k], a_add, b_add), None, math.inf, Status.BUDGET_EXHAUSTED
+    )
+
+
+def build(prob: BaseProblem, budget: Budget, log: _Log) -> tuple[list[Layer], Status, str]:
+    """The sublayers, each from where the previous one actually ended."""
+    clock = time.perf_counter()
+    nodes = _nodes(prob)
+    log.timed("plan", clock)
+    layers: list[Layer] = []
+    state: State | None = (prob.initial.mean, prob.initial.cov)
+    status, why = Status.SUCCESS, ""
+    for k in range(prob.n):
+        # keep time to verify: about one sublayer integration per sublayer, VERIFY_RESERVE times
+        per = log.seconds["integrate"] / max(sum(log.shots), 1)
+        reserve = VERIFY_RESERVE * per * prob.n if layers else 0.0
+        if state is None or budget.exhausted or budget.remaining() <= reserve:
+            break
+        shot = _sublayer(prob, k, state, nodes[k + 1], budget, log, reserve)
+        layers.append(shot.layer)
+        log.errors.append(shot.error)
+        state = shot.end
+        if shot.end is None and shot.status is not Status.BUDGET_EXHAUSTED:
+            status, why = shot.status, f"sublayer {k + 1}: {shot.message}"
+            break
+    if len(layers) < prob.n:
+        # the rest, planned between the nodes without correction (a complete control)
+        for k in range(len(layers), prob.n):
+            _, a_add, b_add = _planned_control(prob, k, nodes[k], nodes[k + 1], log)
+            layers.append(added_layer(prob.bases[k], a_add, b_add))
+        if status is Status.SUCCESS:
+            status = Status.BUDGET_EXHAUSTED
+            why = (
+                budget.reason()
+                if budget.exhausted
+                else (
+                    "the sublayer corrections stopped to keep time for the verification within the "
+                    f"time limit of {budget.given_limit:g} s"
+                )
+            )
+            log.cut = True
+    elif log.cut and status is Status.SUCCESS:
+        status = Status.BUDGET_EXHAUSTED
+        why = budget.reason() if budget.exhausted else "the time limit cut a sublayer's corrections"
+    return layers, status, why
+
+
+# ============================================================================ verification
+def _energies(
+    schedule: Schedule, additions: list[tuple[FloatArray, FloatArray]], traj: Trajectory
+) -> tuple[float, float]:
+    """``(∫ E|u|² dt, ∫ E|v|² dt)``: the added control's and the whole field's kinetic energy,
+    Simpson's rule on the verifying re-simulation's records, per sublayer."""
+    breaks = np.asarray(schedule.breakpoints, dtype=float)
+    added, total = 0.0, 0.0
+    for k, (a_add, b_add) in enumerate(additions):
+        t0, t1 = breaks[k], breaks[k + 1]
+        idx = np.flatnonzero((traj.t >= t0 - 1e-14 * max(t1, 1.0)) & (traj.t <= t1 + 1e-14))
+        lay = schedule.layers[k]
+        va, vt = np.empty(len(idx)), np.empty(len(idx))
+        for j, i in enumerate(idx):
+            m, s = traj.mean[i], traj.cov[i]
+            u = a_add @ m + b_add
+            va[j] = float(np.sum((a_add @ s) * a_add) + u @ u)
+            mm, c = affine_velocity(lay, m, s)
+            v = mm @ m + c
+            vt[j] = float(np.sum((mm @ s) * mm) + v @ v)
+        added += float(simpson(va, x=traj.t[idx]))
+        total += float(simpson(vt, x=traj.t[idx]))
+    return added, total
+
+
+def _verify(prob: BaseProblem, schedule: Schedule, budget: Budget) -> Trajectory | None:
+    try:
+        return simulate(
+            schedule,
+            prob.initial,
+            rtol=_VERIFY_RTOL,
+            atol=_VERIFY_ATOL,
+            n_points=_energy_points(prob.n, prob.initial.dim),
+            time_limit=budget.nested_limit(),
+        )
+    except InvalidParametersError:
+        return None
+
+
+def verdict(
+    prob: BaseProblem,
+    layers: list[Layer],
+    built: tuple[Status, str],
+    budget: Budget,
+    log: _Log,
+    stats: dict[str, Any],
+) -> SteeringResult:
+    """Re-simulate the control and measure it: the one judge of ``success``."""
+    schedule = Schedule(layers, prob.T)
+    additions = [
+        (lay.A - base.A, lay.b - base.b) for lay, base in zip(layers, prob.bases, strict=True)
+    ]
+    clock = time.perf_counter()
+    traj = _verify(prob, schedule, budget)
+    log.timed("verify", clock)
+    clock = time.perf_counter()
+    lower = prob.initial.bures_wasserstein(prob.target) ** 2 / prob.T
+    h = prob.h
+    par = h * sum(float(np.sum(a * a) + np.sum(b * b)) for a, b in additions)
+    reached = traj is not None and traj.status is Status.SUCCESS
+    err, added, kin = math.inf, math.inf, math.inf
+    if reached:
+        assert traj is not None
+        err = traj.final.bures_wasserstein(prob.target)
+        added, kin = _energies(schedule, additions, traj)
+        stats["mean_error"] = float(np.linalg.norm(traj.final.mean - prob.target.mean))
+        stats["cov_error"] = float(np.linalg.norm(traj.final.cov - prob.target.cov))
+        if prob.verify_tokens:
+            from ..model.tokens import simulate_tokens
+
+            x = prob.initial.sample(prob.verify_tokens, np.random.default_rng(prob.seed))
+            tok = simulate_tokens(schedule, x, time_limit=budget.nested_limit())
+            stats["token_terminal_error"] = (
+                tok.final.bures_wasserstein(prob.target)
+                if tok.status is Status.SUCCESS
+                else math.inf
+            )
+    rel = err / prob.scale
+    status, why = built
+    if not reached:
+        status = Status.FAILED if traj is None else traj.status
+        message = (
+            "the verifying re-simulation of the control did not reach T"
+            + ("" if traj is None else f" ({traj.message})")
+            + (f"; {why}" if why else "")
+        )
+    elif status is not Status.SUCCESS:
+        message = f"{why}; returning the control built, relative terminal error {rel:.3g}"
+    elif rel > prob.terminal_tol:
+        status = Status.FAILED
+        message = (
+            f"the re-simulated relative terminal error {rel:.3g} exceeds terminal_tol = "
+            f"{prob.terminal_tol:g} (sublayer misses {', '.join(f'{e:.2g}' for e in log.errors)})"
+        )
+    else:
+        message = f"steered around the base's heads; re-simulated relative terminal error {rel:.3g}"
+    if log.notes:
+        message += " [" + "; ".join(log.notes) + "]"
+    log.timed("measure", clock)
+    stats.update(
+        added_energy=added,
+        relative_terminal_error=rel,
+        sublayer_shots=list(log.shots),
+        sublayer_errors=list(log.errors),
+        seconds_by_part=dict(log.seconds),
+        active_dim=prob.frame.U.shape[1],
+        constant_coordinates=list(prob.frame.fixed),
+    )
+    coincident = lower * prob.T <= (1e-12 * prob.scale) ** 2
+    return SteeringResult(
+        controls=schedule,
+        status=status,
+        message=message,
+        cost=added,
+        kinetic_energy=kin,
+        parameter_energy=par,
+        lower_bound=lower,
+        gap=kin if coincident else (kin - lower) / lower,
+        terminal_error=err,
+        trajectory=traj if reached else None,
+        stats=MappingProxyType(stats),
+    )
+
+
+def steer_base(prob: BaseProblem, budget: Budget, clock: float) -> SteeringResult:
+    """The construction around the base, verified (BLAS on one thread on a busy machine)."""
+    log = _Log()
+    with calm_blas(), np.errstate(all="ignore"):
+        layers, status, why = build(prob, budget, log)
+        stats: dict[str, Any] = {
+            "method": "flow around the base",
+            "ipopt_status": None,
+            "converged": status is Status.SUCCESS,
+            "iterations": sum(log.shots),
+            "time_limit": budget.time_limit,
+            "base_heads": prob.bases[0].n_heads,
+        }
+        result = verdict(prob, layers, (status, why), budget, log, stats)
+    stats = dict(result.stats)
+    stats["seconds"] = time.perf_counter() - clock
+    from dataclasses import replace
+
+    return replace(result, stats=MappingProxyType(stats))

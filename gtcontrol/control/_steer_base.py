@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -56,7 +56,13 @@ from ..model.gaussian import Gaussian
 from ..model.moments import Trajectory, simulate
 from ..model.params import Layer, Schedule
 from ._constructions import _phi, bw_map
-from ._steer_problem import _VERIFY_ATOL, _VERIFY_RTOL, SteeringResult, _energy_points
+from ._steer_problem import (
+    _VERIFY_ATOL,
+    _VERIFY_RTOL,
+    SteeringResult,
+    _energy_points,
+    _SteerOptions,
+)
 from .reachability import check_pair, check_reachable, problem_scale
 
 __all__: list[str] = []
@@ -116,9 +122,22 @@ class BaseProblem:
     n: int
     bases: tuple[Layer, ...]
     frame: Frame
-    terminal_tol: float
-    verify_tokens: int
-    seed: int
+    opts: _SteerOptions
+
+    @property
+    def terminal_tol(self) -> float:
+        """Relative tolerance of the verified terminal error."""
+        return self.opts.terminal_tol
+
+    @property
+    def verify_tokens(self) -> int:
+        """Tokens of the optional token check."""
+        return self.opts.verify_tokens
+
+    @property
+    def seed(self) -> int:
+        """Seed of the token sample."""
+        return self.opts.seed
 
     @property
     def h(self) -> float:
@@ -212,9 +231,7 @@ def make_problem(
     T: float,
     n: int,
     base: Any,
-    terminal_tol: float,
-    verify_tokens: int,
-    seed: int,
+    opts: _SteerOptions,
 ) -> BaseProblem:
     """Validate the end points against the base (refusals up front)."""
     check_pair(initial, target)
@@ -231,7 +248,7 @@ def make_problem(
                     "at both ends (the affine coordinate of a layer on R^{d+1} must stay "
                     "constant); its row of the heads' output and of A, b must be zero"
                 )
-    return BaseProblem(initial, target, T, n, bases, frame, terminal_tol, verify_tokens, seed)
+    return BaseProblem(initial, target, T, n, bases, frame, opts)
 
 
 # ============================================================================ the model field
@@ -718,8 +735,20 @@ def steer_base(prob: BaseProblem, budget: Budget, clock: float) -> SteeringResul
             "base_heads": prob.bases[0].n_heads,
         }
         result = verdict(prob, layers, (status, why), budget, log, stats)
+        if result.success and _wants_nlp(prob):
+            from ._steer_base_nlp import polish
+
+            result = polish(prob, result, budget)
     stats = dict(result.stats)
     stats["seconds"] = time.perf_counter() - clock
-    from dataclasses import replace
-
     return replace(result, stats=MappingProxyType(stats))
+
+
+#: ``method="auto"`` polishes the construction with the collocation NLP up to this dimension
+#: (its build grows as d⁵: about 2 s at d = 6).
+NLP_MAX_DIM = 6
+
+
+def _wants_nlp(prob: BaseProblem) -> bool:
+    method = prob.opts.method
+    return method == "collocation" or (method == "auto" and prob.initial.dim <= NLP_MAX_DIM)

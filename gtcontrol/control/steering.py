@@ -181,8 +181,10 @@ def steer(
         A network to steer through (``None``: a blank network): a :class:`Layer` used in every
         sublayer, or a :class:`Schedule` of ``n_layers`` layers over depth ``T``. Its heads
         (dense and factored) and affine part are kept unchanged in every sublayer; the control
-        is what is added to them, a constant affine ``A_k, b_k`` per sublayer (``mode="ffn"``,
-        the only mode with a base), and ``cost`` is its kinetic energy
+        is what is added to them, a constant affine ``A_k, b_k`` per sublayer (modes
+        ``"ffn"`` and ``"full"`` build the same additions: a constant affine part realizes
+        every constant field, and the construction adds no heads; ``"attention"`` is refused),
+        and ``cost`` is its kinetic energy
         ``∫ E|A_k x + b_k|² dt`` (``kinetic_energy`` is the whole field's). The initial and
         target covariances must share their range (the active subspace); coordinates with
         zero variance and the same mean at both ends (the affine coordinate of a layer on
@@ -257,9 +259,10 @@ def _steer_around(
     clock: float,
 ) -> SteeringResult:
     """``steer`` with a base: validate, refuse what the construction does not cover, build."""
-    if check_mode(mode) != "ffn":
+    if check_mode(mode) == "attention":
         raise InvalidParametersError(
-            f"mode: with a base the control is the added affine part (mode 'ffn'), got {mode!r}"
+            "mode: with a base the control is an added affine part ('ffn' or 'full'), got "
+            "'attention'"
         )
     defaults = _SteerOptions()
     for name in _BASE_FIXED_OPTIONS:
@@ -273,9 +276,7 @@ def _steer_around(
         as_positive_float("T", T),
         as_positive_int("n_layers", n_layers),
         base,
-        opts.terminal_tol,
-        opts.verify_tokens,
-        opts.seed,
+        opts,
     )
     return steer_base(prob, budget, clock)
 
@@ -287,7 +288,7 @@ _BASE_FIXED_OPTIONS = (
     "redundancy",
     "regularization",
     "initial_guess",
-    "method",
+    "bounds",
 )
 
 

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
@@ -721,7 +721,7 @@ def verdict(
     )
 
 
-def steer_base(prob: BaseProblem, budget: Budget, clock: float) -> SteeringResult:
+def steer_base(prob: BaseProblem, budget: Budget) -> SteeringResult:
     """The construction around the base, verified (BLAS on one thread on a busy machine)."""
     log = _Log()
     with calm_blas(), np.errstate(all="ignore"):
@@ -734,14 +734,7 @@ def steer_base(prob: BaseProblem, budget: Budget, clock: float) -> SteeringResul
             "time_limit": budget.time_limit,
             "base_heads": prob.bases[0].n_heads,
         }
-        result = verdict(prob, layers, (status, why), budget, log, stats)
-        if result.success and _wants_nlp(prob):
-            from ._steer_base_nlp import polish
-
-            result = polish(prob, result, budget)
-    stats = dict(result.stats)
-    stats["seconds"] = time.perf_counter() - clock
-    return replace(result, stats=MappingProxyType(stats))
+        return verdict(prob, layers, (status, why), budget, log, stats)
 
 
 #: ``method="auto"`` polishes the construction with the collocation NLP up to this dimension
@@ -749,6 +742,7 @@ def steer_base(prob: BaseProblem, budget: Budget, clock: float) -> SteeringResul
 NLP_MAX_DIM = 6
 
 
-def _wants_nlp(prob: BaseProblem) -> bool:
+def wants_nlp(prob: BaseProblem) -> bool:
+    """Whether the options ask for the NLP after the construction."""
     method = prob.opts.method
     return method == "collocation" or (method == "auto" and prob.initial.dim <= NLP_MAX_DIM)

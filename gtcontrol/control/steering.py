@@ -27,10 +27,12 @@ import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 
+from .._blas import calm_blas
 from .._linalg import FloatArray, vech
 from .._status import Budget, Status, as_time_limit
 from .._validation import as_positive_float, as_positive_int, option_values
@@ -40,7 +42,8 @@ from ..model.moments import Trajectory
 from ..model.params import Layer, Schedule
 from ._constructions import check_guess, solve_flow, states_of, warm_starts
 from ._ipopt import IpoptSettings
-from ._steer_base import make_problem, steer_base
+from ._steer_base import make_problem, steer_base, wants_nlp
+from ._steer_base_nlp import polish
 from ._steer_problem import (
     Collocation,
     Plan,
@@ -180,21 +183,23 @@ def steer(
     base
         A network to steer through (``None``: a blank network): a :class:`Layer` used in every
         sublayer, or a :class:`Schedule` of ``n_layers`` layers over depth ``T``. Its heads
-        (dense and factored) and affine part are kept unchanged in every sublayer; the control
-        is what is added to them, a constant affine ``A_k, b_k`` per sublayer (modes
-        ``"ffn"`` and ``"full"`` build the same additions: a constant affine part realizes
-        every constant field, and the construction adds no heads; ``"attention"`` is refused),
-        and ``cost`` is its kinetic energy
-        ``∫ E|A_k x + b_k|² dt`` (``kinetic_energy`` is the whole field's). The initial and
-        target covariances must share their range (the active subspace); coordinates with
-        zero variance and the same mean at both ends (the affine coordinate of a layer on
-        ``R^{d+1}``) are held constant, so a base that moves one is refused. The construction
-        (:mod:`gtcontrol.control._steer_base`) shoots each sublayer from where the previous
-        one ended onto the geodesic's next node; ``success`` needs the re-simulated terminal
-        error to be at most ``terminal_tol · max(1, |m|, sqrt(tr Σ))`` of the end points
-        (``stats["relative_terminal_error"]``). ``objective``, ``terminal``, ``bounds``,
-        ``collocation``, ``solver``, ``initial_guess``, ``redundancy``, ``regularization``
-        and ``method`` keep their defaults.
+        (dense and factored) and affine part are kept unchanged in every sublayer (the returned
+        layers hold the base's heads first, bitwise unchanged); the control is what is added to
+        them, a constant affine ``A_k, b_k`` per sublayer (modes ``"ffn"`` and ``"full"`` build
+        the same additions, no added heads; ``"attention"`` is refused). ``cost`` is the
+        additions' kinetic energy ``∫ E|A_k x + b_k|² dt``; ``kinetic_energy`` is the whole
+        field's. The initial and target covariances must share their range (the active
+        subspace); a coordinate with zero variance and the same mean at both ends (the affine
+        coordinate of a layer on ``R^{d+1}``) is held constant, so a base that moves one is
+        refused. The flow construction (:mod:`gtcontrol.control._steer_base`) shoots every
+        sublayer from where the previous one ended onto the geodesic's next node;
+        ``method="auto"`` then polishes it with the collocation NLP (the base as fixed data)
+        up to ``d = 6`` and keeps the cheaper verified control (``"flow"``: the construction
+        only; ``"collocation"``: the NLP at any ``d``). ``success`` needs the re-simulated
+        terminal error to be at most ``terminal_tol · max(1, |m|, sqrt(tr Σ))`` of the end points
+        (``stats["relative_terminal_error"]``); ``stats["seconds_by_part"]`` says where the time
+        went. ``objective``, ``terminal``, ``redundancy``, ``regularization``, ``bounds`` and
+        ``initial_guess`` keep their defaults.
     time_limit
         Wall-clock budget in seconds (``None``: no limit). Each IPOPT solve gets the remaining
         budget as its maximal wall time; when it is spent no further start or correction is
@@ -238,6 +243,18 @@ def steer(
     (<Status.SUCCESS: 'success'>, 'Solve_Succeeded')
     >>> bool(res.terminal_error < 1e-6), bool(res.kinetic_energy >= res.lower_bound)
     (True, True)
+
+    Through a fixed head ``V = 0.5 I``, ``B = I``: the control is what is added to it.
+
+    >>> from gtcontrol import Layer
+    >>> base = Layer(V=0.5, B=[[1.0]])
+    >>> res = steer(g0, g1, 1.0, n_layers=3, base=base, method="flow")
+    >>> import numpy as np
+    >>> kept = res.controls.layers[0].heads[0]
+    >>> res.status, all(np.array_equal(x, y) for x, y in zip(kept, base.heads[0]))
+    (<Status.SUCCESS: 'success'>, True)
+    >>> bool(res.stats["relative_terminal_error"] < 1e-6), bool(res.cost > 0.0)
+    (True, True)
     """
     clock = time.perf_counter()
     opts = _SteerOptions(**option_values(_SteerOptions, locals()))
@@ -278,7 +295,13 @@ def _steer_around(
         base,
         opts,
     )
-    return steer_base(prob, budget, clock)
+    result = steer_base(prob, budget)
+    if result.success and wants_nlp(prob):
+        with calm_blas():
+            result = polish(prob, result, budget)
+    return replace(
+        result, stats=MappingProxyType({**result.stats, "seconds": time.perf_counter() - clock})
+    )
 
 
 #: Options of the blank problem that steering around a base does not take.

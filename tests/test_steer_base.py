@@ -269,3 +269,27 @@ def test_a_successful_steer_through_a_base_reaches_the_target_independently(
         assert _independent(res.controls, g0).bures_wasserstein(g1) <= 1e-6 * scale
     else:
         assert res.status is not Status.SUCCESS and res.message
+
+
+def test_the_drift_aware_plan_without_drift_is_the_geodesic() -> None:
+    """The linear-system plan with ``F = 0``, ``f = 0`` has Gramian ``t I`` and transition ``I``:
+    its nodes are the Bures–Wasserstein geodesic's (docs/steering.md §4)."""
+    from gtcontrol.control._steer_base import _drift_nodes, _nodes, make_problem
+    from gtcontrol.control._steer_problem import _SteerOptions
+
+    g0, g1 = _pair(4, 9)
+    prob = make_problem(g0, g1, 1.3, 5, Layer(dim=4), _SteerOptions())
+    geo = _nodes(prob)
+    zero = [(np.zeros((4, 4)), np.zeros(4))] * 5
+    for a, b in zip(_drift_nodes(prob, geo, zero), geo, strict=True):
+        assert np.allclose(a.S, b.S, atol=1e-12) and np.allclose(a.z, b.z, atol=1e-12)
+
+
+def test_the_construction_takes_the_plan_it_predicts_cheapest() -> None:
+    g0, g1 = _pair(4, 10)
+    res = steer(g0, g1, 1.0, n_layers=4, base=_dense_base(4, 10), method="flow")
+    energies = res.stats["plan_energies"]
+    assert res.success and set(energies) >= {"geodesic", "drift-aware"}
+    assert energies[res.stats["plan"]] == min(energies.values())
+    # the prediction is the open-loop plan's; the shot control lands close to it
+    assert res.cost == pytest.approx(energies[res.stats["plan"]], rel=0.1)

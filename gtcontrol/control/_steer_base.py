@@ -345,6 +345,8 @@ class _Log:
     errors: list[float] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     cut: bool = False
+    plan: str = "geodesic"
+    plan_energies: dict[str, float] = field(default_factory=dict)
 
     def timed(self, key: str, clock: float) -> None:
         self.seconds[key] += time.perf_counter() - clock
@@ -368,6 +370,145 @@ def _nodes(prob: BaseProblem) -> list[Reduced]:
         m = (1.0 - s) * g0.mean + s * g1.mean
         nodes.append(Reduced(fr.U.T @ m, sym(g @ s0 @ g), fr.N.T @ m, np.zeros((dn, r))))
     nodes.append(fr.reduce(g1.mean, g1.cov))
+    return nodes
+
+
+# ============================================================================ drift-aware plans
+def _base_drift(prob: BaseProblem, nodes: list[Reduced]) -> list[tuple[FloatArray, FloatArray]]:
+    """The base's field on the active subspace per sublayer, ``(F_k, f_k)``: the mean of its
+    values at the sublayer's two nodes (``dz/dt = F_k z + f_k`` is its linear model)."""
+    fr = prob.frame
+    at_nodes = []
+    for k, nd in enumerate(nodes):
+        m = fr.U @ nd.z + fr.N @ nd.y
+        uc = fr.U @ nd.S
+        pair = []
+        for lay in {id(x): x for x in prob.bases[max(k - 1, 0) : k + 1]}.values():
+            mm, c = affine_velocity(lay, m, sym(uc @ fr.U.T))
+            pair.append((fr.U.T @ mm @ fr.U, fr.U.T @ (mm @ (fr.N @ nd.y) + c)))
+        at_nodes.append(pair)
+    out = []
+    for k in range(prob.n):
+        left, right = at_nodes[k][-1], at_nodes[k + 1][0]  # both with sublayer k's base
+        out.append((0.5 * (left[0] + right[0]), 0.5 * (left[1] + right[1])))
+    return out
+
+
+def _drift_nodes(
+    prob: BaseProblem, geodesic: list[Reduced], drift: list[tuple[FloatArray, FloatArray]]
+) -> list[Reduced]:
+    """The minimum-energy plan for a piecewise-constant linear drift ``dz/dt = F_k z + f_k + u``
+    (the base's field, frozen per sublayer), at the sublayer switches.
+
+    Each token takes the least-energy path of the linear system: ``z(t) = Φ(t,0)z0 + g(t) +
+    W(t)Φ(T,t)ᵀW(T)⁻¹(z1 − Φ(T,0)z0 − g(T))`` (``g`` the free response of ``f``, ``W(t) =
+    ∫₀ᵗ Φ(t,s)Φ(t,s)ᵀ ds`` the controllability Gramian), with the coupling that minimizes the
+    expected cost ``(z1 − Φz0)ᵀW⁻¹(z1 − Φz0)``: the Bures–Wasserstein map between
+    ``W^{-1/2}ΦΣ0ΦᵀW^{-1/2}`` and ``W^{-1/2}Σ1W^{-1/2}``. With ``F = 0`` it is the geodesic.
+    """
+    n, h = prob.n, prob.h
+    r = geodesic[0].S.shape[0]
+    steps = []
+    for f_mat, f_vec in drift:
+        block = np.zeros((2 * r + 1, 2 * r + 1))
+        block[:r, :r] = -f_mat.T
+        block[:r, r : 2 * r] = np.eye(r)
+        block[r : 2 * r, r : 2 * r] = f_mat
+        block[r : 2 * r, 2 * r] = f_vec
+        e = scipy.linalg.expm(block * h)  # Van Loan: Φ_k, its Gramian and f_k's response
+        phi = e[r : 2 * r, r : 2 * r]
+        steps.append((phi, sym(phi @ e[:r, r : 2 * r]), e[r : 2 * r, 2 * r]))
+    phis, grams, frees = [np.eye(r)], [np.zeros((r, r))], [np.zeros(r)]
+    for phi, gram, free in steps:
+        phis.append(phi @ phis[-1])
+        grams.append(sym(phi @ grams[-1] @ phi.T + gram))
+        frees.append(phi @ frees[-1] + free)
+    to_end = [np.eye(r)]  # Φ(T, t_k), from the last switch back
+    for phi, _, _ in reversed(steps):
+        to_end.append(to_end[-1] @ phi)
+    to_end.reverse()
+    a0, a1 = geodesic[0], geodesic[-1]
+    w_half, w_ihalf = _spd_sqrt_pair(grams[-1])
+    sa = sym(w_ihalf @ phis[-1] @ a0.S @ phis[-1].T @ w_ihalf)
+    k_map = w_half @ bw_map(sa, sym(w_ihalf @ a1.S @ w_ihalf)) @ w_ihalf @ phis[-1]
+    w_inv = w_ihalf @ w_ihalf
+    gap_cov = w_inv @ (k_map - phis[-1])
+    gap_mean = w_inv @ (a1.z - phis[-1] @ a0.z - frees[-1])
+    nodes = [a0]
+    for k in range(1, n):
+        steer_k = grams[k] @ to_end[k].T
+        g = phis[k] + steer_k @ gap_cov
+        z = phis[k] @ a0.z + frees[k] + steer_k @ gap_mean
+        geo = geodesic[k]
+        nodes.append(Reduced(z, sym(g @ a0.S @ g.T), geo.y, geo.X))
+    nodes.append(a1)
+    return nodes
+
+
+def _spd_sqrt_pair(a: FloatArray) -> tuple[FloatArray, FloatArray]:
+    w, u = np.linalg.eigh(sym(a))
+    w = np.maximum(w, np.finfo(float).tiny)
+    return (u * np.sqrt(w)) @ u.T, (u / np.sqrt(w)) @ u.T
+
+
+def plan_energy(prob: BaseProblem, nodes: list[Reduced], log: _Log) -> float:
+    """The added energy the open-loop plan between ``nodes`` predicts (Simpson per sublayer on
+    the blank model's states; the shooting then corrects the control, not the nodes)."""
+    total = 0.0
+    for k in range(prob.n):
+        fld, a_add, b_add = _planned_control(prob, k, nodes[k], nodes[k + 1], log)
+        states = _planned_states(prob.frame, nodes[k], nodes[k + 1], fld, prob.h)
+        vals = []
+        for m, cov in states:
+            u = a_add @ m + b_add
+            vals.append(float(np.sum((a_add @ cov) * a_add) + u @ u))
+        total += prob.h * (vals[0] + 4.0 * vals[1] + vals[2]) / 6.0
+    return total
+
+
+def plan(prob: BaseProblem, log: _Log) -> tuple[list[Reduced], str, dict[str, float]]:
+    """The nodes of the candidate plan with the least predicted added energy: the geodesic,
+    and the drift-aware plans of the base's field frozen along the geodesic, then along the
+    first drift-aware plan (one refinement)."""
+    geodesic = _nodes(prob)
+    candidates = {"geodesic": geodesic}
+    if prob.frame.U.shape[1] and any(lay.n_heads or np.any(lay.A) for lay in prob.bases):
+        along = geodesic
+        for label in DRIFT_PLANS:
+            nodes = _safe_drift_nodes(prob, geodesic, _base_drift(prob, along))
+            if nodes is None:
+                break
+            candidates[label] = along = nodes
+    energies = {}
+    for label, nodes in candidates.items():
+        with np.errstate(all="ignore"):
+            try:
+                e = plan_energy(prob, nodes, log)
+            except (np.linalg.LinAlgError, ValueError):
+                e = math.inf
+        energies[label] = e if math.isfinite(e) else math.inf
+    best = min(energies, key=lambda lab: energies[lab])
+    return candidates[best], best, energies
+
+
+#: The drift-aware plans tried after the geodesic (each freezes the base along the previous).
+DRIFT_PLANS = ("drift-aware", "drift-aware, refined")
+
+
+def _safe_drift_nodes(
+    prob: BaseProblem, geodesic: list[Reduced], drift: list[tuple[FloatArray, FloatArray]]
+) -> list[Reduced] | None:
+    """:func:`_drift_nodes`, or ``None`` when a node is not a positive definite state."""
+    with np.errstate(all="ignore"):
+        try:
+            nodes = _drift_nodes(prob, geodesic, drift)
+        except (np.linalg.LinAlgError, ValueError):
+            return None
+    for nd in nodes:
+        if not (np.all(np.isfinite(nd.S)) and np.all(np.isfinite(nd.z))):
+            return None
+        if not np.all(np.linalg.eigvalsh(nd.S) > 0.0):
+            return None
     return nodes
 
 
@@ -557,7 +698,9 @@ def _sublayer(
 def build(prob: BaseProblem, budget: Budget, log: _Log) -> tuple[list[Layer], Status, str]:
     """The sublayers, each from where the previous one actually ended."""
     clock = time.perf_counter()
-    nodes = _nodes(prob)
+    nodes, label, energies = plan(prob, log)
+    log.plan = label
+    log.plan_energies = energies
     log.timed("plan", clock)
     layers: list[Layer] = []
     state: State | None = (prob.initial.mean, prob.initial.cov)
@@ -703,6 +846,8 @@ def verdict(
         sublayer_errors=list(log.errors),
         seconds_by_part=dict(log.seconds),
         active_dim=prob.frame.U.shape[1],
+        plan=log.plan,
+        plan_energies=dict(log.plan_energies),
         constant_coordinates=list(prob.frame.fixed),
     )
     coincident = lower * prob.T <= (1e-12 * prob.scale) ** 2

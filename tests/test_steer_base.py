@@ -229,6 +229,21 @@ def test_steer_through_a_base_refuses_options_it_does_not_take(kw: dict, match: 
         steer(g0, g1, 1.0, n_layers=2, base=Layer(dim=3), **kw)
 
 
+def test_steer_through_a_base_refuses_a_non_finite_depth() -> None:
+    g0, g1 = _pair(2, 11)
+    with pytest.raises(InvalidParametersError, match="T"):
+        steer(g0, g1, math.nan, n_layers=2, base=Layer(dim=2))
+
+
+def test_steer_through_a_base_moves_a_dirac_mass() -> None:
+    """Rank 0 (Σ = 0 at both ends): no active subspace, only the mean moves."""
+    g0 = Gaussian([0.0, 1.0], np.zeros((2, 2)))
+    g1 = Gaussian([1.0, 2.0], np.zeros((2, 2)))
+    res = steer(g0, g1, 1.0, n_layers=3, base=Layer(V=0.3 * np.eye(2), B=np.eye(2)), method="flow")
+    assert res.success, res.message
+    assert _independent(res.controls, g0).bures_wasserstein(g1) < 1e-9
+
+
 def test_a_base_that_blows_up_within_the_first_sublayer_is_an_honest_status() -> None:
     """Heads ``V = 50 I, B = I`` blow ``N(0, I)`` up at ``T* = 0.01`` (theory.md §3), far inside
     the first sublayer: the result says it failed, never an exception."""

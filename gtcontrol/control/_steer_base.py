@@ -281,7 +281,8 @@ def model_field(frame: Frame, start: Reduced, end: Reduced, h: float) -> ModelFi
     ``Ψ = ∫₀ʰ e^{M_r s} ds``, gives the off-block ``X_e`` (the flow is block-triangular);
     ``c = U c_U + N c_N`` moves ``z`` exactly and ``y`` by ``W ∫ z dt + h c_N``.
     """
-    gam, q = np.linalg.eigh(bw_map(start.S, end.S))
+    r = start.S.shape[0]
+    gam, q = np.linalg.eigh(bw_map(start.S, end.S)) if r else (np.ones(0), np.eye(0))
     lam = np.log(gam) / h
     phi = _phi(lam, h)
     c_u = q @ ((q.T @ end.z - gam * (q.T @ start.z)) / phi)
@@ -292,9 +293,9 @@ def model_field(frame: Frame, start: Reduced, end: Reduced, h: float) -> ModelFi
         w_mat = (w_mat @ q / phi) @ q.T
         int_z = q @ (phi * (q.T @ start.z) + _integral_phi(lam, h) * (q.T @ c_u))
         c_n = (end.y - start.y - w_mat @ int_z) / h
-    else:
-        w_mat = np.zeros((0, q.shape[0]))
-        c_n = np.zeros(0)
+    else:  # no null space (Σ ≻ 0), or no active one (Σ = 0: the mean moves alone)
+        w_mat = np.zeros((frame.N.shape[1], r))
+        c_n = (end.y - start.y) / h
     u, n = frame.U, frame.N
     a = (u @ m_r + n @ w_mat) @ u.T
     c = u @ c_u + n @ c_n
@@ -361,8 +362,8 @@ def _nodes(prob: BaseProblem) -> list[Reduced]:
     """The geodesic's reduced states at the sublayer switches (the target's own at the end)."""
     fr, g0, g1 = prob.frame, prob.initial, prob.target
     s0 = sym(fr.U.T @ g0.cov @ fr.U)
-    c = bw_map(s0, sym(fr.U.T @ g1.cov @ fr.U))
     r, dn = fr.U.shape[1], fr.N.shape[1]
+    c = bw_map(s0, sym(fr.U.T @ g1.cov @ fr.U)) if r else np.eye(0)
     nodes = [fr.reduce(g0.mean, g0.cov)]
     for k in range(1, prob.n):
         s = k / prob.n

@@ -92,7 +92,17 @@ def polish(prob: BaseProblem, construction: SteeringResult, budget: Budget) -> S
     stats["construction_energy"] = construction.cost
     if found is not None and found.success and found.cost < construction.cost:
         stats["nlp_energy"] = found.cost
-        merged = {**found.stats, **stats, "method": "flow around the base, then collocation NLP"}
+        kept = ("plan", "plan_energies", "sublayer_shots", "sublayer_errors")
+        merged = {
+            **found.stats,
+            **{key: construction.stats[key] for key in kept},
+            **stats,
+            "method": "flow around the base, then collocation NLP",
+            "seconds_by_part": {
+                **construction.stats["seconds_by_part"],
+                "nlp": stats["nlp_seconds"],
+            },
+        }
         return replace(
             found,
             message=f"{found.message} (collocation NLP from the construction, whose added "

@@ -192,7 +192,8 @@ def steer(
         subspace); a coordinate with zero variance and the same mean at both ends (the affine
         coordinate of a layer on ``R^{d+1}``) is held constant, so a base that moves one is
         refused. The flow construction (:mod:`gtcontrol.control._steer_base`) shoots every
-        sublayer from where the previous one ended onto the geodesic's next node;
+        sublayer from where the previous one ended onto the next node of the cheapest plan
+        (the geodesic, or the least-energy path of the base's field frozen per sublayer);
         ``method="auto"`` then polishes it with the collocation NLP (the base as fixed data)
         up to ``d = 6`` and keeps the cheaper verified control (``"flow"``: the construction
         only; ``"collocation"``: the NLP at any ``d``). ``success`` needs the re-simulated

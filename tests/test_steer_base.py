@@ -133,6 +133,20 @@ def test_steer_through_factored_heads_keeps_the_affine_coordinate_and_the_subspa
     assert abs(end.mean[-1] - 1.0) < 1e-12
 
 
+@pytest.mark.parametrize("kind", ["dense", "factored"])
+def test_steer_through_a_base_at_d16_reaches_the_target_independently(kind: str) -> None:
+    if kind == "dense":
+        g0, g1 = _pair(16, 13)
+        base = _dense_base(16, 13, n_heads=3, size=0.15)
+    else:
+        g0, g1, base = _augmented_case(15, 13)
+    res = steer(g0, g1, 1.0, n_layers=5, base=base, method="flow")
+    assert res.status is Status.SUCCESS, res.message
+    _assert_heads_kept(res.controls, [base] * 5)
+    scale = max(1.0, float(np.linalg.norm(g1.mean)), math.sqrt(float(np.trace(g1.cov))))
+    assert _independent(res.controls, g0).bures_wasserstein(g1) < 1e-7 * scale
+
+
 def test_the_nlp_around_a_base_is_never_worse_than_the_construction() -> None:
     """At small d ``steer`` polishes the construction with the collocation NLP (base heads as
     fixed data) and keeps the cheaper verified control; both reach the target independently."""
@@ -227,6 +241,12 @@ def test_steer_through_a_base_refuses_options_it_does_not_take(kw: dict, match: 
     g0, g1 = _pair(3, 7)
     with pytest.raises(InvalidParametersError, match=match):
         steer(g0, g1, 1.0, n_layers=2, base=Layer(dim=3), **kw)
+
+
+def test_steer_through_a_base_refuses_the_nlp_at_a_large_dimension() -> None:
+    g0, g1 = _pair(13, 12)
+    with pytest.raises(InvalidParametersError, match="method: 'collocation' around a base"):
+        steer(g0, g1, 1.0, n_layers=2, base=Layer(dim=13), method="collocation")
 
 
 def test_steer_through_a_base_refuses_a_non_finite_depth() -> None:

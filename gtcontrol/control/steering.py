@@ -196,7 +196,7 @@ def steer(
         (the geodesic, or the least-energy path of the base's field frozen per sublayer);
         ``method="auto"`` then polishes it with the collocation NLP (the base as fixed data)
         up to ``d = 6`` and keeps the cheaper verified control (``"flow"``: the construction
-        only; ``"collocation"``: the NLP at any ``d``). ``success`` needs the re-simulated
+        only; ``"collocation"``: the NLP up to ``d = 12``). ``success`` needs the re-simulated
         terminal error to be at most ``terminal_tol · max(1, |m|, sqrt(tr Σ))`` of the end points
         (``stats["relative_terminal_error"]``); ``stats["seconds_by_part"]`` says where the time
         went. ``objective``, ``terminal``, ``redundancy``, ``regularization``, ``bounds`` and
@@ -296,6 +296,11 @@ def _steer_around(
         base,
         opts,
     )
+    if opts.method == "collocation" and initial.dim > NLP_MAX_DIM_BASE:
+        raise InvalidParametersError(
+            f"method: 'collocation' around a base builds an NLP whose Hessian grows as d⁵; it "
+            f"is offered up to d = {NLP_MAX_DIM_BASE}, got d = {initial.dim} (use 'flow')"
+        )
     result = steer_base(prob, budget)
     if result.success and wants_nlp(prob):
         with calm_blas():
@@ -305,6 +310,8 @@ def _steer_around(
     )
 
 
+#: Largest dimension at which ``method="collocation"`` polishes a construction around a base.
+NLP_MAX_DIM_BASE = 12
 #: Options of the blank problem that steering around a base does not take.
 _BASE_FIXED_OPTIONS = (
     "objective",

@@ -27,7 +27,7 @@ from gtcontrol import (
     kinetic_energy,
     steer,
 )
-from gtcontrol.errors import InvalidParametersError, UnreachableTargetError
+from gtcontrol.errors import InvalidGaussianError, InvalidParametersError, UnreachableTargetError
 
 
 def _spd(rng: np.random.Generator, d: int, lo: float = 0.5, hi: float = 2.0) -> np.ndarray:
@@ -247,6 +247,12 @@ def test_steer_through_a_base_refuses_the_nlp_at_a_large_dimension() -> None:
     g0, g1 = _pair(13, 12)
     with pytest.raises(InvalidParametersError, match="method: 'collocation' around a base"):
         steer(g0, g1, 1.0, n_layers=2, base=Layer(dim=13), method="collocation")
+
+
+def test_steer_through_a_base_refuses_a_target_of_another_size() -> None:
+    g0, _ = _pair(3, 14)
+    with pytest.raises(InvalidGaussianError, match="target: dimension 2"):
+        steer(g0, Gaussian([0.0, 0.0], np.eye(2)), 1.0, n_layers=2, base=Layer(dim=3))
 
 
 def test_steer_through_a_base_refuses_a_non_finite_depth() -> None:

@@ -155,21 +155,62 @@ def ca_vech(mat: Any, d: int) -> Any:
     return ca.vec(mat)[(iu[0] + d * iu[1]).tolist()]
 
 
-def field_function(mode: str, d: int) -> ca.Function:
-    """``f(x, p) -> (dx/dt, E|v|², 2 tr M)`` from the one moment field of gtcontrol.moments."""
+def base_size(n_base: int, d: int) -> int:
+    """Entries of a fixed base layer's data: ``A0, b0`` and ``n_base`` dense heads."""
+    return d * d + d + 2 * n_base * d * d if n_base >= 0 else 0
+
+
+def pack_base(layer: Layer) -> FloatArray:
+    """The NLP data of a fixed base layer: ``A0, b0``, then every head's ``V_h, B_h`` (dense)."""
+    a, b = layer.affine_ffn()
+    parts = [a.ravel(), b] + [np.concatenate([v.ravel(), bh.ravel()]) for v, bh in layer.heads]
+    return np.concatenate(parts)
+
+
+def _base_layer(p: Any, q: Any, mode: str, d: int, n_base: int) -> tuple[_SymbolicLayer, Any]:
+    """The symbolic layer ``base + additions`` and the additions' affine part ``(A, b)``."""
+    add = symbolic_layer(p, mode, d)
+    qo = _objects(q, q.numel())
+    a0, b0 = qo[: d * d].reshape(d, d), qo[d * d : d * d + d]
+    heads = []
+    off = d * d + d
+    for _ in range(n_base):
+        heads.append(
+            (qo[off : off + d * d].reshape(d, d), qo[off + d * d : off + 2 * d * d].reshape(d, d))
+        )
+        off += 2 * d * d
+    layer = _SymbolicLayer(add.A + a0, add.b + b0, tuple(heads) + add.heads)
+    return layer, (add.A, add.b)
+
+
+def field_function(mode: str, d: int, n_base: int = -1) -> ca.Function:
+    """``f(x, p[, q]) -> (dx/dt, E|v|², 2 tr M)`` from the one moment field of gtcontrol.moments.
+
+    With a fixed base (``n_base ≥ 0`` heads; its data ``q`` from :func:`pack_base`) the field is
+    the base's plus the additions ``p``, and the energy is the additions' own,
+    ``E|A x + b|² = tr(A Σ Aᵀ) + |A m + b|²``.
+    """
     nv = d * (d + 1) // 2
     x = ca.SX.sym("x", d + nv)
     p = ca.SX.sym("p", n_params(mode, d))
+    q = ca.SX.sym("q", base_size(n_base, d))
     xo = _objects(x, d + nv)
     mean = xo[:d]
     cov = unvech(xo[d:], d)
-    layer = symbolic_layer(p, mode, d)
+    if n_base >= 0:
+        layer, (a_add, b_add) = _base_layer(p, q, mode, d, n_base)
+    else:
+        layer = symbolic_layer(p, mode, d)
     dm, dcov = moment_field(layer, mean, cov)  # type: ignore[arg-type]
     m_mat, _ = affine_velocity(layer, mean, cov)  # type: ignore[arg-type]
     xdot = ca.vertcat(*dm, *vech(dcov))
+    trace = ca.times(2.0, ca.sum1(ca.vertcat(*np.diag(m_mat))))
+    if n_base >= 0:
+        u = a_add @ mean + b_add
+        energy = ca.sum1(ca.vertcat(*((a_add @ cov) * a_add).ravel())) + ca.sumsqr(ca.vertcat(*u))
+        return ca.Function("field", [x, p, q], [xdot, energy, trace], {"cse": True})
     # E|v|² = tr(M Σ Mᵀ) + |M m + c|², and M m + c is dm/dt.
     energy = ca.sum1(ca.vertcat(*((m_mat @ cov) * m_mat).ravel())) + ca.sumsqr(ca.vertcat(*dm))
-    trace = ca.times(2.0, ca.sum1(ca.vertcat(*np.diag(m_mat))))
     return ca.Function("field", [x, p], [xdot, energy, trace], {"cse": True})
 
 
@@ -201,16 +242,17 @@ def _collocation_coefficients(k: int) -> tuple[FloatArray, FloatArray, FloatArra
 DEGREE = 3
 
 
-def layer_function(mode: str, d: int, h: float, n_int: int) -> ca.Function:
+def layer_function(mode: str, d: int, h: float, n_int: int, n_base: int = -1) -> ca.Function:
     """Collocation equations of one layer of duration ``h`` split into ``n_int`` intervals.
 
     ``F(x_start, Z, p) -> (residuals, x_end, energy, logdet_increment, cov_sq_norms)``: ``Z``
     stacks the states at the ``DEGREE`` collocation points of every interval; ``residuals`` are
     the collocation equations (zero at a solution); ``energy`` and ``logdet_increment`` are the
     Gauss quadratures of ``E|v|²`` and ``2 tr M``; ``cov_sq_norms`` are ``|Σ|_F²`` at the
-    collocation points (for the optional bound on Σ).
+    collocation points (for the optional bound on Σ). With a fixed base (``n_base ≥ 0``) the
+    function takes its data ``q`` last, ``F(x_start, Z, p, q)``.
     """
-    f = field_function(mode, d)
+    f = field_function(mode, d, n_base)
     nv = d * (d + 1) // 2
     nx = d + nv
     k = DEGREE
@@ -221,8 +263,10 @@ def layer_function(mode: str, d: int, h: float, n_int: int) -> ca.Function:
     x = ca.MX.sym("x", nx)
     z = ca.MX.sym("z", nx * n_pts)
     p = ca.MX.sym("p", n_params(mode, d))
+    q = ca.MX.sym("q", base_size(n_base, d))
     pts_all = ca.reshape(z, nx, n_pts)
-    xd_all, e_all, tr_all = f.map(n_pts)(pts_all, ca.repmat(p, 1, n_pts))
+    data = [ca.repmat(p, 1, n_pts)] + ([ca.repmat(q, 1, n_pts)] if n_base >= 0 else [])
+    xd_all, e_all, tr_all = f.map(n_pts)(pts_all, *data)
     dt = h / n_int
     quad = np.tile(dt * bvec, n_int)
     iu = vech_index(d)[0]
@@ -237,7 +281,7 @@ def layer_function(mode: str, d: int, h: float, n_int: int) -> ca.Function:
         start = dvec[0] * start + ca.mtimes(pts, ca.DM(dvec[1:]))
     return ca.Function(
         "layer",
-        [x, z, p],
+        [x, z, p] + ([q] if n_base >= 0 else []),
         [
             ca.vertcat(*res),
             start,
@@ -336,6 +380,11 @@ class Problem:
     intervals: int
     parallelization: str
     ipopt: Mapping[str, Any]
+    #: Heads of a fixed base (its data are NLP parameters), ``-1`` for none: the field is then
+    #: the base's plus the optimized additions, and the kinetic objective is the additions' own.
+    base_heads: int = -1
+    #: Rows of ``A`` and entries of ``b`` held at their starting values (a constant coordinate).
+    held_rows: tuple[int, ...] = ()
 
     @property
     def d(self) -> int:
@@ -373,6 +422,8 @@ class Problem:
             self.bounds.cov,
             self.parallelization,
             tuple(sorted(self.ipopt.items())),
+            self.base_heads,
+            self.held_rows,
         )
 
 
@@ -449,7 +500,14 @@ class Transcription:
             for i, n in enumerate(self.names)
             if n not in prob.fixed
         ]
-        self.free_rows = np.concatenate(free).astype(int)
+        held = [
+            int(self.offsets[i]) + (j * d + k if n == "A" else j)
+            for i, n in enumerate(self.names)
+            if n in ("A", "b") and n not in prob.fixed
+            for j in prob.held_rows
+            for k in range(d if n == "A" else 1)
+        ]
+        self.free_rows = np.setdiff1d(np.concatenate(free).astype(int), held)
         self.fixed_rows = np.setdiff1d(np.arange(self.npar), self.free_rows)
         self.nfree = len(self.free_rows)
         L = prob.L
@@ -459,6 +517,7 @@ class Transcription:
         self.x0 = ca.MX.sym("x0", self.nx)
         self.target = ca.MX.sym("target", self.nx)  # (m1, vech Σ1), shifted by corrections
         self.pfix = ca.MX.sym("pfix", len(self.fixed_rows), L)  # fixed parameters (NLP data)
+        self.qbase = ca.MX.sym("qbase", base_size(prob.base_heads, d), L)  # a fixed base's data
         self.w: list[Any] = [ca.vec(self.P), ca.vec(self.Z), ca.vec(self.X)]  # layer by layer
         self.n_aux = 0
         self.k_mat = np.zeros((0, d))
@@ -467,13 +526,14 @@ class Transcription:
         """Collocation equations and continuity of every layer (the layer function, mapped)."""
         prob = self.prob
         L = prob.L
-        self.layer = layer_function(prob.mode, prob.d, prob.T / L, prob.intervals)
+        self.layer = layer_function(prob.mode, prob.d, prob.T / L, prob.intervals, prob.base_heads)
         mapped = self.layer.map(L, prob.parallelization)
         # Full parameter matrix: free and fixed rows interleaved back into packing order.
         perm = np.argsort(np.concatenate([self.free_rows, self.fixed_rows]))
         p_all = ca.vertcat(self.P, self.pfix)[perm.tolist(), :] if len(self.fixed_rows) else self.P
         xin = ca.horzcat(self.x0, self.X[:, : L - 1]) if L > 1 else self.x0
-        res, xend, energy, logdet, norms = mapped(xin, self.Z, p_all)
+        base = [self.qbase] if prob.base_heads >= 0 else []
+        res, xend, energy, logdet, norms = mapped(xin, self.Z, p_all, *base)
         cons.add(ca.vec(res))
         cons.add(ca.vec(xend - self.X))
         return energy, logdet, norms
@@ -574,7 +634,7 @@ class Transcription:
         """The IPOPT solver, with the deadline callback and the user's IPOPT options."""
         prob = self.prob
         x = ca.vertcat(*self.w)
-        p = ca.vertcat(self.x0, self.target, ca.vec(self.pfix))
+        p = ca.vertcat(self.x0, self.target, ca.vec(self.pfix), ca.vec(self.qbase))
         g = ca.vertcat(*cons.g)
         self.deadline = IpoptDeadline(int(x.numel()), int(g.numel()), int(p.numel()))
         opts: dict[str, Any] = {
@@ -610,12 +670,14 @@ class Transcription:
         aux0: FloatArray | None = None,
         *,
         max_wall_time: float = math.inf,
+        base: FloatArray | None = None,
     ) -> Solution:
         """Solve from ``x0 = (m0, vech Σ0)`` to ``target = (m1, vech Σ1)``.
 
         Guesses: parameters ``(L, npar)`` (the fixed rows are held at these values), collocation
         states ``(L, nz)``, end states ``(L, nx)``; ``aux0`` the BW square-root variable.
-        ``max_wall_time`` (seconds) stops IPOPT after the iteration that exceeds it.
+        ``max_wall_time`` (seconds) stops IPOPT after the iteration that exceeds it. ``base``:
+        a fixed base's data per layer, ``(L, base_size)`` (:func:`pack_base`).
         """
         L = self.prob.L
         parts = [params0[:, self.free_rows].ravel(), colloc0.ravel(), states0.ravel()]
@@ -628,7 +690,14 @@ class Transcription:
             try:
                 sol = self.solver(
                     x0=np.concatenate(parts),
-                    p=np.concatenate([x0, target, params0[:, self.fixed_rows].ravel()]),
+                    p=np.concatenate(
+                        [
+                            x0,
+                            target,
+                            params0[:, self.fixed_rows].ravel(),
+                            np.zeros(0) if base is None else base.ravel(),
+                        ]
+                    ),
                     lbx=self.lbx,
                     ubx=self.ubx,
                     lbg=self.lbg,

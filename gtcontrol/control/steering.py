@@ -27,19 +27,23 @@ import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 
+from .._blas import calm_blas
 from .._linalg import FloatArray, vech
 from .._status import Budget, Status, as_time_limit
-from .._validation import option_values
-from ..errors import SolverError
+from .._validation import as_positive_float, as_positive_int, option_values
+from ..errors import InvalidParametersError, SolverError
 from ..model.gaussian import Gaussian
 from ..model.moments import Trajectory
 from ..model.params import Layer, Schedule
 from ._constructions import check_guess, solve_flow, states_of, warm_starts
 from ._ipopt import IpoptSettings
+from ._steer_base import make_problem, steer_base, wants_nlp
+from ._steer_base_nlp import polish
 from ._steer_problem import (
     Collocation,
     Plan,
@@ -57,6 +61,7 @@ from ._steer_problem import (
     verify,
 )
 from ._transcription import Solution, Transcription, build_estimate, pack, to_layer, transcription
+from .reachability import check_mode
 
 __all__ = ["Collocation", "IpoptSettings", "SteeringBounds", "SteeringResult", "steer"]
 
@@ -81,6 +86,7 @@ def steer(
     verify_tokens: int = 0,
     seed: int = 0,
     method: str = "auto",
+    base: Layer | Schedule | None = None,
     time_limit: float | None = None,
 ) -> SteeringResult:
     """Optimal ``L``-layer steering of ``initial`` to ``target`` in depth ``T``, verified.
@@ -174,6 +180,27 @@ def steer(
         bounds, no ``initial_guess``, ``redundancy="fixed"`` and a non-singular Σ0.
         ``"auto"``: ``"flow"`` where it applies from ``d ≥ 5`` (``"full"``, ``"attention"``) or
         ``d ≥ 9`` (``"ffn"``), else ``"collocation"``.
+    base
+        A network to steer through (``None``: a blank network): a :class:`Layer` used in every
+        sublayer, or a :class:`Schedule` of ``n_layers`` layers over depth ``T``. Its heads
+        (dense and factored) and affine part are kept unchanged in every sublayer (the returned
+        layers hold the base's heads first, bitwise unchanged); the control is what is added to
+        them, a constant affine ``A_k, b_k`` per sublayer (modes ``"ffn"`` and ``"full"`` build
+        the same additions, no added heads; ``"attention"`` is refused). ``cost`` is the
+        additions' kinetic energy ``∫ E|A_k x + b_k|² dt``; ``kinetic_energy`` is the whole
+        field's. The initial and target covariances must share their range (the active
+        subspace); a coordinate with zero variance and the same mean at both ends (the affine
+        coordinate of a layer on ``R^{d+1}``) is held constant, so a base that moves one is
+        refused. The flow construction (:mod:`gtcontrol.control._steer_base`) shoots every
+        sublayer from where the previous one ended onto the next node of the cheapest plan
+        (the geodesic, or the least-energy path of the base's field frozen per sublayer);
+        ``method="auto"`` then polishes it with the collocation NLP (the base as fixed data)
+        up to ``d = 6`` and keeps the cheaper verified control (``"flow"``: the construction
+        only; ``"collocation"``: the NLP up to ``d = 12``). ``success`` needs the re-simulated
+        terminal error to be at most ``terminal_tol · max(1, |m|, sqrt(tr Σ))`` of the end points
+        (``stats["relative_terminal_error"]``); ``stats["seconds_by_part"]`` says where the time
+        went. ``objective``, ``terminal``, ``redundancy``, ``regularization``, ``bounds`` and
+        ``initial_guess`` keep their defaults.
     time_limit
         Wall-clock budget in seconds (``None``: no limit). Each IPOPT solve gets the remaining
         budget as its maximal wall time; when it is spent no further start or correction is
@@ -217,11 +244,83 @@ def steer(
     (<Status.SUCCESS: 'success'>, 'Solve_Succeeded')
     >>> bool(res.terminal_error < 1e-6), bool(res.kinetic_energy >= res.lower_bound)
     (True, True)
+
+    Through a fixed head ``V = 0.5 I``, ``B = I``: the control is what is added to it.
+
+    >>> from gtcontrol import Layer
+    >>> base = Layer(V=0.5, B=[[1.0]])
+    >>> res = steer(g0, g1, 1.0, n_layers=3, base=base, method="flow")
+    >>> import numpy as np
+    >>> kept = res.controls.layers[0].heads[0]
+    >>> res.status, all(np.array_equal(x, y) for x, y in zip(kept, base.heads[0]))
+    (<Status.SUCCESS: 'success'>, True)
+    >>> bool(res.stats["relative_terminal_error"] < 1e-6), bool(res.cost > 0.0)
+    (True, True)
     """
     clock = time.perf_counter()
     opts = _SteerOptions(**option_values(_SteerOptions, locals()))
     budget = Budget(as_time_limit(time_limit))
+    if base is not None:
+        return _steer_around(initial, target, T, n_layers, mode, opts, base, budget, clock)
     return run(make_plan(initial, target, T, n_layers, mode, opts), budget, clock)
+
+
+def _steer_around(
+    initial: Gaussian,
+    target: Gaussian,
+    T: float,
+    n_layers: int,
+    mode: str,
+    opts: _SteerOptions,
+    base: Any,
+    budget: Budget,
+    clock: float,
+) -> SteeringResult:
+    """``steer`` with a base: validate, refuse what the construction does not cover, build."""
+    if check_mode(mode) == "attention":
+        raise InvalidParametersError(
+            "mode: with a base the control is an added affine part ('ffn' or 'full'), got "
+            "'attention'"
+        )
+    defaults = _SteerOptions()
+    for name in _BASE_FIXED_OPTIONS:
+        if getattr(opts, name) != getattr(defaults, name):
+            raise InvalidParametersError(
+                f"{name}: steering around a base takes the default ({getattr(defaults, name)!r})"
+            )
+    prob = make_problem(
+        initial,
+        target,
+        as_positive_float("T", T),
+        as_positive_int("n_layers", n_layers),
+        base,
+        opts,
+    )
+    if opts.method == "collocation" and initial.dim > NLP_MAX_DIM_BASE:
+        raise InvalidParametersError(
+            f"method: 'collocation' around a base builds an NLP whose Hessian grows as d⁵; it "
+            f"is offered up to d = {NLP_MAX_DIM_BASE}, got d = {initial.dim} (use 'flow')"
+        )
+    result = steer_base(prob, budget)
+    if result.success and wants_nlp(prob):
+        with calm_blas():
+            result = polish(prob, result, budget)
+    return replace(
+        result, stats=MappingProxyType({**result.stats, "seconds": time.perf_counter() - clock})
+    )
+
+
+#: Largest dimension at which ``method="collocation"`` polishes a construction around a base.
+NLP_MAX_DIM_BASE = 12
+#: Options of the blank problem that steering around a base does not take.
+_BASE_FIXED_OPTIONS = (
+    "objective",
+    "terminal",
+    "redundancy",
+    "regularization",
+    "initial_guess",
+    "bounds",
+)
 
 
 # ============================================================================ warm starts

@@ -47,7 +47,15 @@ def once_and_probe(key: int, *, calls: str, fail: tuple[int, ...] = ()) -> dict:
     """:func:`once`'s row, and where it ran: the process, its thread variable and BLAS
     threads."""
     row = once(key, calls=calls, fail=fail)
-    where = {"pid": os.getpid(), "omp": os.environ.get("OMP_NUM_THREADS"), "blas": _threads()}
+    from gtcontrol.control.design._jobs import cpus
+
+    where = {
+        "pid": os.getpid(),
+        "omp": os.environ.get("OMP_NUM_THREADS"),
+        "blas": _threads(),
+        "cores": os.environ.get("GTCONTROL_CORES"),
+        "cpus": cpus(),
+    }
     return {"row": row, "where": where}
 
 

@@ -193,6 +193,9 @@ def test_local_processes_give_the_inline_rows_and_a_resume_computes_only_the_res
     for r in out.rows.values():
         assert r["where"]["pid"] != os.getpid() and r["where"]["omp"] == str(threads), r
         assert r["where"]["blas"] in (None, threads), r  # None: no threadpoolctl
+        # and that share of the cores for its own jobs (stabilize's checks run in turn on one)
+        assert r["where"]["cores"] == str(threads), r
+        assert r["where"]["cpus"] == min(threads, len(os.sched_getaffinity(0))), r
     # the run leaves this process's thread settings as they were
     assert {v: os.environ.get(v) for v in env} == env
     again = functools.partial(once_and_probe, calls=calls_folder(tmp_path, "second"))
@@ -308,3 +311,21 @@ def test_a_killed_driver_resumes_on_the_cluster_and_stores_no_layer_twice(
             assert len(times) == 2 and times[0] < resumed_at <= times[1], (key, times)
     with (store / "rows" / "layer_005.pkl").open("rb") as f:
         assert pickle.load(f)["row"]["value"] == row_of(5)["value"]
+
+
+def test_a_workers_share_of_the_cores_bounds_what_its_jobs_see(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``GTCONTROL_CORES`` (set by a local cluster in its workers) caps ``cpus()``; with one
+    core stabilize's independent checks run in turn, not in threads; a malformed value is
+    ignored."""
+    from gtcontrol.control.design import _jobs
+
+    n = len(os.sched_getaffinity(0))
+    monkeypatch.setenv(_jobs.CORES_VARIABLE, "1")
+    assert _jobs.cpus() == 1 and not _jobs.threaded()
+    monkeypatch.setenv(_jobs.CORES_VARIABLE, str(n + 3))
+    assert _jobs.cpus() == n
+    for bad in ("", "0", "-2", "two"):
+        monkeypatch.setenv(_jobs.CORES_VARIABLE, bad)
+        assert _jobs.cpus() == n

@@ -21,7 +21,8 @@ Where the work runs:
 
 * one worker and no scheduler: inline, in this process, in key order (no start-up cost);
 * several workers: a :class:`distributed.LocalCluster` of worker processes on this machine,
-  each with ``cores // workers`` BLAS/OpenMP threads, so that workers × threads ≤ cores;
+  each with ``cores // workers`` BLAS/OpenMP threads and that share of the cores for its own
+  jobs (:func:`gtcontrol.control.design._jobs.cpus`), so that workers × threads ≤ cores;
 * a scheduler address: one dask task per missing key on that cluster; this process stores
   each row as its task completes.
 
@@ -65,7 +66,7 @@ from .._output import OutputError, lock_exclusive
 from .._result_file import _show
 from .._status import Outcome, ResultFields, as_time_limit
 from .._version import __version__
-from ..control.design._jobs import cpus
+from ..control.design._jobs import CORES_VARIABLE, cpus
 from ..errors import InvalidParametersError, Status
 
 __all__ = ["GRACE", "JobsOutcome", "KeyRun", "NotDone", "remove_store", "run_layer_jobs"]
@@ -561,7 +562,7 @@ class _Run:
                 return
             require_distributed(f"layers on {self.n_workers} worker processes")
             self.threads = max(1, n_cores // self.n_workers)
-            env = {v: str(self.threads) for v in _THREAD_VARIABLES}
+            env = {v: str(self.threads) for v in (*_THREAD_VARIABLES, CORES_VARIABLE)}
         if self.left() <= 0:  # no time to start a cluster
             self._cut(missing, "not started")
             return

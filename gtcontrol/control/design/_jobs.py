@@ -42,12 +42,20 @@ _S = TypeVar("_S")
 _MAX_WORKERS = 8
 
 
+#: Set by a local cluster in each of its worker processes: the worker's share of the cores.
+CORES_VARIABLE = "GTCONTROL_CORES"
+
+
 def cpus() -> int:
-    """The CPUs this process may use."""
+    """The CPUs this process may use: its affinity, or a local cluster worker's share of the
+    cores (:data:`CORES_VARIABLE`): a worker with one core runs its jobs in turn, since threads
+    sharing that core only add switching (docs/benchmarks.md, "The model map")."""
     try:
-        return len(os.sched_getaffinity(0))
+        n = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not on Linux
-        return os.cpu_count() or 1
+        n = os.cpu_count() or 1
+    share = os.environ.get(CORES_VARIABLE, "")
+    return min(n, int(share)) if share.isdigit() and int(share) > 0 else n
 
 
 def threaded() -> bool:

@@ -138,6 +138,10 @@ def dask_client(
                 yield client, f"local: {n_workers} worker processes"
 
 
+#: glibc's trim threshold, which dask's nanny sets in its workers' environment.
+_TRIM_VARIABLE = "MALLOC_TRIM_THRESHOLD_"
+
+
 @contextmanager
 def _worker_environ(env: Mapping[str, str] | None) -> Iterator[None]:
     """Put ``env`` into this process's environment while a local cluster lives, and restore
@@ -147,14 +151,23 @@ def _worker_environ(env: Mapping[str, str] | None) -> Iterator[None]:
     after numpy and its BLAS are loaded, too late for their thread counts), and dask sets its
     ``pre-spawn-environ`` (one BLAS thread) here before each spawn: without the restore, BLAS
     and torch loaded later by this process would run on one thread.
+
+    That ``pre-spawn-environ`` also sets glibc's ``MALLOC_TRIM_THRESHOLD_``, and a trim
+    threshold set by hand turns off glibc's adaptive ``mmap`` threshold: every temporary above
+    128 KiB (a ``d × d`` product at d = 385 is 1.2 MB) is then mapped and unmapped, its pages
+    zeroed by the kernel at each use. The workers here are spawned without it
+    (docs/benchmarks.md, "The model map").
     """
     import dask
 
-    keys = {*(env or {}), *dask.config.get("distributed.nanny.pre-spawn-environ"), "PYTHONHASHSEED"}
+    pre = dict(dask.config.get("distributed.nanny.pre-spawn-environ"))
+    keys = {*(env or {}), *pre, "PYTHONHASHSEED"}
     saved = {k: os.environ.get(k) for k in keys}
     os.environ.update(env or {})
+    pre.pop(_TRIM_VARIABLE, None)
     try:
-        yield
+        with dask.config.set({"distributed.nanny.pre-spawn-environ": pre}):
+            yield
     finally:
         for k, v in saved.items():
             if v is None:

@@ -54,6 +54,7 @@ def once_and_probe(key: int, *, calls: str, fail: tuple[int, ...] = ()) -> dict:
         "omp": os.environ.get("OMP_NUM_THREADS"),
         "blas": _threads(),
         "cores": os.environ.get("GTCONTROL_CORES"),
+        "trim": os.environ.get("MALLOC_TRIM_THRESHOLD_"),
         "cpus": cpus(),
     }
     return {"row": row, "where": where}

@@ -196,6 +196,8 @@ def test_local_processes_give_the_inline_rows_and_a_resume_computes_only_the_res
         # and that share of the cores for its own jobs (stabilize's checks run in turn on one)
         assert r["where"]["cores"] == str(threads), r
         assert r["where"]["cpus"] == min(threads, len(os.sched_getaffinity(0))), r
+        # no hand-set glibc trim threshold (dask's default), which maps every large temporary
+        assert r["where"]["trim"] == os.environ.get("MALLOC_TRIM_THRESHOLD_"), r
     # the run leaves this process's thread settings as they were
     assert {v: os.environ.get(v) for v in env} == env
     again = functools.partial(once_and_probe, calls=calls_folder(tmp_path, "second"))

@@ -230,3 +230,25 @@ def test_onnxruntime_and_the_reference_evaluator_agree(
     monkeypatch.setattr(onnx_data, "_ort_session", lambda model: None)
     slow, _ = data_tokens(em)
     _close(fast, slow)
+
+
+@pytest.mark.parametrize("family", ["bert", "gpt2"])
+def test_the_network_check_runs_on_the_graphs_own_first_layer_inputs(
+    family: str, tmp_path: Path
+) -> None:
+    """The stabilized-network check runs the network from the first layer's input. A pre-LN
+    graph's first attention reads a LayerNorm's output, so that input (the residual stream:
+    embeddings plus positions) is fetched from the graph too; it equals the module's
+    ``hidden_states[0]`` on the same random ids, and the extracted network run from it with
+    nothing replaced compares equal to itself."""
+    from gtcontrol.experiments._map_network import map_data, network_check
+
+    net = _build(family)
+    em = extract(_export(net, tmp_path / f"{family}.onnx"))
+    data = map_data(em, 0)
+    want = map_data(extract(net), 0)
+    assert len(data.sequences) == 40
+    _close(list(data.sequences), list(want.sequences))
+    check = network_check(em, {}, data)
+    assert check.n_inputs == 40 and check.cosine_mean == pytest.approx(1.0, abs=1e-12)
+    assert check.relative_change == 0.0

@@ -124,11 +124,9 @@ def map_data(em: ExtractedModel, seed: int = 0) -> MapData:
         The tokens per layer, the sequences and the real network's output on them.
     """
     if em.family == "onnx":
-        per_layer, what = onnx_sequences(em, list(SENTENCES), as_seed(seed))
+        per_layer, first, what = onnx_sequences(em, list(SENTENCES), as_seed(seed))
         tokens = tuple(np.concatenate(seqs) for seqs in per_layer)
-        if em.norm_placement == "post-LN":  # the first layer's attention reads its input
-            return MapData(tokens, tuple(per_layer[0]), None, what)
-        return MapData(tokens, (), None, what)
+        return MapData(tokens, tuple(first), None, what)
     tokens_list, what = data_tokens(em, seed=seed)
     tokens = tuple(tokens_list)
     batch, mask, _ = data_batch(em, list(SENTENCES), as_seed(seed))
@@ -224,8 +222,7 @@ def network_check(
             (),
             0,
             Status.FAILED,
-            "no data sequences to run the network on: the first layer's inputs are not captured "
-            "for a pre-LN ONNX graph (its first attention reads a LayerNorm's output)",
+            "no data sequences to run the network on (no sentence gave a token)",
             time.perf_counter() - clock,
         )
     cosines, num, den = [], np.zeros(em.n_layers), np.zeros(em.n_layers)

@@ -774,8 +774,10 @@ class OnnxPlan:
 
     ``reads[k]`` is the tensor layer ``k``'s query, key and value projections read; ``ids`` the
     input of token ids (``None``: the graph has none) and ``vocab`` the rows of the embedding
-    table it gathers from; ``stamp`` the file's ``(mtime_ns, size)`` and ``fingerprint`` a hash
-    of the layers read, which tie the plan to the file and to the model it came with.
+    table it gathers from; ``first_input`` the first layer's input (the residual stream its
+    attention adds to: ``reads[0]`` itself post-LN, its LayerNorm's input pre-LN); ``stamp``
+    the file's ``(mtime_ns, size)`` and ``fingerprint`` a hash of the layers read, which tie
+    the plan to the file and to the model it came with.
     """
 
     path: Path
@@ -785,6 +787,7 @@ class OnnxPlan:
     reads: tuple[str, ...]
     ids: str | None
     vocab: int
+    first_input: str
 
 
 #: The latest plan of each file read (by resolved path), oldest first.
@@ -946,7 +949,7 @@ def _read(path: Path, stamp: tuple[int, int]) -> tuple[ExtractedModel, OnnxPlan]
     inputs = tuple(_graph_input(g, i) for i in g.inputs)
     ids, vocab = _token_ids(g, inputs)
     reads = tuple(b.reads for b in blocks)
-    plan = OnnxPlan(path, stamp, _fingerprint(layers), inputs, reads, ids, vocab)
+    plan = OnnxPlan(path, stamp, _fingerprint(layers), inputs, reads, ids, vocab, built[0][1])
     em = ExtractedModel(
         layers,
         family="onnx",

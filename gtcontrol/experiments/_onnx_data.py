@@ -103,15 +103,16 @@ def _fail(plan: OnnxPlan, what: str) -> ModelFileError:
 def _onnx_tokens(
     em: ExtractedModel, sentences: Sequence[str], seed: int
 ) -> tuple[list[FloatArray], str]:
-    per_layer, what = onnx_sequences(em, sentences, seed)
+    per_layer, _, what = onnx_sequences(em, sentences, seed)
     return [np.concatenate(seqs) for seqs in per_layer], what
 
 
 def onnx_sequences(
     em: ExtractedModel, sentences: Sequence[str], seed: int
-) -> tuple[list[list[FloatArray]], str]:
+) -> tuple[list[list[FloatArray]], list[FloatArray], str]:
     """Per layer, the tokens entering its attention one sequence at a time (padding left out,
-    in the order of the sequences) for an ONNX model, and what the data were."""
+    in the order of the sequences) for an ONNX model; the first layer's inputs (the residual
+    stream before a pre-LN model's first LayerNorm), the same way; and what the data were."""
     plan = onnx_plan(em)
     rng = data_rng(seed)
     if em.inputs == "image":
@@ -119,7 +120,7 @@ def onnx_sequences(
     else:
         runs, what = _text_runs(plan, sentences, rng)
     run = _runner(plan)
-    got: list[dict[int, FloatArray]] = [{} for _ in plan.reads]
+    got: list[dict[int, FloatArray]] = [{} for _ in _outputs(plan)]
     for r in runs:
         for k, x in enumerate(run(r.feeds)):
             a = _tokens(plan, k, x, r, em.dim)
@@ -127,25 +128,39 @@ def onnx_sequences(
                 if s >= 0:
                     got[k][int(s)] = a[row] if r.real is None else a[row][r.real[row]]
     # in the order of the sequences, whatever the batches (grouped by length, say)
-    return [[g[s] for s in sorted(g)] for g in got], what
+    seqs = [[g[s] for s in sorted(g)] for g in got]
+    first = seqs[_outputs(plan).index(plan.first_input)]
+    return seqs[: len(plan.reads)], first, what
+
+
+def _outputs(plan: OnnxPlan) -> list[str]:
+    """The tensors a run fetches: every layer's attention input, then the first layer's input
+    when it is not one of them (pre-LN)."""
+    names = list(plan.reads)
+    return names if plan.first_input in names else [*names, plan.first_input]
 
 
 def _tokens(plan: OnnxPlan, k: int, x: Any, r: _Run, d: int) -> FloatArray:
-    """Layer ``k``'s captured attention input as ``(b, n, d)``, float64."""
+    """Output ``k`` of a run (:func:`_outputs`) as ``(b, n, d)``, float64."""
     a = np.asarray(x, dtype=float)
     b = r.seq.shape[0]
     if a.ndim == 2 and a.shape[0] % b == 0:  # a Gemm reads (batch·tokens, d): GPT-2's Conv1D
         a = a.reshape(b, -1, a.shape[-1])
     n = r.real.shape[1] if r.real is not None else (a.shape[1] if a.ndim == 3 else -1)
+    what = (
+        f"layer {k}'s attention reads {plan.reads[k]!r}"
+        if k < len(plan.reads)
+        else f"the first layer's input is {plan.first_input!r}"
+    )
     if a.shape != (b, n, d):
         raise _fail(
             plan,
-            f"layer {k}'s attention reads {plan.reads[k]!r} of shape {np.shape(x)} on a batch "
+            f"{what} of shape {np.shape(x)} on a batch "
             f"of {b} sequences ({n if n >= 0 else '?'} tokens); expected (batch, tokens, {d}) "
             f"or (batch·tokens, {d})",
         )
     if not np.all(np.isfinite(a)):
-        raise _fail(plan, f"layer {k}'s attention reads non-finite numbers on the data batch")
+        raise _fail(plan, f"{what}: non-finite numbers on the data batch")
     return a
 
 
@@ -354,14 +369,15 @@ def _ort_session(model: Any) -> Any:
 
 
 def _runner(plan: OnnxPlan) -> Callable[[dict[str, Any]], list[Any]]:
-    """A function of the feeds giving every layer's attention input (``plan.reads``)."""
+    """A function of the feeds giving every layer's attention input (``plan.reads``) and the
+    first layer's input (:func:`_outputs`)."""
     onnx = require_onnx()
     try:
         model = onnx.load(str(plan.path))
     except Exception as exc:  # a protobuf error of any kind: the file changed or is damaged
         line = " ".join(str(exc).split())[:300] or type(exc).__name__
         raise _fail(plan, f"not a readable ONNX model ({line})") from None
-    names = list(plan.reads)
+    names = _outputs(plan)
     _prune(model, names)
     session = _ort_session(model)
     # both take (output names, feeds)

@@ -65,14 +65,14 @@ def main() -> None:
 
     print("== pretrained_gaussianity (all-MiniLM-L6-v2) ==")
     t0 = time.perf_counter()
-    pretrained_gaussianity(1024, 0)
+    pretrained_gaussianity(n_tokens=1024, seed=0)
     print(f"first call n_tokens=1024 (load + nulls): {time.perf_counter() - t0:.2f} s")
     for n in (1024,) if quick else (1024, 4096):
-        pretrained_gaussianity(n, 0)  # warm: model loaded, nulls for (n, rank) cached
-        med, ts = _median_time(lambda n=n: pretrained_gaussianity(n, 0), reps)
+        pretrained_gaussianity(n_tokens=n, seed=0)  # warm: model loaded, nulls for (n, rank) cached
+        med, ts = _median_time(lambda n=n: pretrained_gaussianity(n_tokens=n, seed=0), reps)
         print(f"n_tokens={n}: median {med:.2f} s over {reps} warm runs {[f'{t:.2f}' for t in ts]}")
         clear_null_cache()
-        med, ts = _median_time(lambda n=n: pretrained_gaussianity(n, 0), 1)
+        med, ts = _median_time(lambda n=n: pretrained_gaussianity(n_tokens=n, seed=0), 1)
         print(f"n_tokens={n}: cold nulls {med:.2f} s")
 
     print("== one-thread BLAS guard with torch loaded ==")

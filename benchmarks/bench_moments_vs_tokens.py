@@ -47,7 +47,7 @@ def bench_a(repeats: int) -> None:
     d, n, T = 16, 4096, 1.0
     layer = _layer(rng, d)
     g0 = Gaussian(rng.standard_normal(d), _spd(rng, d))
-    x = g0.sample(n, rng)
+    x = g0.sample(n, seed=rng)
     t_mom, t_tok, t_rk4 = [], [], []
     for _ in range(repeats):  # interleaved so that load changes hit all three
         t_mom.append(_once(lambda: simulate(layer, g0, T)))

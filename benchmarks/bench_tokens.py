@@ -100,7 +100,7 @@ def bench_accuracy(n: int, repeats: int) -> None:
     head = f"    {'layer':16s} {'T':>4s} | {'adaptive err':>12s} {'estimate':>9s} {'evals':>5s}"
     print(f"{head} {'time':>7s} | {'rk4x20 err':>10s} {'evals':>5s} {'time':>7s} | time ratio")
     for name, (layer, g0) in _accuracy_layers(rng).items():
-        x = g0.sample(n, rng)
+        x = g0.sample(n, seed=rng)
         for T in (1.0, 8.0, 30.0):
             ref = _converged(layer, x, T)
             scale = float(np.linalg.norm(ref))

@@ -516,7 +516,7 @@ def _hostile2_call(kind: str, a: dict[str, Any]) -> Any:
     if a["what"] == "robustness":
         design = gc.design_mean_matching(gc.Gaussian([1.0, 2.0], g.cov), robustness=False)
         return gc.design_robustness(design.layer, design.target, seed=s, n_samples=2)
-    return g.sample(3, s)
+    return g.sample(3, seed=s)
 
 
 def _stabilize_inputs(a: dict[str, Any]) -> tuple[Any, Any]:
@@ -702,7 +702,7 @@ def _run_call(i: int, kind: str, a: dict[str, Any]) -> tuple[int, str, str]:
             ):
                 wrong = "accepted a non-finite or non-PSD covariance"
         elif kind == "sample":
-            x = Gaussian([0.0], [[1.0]]).sample(a["n"], a["rng"])
+            x = Gaussian([0.0], [[1.0]]).sample(a["n"], seed=a["rng"])
             wrong = "" if np.all(np.isfinite(x)) else "non-finite samples"
         elif kind == "bures":
             g0, g1 = Gaussian(a["m0"], a["c0"]), Gaussian(a["m1"], a["c1"])

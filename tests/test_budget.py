@@ -273,19 +273,19 @@ def _experiment_cases(tmp: Path) -> dict[str, Callable[[float], Any]]:
     return {
         "attention_flows": lambda tl: ex.attention_flows(minilm(), T=40.0, time_limit=tl),
         "feedforward_closeness": lambda tl: ex.feedforward_closeness(
-            D, N_TOKENS, 0, T=20.0, time_limit=tl
+            d=D, n_tokens=N_TOKENS, seed=0, T=20.0, time_limit=tl
         ),
         "gaussianity": lambda tl: ex.gaussianity(token_samples(), n_null=64, time_limit=tl),
         "model_map": lambda tl: ex.model_map(minilm(), token_check=N_TOKENS, time_limit=tl),
         "model_report": lambda tl: ex.model_report(minilm(), n_tokens=N_TOKENS, time_limit=tl),
         "moment_surrogate": lambda tl: ex.moment_surrogate(
-            N_TOKENS, 0, model=minilm(), time_limit=tl
+            n_tokens=N_TOKENS, seed=0, model=minilm(), time_limit=tl
         ),
         "prescribed_attention_regimes": lambda tl: ex.prescribed_attention_regimes(
-            D, N_TOKENS, 0, time_limit=tl
+            d=D, n_tokens=N_TOKENS, seed=0, time_limit=tl
         ),
         "pretrained_gaussianity": lambda tl: ex.pretrained_gaussianity(
-            N_TOKENS, 0, model=minilm(), time_limit=tl
+            n_tokens=N_TOKENS, seed=0, model=minilm(), time_limit=tl
         ),
         "reproduce": lambda tl: ex.reproduce(tmp / "paper", n_tokens=N_TOKENS, time_limit=tl),
         "stabilize_model": lambda tl: ex.stabilize_model(

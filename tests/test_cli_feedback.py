@@ -143,7 +143,7 @@ def test_library_calls_report_inside_a_reporting_block() -> None:
     with reporting(enabled=True, stream=stream):
         assert reporting_enabled()
         traj = simulate(layer, g0, T=2.0)
-        tok = simulate_tokens(layer, g0.sample(64, 0), T=1.0, method="rk4")
+        tok = simulate_tokens(layer, g0.sample(64, seed=0), T=1.0, method="rk4")
     assert traj.success and tok.success
     assert not reporting_enabled()
 

@@ -133,7 +133,7 @@ def test_gaussian_closure_is_the_moment_ode_for_affine_layers_and_stein_exact() 
     for act in ("relu", "gelu"):
         lay_n = lay.replace(ffn=FeedForward(w, u, c, activation=act))
         lin = linearized_layer(lay_n, g0.mean, g0.cov)
-        x = g0.sample(400_000, np.random.default_rng(4))
+        x = g0.sample(400_000, seed=np.random.default_rng(4))
         z = x @ u.T + c
         sig = np.maximum(z, 0.0) if act == "relu" else z * (0.5 * (1 + _erf(z / np.sqrt(2))))
         f_true = sig @ w.T
@@ -255,7 +255,7 @@ def test_relu_closure_derivative_matches_monte_carlo() -> None:
     h = 1e-4
     flow = simulate_closure(layer, g0, h, times=[0.0, h], rtol=1e-12)
     m, s = flow.mean, flow.cov
-    x = g0.sample(n, rng)
+    x = g0.sample(n, seed=rng)
     v = np.maximum(x @ ffn.U.T + ffn.c, 0.0) @ ffn.W.T
     dm = v.mean(axis=0)
     c = (x - x.mean(axis=0)).T @ (v - dm) / n
@@ -526,7 +526,7 @@ def test_cli_default_compare_tokens_completes_within_its_work_cap(tmp_path: Path
 def test_kurtosis_ratio_is_one_for_gaussian_clouds() -> None:
     rng = np.random.default_rng(5)
     g = Gaussian([1.0, -2.0, 0.5], [[2.0, 0.3, 0.0], [0.3, 1.0, 0.2], [0.0, 0.2, 0.5]])
-    assert abs(kurtosis_ratio(g.sample(200_000, rng)) - 1.0) < 0.01
+    assert abs(kurtosis_ratio(g.sample(200_000, seed=rng)) - 1.0) < 0.01
     heavy = rng.standard_t(5, size=(200_000, 2))  # Student t, 5 dof: heavier tails
     assert kurtosis_ratio(heavy) > 1.3
 

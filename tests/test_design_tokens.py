@@ -126,7 +126,7 @@ def test_token_integration_is_converged_and_agrees_with_an_independent_integrato
     # is 16× smaller at h/2, so the difference bounds the error of the automatic step).
     assert abs(fine.w2 - tc.w2) <= 1e-4 * tc.floor
     # An independent integrator (plain numpy softmax, RK4 at half the step) on the same tokens.
-    x0 = Gaussian.standard(4).sample(256, np.random.default_rng(5))
+    x0 = Gaussian.standard(4).sample(256, seed=np.random.default_rng(5))
     x_end = _rk4(res.layer, x0, T, 2 * tc.steps)
     w2_ind = Gaussian.from_samples(x_end).bures_wasserstein(target)
     assert w2_ind == pytest.approx(fine.w2, abs=1e-9)

@@ -119,7 +119,7 @@ def _results() -> dict[str, Any]:
         "Trajectory(blowup)": gt.simulate(BLOWS_UP, D2, 2.0),
         "Trajectory(closure)": gt.simulate_closure(RELU, D2, 1.0, times=[0.0, 0.5, 1.0]),
         "TokenTrajectory": gt.simulate_tokens(
-            CONVERGES, D2.sample(200, 0), 1.0, snapshot_times=[0.0, 1.0]
+            CONVERGES, D2.sample(200, seed=0), 1.0, snapshot_times=[0.0, 1.0]
         ),
         "BlowupResult": gt.blowup_analysis(BLOWS_UP, D2),
         "CovarianceFlow": gt.riccati_flow(BLOWS_UP, D2, [0.1, 0.5, 5.0]),
@@ -148,7 +148,7 @@ def _results() -> dict[str, Any]:
             design.layer, TARGET, n_tokens=128, floor_samples=2
         ),
     }
-    out.update(_experiment_containers(D2.sample(200, 1)))
+    out.update(_experiment_containers(D2.sample(200, seed=1)))
     out.update(_stabilization_results())
     return out
 
@@ -379,8 +379,10 @@ def test_pretrained_experiment_results_display() -> None:
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
     for res in (
-        ge.pretrained_gaussianity(400, 0, model="random-vit", n_null=8, n_projections=8),
-        ge.moment_surrogate(400, 0, model="random-bert"),
+        ge.pretrained_gaussianity(
+            n_tokens=400, seed=0, model="random-vit", n_null=8, n_projections=8
+        ),
+        ge.moment_surrogate(n_tokens=400, seed=0, model="random-bert"),
     ):
         assert type(res).__name__ in repr(res) and "<table" in res._repr_html_()
         assert _drawn(res.plot()) > 0

@@ -191,7 +191,7 @@ def test_activation_statistics_match_adaptive_quadrature(kind: str) -> None:
             return integrate.quad(lambda a: g(a) * dens(a), lo, hi, epsabs=1e-14, points=pts)[0]
 
         e_g, e_dg, e_g2 = expect(f), expect(df), expect(lambda a: f(a) ** 2)
-        got = activation_statistics(kind, np.array([mu]), np.array([s2]))
+        got = activation_statistics(np.array([mu]), np.array([s2]), kind=kind)
         # the central difference leaves ~1e-10 in E σ'
         assert got[0][0] == pytest.approx(e_g, rel=1e-9, abs=1e-12)
         assert got[1][0] == pytest.approx(e_dg, rel=1e-8, abs=1e-10)
@@ -243,7 +243,7 @@ def test_attention_moment_step_matches_tokens_in_the_mean_field() -> None:
     d, n = 4, 6000
     ex = _random_extracted(rng, d, 2, 8)
     g = Gaussian(0.3 * rng.standard_normal(d), 0.5 * _spd(rng, d))
-    x = g.sample(n, rng)
+    x = g.sample(n, seed=rng)
     y = x + ex.attention(x)
     emp = Gaussian.from_samples(x)
     from gtcontrol import simulate_discrete
@@ -363,7 +363,7 @@ def test_extraction_rejects_a_non_transformer() -> None:
 
 # ---------------------------------------------------------------------------- regimes, ReLU
 def test_prescribed_attention_regimes() -> None:
-    res = prescribed_attention_regimes(4, 600, 1, n_layers=40)
+    res = prescribed_attention_regimes(d=4, n_tokens=600, seed=1, n_layers=40)
     rows = {r.name: r for r in res.rows}
     collapse, conv, blow = rows["opposite"], rows["opposite+A"], rows["same"]
     assert res.status is Status.SUCCESS and res.success
@@ -408,13 +408,15 @@ def test_predicted_regimes_are_what_analyze_returns(d: int, seed: int) -> None:
         if cfg.kind == "blowup":  # the experiment's T* is analyze's
             assert reg.blowup_time == pytest.approx(t_star, rel=1e-9)
     # ... and the report's table prints exactly those kinds in its "predicted" column.
-    _, head, rows = regime_table(prescribed_attention_regimes(d, 10 * d + 20, seed, n_layers=4))
+    _, head, rows = regime_table(
+        prescribed_attention_regimes(d=d, n_tokens=10 * d + 20, seed=seed, n_layers=4)
+    )
     col = head.index("predicted")
     assert [row[col] for row in rows] == list(regimes.PRESCRIBED_KINDS)
 
 
 def test_feedforward_closeness_identity_stays_relu_departs() -> None:
-    res = feedforward_closeness(4, 600, 1, T=2.0, n_points=3, n_projections=32)
+    res = feedforward_closeness(d=4, n_tokens=600, seed=1, T=2.0, n_points=3, n_projections=32)
     ident, relu = res.curves
     assert ident.moment_gap[0] < 1e-12 and relu.moment_gap[0] < 1e-12  # same start
     assert relu.moment_gap[-1] > 5 * ident.moment_gap[-1]
@@ -501,7 +503,7 @@ def test_gaussianity_validates_time_limit() -> None:
 
 
 def test_prescribed_attention_regimes_time_limit() -> None:
-    res = prescribed_attention_regimes(4, 600, 1, n_layers=40, time_limit=1e-6)
+    res = prescribed_attention_regimes(d=4, n_tokens=600, seed=1, n_layers=40, time_limit=1e-6)
     _assert_protocol(res, Status.BUDGET_EXHAUSTED)
     assert res.rows == () and res.traces == {}
     assert "0 of 3" in res.message and res.stats["seconds"] < 5
@@ -511,7 +513,7 @@ def test_prescribed_attention_regimes_keeps_the_configurations_done(monkeypatch)
     from gtcontrol.experiments import regimes
 
     monkeypatch.setattr(regimes, "Budget", _OneUnit)
-    res = prescribed_attention_regimes(4, 300, 1, n_layers=20)
+    res = prescribed_attention_regimes(d=4, n_tokens=300, seed=1, n_layers=20)
     _assert_protocol(res, Status.BUDGET_EXHAUSTED)
     assert [r.name for r in res.rows] == ["opposite"] and list(res.traces) == ["opposite"]
     assert res.rows[0].predicted == "collapses"
@@ -519,17 +521,21 @@ def test_prescribed_attention_regimes_keeps_the_configurations_done(monkeypatch)
 
 
 def test_feedforward_closeness_follows_the_protocol_and_time_limit(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    res = feedforward_closeness(2, 200, 0, T=0.5, n_points=2, n_projections=8)
+    res = feedforward_closeness(d=2, n_tokens=200, seed=0, T=0.5, n_points=2, n_projections=8)
     _assert_protocol(res, Status.SUCCESS)
     for c in res.curves:
         _assert_protocol(c, Status.SUCCESS)
-    cut = feedforward_closeness(2, 200, 0, T=0.5, n_points=2, n_projections=8, time_limit=1e-6)
+    cut = feedforward_closeness(
+        d=2, n_tokens=200, seed=0, T=0.5, n_points=2, n_projections=8, time_limit=1e-6
+    )
     _assert_protocol(cut, Status.BUDGET_EXHAUSTED)
     assert cut.curves == ()
 
     from gtcontrol.experiments import closure
 
     monkeypatch.setattr(closure, "Budget", _OneUnit)
-    one = closure.feedforward_closeness(2, 200, 0, T=0.5, n_points=2, n_projections=8)
+    one = closure.feedforward_closeness(
+        d=2, n_tokens=200, seed=0, T=0.5, n_points=2, n_projections=8
+    )
     assert one.status is Status.BUDGET_EXHAUSTED
     assert [c.activation for c in one.curves] == ["identity"]

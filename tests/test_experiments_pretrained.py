@@ -30,7 +30,7 @@ from gtcontrol.experiments import report as report_module
 
 @pytest.fixture(scope="module")
 def minilm_table():  # type: ignore[no-untyped-def]
-    return pretrained_gaussianity(400, 0, n_null=8)
+    return pretrained_gaussianity(n_tokens=400, seed=0, n_null=8)
 
 
 def test_minilm_loads_offline_and_is_diagnosed_per_layer(minilm_table) -> None:  # type: ignore[no-untyped-def]
@@ -51,16 +51,16 @@ def test_minilm_loads_offline_and_is_diagnosed_per_layer(minilm_table) -> None: 
 
 
 def test_random_vit_shape_and_options() -> None:
-    tab = pretrained_gaussianity(256, 1, model="random-vit", n_null=8)
+    tab = pretrained_gaussianity(n_tokens=256, seed=1, model="random-vit", n_null=8)
     assert len(tab.rows) == 13 and tab.rows[0].result.dim == 192
     with pytest.raises(InvalidParametersError, match="model"):
-        pretrained_gaussianity(512, model="gpt")
+        pretrained_gaussianity(n_tokens=512, model="gpt")
     with pytest.raises(InvalidParametersError, match="n_tokens"):
-        pretrained_gaussianity(100)
+        pretrained_gaussianity(n_tokens=100)
 
 
 def test_surrogate_on_random_bert() -> None:
-    rnd = moment_surrogate(400, 0, model="random-bert")
+    rnd = moment_surrogate(n_tokens=400, seed=0, model="random-bert")
     assert len(rnd.rows) == 6
     # A random BERT barely departs from the mean-field regime (attention ESS ≈ N, LayerNorm
     # scale concentrated): the surrogate is within a few percent of the measured covariance.
@@ -155,14 +155,14 @@ class _Units:
 
 
 def test_pretrained_gaussianity_time_limit(minilm_table, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    cut = pretrained_gaussianity(400, 0, n_null=8, time_limit=1e-6)
+    cut = pretrained_gaussianity(n_tokens=400, seed=0, n_null=8, time_limit=1e-6)
     assert cut.status is Status.BUDGET_EXHAUSTED and not cut.success
     # a spent limit begins no layer of the forward pass (issue 22: at N = 8192 one layer of
     # MiniLM is 8 s of uninterruptible work); the input is kept
     assert cut.rows == () and len(cut.states) == 1
     assert "forward pass stopped after layer 0 of 6" in cut.message
     monkeypatch.setattr(pretrained_module, "Budget", _Units)
-    two = pretrained_gaussianity(400, 0, n_null=8)  # nulls cached by the fixture
+    two = pretrained_gaussianity(n_tokens=400, seed=0, n_null=8)  # nulls cached by the fixture
     assert two.status is Status.BUDGET_EXHAUSTED
     assert [r.layer for r in two.rows] == [0, 1]
     assert two.rows[1].result.p_value == minilm_table.rows[1].result.p_value
@@ -172,7 +172,7 @@ def test_moment_surrogate_time_limit() -> None:
     from gtcontrol.experiments import extract
 
     extract("random-bert")  # loaded before: a spent limit still finds it (loading counts)
-    cut = moment_surrogate(400, 0, model="random-bert", time_limit=1e-6)
+    cut = moment_surrogate(n_tokens=400, seed=0, model="random-bert", time_limit=1e-6)
     assert isinstance(cut, Result) and cut.status is Status.BUDGET_EXHAUSTED
     assert cut.rows == () and cut.predicted_mean.shape == (1, 384)
     assert "forward pass stopped after layer 0 of 6" in cut.message
@@ -202,7 +202,7 @@ def test_moment_surrogate_starts_no_layer_that_would_not_fit(monkeypatch) -> Non
         max_position_embeddings=64,
     )
     em = extract(tr.BertModel(config, add_pooling_layer=False).eval())
-    full = moment_surrogate(64, 0, model=em)
+    full = moment_surrogate(n_tokens=64, seed=0, model=em)
     real = surrogate_module._compare_layer
 
     def slow(*args, **kwargs):  # type: ignore[no-untyped-def]
@@ -212,7 +212,7 @@ def test_moment_surrogate_starts_no_layer_that_would_not_fit(monkeypatch) -> Non
     monkeypatch.setattr(surrogate_module, "_compare_layer", slow)
     limit = 2.0
     clock = time.perf_counter()
-    cut = moment_surrogate(64, 0, model=em, time_limit=limit)
+    cut = moment_surrogate(n_tokens=64, seed=0, model=em, time_limit=limit)
     wall = time.perf_counter() - clock
     k = len(cut.rows)
     assert cut.status is Status.BUDGET_EXHAUSTED and k < 6, cut.message

@@ -440,7 +440,7 @@ def test_activations_and_their_gaussian_moments(act: str) -> None:
         integrate.quad(lambda a, f=f: f(a) * dens(a), -20, 20, points=[0.0], epsabs=1e-13)[0]
         for f in funcs
     ]
-    got = activation_statistics(act, np.array([mu]), np.array([s2]))
+    got = activation_statistics(np.array([mu]), np.array([s2]), kind=act)
     assert got[0][0] == pytest.approx(e[0], rel=1e-9)
     assert got[1][0] == pytest.approx(e[1], rel=1e-9)
     assert got[2][0] == pytest.approx(e[2] - e[0] ** 2, rel=1e-8)
@@ -450,9 +450,9 @@ def test_experiments_take_any_model(tmp_path: Path) -> None:
     net = _build("deit", perturb=0.05)
     net.save_pretrained(tmp_path / "tiny_deit")
     folder = tmp_path / "tiny_deit"
-    tab = pretrained_gaussianity(40, model=folder, n_null=8)
+    tab = pretrained_gaussianity(n_tokens=40, model=folder, n_null=8)
     assert tab.model == "tiny_deit" and len(tab.rows) == 3 and tab.status is Status.SUCCESS
-    sur = moment_surrogate(64, model=folder)
+    sur = moment_surrogate(n_tokens=64, model=folder)
     assert sur.status is Status.SUCCESS and len(sur.rows) == 2
     assert sur.rows[0].cov_error == sur.rows[0].local_cov_error
     assert all(np.isfinite(r.cov_error) and 0 < r.attention_ess <= 1 for r in sur.rows)

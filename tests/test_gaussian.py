@@ -71,7 +71,7 @@ def test_sampling_is_seeded_and_degenerate_samples_stay_on_support() -> None:
     rng = np.random.default_rng(1)
     cov = _random_spd(rng, 5, rank=3)
     g = Gaussian(np.arange(5.0), cov)
-    x1, x2 = g.sample(1000, 7), g.sample(1000, np.random.default_rng(7))
+    x1, x2 = g.sample(1000, seed=7), g.sample(1000, seed=np.random.default_rng(7))
     assert np.array_equal(x1, x2)
     # the centred samples lie in the range of cov: the projection on its null space vanishes
     w, u = np.linalg.eigh(cov)
@@ -79,7 +79,7 @@ def test_sampling_is_seeded_and_degenerate_samples_stay_on_support() -> None:
     assert null.shape[1] == 2
     assert np.max(np.abs((x1 - g.mean) @ null)) < 1e-12 * np.max(np.abs(x1))
     # empirical moments within a generous multiple of the sampling error (N = 200k)
-    big = g.sample(200_000, 3)
+    big = g.sample(200_000, seed=3)
     emp = Gaussian.from_samples(big)
     assert np.max(np.abs(emp.mean - g.mean)) < 6 * math.sqrt(np.max(np.diag(cov)) / 200_000)
     assert np.linalg.norm(emp.cov - cov) / np.linalg.norm(cov) < 0.02

@@ -54,12 +54,12 @@ def test_huge_dimension_is_refused_at_once() -> None:
 )
 def test_sample_validates_n_and_rng(n: object, rng: object) -> None:
     with pytest.raises(InvalidParametersError):
-        Gaussian([0.0], [[1.0]]).sample(n, rng)  # type: ignore[arg-type]
+        Gaussian([0.0], [[1.0]]).sample(n, seed=rng)  # type: ignore[arg-type]
 
 
 def test_sample_accepts_seed_and_generator() -> None:
     g = Gaussian([0.0], [[1.0]])
-    assert np.array_equal(g.sample(3, 5), g.sample(3, np.random.default_rng(5)))
+    assert np.array_equal(g.sample(3, seed=5), g.sample(3, seed=np.random.default_rng(5)))
 
 
 def test_option_types_and_dtype() -> None:
@@ -175,7 +175,7 @@ def test_no_runtime_warning_escapes() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         g.bures_wasserstein(Gaussian([0.0, 0.0], np.eye(2)))
-        g.sample(4, 0)
+        g.sample(4, seed=0)
         gc.simulate(Layer(A=[[50.0]], B=[[1.0]], V=1.0), Gaussian([1e10], [[1e100]]), T=1.0)
         gc.equilibria(_GENERAL)
         gc.ot_steering(Gaussian([0.0], [[1e-300]]), Gaussian([1e150], [[1e150]]), 1.0)

@@ -60,7 +60,7 @@ def _ill_conditioned(d: int, condition: float, seed: int = 100) -> np.ndarray:
 SOLVERS = {
     "simulate": lambda tl: gt.simulate(LAYER, G2, T=1.0, time_limit=tl),
     "simulate_tokens": lambda tl: gt.simulate_tokens(
-        LAYER, G2.sample(64, np.random.default_rng(0)), T=1.0, time_limit=tl
+        LAYER, G2.sample(64, seed=np.random.default_rng(0)), T=1.0, time_limit=tl
     ),
     "equilibria": lambda tl: gt.equilibria(LAYER, time_limit=tl),
     "analyze": lambda tl: gt.analyze(LAYER, G2, time_limit=tl),

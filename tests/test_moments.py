@@ -262,7 +262,7 @@ def test_discrete_recursion_is_the_affine_step() -> None:
     assert len(traj) == L + 1
     np.testing.assert_allclose(traj.t, np.linspace(0, T, L + 1), rtol=0, atol=1e-15)
     # transport explicit samples by the affine map of each step: their exact moments agree
-    x = g0.sample(7, 0)
+    x = g0.sample(7, seed=0)
     m, s = g0.mean, g0.cov
     h = T / L
     for k, lay in enumerate(layers):

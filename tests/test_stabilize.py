@@ -1098,7 +1098,7 @@ def test_query_centred_on_the_target_mean_through_a_frozen_coordinate() -> None:
         s_plain = max(s_plain, tilt, np.trace(w_mat) if g is target else 0.0)
     assert res.scale < 0.2 * s_plain
     # the tilt is Σ*⁻¹(x − m*)/s on tokens whose frozen coordinate is 1
-    x = near.sample(64, rng)
+    x = near.sample(64, seed=rng)
     assert np.allclose(x @ b0.T, (x - mean) @ plain.T / res.scale, atol=1e-9 * s_plain)
     # the moment model is the plain head's: same covariance spectrum and mean matrix
     n_kept = len(frozen_layer.heads)
@@ -1129,7 +1129,7 @@ def test_token_gauge_keeps_the_added_heads_softmax_near_linear_over_tokens() -> 
     n_kept = len(layer.heads)
     v0, b0 = res.layer.heads[n_kept]
     n = 1024
-    x = target.sample(n, rng)
+    x = target.sample(n, seed=rng)
     logits = x @ b0.T @ x.T  # row i: the logits x_jᵀ B₀ x_i of query i over the keys j
     own = np.diag(logits) - logits.mean(axis=1)
     # r/s = 1 at the bound (the predicted ESS alone gives s ≈ 11 here, δ ≈ 3); the mean of
@@ -1294,7 +1294,7 @@ def test_a_failed_token_check_names_a_kept_head_in_its_hard_attention_regime() -
     assert res.local_certificate and all(v.converged for v in res.verification)
     assert res.status is Status.FAILED and res.token_certificate is not None
     assert not res.token_certificate.success
-    probe = target.sample(512, np.random.default_rng(0))
+    probe = target.sample(512, seed=np.random.default_rng(0))
     expected = float(np.median(ess_fraction(layer, target, probe)[:, 0]))
     assert res.stats["kept_head_ess"] == pytest.approx(expected, rel=1e-9)
     assert expected < 1.0 / 256

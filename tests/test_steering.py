@@ -83,19 +83,19 @@ def test_full_and_ffn_reach_every_target_of_equal_rank() -> None:
     rng = np.random.default_rng(0)
     g0, g1 = _gauss(rng, 3), _gauss(rng, 3)
     for mode in ("full", "ffn", "attention"):
-        assert is_reachable(g0, g1, mode)
-        check_reachable(g0, g1, mode)
+        assert is_reachable(g0, g1, mode=mode)
+        check_reachable(g0, g1, mode=mode)
     s0, s1 = _gauss(rng, 3, 2), _gauss(rng, 3, 2)
-    assert is_reachable(s0, s1, "full") and is_reachable(s0, s1, "ffn")
+    assert is_reachable(s0, s1, mode="full") and is_reachable(s0, s1, mode="ffn")
 
 
 @pytest.mark.parametrize("mode", ["full", "ffn", "attention"])
 def test_rank_change_is_refused_with_a_message_about_rank(mode: str) -> None:
     rng = np.random.default_rng(1)
     g0, g1 = _gauss(rng, 3), _gauss(rng, 3, 2)
-    assert not is_reachable(g0, g1, mode)
+    assert not is_reachable(g0, g1, mode=mode)
     with pytest.raises(UnreachableTargetError, match="rank 2 but the initial covariance has rank"):
-        check_reachable(g0, g1, mode)
+        check_reachable(g0, g1, mode=mode)
     with pytest.raises(UnreachableTargetError, match="rank"):
         steer(g0, g1, 1.0, n_layers=4, mode=mode)
     with pytest.raises(UnreachableTargetError, match="rank"):
@@ -105,18 +105,18 @@ def test_rank_change_is_refused_with_a_message_about_rank(mode: str) -> None:
 def test_attention_invariants_of_the_mean() -> None:
     rng = np.random.default_rng(2)
     zero, nonzero = _gauss(rng, 2, mean=[0.0, 0.0]), _gauss(rng, 2, mean=[1.0, -0.5])
-    assert not is_reachable(zero, nonzero, "attention")
-    assert not is_reachable(nonzero, zero, "attention")
-    assert is_reachable(zero, nonzero, "full")
-    assert is_reachable(zero, _gauss(rng, 2, mean=[0.0, 0.0]), "attention")
+    assert not is_reachable(zero, nonzero, mode="attention")
+    assert not is_reachable(nonzero, zero, mode="attention")
+    assert is_reachable(zero, nonzero, mode="full")
+    assert is_reachable(zero, _gauss(rng, 2, mean=[0.0, 0.0]), mode="attention")
     with pytest.raises(UnreachableTargetError, match="zero mean"):
-        check_reachable(zero, nonzero, "attention")
+        check_reachable(zero, nonzero, mode="attention")
     # d ≥ 2: the sign of a coordinate may flip (the mean goes around 0).
-    assert is_reachable(nonzero, _gauss(rng, 2, mean=[-1.0, 0.5]), "attention")
+    assert is_reachable(nonzero, _gauss(rng, 2, mean=[-1.0, 0.5]), mode="attention")
     pos, neg = Gaussian([1.0], [[0.5]]), Gaussian([-2.0], [[1.0]])
-    assert is_reachable(pos, Gaussian([3.0], [[2.0]]), "attention")
-    assert not is_reachable(pos, neg, "attention")
-    assert is_reachable(pos, neg, "full")
+    assert is_reachable(pos, Gaussian([3.0], [[2.0]]), mode="attention")
+    assert not is_reachable(pos, neg, mode="attention")
+    assert is_reachable(pos, neg, mode="full")
     with pytest.raises(UnreachableTargetError, match="sign"):
         steer(pos, neg, 1.0, n_layers=3, mode="attention")
     with pytest.raises(UnreachableTargetError, match="zero mean"):
@@ -149,7 +149,7 @@ def test_attention_invariants_hold_under_random_attention_schedules() -> None:
 def test_reachability_input_validation() -> None:
     rng = np.random.default_rng(4)
     with pytest.raises(InvalidParametersError, match="mode"):
-        is_reachable(_gauss(rng, 2), _gauss(rng, 2), "both")
+        is_reachable(_gauss(rng, 2), _gauss(rng, 2), mode="both")
     with pytest.raises(InvalidGaussianError, match="dimension"):
         is_reachable(_gauss(rng, 2), _gauss(rng, 3))
     with pytest.raises(InvalidGaussianError, match="initial"):
@@ -229,7 +229,7 @@ def test_realize_produces_the_requested_field(d: int, mode: str) -> None:
     rng = np.random.default_rng(40 + d)
     state = _gauss(rng, d)
     m_mat, c = rng.standard_normal((d, d)), rng.standard_normal(d)
-    lay = realize(m_mat, c, state, mode)
+    lay = realize(m_mat, c, state, mode=mode)
     got_m, got_c = affine_velocity(lay, state.mean, state.cov)
     scale = 1.0 + np.linalg.norm(m_mat) + np.linalg.norm(c)
     assert np.max(np.abs(got_m - m_mat)) <= 1e-12 * scale
@@ -246,7 +246,7 @@ def test_realize_attention_gauge_when_c_vanishes() -> None:
     rng = np.random.default_rng(50)
     state = _gauss(rng, 3)
     m_mat = rng.standard_normal((3, 3))
-    lay = realize(m_mat, np.zeros(3), state, "attention")
+    lay = realize(m_mat, np.zeros(3), state, mode="attention")
     dm, ds = moment_field(lay, state.mean, state.cov)
     assert np.max(np.abs(dm - m_mat @ state.mean)) <= 1e-11
     assert np.max(np.abs(ds - (m_mat @ state.cov + state.cov @ m_mat.T))) <= 1e-11
@@ -256,13 +256,13 @@ def test_realize_attention_gauge_when_c_vanishes() -> None:
 def test_realize_attention_refusals() -> None:
     rng = np.random.default_rng(51)
     with pytest.raises(InvalidParametersError, match="zero mean"):
-        realize(np.eye(2), np.ones(2), _gauss(rng, 2, mean=[0.0, 0.0]), "attention")
+        realize(np.eye(2), np.ones(2), _gauss(rng, 2, mean=[0.0, 0.0]), mode="attention")
     with pytest.raises(InvalidParametersError, match="d = 1"):
-        realize([[1.0]], [0.0], Gaussian([1.0], [[1.0]]), "attention")
+        realize([[1.0]], [0.0], Gaussian([1.0], [[1.0]]), mode="attention")
     with pytest.raises(InvalidParametersError, match="non-singular"):
-        realize(np.eye(3), np.ones(3), _gauss(rng, 3, 2), "attention")
+        realize(np.eye(3), np.ones(3), _gauss(rng, 3, 2), mode="attention")
     with pytest.raises(InvalidParametersError, match="M"):
-        realize(np.eye(3), np.ones(2), _gauss(rng, 2), "ffn")
+        realize(np.eye(3), np.ones(2), _gauss(rng, 2), mode="ffn")
 
 
 def test_realize_full_is_a_minimum_norm_split() -> None:
@@ -271,7 +271,7 @@ def test_realize_full_is_a_minimum_norm_split() -> None:
     rng = np.random.default_rng(52)
     state = Gaussian(rng.standard_normal(3), 2.0 * _cov(rng, 3))
     m_mat, c = 3.0 * rng.standard_normal((3, 3)), rng.standard_normal(3)
-    lay = realize(m_mat, c, state, "full")
+    lay = realize(m_mat, c, state, mode="full")
     v, b = lay.heads[0]
 
     def norm2(vv: np.ndarray, bb: np.ndarray) -> float:

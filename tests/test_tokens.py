@@ -205,7 +205,7 @@ def test_empirical_moments_approach_the_moment_ode_like_inverse_sqrt_n() -> None
     for n, n_seeds in zip(ns, seeds):
         errs = []
         for seed in range(n_seeds):
-            x = g0.sample(int(n), np.random.default_rng([8, int(n), seed]))
+            x = g0.sample(int(n), seed=np.random.default_rng([8, int(n), seed]))
             # 2 RK4 steps: time error ~5e-6 (measured 3e-7 with 4 steps against 32), far below
             # the ~1.6e-2 sampling error at N = 4096.
             tr = simulate_tokens(layer, x, T, steps_per_layer=2, record="layers")
@@ -226,7 +226,7 @@ def test_discrete_tokens_match_simulate_discrete_within_sampling_error() -> None
     ref = simulate_discrete(sched, g0).final
     stats = []
     for seed in range(8):
-        x = g0.sample(4096, np.random.default_rng([9, seed]))
+        x = g0.sample(4096, seed=np.random.default_rng([9, seed]))
         tr = simulate_tokens(sched, x, method="discrete")
         assert tr.stats["steps"] == 3 and tr.stats["n_attention"] == 3
         stats.append(np.concatenate([tr.mean[-1], tr.cov[-1][np.triu_indices(2)]]))
@@ -336,7 +336,7 @@ def test_euler_maruyama_covariance_grows_by_g_gt_t() -> None:
     rng = np.random.default_rng(13)
     d, n, T = 2, 200_000, 0.8
     g = np.array([[0.6, 0.0], [0.3, 0.4]])
-    x = Gaussian([1.0, -1.0], [[0.5, 0.1], [0.1, 0.3]]).sample(n, rng)
+    x = Gaussian([1.0, -1.0], [[0.5, 0.1], [0.1, 0.3]]).sample(n, seed=rng)
     tr = simulate_tokens(Layer(dim=d), x, T, method="euler", steps_per_layer=8, noise=g, seed=14)
     q = g @ g.T * T
     final = tr.cov[0] + q
@@ -525,7 +525,7 @@ def test_default_stepping_is_within_1e6_of_a_converged_integration(T: float) -> 
     """The default call (adaptive, error per unit step) is accurate at any horizon; the former
     default (20 fixed RK4 steps) is not at T = 30 (the test has power)."""
     layer = _attention_layer()
-    x = Gaussian([0.5, -0.2], [[1.0, 0.3], [0.3, 0.5]]).sample(150, np.random.default_rng(30))
+    x = Gaussian([0.5, -0.2], [[1.0, 0.3], [0.3, 0.5]]).sample(150, seed=np.random.default_rng(30))
     ref = converged_tokens(layer, x, T)
     tr = simulate_tokens(layer, x, T)
     err = _rel(tr.final_tokens, ref)

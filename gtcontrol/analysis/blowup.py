@@ -179,8 +179,8 @@ def default_horizon(layer: Layer, initial: Gaussian) -> float:
 def blowup_analysis(
     layer: Layer,
     initial: Gaussian,
-    *,
     T: float | None = None,
+    *,
     rtol: float = DEFAULT_RTOL,
     max_steps: int = DEFAULT_MAX_STEPS,
     time_limit: float | None = None,

@@ -483,7 +483,7 @@ class _Runner:
             target = predicted.final
             for i, n in enumerate(ns):
                 for r in range(self.opts.repeats):
-                    x0 = self.initial.sample(n, rng)
+                    x0 = self.initial.sample(n, seed=rng)
                     last = i == len(ns) - 1 and r == 0
                     traj = self._tokens(x0, n, snaps=snap_t if last else None)
                     emp = traj.empirical(-1)

@@ -130,8 +130,8 @@ class Regime(OutcomeOrBlowup):
 def analyze(
     layer: Layer,
     initial: Gaussian,
-    *,
     T: float | None = None,
+    *,
     time_limit: float | None = None,
 ) -> Regime:
     """Classify the long-run behaviour of ``N(m0, Σ0)`` under a fixed layer, and say why.

@@ -188,7 +188,7 @@ def _token_cloud_figure(
     t_end = float(pred.t[-1])
     layers = model.layers if isinstance(model, Schedule) else (model,)
     noisy = any(lay.noise is not None for lay in layers)
-    x0 = design.initial.sample(n, design.seed)
+    x0 = design.initial.sample(n, seed=design.seed)
     tok = simulate_tokens(
         model,
         x0,
@@ -480,7 +480,7 @@ def _steer_tokens(
     """Tokens through the steering layers: their terminal W2 and the cloud figure (if it fits)."""
     assert design.initial is not None and design.target is not None
     n = design.options["tokens"]
-    x0 = design.initial.sample(n, design.seed)
+    x0 = design.initial.sample(n, seed=design.seed)
     snaps = np.linspace(0.0, res.controls.T, 4)
     limit = run.solver_limit(1 if design.initial.dim >= 2 else 0)
     tok = simulate_tokens(

@@ -167,7 +167,7 @@ def warm_starts(
             )
         else:
             yield (
-                [realize(lay.A, lay.b, st, "full") for lay, st in pairs],
+                [realize(lay.A, lay.b, st, mode="full") for lay, st in pairs],
                 "closed form realized (minimum-norm split)",
             )
         yield list(ffn.layers), "closed form (exact L-layer geodesic, V = B = 0)"
@@ -178,7 +178,7 @@ def warm_starts(
         curved = ffn_layers(geo, n, nodes)
         try:
             layers = [
-                realize(lay.A, lay.b, Gaussian(path((k + 0.5) / n), st.cov), "attention")
+                realize(lay.A, lay.b, Gaussian(path((k + 0.5) / n), st.cov), mode="attention")
                 for k, (lay, st) in enumerate(zip(curved, states, strict=True))
             ]
         except InvalidParametersError:
@@ -197,7 +197,7 @@ def warm_starts(
         eps = 1e-3 * max(float(np.trace(st.cov)) / st.dim, 1e-12)
         reg = Gaussian(st.mean, st.cov + eps * np.eye(st.dim))
         try:
-            approx.append(realize(lay.A, lay.b, reg, "attention"))
+            approx.append(realize(lay.A, lay.b, reg, mode="attention"))
         except InvalidParametersError:
             approx.append(Layer(V=np.eye(st.dim), B=np.zeros((st.dim, st.dim))))
     yield approx, "closed form realized at Σ + εI (approximate, singular Σ)"
@@ -345,17 +345,17 @@ def attention_gauge(
     m, cov = state
     d = c.shape[0]
     if theta == 0.0 or d == 1:
-        return realize(m_mat, c, Gaussian(m, cov), "attention")
+        return realize(m_mat, c, Gaussian(m, cov), mode="attention")
     y = np.stack([m, velocity], axis=1)
     z = np.stack([c, theta * (m_mat @ (m_mat @ m) - m_mat @ velocity)], axis=1)
     sv = np.linalg.svd(y, compute_uv=False)
     if sv[1] <= 1e-8 * sv[0]:
-        return realize(m_mat, c, Gaussian(m, cov), "attention")
+        return realize(m_mat, c, Gaussian(m, cov), mode="attention")
     y_pinv = np.linalg.pinv(y)
     alpha = float(np.linalg.norm(c) / np.linalg.norm(m))
     v = z @ y_pinv + alpha * (np.eye(d) - y @ y_pinv)
     if not np.isfinite(alpha) or alpha == 0.0 or np.linalg.cond(v) > _MAX_COND_V:
-        return realize(m_mat, c, Gaussian(m, cov), "attention")
+        return realize(m_mat, c, Gaussian(m, cov), mode="attention")
     return Layer(V=v, B=np.linalg.solve(cov, np.linalg.solve(v, m_mat)))
 
 

@@ -242,7 +242,7 @@ def make_problem(
 ) -> BaseProblem:
     """Validate the end points against the base (refusals up front)."""
     check_pair(initial, target)
-    check_reachable(initial, target, "ffn")  # a rank change
+    check_reachable(initial, target, mode="ffn")  # a rank change
     bases = check_base(base, n, T, initial.dim)
     frame = _frame(initial, target)
     if frame.fixed:
@@ -844,7 +844,7 @@ def verdict(
         if prob.verify_tokens:
             from ..model.tokens import simulate_tokens
 
-            x = prob.initial.sample(prob.verify_tokens, np.random.default_rng(prob.seed))
+            x = prob.initial.sample(prob.verify_tokens, seed=np.random.default_rng(prob.seed))
             tok = simulate_tokens(schedule, x, time_limit=budget.nested_limit())
             stats["token_terminal_error"] = (
                 tok.final.bures_wasserstein(prob.target)

@@ -308,7 +308,7 @@ def make_plan(
     """Validate the problem against its options and build the NLP description."""
     check_pair(initial, target)
     mode = check_mode(mode)
-    check_reachable(initial, target, mode)
+    check_reachable(initial, target, mode=mode)
     t_hor = as_positive_float("T", T)
     n = as_positive_int("n_layers", n_layers)
     d = initial.dim
@@ -562,7 +562,7 @@ def measure(
         stats["cov_norm_max"] = float(np.max(frobenius_norms(reached.cov)))
         kin = trajectory_energy(schedule, reached)  # the verifying re-simulation's records
         if opts.verify_tokens:
-            x = initial.sample(int(opts.verify_tokens), np.random.default_rng(opts.seed))
+            x = initial.sample(int(opts.verify_tokens), seed=np.random.default_rng(opts.seed))
             tok = simulate_tokens(schedule, x, time_limit=budget.nested_limit())
             stats["token_terminal_error"] = (
                 tok.final.bures_wasserstein(target) if tok.status is Status.SUCCESS else math.inf

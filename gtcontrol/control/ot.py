@@ -300,7 +300,7 @@ def ot_steering(initial: Gaussian, target: Gaussian, T: float) -> OTSteering:
     >>> bool(final.bures_wasserstein(g1) < 1e-6)
     True
     """
-    check_reachable(initial, target, "ffn")
+    check_reachable(initial, target, mode="ffn")
     t_hor = as_positive_float("T", T)
     t_map, basis = _ot_map(initial, target)
     return OTSteering(initial, target, t_hor, frozen(t_map), basis)

@@ -97,7 +97,7 @@ def unreachable_reason(initial: Gaussian, target: Gaussian, mode: str) -> str | 
     return None
 
 
-def is_reachable(initial: Gaussian, target: Gaussian, mode: str = "full") -> bool:
+def is_reachable(initial: Gaussian, target: Gaussian, *, mode: str = "full") -> bool:
     """Whether some time-varying Transformer moves ``initial`` to ``target`` in finite time.
 
     Reachable sets from ``N(m0, Σ0)`` in any time ``T > 0`` (Alcalde, Ji, Zuazua,
@@ -145,7 +145,7 @@ def is_reachable(initial: Gaussian, target: Gaussian, mode: str = "full") -> boo
 
 
 def check_reachable(
-    initial: Gaussian, target: Gaussian, mode: str = "full"
+    initial: Gaussian, target: Gaussian, *, mode: str = "full"
 ) -> tuple[Gaussian, Gaussian]:
     """The validated pair ``(initial, target)``, or :class:`UnreachableTargetError` with the reason.
 

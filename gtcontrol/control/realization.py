@@ -150,7 +150,7 @@ def _min_norm_split(
     return v, b
 
 
-def realize(M: Any, c: Any, state: Gaussian, mode: str = "full") -> Layer:
+def realize(M: Any, c: Any, state: Gaussian, *, mode: str = "full") -> Layer:
     """Layer parameters in ``mode`` whose affine field at ``state = N(m, Σ)`` is ``x ↦ M x + c``.
 
     A layer acts on ``N(m, Σ)`` through ``M = A + V Σ B`` and ``c = b + V m`` (docs/theory.md §2):
@@ -471,7 +471,7 @@ def exact_layer_steering(
     Alcalde, Ji, Zuazua, arXiv:2606.07600 (2026), §5.
     """
     mode = check_mode(mode)
-    check_reachable(initial, target, mode)
+    check_reachable(initial, target, mode=mode)
     t_hor = as_positive_float("T", T)
     n = as_positive_int("n_layers", n_layers)
     if mode == "attention":

@@ -259,7 +259,7 @@ def draw_figure(name: str, m: ModelMap, path: Path) -> None:
     """Draw the figure ``name`` of :data:`FIGURES` for ``m`` at ``path``."""
     from ..plotting.core import new_figure, save_figure  # matplotlib: only when drawing
 
-    fig = new_figure(7.5, 3.8)
+    fig = new_figure(width=7.5, height=3.8)
     ax = fig.subplots()
     {
         "lambda_depth.png": _draw_lambda,

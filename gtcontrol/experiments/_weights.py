@@ -97,7 +97,7 @@ def activation(kind: str, x: Any, *, derivative: bool = False) -> FloatArray:
 
 
 def activation_statistics(
-    kind: str, mean: Any, var: Any
+    mean: Any, var: Any, *, kind: str
 ) -> tuple[FloatArray, FloatArray, FloatArray]:
     """``E σ(a)``, ``E σ'(a)``, ``Var σ(a)`` for ``a ~ N(μ, s²)`` and any of :data:`ACTIVATIONS`.
 
@@ -109,10 +109,10 @@ def activation_statistics(
 
     Parameters
     ----------
-    kind
-        The activation.
     mean, var
         Means and variances (``≥ 0``) of the pre-activations, broadcastable.
+    kind
+        The activation.
 
     Returns
     -------
@@ -121,7 +121,7 @@ def activation_statistics(
 
     Examples
     --------
-    >>> e, de, v = activation_statistics("silu", np.zeros(1), np.zeros(1))
+    >>> e, de, v = activation_statistics(np.zeros(1), np.zeros(1), kind="silu")
     >>> float(e[0]), float(de[0]), float(v[0])
     (0.0, 0.5, 0.0)
     """
@@ -456,7 +456,7 @@ class FeedForwardWeights(ReadOnlyArrays):
         if not self.gated:
             mu = self.W_in @ mean + self.b_in
             var = np.einsum("ij,ij->i", self.W_in @ cov, self.W_in)
-            e_f, e_df, var_f = activation_statistics(self.activation, mu, var)
+            e_f, e_df, var_f = activation_statistics(mu, var, kind=self.activation)
             jac = (self.W_out * e_df) @ self.W_in
             res = np.maximum(var_f - e_df**2 * var, 0.0)
             return self.W_out @ e_f + self.b_out, jac, (self.W_out * res) @ self.W_out.T

@@ -427,10 +427,10 @@ def _flow_row(
 
 def attention_flows(
     model: Any = "minilm",
+    T: float = 4.0,
     *,
     layers: Sequence[int] | None = None,
     starts: Sequence[str] = _STARTS,
-    T: float = 4.0,
     figure: str | Path | None = None,
     time_limit: float | None = None,
 ) -> AttentionFlows:
@@ -440,13 +440,13 @@ def attention_flows(
     ----------
     model
         Anything :func:`~gtcontrol.experiments.extract` reads (default ``"minilm"``).
+    T
+        Horizon of each flow (positive; default 4).
     layers
         Layer indices to run (from 0); ``None``: all.
     starts
         Initial laws: ``"identity"`` (``N(e, I ⊕ 0)``) and/or ``"data"`` (the empirical moments
         of what the attention reads on data, :func:`data_moments`).
-    T
-        Horizon of each flow (positive; default 4).
     figure
         Path of a PNG to write (``1/λ_max`` against depth per layer and start), or ``None``.
     time_limit
@@ -574,7 +574,7 @@ def _plot(
     from ..plotting.core import new_figure, save_figure
     from ._figures import draw_flow_curves
 
-    fig = new_figure(9.0, 3.6)
+    fig = new_figure(width=9.0, height=3.6)
     ax1, ax2 = fig.subplots(1, 2)
     draw_flow_curves(ax1, curves)
     for j, start in enumerate(_STARTS):

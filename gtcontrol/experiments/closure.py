@@ -165,7 +165,7 @@ def _setup(dd: int, n: int, sd: int) -> _Setup:
     u = 1.5 * rng.standard_normal((k, dd)) / math.sqrt(dd)
     c = math.sqrt(0.5) * rng.standard_normal(k)
     w = rng.standard_normal((dd, k)) / math.sqrt(k)
-    x0 = Gaussian(np.zeros(dd), random_spd(rng, dd, 0.5, 1.5)).sample(n, rng)
+    x0 = Gaussian(np.zeros(dd), random_spd(rng, dd, 0.5, 1.5)).sample(n, seed=rng)
     return _Setup(b_mat, w, u, c, x0)
 
 
@@ -224,11 +224,11 @@ def _curve(
 
 @fill(sizes=SIZES_PARAMETERS)
 def feedforward_closeness(
+    T: float = 2.0,
+    *,
     d: int = 4,
     n_tokens: int = 2000,
     seed: int = 0,
-    *,
-    T: float = 2.0,
     n_points: int = 11,
     n_projections: int = 64,
     time_limit: float | None = None,
@@ -242,11 +242,11 @@ def feedforward_closeness(
 
     Parameters
     ----------
+    T
+        Depth of the layer.
     %(sizes)s
     seed
         Seed of the matrices, the tokens and the projection directions.
-    T
-        Depth of the layer.
     n_points
         Equally spaced depths in ``[0, T]`` at which the distances are measured (at most
         10 000).
@@ -269,7 +269,7 @@ def feedforward_closeness(
 
     Examples
     --------
-    >>> res = feedforward_closeness(2, 200, T=0.5, n_points=2, n_projections=8)
+    >>> res = feedforward_closeness(0.5, d=2, n_tokens=200, n_points=2, n_projections=8)
     >>> [c.activation for c in res.curves], res.status
     (['identity', 'relu'], <Status.SUCCESS: 'success'>)
     """

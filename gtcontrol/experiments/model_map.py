@@ -984,9 +984,9 @@ def _check_rate(rate: Any) -> float | str:
 
 def model_map(
     model: Any = "minilm",
+    T: float = 4.0,
     *,
     layers: Sequence[int] | None = None,
-    T: float = 4.0,
     rate: float | str = 1.0,
     change_budget: float = 1.0,
     token_check: int | None = 1024,
@@ -1007,10 +1007,10 @@ def model_map(
         Anything :func:`~gtcontrol.experiments.extract` reads (a name of
         :data:`~gtcontrol.experiments.MODELS`, a Hugging Face folder, an ``.onnx`` file, a
         ``transformers`` module) or an :class:`~gtcontrol.experiments.ExtractedModel`.
-    layers
-        Layer indices (default: all).
     T
         Depth of the regimes and of the blow-up search (default 4).
+    layers
+        Layer indices (default: all).
     rate
         The stabilization's rate ``ρ > 0``, or ``"auto"``: the largest rate of the rate curve
         whose function change is at most ``change_budget``.

@@ -161,10 +161,10 @@ def _num(x: float) -> str:
 
 def model_report(
     model: Any = "minilm",
+    T: float = 4.0,
     *,
     n_tokens: int | None = None,
     seed: int = 0,
-    T: float = 4.0,
     n_null: int = 16,
     flows: bool = True,
     time_limit: float | None = None,
@@ -177,13 +177,13 @@ def model_report(
         Anything :func:`~gtcontrol.experiments.extract` reads (a name of
         :data:`~gtcontrol.experiments.MODELS`, a Hugging Face folder, an ONNX file, a
         ``transformers`` model).
+    T
+        Horizon of the attention flows.
     n_tokens
         Gaussian tokens fed to the network, at least ``max(20, d + 2)``; ``None``:
         ``max(512, d + 64)``.
     seed
         Seed of the tokens, of random weights (``random-*`` names) and of the nulls.
-    T
-        Horizon of the attention flows.
     n_null
         Monte Carlo replicates of each Gaussianity null (8 to 10 000).
     flows
@@ -223,7 +223,9 @@ def model_report(
         return _not_loaded(model, budget, clock)
     n = max(512, em.dim + 64) if n_req is None else n_req
     check_tokens(n, em.dim, em.label)
-    tab = pretrained_gaussianity(n, sd, model=em, n_null=n_null, time_limit=budget.left_as_limit())
+    tab = pretrained_gaussianity(
+        em, n_tokens=n, seed=sd, n_null=n_null, time_limit=budget.left_as_limit()
+    )
     flow = None
     refusal = data_refusal(em)  # an ONNX graph without a token-ids input, say
     if flows and not budget.exhausted:
@@ -351,6 +353,6 @@ def _draw_part(part: GaussianityTable | AttentionFlows, path: Path) -> None:
     """The figure of one part of the report (its ``.plot``), saved at ``path``."""
     from ..plotting.core import new_figure, save_figure  # matplotlib: only when drawing
 
-    fig = new_figure(7.0, 3.6)
+    fig = new_figure(width=7.0, height=3.6)
     part.plot(fig.subplots())
     save_figure(fig, path)

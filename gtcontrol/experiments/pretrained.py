@@ -453,10 +453,10 @@ def _describe(x: FloatArray) -> tuple[float, float, float]:
 
 
 def pretrained_gaussianity(
+    model: Any = "minilm",
+    *,
     n_tokens: int = 1024,
     seed: int = 0,
-    *,
-    model: Any = "minilm",
     level: float = 0.01,
     n_null: int = 32,
     n_projections: int = 128,
@@ -466,15 +466,15 @@ def pretrained_gaussianity(
 
     Parameters
     ----------
-    n_tokens
-        Sequence length N (one sequence; at least ``max(20, d + 2)``, e.g. 386 for MiniLM).
-    seed
-        Seeds the input tokens, the random weights of the ``random-*`` models and the nulls.
     model
         A name of :data:`~gtcontrol.experiments.MODELS` (default ``"minilm"``, pretrained), a
         Hugging Face folder, an ONNX file, a ``transformers`` model or an
         :class:`~gtcontrol.experiments.ExtractedModel` (see
         :func:`~gtcontrol.experiments.extract`).
+    n_tokens
+        Sequence length N (one sequence; at least ``max(20, d + 2)``, e.g. 386 for MiniLM).
+    seed
+        Seeds the input tokens, the random weights of the ``random-*`` models and the nulls.
     level
         Family-wise level of each layer's verdict (see
         :func:`~gtcontrol.experiments.gaussianity.gaussianity`).
@@ -509,7 +509,7 @@ def pretrained_gaussianity(
 
     Examples
     --------
-    >>> tab = pretrained_gaussianity(256, model="random-vit", n_null=8)  # doctest: +SKIP
+    >>> tab = pretrained_gaussianity("random-vit", n_tokens=256, n_null=8)  # doctest: +SKIP
     >>> len(tab.rows), tab.status  # doctest: +SKIP
     (13, <Status.SUCCESS: 'success'>)
     """

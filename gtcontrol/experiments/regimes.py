@@ -289,10 +289,10 @@ def _run_config(
 
 @fill(sizes=SIZES_PARAMETERS)
 def prescribed_attention_regimes(
+    *,
     d: int = 4,
     n_tokens: int = 2000,
     seed: int = 0,
-    *,
     n_layers: int = 40,
     threshold: float = 1e3,
     time_limit: float | None = None,
@@ -329,7 +329,7 @@ def prescribed_attention_regimes(
 
     Examples
     --------
-    >>> res = prescribed_attention_regimes(2, 200, n_layers=10)
+    >>> res = prescribed_attention_regimes(d=2, n_tokens=200, n_layers=10)
     >>> [(r.name, r.predicted) for r in res.rows]
     [('opposite', 'collapses'), ('opposite+A', 'converges'), ('same', 'blowup')]
     >>> res.status
@@ -343,7 +343,7 @@ def prescribed_attention_regimes(
     rng = np.random.default_rng([sd, dd, 404])
     sigma0 = random_spd(rng, dd, 0.5, 1.5)
     b_mat = random_spd(rng, dd, 0.5, 1.5)
-    x0 = Gaussian(0.2 * rng.standard_normal(dd), sigma0).sample(n, rng)
+    x0 = Gaussian(0.2 * rng.standard_normal(dd), sigma0).sample(n, seed=rng)
     # Moments start from the empirical Gaussian of the very tokens (shared sampling error).
     g0 = Gaussian.from_samples(x0)
     root = g0.factor()

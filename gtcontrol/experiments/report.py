@@ -280,19 +280,26 @@ def run_experiments(
     for m in ("minilm",) if quick else _REPORT_MODELS:
         tab = stages.run(
             f"gaussianity:{m}",
-            partial(pretrained_gaussianity, n, sd, model=m, n_null=n_null),
+            partial(pretrained_gaussianity, m, n_tokens=n, seed=sd, n_null=n_null),
         )
         tabs += [tab] if tab is not None else []
     surs: list[SurrogateComparison] = []
     for m in ("minilm",) if quick else ("minilm", "random-bert"):
-        sur = stages.run(f"surrogate:{m}", partial(moment_surrogate, n, sd, model=m))
+        sur = stages.run(f"surrogate:{m}", partial(moment_surrogate, m, n_tokens=n, seed=sd))
         surs += [sur] if sur is not None else []
     reg = stages.run(
         "regimes",
-        partial(prescribed_attention_regimes, 4, n_small, sd, n_layers=20 if quick else 40),
+        partial(
+            prescribed_attention_regimes,
+            d=4,
+            n_tokens=n_small,
+            seed=sd,
+            n_layers=20 if quick else 40,
+        ),
     )
     ff = stages.run(
-        "feedforward", partial(feedforward_closeness, 4, n_small, sd, n_points=6 if quick else 11)
+        "feedforward",
+        partial(feedforward_closeness, d=4, n_tokens=n_small, seed=sd, n_points=6 if quick else 11),
     )
     status, message = stages.outcome()
     note = "" if status is Status.SUCCESS else f"Incomplete run ({status}): {message}."

@@ -24,7 +24,7 @@ __all__ = ["Evidence", "write_figures"]
 
 def _plot_one(result: Displayable, path: Path, width: float, height: float) -> None:
     """The result's own figure (its ``.plot``) alone on a ``width × height`` inch figure."""
-    fig = new_figure(width, height)
+    fig = new_figure(width=width, height=height)
     result.plot(fig.subplots())
     save_figure(fig, path)
 
@@ -34,7 +34,7 @@ def _plot_projections(tab: GaussianityTable, path: Path, seed: int) -> None:
     n = len(tab.rows)
     cols = min(n, 7)
     rows = math.ceil(n / cols)
-    fig = new_figure(2.2 * cols, 2.0 * rows)
+    fig = new_figure(width=2.2 * cols, height=2.0 * rows)
     axes = np.atleast_1d(fig.subplots(rows, cols)).ravel()
     grid = np.linspace(-4.5, 4.5, 200)
     for k, ax in enumerate(axes):
@@ -54,7 +54,7 @@ def _plot_projections(tab: GaussianityTable, path: Path, seed: int) -> None:
 
 
 def _plot_regimes(r: RegimeResult, path: Path) -> None:
-    fig = new_figure(3.3 * max(len(r.rows), 1), 3.2)
+    fig = new_figure(width=3.3 * max(len(r.rows), 1), height=3.2)
     axes = np.atleast_1d(fig.subplots(1, max(len(r.rows), 1)))
     for ax, row in zip(axes, r.rows, strict=False):
         r._draw(ax, rows=(row,))  # one configuration per panel

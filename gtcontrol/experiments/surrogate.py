@@ -189,24 +189,24 @@ def _scale_cv(y: FloatArray, eps: float) -> float:
 
 
 def moment_surrogate(
+    model: Any = "minilm",
+    *,
     n_tokens: int = 1024,
     seed: int = 0,
-    *,
-    model: Any = "minilm",
     time_limit: float | None = None,
 ) -> SurrogateComparison:
     """Run a Transformer on Gaussian tokens and compare every layer with the moment surrogate.
 
     Parameters
     ----------
+    model
+        Anything :func:`~gtcontrol.experiments.extract` reads (default ``"minilm"``): post-LN
+        and pre-LN layers, plain or gated feed-forwards.
     n_tokens
         Sequence length N of ``x_i ~ N(0, I_d)`` (the same input as
         :func:`~gtcontrol.experiments.pretrained.pretrained_gaussianity` with the same seed).
     seed
         Seed of the input tokens (and of the weights of the ``random-*`` models).
-    model
-        Anything :func:`~gtcontrol.experiments.extract` reads (default ``"minilm"``): post-LN
-        and pre-LN layers, plain or gated feed-forwards.
     time_limit
         Wall-clock limit in seconds for loading the model, the forward pass and the
         layer-by-layer comparison (``None``: none); the forward pass starts no layer estimated
@@ -228,7 +228,7 @@ def moment_surrogate(
 
     Examples
     --------
-    >>> res = moment_surrogate(400, model="random-bert")  # doctest: +SKIP
+    >>> res = moment_surrogate("random-bert", n_tokens=400)  # doctest: +SKIP
     >>> len(res.rows), res.status  # doctest: +SKIP
     (6, <Status.SUCCESS: 'success'>)
     """

@@ -170,7 +170,7 @@ class Gaussian(Displayable):
         w, u = self._eig
         return (u * np.sqrt(w)) @ u.T
 
-    def sample(self, n: int, seed: np.random.Generator | int | None = None) -> FloatArray:
+    def sample(self, n: int, *, seed: np.random.Generator | int | None = None) -> FloatArray:
         """Draw ``n`` samples, shape ``(n, d)``; degenerate covariances stay on their support.
 
         Parameters

@@ -48,7 +48,7 @@ def plot_covariance_eigenvalues(
     matplotlib.axes.Axes
         The Axes drawn on.
     """
-    (a,) = panels(ax, 1, 6.4, 4.0)
+    (a,) = panels(ax, 1, width=6.4, height=4.0)
     draw_covariance(
         a,
         data.trajectory.t,
@@ -94,10 +94,10 @@ def plot_cone(
     if data.cone is None or data.cone_normalized is None:
         raise InvalidParametersError("data: the cone picture needs a 2-dimensional layer")
     if ax is None:
-        fig = new_figure(9.0, 4.2)
+        fig = new_figure(width=9.0, height=4.2)
         ax3, ax2 = fig.add_subplot(1, 2, 1, projection="3d"), fig.add_subplot(1, 2, 2)
     else:
-        ax3, ax2 = panels(ax, 2, 9.0, 4.2)
+        ax3, ax2 = panels(ax, 2, width=9.0, height=4.2)
         if ax3.name != "3d":
             raise InvalidParametersError("ax: the first Axes must be 3-d (projection='3d')")
     blow = data.regime.kind == "blowup"

@@ -36,7 +36,7 @@ __all__ = [
 ]
 
 
-def new_figure(width: float = 8.0, height: float = 3.4) -> Figure:
+def new_figure(*, width: float = 8.0, height: float = 3.4) -> Figure:
     """A detached figure (attached to an Agg canvas, never to pyplot).
 
     Parameters
@@ -67,7 +67,7 @@ def save_figure(fig: Figure, path: str | Path) -> None:
     fig.savefig(path, dpi=110)
 
 
-def panels(ax: Any, n: int, width: float, height: float) -> list[Axes]:
+def panels(ax: Any, n: int, *, width: float, height: float) -> list[Axes]:
     """The ``n`` Axes to draw on: those given, or a row of ``n`` on a new figure.
 
     Parameters
@@ -90,7 +90,7 @@ def panels(ax: Any, n: int, width: float, height: float) -> list[Axes]:
         If ``ax`` is not ``None``, an Axes (for one panel) or ``n`` Axes.
     """
     if ax is None:
-        return list(np.atleast_1d(new_figure(width, height).subplots(1, n)).ravel())
+        return list(np.atleast_1d(new_figure(width=width, height=height).subplots(1, n)).ravel())
     given = [ax] if isinstance(ax, Axes) else list(np.ravel(np.asarray(ax, dtype=object)))
     if len(given) != n or not all(isinstance(a, Axes) for a in given):
         what = "a matplotlib Axes" if n == 1 else f"a sequence of {n} matplotlib Axes"
@@ -98,7 +98,7 @@ def panels(ax: Any, n: int, width: float, height: float) -> list[Axes]:
     return given
 
 
-def finish(axes: Sequence[Axes], path: str | Path | None, title: str = "") -> None:
+def finish(axes: Sequence[Axes], path: str | Path | None, *, title: str = "") -> None:
     """Give the figure of ``axes`` its title (plain text) and save it when ``path`` is given.
 
     Parameters
@@ -157,7 +157,7 @@ def plot_moments(
     tuple of matplotlib.axes.Axes
         The mean and the eigenvalue panels.
     """
-    ax_m, ax_s = panels(ax, 2, 8.0, 3.4)
+    ax_m, ax_s = panels(ax, 2, width=8.0, height=3.4)
     draw_mean(ax_m, traj.t, traj.mean)
     draw_eigenvalues(ax_s, traj.t, traj.cov, limit=equilibrium_eigs)
     for a in (ax_m, ax_s):
@@ -168,7 +168,7 @@ def plot_moments(
     if not traj.success:
         stop = traj.status.value
         title = f"{title} (stopped early: {stop})" if title else f"stopped: {stop}"
-    finish([ax_m, ax_s], path, title)
+    finish([ax_m, ax_s], path, title=title)
     return ax_m, ax_s
 
 
@@ -204,7 +204,7 @@ def plot_token_clouds(
         One panel per snapshot.
     """
     n = len(snapshots)
-    axes = panels(ax, n, 3.0 * n, 3.2)
+    axes = panels(ax, n, width=3.0 * n, height=3.2)
     for a, (t, x) in zip(axes, snapshots, strict=True):
         i = int(np.argmin(np.abs(predicted.t - t)))  # the recorded depth closest to t
         mean, cov = predicted.mean[i], predicted.cov[i]
@@ -212,7 +212,7 @@ def plot_token_clouds(
     if title and n == 1:
         axes[0].set_title(f"{title}, {axes[0].get_title()}", fontsize=9, parse_math=False)
         title = ""
-    finish(axes, path, title)
+    finish(axes, path, title=title)
     return axes
 
 
@@ -244,7 +244,7 @@ def plot_convergence(
     matplotlib.axes.Axes
         The Axes drawn on.
     """
-    (a,) = panels(ax, 1, 5.0, 3.8)
+    (a,) = panels(ax, 1, width=5.0, height=3.8)
     draw_convergence(a, n_tokens, errors, title=title)
     finish([a], path)
     return a

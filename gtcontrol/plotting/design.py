@@ -60,12 +60,12 @@ def plot_design_convergence(
     tuple of matplotlib.axes.Axes
         The mean and covariance panels.
     """
-    ax_m, ax_s = panels(ax, 2, 8.0, 3.4)
+    ax_m, ax_s = panels(ax, 2, width=8.0, height=3.4)
     draw_design_errors(ax_m, t, mean_error, rate=rate, title="mean error  |m − m*|")
     draw_design_errors(ax_s, t, cov_error, rate=cov_rate, title="covariance error  ‖Σ − Σ*‖")
     if np.atleast_2d(mean_error).shape[0] <= 8:
         legend(ax_m, fontsize=7, loc="best")
-    finish([ax_m, ax_s], path, title)
+    finish([ax_m, ax_s], path, title=title)
     return ax_m, ax_s
 
 
@@ -104,10 +104,10 @@ def plot_filter_covariance(
     tuple of matplotlib.axes.Axes
         The entries and the difference panels.
     """
-    ax_c, ax_e = panels(ax, 2, 8.0, 3.4)
+    ax_c, ax_e = panels(ax, 2, width=8.0, height=3.4)
     draw_filter_entries(ax_c, t, filter_cov, transformer_cov, steady=steady)
     draw_filter_difference(ax_e, t, filter_cov, transformer_cov)
-    finish([ax_c, ax_e], path, title)
+    finish([ax_c, ax_e], path, title=title)
     return ax_c, ax_e
 
 
@@ -150,8 +150,8 @@ def plot_stabilization(
     tuple of matplotlib.axes.Axes
         The λ_max and the spectrum panels.
     """
-    ax_l, ax_s = panels(ax, 2, 9.0, 3.6)
+    ax_l, ax_s = panels(ax, 2, width=9.0, height=3.6)
     draw_lambda_paths(ax_l, curves, blowup=blowup)
     draw_stabilization(ax_s, before, after, rate=rate)
-    finish([ax_l, ax_s], path, title)
+    finish([ax_l, ax_s], path, title=title)
     return ax_l, ax_s

@@ -62,7 +62,7 @@ def plot_steering_moments(
     tuple of matplotlib.axes.Axes
         The mean, eigenvalue and distance panels.
     """
-    ax_m, ax_s, ax_w = panels(ax, 3, 11.0, 3.4)
+    ax_m, ax_s, ax_w = panels(ax, 3, width=11.0, height=3.4)
     draw_mean(ax_m, traj.t, traj.mean, target=target.mean)
     draw_eigenvalues(ax_s, traj.t, traj.cov, limit=np.linalg.eigvalsh(target.cov))
     draw_distance(ax_w, traj, target)
@@ -72,7 +72,7 @@ def plot_steering_moments(
     ax_s.set_title("covariance eigenvalues")
     if traj.dim <= 6:
         legend(ax_m, fontsize=7, loc="best")
-    finish([ax_m, ax_s, ax_w], path, title)
+    finish([ax_m, ax_s, ax_w], path, title=title)
     return ax_m, ax_s, ax_w
 
 
@@ -97,7 +97,7 @@ def plot_parameter_norms(
     matplotlib.axes.Axes
         The Axes drawn on.
     """
-    (a,) = panels(ax, 1, 6.0, 3.4)
+    (a,) = panels(ax, 1, width=6.0, height=3.4)
     draw_parameter_norms(a, schedule)
-    finish([a], path, title)
+    finish([a], path, title=title)
     return a

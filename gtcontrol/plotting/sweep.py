@@ -159,7 +159,7 @@ def plot_phase_diagram(
     code[iy, ix] = [names.index(c) for c in cats]
     # room for the labels, the title and the legend beside the cells also on a small grid
     width = max(4.8, 1.2 + min(0.6 * ux.size, 9.0))
-    (a,) = panels(ax, 1, width, max(3.0, 1.4 + min(0.45 * uy.size, 6.0)))
+    (a,) = panels(ax, 1, width=width, height=max(3.0, 1.4 + min(0.45 * uy.size, 6.0)))
     cmap = ListedColormap(colors)
     norm = BoundaryNorm(np.arange(len(names) + 1) - 0.5, len(names))
     ex, ey = _edges(ux, xlog), _edges(uy, ylog)
@@ -195,5 +195,5 @@ def plot_phase_diagram(
     if np.any(np.isfinite(times)) and ux.size <= _ANNOTATE_MAX and uy.size <= _ANNOTATE_MAX:
         handles.append(Patch(facecolor="none", edgecolor="none", label="numbers: blow-up time"))
     a.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    finish([a], path, title)
+    finish([a], path, title=title)
     return a

@@ -641,7 +641,7 @@ def _floor(
     for _ in range(samples):
         if _spent(budget):
             break
-        dists.append(Gaussian.from_samples(target.sample(n, rng)).bures_wasserstein(target))
+        dists.append(Gaussian.from_samples(target.sample(n, seed=rng)).bures_wasserstein(target))
     return float(np.median(dists)) if dists else math.nan
 
 
@@ -663,10 +663,10 @@ def _default_depth(layer: Layer, target: Gaussian) -> float:
 def design_token_certificate(
     layer: Layer,
     target: Gaussian | tuple[Any, Any],
+    T: float | None = None,
     *,
     n_tokens: int = 1024,
     initial: Any = None,
-    T: float | None = None,
     steps: int | None = None,
     method: str = "rk4",
     rtol: float | None = None,
@@ -697,14 +697,14 @@ def design_token_certificate(
     target
         ``N(m*, Σ*)`` (a :class:`Gaussian` or ``(mean, cov)``), Σ* ≻ 0; with ``T`` given,
         Σ* ⪰ 0 is enough (the target is then only compared with).
+    T
+        Depth; ``None``: ``12 / rate`` with ``rate`` the certified rate of
+        :func:`design_certificate` (errors ``~e^{−12}`` of the initial ones).
     n_tokens
         ``N`` (``2 ≤ N ≤ 10⁶``; cost ``O(N² d)`` per field evaluation).
     initial
         Distribution of the input tokens: a :class:`Gaussian`, a ``(mean, cov)`` pair, or
         ``None`` for ``N(0, I)``.
-    T
-        Depth; ``None``: ``12 / rate`` with ``rate`` the certified rate of
-        :func:`design_certificate` (errors ``~e^{−12}`` of the initial ones).
     steps
         Fixed RK4 steps over ``[0, T]`` (``method="rk4"`` only); ``None``: ``ceil(T λ)`` with
         ``λ = ‖K*‖₂ + max(‖M(Σ0)‖₂, ‖M(Σ*)‖₂)`` (``h λ ≤ 1``; the tests check that halving
@@ -799,7 +799,7 @@ def design_token_certificate(
     if budget.exhausted:  # the set-up took the time: no tokens are drawn
         return _not_run(opts, depth, n_steps, g0, budget, clock)
     rng = np.random.default_rng(int(opts.seed))
-    x0 = g0.sample(opts.n_tokens, rng)
+    x0 = g0.sample(opts.n_tokens, seed=rng)
     planned, stopped = depth, ""
     if opts.stop_factor is None:
         snap_steps = _ADAPTIVE_SNAPSHOTS - 1 if adaptive else n_steps

@@ -395,6 +395,7 @@ def _requirement(
 
 def design_mean_matching(
     target: Gaussian | tuple[Any, Any],
+    T: float | None = None,
     *,
     rate: float = 1.0,
     cov_rate: float | None = None,
@@ -414,7 +415,6 @@ def design_mean_matching(
     min_ess: float | None = 0.5,
     ess_n_std: float = 3.0,
     initial: Any = None,
-    T: float | None = None,
     token_check: int | None = None,
     time_limit: float | None = None,
 ) -> MeanMatchingDesign:
@@ -443,6 +443,10 @@ def design_mean_matching(
     target
         ``N(m*, Σ*)``, a :class:`Gaussian` or a ``(mean, cov)`` pair, with ``Σ* ≻ 0``. For
         matching a mean only, any SPD ``Σ*`` works (e.g. the identity).
+    T
+        Depth of the predicted path and of the token check; ``None``: ``12 / r`` with ``r``
+        the slowest certified rate of the final layer (after the scale split), so the errors
+        end ``~e^{−12}`` of the initial ones.
     rate
         Mean rate (``|v|`` in the Riccati class); the promised rate of the whole state is
         ``min(rate, cov_rate)``.
@@ -508,10 +512,6 @@ def design_mean_matching(
     initial
         Start of the predicted path (a :class:`Gaussian` or ``(mean, cov)``; ``None``:
         ``N(0, I)``, the inputs the finite-N check and the token check assume).
-    T
-        Depth of the predicted path and of the token check; ``None``: ``12 / r`` with ``r``
-        the slowest certified rate of the final layer (after the scale split), so the errors
-        end ``~e^{−12}`` of the initial ones.
     token_check
         Number ``N`` of tokens for a token-level certificate
         (:func:`~gtcontrol.control.design.design_token_certificate`, e.g. 1024;
@@ -722,9 +722,9 @@ def _nanmax(x: FloatArray) -> float:
 
 def design_convergence(
     design: MeanMatchingDesign,
+    T: float | None = None,
     *,
     n_starts: int = 5,
-    T: float | None = None,
     n_points: int = 201,
     seed: int = 0,
     time_limit: float | None = None,
@@ -738,10 +738,10 @@ def design_convergence(
     ----------
     design
         A :class:`MeanMatchingDesign` with a positive certified rate.
-    n_starts
-        Number of starts (at most 10 000).
     T
         Depth; default ``16 / certificate.rate`` (errors ~1e-7 of the initial ones).
+    n_starts
+        Number of starts (at most 10 000).
     n_points
         Recorded depths (``2 ≤ n_points ≤ 10⁶``), evenly spaced on ``[0, T]``.
     seed

@@ -203,11 +203,11 @@ _ROUNDING = 8.0
 def stabilize(
     layer: Layer,
     target: Gaussian,
+    T: float | None = None,
     *,
     add: str = "auto",
     rate: float = 1.0,
     initial: Gaussian | Sequence[Gaussian] | str | None = None,
-    T: float | None = None,
     token_check: int | None = None,
     min_ess: float = 0.5,
     tokens: Any = None,
@@ -231,6 +231,13 @@ def stabilize(
         ``N(m*, Σ*)``, ``Σ*`` positive definite on the layer's active subspace (it may be
         singular along directions the layer never moves, e.g. ``S ⊕ 0`` for an extracted
         layer's affine coordinate).
+    T
+        Depth of the verification; ``None``: ``(ln(e0/1e-6) + 3) / rate`` with ``e0`` the
+        largest relative error of the starts (covariance or mean), extended by ``3 / rate`` at
+        a time, up to twice that, while a start's error is above ``1e-6`` and still falls (a
+        far start's transient can be slower than the certified rate; the message says so).
+        ``rate`` is the certified one: a doubled design rate (``token_check``) when there was
+        one.
     add
         ``"head"``, ``"gains"`` or ``"auto"`` (default): see the module docstring.
     rate
@@ -241,13 +248,6 @@ def stabilize(
         mean zero on it; left out when it is the target itself) and a perturbed target (10 %,
         seeded); ``"perturbed"``: that perturbed target alone (the local question, with no far
         start: no screens, and ``c`` is the smallest with the local certificate).
-    T
-        Depth of the verification; ``None``: ``(ln(e0/1e-6) + 3) / rate`` with ``e0`` the
-        largest relative error of the starts (covariance or mean), extended by ``3 / rate`` at
-        a time, up to twice that, while a start's error is above ``1e-6`` and still falls (a
-        far start's transient can be slower than the certified rate; the message says so).
-        ``rate`` is the certified one: a doubled design rate (``token_check``) when there was
-        one.
     token_check
         ``N`` (``≥ 2``): also drive ``N`` real tokens from the first initial (default starts:
         from the perturbed target) with the stabilized layer
@@ -1101,7 +1101,9 @@ class _Context:
         if probe is not None:
             return probe
         if self._probe_sample is None:  # drawn once: the function change and the ESS hint
-            self._probe_sample = self.target.sample(_PROBE_TOKENS, np.random.default_rng(self.seed))
+            self._probe_sample = self.target.sample(
+                _PROBE_TOKENS, seed=np.random.default_rng(self.seed)
+            )
         return self._probe_sample
 
     def function_change(self, final: Layer) -> float:

@@ -286,3 +286,33 @@ def test_steer_design_through_a_model_layer(tmp_path: Path, start: str) -> None:
     bad = design.read_text().replace("layer = 1", "layer = 2")
     design.write_text(bad)
     assert main(["run", "-q", str(design), "-o", str(tmp_path / "bad")]) == 2
+
+
+@pytest.mark.parametrize("limit", [0.05, 1.0])
+def test_steer_design_through_a_base_ends_within_its_time_limit(tmp_path: Path, limit: float):
+    """The contract, not how much fitted: within ``time_limit + max(1 s, 10 %)``, a complete
+    folder, and a run that left something out says so and is not ``success``."""
+    from _design_mutations import dumps
+
+    rng = np.random.default_rng(3)
+    d = 8
+    heads = [{"V": (0.4 * rng.standard_normal((d, d))).tolist(), "B": np.eye(d).tolist()}]
+    doc = {
+        "task": "steer",
+        "time_limit": limit,
+        "initial": {"mean": [0.0] * d, "cov": np.eye(d).tolist()},
+        "target": {"mean": [1.0] * d, "cov": (2.0 * np.eye(d)).tolist()},
+        "horizon": {"T": 1.0, "n_layers": 8},
+        "base": {"heads": heads},
+        "steer": {"tokens": 0},
+    }
+    design = tmp_path / "d.toml"
+    design.write_text(dumps(doc))
+    out = tmp_path / "out"
+    clock = time.perf_counter()
+    assert main(["run", "-q", str(design), "-o", str(out)]) == 0
+    assert time.perf_counter() - clock <= limit + max(1.0, 0.1 * limit)
+    res = json.loads((out / "result.json").read_text())
+    assert sorted(p.name for p in out.iterdir()) == sorted(res["files"])
+    if res["outputs"].get("skipped") or res["status"] != "success":
+        assert res["status"] in ("budget_exhausted", "failed"), res["status"]

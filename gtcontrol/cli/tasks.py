@@ -508,6 +508,10 @@ def _steer_base_run(design: Design, out: Path) -> dict[str, Any]:
         "the base's own flow",
         lambda: simulate(base, initial, T, n_points=201, time_limit=run.solver_limit(3)),
     )
+    if blank is not None and blank.status is Status.BUDGET_EXHAUSTED:
+        run.skip("the energy without the base (its steering ran out of time)")
+    if flow is not None and flow.status is Status.BUDGET_EXHAUSTED:
+        run.skip("part of the base's own flow (its integration stopped early)")
     bases = base.layers if isinstance(base, Schedule) else (base,) * n
     added_A = [lay.A - b.A for lay, b in zip(res.controls.layers, bases, strict=True)]
     added_b = [lay.b - b.b for lay, b in zip(res.controls.layers, bases, strict=True)]

@@ -64,6 +64,10 @@ DATA_OF = {
     "GaussianityResult.statistic": {"name"},  # the statistic asked for, as a mapping's key
     "panels": {"n"},  # how many panels to make
     "plot_convergence": {"n_tokens", "errors"},  # the x and y of the figure
+    # the arrays these figures draw: the added controls, the flows, the eigenvalues
+    "plot_added_control": {"added_A", "added_b"},
+    "plot_base_against_steered": {"steered", "base"},
+    "plot_steering_summary": {"eigenvalues"},
 }
 
 #: The option vocabulary: keyword-only wherever it appears, whatever the lists above say.

@@ -235,12 +235,34 @@ def test_steer_refuses_a_malformed_base(base: object, match: str) -> None:
 
 @pytest.mark.parametrize(
     ("kw", "match"),
-    [({"mode": "attention"}, "mode"), ({"objective": "parameter"}, "objective")],
+    [({"objective": "parameter"}, "objective"), ({"terminal": "bw"}, "terminal")],
 )
 def test_steer_through_a_base_refuses_options_it_does_not_take(kw: dict, match: str) -> None:
     g0, g1 = _pair(3, 7)
     with pytest.raises(InvalidParametersError, match=match):
         steer(g0, g1, 1.0, n_layers=2, base=Layer(dim=3), **kw)
+
+
+@pytest.mark.parametrize("mode", ["full", "attention"])
+def test_steer_through_a_base_refuses_a_mode_with_added_heads(mode: str) -> None:
+    """Around a base only the affine part is added: a mode that asks for heads is refused,
+    not quietly answered with the affine additions."""
+    g0, g1 = _pair(3, 7)
+    with pytest.raises(InvalidParametersError, match="mode: around a base") as info:
+        steer(g0, g1, 1.0, n_layers=2, base=Layer(dim=3), mode=mode)
+    assert "mode 'ffn'" in str(info.value) and "heads are not built" in str(info.value)
+
+
+def test_steer_through_a_base_adds_the_affine_part_by_default() -> None:
+    """No mode with a base means ``"ffn"``; without a base it still means ``"full"``."""
+    g0, g1 = _pair(2, 8)
+    base = Layer(V=0.3 * np.eye(2), B=np.eye(2))
+    default = steer(g0, g1, 1.0, n_layers=2, base=base, method="flow")
+    ffn = steer(g0, g1, 1.0, n_layers=2, base=base, method="flow", mode="ffn")
+    assert default.success and default.cost == ffn.cost
+    assert all(lay.n_heads == 1 for lay in default.controls.layers)
+    blank = steer(g0, g1, 1.0, n_layers=2)
+    assert blank.success and any(lay.n_heads > 0 for lay in blank.controls.layers)
 
 
 def test_steer_through_a_base_refuses_the_nlp_at_a_large_dimension() -> None:

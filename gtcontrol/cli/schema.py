@@ -8,6 +8,7 @@ A design names a ``task`` and gives the inputs it needs::
     [layer]              # one time-invariant layer: A, B, V, b, v, heads, ffn
     [[schedule]]         # or an L-layer schedule, each entry with the [layer] keys
     [horizon]            # T, n_layers
+    [base]               # steer: a fixed network (a [layer] table, or model = ...) steered through
     [<task>]             # the task's own options
 
 The options each task accepts are :data:`gtcontrol.cli.specs.SPECS`. Every key is checked: an
@@ -34,9 +35,9 @@ from .._validation import as_float_array, as_positive_int
 from ..errors import DesignFileError, GTControlError, InvalidParametersError
 from ..model.gaussian import Gaussian
 from ..model.params import FeedForward, Layer, Schedule
-from .specs import SPECS, Option
+from .specs import BASE_OPTIONS, SPECS, Option
 
-__all__ = ["MAX_DESIGN_BYTES", "Design", "Option", "load_design", "parse_design"]
+__all__ = ["MAX_DESIGN_BYTES", "Design", "ModelBase", "Option", "load_design", "parse_design"]
 
 _T = TypeVar("_T")
 
@@ -50,6 +51,7 @@ _TOP_KEYS = {
     "layer",
     "schedule",
     "horizon",
+    "base",
 }
 #: Default wall-clock limit of a run in seconds (the top-level key ``time_limit``).
 DEFAULT_TIME_LIMIT = 3600.0
@@ -66,6 +68,33 @@ MAX_DESIGN_BYTES = 10 * 2**20
 _MAX_DEPTH = 32
 
 
+@dataclass(frozen=True)
+class ModelBase:
+    """A ``[base]`` that names a model: its attention sublayer ``layer`` is steered through.
+
+    Attributes
+    ----------
+    model
+        A model of ``gtcontrol models``, a Hugging Face folder or an ``.onnx`` file.
+    layer
+        The layer index.
+    start_from
+        ``"text"`` (the moments of the packaged text entering the layer) or ``"identity"``.
+    target
+        ``"rotated"`` (generated from the initial) or ``"given"`` (the design's ``[target]``).
+    angle, shift, stretch
+        The rotated target's rotation angle, mean shift and log-stretch of the eigenvalues.
+    """
+
+    model: str
+    layer: int
+    start_from: str
+    target: str
+    angle: float
+    shift: float
+    stretch: float
+
+
 @dataclass(frozen=True, eq=False)
 class Design:
     """A parsed, validated design file.
@@ -78,6 +107,9 @@ class Design:
         Gaussians, or ``None`` when the file has no such table.
     model
         A :class:`Layer` or :class:`Schedule`, or ``None``.
+    base
+        Task ``steer``'s ``[base]``: a :class:`Layer` (a table), a :class:`Schedule` (an array
+        of tables), a :class:`ModelBase` (a table with ``model``), or ``None``.
     T, n_layers
         The ``[horizon]`` values (``None`` when absent).
     time_limit
@@ -104,6 +136,7 @@ class Design:
     source: str = "<string>"
     time_limit: float = DEFAULT_TIME_LIMIT
     started: float | None = field(default=None, repr=False)
+    base: Layer | Schedule | ModelBase | None = None
 
     def require(self, *names: str) -> None:
         """Raise :class:`DesignFileError` naming the first missing section among ``names``."""
@@ -250,6 +283,14 @@ def parse_design(text: str, *, source: str = "<string>") -> Design:
             raise DesignFileError(
                 f"{source}: [{name}] has dimension {g.dim} but the model has dimension {model.dim}"
             )
+    base = ctx.base(doc["base"], task, T, doc) if "base" in doc else None
+    if isinstance(base, (Layer, Schedule)):
+        for name, g in (("initial", initial), ("target", target)):
+            if g is not None and g.dim != base.dim:
+                raise DesignFileError(
+                    f"{source}: [{name}] has dimension {g.dim} but the [base] has dimension "
+                    f"{base.dim}"
+                )
     options = ctx.options(doc.get(task, {}), task, spec.options)
     problem = spec.check(options, doc) if spec.check is not None else None
     if problem:
@@ -280,6 +321,7 @@ def parse_design(text: str, *, source: str = "<string>") -> Design:
         raw=doc,
         source=source,
         time_limit=time_limit,
+        base=base,
     )
     design.require(*spec.needs)
     return design
@@ -397,6 +439,51 @@ class _Ctx:
         if not kw:
             raise self.fail(f"'[{where}]' is empty: give at least one of {sorted(_LAYER_KEYS)}")
         return self.wrap(lambda: Layer(**kw), where)
+
+    def base(
+        self, value: Any, task: str, T: float | None, doc: Mapping[str, Any]
+    ) -> Layer | Schedule | ModelBase:
+        """Task ``steer``'s ``[base]``: a layer table, an array of them, or a model's layer."""
+        if task != "steer":
+            raise self.fail(f"[base] is read by task 'steer' only; task {task!r} does not take it")
+        if isinstance(value, list):
+            if not value or not all(isinstance(e, dict) for e in value):
+                raise self.fail("'base' must be a table, or a non-empty array of layer tables")
+            lays = [self.layer(e, f"base[{i}]") for i, e in enumerate(value)]
+            if T is None:
+                raise self.fail("[[base]] needs [horizon] T")
+            return self.wrap(lambda: Schedule(lays, T), "base")
+        if not isinstance(value, dict) or "model" not in value:
+            named = sorted(set(value) & set(BASE_OPTIONS)) if isinstance(value, dict) else []
+            if named:
+                raise self.fail(
+                    f"'base.{named[0]}' needs 'base.model' (a [base] without model is a layer: "
+                    f"the keys {sorted(_LAYER_KEYS)})"
+                )
+            return self.layer(value, "base")
+        mb = ModelBase(**self.options(value, "base", BASE_OPTIONS))
+        rotated = mb.target == "rotated"
+        shaping = [k for k in ("angle", "shift", "stretch") if k in value]
+        if shaping and not rotated:
+            raise self.fail(
+                f"'base.{shaping[0]}' shapes the rotated target; with base.target = 'given' "
+                "remove it"
+            )
+        if "initial" in doc:
+            raise self.fail(
+                "[initial]: with [base] model the initial is the layer's own moments "
+                "('base.start_from'); remove [initial]"
+            )
+        if rotated and "target" in doc:
+            raise self.fail(
+                "[target] is given but 'base.target' = 'rotated' generates the target; set "
+                "base.target = 'given' to steer to [target], or remove [target]"
+            )
+        if not rotated and "target" not in doc:
+            raise self.fail(
+                "'base.target' = 'given' needs [target] (a Gaussian of the layer's width d + 1)"
+            )
+        return mb
 
     def options(self, value: Any, task: str, spec: Mapping[str, Option]) -> dict[str, Any]:
         t = self.table(value, task, set(spec))

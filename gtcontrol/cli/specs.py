@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["SPECS", "SWEEP_AXES", "Option", "TaskSpec", "range_values"]
+__all__ = ["BASE_OPTIONS", "SPECS", "SWEEP_AXES", "Option", "TaskSpec", "range_values"]
 
 
 @dataclass(frozen=True)
@@ -274,6 +274,73 @@ def _stabilize_check(options: Mapping[str, Any], doc: Mapping[str, Any]) -> str 
     return None
 
 
+#: The keys of a ``[base]`` table that names a model (task ``steer``); a ``[base]`` without
+#: ``model`` is an explicit layer (the keys of ``[layer]``).
+BASE_OPTIONS: dict[str, Option] = {
+    "model": Option(
+        str,
+        "",
+        _nonempty,
+        "a model of `gtcontrol models`, a Hugging Face folder or an .onnx file (extra "
+        "experiments): its attention sublayer `layer` is the base",
+    ),
+    "layer": Option(int, 0, _at_most(10_000, zero=True), "the layer index"),
+    "start_from": Option(
+        str,
+        "text",
+        _one_of("text", "identity"),
+        "the initial: 'text' (the moments of the packaged text's tokens entering the layer) or "
+        "'identity' (N(e, I ⊕ 0))",
+    ),
+    "target": Option(
+        str,
+        "rotated",
+        _one_of("rotated", "given"),
+        "'rotated' (the initial rotated, stretched and shifted on its active subspace, seeded "
+        "by `seed`) or 'given' (the design's [target], of the layer's width d + 1)",
+    ),
+    "angle": Option(
+        float, 0.4, _nonneg, "rotated: root-mean-square angle (radians) of the rotation"
+    ),
+    "shift": Option(
+        float,
+        0.5,
+        _nonneg,
+        "rotated: mean shift per active coordinate, in units of sqrt(tr Σ0 / rank)",
+    ),
+    "stretch": Option(
+        float,
+        0.0,
+        _nonneg,
+        "rotated: deviation of the log-factors multiplying the covariance's eigenvalues",
+    ),
+}
+#: Options of the blank steering problem that a base does not take (their defaults are kept).
+_BASE_FIXED = ("objective", "terminal", "cov_bound")
+
+
+def _steer_check(options: Mapping[str, Any], doc: Mapping[str, Any]) -> str | None:
+    """``[initial]`` and ``[target]`` unless ``[base]`` names a model; what a base takes."""
+    base = doc.get("base")
+    model = isinstance(base, dict) and "model" in base
+    missing = [] if model else [s for s in ("initial", "target") if s not in doc]
+    if missing:
+        return "task 'steer' needs " + " and ".join(f"[{m}]" for m in missing)
+    if base is None:
+        return None
+    table = doc.get("steer")
+    given: Mapping[str, Any] = table if isinstance(table, dict) else {}
+    if given.get("mode", "ffn") != "ffn":
+        return (
+            "'steer.mode': around a [base] the control is the added affine part (mode 'ffn'); "
+            f"added heads are not built, got {given['mode']!r}"
+        )
+    for name in _BASE_FIXED:
+        if name in given and given[name] != SPECS["steer"].options[name].default:
+            return f"'steer.{name}': steering around a [base] takes the default; remove it"
+    return None
+
+
 def _sweep_check(options: Mapping[str, Any], doc: Mapping[str, Any]) -> str | None:
     """The sweep's options together: at least one axis, a bounded grid, axes the model has."""
     axes = [a for a in SWEEP_AXES if options.get(a) is not None]
@@ -351,13 +418,13 @@ SPECS: dict[str, TaskSpec] = {
         summary="regime of a fixed layer: equilibria, stability, exact blow-up",
     ),
     "steer": TaskSpec(
-        needs=("initial", "target", "T"),
+        needs=("T",),
         options={
             "mode": Option(
                 str,
                 "full",
                 _one_of("full", "ffn", "attention"),
-                "'full', 'ffn' (V = 0) or 'attention' (A = b = 0)",
+                "'full', 'ffn' (V = 0) or 'attention' (A = b = 0); with a [base]: 'ffn' only",
             ),
             "objective": Option(
                 str, "kinetic", _one_of("kinetic", "parameter"), "'kinetic' or 'parameter'"
@@ -379,8 +446,17 @@ SPECS: dict[str, TaskSpec] = {
                 _at_most(_MAX_TOKENS, zero=True),
                 "tokens run through the result (0: none)",
             ),
+            "blank_energy": Option(
+                bool,
+                True,
+                None,
+                "with a [base]: also steer the same pair with no base, for the energy the base "
+                "costs",
+            ),
         },
-        summary="optimal L-layer steering between Gaussians (CasADi/IPOPT), verified",
+        summary="optimal L-layer steering between Gaussians (CasADi/IPOPT), verified; or the "
+        "least added control through a fixed network ([base])",
+        check=_steer_check,
     ),
     "design": TaskSpec(
         needs=("target",),

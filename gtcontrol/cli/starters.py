@@ -82,6 +82,22 @@ cov = [[0.6, 0.1], [0.1, 1.4]]
 [horizon]
 T = 1.0
 n_layers = 4             # L: the parameters are constant on each layer
+
+# Through a fixed network: uncomment [base] (a layer table, the keys of [layer]); its heads are
+# kept and the control is the least added affine part A_k, b_k (mode "ffn", its default).
+# [base]
+# V = 0.3
+# B = [[1.0, 0.0], [0.0, 1.0]]
+# Or a pretrained model's attention sublayer (the 'experiments' extra; drop [initial] and
+# [target]: the initial is the moments entering the layer, the target generated from it):
+# [base]
+# model = "minilm"         # a name of `gtcontrol models`, a Hugging Face folder or an .onnx file
+# layer = 2                # the layer index
+# start_from = "text"      # "text" (the packaged text's tokens entering the layer) or "identity"
+# target = "rotated"       # "rotated" (generated) or "given" (the [target], of size d + 1)
+# angle = 0.4              # rotated: root-mean-square angle of the rotation (radians)
+# shift = 0.5              # rotated: mean shift per active coordinate, in sqrt(tr Σ0 / rank)
+# stretch = 0.0            # rotated: deviation of the log-factors of the eigenvalues
 """,
     "design": """\
 # Design a time-invariant layer that carries every Gaussian to N(m*, Σ*), with a convergence
@@ -140,7 +156,7 @@ _SET: dict[str, dict[str, Any]] = {
     "simulate": {"n_points": 201, "tokens": 500},
     "compare-tokens": {"n_tokens": [64, 256, 1024], "repeats": 3},  # slope fit in ~1 s
     "analyze": {"n_points": 201},
-    "steer": {"mode": "full", "objective": "kinetic", "tokens": 0},
+    "steer": {"objective": "kinetic", "tokens": 0},
     "design": {"rate": 1.0, "n_starts": 3},
     "filter": {
         "F": [[0.3, -0.5], [0.5, 0.2]],

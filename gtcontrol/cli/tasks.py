@@ -13,6 +13,7 @@ The runners call the public API of :mod:`gtcontrol` (and the plotting / experime
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,7 +61,7 @@ from .records import (
     trajectory_figures,
     trajectory_summary,
 )
-from .schema import Design
+from .schema import Design, ModelBase
 from .specs import SPECS, Option, TaskSpec
 from .sweep import sweep_task
 
@@ -393,6 +394,13 @@ def _analyze_figures(data: Any, dim: int, out: Path, run: RunBudget) -> list[str
 
 
 def _run_steer(design: Design, out: Path) -> dict[str, Any]:
+    if isinstance(design.base, ModelBase):
+        from .._blas import single_threaded_blas
+
+        with single_threaded_blas():  # torch is loaded: numpy's BLAS on one thread
+            return _steer_base_run(design, out)
+    if design.base is not None:
+        return _steer_base_run(design, out)
     o = design.options
     assert design.initial is not None and design.target is not None and design.T is not None
     if design.model is not None:
@@ -446,6 +454,234 @@ def _run_steer(design: Design, out: Path) -> dict[str, Any]:
         "iterations": res.stats.get("iterations"),
     }
     return run.finish(result(_status(res, Status.FAILED), outputs, figures, summary))
+
+
+def _steer_base_run(design: Design, out: Path) -> dict[str, Any]:
+    """Task ``steer`` with a ``[base]``: the least added affine control through the base.
+
+    Then, while the time limit affords them: the same pair steered with no base (the energy the
+    base costs, option ``blank_energy``) and the base's own flow from the initial over the same
+    depth (to its blow-up, if it blows up), for the figures."""
+    o, T = design.options, design.T
+    assert T is not None
+    run = RunBudget(design.time_limit, design.started)  # loading a model counts
+    model = design.base if isinstance(design.base, ModelBase) else None
+    base: Layer | Schedule
+    if model is not None:
+        problem = _steer_model_problem(design, model, run)
+        if isinstance(problem, str):
+            return _not_loaded(run, model.model, problem)
+        base, initial, target, source = problem
+    else:
+        assert design.initial is not None and design.target is not None
+        base, initial, target = cast("Layer | Schedule", design.base), design.initial, design.target
+        source = "the design's [base], [initial] and [target]"
+    n = design.n_layers or 10
+
+    def solve(b: Layer | Schedule, limit: float) -> Any:
+        return steer(
+            initial,
+            target,
+            T,
+            n_layers=n,
+            base=b,
+            method=o["method"],
+            solver=IpoptSettings(max_iter=o["max_iter"]),
+            verify_tokens=o["tokens"],
+            seed=design.seed,
+            time_limit=limit,
+        )
+
+    def compute(what: str, work: Callable[[], Any]) -> Any:
+        return run.compute(what, work) if model is not None else work()
+
+    res = compute("the steering", lambda: solve(base, run.solver_limit(3)))
+    if res is None:
+        return _not_loaded(run, model.model if model else "the base", _COMPUTE)
+    blank = None
+    if o["blank_energy"]:
+        blank = compute(
+            "the energy without the base",
+            lambda: solve(Layer(dim=initial.dim), run.solver_limit(3)),
+        )
+    flow = compute(
+        "the base's own flow",
+        lambda: simulate(base, initial, T, n_points=201, time_limit=run.solver_limit(3)),
+    )
+    if blank is not None and blank.status is Status.BUDGET_EXHAUSTED:
+        run.skip("the energy without the base (its steering ran out of time)")
+    if flow is not None and flow.status is Status.BUDGET_EXHAUSTED:
+        run.skip("part of the base's own flow (its integration stopped early)")
+    bases = base.layers if isinstance(base, Schedule) else (base,) * n
+    added_A = [lay.A - b.A for lay, b in zip(res.controls.layers, bases, strict=True)]
+    added_b = [lay.b - b.b for lay, b in zip(res.controls.layers, bases, strict=True)]
+    steered = None if res.trajectory is None else trajectory_summary(res.trajectory, run)
+    own = None if flow is None else trajectory_summary(flow, run)
+    figures = _steer_base_figures(design, res, target, (steered, own), (added_A, added_b), out, run)
+    blank_cost = None if blank is None or not blank.success else blank.cost
+    stats = {k: v for k, v in res.stats.items() if isinstance(v, (int, float, str, bool))}
+    outputs: dict[str, Any] = {
+        "source": source,
+        "success": res.success,
+        "message": res.message,
+        "added_energy": res.cost,
+        "kinetic_energy": res.kinetic_energy,
+        "lower_bound": res.lower_bound,
+        "terminal_error": res.terminal_error,
+        "relative_terminal_error": res.stats.get("relative_terminal_error"),
+        "energy_without_base": blank_cost,
+        "blank_status": None if blank is None else blank.status,
+        "blank_seconds": None if blank is None else blank.stats.get("seconds"),
+        "base_heads_kept": _heads_kept(bases, res.controls.layers),
+        "added": {"A": np.array(added_A), "b": np.array(added_b)},
+        "seconds_by_part": dict(res.stats.get("seconds_by_part", {})),
+        "stats": stats,
+        "initial": {"mean": initial.mean, "cov": initial.cov},
+        "target": {"mean": target.mean, "cov": target.cov},
+        "trajectory": steered,
+        "base_flow": own,
+    }
+    if initial.dim <= 64:
+        outputs["controls"] = res.controls.to_dict()
+    summary = {
+        "n_layers": n,
+        "dimension": initial.dim,
+        "relative_terminal_error": res.stats.get("relative_terminal_error"),
+        "added_energy": res.cost,
+        "energy_without_base": blank_cost,
+        "base_blowup_time": None if flow is None else float(flow.blowup_time),
+        "steer_seconds": res.stats.get("seconds"),
+        "base_heads_kept": outputs["base_heads_kept"],
+    }
+    return run.finish(result(_status(res, Status.FAILED), outputs, figures, summary))
+
+
+def _heads_kept(bases: Any, layers: Any) -> bool:
+    """Whether every returned layer holds its base's heads first, bitwise (factored: the same
+    object)."""
+    for b, lay in zip(bases, layers, strict=True):
+        if b.factored_heads is not None and lay.factored_heads is not b.factored_heads:
+            return False
+        pairs = list(zip(lay.dense_heads, b.dense_heads))
+        if len(pairs) != len(b.dense_heads) or not all(
+            np.array_equal(v, v0) and np.array_equal(w, w0) for (v, w), (v0, w0) in pairs
+        ):
+            return False
+    return True
+
+
+def _steer_model_problem(
+    design: Design, mb: ModelBase, run: RunBudget
+) -> tuple[Layer, Gaussian, Gaussian, str] | str:
+    """``(layer, initial, target, source)`` of ``steer`` through a model's layer, or what did
+    not finish within the time limit (the model's load or its data tokens)."""
+    from ._base_targets import rotated_target, token_moments
+
+    em = _load_model(run, design, mb.model, "the steering")
+    if em is None:
+        return _LOAD
+    k = mb.layer
+    if k >= len(em.layers):
+        raise DesignFileError(
+            f"{design.source}: base.layer: {k} is not a layer of {em.label} "
+            f"(0 … {len(em.layers) - 1})"
+        )
+    layer = em.layers[k].attention_layer
+    if mb.start_from == "identity":
+        initial, what = _identity_target(layer.dim), "N(e, I ⊕ 0)"
+    else:
+        from ..experiments._onnx_data import data_refusal
+
+        refusal = data_refusal(em)
+        if refusal is not None:
+            raise DesignFileError(
+                f"{design.source}: base.start_from = 'text' needs the tokens entering the layer "
+                f"on data, and {refusal}; give start_from = 'identity' (it needs no data)"
+            )
+
+        def read() -> Any:
+            from ..experiments.pretrained import serially
+            from ..experiments.stabilization import data_tokens
+
+            return serially(lambda: data_tokens(em, seed=design.seed))
+
+        data = run.load(f"the steering through {em.label} (its data tokens)", read)
+        if data is None:
+            return _DATA
+        tokens, kind = data
+        initial = token_moments(tokens[k])
+        what = f"the moments of the {tokens[k].shape[0]} tokens entering it ({kind})"
+    initial = Gaussian(initial.mean, initial.cov, name="initial")
+    if mb.target == "given":
+        target = cast(Gaussian, design.target)
+        if target.dim != layer.dim:
+            raise DesignFileError(
+                f"{design.source}: [target] has dimension {target.dim} but layer {k} of "
+                f"{em.label} acts on dimension {layer.dim} (its width and the affine coordinate)"
+            )
+        goal = "the design's [target]"
+    else:
+        target = rotated_target(
+            initial, angle=mb.angle, shift=mb.shift, stretch=mb.stretch, seed=design.seed
+        )
+        goal = (
+            f"the initial rotated (angle {mb.angle:g}), stretched ({mb.stretch:g}) and shifted "
+            f"({mb.shift:g}) on its active subspace, seed {design.seed}"
+        )
+    return layer, initial, target, f"{em.label} layer {k}; from {what}; to {goal}"
+
+
+def _steer_base_figures(
+    design: Design,
+    res: Any,
+    goal: Gaussian,
+    flows: tuple[dict[str, Any] | None, dict[str, Any] | None],
+    added: tuple[list[Any], list[Any]],
+    out: Path,
+    run: RunBudget,
+) -> list[str]:
+    """The figures of ``steer`` through a base: the moments along depth (compact above d = 6),
+    the added control per sublayer, the base's own flow against the steered one."""
+    traj, title = res.trajectory, design.title
+    steered, own = flows
+    bps = res.controls.breakpoints.tolist()
+
+    def moments() -> None:
+        from ..plotting.steering import plot_steering_moments, plot_steering_summary
+
+        assert steered is not None
+        if traj.dim <= 6:
+            plot_steering_moments(traj, goal, out / "moments.png", breakpoints=bps, title=title)
+        else:
+            lam = steered["cov_eigenvalues"]
+            plot_steering_summary(
+                traj, goal, lam, out / "moments.png", breakpoints=bps, title=title
+            )
+
+    def control() -> None:
+        from ..plotting.steering import plot_added_control
+
+        plot_added_control(
+            *added, out / "added_control.png", title="the control added per sublayer"
+        )
+
+    def against() -> None:
+        from ..plotting.steering import plot_base_against_steered
+
+        assert steered is not None
+        plot_base_against_steered(
+            (steered["t"], steered["cov_eigenvalues"]),
+            None if own is None else (own["t"], own["cov_eigenvalues"]),
+            out / "base_vs_steered.png",
+            blowup_time=math.inf if own is None else float(own["blowup_time"]),
+            breakpoints=bps,
+            title="the base's heads alone against the steered network",
+        )
+
+    draws: list[tuple[str, Callable[[], None], int]] = [("added_control.png", control, 1)]
+    if steered is not None and not np.isnan(steered["cov_eigenvalues"]).any():
+        draws = [("moments.png", moments, 3), *draws, ("base_vs_steered.png", against, 2)]
+    return [name for name, draw, k in draws if run.draw(name, draw, panels=k)]
 
 
 def _steer_figures(design: Design, res: Any, out: Path, run: RunBudget) -> list[str]:

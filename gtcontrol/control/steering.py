@@ -72,7 +72,7 @@ def steer(
     T: float,
     *,
     n_layers: int = 10,
-    mode: str = "full",
+    mode: str | None = None,
     objective: str = "kinetic",
     terminal: str = "exact",
     terminal_weight: float = 1e4,
@@ -123,7 +123,7 @@ def steer(
         Number of layers ``L``.
     mode
         ``"full"`` (``A, b, V, B``), ``"ffn"`` (``V = B = 0``) or ``"attention"``
-        (``A = 0, b = 0`` exactly).
+        (``A = 0, b = 0`` exactly). ``None``: ``"full"``, or ``"ffn"`` with a ``base``.
     objective
         ``"kinetic"``: ``∫₀ᵀ E|v|² dt`` (bounded below by ``W2²/T``); ``"parameter"``: the depth-
         integrated parameter energy ``Σ_k h (|A_k|² + |b_k|² + |V_k|² + |B_k|²)``.
@@ -185,8 +185,9 @@ def steer(
         sublayer, or a :class:`Schedule` of ``n_layers`` layers over depth ``T``. Its heads
         (dense and factored) and affine part are kept unchanged in every sublayer (the returned
         layers hold the base's heads first, bitwise unchanged); the control is what is added to
-        them, a constant affine ``A_k, b_k`` per sublayer (modes ``"ffn"`` and ``"full"`` build
-        the same additions, no added heads; ``"attention"`` is refused). ``cost`` is the
+        them, a constant affine ``A_k, b_k`` per sublayer: the mode is ``"ffn"`` (the default
+        with a base); ``"full"`` and ``"attention"`` are refused, since no heads are added
+        around a base. ``cost`` is the
         additions' kinetic energy ``∫ E|A_k x + b_k|² dt``; ``kinetic_energy`` is the whole
         field's. The initial and target covariances must share their range (the active
         subspace); a coordinate with zero variance and the same mean at both ends (the affine
@@ -261,8 +262,13 @@ def steer(
     opts = _SteerOptions(**option_values(_SteerOptions, locals()))
     budget = Budget(as_time_limit(time_limit))
     if base is not None:
-        return _steer_around(initial, target, T, n_layers, mode, opts, base, budget, clock)
-    return run(make_plan(initial, target, T, n_layers, mode, opts), budget, clock)
+        around = "ffn" if mode is None else mode
+        return _steer_around(initial, target, T, n_layers, around, opts, base, budget, clock)
+    return run(
+        make_plan(initial, target, T, n_layers, "full" if mode is None else mode, opts),
+        budget,
+        clock,
+    )
 
 
 def _steer_around(
@@ -277,10 +283,10 @@ def _steer_around(
     clock: float,
 ) -> SteeringResult:
     """``steer`` with a base: validate, refuse what the construction does not cover, build."""
-    if check_mode(mode) == "attention":
+    if check_mode(mode) != "ffn":
         raise InvalidParametersError(
-            "mode: with a base the control is an added affine part ('ffn' or 'full'), got "
-            "'attention'"
+            f"mode: around a base the control is the added affine part A_k, b_k (mode 'ffn'); "
+            f"added heads are not built, got {mode!r}"
         )
     defaults = _SteerOptions()
     for name in _BASE_FIXED_OPTIONS:

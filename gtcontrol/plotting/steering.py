@@ -17,6 +17,7 @@ import numpy as np
 from matplotlib.axes import Axes
 
 from .._display import legend
+from .._linalg import FloatArray
 from ..control._figures import draw_distance, draw_parameter_norms
 from ..model._figures import draw_eigenvalues, draw_mean, mark_depths
 from ..model.gaussian import Gaussian
@@ -24,7 +25,13 @@ from ..model.moments import Trajectory
 from ..model.params import Schedule
 from .core import finish, panels
 
-__all__ = ["plot_parameter_norms", "plot_steering_moments"]
+__all__ = [
+    "plot_added_control",
+    "plot_base_against_steered",
+    "plot_parameter_norms",
+    "plot_steering_moments",
+    "plot_steering_summary",
+]
 
 
 def plot_steering_moments(
@@ -101,3 +108,166 @@ def plot_parameter_norms(
     draw_parameter_norms(a, schedule)
     finish([a], path, title=title)
     return a
+
+
+def _spread(eigenvalues: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """``λ_max`` and ``tr Σ`` of each row of covariance eigenvalues (NaN rows kept)."""
+    lam = np.asarray(eigenvalues, dtype=float)
+    return lam[:, -1], lam.sum(axis=1)
+
+
+def plot_steering_summary(
+    traj: Trajectory,
+    target: Gaussian,
+    eigenvalues: FloatArray,
+    path: str | Path | None = None,
+    *,
+    ax: Sequence[Axes] | None = None,
+    breakpoints: Sequence[float] | None = None,
+    n_distances: int = 26,
+    title: str = "",
+) -> tuple[Axes, Axes, Axes]:
+    """Moments against depth on the way to ``target``, compact for a large dimension.
+
+    Three panels: ``λ_max(Σ)`` and ``tr Σ`` (target values dotted, log scale), ``|m|`` (target
+    dotted) and the Bures–Wasserstein distance to the target relative to
+    ``max(1, |m1|, sqrt(tr Σ1))`` (log scale, at ``n_distances`` depths: each costs matrix
+    square roots of size ``d``). Layer switches are grey ticks.
+
+    Parameters
+    ----------
+    traj
+        The moments along depth.
+    target
+        The Gaussian steered to.
+    eigenvalues
+        The covariance eigenvalues of each recorded depth, ascending, shape ``(len(traj), d)``
+        (e.g. ``stack_eigenvalues(traj.cov)``: computed once for the record and the figure).
+    path
+        Where the PNG is written (``None``: not saved).
+    ax
+        Three Axes to draw on; ``None``: a new figure.
+    breakpoints
+        Layer switches ``0, h, ..., T``; the inner ones are drawn.
+    n_distances
+        Number of depths at which the distance is computed (evenly spread, both ends kept).
+    title
+        Figure title (none when empty), drawn as plain text (no mathtext).
+
+    Returns
+    -------
+    tuple of matplotlib.axes.Axes
+        The covariance, mean and distance panels.
+    """
+    ax_s, ax_m, ax_w = panels(ax, 3, width=11.0, height=3.4)
+    lam_max, trace = _spread(eigenvalues)
+    goal = np.linalg.eigvalsh(target.cov)
+    ax_s.semilogy(traj.t, lam_max, color="tab:blue", label="λ_max")
+    ax_s.semilogy(traj.t, trace, color="tab:orange", label="tr Σ")
+    ax_s.axhline(max(float(goal[-1]), 1e-300), color="tab:blue", ls=":")
+    ax_s.axhline(max(float(goal.sum()), 1e-300), color="tab:orange", ls=":")
+    ax_m.plot(traj.t, np.linalg.norm(traj.mean, axis=1), color="k", label="|m|")
+    ax_m.axhline(float(np.linalg.norm(target.mean)), color="k", ls=":")
+    scale = max(1.0, float(np.linalg.norm(target.mean)), float(np.sqrt(max(goal.sum(), 0.0))))
+    idx = np.unique(np.linspace(0, len(traj) - 1, max(int(n_distances), 2)).round().astype(int))
+    dist = np.array([traj.at(int(i)).bures_wasserstein(target) for i in idx]) / scale
+    ax_w.semilogy(traj.t[idx], np.clip(dist, 1e-16, None), "o-", ms=3, lw=1.2, color="k")
+    for a in (ax_s, ax_m, ax_w):
+        mark_depths(a, breakpoints=breakpoints)
+        a.set_xlabel("depth t")
+    ax_s.set_title("covariance (target dotted)")
+    ax_m.set_title("|mean| (target dotted)")
+    ax_w.set_title("relative W2 distance to target")
+    legend(ax_s, fontsize=8, loc="best")
+    finish([ax_s, ax_m, ax_w], path, title=title)
+    return ax_s, ax_m, ax_w
+
+
+def plot_added_control(
+    added_A: Sequence[FloatArray],
+    added_b: Sequence[FloatArray],
+    path: str | Path | None = None,
+    *,
+    ax: Axes | None = None,
+    title: str = "",
+) -> Axes:
+    """The size of the control added to a base, per sublayer: ``‖A_k‖_F`` and ``|b_k|``.
+
+    Parameters
+    ----------
+    added_A, added_b
+        The additions of each sublayer (the returned layers' ``A``, ``b`` less the base's).
+    path
+        Where the PNG is written (``None``: not saved).
+    ax
+        The Axes to draw on; ``None``: a new figure.
+    title
+        Axes title (none when empty), drawn as plain text (no mathtext).
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+        The Axes drawn on.
+    """
+    (a,) = panels(ax, 1, width=6.0, height=3.4)
+    idx = np.arange(1, len(added_A) + 1)
+    width = 0.38
+    sizes_A = [float(np.linalg.norm(x)) for x in added_A]
+    sizes_b = [float(np.linalg.norm(x)) for x in added_b]
+    a.bar(idx - width / 2, sizes_A, width, label="‖A_k‖_F")
+    a.bar(idx + width / 2, sizes_b, width, label="|b_k|")
+    a.set_ylim(0.0, 1.3 * max([*sizes_A, *sizes_b, 1e-300]))  # room for the legend
+    a.set_xlabel("sublayer k")
+    a.set_ylabel("norm of the addition")
+    a.set_xticks(idx)
+    legend(a, fontsize=8)
+    finish([a], path, title=title)
+    return a
+
+
+def plot_base_against_steered(
+    steered: tuple[FloatArray, FloatArray],
+    base: tuple[FloatArray, FloatArray] | None,
+    path: str | Path | None = None,
+    *,
+    ax: Sequence[Axes] | None = None,
+    blowup_time: float = float("inf"),
+    breakpoints: Sequence[float] | None = None,
+    title: str = "",
+) -> tuple[Axes, Axes]:
+    """The base's own flow from the initial against the steered flow: ``λ_max`` and ``tr Σ``.
+
+    Parameters
+    ----------
+    steered, base
+        ``(t, covariance eigenvalues)`` of each flow (ascending eigenvalues, one row per
+        depth); ``base`` may stop at its blow-up, marked at ``blowup_time``; ``None``: not drawn.
+    path
+        Where the PNG is written (``None``: not saved).
+    ax
+        Two Axes to draw on; ``None``: a new figure.
+    blowup_time
+        The base flow's blow-up depth (drawn when finite).
+    breakpoints
+        Layer switches of the steered flow; the inner ones are drawn.
+    title
+        Figure title (none when empty), drawn as plain text (no mathtext).
+
+    Returns
+    -------
+    tuple of matplotlib.axes.Axes
+        The ``λ_max`` and ``tr Σ`` panels.
+    """
+    ax_l, ax_t = panels(ax, 2, width=9.0, height=3.4)
+    flows = [("steered", "k", steered)] + ([("base alone", "tab:red", base)] if base else [])
+    for label, color, (t, lam) in flows:
+        lam_max, trace = _spread(lam)
+        ax_l.semilogy(t, lam_max, color=color, label=label)
+        ax_t.semilogy(t, trace, color=color, label=label)
+    for a, name in ((ax_l, "λ_max(Σ)"), (ax_t, "tr Σ")):
+        mark_depths(a, blowup_time=blowup_time, breakpoints=breakpoints)
+        a.set_xlabel("depth t")
+        a.set_title(name)
+    legend(ax_l, fontsize=8, loc="best")
+    finish([ax_l, ax_t], path, title=title)
+    return ax_l, ax_t

@@ -117,12 +117,61 @@ def test_01_as_time_limit_is_the_one_check() -> None:
             ([1.0], [[1.0]]),
             seed=s,
         ),
+        lambda s: gt.equilibria(LAYER, seed=s),
+        lambda s: gt.design_convergence(
+            gt.design_mean_matching(gt.Gaussian([1.0], [[1.0]]), robustness=False), seed=s
+        ),
+        lambda s: gt.design_robustness(
+            gt.design_mean_matching(gt.Gaussian([1.0], [[1.0]]), robustness=False).layer,
+            ([1.0], [[1.0]]),
+            seed=s,
+        ),
+        lambda s: gt.stabilize(LAYER, G2, add="head", seed=s),
     ],
-    ids=["steer", "design_mean_matching", "compare_tokens", "design_token_certificate"],
+    ids=[
+        "steer",
+        "design_mean_matching",
+        "compare_tokens",
+        "design_token_certificate",
+        "equilibria",
+        "design_convergence",
+        "design_robustness",
+        "stabilize",
+    ],
 )
 def test_01_a_bad_seed_is_refused_naming_it(call: Any, bad: Any) -> None:
+    """Every public function with an integer ``seed`` (the list is checked complete below):
+    ``equilibria(seed=-1)`` leaked numpy's ``ValueError`` and ``design_convergence(seed=1.5)``
+    a ``TypeError`` before they used the one check, ``as_seed``."""
     with pytest.raises(InvalidParametersError, match="seed"):
         call(bad)
+
+
+#: Public functions whose ``seed`` also takes ``None`` or a Generator (``as_rng``).
+_RNG_SEEDS = {"simulate_tokens"}
+
+
+def test_01_the_bad_seed_list_names_every_public_function_with_a_seed() -> None:
+    import inspect
+
+    with_seed = {
+        name
+        for name in gt.__all__
+        if callable(f := getattr(gt, name))
+        and not inspect.isclass(f)
+        and "seed" in inspect.signature(f).parameters
+    }
+    listed = {
+        "steer",
+        "design_mean_matching",
+        "compare_tokens",
+        "design_token_certificate",
+        "equilibria",
+        "design_convergence",
+        "design_robustness",
+        "stabilize",
+    }
+    assert with_seed == listed | _RNG_SEEDS
 
 
 def test_01_numeric_options_refuse_huge_integers_by_name() -> None:

@@ -37,6 +37,7 @@ from .._validation import (
     as_option_group,
     as_positive_float,
     as_positive_int,
+    as_seed,
     as_time_limit,
     frozen,
 )
@@ -396,8 +397,7 @@ class _NewtonOptions(NewtonSettings):
             raise InvalidParametersError(
                 f"n_random: expected a non-negative integer, got {self.n_random!r}"
             )
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
-            raise InvalidParametersError(f"seed: expected an integer, got {self.seed!r}")
+        as_seed("seed", self.seed)
         as_positive_float("max_work", self.max_work)
 
     @classmethod

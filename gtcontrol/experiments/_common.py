@@ -19,26 +19,18 @@ import numpy as np
 from .._docstring import fill
 from .._linalg import FloatArray
 from .._status import Budget, Status
-from .._validation import as_positive_int
+from .._validation import as_positive_int, as_seed
 from ..errors import InvalidParametersError
 
 __all__ = [
     "SIZES_ATTRIBUTES",
     "SIZES_PARAMETERS",
     "TokenSizes",
-    "as_seed",
     "check_sizes",
     "first_failure",
     "random_spd",
     "stop_reason",
 ]
-
-
-def as_seed(value: Any, name: str = "seed") -> int:
-    """Validate a non-negative integer seed (bools are refused)."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-        raise InvalidParametersError(f"{name}: expected a non-negative integer, got {value!r}")
-    return int(value)
 
 
 def stop_reason(budget: Budget) -> str:
@@ -69,7 +61,7 @@ def check_sizes(d: Any, n_tokens: Any, seed: Any) -> tuple[int, int, int]:
     n = as_positive_int("n_tokens", n_tokens, maximum=1_000_000)
     if n < 2 * dd + 2:
         raise InvalidParametersError(f"n_tokens: expected at least 2d + 2 = {2 * dd + 2}, got {n}")
-    return dd, n, as_seed(seed)
+    return dd, n, as_seed("seed", seed)
 
 
 def random_spd(rng: np.random.Generator, d: int, lo: float, hi: float) -> FloatArray:

@@ -20,8 +20,8 @@ import numpy as np
 
 from .._linalg import FloatArray
 from .._status import Budget, Status, as_time_limit
+from .._validation import as_seed
 from ..model.params import Layer
-from ._common import as_seed
 from ._deps import require_torch
 from ._families import data_batch, eval_mode
 from ._onnx_data import onnx_sequences
@@ -124,12 +124,12 @@ def map_data(em: ExtractedModel, seed: int = 0) -> MapData:
         The tokens per layer, the sequences and the real network's output on them.
     """
     if em.family == "onnx":
-        per_layer, first, what = onnx_sequences(em, list(SENTENCES), as_seed(seed))
+        per_layer, first, what = onnx_sequences(em, list(SENTENCES), as_seed("seed", seed))
         tokens = tuple(np.concatenate(seqs) for seqs in per_layer)
         return MapData(tokens, tuple(first), None, what)
     tokens_list, what = data_tokens(em, seed=seed)
     tokens = tuple(tokens_list)
-    batch, mask, _ = data_batch(em, list(SENTENCES), as_seed(seed))
+    batch, mask, _ = data_batch(em, list(SENTENCES), as_seed("seed", seed))
     torch = require_torch()
     with torch.inference_mode(), eval_mode(em.network):
         out = em.network(**batch, output_hidden_states=True)

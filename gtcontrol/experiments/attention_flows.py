@@ -56,13 +56,13 @@ from .._display import Axes, SummaryItems, legend
 from .._linalg import FloatArray
 from .._progress import progress
 from .._status import Budget, Outcome, ResultFields, Status
-from .._validation import as_positive_float, as_time_limit
+from .._validation import as_positive_float, as_seed, as_time_limit
 from ..errors import InvalidParametersError
 from ..model._factor_form import top_eigenpair
 from ..model.gaussian import Gaussian
 from ..model.moments import Trajectory, simulate
 from ..model.params import Layer
-from ._common import as_seed, stop_reason
+from ._common import stop_reason
 from ._onnx_data import attention_tokens
 from .extraction import ExtractedModel
 from .models import extract
@@ -303,7 +303,7 @@ def data_moments(
     (6, (384, 384))
     """
     em = extract(model)
-    tokens, what = attention_tokens(em, sentences, as_seed(seed))
+    tokens, what = attention_tokens(em, sentences, as_seed("seed", seed))
     moments = []
     n = 0
     for pts in tokens:

@@ -32,9 +32,8 @@ from scipy import stats as _st
 from .._display import Axes, SummaryItems
 from .._linalg import RANK_RTOL, FloatArray
 from .._status import Budget, BudgetExhausted, Outcome, ResultFields, Status
-from .._validation import as_float_array, as_positive_float, as_positive_int, as_time_limit
+from .._validation import as_float_array, as_positive_float, as_positive_int, as_seed, as_time_limit
 from ..errors import InvalidParametersError
-from ._common import as_seed
 from .sample_statistics import (
     MAX_PROJECTIONS,
     MardiaStatistics,
@@ -319,7 +318,7 @@ def _check_options(
         n_null=reps,
         n_projections=as_positive_int("n_projections", n_projections, maximum=MAX_PROJECTIONS),
         coord_level=clvl,
-        seed=as_seed(seed),
+        seed=as_seed("seed", seed),
         block_size=as_positive_int("block_size", block_size),
         rank_rtol=as_positive_float("rank_rtol", rank_rtol),
     )

@@ -67,7 +67,7 @@ from .._status import (
     as_time_limit,
     within,
 )
-from .._validation import as_positive_float, as_positive_int
+from .._validation import as_positive_float, as_positive_int, as_seed
 from .._version import __version__
 from ..analysis.blowup import blowup_analysis
 from ..analysis.equilibria import mean_matrix, riccati_form_of
@@ -79,7 +79,6 @@ from ..errors import GTControlError, InvalidParametersError
 from ..model.gaussian import Gaussian
 from ..model.moments import Trajectory, simulate
 from ..model.params import Layer
-from ._common import as_seed
 from ._layer_jobs import run_layer_jobs
 from ._map_network import MapData, NetworkCheck, map_data, network_check
 from .attention_flows import head_growth
@@ -1060,7 +1059,7 @@ def model_map(
     chosen = _check_rate(rate)
     budget_c = as_positive_float("change_budget", change_budget)
     n_tok = None if token_check is None else as_positive_int("token_check", token_check)
-    sd = as_seed(seed)
+    sd = as_seed("seed", seed)
     n_workers = as_positive_int("workers", workers, maximum=1024)
     nulls = as_positive_int("n_null", n_null, maximum=10000)
     if nulls < 8:

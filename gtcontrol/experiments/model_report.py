@@ -26,8 +26,8 @@ from typing import Any
 
 from .._display import Axes, SummaryItems, legend
 from .._status import Budget, Outcome, ResultFields, Status
-from .._validation import as_positive_float, as_positive_int, as_time_limit
-from ._common import as_seed, first_failure
+from .._validation import as_positive_float, as_positive_int, as_seed, as_time_limit
+from ._common import first_failure
 from ._onnx_data import data_refusal
 from .attention_flows import AttentionFlows, attention_flows
 from .extraction import ModelFields
@@ -212,7 +212,7 @@ def model_report(
     (6, <Status.SUCCESS: 'success'>)
     """
     clock = time.perf_counter()
-    sd = as_seed(seed)
+    sd = as_seed("seed", seed)
     horizon = as_positive_float("T", T)
     n_req = None if n_tokens is None else as_positive_int("n_tokens", n_tokens, maximum=MAX_TOKENS)
     if n_req is not None:

@@ -23,8 +23,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from .._validation import as_seed
 from ..errors import InvalidParametersError
-from ._common import as_seed
 from ._deps import (
     ExperimentDependencyError,
     ModelFileError,
@@ -155,7 +155,7 @@ def load_model(model: str = "minilm", *, seed: int = 0) -> Any:
     6
     """
     _check_name(model)
-    return _load(model, 0 if model == "minilm" else as_seed(seed))
+    return _load(model, 0 if model == "minilm" else as_seed("seed", seed))
 
 
 @lru_cache(maxsize=4)
@@ -250,7 +250,7 @@ def extract(model_or_path: Any, *, kind: str | None = None, seed: int = 0) -> Ex
             raise ModelFileError(f"{text!r}: expected a path as text, got bytes")
         path = Path(text).expanduser()
         if text in MODELS and kind is None and not _exists(path, text):
-            return _named(text, as_seed(seed) if text != "minilm" else 0)
+            return _named(text, as_seed("seed", seed) if text != "minilm" else 0)
         return _from_path(path, text, kind)
     if kind == "onnx":
         raise ModelFileError(

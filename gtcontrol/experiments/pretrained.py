@@ -55,9 +55,9 @@ from .._status import (
     import_fits,
     within,
 )
-from .._validation import as_positive_int, as_time_limit
+from .._validation import as_positive_int, as_seed, as_time_limit
 from ..errors import InvalidParametersError
-from ._common import as_seed, stop_reason
+from ._common import stop_reason
 from ._deps import require_onnx, require_torch, require_transformers
 from ._families import run_network
 from .extraction import ExtractedModel
@@ -251,7 +251,7 @@ def gaussian_forward(
     the statistics need them; fewer than 20 before the model loads).
     """
     n = as_positive_int("n_tokens", n_tokens, maximum=MAX_TOKENS)
-    sd = as_seed(seed)
+    sd = as_seed("seed", seed)
     check_tokens(n)
     if check is not None:
         check(sd)

@@ -31,9 +31,9 @@ from .._display import Axes, SummaryItems
 from .._output import write_run
 from .._progress import progress
 from .._status import Budget, Outcome, ResultFields, Status
-from .._validation import as_positive_int, as_time_limit
+from .._validation import as_positive_int, as_seed, as_time_limit
 from ..errors import InvalidParametersError
-from ._common import as_seed, first_failure
+from ._common import first_failure
 from .closure import FeedForwardCloseness, feedforward_closeness
 from .pretrained import MAX_TOKENS, GaussianityTable, pretrained_gaussianity
 from .regimes import RegimeResult, prescribed_attention_regimes
@@ -226,7 +226,7 @@ def _check_run_options(
 ) -> tuple[int, int, bool, float | None]:
     if not isinstance(quick, bool):
         raise InvalidParametersError(f"quick: expected a bool, got {quick!r}")
-    sd = as_seed(seed)
+    sd = as_seed("seed", seed)
     n = as_positive_int("n_tokens", n_tokens, maximum=MAX_TOKENS)
     return n, sd, quick, as_time_limit(time_limit)
 

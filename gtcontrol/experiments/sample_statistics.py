@@ -33,10 +33,9 @@ from scipy.special import gammaln
 
 from .._linalg import RANK_RTOL, FloatArray, sym
 from .._status import Budget
-from .._validation import as_float_array, as_positive_float, as_positive_int
+from .._validation import as_float_array, as_positive_float, as_positive_int, as_seed
 from ..errors import InvalidParametersError
 from ..model.gaussian import Gaussian
-from ._common import as_seed
 
 __all__ = ["MAX_PROJECTIONS", "MardiaStatistics", "mardia", "sliced_wasserstein"]
 
@@ -257,7 +256,7 @@ def sliced_wasserstein(
     """
     x = as_float_array("samples", samples, ndim=2)
     k = as_positive_int("n_projections", n_projections, maximum=MAX_PROJECTIONS)
-    seed = as_seed(seed)
+    seed = as_seed("seed", seed)
     if target is None:
         z = _whiten(x, as_positive_float("rank_rtol", rank_rtol))
         th = _directions(z.shape[1], k, seed)

@@ -34,11 +34,10 @@ from .._display import Axes, SummaryItems
 from .._linalg import FloatArray
 from .._progress import progress
 from .._status import Budget, Outcome, ResultFields, Status, as_time_limit, within
-from .._validation import as_choice, as_positive_float
+from .._validation import as_choice, as_positive_float, as_seed
 from ..control.design.stabilize import FAMILIES, Stabilization, stabilize
 from ..errors import InvalidParametersError
 from ..model.gaussian import Gaussian
-from ._common import as_seed
 from ._onnx_data import attention_tokens
 from .attention_flows import SENTENCES
 from .extraction import ExtractedModel
@@ -136,7 +135,7 @@ def data_tokens(
     (6, 384)
     """
     em = model if isinstance(model, ExtractedModel) else extract(model)
-    return attention_tokens(em, sentences, as_seed(seed))
+    return attention_tokens(em, sentences, as_seed("seed", seed))
 
 
 def _augmented(mean: FloatArray, cov: FloatArray) -> Gaussian:

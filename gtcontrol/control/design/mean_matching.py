@@ -28,7 +28,7 @@ from ..._display import Axes, SummaryItems
 from ..._linalg import FloatArray, frobenius_norms, identity_multiple
 from ..._progress import progress
 from ..._status import Budget, Outcome, ResultFields, Status, as_time_limit
-from ..._validation import as_positive_float, as_positive_int, frozen, option_values
+from ..._validation import as_positive_float, as_positive_int, as_seed, frozen, option_values
 from ...errors import InvalidParametersError
 from ...model.gaussian import Gaussian
 from ...model.moments import Trajectory, simulate
@@ -783,7 +783,7 @@ def design_convergence(
     depth = 16.0 / cert.rate if T is None else as_positive_float("T", T)
     budget = Budget(as_time_limit(time_limit))
     tgt = design.target
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(as_seed("seed", seed))
     wh = Whitening.of(tgt.cov)
     n_pts = as_positive_int("n_points", n_points, maximum=_MAX_POINTS)
     if n_pts < 2:

@@ -106,6 +106,7 @@ from ..._validation import (
     as_float_array,
     as_positive_float,
     as_positive_int,
+    as_seed,
     frozen,
 )
 from ...analysis._subspace import active_subspace, reduced_layer
@@ -333,8 +334,7 @@ def stabilize(
         or not 0.0 < min_ess < 1.0
     ):
         raise InvalidParametersError(f"min_ess: expected a number in (0, 1), got {min_ess!r}")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise InvalidParametersError(f"seed: expected a non-negative integer, got {seed!r}")
+    as_seed("seed", seed)
     layer.affine_ffn()
     probe = (
         None

@@ -7,7 +7,7 @@ At a positive-definite equilibrium ``MΣ* + Σ*Mᵀ = 0`` says that M is Σ*-ske
     R(L) = L⁻¹ F(LLᵀ) L⁻ᵀ = N + Nᵀ (+ L⁻¹GGᵀL⁻ᵀ with noise)
 
 to zero, not F itself. Two properties make it the strongest kind of start for general V
-(issue 21; planted equilibria are saddles with about half of ``DF`` unstable, so flows do not
+(random planted equilibria are saddles with about half of ``DF`` unstable, so flows do not
 reach them):
 
 * ``R`` does not vanish at singular Σ: Σ = 0 and the rank-deficient roots of F, which attract a

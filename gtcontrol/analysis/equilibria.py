@@ -71,7 +71,8 @@ __all__ = [
 _DENSE_SPECTRUM_MAX_DIM = 50
 
 
-#: The two slycot routes must agree to this relative difference (else status "inconsistent").
+#: The two slycot routes must agree to this relative difference (else ``Status.FAILED``, the
+#: message naming the disagreement).
 _CROSS_CHECK_RTOL = 1e-8
 
 #: A Riccati-class equilibrium is returned as a SUCCESS only up to this relative residual (that
@@ -402,7 +403,7 @@ def equilibria(
     Any V (``method="newton"``, or ``"auto"`` outside the class for d ≥ 4): first, up to
     d = ``newton.kron_max_dim``, Levenberg–Marquardt on the whitened residual ``L⁻¹F(LLᵀ)L⁻ᵀ`` over
     the factor Σ = LLᵀ from random positive-definite starts, each converged end point polished
-    by Newton (it reaches saddles, which the flows do not: issue 21's planted equilibria are
+    by Newton (it reaches saddles, which the flows do not: random planted equilibria are
     found at d = 3–12, benchmarks/bench_equilibria_planted.py); then Newton–Kantorovich
     with deflation from the endpoints of short forward/reversed flows, ``starts``,
     ``s0·{1, 0.3, 3}·I`` and ``n_random`` random positive-definite matrices of size
@@ -445,8 +446,8 @@ def equilibria(
         overall limit); a start that runs out is abandoned and the search goes on. Independent
         of both limits the work is capped, so that a default call ends in seconds: each
         flow-start integration gets 6,000 right-hand-side evaluations (a stiff or slow flow is
-        skipped), each Newton run ``newton.max_iter`` iterations and the whole search 1,500 Newton
-        iterations, after which the equilibria found so far are returned with
+        skipped), each Newton run ``newton.max_iter`` iterations and the whole search 20,000
+        Newton iterations, after which the equilibria found so far are returned with
         ``Status.BUDGET_EXHAUSTED``.
 
     Returns
@@ -483,7 +484,7 @@ def equilibria(
         raise InvalidParametersError(
             f"method: expected 'auto', 'lyapunov', 'care', 'homotopy' or 'newton', got {method!r}"
         )
-    # Every argument is validated, whichever method runs (issue 21).
+    # Every argument is validated, whichever method runs.
     opts = _NewtonOptions.of(newton, n_random=n_random, seed=seed, max_work=max_work)
     budget = Budget(as_time_limit(time_limit))
     per_start = as_time_limit(start_time_limit, "start_time_limit")

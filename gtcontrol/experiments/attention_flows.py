@@ -1,4 +1,4 @@
-"""Every attention sublayer of a Transformer as a continuous-time attention flow (issue 11).
+"""Every attention sublayer of a Transformer as a continuous-time attention flow.
 
 For each layer ``k`` of a model (by default all-MiniLM-L6-v2; any model
 :func:`~gtcontrol.experiments.extract` reads) the attention sublayer alone,

@@ -47,7 +47,7 @@ def once_and_probe(key: int, *, calls: str, fail: tuple[int, ...] = ()) -> dict:
     """:func:`once`'s row, and where it ran: the process, its thread variable and BLAS
     threads."""
     row = once(key, calls=calls, fail=fail)
-    from gtcontrol.control.design._jobs import cpus
+    from gtcontrol._jobs import cpus
 
     where = {
         "pid": os.getpid(),

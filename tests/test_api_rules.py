@@ -209,21 +209,3 @@ def test_the_check_catches_each_kind_of_violation() -> None:
     assert _violations("f", data_after_T, False) == ["f: initial after T is positional or keyword"]
     assert _violations("f", options_as_args, False) == ["f: *args takes options positionally"]
     assert _violations("f", follows, False) == []
-
-
-def test_the_table_rows_with_a_status_say_whether_they_succeeded() -> None:
-    """``FlowRow`` and ``StabilizationRow`` carried a ``status`` and no ``success``: a flow that
-    blew up answered (as ``simulate`` counts it), a stabilization answered only with SUCCESS."""
-
-    from gtcontrol import Status
-    from gtcontrol.experiments.attention_flows import FlowRow
-    from gtcontrol.experiments.stabilization import StabilizationRow
-
-    def built(cls: Any, status: Status) -> Any:
-        fields = {f.name: None for f in dataclasses.fields(cls)}
-        return cls(**{**fields, "status": status})
-
-    assert built(FlowRow, Status.BLOWUP).success and built(FlowRow, Status.SUCCESS).success
-    assert not built(FlowRow, Status.BUDGET_EXHAUSTED).success
-    assert built(StabilizationRow, Status.SUCCESS).success
-    assert not built(StabilizationRow, Status.FAILED).success

@@ -33,6 +33,7 @@ RANKS = {
     "_display": 0,
     "_readonly": 0,
     "_blas": 0,
+    "_jobs": 0,
     "_cluster": 0,
     "_docstring": 0,
     "model": 1,

@@ -321,7 +321,7 @@ def test_a_workers_share_of_the_cores_bounds_what_its_jobs_see(
     """``GTCONTROL_CORES`` (set by a local cluster in its workers) caps ``cpus()``; with one
     core stabilize's independent checks run in turn, not in threads; a malformed value is
     ignored."""
-    from gtcontrol.control.design import _jobs
+    from gtcontrol import _jobs
 
     n = len(os.sched_getaffinity(0))
     monkeypatch.setenv(_jobs.CORES_VARIABLE, "1")

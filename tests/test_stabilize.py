@@ -26,7 +26,7 @@ from scipy.integrate import solve_ivp
 
 import gtcontrol as gt
 from gtcontrol import GTControlError, InvalidGaussianError, InvalidParametersError, Status
-from gtcontrol.control.design import _jobs as jobs
+from gtcontrol import _jobs as jobs
 
 # -- independent references ------------------------------------------------------------------
 

@@ -22,7 +22,7 @@ Where the work runs:
 * one worker and no scheduler: inline, in this process, in key order (no start-up cost);
 * several workers: a :class:`distributed.LocalCluster` of worker processes on this machine,
   each with ``cores // workers`` BLAS/OpenMP threads and that share of the cores for its own
-  jobs (:func:`gtcontrol.control.design._jobs.cpus`), so that workers × threads ≤ cores;
+  jobs (:func:`gtcontrol._jobs.cpus`), so that workers × threads ≤ cores;
 * a scheduler address: one dask task per missing key on that cluster; this process stores
   each row as its task completes.
 
@@ -62,11 +62,11 @@ from typing import Any, ClassVar, Literal
 
 from .._cluster import ClusterError, check_address, dask_client, distributed, require_distributed
 from .._display import Axes, SummaryItems
+from .._jobs import CORES_VARIABLE, cpus
 from .._output import OutputError, lock_exclusive
 from .._result_file import _show
 from .._status import Outcome, ResultFields, as_time_limit
 from .._version import __version__
-from ..control.design._jobs import CORES_VARIABLE, cpus
 from ..errors import InvalidParametersError, Status
 
 __all__ = ["GRACE", "JobsOutcome", "KeyRun", "NotDone", "remove_store", "run_layer_jobs"]

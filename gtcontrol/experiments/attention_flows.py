@@ -166,12 +166,6 @@ class FlowRow:
     seconds: float
     nfev: int
 
-    @property
-    def success(self) -> bool:
-        """Whether the flow answered: it reached ``T`` or blew up (as :func:`gtcontrol.simulate`
-        counts a blow-up)."""
-        return self.status in (Status.SUCCESS, Status.BLOWUP)
-
     def row(self) -> dict[str, Any]:
         """The row as a plain dict (for tables)."""
         return {

@@ -214,11 +214,6 @@ class StabilizationRow:
     untouched_w2: float
     message: str
 
-    @property
-    def success(self) -> bool:
-        """Whether the layer was stabilized (its :class:`~gtcontrol.Stabilization` succeeded)."""
-        return self.status is Status.SUCCESS
-
     def row(self) -> dict[str, Any]:
         """The row as a plain dict (for tables and ``result.json``)."""
         return {

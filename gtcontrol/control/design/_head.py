@@ -30,6 +30,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from ..._jobs import concurrently
 from ..._linalg import FloatArray, psd_sqrt
 from ..._status import Budget, Status
 from ..._validation import MAX_ENTRY
@@ -40,7 +41,6 @@ from ...model.moments import Trajectory, simulate
 from ...model.params import Layer
 from ._common import RATE_MARGIN, quadratic_growth, scaled_norm
 from ._gains import Design
-from ._jobs import concurrently
 from ._stabilization import Stabilization
 
 __all__ = ["SCREEN_TOL", "CheckPlan", "HeadContext", "head_family"]

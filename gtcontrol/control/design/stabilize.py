@@ -98,6 +98,7 @@ from typing import Any
 import numpy as np
 
 from ..._blas import calm_blas
+from ..._jobs import concurrently, in_background, in_turn, threaded
 from ..._linalg import FloatArray, spd_sqrt_pair, sym
 from ..._status import Budget, BudgetExhausted, Status, as_time_limit, cancellable
 from ..._validation import (
@@ -126,7 +127,6 @@ from ._common import designed_a, residual_parts, scaled_norm
 from ._finite_n import TokenCertificate, design_token_certificate
 from ._gains import Design, gains_family
 from ._head import SCREEN_TOL, CheckPlan, head_family
-from ._jobs import concurrently, in_background, in_turn, threaded
 from ._stabilization import VERIFY_RTOL, Stabilization, Verification
 
 __all__ = ["FAMILIES", "Stabilization", "stabilize"]
@@ -589,7 +589,7 @@ class _Context:
 
     def start_untouched(self) -> None:
         """Start the given layer's token run in a thread, when jobs run in threads
-        (:func:`~gtcontrol.control.design._jobs.threaded`): it does not depend on the design,
+        (:func:`~gtcontrol._jobs.threaded`): it does not depend on the design,
         so it takes the core that the design of ``A, b`` and the base spectrum (on the caller's
         thread) leave idle, and is ready by the first :meth:`finish`. :meth:`close` cancels it
         if no result needs it, and waits for it no longer than the budget allows."""

@@ -25,8 +25,8 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
-from ..._blas import blas_single_threaded, busy, calm_blas
-from ..._status import cancellable
+from ._blas import blas_single_threaded, busy, calm_blas
+from ._status import cancellable
 
 __all__ = [
     "concurrently",

@@ -21,7 +21,6 @@ Reference: the paper cited in :mod:`gtcontrol`, §4; docs/theory.md.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
@@ -43,42 +42,9 @@ from ...model.gaussian import Gaussian
 from ...model.heads import FactoredHeads
 from ...model.params import Layer
 from ._common import RATE_MARGIN, designed_a, quadratic_growth
+from ._stabilization import Design, NoDesign
 
-__all__ = ["Design", "GainsContext", "NoDesign", "gains_family"]
-
-
-@dataclass(frozen=True)
-class Design:
-    """A family's designed layer, before :func:`gtcontrol.stabilize` checks it.
-
-    ``spectrum`` is its linearization's (``None``: the checks compute it, beside the
-    verifying simulations); ``what`` says in words what was added; ``change``
-    is the family's size of the change (``c`` or ``‖1 − g‖₂``); ``q`` the kept heads'
-    quadratic growth (for the global bound) and ``omega`` the numerical abscissa at the
-    target (for the basin). The head family sets ``c``, ``scale`` (the token gauge ``s``) and
-    ``mean_shift``; the gains family sets ``gains``.
-    """
-
-    layer: Layer
-    family: str
-    spectrum: LinearizationSpectrum | None
-    what: str
-    change: float
-    q: float
-    omega: float
-    c: float = math.nan
-    scale: float = math.nan
-    mean_shift: float = math.nan
-    gains: FloatArray | None = None
-
-
-@dataclass(frozen=True)
-class NoDesign:
-    """A family that designed nothing: ``INFEASIBLE`` with its proof, or ``NOT_FOUND`` with
-    how far the search got (``message``)."""
-
-    status: Status
-    message: str
+__all__ = ["GainsContext", "gains_family"]
 
 
 class GainsContext(Protocol):

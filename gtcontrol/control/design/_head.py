@@ -40,8 +40,7 @@ from ...model.gaussian import Gaussian
 from ...model.moments import Trajectory, simulate
 from ...model.params import Layer
 from ._common import RATE_MARGIN, quadratic_growth, scaled_norm
-from ._gains import Design
-from ._stabilization import Stabilization
+from ._stabilization import Design, Stabilization
 
 __all__ = ["SCREEN_TOL", "CheckPlan", "HeadContext", "head_family"]
 

@@ -1,4 +1,6 @@
-"""The result of :func:`gtcontrol.stabilize`: :class:`Stabilization` and its verifications.
+"""The values of :func:`gtcontrol.stabilize`: a family's :class:`Design` (or
+:class:`NoDesign`), read by the families and the checks alike, and the result,
+:class:`Stabilization`, with its verifications.
 
 A :class:`Stabilization` carries the stabilized layer, each certificate (local, global,
 basin) and each check (the verifying simulations, one :class:`Verification` per start, and
@@ -21,10 +23,44 @@ from ...model.gaussian import Gaussian
 from ...model.params import Layer
 from ._finite_n import TokenCertificate
 
-__all__ = ["VERIFY_RTOL", "Stabilization", "Verification"]
+__all__ = ["VERIFY_RTOL", "Design", "NoDesign", "Stabilization", "Verification"]
 
 #: Required relative error of the verifying simulations at depth ``T``.
 VERIFY_RTOL = 1e-6
+
+
+@dataclass(frozen=True)
+class Design:
+    """A family's designed layer, before :func:`gtcontrol.stabilize` checks it.
+
+    ``spectrum`` is its linearization's (``None``: the checks compute it, beside the
+    verifying simulations); ``what`` says in words what was added; ``change``
+    is the family's size of the change (``c`` or ``‖1 − g‖₂``); ``q`` the kept heads'
+    quadratic growth (for the global bound) and ``omega`` the numerical abscissa at the
+    target (for the basin). The head family sets ``c``, ``scale`` (the token gauge ``s``) and
+    ``mean_shift``; the gains family sets ``gains``.
+    """
+
+    layer: Layer
+    family: str
+    spectrum: LinearizationSpectrum | None
+    what: str
+    change: float
+    q: float
+    omega: float
+    c: float = math.nan
+    scale: float = math.nan
+    mean_shift: float = math.nan
+    gains: FloatArray | None = None
+
+
+@dataclass(frozen=True)
+class NoDesign:
+    """A family that designed nothing: ``INFEASIBLE`` with its proof, or ``NOT_FOUND`` with
+    how far the search got (``message``)."""
+
+    status: Status
+    message: str
 
 
 @dataclass(frozen=True, eq=False)

@@ -125,9 +125,9 @@ from ...model.moments import Trajectory, simulate
 from ...model.params import Layer
 from ._common import designed_a, residual_parts, scaled_norm
 from ._finite_n import TokenCertificate, design_token_certificate
-from ._gains import Design, gains_family
+from ._gains import gains_family
 from ._head import SCREEN_TOL, CheckPlan, head_family
-from ._stabilization import VERIFY_RTOL, Stabilization, Verification
+from ._stabilization import VERIFY_RTOL, Design, Stabilization, Verification
 
 __all__ = ["FAMILIES", "Stabilization", "stabilize"]
 

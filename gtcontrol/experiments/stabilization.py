@@ -35,7 +35,7 @@ from .._linalg import FloatArray
 from .._progress import progress
 from .._status import Budget, Outcome, ResultFields, Status, as_time_limit, within
 from .._validation import as_choice, as_positive_float, as_seed
-from ..control.design.stabilize import FAMILIES, Stabilization, stabilize
+from ..control.design.stabilize import ADDITIONS, Stabilization, stabilize
 from ..errors import InvalidParametersError
 from ..model.gaussian import Gaussian
 from ._onnx_data import attention_tokens
@@ -379,7 +379,7 @@ def stabilize_model(
     >>> print(table.markdown())  # doctest: +SKIP
     """
     limit = as_time_limit(time_limit)
-    as_choice("add", add, FAMILIES)
+    as_choice("add", add, ADDITIONS)
     as_positive_float("rate", rate)
     for t in targets:
         as_choice("targets", t, TARGETS)

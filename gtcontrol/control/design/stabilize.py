@@ -129,10 +129,10 @@ from ._gains import gains_family
 from ._head import SCREEN_TOL, CheckPlan, head_family
 from ._stabilization import VERIFY_RTOL, Design, Stabilization, Verification
 
-__all__ = ["FAMILIES", "Stabilization", "stabilize"]
+__all__ = ["ADDITIONS", "Stabilization", "stabilize"]
 
 #: The families of additions :func:`stabilize` designs.
-FAMILIES = ("auto", "head", "gains")
+ADDITIONS = ("auto", "head", "gains")
 #: Relative tolerance of the verifying integration. The flow contracts near the target, so the
 #: global error stays far below the 1e-6 required: on MiniLM layer 3 (text target) the end
 #: errors at 1e-6, 1e-7 and 1e-8 agree to three digits (3.66e-8 for Σ), and 1e-7 took 77
@@ -318,7 +318,7 @@ def stabilize(
     if not isinstance(target, Gaussian):
         raise InvalidGaussianError(f"target: expected a Gaussian, got {type(target).__name__}")
     tgt = check_gaussian(target, layer.dim, "target")
-    family = as_choice("add", add, FAMILIES)
+    family = as_choice("add", add, ADDITIONS)
     rho = as_positive_float("rate", rate)
     depth = None if T is None else as_positive_float("T", T)
     n_tok = (

@@ -105,6 +105,19 @@ def test_01_as_time_limit_is_the_one_check() -> None:
         as_time_limit(-(10**4000))
 
 
+#: The public functions with an integer ``seed``, in the order of the calls below.
+_SEEDED = (
+    "steer",
+    "design_mean_matching",
+    "compare_tokens",
+    "design_token_certificate",
+    "equilibria",
+    "design_convergence",
+    "design_robustness",
+    "stabilize",
+)
+
+
 @pytest.mark.parametrize("bad", [-1, True, 1.5, math.nan, "0", None])
 @pytest.mark.parametrize(
     "call",
@@ -128,16 +141,7 @@ def test_01_as_time_limit_is_the_one_check() -> None:
         ),
         lambda s: gt.stabilize(LAYER, G2, add="head", seed=s),
     ],
-    ids=[
-        "steer",
-        "design_mean_matching",
-        "compare_tokens",
-        "design_token_certificate",
-        "equilibria",
-        "design_convergence",
-        "design_robustness",
-        "stabilize",
-    ],
+    ids=list(_SEEDED),
 )
 def test_01_a_bad_seed_is_refused_naming_it(call: Any, bad: Any) -> None:
     """Every public function with an integer ``seed`` (the list is checked complete below):
@@ -161,17 +165,7 @@ def test_01_the_bad_seed_list_names_every_public_function_with_a_seed() -> None:
         and not inspect.isclass(f)
         and "seed" in inspect.signature(f).parameters
     }
-    listed = {
-        "steer",
-        "design_mean_matching",
-        "compare_tokens",
-        "design_token_certificate",
-        "equilibria",
-        "design_convergence",
-        "design_robustness",
-        "stabilize",
-    }
-    assert with_seed == listed | _RNG_SEEDS
+    assert with_seed == set(_SEEDED) | _RNG_SEEDS
 
 
 def test_01_numeric_options_refuse_huge_integers_by_name() -> None:

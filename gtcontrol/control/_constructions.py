@@ -61,7 +61,7 @@ from .._progress import progress
 from .._status import Budget, Status
 from ..errors import GTControlError, InvalidParametersError, SolverError
 from ..model.gaussian import Gaussian
-from ..model.moments import simulate
+from ..model.moments import Trajectory, simulate
 from ..model.params import Control, Layer, Schedule
 from ._steer_problem import (
     Plan,
@@ -365,9 +365,12 @@ def attention_gauge(
 MAX_LAYER_EVALS = 20_000
 
 
-def end_state(layer: Layer, start: State, h: float, rtol: float) -> State | None:
-    """The state after one layer (adaptive re-simulation); ``None`` if it does not get there."""
-    traj = simulate(
+def layer_flow(
+    layer: Layer, start: State, h: float, rtol: float, *, time_limit: float | None = None
+) -> Trajectory:
+    """One layer's adaptive re-simulation from ``start`` over depth ``h`` (the end only), its
+    absolute tolerance tied to ``rtol``; at most :data:`MAX_LAYER_EVALS` evaluations."""
+    return simulate(
         layer,
         Gaussian(*start),
         T=h,
@@ -375,7 +378,13 @@ def end_state(layer: Layer, start: State, h: float, rtol: float) -> State | None
         atol=1e-16 * rtol / 1e-13,
         n_points=2,
         max_evals=MAX_LAYER_EVALS,
+        time_limit=time_limit,
     )
+
+
+def end_state(layer: Layer, start: State, h: float, rtol: float) -> State | None:
+    """The state after one layer (adaptive re-simulation); ``None`` if it does not get there."""
+    traj = layer_flow(layer, start, h, rtol)
     if traj.status is not Status.SUCCESS:
         return None
     return traj.mean[-1], sym(traj.cov[-1])

@@ -62,7 +62,7 @@ from ..model.field import affine_velocity
 from ..model.gaussian import Gaussian
 from ..model.moments import Trajectory, simulate
 from ..model.params import Layer, Schedule
-from ._constructions import _phi, bw_map
+from ._constructions import _phi, bw_map, layer_flow
 from ._steer_problem import (
     _VERIFY_ATOL,
     _VERIFY_RTOL,
@@ -564,15 +564,7 @@ class _Shot:
 def _end_of(
     layer: Layer, start: State, h: float, rtol: float, budget: Budget
 ) -> tuple[State | None, Status, str]:
-    traj = simulate(
-        layer,
-        Gaussian(*start),
-        T=h,
-        rtol=rtol,
-        atol=1e-16 * rtol / 1e-13,
-        n_points=2,
-        time_limit=budget.nested_limit(),
-    )
+    traj = layer_flow(layer, start, h, rtol, time_limit=budget.nested_limit())
     if traj.status is not Status.SUCCESS:
         return None, traj.status, traj.message
     return (np.array(traj.mean[-1]), sym(np.array(traj.cov[-1]))), Status.SUCCESS, ""

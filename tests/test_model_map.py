@@ -254,7 +254,15 @@ def test_map_keeps_its_time_limit_and_names_what_was_cut() -> None:
     spent = time.perf_counter() - clock
     assert spent <= 2.0 + 1.0 + 1.5, spent  # its limit, the max(1 s, 10 %) tolerance, slack
     assert m.status is Status.BUDGET_EXHAUSTED
-    assert m.unmapped or any(r.cut for r in m.rows) or m.stabilized_network is None
+    # what was cut is named: unmapped layers, a row's cut parts, a missing network check, or the
+    # network check's own cut (on a fast machine the rows finish and only its tests are cut)
+    net = m.stabilized_network
+    assert (
+        m.unmapped
+        or any(r.cut for r in m.rows)
+        or net is None
+        or (net.status is Status.BUDGET_EXHAUSTED and "cut by the time limit" in m.message)
+    )
     text = " ".join([m.message, *m.unmapped, *(r.message for r in m.rows)])
     named = {float(x) for x in re.findall(r"time limit of ([0-9.e+-]+) s", text)}
     assert named <= {2.0}, named  # only the limit the user gave, never a share of it

@@ -20,9 +20,9 @@ import time
 import numpy as np
 
 from gtcontrol.experiments import gaussianity, mardia, pretrained_gaussianity
-from gtcontrol.experiments._deps import single_threaded_blas
 from gtcontrol.experiments.gaussianity import clear_null_cache
 from gtcontrol.experiments.sample_statistics import _whiten
+from gtcontrol.interop._deps import single_threaded_blas
 
 
 def _median_time(fn, repeats: int) -> tuple[float, list[float]]:  # type: ignore[no-untyped-def]

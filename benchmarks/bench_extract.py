@@ -34,7 +34,8 @@ import numpy as np
 import torch
 import transformers as tr
 
-from gtcontrol.experiments import attention_flows, extract, load_model
+from gtcontrol.experiments import attention_flows
+from gtcontrol.interop import extract, load_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 

@@ -72,8 +72,8 @@ def main() -> None:
     ap.add_argument("--width", type=int, default=64)
     ap.add_argument("--tokens", type=int, default=256)
     args = ap.parse_args()
-    from gtcontrol.experiments import extract
     from gtcontrol.experiments.model_map import model_map
+    from gtcontrol.interop import extract
 
     folder = Path(tempfile.mkdtemp())
     em = extract(_model(folder, args.width))

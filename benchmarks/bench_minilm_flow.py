@@ -43,7 +43,7 @@ from scipy.integrate import solve_ivp
 from threadpoolctl import threadpool_limits
 
 import gtcontrol as gt
-from gtcontrol.experiments import extract
+from gtcontrol.interop import extract
 
 CACHE = Path(__file__).with_name("minilm_reference.json")
 

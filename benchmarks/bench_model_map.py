@@ -20,8 +20,9 @@ import argparse
 import time
 from typing import Any
 
-from gtcontrol.experiments import extract, model_report, stabilize_model
+from gtcontrol.experiments import model_report, stabilize_model
 from gtcontrol.experiments.model_map import PARTS, model_map
+from gtcontrol.interop import extract
 
 
 def run_map(model: Any, layers: list[int] | None, workers: int, tokens: int) -> float:

@@ -38,8 +38,8 @@ from gtcontrol._status import Budget
 from gtcontrol.analysis._subspace import active_subspace, reduced_layer
 from gtcontrol.analysis.stability import SymOperator
 from gtcontrol.control.design.stabilize import _Context, _starts
-from gtcontrol.experiments import extract
 from gtcontrol.experiments.stabilization import stabilize_model
+from gtcontrol.interop import extract
 
 
 def identity_target(d: int) -> gt.Gaussian:

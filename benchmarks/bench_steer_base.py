@@ -91,9 +91,9 @@ def _row(label: str, k: int, g0: Gaussian, g1: Gaussian, layer: Layer) -> str:
 
 
 def minilm(layers: list[int]) -> None:
-    from gtcontrol.experiments import extract
     from gtcontrol.experiments._map_network import map_data
     from gtcontrol.experiments.model_map import _data_start
+    from gtcontrol.interop import extract
 
     em = extract("minilm")
     data = map_data(em)

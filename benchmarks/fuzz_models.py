@@ -488,7 +488,7 @@ def _case_reference(spec: dict[str, Any], d: int, x: Any) -> tuple[Any, bool]:
 # ============================================================================ worker
 def _run_case(spec: dict[str, Any]) -> dict[str, Any]:
     from gtcontrol.errors import GTControlError
-    from gtcontrol.experiments import extract
+    from gtcontrol.interop import extract
 
     out: dict[str, Any] = {"name": spec["name"], "damage": spec["damage"]}
     em, text = None, ""

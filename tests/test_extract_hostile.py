@@ -24,13 +24,8 @@ onnx = pytest.importorskip("onnx")
 from _families import BUILD  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
 
-from gtcontrol.experiments import (  # noqa: E402
-    MODELS,
-    ModelFileError,
-    attention_flows,
-    encoder_states,
-    extract,
-)
+from gtcontrol.experiments import attention_flows, encoder_states  # noqa: E402
+from gtcontrol.interop import MODELS, ModelFileError, extract  # noqa: E402
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore::DeprecationWarning"),
@@ -143,7 +138,7 @@ def test_a_static_shape_onnx_export_is_read_exactly(root: Path) -> None:
 def test_gather_elements_is_exact_beyond_64_positions() -> None:
     """08: the cause, checked alone: GatherElements over an axis of 100 (negative indices too)
     equals numpy's take_along_axis."""
-    from gtcontrol.experiments._onnx import _evaluator
+    from gtcontrol.interop._onnx import _evaluator
 
     h = onnx.helper
     node = h.make_node("GatherElements", ["data", "idx"], ["out"], axis=1)

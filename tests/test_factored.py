@@ -65,7 +65,7 @@ def test_from_projections_equals_the_dense_construction(d: int, h: int, dh: int)
     assert len(layer.heads) == h
     for i, (v, b) in enumerate(layer.heads):
         sl = slice(i * dh, (i + 1) * dh)
-        # The dense construction of gtcontrol.experiments.extraction.
+        # The dense construction of gtcontrol.interop.extraction.
         b_ref = wk[sl].T @ wq[sl] / math.sqrt(dh)
         v_ref = wo[:, sl] @ wv[sl]
         assert _rel(b, b_ref) < 1e-14 and _rel(v, v_ref) < 1e-14

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import gtcontrol as gt
-from gtcontrol.experiments import AttentionWeights, FeedForwardWeights, LayerNormWeights
+from gtcontrol.interop import AttentionWeights, FeedForwardWeights, LayerNormWeights
 
 
 def _arrays(value: Any, seen: set[int] | None = None) -> list[np.ndarray]:

@@ -35,7 +35,7 @@ def test_minilm_layer_blows_up_inside_the_reference_bracket() -> None:
     """
     from threadpoolctl import threadpool_limits
 
-    from gtcontrol.experiments import extract
+    from gtcontrol.interop import extract
 
     try:
         layers = extract("minilm").layers

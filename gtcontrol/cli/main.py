@@ -103,7 +103,7 @@ def _build_parser() -> argparse.ArgumentParser:
     sub.add_parser(
         "models",
         help="list the models gtcontrol can load offline (needs the 'experiments' extra)",
-        description="List the model names of the 'model' task and of gtcontrol.experiments.extract "
+        description="List the model names of the 'model' task and of gtcontrol.interop.extract "
         "(the packaged MiniLM and random-weight encoders of the paper's shapes), whether each "
         "loads offline here, and what else is read: a Hugging Face folder or an .onnx file.",
     )
@@ -237,7 +237,7 @@ def _other_command(args: argparse.Namespace) -> None:
 
 def _list_models() -> None:
     """``gtcontrol models``: the named models, whether each loads offline, what else is read."""
-    from ..experiments.models import FAMILIES, available_models
+    from ..interop.models import FAMILIES, available_models
 
     entries = available_models()
     width = max(len(e.name) for e in entries)

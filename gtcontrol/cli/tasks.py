@@ -1278,8 +1278,8 @@ def _load_model(run: RunBudget, design: Design, name: str, what: str) -> Any:
 
     def load() -> Any:
         import_fits(run.budget, "gtcontrol.experiments", EXPERIMENTS_IMPORT_SECONDS)
-        from ..experiments.models import MODELS
         from ..experiments.pretrained import extract_serially
+        from ..interop.models import MODELS
 
         model = name
         if model not in MODELS and not Path(model).is_absolute():

@@ -15,10 +15,9 @@
 * :func:`stabilize_model` — every attention sublayer stabilized around data and identity
   targets (:func:`gtcontrol.stabilize`), tabulated.
 * :func:`reproduce` — all of it, with figures, ``report.md`` and ``report.html``.
-* :func:`extract` — any Transformer the user brings (a ``transformers`` model of the BERT,
-  RoBERTa, ELECTRA, DistilBERT, ViT, DeiT, ModernBERT or GPT-2 family, a local Hugging Face
-  folder, an ONNX file) as :class:`ExtractedModel`; every experiment above that reads a real
-  network takes one, and :func:`model_report` gives its per-layer report (docs/own_model.md).
+* :func:`model_report` — the per-layer report of any Transformer the user brings (read by
+  :func:`gtcontrol.interop.extract`: a ``transformers`` model, a local Hugging Face folder, an
+  ONNX file; every experiment above that reads a real network takes one).
 * :func:`model_map` — the map of a model: every attention sublayer's regime, equilibria and
   smallest certified stabilization, and the network with every layer stabilized.
 
@@ -27,23 +26,16 @@ Every result carries ``success``, ``status`` (a :class:`~gtcontrol.Status`), ``m
 it runs out, returns what is done with ``Status.BUDGET_EXHAUSTED``.
 
 Importing this package never imports torch; the functions that need torch, transformers or the
-MiniLM files raise :class:`ExperimentDependencyError` when the ``experiments`` extra is missing.
+MiniLM files raise :class:`~gtcontrol.interop.ExperimentDependencyError` when the
+``experiments`` extra is missing.
 
 Reference: the paper cited in :mod:`gtcontrol`.
 """
 
 from __future__ import annotations
 
-from ._deps import ExperimentDependencyError, ModelFileError
-from ._weights import (
-    AttentionWeights,
-    FeedForwardWeights,
-    LayerNormWeights,
-    activation_statistics,
-)
 from .attention_flows import SENTENCES, AttentionFlows, FlowRow, attention_flows, data_moments
 from .closure import ClosenessCurve, FeedForwardCloseness, feedforward_closeness
-from .extraction import ExtractedLayer, ExtractedModel
 from .gaussianity import (
     STATISTICS,
     GaussianityResult,
@@ -52,7 +44,6 @@ from .gaussianity import (
 )
 from .model_map import LayerMap, ModelMap, NetworkCheck, model_map
 from .model_report import ModelLayerRow, ModelReport, model_report
-from .models import FAMILIES, MODELS, ModelEntry, available_models, extract, load_model
 from .pretrained import (
     GaussianityTable,
     LayerGaussianity,
@@ -73,27 +64,17 @@ from .stabilization import (
 from .surrogate import SurrogateComparison, SurrogateRow, moment_surrogate
 
 __all__ = [
-    "FAMILIES",
-    "MODELS",
     "SENTENCES",
     "STATISTICS",
     "AttentionFlows",
-    "AttentionWeights",
     "ClosenessCurve",
-    "ExperimentDependencyError",
-    "ExtractedLayer",
-    "ExtractedModel",
     "FeedForwardCloseness",
-    "FeedForwardWeights",
     "FlowRow",
     "GaussianityResult",
     "GaussianityTable",
     "LayerGaussianity",
     "LayerMap",
-    "LayerNormWeights",
     "MardiaStatistics",
-    "ModelEntry",
-    "ModelFileError",
     "ModelLayerRow",
     "ModelMap",
     "ModelReport",
@@ -106,17 +87,13 @@ __all__ = [
     "StabilizationTable",
     "SurrogateComparison",
     "SurrogateRow",
-    "activation_statistics",
     "attention_flows",
-    "available_models",
     "data_moments",
     "data_tokens",
     "encoder_states",
-    "extract",
     "feedforward_closeness",
     "gaussianity",
     "ledoit_wolf",
-    "load_model",
     "mardia",
     "model_map",
     "model_report",

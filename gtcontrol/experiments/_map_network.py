@@ -21,12 +21,13 @@ import numpy as np
 from .._linalg import FloatArray
 from .._status import Budget, Status, as_time_limit
 from .._validation import as_seed
+from ..interop._deps import require_torch
+from ..interop._families import eval_mode
+from ..interop.extraction import ExtractedModel
 from ..model.params import Layer
-from ._deps import require_torch
-from ._families import data_batch, eval_mode
+from ._forward import data_batch
 from ._onnx_data import onnx_sequences
 from .attention_flows import SENTENCES
-from .extraction import ExtractedModel
 from .gaussianity import gaussianity
 from .stabilization import data_tokens
 

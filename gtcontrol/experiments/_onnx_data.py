@@ -1,7 +1,7 @@
 """The tokens that enter every layer's attention when the real network reads data.
 
-For a ``transformers`` module the module runs (:func:`._families.data_batch`,
-:func:`._families.attention_inputs`). For an ONNX file the graph itself runs — its embeddings,
+For a ``transformers`` module the module runs (:func:`._forward.data_batch`,
+:func:`._forward.attention_inputs`). For an ONNX file the graph itself runs — its embeddings,
 LayerNorms and feed-forwards included — and each layer's attention input is captured: the
 tensor its query, key and value projections read (:class:`._onnx.OnnxPlan`; a post-LN layer's
 input, a pre-LN layer's LayerNorm output).
@@ -30,8 +30,10 @@ import numpy as np
 
 from .._linalg import FloatArray
 from ..errors import InvalidParametersError
-from ._deps import ModelFileError, quiet_transformers, require_onnx
-from ._families import (
+from ..interop._deps import ModelFileError, quiet_transformers, require_onnx
+from ..interop._onnx import NOT_IDS, GraphInput, OnnxPlan, _evaluator, onnx_plan
+from ..interop.extraction import ExtractedModel
+from ._forward import (
     attention_inputs,
     data_batch,
     data_rng,
@@ -40,8 +42,6 @@ from ._families import (
     sentences_what,
     smooth_images,
 )
-from ._onnx import NOT_IDS, GraphInput, OnnxPlan, _evaluator, onnx_plan
-from .extraction import ExtractedModel
 
 __all__ = ["attention_tokens", "data_refusal"]
 

@@ -1,7 +1,7 @@
 """Every attention sublayer of a Transformer as a continuous-time attention flow.
 
 For each layer ``k`` of a model (by default all-MiniLM-L6-v2; any model
-:func:`~gtcontrol.experiments.extract` reads) the attention sublayer alone,
+:func:`~gtcontrol.interop.extract` reads) the attention sublayer alone,
 ``ExtractedLayer.attention_layer`` (width ``d`` plus the affine coordinate that carries the
 query bias, the heads factored; :mod:`.extraction`), is taken as a *time-invariant* vector field
 ``dx/dt = Σ_h V_h Attn_h(x; μ_t) + bias`` and a Gaussian ``N(m0, Σ0)`` is moved by it
@@ -58,14 +58,14 @@ from .._progress import progress
 from .._status import Budget, Outcome, ResultFields, Status
 from .._validation import as_positive_float, as_seed, as_time_limit
 from ..errors import InvalidParametersError
+from ..interop.extraction import ExtractedModel
+from ..interop.models import extract
 from ..model._factor_form import top_eigenpair
 from ..model.gaussian import Gaussian
 from ..model.moments import Trajectory, simulate
 from ..model.params import Layer
 from ._common import stop_reason
 from ._onnx_data import attention_tokens
-from .extraction import ExtractedModel
-from .models import extract
 
 __all__ = ["SENTENCES", "AttentionFlows", "FlowRow", "attention_flows", "data_moments", "run_flows"]
 
@@ -276,7 +276,7 @@ def data_moments(
     Parameters
     ----------
     model
-        Anything :func:`~gtcontrol.experiments.extract` reads.
+        Anything :func:`~gtcontrol.interop.extract` reads.
     sentences
         The texts (default :data:`SENTENCES`).
     seed
@@ -439,7 +439,7 @@ def attention_flows(
     Parameters
     ----------
     model
-        Anything :func:`~gtcontrol.experiments.extract` reads (default ``"minilm"``).
+        Anything :func:`~gtcontrol.interop.extract` reads (default ``"minilm"``).
     T
         Horizon of each flow (positive; default 4).
     layers
@@ -609,7 +609,7 @@ def run_flows(
     dest
         An existing directory to write into.
     model
-        Anything :func:`~gtcontrol.experiments.extract` reads (default ``"minilm"``).
+        Anything :func:`~gtcontrol.interop.extract` reads (default ``"minilm"``).
     time_limit
         Wall-clock limit in seconds (``None``: none).
 

@@ -1,7 +1,7 @@
 """The map of a model: what every attention sublayer does, and the least certified change that
 makes it stable, with what the stabilized network still does on real inputs.
 
-For every layer ``k`` of a model :func:`~gtcontrol.experiments.extract` reads, the attention
+For every layer ``k`` of a model :func:`~gtcontrol.interop.extract` reads, the attention
 sublayer ``ExtractedLayer.attention_layer`` (``d + 1`` coordinates, the affine one last) is
 mapped from two starts, ``N(e, I ⊕ 0)`` (``"identity"``) and the moments of the tokens that
 enter it when the real network reads data (``"data"``: mean and ``1/N`` covariance):
@@ -76,13 +76,13 @@ from ..analysis.regimes import analyze
 from ..analysis.stability import LinearizationSpectrum, linearization_spectrum
 from ..control.design.stabilize import Stabilization, stabilize
 from ..errors import GTControlError, InvalidParametersError
+from ..interop.extraction import ExtractedModel, ModelFields
 from ..model.gaussian import Gaussian
 from ..model.moments import Trajectory, simulate
 from ..model.params import Layer
 from ._layer_jobs import run_layer_jobs
 from ._map_network import MapData, NetworkCheck, map_data, network_check
 from .attention_flows import head_growth
-from .extraction import ExtractedModel, ModelFields
 from .pretrained import (
     MAX_TOKENS,
     check_tokens,
@@ -908,7 +908,7 @@ class ModelMap(ModelFields, ResultFields, Outcome):
     Attributes
     ----------
     model, description, family, norm_placement, n_layers, dim, n_heads, notes
-        What the model is (:class:`~gtcontrol.experiments.ExtractedModel`).
+        What the model is (:class:`~gtcontrol.interop.ExtractedModel`).
     data
         What the data were (the packaged sentences through the tokenizer, or random ids).
     rows
@@ -1003,9 +1003,9 @@ def model_map(
     Parameters
     ----------
     model
-        Anything :func:`~gtcontrol.experiments.extract` reads (a name of
-        :data:`~gtcontrol.experiments.MODELS`, a Hugging Face folder, an ``.onnx`` file, a
-        ``transformers`` module) or an :class:`~gtcontrol.experiments.ExtractedModel`.
+        Anything :func:`~gtcontrol.interop.extract` reads (a name of
+        :data:`~gtcontrol.interop.MODELS`, a Hugging Face folder, an ``.onnx`` file, a
+        ``transformers`` module) or an :class:`~gtcontrol.interop.ExtractedModel`.
     T
         Depth of the regimes and of the blow-up search (default 4).
     layers
@@ -1046,7 +1046,7 @@ def model_map(
     ------
     InvalidParametersError
         On bad options, a layer the model does not have, or a model that cannot be read
-        (:class:`~gtcontrol.experiments.ModelFileError`).
+        (:class:`~gtcontrol.interop.ModelFileError`).
 
     Examples
     --------

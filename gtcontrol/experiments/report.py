@@ -51,7 +51,7 @@ from .surrogate import SurrogateComparison, moment_surrogate
 __all__ = ["ReproduceResult", "experiment_outputs", "reproduce", "run_experiments"]
 
 #: The models of the paper's report: the pretrained MiniLM and two random encoders (the other
-#: names of :data:`~gtcontrol.experiments.MODELS` are for the ``model`` task).
+#: names of :data:`~gtcontrol.interop.MODELS` are for the ``model`` task).
 _REPORT_MODELS = ("minilm", "random-bert", "random-vit")
 
 

@@ -1,6 +1,6 @@
 """Stabilizing a real pretrained attention sublayer (MiniLM-L6 by default) around data targets.
 
-For each layer ``k`` of a model (any model :func:`~gtcontrol.experiments.extract` reads with its
+For each layer ``k`` of a model (any model :func:`~gtcontrol.interop.extract` reads with its
 ``transformers`` module; all-MiniLM-L6-v2 by default), the attention sublayer
 ``ExtractedLayer.attention_layer`` (``d = width + 1``, the affine coordinate last, factored
 heads) is kept head for head and :func:`gtcontrol.stabilize` designs the smallest addition that
@@ -37,11 +37,11 @@ from .._status import Budget, Outcome, ResultFields, Status, as_time_limit, with
 from .._validation import as_choice, as_positive_float, as_seed
 from ..control.design.stabilize import ADDITIONS, Stabilization, stabilize
 from ..errors import InvalidParametersError
+from ..interop.extraction import ExtractedModel
+from ..interop.models import extract
 from ..model.gaussian import Gaussian
 from ._onnx_data import attention_tokens
 from .attention_flows import SENTENCES
-from .extraction import ExtractedModel
-from .models import extract
 from .pretrained import load_within, model_label, not_loaded, serially
 
 __all__ = [
@@ -109,9 +109,9 @@ def data_tokens(
     Parameters
     ----------
     model
-        Anything :func:`~gtcontrol.experiments.extract` reads (an ONNX file's graph runs the
+        Anything :func:`~gtcontrol.interop.extract` reads (an ONNX file's graph runs the
         data, as in :func:`~gtcontrol.experiments.data_moments`), or an
-        :class:`~gtcontrol.experiments.ExtractedModel`.
+        :class:`~gtcontrol.interop.ExtractedModel`.
     sentences
         The texts (default :data:`~gtcontrol.experiments.SENTENCES`).
     seed
@@ -352,8 +352,8 @@ def stabilize_model(
     Parameters
     ----------
     model
-        Anything :func:`~gtcontrol.experiments.extract` reads with its ``transformers`` module
-        (default ``"minilm"``), or an :class:`~gtcontrol.experiments.ExtractedModel`.
+        Anything :func:`~gtcontrol.interop.extract` reads with its ``transformers`` module
+        (default ``"minilm"``), or an :class:`~gtcontrol.interop.ExtractedModel`.
     layers
         Layer indices (default: all).
     targets

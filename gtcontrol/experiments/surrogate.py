@@ -1,8 +1,8 @@
 """How well the Gaussian moment surrogate of a real Transformer predicts the network.
 
-:mod:`~gtcontrol.experiments.extraction` extracts every layer's matrices exactly (``B_h``,
+:mod:`~gtcontrol.interop.extraction` extracts every layer's matrices exactly (``B_h``,
 ``V_h``, the key-bias tilt, LayerNorms, the feed-forward) of any model
-:func:`~gtcontrol.experiments.extract` reads, post-LN or pre-LN, and carries a Gaussian through
+:func:`~gtcontrol.interop.extract` reads, post-LN or pre-LN, and carries a Gaussian through
 the layer: attention exact in the mean-field limit, LayerNorm linearized by concentration, the
 feed-forward by Gaussian moment matching. What the moment model does not have — GPT-2's causal
 mask, ModernBERT's rotary positions and local windows — stays in the real network and shows in
@@ -28,9 +28,9 @@ from .._blas import single_threaded_blas
 from .._display import Axes, SummaryItems
 from .._linalg import FloatArray
 from .._status import Budget, Outcome, ResultFields, Status
+from ..interop.extraction import ExtractedLayer
 from ..model.gaussian import Gaussian
 from ._common import stop_reason
-from .extraction import ExtractedLayer
 from .pretrained import ModelTokens, gaussian_forward, with_cut
 
 __all__ = ["SurrogateComparison", "SurrogateRow", "moment_surrogate"]
@@ -92,7 +92,7 @@ class SurrogateComparison(ModelTokens, ResultFields, Outcome):
     ----------
     model, description
         The model's short label and its description
-        (:class:`~gtcontrol.experiments.ExtractedModel`).
+        (:class:`~gtcontrol.interop.ExtractedModel`).
     n_tokens, seed
         Sequence length and seed of the input (with the same seed, the same states as
         :func:`~gtcontrol.experiments.pretrained_gaussianity` reads).
@@ -200,7 +200,7 @@ def moment_surrogate(
     Parameters
     ----------
     model
-        Anything :func:`~gtcontrol.experiments.extract` reads (default ``"minilm"``): post-LN
+        Anything :func:`~gtcontrol.interop.extract` reads (default ``"minilm"``): post-LN
         and pre-LN layers, plain or gated feed-forwards.
     n_tokens
         Sequence length N of ``x_i ~ N(0, I_d)`` (the same input as
@@ -221,7 +221,7 @@ def moment_surrogate(
     Raises
     ------
     InvalidParametersError
-        On a model that cannot be read (:class:`~gtcontrol.experiments.ModelFileError`), too
+        On a model that cannot be read (:class:`~gtcontrol.interop.ModelFileError`), too
         few tokens or a bad seed.
     ExperimentDependencyError
         Without the ``experiments`` extra.

@@ -1,7 +1,7 @@
 """Layers of one width, first to last: the base of a network's parameters.
 
 :class:`~gtcontrol.model.params.Schedule` (the moment model's layers) and
-:class:`~gtcontrol.experiments.ExtractedModel` (a Transformer's extracted layers) are both a
+:class:`~gtcontrol.interop.ExtractedModel` (a Transformer's extracted layers) are both a
 non-empty tuple ``layers`` of one width, each class validating its own; :class:`LayerStack`
 is the one home of what follows from that: the width ``dim`` and the depth ``n_layers``.
 """

@@ -101,7 +101,7 @@ def activation_statistics(
 ) -> tuple[FloatArray, FloatArray, FloatArray]:
     """``E σ(a)``, ``E σ'(a)``, ``Var σ(a)`` for ``a ~ N(μ, s²)`` and any of :data:`ACTIVATIONS`.
 
-    The statistics of :meth:`~gtcontrol.experiments.FeedForwardWeights.linearization` (a
+    The statistics of :meth:`~gtcontrol.interop.FeedForwardWeights.linearization` (a
     feed-forward's Gaussian surrogate). ReLU and GELU (``σ(a) = a Φ(a)``) take the closed forms of
     :func:`~gtcontrol.model.gaussian_closure.activation_moments` for the first two; the tanh
     GELU and SiLU take 80-point Gauss–Hermite quadrature (smooth integrands: ~1e-12 relative).
@@ -265,7 +265,7 @@ class AttentionWeights(ReadOnlyArrays):
 
         ``W̃_Q = [W_Q, b_Q]``, ``W̃_K = [W_K, 0]``, ``W̃_V = [W_V, 0]``, ``W̃_O = [W_O; 0]`` and
         ``b̃ = (W_O b_V + b_O, 0)``: then ``ỹᵀ B̃_h x̃ = yᵀ B_h x + yᵀ u_h`` and the last coordinate
-        never moves (:mod:`gtcontrol.experiments.extraction`).
+        never moves (:mod:`gtcontrol.interop.extraction`).
         """
         zero = np.zeros((self.W_Q.shape[0], 1))
         return Layer.from_projections(

@@ -38,7 +38,7 @@ class ExperimentDependencyError(GTControlError, ImportError):
 
 
 class ModelFileError(InvalidParametersError):
-    """A model, file or folder that :func:`~gtcontrol.experiments.extract` cannot read.
+    """A model, file or folder that :func:`~gtcontrol.interop.extract` cannot read.
 
     The message names the file (or the model) and what was expected: a missing file, a damaged
     ONNX graph, an unknown architecture, an unsupported pattern of operations, head counts that

@@ -149,7 +149,7 @@ def load_model(model: str = "minilm", *, seed: int = 0) -> Any:
 
     Examples
     --------
-    >>> from gtcontrol.experiments import load_model
+    >>> from gtcontrol.interop import load_model
     >>> net = load_model("random-bert")  # doctest: +SKIP
     >>> net.config.num_hidden_layers  # doctest: +SKIP
     6
@@ -191,7 +191,7 @@ def extract(model_or_path: Any, *, kind: str | None = None, seed: int = 0) -> Ex
 
     ``.layers[k].attention_layer`` is layer ``k``'s attention sublayer as a factored
     :class:`~gtcontrol.model.params.Layer` on ``R^{d+1}`` (the affine coordinate carries the
-    query bias; :mod:`gtcontrol.experiments.extraction`), with the LayerNorms and feed-forward
+    query bias; :mod:`gtcontrol.interop.extraction`), with the LayerNorms and feed-forward
     beside it; ``.family``, ``.norm_placement`` and ``.notes`` (what the Gaussian model keeps
     and drops: positions, causal masks, local windows).
 

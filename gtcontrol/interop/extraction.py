@@ -306,7 +306,7 @@ def _residual(
 
 @dataclass(frozen=True, eq=False)
 class ExtractedModel(LayerStack[ExtractedLayer]):
-    """Every layer of a Transformer, extracted (:func:`~gtcontrol.experiments.extract`).
+    """Every layer of a Transformer, extracted (:func:`~gtcontrol.interop.extract`).
 
     Attributes
     ----------

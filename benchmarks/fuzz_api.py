@@ -506,7 +506,7 @@ def _hostile2_call(kind: str, a: dict[str, Any]) -> Any:
     s, g = a["seed"], gc.Gaussian([0.0, 1.0], [[1.0, 0.2], [0.2, 0.5]])
     lay = gc.Layer(A=-np.eye(2), B=np.eye(2), V=-1.0)
     if a["what"] == "steer":
-        return gc.steer(g, g, 1.0, n_layers=2, mode="ffn", seed=s, verify_tokens=8)
+        return gc.steer(g, g, 1.0, n_layers=2, mode="ffn", seed=s, token_check=8)
     if a["what"] == "design":
         return gc.design_mean_matching(
             gc.Gaussian([1.0, 2.0], g.cov), seed=s, robustness=gc.RobustnessCheck(n_samples=2)

@@ -74,7 +74,7 @@ DATA_OF = {
 OPTIONS = frozenset(
     {
         *("mode", "seed", "time_limit", "rtol", "atol", "tol", "method", "kind", "backend"),
-        *("n_layers", "n_points", "n_tokens", "n_starts", "n_snapshots", "n_null", "n_random"),
+        *("n_layers", "n_points", "n_tokens", "n_starts", "n_points", "n_null", "n_random"),
         *("n_samples", "n_directions", "n_projections", "n_std", "n_heads", "repeats"),
         *("max_evals", "max_steps", "max_iter", "max_work", "rate", "cov_rate", "title"),
         *("width", "height", "d", "dtype", "block_size", "steps_per_layer"),

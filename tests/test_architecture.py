@@ -353,10 +353,14 @@ def test_no_solver_takes_an_options_object_or_arbitrary_keywords(name: str) -> N
 #: The one spelling of each idea in a public signature, and the spellings it replaced. A
 #: parameter named like a right-hand entry fails (docs/architecture.md, "One name per idea").
 VOCABULARY = {
-    "times": ("t_eval", "t_out", "depths", "ts"),  # depths at which to report (an array)
-    "n_points": ("n_times", "n_eval", "num_points"),  # how many evenly spaced depths
-    "n_snapshots": ("snapshots",),  # how many token clouds to keep (TokenTrajectory.snapshots
-    # holds the clouds themselves)
+    # depths at which to record (an array): moments, or the token clouds of simulate_tokens
+    "times": ("t_eval", "t_out", "depths", "ts", "snapshot_times"),
+    # how many evenly spaced depths to record, whatever is recorded there
+    "n_points": ("n_times", "n_eval", "num_points", "n_snapshots", "snapshots"),
+    # the initial state: a Gaussian (kalman_covariance also takes its covariance alone)
+    "initial": ("P0", "initial_cov", "x0_cov"),
+    # how many tokens the check of a design runs (None: no check); its result a TokenCertificate
+    "token_check": ("verify_tokens", "check_tokens", "token_verification"),
     "max_evals": ("max_evaluations", "max_rhs", "max_nfev"),  # right-hand-side evaluations
     "max_iter": ("maxiter", "max_iterations", "n_iter"),  # iterations
     "max_steps": ("maxsteps", "n_steps_max"),  # certified steps of a march

@@ -280,8 +280,8 @@ def test_finite_n_options_are_validated() -> None:
         design_token_certificate(res.layer, res.target, dtype=np.int64)
     with pytest.raises(InvalidParametersError, match="stop_factor"):
         design_token_certificate(res.layer, res.target, stop_factor=2.0)  # = w2_factor
-    with pytest.raises(InvalidParametersError, match="n_snapshots"):
-        design_token_certificate(res.layer, res.target, stop_factor=10.0, n_snapshots=5)
+    with pytest.raises(InvalidParametersError, match="n_points"):
+        design_token_certificate(res.layer, res.target, stop_factor=10.0, n_points=5)
 
 
 def _expanding() -> tuple[Layer, Gaussian]:
@@ -338,7 +338,7 @@ def test_stop_factor_runs_to_T_when_the_tokens_stay_near() -> None:
     res = design_mean_matching(target, robustness=False)
     T = res.ess.T
     tc = design_token_certificate(res.layer, target, n_tokens=256, T=T, seed=5, stop_factor=10.0)
-    plain = design_token_certificate(res.layer, target, n_tokens=256, T=T, seed=5, n_snapshots=2)
+    plain = design_token_certificate(res.layer, target, n_tokens=256, T=T, seed=5, n_points=2)
     assert tc.T == T and "stopped" not in tc.message
     assert tc.success == plain.success and tc.floor == plain.floor
     assert abs(tc.w2 - plain.w2) <= 1e-4 * plain.floor
@@ -355,7 +355,7 @@ def test_adaptive_stop_factor_stretches_continue_one_run() -> None:
     T = res.ess.T
     same = {"n_tokens": 256, "T": T, "seed": 5, "method": "adaptive", "rtol": 1e-3}
     tc = design_token_certificate(res.layer, target, stop_factor=10.0, **same)
-    plain = design_token_certificate(res.layer, target, n_snapshots=2, **same)
+    plain = design_token_certificate(res.layer, target, n_points=2, **same)
     assert tc.T == T and tc.success == plain.success and tc.floor == plain.floor
     assert abs(tc.w2 - plain.w2) <= 1e-3 * plain.floor
     assert tc.stats["n_velocity"] <= plain.stats["n_velocity"] + 5 * (1 + 6)

@@ -119,7 +119,7 @@ def _results() -> dict[str, Any]:
         "Trajectory(blowup)": gt.simulate(BLOWS_UP, D2, 2.0),
         "Trajectory(closure)": gt.simulate_closure(RELU, D2, 1.0, times=[0.0, 0.5, 1.0]),
         "TokenTrajectory": gt.simulate_tokens(
-            CONVERGES, D2.sample(200, seed=0), 1.0, snapshot_times=[0.0, 1.0]
+            CONVERGES, D2.sample(200, seed=0), 1.0, times=[0.0, 1.0]
         ),
         "BlowupResult": gt.blowup_analysis(BLOWS_UP, D2),
         "CovarianceFlow": gt.riccati_flow(BLOWS_UP, D2, [0.1, 0.5, 5.0]),

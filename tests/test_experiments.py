@@ -160,7 +160,8 @@ def test_gaussianity_validates_input() -> None:
 
 
 def test_import_does_not_load_torch() -> None:
-    code = "import sys, gtcontrol, gtcontrol.interop, gtcontrol.experiments; print('torch' in sys.modules)"
+    code = "import sys, gtcontrol, gtcontrol.interop, gtcontrol.experiments\n"
+    code += "print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

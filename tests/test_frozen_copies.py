@@ -101,7 +101,7 @@ def _built() -> dict[str, Callable[[], Any]]:
             1.0,
         ),
         "TokenComparison": lambda: gt.compare_tokens(
-            layer, g1, 0.2, n_tokens=(64, 128), repeats=1, n_snapshots=2
+            layer, g1, 0.2, n_tokens=(64, 128), repeats=1, n_points=2
         ),
         "FeedForwardCloseness": lambda: feedforward_closeness(
             d=2, n_tokens=100, n_points=2, n_projections=4, T=0.2

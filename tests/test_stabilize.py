@@ -1341,7 +1341,7 @@ def test_a_token_check_failed_at_the_rate_alone_doubles_the_design_rate() -> Non
         "method": "adaptive",
         "rtol": 1e-2,
         "min_token_ess": 0.0,
-        "n_snapshots": 2,
+        "n_points": 2,
         "dtype": np.float32,
         "stop_factor": 10.0,
     }

@@ -188,7 +188,7 @@ def test_a_base_without_heads_gives_the_exact_layer_construction() -> None:
 def test_steer_through_a_base_checks_tokens_when_asked() -> None:
     g0, g1 = _pair(3, 4)
     base = _dense_base(3, 4, size=0.1)
-    res = steer(g0, g1, 1.0, n_layers=3, base=base, verify_tokens=2000, seed=1, method="flow")
+    res = steer(g0, g1, 1.0, n_layers=3, base=base, token_check=2000, seed=1, method="flow")
     assert res.success, res.message
     assert 0.0 < res.stats["token_terminal_error"] < 0.3  # O(N^-1/2)
 

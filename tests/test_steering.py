@@ -626,7 +626,7 @@ def test_steer_initial_guess_tokens_and_options() -> None:
     rng = np.random.default_rng(170)
     g0, g1 = _gauss(rng, 2), _gauss(rng, 2)
     guess = exact_layer_steering(g0, g1, 1.0, n_layers=5, mode="ffn")
-    res = steer(g0, g1, 1.0, n_layers=5, mode="ffn", initial_guess=guess, verify_tokens=300, seed=1)
+    res = steer(g0, g1, 1.0, n_layers=5, mode="ffn", initial_guess=guess, token_check=300, seed=1)
     _check_result(res, g0, g1, 1.0, 5)
     assert res.stats["warm_start"] == "initial_guess"
     # 300 tokens: the empirical Gaussian is within O(N^{-1/2}) of the target.

@@ -266,7 +266,7 @@ def test_recording_snapshots_and_result_object() -> None:
     x = rng.standard_normal((30, 2))
     x_in = x.copy()
     sched = Schedule([_attention_layer(), _attention_layer().replace(b=[1.0, 0.0])], T=1.0)
-    tr = simulate_tokens(sched, x, steps_per_layer=4, snapshot_times=[0.0, 0.3, 1.0])
+    tr = simulate_tokens(sched, x, steps_per_layer=4, times=[0.0, 0.3, 1.0])
     np.testing.assert_array_equal(x, x_in)  # input untouched
     assert isinstance(tr, TokenTrajectory) and tr.status == "success"
     assert tr.overflow_time == math.inf
@@ -283,7 +283,7 @@ def test_recording_snapshots_and_result_object() -> None:
     np.testing.assert_allclose(lay.t, [0.0, 0.5, 1.0], atol=1e-15)
     np.testing.assert_array_equal(lay.final_tokens, tr.final_tokens)
     # Adaptive restarts at snapshot depths and hits them exactly.
-    ad = simulate_tokens(sched, x, method="adaptive", snapshot_times=[0.3, 0.5], rtol=1e-10)
+    ad = simulate_tokens(sched, x, method="adaptive", times=[0.3, 0.5], rtol=1e-10)
     assert [s[0] for s in ad.snapshots] == [0.3, 0.5]
     np.testing.assert_allclose(ad.final_tokens, tr.final_tokens, rtol=1e-5, atol=1e-5)
     assert 0.5 in ad.t.tolist() and ad.t[-1] == 1.0
@@ -387,8 +387,8 @@ def test_noise_is_refused_outside_euler() -> None:
         ({"method": "midpoint"}, "method"),
         ({"block_size": 0}, "block_size"),
         ({"record": "all"}, "record"),
-        ({"snapshot_times": [1.5]}, "snapshot_times"),
-        ({"snapshot_times": [-0.1]}, "snapshot_times"),
+        ({"times": [1.5]}, "times"),
+        ({"times": [-0.1]}, "times"),
         ({"noise": np.eye(3), "method": "euler"}, "noise"),
         ({"seed": "x", "noise": np.eye(2), "method": "euler"}, "seed"),
         ({"rtol": 1e-6, "method": "rk4"}, "rtol"),
@@ -576,7 +576,7 @@ def test_adaptive_hits_breakpoints_and_snapshots_and_records_layers() -> None:
     rng = np.random.default_rng(32)
     x = rng.standard_normal((40, 2))
     sched = Schedule([_attention_layer(), _attention_layer().replace(b=[1.0, 0.0])], T=1.0)
-    tr = simulate_tokens(sched, x, snapshot_times=[0.0, 0.3, 0.5, 1.0])
+    tr = simulate_tokens(sched, x, times=[0.0, 0.3, 0.5, 1.0])
     assert [s[0] for s in tr.snapshots] == [0.0, 0.3, 0.5, 1.0]  # exact depths
     assert 0.5 in tr.t.tolist() and tr.t[-1] == 1.0
     np.testing.assert_array_equal(tr.snapshots[-1][1], tr.final_tokens)

@@ -92,7 +92,7 @@ class _CompareOptions:
     method: str | None = None
     steps_per_layer: int | None = None
     rtol: float | None = None
-    n_snapshots: int = 4
+    n_points: int = 4
     slope_tol: float = 0.25
     max_work: int = DEFAULT_MAX_WORK
     time_limit: float | None = None
@@ -116,7 +116,7 @@ class _CompareOptions:
         set_fields(self, method=as_choice("method", method, _METHODS))
         if self.rtol is not None and method != "adaptive":
             raise InvalidParametersError(f"rtol: only used by method 'adaptive', got {method!r}")
-        as_positive_int("n_snapshots", self.n_snapshots, maximum=10**4)
+        as_positive_int("n_points", self.n_points, maximum=10**4)
         tol = as_positive_float("slope_tol", self.slope_tol)
         if tol > 2.0:
             raise InvalidParametersError(f"slope_tol: expected at most 2, got {self.slope_tol!r}")
@@ -246,7 +246,7 @@ def compare_tokens(
     method: str | None = None,
     steps_per_layer: int | None = None,
     rtol: float | None = None,
-    n_snapshots: int = 4,
+    n_points: int = 4,
     slope_tol: float = 0.25,
     max_work: int = DEFAULT_MAX_WORK,
     time_limit: float | None = None,
@@ -287,7 +287,7 @@ def compare_tokens(
         ``clip(0.05 ρ / sqrt(N_max), 1e-9, 1e-3)`` with ``ρ ≤ 1`` the smallest ratio of the
         cloud's spread to its size along the path (the DOP853 error estimate is conservative by
         about 5; the integration check measures the real error).
-    n_snapshots
+    n_points
         Recorded depths of the example run (≥ 2).
     slope_tol
         Accepted distance of the fitted Bures–Wasserstein slope from −1/2 (default 0.25: with
@@ -449,7 +449,7 @@ class _Runner:
         traj = simulate_tokens(
             self.ctrl,
             x0,
-            snapshot_times=snaps,
+            times=snaps,
             max_evals=int(min(cap, 10**9)),
             time_limit=remaining_limit(self.budget),
             **kw,
@@ -470,7 +470,7 @@ class _Runner:
     def all(self, predicted: Trajectory) -> None:
         """Every run, smallest N first; the integration check right after the first."""
         ns = self.opts.n_tokens
-        snap_t = np.linspace(0.0, self.ctrl.T, max(self.opts.n_snapshots, 2))
+        snap_t = np.linspace(0.0, self.ctrl.T, max(self.opts.n_points, 2))
         rng = np.random.default_rng(self.opts.seed)
         try:
             if predicted.status is not Status.SUCCESS:

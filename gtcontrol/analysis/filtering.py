@@ -430,7 +430,7 @@ def kalman_steady_state(data: KalmanData | Layer, *, method: str = "care") -> St
 @fill(budget=integrator_budget_doc("right-hand-side"))
 def kalman_covariance(
     data: KalmanData,
-    P0: Any,
+    initial: Gaussian | Any,
     times: Any,
     *,
     rtol: float = 1e-12,
@@ -447,12 +447,14 @@ def kalman_covariance(
     ----------
     data
         :class:`KalmanData`.
-    P0
-        Initial error covariance (symmetric positive semi-definite).
+    initial
+        The initial error covariance ``P(0)`` (symmetric positive semi-definite), or a
+        :class:`~gtcontrol.Gaussian` whose covariance it is (its mean is not used: the error
+        covariance does not depend on it).
     times
         Increasing depths ``≥ 0``; the first may be 0.
     rtol, atol
-        Integrator tolerances (``atol`` scaled by ``max(‖P0‖_max, 1)``).
+        Integrator tolerances (``atol`` scaled by ``max(‖P(0)‖_max, 1)``).
     %(budget)s
 
     Returns
@@ -466,7 +468,7 @@ def kalman_covariance(
     Raises
     ------
     InvalidParametersError, InvalidGaussianError
-        On ``data`` that is not :class:`KalmanData`, a ``P0`` that is not symmetric positive
+        On ``data`` that is not :class:`KalmanData`, an ``initial`` that is not symmetric positive
         semi-definite, depths that do not increase from ``≥ 0``, or a bad cap or limit.
 
     Examples
@@ -485,8 +487,15 @@ def kalman_covariance(
     if not isinstance(data, KalmanData):
         raise InvalidParametersError(f"data: expected KalmanData, got {type(data).__name__}")
     d = data.dim
-    p0 = as_float_array("P0", P0, ndim=2, shape=(d, d), error=InvalidGaussianError)
-    Gaussian(np.zeros(d), p0, name="P0")  # validates symmetry and semi-definiteness
+    if isinstance(initial, Gaussian):
+        if initial.dim != d:
+            raise InvalidParametersError(
+                f"initial: expected a Gaussian of dimension {d}, got {initial.dim}"
+            )
+        p0 = np.asarray(initial.cov)
+    else:
+        p0 = as_float_array("initial", initial, ndim=2, shape=(d, d), error=InvalidGaussianError)
+        Gaussian(np.zeros(d), p0, name="initial")  # validates symmetry and semi-definiteness
     t = as_float_array("times", np.atleast_1d(np.asarray(times, dtype=float)), ndim=1)
     if t.size == 0 or t[0] < 0 or np.any(np.diff(t) <= 0):
         raise InvalidParametersError("times: expected increasing depths ≥ 0")
@@ -607,7 +616,7 @@ def compare_filter(
     layer
         A Riccati-class layer with ``R ⪰ 0`` (optionally noisy).
     initial
-        ``N(m0, Σ0)``; Σ0 is the filter's initial error covariance ``P0``.
+        ``N(m0, Σ0)``; Σ0 is the filter's initial error covariance ``P(0)``.
     T
         Depth.
     n_points
@@ -645,7 +654,7 @@ def compare_filter(
     eq_cov: FloatArray | None = None
     try:
         if traj.status is Status.SUCCESS:
-            flow = kalman_covariance(kd, initial.cov, traj.t, time_limit=remaining_limit(budget))
+            flow = kalman_covariance(kd, initial, traj.t, time_limit=remaining_limit(budget))
             p = np.asarray(flow.cov)
             status, message = flow.status, flow.message
             if flow.success:

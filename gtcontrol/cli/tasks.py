@@ -194,7 +194,7 @@ def _token_cloud_figure(
         model,
         x0,
         horizon,
-        snapshot_times=np.linspace(0.0, t_end, 4),
+        times=np.linspace(0.0, t_end, 4),
         # Brownian forcing needs the Euler–Maruyama scheme (first order: more steps)
         method="euler" if noisy else "rk4",
         steps_per_layer=200 if noisy else 20,
@@ -487,7 +487,7 @@ def _steer_base_run(design: Design, out: Path) -> dict[str, Any]:
             base=b,
             method=o["method"],
             solver=IpoptSettings(max_iter=o["max_iter"]),
-            verify_tokens=o["tokens"],
+            token_check=o["tokens"] or None,
             seed=design.seed,
             time_limit=limit,
         )
@@ -719,9 +719,7 @@ def _steer_tokens(
     x0 = design.initial.sample(n, seed=design.seed)
     snaps = np.linspace(0.0, res.controls.T, 4)
     limit = run.solver_limit(1 if design.initial.dim >= 2 else 0)
-    tok = simulate_tokens(
-        res.controls, x0, snapshot_times=snaps, steps_per_layer=8, time_limit=limit
-    )
+    tok = simulate_tokens(res.controls, x0, times=snaps, steps_per_layer=8, time_limit=limit)
     if tok.status is Status.BUDGET_EXHAUSTED:
         run.skip("the token check (the tokens did not reach the depth in time)")
         return None, []

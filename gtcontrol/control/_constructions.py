@@ -505,12 +505,16 @@ def _geodesic_nodes(plan: Plan, means: Callable[[float], FloatArray] | None) -> 
 def _ffn_layers(nodes: list[State], h: float, budget: Budget) -> list[Layer] | None:
     """The exact node-to-node feed-forward layers; ``None`` if the budget ran out first."""
     out = []
+    last = 0.0
     for a, b in pairwise(nodes):
         left = budget.grace()  # the exact layers are the fallback: they may use the grace
-        if left is not None and left <= 1e-9:
+        # the next layer costs about what the last one did (a busy machine included)
+        if left is not None and left <= max(1e-9, 1.5 * last):
             return None
+        clock = time.perf_counter()
         m_mat, c = ffn_field(a, b, h)
         out.append(Layer(A=m_mat, b=c))
+        last = time.perf_counter() - clock
     return out
 
 

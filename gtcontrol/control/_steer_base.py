@@ -137,9 +137,9 @@ class BaseProblem:
         return self.opts.terminal_tol
 
     @property
-    def verify_tokens(self) -> int:
-        """Tokens of the optional token check."""
-        return self.opts.verify_tokens
+    def token_check(self) -> int | None:
+        """Tokens of the optional token check (``None``: none)."""
+        return self.opts.token_check
 
     @property
     def seed(self) -> int:
@@ -833,10 +833,10 @@ def verdict(
         added, kin = _energies(schedule, additions, traj)
         stats["mean_error"] = float(np.linalg.norm(traj.final.mean - prob.target.mean))
         stats["cov_error"] = float(np.linalg.norm(traj.final.cov - prob.target.cov))
-        if prob.verify_tokens:
+        if prob.token_check is not None:
             from ..model.tokens import simulate_tokens
 
-            x = prob.initial.sample(prob.verify_tokens, seed=np.random.default_rng(prob.seed))
+            x = prob.initial.sample(prob.token_check, seed=np.random.default_rng(prob.seed))
             tok = simulate_tokens(schedule, x, time_limit=budget.nested_limit())
             stats["token_terminal_error"] = (
                 tok.final.bures_wasserstein(prob.target)

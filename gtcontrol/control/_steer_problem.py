@@ -62,7 +62,7 @@ METHODS = ("auto", "flow", "collocation")
 #: each layer, which the exact node-to-node layers keep at zero).
 FLOW_MIN_DIM = {"full": 5, "attention": 5, "ffn": 9}
 #: Caps of the integer options (finite loops; larger values are refused as absurd).
-MAX_INTERVALS, MAX_CORRECTIONS, MAX_VERIFY_TOKENS = 64, 100, 10**6
+MAX_INTERVALS, MAX_CORRECTIONS, MAX_TOKEN_CHECK = 64, 100, 10**6
 #: IPOPT's defaults in steering (``IpoptSettings`` fields left ``None``).
 DEFAULT_MAX_ITER, DEFAULT_TOL = 500, 1e-8
 
@@ -135,7 +135,7 @@ class _SteerOptions:
     ----------
     objective, terminal, terminal_weight, redundancy, regularization, bounds, collocation
         See :func:`gtcontrol.steer`.
-    terminal_tol, solver, initial_guess, verify_tokens, seed, method
+    terminal_tol, solver, initial_guess, token_check, seed, method
         See :func:`gtcontrol.steer`.
     """
 
@@ -149,7 +149,7 @@ class _SteerOptions:
     terminal_tol: float = 1e-6
     solver: IpoptSettings = field(default_factory=IpoptSettings)
     initial_guess: Schedule | None = None
-    verify_tokens: int = 0
+    token_check: int | None = None
     seed: int = 0
     method: str = "auto"
 
@@ -163,7 +163,8 @@ class _SteerOptions:
         as_positive_float("terminal_tol", self.terminal_tol)
         if self.regularization is not None:
             as_nonnegative_float("regularization", self.regularization)
-        _nonnegative_int("verify_tokens", self.verify_tokens, MAX_VERIFY_TOKENS)
+        if self.token_check is not None:
+            as_positive_int("token_check", self.token_check, maximum=MAX_TOKEN_CHECK)
         as_seed("seed", self.seed)
         if self.initial_guess is not None and not isinstance(self.initial_guess, Schedule):
             raise InvalidParametersError(
@@ -561,8 +562,8 @@ def measure(
         stats["cov_error"] = float(np.linalg.norm(final.cov - target.cov))
         stats["cov_norm_max"] = float(np.max(frobenius_norms(reached.cov)))
         kin = trajectory_energy(schedule, reached)  # the verifying re-simulation's records
-        if opts.verify_tokens:
-            x = initial.sample(int(opts.verify_tokens), seed=np.random.default_rng(opts.seed))
+        if opts.token_check is not None:
+            x = initial.sample(int(opts.token_check), seed=np.random.default_rng(opts.seed))
             tok = simulate_tokens(schedule, x, time_limit=budget.nested_limit())
             stats["token_terminal_error"] = (
                 tok.final.bures_wasserstein(target) if tok.status is Status.SUCCESS else math.inf

@@ -83,7 +83,7 @@ def steer(
     collocation: Collocation | None = None,
     solver: IpoptSettings | None = None,
     initial_guess: Schedule | None = None,
-    verify_tokens: int = 0,
+    token_check: int | None = None,
     seed: int = 0,
     method: str = "auto",
     base: Layer | Schedule | None = None,
@@ -163,12 +163,13 @@ def steer(
         ``None``: ``IpoptSettings()``.
     initial_guess
         A :class:`Schedule` of ``L`` single-head layers to start from instead of the closed form.
-    verify_tokens
-        When positive, also move that many tokens sampled from ``initial`` through the control
-        with the token-level simulator; the terminal error of their empirical Gaussian is
-        reported in ``stats["token_terminal_error"]`` (a finite-N check: it is ``O(N^{-1/2})``).
+    token_check
+        A number of tokens (``None``: no token check): also move that many tokens sampled
+        from ``initial`` through the control with the token-level simulator; the terminal
+        error of their empirical Gaussian is reported in ``stats["token_terminal_error"]`` (a
+        finite-N check: it is ``O(N^{-1/2})``).
     seed
-        Seed of the token sample of ``verify_tokens``.
+        Seed of the token sample of ``token_check``.
     method
         ``"collocation"``: the CasADi/IPOPT NLP above (every objective, terminal condition and
         bound). ``"flow"``: no NLP; exact node-to-node layers between the geodesic's states at the

@@ -188,7 +188,7 @@ def _curve(
         setup.x0,
         horizon,
         steps_per_layer=steps,
-        snapshot_times=times,
+        times=times,
         time_limit=budget.left_as_limit(),
     )
     flow = simulate_closure(layer, g0, horizon, times=times, time_limit=budget.left_as_limit())

@@ -208,14 +208,14 @@ class _Recorder:
             self.snaps.append((float(t), frozen(x.copy())))
 
 
-def _check_snapshot_times(snapshot_times: Any, t_end: float) -> FloatArray:
-    if snapshot_times is None:
+def _check_times(times: Any, t_end: float) -> FloatArray:
+    if times is None:
         return np.empty(0)
-    ts = as_float_array("snapshot_times", np.atleast_1d(np.asarray(snapshot_times)), ndim=1)
+    ts = as_float_array("times", np.atleast_1d(np.asarray(times)), ndim=1)
     bad = ts[(ts < 0.0) | (ts > t_end * (1.0 + 1e-12))]
     if bad.size:
         raise InvalidParametersError(
-            f"snapshot_times: expected depths in [0, {t_end:g}], got {bad.tolist()}"
+            f"times: expected depths in [0, {t_end:g}], got {bad.tolist()}"
         )
     return np.unique(np.clip(ts, 0.0, t_end))
 

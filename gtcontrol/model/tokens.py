@@ -38,7 +38,7 @@ from .._validation import frozen, option_values
 from ._token_adaptive import _run_adaptive
 from ._token_integrators import (
     _check_noise_sources,
-    _check_snapshot_times,
+    _check_times,
     _Recorder,
     _Run,
     _run_fixed,
@@ -164,7 +164,7 @@ def simulate_tokens(
     block_size: int | None = None,
     backend: str = "auto",
     record: str = "steps",
-    snapshot_times: Any = None,
+    times: Any = None,
     noise: Any = None,
     seed: np.random.Generator | int | None = None,
     rtol: float | None = None,
@@ -218,7 +218,7 @@ def simulate_tokens(
     record
         ``"steps"`` (default): empirical moments after every step (every accepted step for
         ``"adaptive"``); ``"layers"``: only at the breakpoints.
-    snapshot_times
+    times
         Depths at which to keep a copy of all tokens (see :attr:`TokenTrajectory.snapshots`).
     noise
         Noise matrix ``G``, shape ``(d, k)`` (usually ``(d, d)``); only with ``"euler"`` /
@@ -297,7 +297,7 @@ def simulate_tokens(
     d = ctrl.layer_at(0.0).dim
     x = _check_tokens(tokens, d).astype(opts.dtype, copy=False)
     breaks = np.asarray(ctrl.breakpoints, dtype=float)
-    snap_times = _check_snapshot_times(snapshot_times, float(breaks[-1]))
+    snap_times = _check_times(times, float(breaks[-1]))
     g, gen = _check_noise_sources(ctrl, noise, seed, d, str(opts.method))
 
     budget = Budget(opts.time_limit, max_evals=opts.max_evals)

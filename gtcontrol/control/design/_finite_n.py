@@ -535,7 +535,7 @@ class _TokenCheckOptions:
     seed: int = 0
     min_token_ess: float = 0.2
     w2_factor: float = 2.0
-    n_snapshots: int | None = None
+    n_points: int | None = None
     floor_samples: int = 8
     stop_factor: float | None = None
     dtype: Any = np.float64
@@ -568,11 +568,11 @@ class _TokenCheckOptions:
             )
         as_positive_float("w2_factor", self.w2_factor)
         if (
-            self.n_snapshots is not None
-            and as_positive_int("n_snapshots", self.n_snapshots, maximum=_MAX_SNAPSHOTS) < 2
+            self.n_points is not None
+            and as_positive_int("n_points", self.n_points, maximum=_MAX_SNAPSHOTS) < 2
         ):
             raise InvalidParametersError(
-                f"n_snapshots: expected at least 2 (both ends), got {self.n_snapshots!r}"
+                f"n_points: expected at least 2 (both ends), got {self.n_points!r}"
             )
         as_positive_int("floor_samples", self.floor_samples, maximum=_MAX_FLOOR_SAMPLES)
         if self.stop_factor is not None:
@@ -581,10 +581,10 @@ class _TokenCheckOptions:
                     f"stop_factor: expected a number above w2_factor = {self.w2_factor:g} (a "
                     f"run stopped there must fail the check), got {self.stop_factor!r}"
                 )
-            if self.n_snapshots not in (None, 2):
+            if self.n_points not in (None, 2):
                 raise InvalidParametersError(
-                    "n_snapshots: with stop_factor the ESS is checked at the start and at the "
-                    f"depth reached; omit it or pass 2, got {self.n_snapshots!r}"
+                    "n_points: with stop_factor the ESS is checked at the start and at the "
+                    f"depth reached; omit it or pass 2, got {self.n_points!r}"
                 )
 
 
@@ -619,7 +619,7 @@ def _empirical_ess(layer: Layer, x: FloatArray, budget: Budget | None = None) ->
     return low
 
 
-def _n_snapshots(requested: int | None, steps: int, numbers: int) -> int:
+def _n_snapshot_depths(requested: int | None, steps: int, numbers: int) -> int:
     """Every step depth (``steps + 1``) unless given, within ``_SNAPSHOT_BYTES`` of copies."""
     if requested is not None:
         return requested
@@ -673,7 +673,7 @@ def design_token_certificate(
     seed: int = 0,
     min_token_ess: float = 0.2,
     w2_factor: float = 2.0,
-    n_snapshots: int | None = None,
+    n_points: int | None = None,
     floor_samples: int = 8,
     stop_factor: float | None = None,
     dtype: Any = np.float64,
@@ -686,7 +686,7 @@ def design_token_certificate(
     At depth ``T`` the distance ``w2 = W2(N(m̂, Σ̂), N(m*, Σ*))`` of the tokens' empirical moments
     is compared with the sampling floor ``W2(N(m̂_ref, Σ̂_ref), N(m*, Σ*))`` of a fresh sample of
     ``N`` target points, and the empirical softmax effective sample size
-    ``ESS_i/N = (Σ_j w_ij)² / (N Σ_j w_ij²)`` is checked for every token at ``n_snapshots``
+    ``ESS_i/N = (Σ_j w_ij)² / (N Σ_j w_ij²)`` is checked for every token at ``n_points``
     depths. docs/theory.md §2 "Finite N" explains why it matters: where ``ESS/N`` is tiny the tokens
     stall although the moment model converges.
 
@@ -726,7 +726,7 @@ def design_token_certificate(
         Required smallest empirical ``ESS/N`` (in ``[0, 1]``; default 0.2).
     w2_factor
         Required ``w2 ≤ w2_factor · floor`` (default 2).
-    n_snapshots
+    n_points
         Depths (evenly spaced on ``[0, T]``, both ends included, at the nearest step) where the
         empirical ``ESS/N`` of every token is evaluated (``≥ 2``); ``None``: every step (33
         depths with ``"adaptive"``), as far as the copies of the tokens fit in 256 MiB (each
@@ -803,7 +803,7 @@ def design_token_certificate(
     planned, stopped = depth, ""
     if opts.stop_factor is None:
         snap_steps = _ADAPTIVE_SNAPSHOTS - 1 if adaptive else n_steps
-        snaps = np.linspace(0.0, depth, _n_snapshots(opts.n_snapshots, snap_steps, x0.size))
+        snaps = np.linspace(0.0, depth, _n_snapshot_depths(opts.n_points, snap_steps, x0.size))
         tr = _move(layer, x0, depth, None if adaptive else n_steps, snaps, max_evals, opts, budget)
         cut = tr.status is Status.BUDGET_EXHAUSTED  # no grace for a simulation cut short
         floor = math.nan if cut else _floor(tgt, opts.n_tokens, opts.floor_samples, rng, budget)
@@ -904,7 +904,7 @@ def _move(
         ivp_method=None if steps is not None else "RK45",
         rtol=opts.rtol if rtol is None else rtol,
         first_step=first_step,
-        snapshot_times=snaps,
+        times=snaps,
         dtype=opts.dtype,
         max_evals=max_evals,
         time_limit=budget.left_as_limit(),

@@ -1376,7 +1376,7 @@ class _Context:
             rtol=_TOKEN_RTOL if adaptive else None,
             seed=self.seed,
             min_token_ess=0.0,
-            n_snapshots=2,
+            n_points=2,
             stop_factor=stop_factor,
             # float32 halves the cost at d = 385, N = 1024; its rounding is far below
             # the sampling floor that W2 is compared with

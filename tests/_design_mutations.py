@@ -92,7 +92,7 @@ def make_fast(doc: dict[str, Any]) -> dict[str, Any]:
     if task == "simulate":
         opts.update(tokens=60, n_points=41, steps_per_layer=4)
     elif task == "compare-tokens":
-        opts.update(n_tokens=[16, 32], repeats=1)  # the default (adaptive) integrator
+        opts.update(n_tokens=[16, 32], repeats=1)  # the default (DOP853) integrator
     elif task == "analyze":
         opts.update(n_points=41)
     elif task == "filter":
@@ -199,7 +199,7 @@ _VALID_OPTIONS: dict[str, dict[str, list[Any]]] = {
         "discrete": [True, False],
         "tokens": [0, 30],
     },
-    "compare-tokens": {"method": ["adaptive", "rk4", "discrete"], "steps_per_layer": [1, 3]},
+    "compare-tokens": {"method": ["DOP853", "RK45", "rk4", "discrete"], "steps_per_layer": [1, 3]},
     "analyze": {"T": [0.0, 5.0], "plot_T": [0.0, 2.0]},
     "filter": {"n_points": [5, 11]},
     "design": {"rate": [0.5, 2.0], "cov_rate": [0.0, 3.0], "T": [0.0, 2.0]},

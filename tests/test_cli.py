@@ -694,14 +694,14 @@ def test_compare_tokens_adaptive_runs(tmp_path: Path) -> None:
     )
     design = tmp_path / "d.toml"
     design.write_text(
-        text + '\n[compare-tokens]\nmethod = "adaptive"\nn_tokens = [16, 64]\nrepeats = 1\n'
+        text + '\n[compare-tokens]\nmethod = "DOP853"\nn_tokens = [16, 64]\nrepeats = 1\n'
     )
     assert main(["run", str(design), "-o", str(tmp_path / "o")]) == 0
     res = json.loads((tmp_path / "o" / "result.json").read_text())
-    assert res["status"] == "success" and res["options"]["method"] == "adaptive"
-    with pytest.raises(DesignFileError, match="not used by method 'adaptive'"):
+    assert res["status"] == "success" and res["options"]["method"] == "DOP853"
+    with pytest.raises(DesignFileError, match="not used by method 'DOP853'"):
         design.write_text(
-            text + '\n[compare-tokens]\nmethod = "adaptive"\nn_tokens = [16, 64]\n'
+            text + '\n[compare-tokens]\nmethod = "DOP853"\nn_tokens = [16, 64]\n'
             "steps_per_layer = 4\n"
         )
         from gtcontrol.cli.main import run_design

@@ -47,7 +47,7 @@ def test_errors_fall_like_inverse_sqrt_n_and_the_verdict_is_consistent() -> None
     assert "NOT" not in cmp.message and f"N^{cmp.slopes['bures_wasserstein']:+.2f}" in cmp.message
     # default integrator: adaptive, tolerance from the statistical error; measured against a
     # converged integration of the same tokens, far below the statistical error
-    assert cmp.stats["method"] == "adaptive" and 1e-9 <= cmp.stats["rtol"] <= 1e-3
+    assert cmp.stats["method"] == "DOP853" and 1e-9 <= cmp.stats["rtol"] <= 1e-3
     assert cmp.integration_error < 1e-6 < 0.1 * cmp.statistical_error
     assert cmp.statistical_error == cmp.bures_wasserstein[-1]
     # ESS/N along the path, from model.finite_n, reported and moderate for this mild layer
@@ -361,7 +361,7 @@ def test_compare_tokens_refuses_blowup_bad_counts_and_absurd_sizes_up_front() ->
 def test_min_evals_is_a_lower_bound_of_the_work_done() -> None:
     lay, g0 = _setup()
     cmp = compare_tokens(lay, g0, 3.0, n_tokens=(32, 64), repeats=1)
-    bound = min_evals(_ctrl(lay, 3.0), cmp.predicted, "adaptive", None)
+    bound = min_evals(_ctrl(lay, 3.0), cmp.predicted, "DOP853", None)
     assert cmp.example is not None and bound <= cmp.example.stats["n_velocity"]
     assert min_evals(_ctrl(lay, 3.0), cmp.predicted, "rk4", 7) == 28
 
@@ -378,9 +378,9 @@ def test_min_evals_with_a_spent_budget_is_the_bound_without_a_path() -> None:
     path = simulate(stiff, g0, 3.0)
     spent = Budget(1e-9)
     time.sleep(1e-3)
-    cut = min_evals(_ctrl(stiff, 3.0), path, "adaptive", None, spent)
-    assert cut == min_evals(_ctrl(stiff, 3.0), None, "adaptive", None)
-    assert cut < min_evals(_ctrl(stiff, 3.0), path, "adaptive", None)
+    cut = min_evals(_ctrl(stiff, 3.0), path, "DOP853", None, spent)
+    assert cut == min_evals(_ctrl(stiff, 3.0), None, "DOP853", None)
+    assert cut < min_evals(_ctrl(stiff, 3.0), path, "DOP853", None)
 
 
 def test_a_small_time_limit_holds_at_d_256_planning_and_ess_included() -> None:
@@ -461,7 +461,7 @@ def test_adaptive_and_fixed_token_methods_run_with_their_default_steps() -> None
     the former integer default of 20 and always failed); ``steps_per_layer`` alone means rk4."""
     layer = Layer(A=-0.5 * np.eye(2), B=0.5 * np.eye(2), V=-0.5)
     g0 = Gaussian(np.zeros(2), np.eye(2))
-    cmp = compare_tokens(layer, g0, T=0.5, n_tokens=(64, 128), repeats=1, method="adaptive")
+    cmp = compare_tokens(layer, g0, T=0.5, n_tokens=(64, 128), repeats=1, method="DOP853")
     assert cmp.status is Status.SUCCESS and cmp.success
     rk4 = compare_tokens(layer, g0, T=0.5, n_tokens=(64, 128), repeats=1, steps_per_layer=4)
     assert rk4.stats["method"] == "rk4" and rk4.stats["rtol"] is None
@@ -490,7 +490,7 @@ def test_cli_default_compare_tokens_honours_its_time_limit(tmp_path: Path) -> No
     res = json.loads((out / "result.json").read_text())
     assert res["status"] == "budget_exhausted"
     assert res["outputs"]["consistent"] is False and "stopped" in res["outputs"]["message"]
-    assert res["outputs"]["method"] == "adaptive"
+    assert res["outputs"]["method"] == "DOP853"
 
 
 def test_cli_absurd_compare_tokens_sizes_are_a_clean_error(tmp_path: Path, capsys) -> None:

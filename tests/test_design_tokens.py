@@ -133,12 +133,12 @@ def test_token_integration_is_converged_and_agrees_with_an_independent_integrato
 
 
 def test_adaptive_token_check_agrees_with_fine_rk4_and_reports_its_steps() -> None:
-    """``method="adaptive"`` (RK45 with error control) ends where RK4 at half the automatic
+    """``method="RK45"`` (RK45 with error control) ends where RK4 at half the automatic
     step does, to within its tolerance of the tokens' scale, far below the floor."""
     res, target, T, _, fine = _rk4_and_half_step()
     for rtol, tol in ((1e-2, 1e-2), (1e-5, 1e-5)):
         ad = design_token_certificate(
-            res.layer, target, n_tokens=256, T=T, seed=5, method="adaptive", rtol=rtol
+            res.layer, target, n_tokens=256, T=T, seed=5, method="RK45", rtol=rtol
         )
         assert ad.status is fine.status
         scale = math.sqrt(float(np.trace(target.cov)) + float(target.mean @ target.mean))
@@ -152,10 +152,10 @@ def test_adaptive_token_check_agrees_with_fine_rk4_and_reports_its_steps() -> No
     "kwargs",
     [
         {"method": "euler"},
-        {"method": "adaptive", "steps": 10},
+        {"method": "RK45", "steps": 10},
         {"rtol": 1e-3},
-        {"method": "adaptive", "rtol": 0.5},
-        {"method": "adaptive", "rtol": 0.0},
+        {"method": "RK45", "rtol": 0.5},
+        {"method": "RK45", "rtol": 0.0},
     ],
 )
 def test_token_check_method_options_are_validated(kwargs: dict[str, object]) -> None:
@@ -345,7 +345,7 @@ def test_stop_factor_runs_to_T_when_the_tokens_stay_near() -> None:
 
 
 def test_adaptive_stop_factor_stretches_continue_one_run() -> None:
-    """With ``method="adaptive"`` each stretch continues the last one's step
+    """With ``method="RK45"`` each stretch continues the last one's step
     (``first_step = stats["next_step"]``) at its share ``rtol · span / T`` of the tolerance,
     the error per unit depth of one run: the tokens end where one run's do (to a small part
     of the tolerance's scale, far below the floor), in about its evaluations (a stretch adds
@@ -353,7 +353,7 @@ def test_adaptive_stop_factor_stretches_continue_one_run() -> None:
     target = _issue_target(1)
     res = design_mean_matching(target, robustness=False)
     T = res.ess.T
-    same = {"n_tokens": 256, "T": T, "seed": 5, "method": "adaptive", "rtol": 1e-3}
+    same = {"n_tokens": 256, "T": T, "seed": 5, "method": "RK45", "rtol": 1e-3}
     tc = design_token_certificate(res.layer, target, stop_factor=10.0, **same)
     plain = design_token_certificate(res.layer, target, n_points=2, **same)
     assert tc.T == T and tc.success == plain.success and tc.floor == plain.floor
@@ -420,7 +420,7 @@ def test_adaptive_token_check_is_capped_at_a_multiple_of_the_rk4_rule() -> None:
     target = Gaussian(np.zeros(2), np.eye(2))
     layer = Layer(V=3.0 * np.eye(2), B=2.0 * np.eye(2))
     tc = design_token_certificate(
-        layer, target, n_tokens=64, T=30.0, method="adaptive", rtol=1e-6, min_token_ess=0.0
+        layer, target, n_tokens=64, T=30.0, method="RK45", rtol=1e-6, min_token_ess=0.0
     )
     cap = 3 * 4 * _auto_steps(layer, target, Gaussian.standard(2), 30.0) + 16
     assert tc.status in (Status.OVERFLOW, Status.BUDGET_EXHAUSTED)

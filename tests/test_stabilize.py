@@ -746,7 +746,7 @@ def test_the_untouched_layers_tokens_run_once_while_c_grows(
     assert res.stats["c_screens"] >= 2 and res.c > res.stats["c_local"]
     # the stabilized layer's: at c and at each doubled design rate; none at the local minimum,
     # where the identity start's first half settled elsewhere before any other check ran
-    assert calls.count("adaptive") == 1 + res.stats["token_doublings"]
+    assert calls.count("RK45") == 1 + res.stats["token_doublings"]
     assert calls.count("rk4") == 1
     assert res.untouched_tokens is not None and res.token_certificate is not None
     assert res.untouched_tokens.initial == res.token_certificate.initial
@@ -771,7 +771,7 @@ def test_the_token_run_at_the_local_minimum_stops_when_c_grows(
     def watched(*args: Any, **kwargs: Any) -> Any:
         chain = _CANCEL.get()  # the (event, reason) pairs of the enclosing cancellable blocks
         cancel = chain[-1][0] if chain else None
-        stabilized = kwargs.get("method") == "adaptive"  # the given layer's run is RK4
+        stabilized = kwargs.get("method") == "RK45"  # the given layer's run is RK4
         if stabilized and cancel is not None:
             # hold the run until the verification beside it fails its screen
             assert cancel.wait(timeout=60.0)
@@ -1338,7 +1338,7 @@ def test_a_token_check_failed_at_the_rate_alone_doubles_the_design_rate() -> Non
         "initial": res.starts[-1],
         "T": tc.T,
         "seed": 0,
-        "method": "adaptive",
+        "method": "RK45",
         "rtol": 1e-2,
         "min_token_ess": 0.0,
         "n_points": 2,

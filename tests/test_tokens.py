@@ -96,7 +96,7 @@ def test_single_token_attends_to_itself() -> None:
     aug = np.zeros((d + 1, d + 1))
     aug[:d, :d], aug[:d, d] = a + v, bvec
     exact = (expm(0.8 * aug) @ np.append(x0[0], 1.0))[:d]
-    tr = simulate_tokens(layer, x0, 0.8, method="adaptive", rtol=1e-12, atol=1e-14)
+    tr = simulate_tokens(layer, x0, 0.8, method="DOP853", rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(tr.final_tokens[0], exact, rtol=1e-10)
     assert tr.cov.shape == (len(tr), d, d) and not np.any(tr.cov)
 
@@ -283,7 +283,7 @@ def test_recording_snapshots_and_result_object() -> None:
     np.testing.assert_allclose(lay.t, [0.0, 0.5, 1.0], atol=1e-15)
     np.testing.assert_array_equal(lay.final_tokens, tr.final_tokens)
     # Adaptive restarts at snapshot depths and hits them exactly.
-    ad = simulate_tokens(sched, x, method="adaptive", times=[0.3, 0.5], rtol=1e-10)
+    ad = simulate_tokens(sched, x, method="DOP853", times=[0.3, 0.5], rtol=1e-10)
     assert [s[0] for s in ad.snapshots] == [0.3, 0.5]
     np.testing.assert_allclose(ad.final_tokens, tr.final_tokens, rtol=1e-5, atol=1e-5)
     assert 0.5 in ad.t.tolist() and ad.t[-1] == 1.0
@@ -324,7 +324,7 @@ def test_overflow_is_a_status_not_a_crash() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         tr = simulate_tokens(layer, x, 1.0)
-        ad = simulate_tokens(layer, x, 1.0, method="adaptive")
+        ad = simulate_tokens(layer, x, 1.0, method="DOP853")
     for r in (tr, ad):
         assert r.status == "overflow" and 0 < r.overflow_time < 1.0
         assert np.all(np.isfinite(r.final_tokens)) and np.all(np.isfinite(r.cov))
@@ -367,7 +367,7 @@ def test_euler_maruyama_with_drift_matches_the_noisy_recursion() -> None:
 
 def test_noise_is_refused_outside_euler() -> None:
     x = np.zeros((4, 2))
-    for method in ("rk4", "adaptive"):
+    for method in ("rk4", "DOP853"):
         with pytest.raises(InvalidParametersError, match="noise"):
             simulate_tokens(Layer(dim=2), x, 1.0, method=method, noise=np.eye(2))
 
@@ -393,13 +393,13 @@ def test_noise_is_refused_outside_euler() -> None:
         ({"seed": "x", "noise": np.eye(2), "method": "euler"}, "seed"),
         ({"rtol": 1e-6, "method": "rk4"}, "rtol"),
         ({"rtol": 1e-6, "steps_per_layer": 4}, "rtol"),
-        ({"ivp_method": "RK45", "method": "euler"}, "ivp_method"),
+        ({"method": "adaptive"}, "method"),
         ({"rtol": 1e-15}, r"rtol: .*\[2\.22e-14, 0\.1\]"),
         ({"rtol": 1e-6, "dtype": np.float32}, r"rtol: .*float32"),
         ({"rtol": 0.5}, "rtol"),
         ({"atol": -1.0}, "atol"),
-        ({"method": "adaptive", "steps_per_layer": 3}, "steps_per_layer"),
-        ({"method": "adaptive", "ivp_method": "Radau"}, "ivp_method"),
+        ({"method": "DOP853", "steps_per_layer": 3}, "steps_per_layer"),
+        ({"method": "Radau"}, "method"),
         ({"first_step": 0.1, "method": "rk4"}, "first_step"),
         ({"first_step": 0.0}, "first_step"),
         ({"first_step": float("nan")}, "first_step"),
@@ -421,7 +421,7 @@ def test_bad_input_token_velocity_and_options() -> None:
         token_velocity(Layer(dim=2), np.zeros((3, 4)))
     with pytest.raises(InvalidParametersError, match="block_size"):
         token_velocity(Layer(dim=2), np.zeros((3, 2)), block_size=-1)
-    assert _TokenOptions().method == "adaptive" and _TokenOptions(method="rk4").steps == 20
+    assert _TokenOptions().method == "DOP853" and _TokenOptions(method="rk4").steps == 20
     assert _TokenOptions(steps_per_layer=5).method == "rk4"  # the former default, by its steps
     assert _TokenOptions(method="discrete").steps == 1
     assert _TokenOptions().resolved_rtol == 1e-7
@@ -458,7 +458,7 @@ def test_token_trajectory_follows_the_result_protocol() -> None:
     assert over.status is Status.OVERFLOW and not over.success and "non-finite" in over.message
 
 
-@pytest.mark.parametrize("method", ["rk4", "euler", "adaptive"])
+@pytest.mark.parametrize("method", ["rk4", "euler", "DOP853"])
 def test_tiny_time_limit_returns_budget_exhausted_quickly(method: str) -> None:
     import time
 
@@ -487,7 +487,7 @@ def test_evaluation_cap_stops_after_whole_steps() -> None:
     # the tokens kept are exactly those of two whole steps
     ref = simulate_tokens(layer, x, 0.1, steps_per_layer=2)
     np.testing.assert_array_equal(tr.final_tokens, ref.final_tokens)
-    ad = simulate_tokens(layer, x, 1.0, method="adaptive", max_evals=40)
+    ad = simulate_tokens(layer, x, 1.0, method="DOP853", max_evals=40)
     assert ad.status is Status.BUDGET_EXHAUSTED and ad.stats["n_velocity"] == 40
     assert np.all(np.isfinite(ad.final_tokens)) and ad.t[-1] < 1.0
 
@@ -529,7 +529,7 @@ def test_default_stepping_is_within_1e6_of_a_converged_integration(T: float) -> 
     ref = converged_tokens(layer, x, T)
     tr = simulate_tokens(layer, x, T)
     err = _rel(tr.final_tokens, ref)
-    assert tr.status == "success" and tr.stats["method"] == "adaptive"
+    assert tr.status == "success" and tr.stats["method"] == "DOP853"
     assert err < 1e-6, err
     # The achieved estimate is reported, bounded by rtol, and not below the real error.
     est = tr.stats["error_estimate"]
@@ -552,10 +552,10 @@ def test_adaptive_error_follows_rtol_and_both_pairs_converge() -> None:
     for pair in ("DOP853", "RK45"):
         errs = []
         for rtol in (1e-4, 1e-6, 1e-8):
-            tr = simulate_tokens(sched, x, method="adaptive", rtol=rtol, ivp_method=pair)
+            tr = simulate_tokens(sched, x, method=pair, rtol=rtol)
             errs.append(_rel(tr.final_tokens, exact))
             assert errs[-1] < rtol, (pair, rtol, errs[-1])
-            assert tr.stats["ivp_method"] == pair
+            assert tr.stats["method"] == pair
             np.testing.assert_allclose(tr.t[[0, -1]], [0.0, 1.2], atol=1e-15)
         assert errs[0] > errs[1] > errs[2], (pair, errs)
 
@@ -599,20 +599,17 @@ def test_adaptive_continues_from_the_step_its_controller_left() -> None:
     layer = sched.layer_at(0.0)
     x = rng.standard_normal((60, 3))
     T, rtol = 0.4, 1e-6
-    whole = simulate_tokens(layer, x, T, method="adaptive", rtol=rtol, ivp_method="RK45")
-    first = simulate_tokens(layer, x, T / 2, method="adaptive", rtol=rtol / 2, ivp_method="RK45")
+    whole = simulate_tokens(layer, x, T, method="RK45", rtol=rtol)
+    first = simulate_tokens(layer, x, T / 2, method="RK45", rtol=rtol / 2)
     step = first.stats["next_step"]
     assert 0.0 < step and math.isfinite(step)
-    fresh = simulate_tokens(
-        layer, first.final_tokens, T / 2, method="adaptive", rtol=rtol / 2, ivp_method="RK45"
-    )
+    fresh = simulate_tokens(layer, first.final_tokens, T / 2, method="RK45", rtol=rtol / 2)
     cont = simulate_tokens(
         layer,
         first.final_tokens,
         T / 2,
-        method="adaptive",
+        method="RK45",
         rtol=rtol / 2,
-        ivp_method="RK45",
         first_step=step,
     )
     # a fresh start spends an evaluation on Hairer's rule and starts from its cautious guess

@@ -40,9 +40,10 @@ STARVED_KEYS = 10.0
 REFERENCE_MAX_EVALS = 10**5
 #: Most depths of the predicted path at which ESS/N is evaluated.
 _ESS_POINTS = 64
-#: DOP853: 12 field evaluations per step; its stability interval on the negative real axis
-#: reaches about 6, so a step never covers more than ``6 / ρ(M)`` of depth.
-_DOP853_EVALS, _DOP853_STABILITY = 12, 6.0
+#: Field evaluations per step of each embedded pair and its stability interval on the negative
+#: real axis (a step never covers more than ``interval / ρ(M)`` of depth): DOP853 12 and about
+#: 6; Dormand–Prince 5(4) 6 and about 3.3 (Hairer & Wanner, *Solving ODEs II*, §IV.2).
+_PAIR_COST = {"DOP853": (12, 6.0), "RK45": (6, 3.3)}
 
 
 def _layers(ctrl: Control) -> list[Layer]:
@@ -107,10 +108,11 @@ def min_evals(
 ) -> int:
     """Field evaluations a token run needs at the least.
 
-    Exact for the fixed-step methods; for ``"adaptive"`` (DOP853) one evaluation per segment
-    and one for the first step, plus 12 per step, with at least one step per segment and at least
-    ``∫ ρ(M(t)) dt / 6`` steps (the stability limit of an explicit step, with ``M`` the
-    mean-field linear part along the predicted path; the token field has it as its own).
+    Exact for the fixed-step methods; for an embedded pair one evaluation per segment and one
+    for the first step, plus its evaluations per step (12 for DOP853, 6 for RK45), with at
+    least one step per segment and at least ``∫ ρ(M(t)) dt / interval`` steps (the stability
+    limit of an explicit step, with ``M`` the mean-field linear part along the predicted path;
+    the token field has it as its own).
     Without a predicted path (before it is computed), or when ``budget`` is spent before every
     rate along it is known (each is a dense ``O(d³)`` eigenvalue problem), one step per segment:
     still a lower bound.
@@ -121,8 +123,9 @@ def min_evals(
         return 4 * (steps_per_layer or 20) * segments
     if method in ("euler", "discrete"):
         return (steps_per_layer or 1) * segments
+    per_step, interval = _PAIR_COST[method]
     if predicted is None or len(predicted.t) == 0:
-        return 1 + (1 + _DOP853_EVALS) * segments
+        return 1 + (1 + per_step) * segments
     t = np.asarray(predicted.t, dtype=float)
     idx = np.unique(np.linspace(0, len(t) - 1, min(len(t), _ESS_POINTS)).astype(int))
     known: list[float] = []
@@ -135,8 +138,8 @@ def min_evals(
     for k in range(segments):
         inside = (t[idx] >= bps[k]) & (t[idx] <= bps[k + 1])
         rho = float(np.min(rates[inside])) if np.any(inside) else 0.0
-        steps = max(1, math.ceil(rho * (bps[k + 1] - bps[k]) / _DOP853_STABILITY))
-        total += 1 + _DOP853_EVALS * steps
+        steps = max(1, math.ceil(rho * (bps[k + 1] - bps[k]) / interval))
+        total += 1 + per_step * steps
     return total
 
 

@@ -51,6 +51,7 @@ from .._validation import (
     set_fields,
 )
 from ..errors import InvalidParametersError
+from ..model._token_integrators import ADAPTIVE_METHODS
 from ..model.gaussian import Gaussian
 from ..model.moments import Trajectory
 from ..model.params import Control, Layer, Schedule, as_control
@@ -71,7 +72,7 @@ from ._core import remaining_limit
 __all__ = ["TokenComparison", "compare_tokens"]
 
 _METRICS = ("mean_error", "cov_error", "bures_wasserstein")
-_METHODS = ("adaptive", "rk4", "euler", "discrete")
+_METHODS = (*ADAPTIVE_METHODS, "rk4", "euler", "discrete")
 #: Default cap on the token work, in token pairs (``N²`` per softmax head per field evaluation):
 #: about a minute of softmax at ~10 ns per pair. The shipped comparison (N = 256, 1024, 4096,
 #: three repeats, two heads, d = 3, T = 1: 26 evaluations per run, 50 for the run that stops at
@@ -112,10 +113,12 @@ class _CompareOptions:
         as_seed("seed", self.seed)
         method = self.method
         if method is None:
-            method = "rk4" if self.steps_per_layer is not None else "adaptive"
+            method = "rk4" if self.steps_per_layer is not None else "DOP853"
         set_fields(self, method=as_choice("method", method, _METHODS))
-        if self.rtol is not None and method != "adaptive":
-            raise InvalidParametersError(f"rtol: only used by method 'adaptive', got {method!r}")
+        if self.rtol is not None and method not in ADAPTIVE_METHODS:
+            raise InvalidParametersError(
+                f"rtol: only used by the embedded pairs {ADAPTIVE_METHODS}, got {method!r}"
+            )
         as_positive_int("n_points", self.n_points, maximum=10**4)
         tol = as_positive_float("slope_tol", self.slope_tol)
         if tol > 2.0:
@@ -277,13 +280,13 @@ def compare_tokens(
     seed
         Seed of the token samples.
     method
-        Token integrator (see :func:`gtcontrol.simulate_tokens`): ``"adaptive"``, ``"rk4"``,
-        ``"euler"`` or ``"discrete"``. ``None``: ``"rk4"`` when ``steps_per_layer`` is given,
-        else ``"adaptive"``.
+        Token integrator (see :func:`gtcontrol.simulate_tokens`): ``"DOP853"``, ``"RK45"``,
+        ``"rk4"``, ``"euler"`` or ``"discrete"``. ``None``: ``"rk4"`` when ``steps_per_layer``
+        is given, else ``"DOP853"``.
     steps_per_layer
         Steps per layer of the fixed-step methods (``None``: the method's default).
     rtol
-        Tolerance of ``"adaptive"``; ``None`` sizes it from the statistical error,
+        Tolerance of an embedded pair; ``None`` sizes it from the statistical error,
         ``clip(0.05 ρ / sqrt(N_max), 1e-9, 1e-3)`` with ``ρ ≤ 1`` the smallest ratio of the
         cloud's spread to its size along the path (the DOP853 error estimate is conservative by
         about 5; the integration check measures the real error).
@@ -377,9 +380,7 @@ def _work_needed(
     cost = {n: cost_per_eval(ctrl, n) for n in ns}
     evals = min_evals(ctrl, predicted, str(opts.method), opts.steps_per_layer, budget)
     # the reference run is adaptive: the same bound when the runs are (up to 64 eigenproblems)
-    ref = (
-        evals if opts.method == "adaptive" else min_evals(ctrl, predicted, "adaptive", None, budget)
-    )
+    ref = evals if opts.method == "DOP853" else min_evals(ctrl, predicted, "DOP853", None, budget)
     need = opts.repeats * sum(cost[n] for n in ns) * evals + cost[ns[0]] * ref
     if need > opts.max_work:
         per = ", ".join(f"N = {n}: {opts.repeats * cost[n] * evals:.3g}" for n in ns)
@@ -397,7 +398,7 @@ def _plan(ctrl: Control, predicted: Trajectory, opts: _CompareOptions, budget: B
     along the path that sharpen the size are computed while ``budget`` lasts."""
     cost, evals = _work_needed(ctrl, predicted, opts, budget)
     rtol = opts.rtol
-    if opts.method == "adaptive" and rtol is None:
+    if opts.method in ADAPTIVE_METHODS and rtol is None:
         ratio = spread_ratio(predicted)
         rtol = float(np.clip(0.05 * ratio / math.sqrt(opts.n_tokens[-1]), 1e-9, 1e-3))
     return _Plan(cost, rtol, evals)
@@ -438,7 +439,7 @@ class _Runner:
         if cap < 1:
             raise BudgetExhausted(f"the work cap max_work = {self.opts.max_work:.3g} was reached")
         kw: dict[str, Any] = (
-            {"method": "adaptive", "rtol": _REFERENCE_RTOL}
+            {"method": "DOP853", "rtol": _REFERENCE_RTOL}
             if ref
             else {
                 "method": self.opts.method,

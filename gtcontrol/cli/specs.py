@@ -398,12 +398,15 @@ SPECS: dict[str, TaskSpec] = {
             "repeats": Option(int, 3, _at_most(100), "independent samples per N"),
             "method": Option(
                 str,
-                "adaptive",
-                _one_of("rk4", "discrete", "adaptive"),
-                "token integrator: adaptive (error-controlled), rk4, discrete",
+                "DOP853",
+                _one_of("DOP853", "RK45", "rk4", "discrete"),
+                "token integrator: DOP853 or RK45 (error-controlled), rk4, discrete",
             ),
             "steps_per_layer": Option(
-                int, 20, _at_most(10**6), "token steps per layer for rk4/discrete (not adaptive)"
+                int,
+                20,
+                _at_most(10**6),
+                "token steps per layer for rk4/discrete (not DOP853/RK45)",
             ),
         },
         summary="token-level Transformer vs moment ODE, error against N",

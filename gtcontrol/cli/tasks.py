@@ -222,16 +222,16 @@ def _run_compare_tokens(design: Design, out: Path) -> dict[str, Any]:
     o = design.options
     run = RunBudget(design.time_limit, design.started)
     # Only what the design names is passed: otherwise compare_tokens picks its own integrator
-    # (adaptive, with a tolerance sized from the statistical error) and the spec's defaults for
+    # (DOP853, with a tolerance sized from the statistical error) and the spec's defaults for
     # the fixed-step methods (rk4, 20 steps) apply only when the design asks for them.
     given = design.raw.get("compare-tokens", {})
     given = given if isinstance(given, dict) else {}
     method = o["method"] if "method" in given else None
     steps = o["steps_per_layer"] if "steps_per_layer" in given or method == "rk4" else None
-    if method == "adaptive" and "steps_per_layer" in given:
+    if method in ("DOP853", "RK45") and "steps_per_layer" in given:
         raise DesignFileError(
             f"{design.source}: 'compare-tokens.steps_per_layer' is not used by method "
-            "'adaptive' (it picks its own steps); remove it"
+            f"{method!r} (an embedded pair picks its own steps); remove it"
         )
     cmp = compare_tokens(
         *_moment_problem(design),

@@ -241,7 +241,7 @@ def _run_adaptive(run: _Run, x: AnyArray) -> tuple[AnyArray, _End, dict[str, Any
     horizon = float(breaks[-1] - breaks[0])
     st = _Stepper(
         run,
-        _PAIRS[opts.ivp_method or "DOP853"],
+        _PAIRS[str(opts.method)],
         rtol=opts.resolved_rtol,
         atol=float(opts.atol or 0.0),
         horizon=horizon,
@@ -266,7 +266,7 @@ def _run_adaptive(run: _Run, x: AnyArray) -> tuple[AnyArray, _End, dict[str, Any
         if stop is not None:
             break
     stats: dict[str, Any] = {
-        "ivp_method": st.pair.name,
+        "method": st.pair.name,
         "rtol": st.rtol,
         "atol": st.atol,
         "steps": st.steps,

@@ -41,13 +41,15 @@ from .params import Control, Schedule
 
 __all__: list[str] = []
 
-_METHODS = ("adaptive", "rk4", "euler", "discrete")
-_IVP_METHODS = ("RK45", "DOP853")
+#: The embedded pairs (error-controlled steps) and the fixed-step methods.
+ADAPTIVE_METHODS = ("DOP853", "RK45")
+_METHODS = (*ADAPTIVE_METHODS, "rk4", "euler", "discrete")
 _RECORDS = ("steps", "layers")
 _DTYPES = (np.dtype(np.float64), np.dtype(np.float32))
 _DEFAULT_RK4_STEPS = 20
-#: Default ``rtol`` of ``"adaptive"``: the accepted local errors sum to at most this (relative to
-#: the token scale) over the horizon, so the default run is within ~1e-6 of a converged one.
+#: Default ``rtol`` of the embedded pairs: the accepted local errors sum to at most this
+#: (relative to the token scale) over the horizon, so the default run is within ~1e-6 of a
+#: converged one.
 _DEFAULT_RTOL = {np.dtype(np.float64): 1e-7, np.dtype(np.float32): 1e-4}
 #: Smallest ``rtol``: 100 machine epsilons of the working dtype (below, rounding dominates).
 _RTOL_FLOOR_EPS = 100.0
@@ -59,12 +61,12 @@ AnyArray = NDArray[Any]
 
 
 def rtol_floor(dtype: Any) -> float:
-    """The smallest ``rtol`` of ``"adaptive"`` in ``dtype``: 100 machine epsilons."""
+    """The smallest ``rtol`` of an embedded pair in ``dtype``: 100 machine epsilons."""
     return _RTOL_FLOOR_EPS * float(np.finfo(np.dtype(dtype)).eps)
 
 
 def adaptive_rtol(rtol: float | None, dtype: Any) -> float:
-    """``rtol`` of ``"adaptive"``, or its default for ``dtype`` when ``None``."""
+    """``rtol`` of an embedded pair, or its default for ``dtype`` when ``None``."""
     return float(rtol) if rtol is not None else _DEFAULT_RTOL[np.dtype(dtype)]
 
 
@@ -76,15 +78,15 @@ class _TokenOptions:
     Attributes
     ----------
     method
-        ``"adaptive"`` (an embedded Runge–Kutta pair with error control on the whole token
-        ensemble, :mod:`gtcontrol.model._token_adaptive`), ``"rk4"`` (classical fixed-step
-        Runge–Kutta) or ``"euler"`` / ``"discrete"`` (the residual network ``x ← x + h v(x)``,
-        Euler–Maruyama with noise). ``None``: ``"rk4"`` when ``steps_per_layer`` is given (the
-        former default), else ``"adaptive"``.
+        ``"DOP853"`` or ``"RK45"`` (an embedded Runge–Kutta pair with error control on the
+        whole token ensemble, :mod:`gtcontrol.model._token_adaptive`), ``"rk4"`` (classical
+        fixed-step Runge–Kutta) or ``"euler"`` / ``"discrete"`` (the residual network
+        ``x ← x + h v(x)``, Euler–Maruyama with noise). ``None``: ``"rk4"`` when
+        ``steps_per_layer`` is given, else ``"DOP853"``.
     steps_per_layer
         Fixed steps per layer (per segment between breakpoints), at most ``10**6``. ``None``:
         20 for ``"rk4"``, 1 for ``"euler"``/``"discrete"`` (a real L-layer network). Refused by
-        ``"adaptive"``.
+        the embedded pairs.
     block_size
         Query rows per attention tile; ``None``: the kernel's default (128 rows × 256 keys).
     backend
@@ -93,14 +95,13 @@ class _TokenOptions:
     record
         ``"steps"``: empirical moments after every (accepted) step; ``"layers"``: only at the
         breakpoints.
-    rtol, atol, ivp_method
-        Error control of ``"adaptive"``: the accepted local errors, each relative to
+    rtol, atol
+        Error control of the embedded pairs: the accepted local errors, each relative to
         ``max(|x|, rms of the tokens)`` plus ``atol / rtol``, sum to at most ``rtol`` over the
-        horizon. Defaults ``1e-7`` (``1e-4`` in float32), ``0``, ``"DOP853"`` (or ``"RK45"``).
-        ``rtol`` is at least 100 machine epsilons of ``dtype``. Refused with the fixed-step
-        methods.
+        horizon. Defaults ``1e-7`` (``1e-4`` in float32) and ``0``. ``rtol`` is at least 100
+        machine epsilons of ``dtype``. Refused with the fixed-step methods.
     first_step
-        First step of ``"adaptive"`` (``None``: Hairer's starting rule); a run's
+        First step of an embedded pair (``None``: Hairer's starting rule); a run's
         ``stats["next_step"]`` continues it. Refused with the fixed-step methods.
     dtype
         ``float64`` (default) or ``float32`` for the token arithmetic; moments are always
@@ -118,7 +119,6 @@ class _TokenOptions:
     record: str = "steps"
     rtol: float | None = None
     atol: float | None = None
-    ivp_method: str | None = None
     first_step: float | None = None
     dtype: Any = np.float64
     max_evals: int = DEFAULT_MAX_EVALS
@@ -126,29 +126,29 @@ class _TokenOptions:
 
     def __post_init__(self) -> None:
         if self.method is None:
-            auto = "rk4" if self.steps_per_layer is not None else "adaptive"
+            auto = "rk4" if self.steps_per_layer is not None else "DOP853"
             set_fields(self, method=auto)
         as_choice("method", self.method, _METHODS)
-        adaptive = self.method == "adaptive"
+        adaptive = self.adaptive
         if self.steps_per_layer is not None:
             as_positive_int("steps_per_layer", self.steps_per_layer, maximum=_MAX_STEPS_PER_LAYER)
             if adaptive:
                 raise InvalidParametersError(
-                    "steps_per_layer: not used by method 'adaptive' (it picks its own steps)"
+                    f"steps_per_layer: not used by method {self.method!r} (an embedded pair "
+                    "picks its own steps)"
                 )
         if self.block_size is not None:
             as_positive_int("block_size", self.block_size, maximum=_MAX_BLOCK)
         as_choice("record", self.record, _RECORDS)
         as_choice("backend", self.backend, BACKENDS)
-        for name in ("rtol", "atol", "ivp_method", "first_step"):
+        for name in ("rtol", "atol", "first_step"):
             if getattr(self, name) is not None and not adaptive:
                 raise InvalidParametersError(
-                    f"{name}: only used by method 'adaptive', got method {self.method!r}"
+                    f"{name}: only used by the embedded pairs {ADAPTIVE_METHODS}, got method "
+                    f"{self.method!r}"
                 )
         if self.atol is not None:
             as_nonnegative_float("atol", self.atol)
-        if self.ivp_method is not None:
-            as_choice("ivp_method", self.ivp_method, _IVP_METHODS)
         if self.first_step is not None:
             as_positive_float("first_step", self.first_step)
         as_max_evals(self.max_evals)
@@ -172,8 +172,13 @@ class _TokenOptions:
                 )
 
     @property
+    def adaptive(self) -> bool:
+        """Whether the method is an embedded pair (error-controlled steps)."""
+        return self.method in ADAPTIVE_METHODS
+
+    @property
     def resolved_rtol(self) -> float:
-        """``rtol`` of ``"adaptive"`` (its default depends on the dtype)."""
+        """``rtol`` of the embedded pair (its default depends on the dtype)."""
         return adaptive_rtol(self.rtol, self.dtype)
 
     @property

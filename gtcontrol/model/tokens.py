@@ -68,7 +68,7 @@ class TokenTrajectory(Outcome):
     snapshots
         ``((t, tokens), ...)`` at the requested snapshot depths, sorted by depth (for plotting
         clouds). Fixed-step methods snapshot at the step depth nearest to each request (``t``
-        is that depth; the step grid is never altered to hit it); ``"adaptive"`` hits it exactly.
+        is that depth; the step grid is never altered to hit it); an embedded pair hits it exactly.
     final_tokens
         Tokens ``(N, d)`` where the integration stopped (the last finite state after an
         overflow, the last completed step when the budget ran out).
@@ -80,7 +80,7 @@ class TokenTrajectory(Outcome):
         out; the tokens of the last completed step are kept) or ``FAILED`` (the adaptive step
         size collapsed; ``message`` says why).
     overflow_time
-        Depth of the step that produced non-finite tokens (for ``"adaptive"``: the end of the
+        Depth of the step that produced non-finite tokens (for an embedded pair: the end of the
         shortest step tried, after the step size collapsed on non-finite tokens); ``math.inf``
         otherwise. Tokens overflow; only the moment model has a finite-time blow-up
         (:attr:`Trajectory.blowup_time <gtcontrol.Trajectory.blowup_time>`).
@@ -88,11 +88,11 @@ class TokenTrajectory(Outcome):
         ``method``, ``steps`` (accepted steps), ``n_velocity`` (field evaluations over all
         tokens), ``n_attention`` (softmax-head evaluations, the ``O(N² d)`` passes),
         ``block_size``, ``n_tokens``, ``seconds``; ``steps_per_layer`` for the fixed-step
-        methods; for ``"adaptive"`` also ``nfev`` (= ``n_velocity``), ``rejected`` (rejected
+        methods; for an embedded pair also ``nfev`` (= ``n_velocity``), ``rejected`` (rejected
         steps), ``nonfinite_rejections``, ``error_estimate`` (the sum of the accepted local
         errors relative to the token scale: the achieved global relative error when errors are
         carried by the flow no faster than the tokens; at most ``rtol``), ``rtol``, ``atol``,
-        ``ivp_method``, ``min_step``, ``max_step`` and ``next_step`` (the step the controller
+        ``min_step``, ``max_step`` and ``next_step`` (the step the controller
         would take next: ``first_step`` of a continuation).
     message
         How the integration ended, in words.
@@ -169,7 +169,6 @@ def simulate_tokens(
     seed: np.random.Generator | int | None = None,
     rtol: float | None = None,
     atol: float | None = None,
-    ivp_method: str | None = None,
     first_step: float | None = None,
     dtype: Any = np.float64,
     max_evals: int = DEFAULT_MAX_EVALS,
@@ -195,8 +194,9 @@ def simulate_tokens(
     T
         Horizon; optional for controls that carry their own.
     method
-        ``"adaptive"`` (the default unless ``steps_per_layer`` is given): an embedded
-        Runge–Kutta pair (DOP853 by default) with error control on the whole ensemble, error per
+        ``"DOP853"`` (the default unless ``steps_per_layer`` is given; order 8, 12 field
+        evaluations per step) or ``"RK45"`` (Dormand–Prince 5(4), 6 per step; cheaper at loose
+        ``rtol``): an embedded Runge–Kutta pair with error control on the whole ensemble, error per
         unit step, so that the accepted local errors sum to at most ``rtol`` over the horizon
         whatever ``T`` (the default is within ~1e-6 relative of a converged integration; see
         ``stats["error_estimate"]``). ``"rk4"``: classical RK4 with ``steps_per_layer`` fixed
@@ -207,7 +207,7 @@ def simulate_tokens(
         as ``N → ∞``.
     steps_per_layer
         Fixed steps per layer (per segment between breakpoints), at most ``10**6``. ``None``:
-        20 for ``"rk4"``, 1 for ``"euler"``/``"discrete"``. Refused with ``"adaptive"``.
+        20 for ``"rk4"``, 1 for ``"euler"``/``"discrete"``. Refused with the embedded pairs.
     block_size
         Query rows per attention tile (at most ``10**7``); ``None``: the kernel's default
         (128 query rows × 256 keys, in cache; :mod:`gtcontrol.model.attention`).
@@ -217,7 +217,7 @@ def simulate_tokens(
         equal to numpy's to ~1e-15; refused when torch is not installed).
     record
         ``"steps"`` (default): empirical moments after every step (every accepted step for
-        ``"adaptive"``); ``"layers"``: only at the breakpoints.
+        an embedded pair); ``"layers"``: only at the breakpoints.
     times
         Depths at which to keep a copy of all tokens (see :attr:`TokenTrajectory.snapshots`).
     noise
@@ -229,16 +229,13 @@ def simulate_tokens(
         Seed (a non-negative integer) or ``numpy.random.Generator`` of the noise; pass one for
         reproducible runs.
     rtol, atol
-        Tolerances of ``"adaptive"``: a step is accepted when its local error, in the RMS over
+        Tolerances of the embedded pairs: a step is accepted when its local error, in the RMS over
         all coordinates of ``e / (atol + rtol · max(|x|, |x⁺|, rms of the tokens))``, is at most
         ``h / T``. Defaults ``rtol = 1e-7`` (``1e-4`` for float32; at least 100 machine
         epsilons of ``dtype``, at most ``0.1``) and ``atol = 0``. Refused with the fixed-step
         methods.
-    ivp_method
-        Embedded pair of ``"adaptive"``: ``"DOP853"`` (default; order 8, 12 field evaluations
-        per step) or ``"RK45"`` (Dormand–Prince 5(4), 6 per step; cheaper at loose ``rtol``).
     first_step
-        First step of ``"adaptive"``; ``None``: Hairer's starting rule (one extra field
+        First step of an embedded pair; ``None``: Hairer's starting rule (one extra field
         evaluation, and on a stiff field a cautious guess that the controller must grow).
         ``stats["next_step"]`` of a run is the step its controller would take next: passed
         here with its final tokens, it continues that run (MiniLM layer 0 at ``I ⊕ 0``,
@@ -272,7 +269,7 @@ def simulate_tokens(
     Notes
     -----
     Cost per field evaluation: ``O(N² d)`` per head with ``B_h ≠ 0``, memory ``O(N d + threads ·
-    block_size · 256)``; see :mod:`gtcontrol.model.attention`. ``"adaptive"`` stores the stages
+    block_size · 256)``; see :mod:`gtcontrol.model.attention`. ``"DOP853"`` stores the stages
     of one step (``13 N d`` numbers for DOP853) and spends ``12`` evaluations per step (plus one
     per segment and one for its first step); its step count grows with ``T`` times the field's
     rate, where the fixed-step methods keep their count and lose accuracy
@@ -311,7 +308,7 @@ def simulate_tokens(
         progress(f"{x.shape[0]} tokens, depth {t_end:g}", total=t_end - t_start) as update,
     ):
         run = _Run(ctrl, opts, work, rec, snap_times, lambda t: update(t - t_start))
-        if opts.method == "adaptive":
+        if opts.adaptive:
             x, end, adaptive_stats = _run_adaptive(run, x)
             stats.update(adaptive_stats)
             n_steps = int(adaptive_stats["steps"])

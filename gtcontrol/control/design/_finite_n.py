@@ -68,7 +68,7 @@ from ..._validation import (
 )
 from ...analysis.equilibria import mean_matrix
 from ...errors import InvalidGaussianError, InvalidParametersError
-from ...model._token_integrators import adaptive_rtol, rtol_floor
+from ...model._token_integrators import ADAPTIVE_METHODS, adaptive_rtol, rtol_floor
 from ...model.field import affine_velocity
 from ...model.finite_n import ess_fraction, worst_ess_fraction
 from ...model.gaussian import Gaussian, check_gaussian
@@ -430,10 +430,11 @@ _MAX_SNAPSHOTS = 10_000
 _MAX_FLOOR_SAMPLES = 1_000
 #: RK4 step ``h`` with ``h · λ ≤ _STEP_RATE``, ``λ = ‖K*‖₂ + max(‖M(Σ0)‖₂, ‖M(Σ*)‖₂)``.
 _STEP_RATE = 1.0
-#: Methods of the token simulation, and the default snapshots of ``"adaptive"``.
-_METHODS = ("rk4", "adaptive")
+#: Methods of the token simulation (RK4 at fixed steps, or an embedded pair of
+#: :func:`gtcontrol.simulate_tokens`), and the default snapshots of an embedded pair.
+_METHODS = ("rk4", *ADAPTIVE_METHODS)
 _ADAPTIVE_SNAPSHOTS = 33
-#: Cap of ``"adaptive"``: this many times the evaluations of the RK4 rule (``4 ⌈Tλ⌉``).
+#: Cap of an embedded pair: this many times the evaluations of the RK4 rule (``4 ⌈Tλ⌉``).
 _ADAPTIVE_EVALS = 3
 #: Recorded depths at which the distance to the target is measured (both ends included).
 _W2_POINTS = 33
@@ -454,7 +455,7 @@ class TokenCertificate(ResultFields, Outcome):
     T
         Depth of the token simulation.
     steps
-        Fixed RK4 steps, or the accepted steps of ``method="adaptive"``.
+        Fixed RK4 steps, or the accepted steps of an embedded pair (``"RK45"``, ``"DOP853"``).
     initial
         The Gaussian the tokens were sampled from.
     w2
@@ -550,13 +551,15 @@ class _TokenCheckOptions:
         if self.steps is not None:
             as_positive_int("steps", self.steps, maximum=_MAX_STEPS)
         as_choice("method", self.method, _METHODS)
-        if self.method == "adaptive" and self.steps is not None:
+        if self.method != "rk4" and self.steps is not None:
             raise InvalidParametersError(
-                "steps: fixed steps are for method='rk4'; 'adaptive' chooses its own"
+                f"steps: fixed steps are for method='rk4'; {self.method!r} chooses its own"
             )
         if self.rtol is not None:
-            if self.method != "adaptive":
-                raise InvalidParametersError("rtol: a tolerance is for method='adaptive'")
+            if self.method == "rk4":
+                raise InvalidParametersError(
+                    f"rtol: a tolerance is for an embedded pair {ADAPTIVE_METHODS}, not 'rk4'"
+                )
             if not as_positive_float("rtol", self.rtol) <= 0.1:
                 raise InvalidParametersError(
                     f"rtol: expected a number in (0, 0.1], got {self.rtol!r}"
@@ -710,14 +713,15 @@ def design_token_certificate(
         ``λ = ‖K*‖₂ + max(‖M(Σ0)‖₂, ‖M(Σ*)‖₂)`` (``h λ ≤ 1``; the tests check that halving
         the step changes ``w2`` by less than 1e-4 of the floor).
     method
-        ``"rk4"`` (default): fixed steps. ``"adaptive"``: the embedded Runge–Kutta pair RK45 of
-        :func:`gtcontrol.simulate_tokens`, whose error control also finds the steps a stiff
+        ``"rk4"`` (default): fixed steps. ``"RK45"`` or ``"DOP853"``: that embedded Runge–Kutta
+        pair of :func:`gtcontrol.simulate_tokens` (RK45 is the cheaper at the loose tolerances
+        of a check), whose error control also finds the steps a stiff
         token field needs (a finite-N stiffness the moment model does not show, e.g. a softmax
         head of large gain); ``steps`` is then the number of accepted steps. It is capped at
         three times the field evaluations of the RK4 rule below: a run that needs more (tokens
         that blow up, a very stiff field) ends ``BUDGET_EXHAUSTED`` and says so.
     rtol
-        Tolerance of ``"adaptive"`` (in ``(0, 0.1]``; ``None``: the default of
+        Tolerance of an embedded pair (in ``(0, 0.1]``; ``None``: the default of
         :func:`gtcontrol.simulate_tokens` for ``dtype``): the accepted local errors sum to at
         most ``rtol`` of the tokens' scale over ``[0, T]``.
     seed
@@ -729,7 +733,7 @@ def design_token_certificate(
     n_points
         Depths (evenly spaced on ``[0, T]``, both ends included, at the nearest step) where the
         empirical ``ESS/N`` of every token is evaluated (``≥ 2``); ``None``: every step (33
-        depths with ``"adaptive"``), as far as the copies of the tokens fit in 256 MiB (each
+        depths with an embedded pair), as far as the copies of the tokens fit in 256 MiB (each
         costs one softmax pass per head, a quarter of an RK4 step).
     floor_samples
         Fresh target samples whose median distance is the floor.
@@ -785,7 +789,7 @@ def design_token_certificate(
     g0 = as_initial(initial, tgt.dim)
     budget = Budget(opts.time_limit)
     depth = _default_depth(layer, tgt) if opts.T is None else float(opts.T)
-    adaptive = opts.method == "adaptive"
+    adaptive = opts.method != "rk4"
     max_evals = DEFAULT_MAX_EVALS
     if adaptive:
         n_steps = 0  # chosen by the error control; the result reports the accepted steps
@@ -893,15 +897,15 @@ def _move(
     first_step: float | None = None,
     rtol: float | None = None,
 ) -> TokenTrajectory:
-    """The token simulation of the check: ``steps`` RK4 steps, or RK45 when ``None`` (at
-    ``rtol``, default the check's, and from ``first_step`` when given: a continuation)."""
+    """The token simulation of the check: ``steps`` RK4 steps, or its embedded pair when
+    ``None`` (at ``rtol``, default the check's, and from ``first_step`` when given: a
+    continuation)."""
     return simulate_tokens(
         layer,
         x0,
         depth,
-        method=opts.method,
+        method="rk4" if steps is not None else opts.method,
         steps_per_layer=steps,
-        ivp_method=None if steps is not None else "RK45",
         rtol=opts.rtol if rtol is None else rtol,
         first_step=first_step,
         times=snaps,
@@ -936,7 +940,7 @@ def _until_away(
     times more per unit depth, and at the stability edge of a stiff token field the
     controller then has steps rejected (MiniLM layer 0 at ``I ⊕ 0``, N = 1024: 648 evaluations
     where one run takes 452)."""
-    adaptive = opts.method == "adaptive"
+    adaptive = opts.method != "rk4"
     tol, tol_floor = adaptive_rtol(opts.rtol, opts.dtype), rtol_floor(opts.dtype)
     parts: list[tuple[float, TokenTrajectory]] = []
     x, done, end, evals = x0, 0.0, depth / 2.0**_STRETCHES, 0

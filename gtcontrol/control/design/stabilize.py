@@ -1372,7 +1372,7 @@ class _Context:
             n_tokens=n_tok,
             initial=self.token_start,
             T=depth,
-            method="adaptive" if adaptive else "rk4",
+            method="RK45" if adaptive else "rk4",
             rtol=_TOKEN_RTOL if adaptive else None,
             seed=self.seed,
             min_token_ess=0.0,

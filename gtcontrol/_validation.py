@@ -22,12 +22,14 @@ __all__ = [
     "MAX_DIM",
     "MAX_ENTRY",
     "MAX_SAMPLES",
+    "as_cap",
     "as_choice",
     "as_dim",
     "as_float_array",
     "as_float_dtype",
     "as_max_evals",
     "as_nonnegative_float",
+    "as_nonnegative_int",
     "as_option_group",
     "as_positive_float",
     "as_positive_int",
@@ -253,7 +255,19 @@ def as_max_evals(value: Any) -> int:
     >>> as_max_evals(1000)
     1000
     """
-    return as_positive_int("max_evals", value, maximum=MAX_EVALS_LIMIT)
+    return as_cap("max_evals", value)
+
+
+def as_cap(name: str, value: Any) -> int:
+    """Validate an iteration or step cap (``max_iter``, ``max_steps``): a positive integer up to
+    ``MAX_EVALS_LIMIT`` (a larger cap is no cap, and is refused as absurd, as ``max_evals``).
+
+    Examples
+    --------
+    >>> as_cap("max_steps", 500)
+    500
+    """
+    return as_positive_int(name, value, maximum=MAX_EVALS_LIMIT)
 
 
 def as_positive_int(name: str, value: Any, *, maximum: int | None = None) -> int:
@@ -263,6 +277,25 @@ def as_positive_int(name: str, value: Any, *, maximum: int | None = None) -> int
     if maximum is not None and value > maximum:
         raise InvalidParametersError(
             f"{name}: expected a positive integer at most {maximum}, got {_short(value)}"
+        )
+    return int(value)
+
+
+def as_nonnegative_int(name: str, value: Any, *, maximum: int) -> int:
+    """Validate an integer from 0 to ``maximum`` (a count where 0 means none; bools are refused).
+
+    Examples
+    --------
+    >>> as_nonnegative_int("verify_tokens", 0, maximum=10)
+    0
+    """
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, np.integer))
+        or not 0 <= value <= maximum
+    ):
+        raise InvalidParametersError(
+            f"{name}: expected an integer from 0 to {maximum}, got {_short(value)}"
         )
     return int(value)
 

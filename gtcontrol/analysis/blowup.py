@@ -48,7 +48,7 @@ from typing import Any
 
 from .._display import Axes, SummaryItems
 from .._status import Budget, BudgetExhausted, OutcomeOrBlowup, Status
-from .._validation import as_positive_float, as_positive_int, as_time_limit
+from .._validation import as_cap, as_positive_float, as_time_limit
 from ..errors import InvalidParametersError
 from ..model.gaussian import Gaussian, check_gaussian
 from ..model.params import Layer
@@ -86,7 +86,7 @@ class _BlowupOptions:
             as_positive_float("T", self.T)
         if not 0 < as_positive_float("rtol", self.rtol) < 1e-3:
             raise InvalidParametersError(f"rtol: expected a number in (0, 1e-3), got {self.rtol!r}")
-        as_positive_int("max_steps", self.max_steps)
+        as_cap("max_steps", self.max_steps)
 
 
 @dataclass(frozen=True, eq=False)

@@ -111,6 +111,8 @@ class _CompareOptions:
         set_fields(self, n_tokens=tuple(ns))
         as_positive_int("repeats", self.repeats, maximum=1000)
         as_seed("seed", self.seed)
+        if self.steps_per_layer is not None:
+            as_positive_int("steps_per_layer", self.steps_per_layer, maximum=10**6)
         method = self.method
         if method is None:
             method = "rk4" if self.steps_per_layer is not None else "DOP853"

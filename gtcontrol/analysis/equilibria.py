@@ -425,7 +425,7 @@ def equilibria(
     starts
         Extra Newton starts (symmetric ``d×d``).
     n_random
-        Newton: random positive-definite starts (≥ 0).
+        Newton: random positive-definite starts (0 to 10,000).
     seed
         Newton: seed of the random starts; homotopy: seed of γ and of the projective chart.
     newton

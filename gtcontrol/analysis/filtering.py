@@ -454,7 +454,7 @@ def kalman_covariance(
     times
         Increasing depths ``≥ 0``; the first may be 0.
     rtol, atol
-        Integrator tolerances (``atol`` scaled by ``max(‖P(0)‖_max, 1)``).
+        Integrator tolerances, positive (``atol`` scaled by ``max(‖P(0)‖_max, 1)``).
     %(budget)s
 
     Returns
@@ -499,6 +499,7 @@ def kalman_covariance(
     t = as_float_array("times", np.atleast_1d(np.asarray(times, dtype=float)), ndim=1)
     if t.size == 0 or t[0] < 0 or np.any(np.diff(t) <= 0):
         raise InvalidParametersError("times: expected increasing depths ≥ 0")
+    rtol, atol = as_positive_float("rtol", rtol), as_positive_float("atol", atol)
     budget = Budget(as_time_limit(time_limit), max_evals=as_max_evals(max_evals))
     f, q, info = data.F, data.Q, data.information
     iu, _ = vech_index(d)

@@ -33,7 +33,9 @@ from .._display import Axes, SummaryItems
 from .._linalg import FloatArray, schur_sylvester, sym, unvech, vech, vech_index
 from .._status import Budget, BudgetExhausted, Outcome, ResultFields, Status
 from .._validation import (
+    as_cap,
     as_float_array,
+    as_nonnegative_int,
     as_option_group,
     as_positive_float,
     as_positive_int,
@@ -55,6 +57,9 @@ __all__ = [
 
 #: Default work cap of a search (flops): about 10–40 s on a laptop core, whatever d is.
 DEFAULT_MAX_WORK = 2e11
+
+#: Largest ``n_random`` accepted (the search's own cap on random starts stops it sooner).
+_MAX_RANDOM_STARTS = 10_000
 
 #: GMRES per Newton step: inner iterations per restart and restarts (≤ 180 Jacobian
 #: applications); an unconverged solve is an inexact Newton direction the line search checks.
@@ -362,7 +367,7 @@ class NewtonSettings:
     def __post_init__(self) -> None:
         if not 0 < as_positive_float("tol", self.tol) < 1:
             raise InvalidParametersError(f"tol: expected a number in (0, 1), got {self.tol!r}")
-        as_positive_int("max_iter", self.max_iter)
+        as_cap("max_iter", self.max_iter)
         as_positive_int("kron_max_dim", self.kron_max_dim)
         as_positive_float("deflation_power", self.deflation_power)
         as_positive_float("deflation_shift", self.deflation_shift)
@@ -389,14 +394,7 @@ class _NewtonOptions(NewtonSettings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if (
-            isinstance(self.n_random, bool)
-            or not isinstance(self.n_random, int)
-            or self.n_random < 0
-        ):
-            raise InvalidParametersError(
-                f"n_random: expected a non-negative integer, got {self.n_random!r}"
-            )
+        as_nonnegative_int("n_random", self.n_random, maximum=_MAX_RANDOM_STARTS)
         as_seed("seed", self.seed)
         as_positive_float("max_work", self.max_work)
 

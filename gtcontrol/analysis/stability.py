@@ -50,7 +50,7 @@ from .._blas import arpack_products
 from .._display import Axes, SummaryItems
 from .._linalg import FloatArray, spd_sqrt_pair, sym, unvech, vech, vech_scale
 from .._status import Budget, BudgetExhausted, Outcome, ResultFields, Status, as_time_limit
-from .._validation import as_choice, as_positive_int, frozen
+from .._validation import as_choice, as_nonnegative_float, as_positive_int, frozen
 from ..errors import InvalidParametersError
 from ..model.field import affine_velocity, moment_field
 from ..model.gaussian import Gaussian, check_gaussian
@@ -290,7 +290,8 @@ def linearization_spectrum(
     method
         ``"auto"`` (dense when ``r(r+1)/2 ≤ 1500``, else Krylov), ``"dense"`` or ``"krylov"``.
     tol
-        Relative accuracy of the Krylov eigenvalues (ARPACK ``tol``; default 1e-10).
+        Relative accuracy of the Krylov eigenvalues, in ``[0, 1)`` (ARPACK ``tol``: 0 means
+        machine precision; default 1e-10).
     numerical_abscissa
         Also compute the numerical abscissa ``ω`` (Lanczos on the symmetric part; default
         true).
@@ -337,7 +338,7 @@ def linearization_spectrum(
     target = check_gaussian(equilibrium, layer.dim, "equilibrium")
     kk = as_positive_int("k", k, maximum=10_000)
     as_choice("method", method, ("auto", "dense", "krylov"))
-    if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not 0.0 <= float(tol) < 1.0:
+    if not as_nonnegative_float("tol", tol) < 1.0:
         raise InvalidParametersError(f"tol: expected a number in [0, 1), got {tol!r}")
     if not isinstance(numerical_abscissa, bool):
         raise InvalidParametersError(

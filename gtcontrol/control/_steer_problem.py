@@ -33,6 +33,7 @@ from .._validation import (
     _short,
     as_choice,
     as_nonnegative_float,
+    as_nonnegative_int,
     as_option_group,
     as_positive_float,
     as_positive_int,
@@ -47,7 +48,13 @@ from ..model.tokens import simulate_tokens
 from ._ipopt import IpoptSettings
 from ._transcription import PARAMS, Problem, Solution, SteeringBounds
 from .ot import trajectory_energy
-from .reachability import check_mode, check_pair, check_reachable, problem_scale
+from .reachability import (
+    check_mode,
+    check_n_layers,
+    check_pair,
+    check_reachable,
+    problem_scale,
+)
 
 __all__ = ["Collocation", "SteeringBounds", "SteeringResult"]
 
@@ -65,18 +72,6 @@ FLOW_MIN_DIM = {"full": 5, "attention": 5, "ffn": 9}
 MAX_INTERVALS, MAX_CORRECTIONS, MAX_TOKEN_CHECK = 64, 100, 10**6
 #: IPOPT's defaults in steering (``IpoptSettings`` fields left ``None``).
 DEFAULT_MAX_ITER, DEFAULT_TOL = 500, 1e-8
-
-
-def _nonnegative_int(name: str, value: Any, maximum: int) -> int:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, np.integer))
-        or not 0 <= value <= maximum
-    ):
-        raise InvalidParametersError(
-            f"{name}: expected an integer from 0 to {maximum}, got {_short(value)}"
-        )
-    return int(value)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -121,7 +116,7 @@ class Collocation:
 
     def __post_init__(self) -> None:
         as_positive_int("intervals", self.intervals, maximum=MAX_INTERVALS)
-        _nonnegative_int("max_corrections", self.max_corrections, MAX_CORRECTIONS)
+        as_nonnegative_int("max_corrections", self.max_corrections, maximum=MAX_CORRECTIONS)
         as_choice("parallelization", self.parallelization, PARALLEL)
         if not isinstance(self.cache, (bool, np.bool_)):
             raise InvalidParametersError(f"cache: expected a bool, got {_short(self.cache)}")
@@ -311,7 +306,7 @@ def make_plan(
     mode = check_mode(mode)
     check_reachable(initial, target, mode=mode)
     t_hor = as_positive_float("T", T)
-    n = as_positive_int("n_layers", n_layers)
+    n = check_n_layers(n_layers)
     d = initial.dim
     if opts.terminal == "kl" and (initial.rank < d or target.rank < d):
         raise InvalidParametersError(

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import as_choice
+from .._validation import as_choice, as_positive_int
 from ..errors import InvalidGaussianError, UnreachableTargetError
 from ..model.gaussian import Gaussian
 
@@ -37,6 +37,16 @@ ZERO_MEAN_RTOL = 1e-12
 def check_mode(mode: Any) -> str:
     """Validate a parameter mode (one of :data:`MODES`)."""
     return str(as_choice("mode", mode, MODES))
+
+
+#: Largest number of layers of a steering schedule: the schedule and the steering NLP grow with
+#: it, and past it building them alone outlasts any time limit.
+MAX_LAYERS = 1_000
+
+
+def check_n_layers(n_layers: Any) -> int:
+    """Validate the number of layers of a steering schedule (1 to :data:`MAX_LAYERS`)."""
+    return as_positive_int("n_layers", n_layers, maximum=MAX_LAYERS)
 
 
 def check_pair(initial: Any, target: Any) -> tuple[Gaussian, Gaussian]:

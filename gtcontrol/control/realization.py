@@ -20,7 +20,7 @@ import numpy as np
 import scipy.linalg
 
 from .._linalg import FloatArray, sym
-from .._validation import as_float_array, as_positive_float, as_positive_int
+from .._validation import as_float_array, as_positive_float
 from ..errors import InvalidGaussianError, InvalidParametersError
 from ..model.gaussian import Gaussian
 from ..model.moments import simulate
@@ -29,6 +29,7 @@ from .ot import OTSteering, general_position, ot_steering, pinv_cols, range_basi
 from .reachability import (
     ZERO_MEAN_RTOL,
     check_mode,
+    check_n_layers,
     check_reachable,
     is_zero_mean,
     problem_scale,
@@ -435,7 +436,7 @@ def exact_layer_steering(
     T
         Depth, positive.
     n_layers
-        Number ``L`` of constant layers, positive.
+        Number ``L`` of constant layers (1 to 1,000).
     mode
         ``"full"``, ``"ffn"`` or ``"attention"``.
 
@@ -473,7 +474,7 @@ def exact_layer_steering(
     mode = check_mode(mode)
     check_reachable(initial, target, mode=mode)
     t_hor = as_positive_float("T", T)
-    n = as_positive_int("n_layers", n_layers)
+    n = check_n_layers(n_layers)
     if mode == "attention":
         return Schedule(_attention_layers(initial, target, t_hor, n), t_hor)
     if general_position(initial, target):

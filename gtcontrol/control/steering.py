@@ -35,7 +35,7 @@ import numpy as np
 from .._blas import calm_blas
 from .._linalg import FloatArray, vech
 from .._status import Budget, Status, as_time_limit
-from .._validation import as_positive_float, as_positive_int, option_values
+from .._validation import as_positive_float, option_values
 from ..errors import InvalidParametersError, SolverError
 from ..model.gaussian import Gaussian
 from ..model.moments import Trajectory
@@ -61,7 +61,7 @@ from ._steer_problem import (
     verify,
 )
 from ._transcription import Solution, Transcription, build_estimate, pack, to_layer, transcription
-from .reachability import check_mode
+from .reachability import check_mode, check_n_layers
 
 __all__ = ["Collocation", "IpoptSettings", "SteeringBounds", "SteeringResult", "steer"]
 
@@ -120,7 +120,7 @@ def steer(
     T
         Depth, positive.
     n_layers
-        Number of layers ``L``.
+        Number of layers ``L`` (1 to 1,000).
     mode
         ``"full"`` (``A, b, V, B``), ``"ffn"`` (``V = B = 0``) or ``"attention"``
         (``A = 0, b = 0`` exactly). ``None``: ``"full"``, or ``"ffn"`` with a ``base``.
@@ -299,7 +299,7 @@ def _steer_around(
         initial,
         target,
         as_positive_float("T", T),
-        as_positive_int("n_layers", n_layers),
+        check_n_layers(n_layers),
         base,
         opts,
     )

@@ -302,8 +302,9 @@ def data_moments(
     >>> len(moments), moments[0][1].shape  # doctest: +SKIP
     (6, (384, 384))
     """
+    sd = as_seed("seed", seed)
     em = extract(model)
-    tokens, what = attention_tokens(em, sentences, as_seed("seed", seed))
+    tokens, what = attention_tokens(em, sentences, sd)
     moments = []
     n = 0
     for pts in tokens:

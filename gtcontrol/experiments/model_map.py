@@ -1058,7 +1058,9 @@ def model_map(
     horizon = as_positive_float("T", T)
     chosen = _check_rate(rate)
     budget_c = as_positive_float("change_budget", change_budget)
-    n_tok = None if token_check is None else as_positive_int("token_check", token_check)
+    n_tok = (
+        None if token_check is None else as_positive_int("token_check", token_check, maximum=10**6)
+    )
     sd = as_seed("seed", seed)
     n_workers = as_positive_int("workers", workers, maximum=1024)
     nulls = as_positive_int("n_null", n_null, maximum=10000)

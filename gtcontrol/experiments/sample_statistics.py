@@ -257,8 +257,9 @@ def sliced_wasserstein(
     x = as_float_array("samples", samples, ndim=2)
     k = as_positive_int("n_projections", n_projections, maximum=MAX_PROJECTIONS)
     seed = as_seed("seed", seed)
+    rank_tol = as_positive_float("rank_rtol", rank_rtol)
     if target is None:
-        z = _whiten(x, as_positive_float("rank_rtol", rank_rtol))
+        z = _whiten(x, rank_tol)
         th = _directions(z.shape[1], k, seed)
         return math.sqrt(max(float(np.mean(_sliced_w2_squared(z, th))), 0.0))
     if not isinstance(target, Gaussian) or target.dim != x.shape[1]:

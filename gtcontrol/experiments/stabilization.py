@@ -34,7 +34,7 @@ from .._display import Axes, SummaryItems
 from .._linalg import FloatArray
 from .._progress import progress
 from .._status import Budget, Outcome, ResultFields, Status, as_time_limit, within
-from .._validation import as_choice, as_positive_float, as_seed
+from .._validation import as_choice, as_positive_float, as_positive_int, as_seed
 from ..control.design.stabilize import ADDITIONS, Stabilization, stabilize
 from ..errors import InvalidParametersError
 from ..interop.extraction import ExtractedModel
@@ -134,8 +134,9 @@ def data_tokens(
     >>> len(tokens), tokens[2].shape[1]  # doctest: +SKIP
     (6, 384)
     """
+    sd = as_seed("seed", seed)
     em = model if isinstance(model, ExtractedModel) else extract(model)
-    return attention_tokens(em, sentences, as_seed("seed", seed))
+    return attention_tokens(em, sentences, sd)
 
 
 def _augmented(mean: FloatArray, cov: FloatArray) -> Gaussian:
@@ -381,6 +382,9 @@ def stabilize_model(
     limit = as_time_limit(time_limit)
     as_choice("add", add, ADDITIONS)
     as_positive_float("rate", rate)
+    as_seed("seed", seed)
+    if token_check is not None:
+        as_positive_int("token_check", token_check, maximum=10**6)
     for t in targets:
         as_choice("targets", t, TARGETS)
     budget = Budget(limit)

@@ -133,7 +133,7 @@ def load_model(model: str = "minilm", *, seed: int = 0) -> Any:
     model
         A name of :data:`MODELS`.
     seed
-        Seed of the random weights (random models only).
+        Seed of the random weights (random models only; torch takes it modulo 2⁶⁴).
 
     Returns
     -------
@@ -169,7 +169,7 @@ def _load(model: str, seed: int) -> Any:
             config_class, model_class, shape, options = _RANDOM[model]
             cfg = getattr(tr, config_class)(**shape)
             with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(int(seed))
+                torch.manual_seed(int(seed) % 2**64)  # torch takes 64-bit seeds; fold the rest
                 net = getattr(tr, model_class)(cfg, **options)
     net.eval()
     return net
@@ -242,6 +242,7 @@ def extract(model_or_path: Any, *, kind: str | None = None, seed: int = 0) -> Ex
         raise ModelFileError(
             f"kind: expected None, 'onnx' or one of {tuple(FAMILIES)}, got {kind!r}"
         )
+    seed = as_seed("seed", seed)
     if isinstance(model_or_path, ExtractedModel):
         return model_or_path
     if isinstance(model_or_path, (str, os.PathLike)):
@@ -250,7 +251,7 @@ def extract(model_or_path: Any, *, kind: str | None = None, seed: int = 0) -> Ex
             raise ModelFileError(f"{text!r}: expected a path as text, got bytes")
         path = Path(text).expanduser()
         if text in MODELS and kind is None and not _exists(path, text):
-            return _named(text, as_seed("seed", seed) if text != "minilm" else 0)
+            return _named(text, seed if text != "minilm" else 0)
         return _from_path(path, text, kind)
     if kind == "onnx":
         raise ModelFileError(

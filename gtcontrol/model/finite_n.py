@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from .._linalg import FloatArray, psd_sqrt
-from .._validation import as_float_array
+from .._validation import as_float_array, as_nonnegative_float
 from ..errors import InvalidParametersError
 from .gaussian import Gaussian
 from .params import Layer
@@ -131,8 +131,7 @@ def worst_ess_fraction(layer: Layer, gaussian: Gaussian, *, n_std: float = 2.0) 
     """
     d = gaussian.dim
     _check_layer(layer, d)
-    if not (isinstance(n_std, (int, float)) and np.isfinite(n_std) and n_std >= 0):
-        raise InvalidParametersError(f"n_std must be a finite number ≥ 0, got {n_std!r}")
+    n_std = as_nonnegative_float("n_std", n_std)
     root = psd_sqrt(gaussian.cov)
     out = np.empty(layer.n_heads)
     for h, (_, b) in enumerate(layer.heads):

@@ -20,6 +20,7 @@ from matplotlib.figure import Figure
 
 from .._display import legend
 from .._linalg import FloatArray
+from .._validation import MAX_SAMPLES, as_positive_int
 from ..analysis._figures import draw_convergence
 from ..errors import InvalidParametersError
 from ..model._figures import draw_eigenvalues, draw_mean, draw_token_cloud, mark_depths
@@ -194,7 +195,7 @@ def plot_token_clouds(
     ax
         One Axes per snapshot; ``None``: a new figure.
     max_points
-        Tokens drawn per panel (the first ones).
+        Tokens drawn per panel (the first ones; positive).
     title
         Figure title, drawn as plain text (no mathtext: a `$` is a dollar sign).
 
@@ -203,6 +204,7 @@ def plot_token_clouds(
     list of matplotlib.axes.Axes
         One panel per snapshot.
     """
+    max_points = as_positive_int("max_points", max_points, maximum=MAX_SAMPLES)
     n = len(snapshots)
     axes = panels(ax, n, width=3.0 * n, height=3.2)
     for a, (t, x) in zip(axes, snapshots, strict=True):

@@ -16,6 +16,7 @@ from matplotlib.axes import Axes
 
 from .._display import legend
 from .._linalg import FloatArray
+from .._validation import as_positive_float
 from ..analysis._figures import draw_filter_difference, draw_filter_entries
 from ..control._figures import draw_design_errors, draw_lambda_paths, draw_stabilization
 from .core import finish, panels
@@ -51,7 +52,7 @@ def plot_design_convergence(
     ax
         Two Axes to draw on (mean, covariance); ``None``: a new figure.
     rate, cov_rate
-        Reference rates of the mean and the covariance.
+        Reference rates of the mean and the covariance (positive; ``None``: no line).
     title
         Figure title, drawn as plain text.
 
@@ -60,6 +61,8 @@ def plot_design_convergence(
     tuple of matplotlib.axes.Axes
         The mean and covariance panels.
     """
+    rate = None if rate is None else as_positive_float("rate", rate)
+    cov_rate = None if cov_rate is None else as_positive_float("cov_rate", cov_rate)
     ax_m, ax_s = panels(ax, 2, width=8.0, height=3.4)
     draw_design_errors(ax_m, t, mean_error, rate=rate, title="mean error  |m − m*|")
     draw_design_errors(ax_s, t, cov_error, rate=cov_rate, title="covariance error  ‖Σ − Σ*‖")
@@ -139,7 +142,7 @@ def plot_stabilization(
     ax
         Two Axes to draw on; ``None``: a new figure.
     rate
-        The certified rate (dotted line).
+        The certified rate (positive; dotted line).
     blowup
         The given layer's blow-up depth, if any.
     title
@@ -150,6 +153,7 @@ def plot_stabilization(
     tuple of matplotlib.axes.Axes
         The λ_max and the spectrum panels.
     """
+    rate = as_positive_float("rate", rate)
     ax_l, ax_s = panels(ax, 2, width=9.0, height=3.6)
     draw_lambda_paths(ax_l, curves, blowup=blowup)
     draw_stabilization(ax_s, before, after, rate=rate)

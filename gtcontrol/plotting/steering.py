@@ -18,6 +18,7 @@ from matplotlib.axes import Axes
 
 from .._display import legend
 from .._linalg import FloatArray
+from .._validation import MAX_SAMPLES, as_positive_int
 from ..control._figures import draw_distance, draw_parameter_norms
 from ..model._figures import draw_eigenvalues, draw_mean, mark_depths
 from ..model.gaussian import Gaussian
@@ -150,7 +151,8 @@ def plot_steering_summary(
     breakpoints
         Layer switches ``0, h, ..., T``; the inner ones are drawn.
     n_distances
-        Number of depths at which the distance is computed (evenly spread, both ends kept).
+        Number of depths at which the distance is computed (evenly spread, both ends kept;
+        positive).
     title
         Figure title (none when empty), drawn as plain text (no mathtext).
 
@@ -159,6 +161,7 @@ def plot_steering_summary(
     tuple of matplotlib.axes.Axes
         The covariance, mean and distance panels.
     """
+    n_distances = as_positive_int("n_distances", n_distances, maximum=MAX_SAMPLES)
     ax_s, ax_m, ax_w = panels(ax, 3, width=11.0, height=3.4)
     lam_max, trace = _spread(eigenvalues)
     goal = np.linalg.eigvalsh(target.cov)

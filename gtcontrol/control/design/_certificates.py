@@ -254,13 +254,13 @@ def design_certificate(
     target
         ``N(m*, Σ*)`` (a :class:`Gaussian` or ``(mean, cov)``), Σ* ≻ 0.
     rate
-        Requested mean rate to check (optional).
+        Requested mean rate to check (optional; positive).
     cov_rate
-        Requested covariance rate to check (optional).
+        Requested covariance rate to check (optional; positive).
     require_global
         ``valid`` needs a global certificate.
     rate_rtol
-        Relative tolerance of the rate comparison.
+        Relative tolerance of the rate comparison, in ``(0, 0.1)``.
 
     Returns
     -------
@@ -273,7 +273,7 @@ def design_certificate(
     InvalidGaussianError
         On a malformed target or a dimension mismatch.
     InvalidParametersError
-        If ``layer`` is not a :class:`Layer`.
+        If ``layer`` is not a :class:`Layer`, or on a bad rate or ``rate_rtol``.
 
     Examples
     --------
@@ -292,6 +292,10 @@ def design_certificate(
     """
     clock = time.perf_counter()
     layer, tgt = check_layer(layer, target)
+    rate = None if rate is None else as_positive_float("rate", rate)
+    cov_rate = None if cov_rate is None else as_positive_float("cov_rate", cov_rate)
+    if not as_positive_float("rate_rtol", rate_rtol) < 0.1:
+        raise InvalidParametersError(f"rate_rtol: expected a number < 0.1, got {rate_rtol!r}")
     residual = rel_residual(layer, tgt)
     form = riccati_form(layer)
     riccati = form is not None and form.is_bernoulli

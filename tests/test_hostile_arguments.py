@@ -1,0 +1,164 @@
+"""Every public callable refuses a hostile option of the common kinds, naming it.
+
+For each callable that ``docs/api/surface.txt`` lists (walked as tests/test_api_rules.py walks
+it) and each parameter of a common kind (``seed``, ``time_limit``, ``T``, rates, ``n_*``,
+``rtol``/``atol``/tolerances, ``max_*``, ``steps_per_layer``, ``token_check``), the smallest
+valid call of tests/_valid_calls.py is made with one hostile value in that parameter: NaN,
+±inf, a negative number, zero, a bool, a float where an integer is expected, a huge integer, a
+string, ``None`` where the parameter is not optional. Each must raise a
+:class:`~gtcontrol.errors.GTControlError` whose message names the parameter: never a raw
+``TypeError``/``ValueError`` or a numpy/scipy error, never a hang (each call runs under an
+alarm), never a raw numpy/scipy warning. The values that are valid for a parameter are listed,
+with the reason, in tests/_valid_calls.py; they are called too and must not leak either.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import signal
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from _valid_calls import ACCEPTED_EVERYWHERE, COMMON, VALID, Valid, hostile_values
+from test_api_rules import _surface
+
+from gtcontrol.errors import GTControlError
+
+#: Seconds one call may take before it counts as a hang (the first call into the experiments
+#: imports torch and builds the tiny network; a refused value returns at once).
+ALARM = 30
+
+
+class Hang(BaseException):  # not an Exception: no library ``except Exception`` swallows it
+    """A call ran past :data:`ALARM`."""
+
+
+@contextmanager
+def alarm(seconds: float) -> Iterator[None]:
+    def ring(signum: int, frame: Any) -> None:
+        raise Hang(f"no answer within {seconds} s")
+
+    old = signal.signal(signal.SIGALRM, ring)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def _common_parameters() -> dict[str, dict[str, str]]:
+    """label → {parameter: annotation} of every surface callable with a common-kind parameter."""
+    found: dict[str, dict[str, str]] = {}
+    for label, func, _bound in _surface():
+        params = {
+            p.name: str(p.annotation)
+            for p in inspect.signature(func).parameters.values()
+            if COMMON.match(p.name)
+        }
+        if params:
+            found[label] = params
+    return found
+
+
+COMMON_PARAMETERS = _common_parameters()
+
+
+def _cases(accepted: bool) -> list[Any]:
+    cases = []
+    for label, params in sorted(COMMON_PARAMETERS.items()):
+        entry = VALID.get(label)
+        if entry is None:
+            continue  # test_every_callable_with_a_common_option_has_a_valid_call fails
+        for param, annotation in params.items():
+            if param in entry.data:
+                continue
+            for name in hostile_values(param, annotation):
+                why = entry.accepts.get((param, name)) or ACCEPTED_EVERYWHERE.get((param, name))
+                if (why is not None) is accepted:
+                    marks = [pytest.mark.slow] if entry.heavy and accepted else []
+                    cases.append(
+                        pytest.param(label, param, name, id=f"{label}-{param}-{name}", marks=marks)
+                    )
+    return cases
+
+
+#: Where a raw warning comes from when the library lets one through (third-party deprecations
+#: of torch or transformers are not the library's).
+_RAW = re.compile(r"[/\\](gtcontrol|numpy|scipy|casadi|matplotlib)[/\\]")
+
+
+def _call(entry: Valid, param: str | None = None, value: Any = None) -> Any:
+    """The call under :data:`ALARM`; it fails on a raw numpy/scipy/gtcontrol warning."""
+    options = dict(entry.options)
+    if param is not None:
+        options[param] = value
+    with warnings.catch_warnings(record=True) as caught, alarm(ALARM):
+        warnings.simplefilter("always")
+        try:
+            return entry.call(**options)
+        finally:
+            raw = [w for w in caught if _RAW.search(w.filename) or w.category is RuntimeWarning]
+            assert not raw, f"raw warnings: {[f'{w.category.__name__}: {w.message}' for w in raw]}"
+
+
+def _value(label: str, param: str, name: str) -> Any:
+    return hostile_values(param, COMMON_PARAMETERS[label][param])[name]
+
+
+def _names(message: str, param: str) -> bool:
+    """``message`` names ``param`` as a word (``T`` in ``"T: expected ..."``, not in ``"Tr"``)."""
+    return re.search(rf"(?<![\w.]){re.escape(param)}(?![\w(])", message) is not None
+
+
+def test_every_callable_with_a_common_option_has_a_valid_call() -> None:
+    """A public callable taking ``seed``, ``time_limit``, ``T``, a rate, ``n_*``, a tolerance
+    or ``max_*`` is walked only if tests/_valid_calls.py knows its smallest valid call."""
+    missing = sorted(set(COMMON_PARAMETERS) - set(VALID))
+    stale = sorted(set(VALID) - set(COMMON_PARAMETERS))
+    assert not missing, f"add these to tests/_valid_calls.py VALID: {missing}"
+    assert not stale, f"not on the surface (or no common option): {stale}"
+    for label, entry in VALID.items():
+        unknown = (set(entry.options) | set(entry.data)) - set(COMMON_PARAMETERS[label])
+        assert not unknown, f"{label}: {sorted(unknown)} are not its common-kind parameters"
+        for param, name in entry.accepts:
+            assert name in hostile_values(param, COMMON_PARAMETERS[label][param]), (label, param)
+
+
+@pytest.mark.parametrize("label", sorted(VALID))
+def test_the_valid_calls_are_valid(label: str) -> None:
+    """The baseline of every hostile case: with the valid options the call returns (so an error
+    below comes from the hostile value)."""
+    _call(VALID[label])
+
+
+@pytest.mark.parametrize(("label", "param", "name"), _cases(accepted=False))
+def test_a_hostile_option_is_refused_naming_it(label: str, param: str, name: str) -> None:
+    """``equilibria(layer, seed=-1)`` leaked numpy's ``ValueError``, ``design_convergence(d,
+    seed=1.5)`` a ``TypeError``, ``seed=True`` was accepted: the kinds of leak walked here."""
+    value = _value(label, param, name)
+    try:
+        _call(VALID[label], param, value)
+    except GTControlError as exc:
+        assert _names(str(exc), param), f"{type(exc).__name__} does not name {param}: {exc}"
+    except Exception as exc:  # a leak: show what leaked
+        pytest.fail(f"{label}({param}={value!r}) leaked {type(exc).__name__}: {exc}")
+    else:
+        pytest.fail(f"{label}({param}={value!r}) was accepted")
+
+
+@pytest.mark.parametrize(("label", "param", "name"), _cases(accepted=True))
+def test_an_accepted_option_does_not_leak(label: str, param: str, name: str) -> None:
+    """The values listed as valid (``time_limit=inf``: no limit) return, or raise only a
+    ``GTControlError`` naming the parameter."""
+    value = _value(label, param, name)
+    try:
+        _call(VALID[label], param, value)
+    except GTControlError as exc:
+        assert _names(str(exc), param), f"{type(exc).__name__} does not name {param}: {exc}"
+    except Exception as exc:
+        pytest.fail(f"{label}({param}={value!r}) leaked {type(exc).__name__}: {exc}")

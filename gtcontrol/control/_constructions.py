@@ -394,8 +394,10 @@ def layer_energy(
     layer: Layer, start: State, h: float, n_points: int = 33, time_limit: float | None = None
 ) -> float:
     """``∫₀ʰ E|v|² dt`` of one layer from ``start`` (:func:`gtcontrol.kinetic_energy`; ``nan``
-    when ``time_limit`` runs out first)."""
-    return kinetic_energy(layer, Gaussian(*start), h, n_points=n_points, time_limit=time_limit)
+    when the budget runs out first, ``inf`` when it is not measured finite, so that any layer
+    measured is cheaper)."""
+    res = kinetic_energy(layer, Gaussian(*start), h, n_points=n_points, time_limit=time_limit)
+    return res.energy if res.success or res.status is Status.BUDGET_EXHAUSTED else math.inf
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,14 @@ from ._weights import (
     LayerNormWeights,
     activation_statistics,
 )
-from .attention_flows import SENTENCES, AttentionFlows, FlowRow, attention_flows, data_moments
+from .attention_flows import (
+    SENTENCES,
+    AttentionFlows,
+    DataMoments,
+    FlowRow,
+    attention_flows,
+    data_moments,
+)
 from .closure import ClosenessCurve, FeedForwardCloseness, feedforward_closeness
 from .extraction import ExtractedLayer, ExtractedModel
 from .gaussianity import (
@@ -80,6 +87,7 @@ __all__ = [
     "AttentionFlows",
     "AttentionWeights",
     "ClosenessCurve",
+    "DataMoments",
     "ExperimentDependencyError",
     "ExtractedLayer",
     "ExtractedModel",

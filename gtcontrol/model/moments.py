@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -35,7 +35,14 @@ from .._display import Axes, SummaryItems
 from .._docstring import fill, integrator_budget_doc
 from .._linalg import FloatArray, numerical_ranks, sym
 from .._progress import progress
-from .._status import DEFAULT_MAX_EVALS, Budget, BudgetExhausted, OutcomeOrBlowup, Status
+from .._status import (
+    DEFAULT_MAX_EVALS,
+    Budget,
+    BudgetExhausted,
+    OutcomeOrBlowup,
+    ResultFields,
+    Status,
+)
 from .._validation import as_positive_int, as_time_limit, frozen, option_values
 from ._blowup_detection import IntegrationEnd
 from ._moment_integrator import (
@@ -56,7 +63,7 @@ NDArrayInt = np.ndarray
 
 
 @dataclass(frozen=True, eq=False)
-class Trajectory(OutcomeOrBlowup):
+class Trajectory(ResultFields, OutcomeOrBlowup):
     """Moments along depth (the result of :func:`simulate` and :func:`simulate_discrete`).
 
     Also the result of :func:`~gtcontrol.model.gaussian_closure.simulate_closure`.
@@ -104,10 +111,7 @@ class Trajectory(OutcomeOrBlowup):
     mean: FloatArray
     cov: FloatArray
     rank: NDArrayInt
-    status: Status
     blowup_time: float = math.inf
-    stats: Mapping[str, Any] = field(default_factory=dict)
-    message: str = ""
     blowup_bracket: tuple[float, float] | None = None
     factor: FloatArray | None = None
 

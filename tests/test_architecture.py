@@ -584,6 +584,33 @@ MODEL_EXAMPLES = {
 WITHOUT_EXAMPLE: set[str] = set()
 
 
+def _plotting_functions() -> dict[str, object]:
+    """Every public function of the plotting modules that docs/api/surface.txt lists."""
+    found: dict[str, object] = {}
+    for name in re.findall(r"^## (gtcontrol\.plotting\.\S+) \(", SURFACE.read_text(), re.M):
+        module = importlib.import_module(name)
+        for attr in module.__all__:
+            obj = getattr(module, attr)
+            if inspect.isfunction(obj):
+                found[f"{name}.{attr}"] = obj
+    return found
+
+
+def test_the_plotting_functions_are_found() -> None:
+    names = {n.rpartition(".")[2] for n in _plotting_functions()}
+    assert {"plot_moments", "plot_cone", "plot_phase_diagram", "plot_stabilization"} <= names
+    assert len(names) >= 18, sorted(names)
+
+
+@pytest.mark.parametrize("name", sorted(_plotting_functions()))
+def test_every_plotting_function_has_an_example_that_runs(name: str) -> None:
+    """Each Example draws for real (the doctests run it, on the Agg canvas)."""
+    doc = inspect.getdoc(_plotting_functions()[name]) or ""
+    assert "Examples\n--------" in doc, f"{name} has no Examples section"
+    lines = [ln for ln in doc.splitlines() if ln.lstrip().startswith(">>> ")]
+    assert lines and not any("doctest: +SKIP" in ln for ln in lines), f"{name}: skipped"
+
+
 @pytest.mark.parametrize("name", sorted(_public_functions()))
 def test_every_public_function_has_an_example(name: str) -> None:
     doc = inspect.getdoc(_public_functions()[name]) or ""

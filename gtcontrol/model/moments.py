@@ -153,13 +153,12 @@ def _ranks(covs: FloatArray, budget: Budget) -> tuple[NDArrayInt, int]:
     """``numerical_ranks`` of the recorded covariances, and how many were measured.
 
     They are measured in chunks (about 20 ms each) until the time limit: ``n_points``
-    eigensolves of size d came after the integration's last budget check (2.2 s at d = 64,
-    minutes at d = 1024). Not into the wrap-up time (:meth:`Budget.grace`): a solver that
-    verifies its answer by a re-simulation gives it that grace as its time limit, and ranks
-    measured into the re-simulation's own grace pushed ``steer`` at d = 128 to 1.2–1.8 s for
-    a 0.1 s limit. The flow is a congruence, Σ(t) = Φ Σ0 Φᵀ, so it keeps the rank: a record
-    not measured repeats the rank last measured (``stats["ranks_measured"]`` says how many
-    were).
+    eigensolves of size d come after the integration's last budget check (minutes at
+    d = 1024). Not into the wrap-up time (:meth:`Budget.grace`): a solver that verifies its
+    answer by a re-simulation gives it that grace as its time limit, and ranks measured into
+    that grace again would push the solver past its limit (docs/benchmarks.md). The flow is
+    a congruence, Σ(t) = Φ Σ0 Φᵀ, so it keeps the rank: a record not measured repeats the rank
+    last measured (``stats["ranks_measured"]`` says how many were).
     """
     n, d = covs.shape[0], covs.shape[-1]
     if budget.time_limit is None or n == 0:

@@ -69,7 +69,7 @@ def bench_blowup() -> None:
     b = _spd(rng, d, 0.2, 1.0)
     cov = _spd(rng, d, 0.3, 1.5)
     lay = Layer(B=b, V=0.6, dim=d)
-    r = riccati_form(lay).R  # type: ignore[union-attr]
+    r = riccati_form(lay).R
     w, u = np.linalg.eigh(cov)
     half = (u * np.sqrt(w)) @ u.T
     cases.append(

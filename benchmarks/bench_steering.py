@@ -171,7 +171,7 @@ def _bench_python_control(d: int, n: int, variant: str) -> dict[str, Any]:
         "success": bool(out.success),
         "message": str(out.message),
         "own_cost": float(out.cost),
-        "cost": kinetic_energy(ctrl, g0) if ok else float("inf"),
+        "cost": kinetic_energy(ctrl, g0).energy if ok else float("inf"),
         "err": traj.final.bures_wasserstein(g1) if ok else float("inf"),
     }
 

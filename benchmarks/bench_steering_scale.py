@@ -64,7 +64,7 @@ def _child(spec: dict[str, Any]) -> dict[str, Any]:
             g0, g1, 1.0, n_layers=LAYERS, mode="ffn" if mode != "attention" else mode
         )
         final = simulate(sched, g0, rtol=1e-13, atol=1e-16).final
-        energy = kinetic_energy(sched, g0, n_points=64 * LAYERS + 1)
+        energy = kinetic_energy(sched, g0, n_points=64 * LAYERS + 1).energy
         out.update(status="success", err=final.bures_wasserstein(g1), gap=energy / bound - 1)
     elif method == "solve_ocp":
         r = _bench_python_control(d, LAYERS, "constraint")

@@ -393,6 +393,8 @@ def _contradiction(res: Any) -> str:
             return f"{name}: success but not token-valid"
     if isinstance(res, gc.Trajectory) and not np.all(np.isfinite(res.cov)):
         return f"{name}: success with non-finite moments"
+    if isinstance(res, gc.KineticEnergy) and not np.isfinite(res.energy):
+        return f"{name}: success with energy {res.energy}"
     return ""
 
 

@@ -29,7 +29,7 @@ from .analysis.newton import (
     newton_equilibrium,
 )
 from .analysis.regimes import Regime, analyze, mean_dynamics_ss
-from .analysis.riccati import CovarianceFlow, RiccatiForm, riccati_flow, riccati_form
+from .analysis.riccati import CovarianceFlow, RiccatiForm, is_riccati, riccati_flow, riccati_form
 from .analysis.stability import LinearizationSpectrum, linearization_spectrum
 from .control.design import (
     ConvergenceData,
@@ -46,7 +46,7 @@ from .control.design import (
     design_token_certificate,
 )
 from .control.design.stabilize import Stabilization, stabilize
-from .control.ot import OTSteering, kinetic_energy, ot_steering
+from .control.ot import KineticEnergy, OTSteering, kinetic_energy, ot_steering
 from .control.reachability import MODES, check_reachable, is_reachable
 from .control.realization import exact_layer_steering, realize
 from .control.steering import Collocation, IpoptSettings, SteeringBounds, SteeringResult, steer
@@ -94,6 +94,7 @@ __all__ = [
     "InvalidParametersError",
     "IpoptSettings",
     "KalmanData",
+    "KineticEnergy",
     "Layer",
     "LinearizationSpectrum",
     "MeanMatchingDesign",
@@ -136,6 +137,7 @@ __all__ = [
     "exact_layer_steering",
     "from_kalman",
     "is_reachable",
+    "is_riccati",
     "kalman_covariance",
     "kalman_steady_state",
     "kinetic_energy",

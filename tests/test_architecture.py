@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import importlib
 import inspect
 import re
 import types
+import typing
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +19,7 @@ import gtcontrol
 import gtcontrol.experiments
 import gtcontrol.interop
 from gtcontrol import Result, Status
-from gtcontrol._status import Outcome
+from gtcontrol._status import Outcome, ResultFields
 
 PKG = Path(gtcontrol.__file__).resolve().parent
 
@@ -277,6 +279,89 @@ def test_every_public_result_follows_the_protocol(cls: type) -> None:
     assert not missing, f"{cls.__name__} lacks {missing}"
 
 
+#: The public namespaces: the modules that docs/api/surface.txt lists.
+SURFACE = PKG.parent / "docs" / "api" / "surface.txt"
+
+
+def _classes_in(annotation: object) -> Iterator[type]:
+    """The classes named by a resolved annotation (``X | None``, ``tuple[X, ...]``, ...)."""
+    if inspect.isclass(annotation) and not typing.get_args(annotation):
+        yield annotation
+    for arg in typing.get_args(annotation):
+        yield from _classes_in(arg)
+
+
+def _reachable_classes() -> set[type]:
+    """Every gtcontrol class a user can be handed: the classes of the public namespaces, the
+    return types of their functions and, recursively, the types of every dataclass field."""
+    namespaces = re.findall(r"^## (\S+) \(", SURFACE.read_text(), re.M)
+    assert "gtcontrol.experiments" in namespaces, namespaces
+    stack: list[type] = []
+    for name in namespaces:
+        module = importlib.import_module(name)
+        for attr in getattr(module, "__all__", ()):
+            obj = getattr(module, attr)
+            if inspect.isclass(obj):
+                stack.append(obj)
+            elif inspect.isfunction(obj):
+                stack.extend(_classes_in(typing.get_type_hints(obj).get("return")))
+    seen: set[type] = set()
+    while stack:
+        cls = stack.pop()
+        if cls in seen or not cls.__module__.startswith("gtcontrol"):
+            continue
+        seen.add(cls)
+        if dataclasses.is_dataclass(cls):
+            hints = typing.get_type_hints(cls)
+            for f in dataclasses.fields(cls):
+                stack.extend(_classes_in(hints[f.name]))
+    return seen
+
+
+def _status_classes() -> dict[str, type]:
+    """Every reachable class with a ``status`` (a field, a property or an attribute): a result,
+    whatever its name or its place (a row of a table, a record inside a result)."""
+    found = {
+        cls.__name__: cls
+        for cls in _reachable_classes()
+        if _has(cls, "status") and not getattr(cls, "_is_protocol", False)
+    }
+    return found
+
+
+def test_the_classes_with_a_status_are_found() -> None:
+    found = _status_classes()
+    rows_and_records = {"FlowRow", "StabilizationRow", "LayerGaussianity", "MapRegime"}
+    assert {"Trajectory", "OTSteering", "Verification", "KineticEnergy"} | rows_and_records <= set(
+        found
+    )
+    assert len(found) >= 40, sorted(found)
+
+
+@pytest.mark.parametrize(
+    "cls", sorted(_status_classes().values(), key=lambda c: c.__name__), ids=lambda c: c.__name__
+)
+def test_every_class_with_a_status_derives_the_protocol(cls: type) -> None:
+    """One definition of the protocol: the fields of ``ResultFields`` (keyword-only, never
+    re-declared) and ``success`` derived from ``status`` by ``Outcome`` (never overridden)."""
+    assert dataclasses.is_dataclass(cls), f"{cls.__name__} is not a dataclass"
+    assert issubclass(cls, ResultFields), f"{cls.__name__} does not derive ResultFields"
+    assert issubclass(cls, Outcome), f"{cls.__name__} does not derive Outcome"
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for name in ("status", "message", "stats"):
+        assert fields[name].kw_only is True, f"{cls.__name__}.{name} is not keyword-only"
+        again = [
+            k.__name__
+            for k in cls.__mro__
+            if k is not ResultFields
+            and dataclasses.is_dataclass(k)
+            and name in inspect.get_annotations(k)
+        ]
+        assert not again, f"{cls.__name__}: {again} re-declare {name}"
+    success = inspect.getattr_static(cls, "success")
+    assert success is vars(Outcome)["success"], f"{cls.__name__} overrides success"
+
+
 def test_results_of_real_calls_follow_the_protocol() -> None:
     layer = gtcontrol.Layer(A=[[-1.0, 0.2], [0.0, -0.5]], B=[[1.0, 0.0], [0.0, 2.0]], V=-0.5)
     g0 = gtcontrol.Gaussian([1.0, 0.0], [[1.0, 0.2], [0.2, 0.5]])
@@ -507,6 +592,33 @@ MODEL_EXAMPLES = {
 }
 #: Still without an Example (being edited elsewhere; remove a name when its Example is written).
 WITHOUT_EXAMPLE: set[str] = set()
+
+
+def _plotting_functions() -> dict[str, object]:
+    """Every public function of the plotting modules that docs/api/surface.txt lists."""
+    found: dict[str, object] = {}
+    for name in re.findall(r"^## (gtcontrol\.plotting\.\S+) \(", SURFACE.read_text(), re.M):
+        module = importlib.import_module(name)
+        for attr in module.__all__:
+            obj = getattr(module, attr)
+            if inspect.isfunction(obj):
+                found[f"{name}.{attr}"] = obj
+    return found
+
+
+def test_the_plotting_functions_are_found() -> None:
+    names = {n.rpartition(".")[2] for n in _plotting_functions()}
+    assert {"plot_moments", "plot_cone", "plot_phase_diagram", "plot_stabilization"} <= names
+    assert len(names) >= 18, sorted(names)
+
+
+@pytest.mark.parametrize("name", sorted(_plotting_functions()))
+def test_every_plotting_function_has_an_example_that_runs(name: str) -> None:
+    """Each Example draws for real (the doctests run it, on the Agg canvas)."""
+    doc = inspect.getdoc(_plotting_functions()[name]) or ""
+    assert "Examples\n--------" in doc, f"{name} has no Examples section"
+    lines = [ln for ln in doc.splitlines() if ln.lstrip().startswith(">>> ")]
+    assert lines and not any("doctest: +SKIP" in ln for ln in lines), f"{name}: skipped"
 
 
 @pytest.mark.parametrize("name", sorted(_public_functions()))

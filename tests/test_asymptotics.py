@@ -25,7 +25,7 @@ from gtcontrol.analysis.equilibria import (
 from gtcontrol.analysis.newton import NewtonSettings, covariance_jacobian, newton_equilibrium
 from gtcontrol.analysis.regime_figures import cone_coordinates, regime_figure_data
 from gtcontrol.analysis.regimes import analyze, mean_dynamics_ss
-from gtcontrol.analysis.riccati import riccati_form
+from gtcontrol.analysis.riccati import is_riccati, riccati_form
 from gtcontrol.errors import InvalidParametersError
 from gtcontrol.plotting.analysis import plot_cone, plot_covariance_eigenvalues
 
@@ -124,7 +124,7 @@ def test_three_ways_agree(sign):
 def test_general_v_newton_finds_the_constructed_equilibrium():
     rng = np.random.default_rng(2)
     lay, s = _known_general_equilibrium(rng, 4)
-    assert riccati_form(lay) is None
+    assert not is_riccati(lay)
     res = equilibria(lay)
     assert res.status is Status.SUCCESS and res.method == "newton" and not res.proved
     stable = res.stable
@@ -165,7 +165,7 @@ def test_deflation_collects_distinct_positive_definite_equilibria():
     g = np.array([0.6, 0.7])
     v = np.array([1.0, 2.0])
     lay = Layer(A=np.diag(a), B=np.diag(c / v), V=np.diag(v), noise=np.diag(g))
-    assert riccati_form(lay) is None
+    assert not is_riccati(lay)
     roots = []
     for ai, ci, gi in zip(a, c, g):
         disc = math.sqrt(4 * ai * ai - 8 * ci * gi * gi)

@@ -51,9 +51,12 @@ def _experiment_containers(samples: np.ndarray) -> dict[str, Any]:
     """
     gauss = [ge.gaussianity(samples[: 150 + 50 * k], n_null=8, n_projections=16) for k in (0, 1)]
     rows = tuple(
-        ge.LayerGaussianity(k, g, mean_norm=0.5, cov_trace=1.6, effective_rank=1.9)
+        ge.LayerGaussianity(
+            k, g, mean_norm=0.5, cov_trace=1.6, effective_rank=1.9,
+            status=g.status, message=g.message, stats=g.stats,
+        )
         for k, g in enumerate(gauss)
-    )
+    )  # fmt: skip
     table = ge.GaussianityTable(
         model="synthetic",
         description="Gaussian samples (two depths)",
@@ -80,7 +83,7 @@ def _experiment_containers(samples: np.ndarray) -> dict[str, Any]:
         layer=0, start="identity", status=traj.status, regime="blowup",
         blowup_time=traj.blowup_time, bracket=traj.blowup_bracket, trace0=1.6,
         lam_final=float(lam[-1]), dominant_head=0, head_share=1.0, output_alignment=0.9,
-        value_alignment=0.8, seconds=0.1, nfev=100,
+        value_alignment=0.8, seconds=0.1, nfev=100, message=traj.message, stats=traj.stats,
     )  # fmt: skip
     flows = ge.AttentionFlows(rows=(row,), curves={(0, "identity"): (traj.t, lam)}, T=2.0)
     regimes = ge.prescribed_attention_regimes(d=2, n_tokens=200, n_layers=10)
@@ -92,8 +95,10 @@ def _experiment_containers(samples: np.ndarray) -> dict[str, Any]:
     return {
         "GaussianityResult": gauss[0],
         "GaussianityTable": table,
+        "LayerGaussianity": rows[0],
         "SurrogateComparison": surrogate,
         "AttentionFlows": flows,
+        "FlowRow": row,
         "RegimeResult": regimes,
         "FeedForwardCloseness": closeness,
         "ClosenessCurve": closeness.curves[0],
@@ -137,6 +142,7 @@ def _results() -> dict[str, Any]:
             CONVERGES, D2, 1.0, n_tokens=(64, 256), repeats=1, method="rk4", steps_per_layer=5
         ),
         "OTSteering": gt.ot_steering(D2, TARGET, 1.0),
+        "KineticEnergy": gt.kinetic_energy(gt.ot_steering(D2, TARGET, 1.0), D2, n_points=101),
         "SteeringResult": steering,
         "SteeringResult(no trajectory)": dataclasses.replace(steering, trajectory=None),
         "MeanMatchingDesign": design,
@@ -184,10 +190,31 @@ def _stabilization_results() -> dict[str, Any]:
         dim=2, n_heads=1, notes=(), data="none", rows=(row,), stabilized_network=None,
         rate=1.0, change_budget=1.0, message="1 layer",
     )  # fmt: skip
+    from gtcontrol._status import Budget
+    from gtcontrol.experiments.model_map import MapEquilibrium, _regime
+
+    regime, _ = _regime(CONVERGES, "data", D2, 2.0, Budget(None))
+    spectrum = (-1.0, -0.5 + 0.2j, -0.5 - 0.2j)
+    root = MapEquilibrium(
+        start="data", same_as="", residual=1e-15, trace=1.0, abscissa=-0.5, cov_abscissa=-1.0,
+        mean_abscissa=-0.5, abscissa_error=1e-15, eigenvalues=tuple(complex(z) for z in spectrum),
+        stability="stable", evidence="certified", seconds=0.1, message="a root",
+    )  # fmt: skip
+    network = ge.NetworkCheck(
+        stabilized_layers=(0, 1), missing=(), n_inputs=4, cosine_mean=0.99, cosine_min=0.98,
+        relative_change=0.05, layer_change=(0.01, 0.05), reference_error=1e-6,
+        p_original=(0.5, 0.4), p_stabilized=(0.5, 0.45), gaussian_tokens=512, seconds=0.1,
+        message="2 of 2 attention sublayers stabilized",
+    )  # fmt: skip
     return {
         "Stabilization": stab,
         "LinearizationSpectrum": stab.spectrum,
         "StabilizationTable": table,
+        "StabilizationRow": table.rows[0],
+        "Verification": stab.verification[0],
+        "MapRegime": regime,
+        "MapEquilibrium": root,
+        "NetworkCheck": network,
         "ModelReport": report,
         "LayerMap": row,
         "ModelMap": themap,
@@ -206,7 +233,8 @@ CASES = [
     "ConvergenceData", "Robustness", "TokenCertificate", "GaussianityResult",
     "GaussianityTable", "SurrogateComparison", "AttentionFlows", "RegimeResult",
     "FeedForwardCloseness", "ClosenessCurve", "ReproduceResult",
-    "ReproduceResult(empty)",
+    "ReproduceResult(empty)", "KineticEnergy", "LayerGaussianity", "FlowRow", "StabilizationRow",
+    "MapRegime", "MapEquilibrium", "NetworkCheck", "Verification",
 ]  # fmt: skip
 
 

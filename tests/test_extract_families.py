@@ -454,8 +454,10 @@ def test_experiments_take_any_model(tmp_path: Path) -> None:
     assert sur.status is Status.SUCCESS and len(sur.rows) == 2
     assert sur.rows[0].cov_error == sur.rows[0].local_cov_error
     assert all(np.isfinite(r.cov_error) and 0 < r.attention_ess <= 1 for r in sur.rows)
-    moments, n, what = data_moments(folder)
-    assert len(moments) == 2 and n == 8 * 18 and "image-like" in what  # 16 patches + 2 tokens
+    moments = data_moments(folder)
+    n = moments.n_tokens
+    assert moments.n_layers == 2 and n == 8 * 18  # 16 patches + 2 tokens
+    assert "image-like" in moments.source
     flows = attention_flows(folder, T=0.5, time_limit=60)
     assert {r.start for r in flows.rows} == {"identity", "data"} and "image-like" in flows.data
     onnx = _export(net, "deit", tmp_path / "deit.onnx")
@@ -467,7 +469,7 @@ def test_experiments_take_any_model(tmp_path: Path) -> None:
             assert got == pytest.approx(
                 [getattr(r, attr) for r in flows.rows if r.start == start], rel=1e-6
             )
-    _, _, text = data_moments(_build("bert"))
+    text = data_moments(_build("bert")).source
     assert "random token ids" in text  # a random model has no tokenizer, and says so
 
 

@@ -100,6 +100,7 @@ def _built() -> dict[str, Callable[[], Any]]:
             gt.Gaussian(np.ones(d), np.diag([2.0, 0.0])),
             1.0,
         ),
+        "KineticEnergy": lambda: gt.kinetic_energy(layer, g1, 0.5, n_points=21),
         "TokenComparison": lambda: gt.compare_tokens(
             layer, g1, 0.2, n_tokens=(64, 128), repeats=1, n_points=2
         ),

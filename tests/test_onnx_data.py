@@ -102,9 +102,10 @@ def test_the_graph_reads_what_the_module_reads_on_random_ids(family: str, tmp_pa
     assert what == what_module
     assert what.startswith("random token ids (40 sequences of 16, uniform over the 100-token")
     _close(tokens, want)
-    moments, n, _ = data_moments(path)
-    assert n == 40 * 16 and len(moments) == 2
-    np.testing.assert_allclose(moments[1][0], want[1].mean(axis=0), rtol=0, atol=1e-5)
+    moments = data_moments(path)
+    assert moments.n_tokens == 40 * 16 and moments.n_layers == 2
+    np.testing.assert_allclose(moments.mean[1], want[1].mean(axis=0), rtol=0, atol=1e-5)
+    assert moments.source == what and not moments.cov.flags.writeable
     other, _ = data_tokens(extract(path), seed=1)
     assert not np.allclose(other[0], tokens[0])  # the seed draws other ids
 

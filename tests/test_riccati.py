@@ -18,7 +18,12 @@ from gtcontrol import Gaussian, Layer, Result, Status, moment_field, simulate
 from gtcontrol.analysis._core import gramian as _gramian
 from gtcontrol.analysis.bernoulli import solve_bernoulli
 from gtcontrol.analysis.blowup import blowup_analysis
-from gtcontrol.analysis.riccati import riccati_flow, riccati_form
+from gtcontrol.analysis.riccati import (
+    is_riccati,
+    riccati_flow,
+    riccati_form,
+    riccati_form_or_none,
+)
 from gtcontrol.errors import (
     GTControlError,
     InvalidGaussianError,
@@ -71,19 +76,32 @@ def test_riccati_form_detection_and_ffn():
     rng = np.random.default_rng(1)
     d = 3
     b = rng.standard_normal((d, d))
-    assert riccati_form(Layer(B=b, V=np.diag([1.0, 1.0, 1.0 + 1e-6]))) is None
-    assert riccati_form(Layer(B=b, V=rng.standard_normal((d, d)))) is None
+    assert not is_riccati(Layer(B=b, V=np.diag([1.0, 1.0, 1.0 + 1e-6])))
+    assert not is_riccati(Layer(B=b, V=rng.standard_normal((d, d))))
+    assert is_riccati(Layer(A=np.eye(d))) and is_riccati(Layer(B=b, V=0.5, noise=np.eye(d)))
     no_heads = riccati_form(Layer(A=np.eye(d)))
-    assert no_heads is not None and not np.any(no_heads.R) and no_heads.is_bernoulli
+    assert not np.any(no_heads.R) and no_heads.is_bernoulli
     w, u = rng.standard_normal((d, 2)), rng.standard_normal((2, d))
     lay = Layer(A=np.eye(d), B=b, V=0.5, ffn=FeedForward(w, u, activation="identity"))
     form = riccati_form(lay)
-    assert form is not None
     np.testing.assert_allclose(form.A, np.eye(d) + w @ u, rtol=1e-15)
-    with pytest.raises(InvalidParametersError, match="relu"):
-        riccati_form(Layer(A=np.eye(d), ffn=FeedForward(w, u, activation="relu")))
-    with pytest.raises(InvalidParametersError, match="Layer"):
-        riccati_form("not a layer")  # type: ignore[arg-type]
+    for call in (riccati_form, is_riccati):
+        with pytest.raises(InvalidParametersError, match="relu"):
+            call(Layer(A=np.eye(d), ffn=FeedForward(w, u, activation="relu")))
+        with pytest.raises(InvalidParametersError, match="Layer"):
+            call("not a layer")  # type: ignore[arg-type]
+
+
+def test_riccati_form_refuses_a_layer_outside_the_class_naming_the_head():
+    """A layer with a general V_h has no Riccati form: bad input for riccati_form, which said
+    so by returning None (a signal the caller had to remember to check)."""
+    rng = np.random.default_rng(1)
+    b = rng.standard_normal((3, 3))
+    lay = Layer(heads=[(0.5 * np.eye(3), b), (np.diag([1.0, 1.0, 1.0 + 1e-6]), b)])
+    with pytest.raises(InvalidParametersError, match=r"^layer: .*Riccati class.*head 1 ") as err:
+        riccati_form(lay)
+    assert "is_riccati" in str(err.value)
+    assert riccati_form_or_none(lay) is None and not is_riccati(lay)
 
 
 def test_gramian_van_loan_doubling_matches_quadrature():
@@ -240,7 +258,7 @@ def test_outside_class_uses_integrator_with_closed_form():
     p = np.array([1.0, 0.5, 1.0, 2.0])
     q = np.array([1.0, 1.0, 2.0, 0.5])
     lay = Layer(A=np.diag(a), B=np.diag(q), V=np.diag(p))
-    assert riccati_form(lay) is None
+    assert not is_riccati(lay)
     res = blowup_analysis(lay, _g(0.5 * np.eye(4)))
     expected = min(_scalar_tstar(ai, pi * qi, 0.5) for ai, pi, qi in zip(a, p, q))
     assert res.method == "integrator" and not res.certified

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from typing import Any
 
 import numpy as np
 import pytest
@@ -176,7 +177,7 @@ def test_ot_steering_reaches_target_with_energy_w2_over_t(d: int) -> None:
     # Three independent evaluations of ∫ E|v|²: closed form, quadrature, integrator + Simpson.
     assert ctrl.kinetic_energy == pytest.approx(bound, rel=1e-11)
     assert _gl_energy(ctrl) == pytest.approx(bound, rel=1e-11)
-    assert kinetic_energy(ctrl, g0) == pytest.approx(bound, rel=1e-8)
+    assert kinetic_energy(ctrl, g0).energy == pytest.approx(bound, rel=1e-8)
 
 
 def test_ot_steering_is_the_constant_speed_geodesic() -> None:
@@ -305,7 +306,7 @@ def test_exact_layer_steering_ffn_converges_to_the_bound(d: int) -> None:
         traj = simulate(sched, g0, **TIGHT)
         assert traj.final.bures_wasserstein(g1) <= 1e-9
         # Each node is the geodesic's: W2 from the start grows by W2/L per layer.
-        gaps.append(kinetic_energy(sched, g0) / bound - 1.0)
+        gaps.append(kinetic_energy(sched, g0).energy / bound - 1.0)
     assert gaps[0] > gaps[1] > gaps[2] > 0.0
     assert gaps[2] < gaps[0] / 20  # O(1/L²)
 
@@ -367,7 +368,12 @@ def test_kinetic_energy_against_a_closed_form() -> None:
     m0 = np.array([0.5, -1.0, 2.0])
     exact = a * (d * sigma2 + m0 @ m0) * (math.exp(2 * a * T) - 1) / 2
     got = kinetic_energy(Layer(A=a * np.eye(d)), Gaussian(m0, sigma2 * np.eye(d)), T)
-    assert got == pytest.approx(exact, rel=1e-9)
+    assert got.status is Status.SUCCESS and got.success, got.message
+    assert got.energy == pytest.approx(exact, rel=1e-9)
+    # the integrand kept is E|v|² = a²(dσ² + |m0|²) e^{2at} at the nodes
+    assert np.allclose(
+        got.integrand, a * a * (d * sigma2 + m0 @ m0) * np.exp(2 * a * got.t), rtol=1e-9
+    )
 
 
 # ==================================================================== the NLP building blocks
@@ -426,7 +432,7 @@ def _check_result(res, g0: Gaussian, g1: Gaussian, T: float, n: int) -> None:
     assert traj.final.bures_wasserstein(g1) <= 1e-6
     assert res.terminal_error <= 1e-6
     assert res.lower_bound == pytest.approx(_w2sq(g0, g1) / T, rel=1e-13)
-    assert res.kinetic_energy == pytest.approx(kinetic_energy(res.controls, g0), rel=1e-9)
+    assert res.kinetic_energy == pytest.approx(kinetic_energy(res.controls, g0).energy, rel=1e-9)
     # Benamou–Brenier: no control beats W2²/T.
     assert res.kinetic_energy >= res.lower_bound * (1 - 1e-9)
     assert res.gap == pytest.approx(res.kinetic_energy / res.lower_bound - 1, rel=1e-9)
@@ -599,8 +605,9 @@ def test_steer_terminal_penalties(terminal: str) -> None:
         )
         assert res.success, res.message
         errs.append(res.terminal_error)
-        assert res.kinetic_energy <= kinetic_energy(
-            exact_layer_steering(g0, g1, 1.0, n_layers=6), g0
+        assert (
+            res.kinetic_energy
+            <= kinetic_energy(exact_layer_steering(g0, g1, 1.0, n_layers=6), g0).energy
         )
     assert errs[1] < errs[0] / 10  # the miss shrinks like 1/weight
     with pytest.raises(InvalidParametersError, match="KL"):
@@ -765,5 +772,24 @@ def test_steer_time_limit_stops_ipopt_with_its_iterate() -> None:
 
 
 def test_kinetic_energy_of_a_blowup_is_infinite() -> None:
-    """dσ/dt = 2σ² (v = B = 1, d = 1) blows up at 1/(2σ0) = 0.5 < T: infinite energy."""
-    assert kinetic_energy(Layer(V=[[1.0]], B=[[1.0]]), Gaussian([0.0], [[1.0]]), 1.0) == math.inf
+    """dσ/dt = 2σ² (v = B = 1, d = 1) blows up at 1/(2σ0) = 0.5 < T: infinite energy, with the
+    status that says so (not a success)."""
+    res = kinetic_energy(Layer(V=[[1.0]], B=[[1.0]]), Gaussian([0.0], [[1.0]]), 1.0)
+    assert res.energy == math.inf and res.status is Status.BLOWUP and not res.success
+    assert "infinite" in res.message and len(res.t) == 0
+
+
+def test_kinetic_energy_out_of_budget_is_unknown_not_infinite() -> None:
+    """A spent evaluation cap leaves the energy unknown: ``nan`` with BUDGET_EXHAUSTED (it was
+    a bare ``inf`` without a time limit, indistinguishable from a blow-up)."""
+    from unittest import mock
+
+    from gtcontrol.control import ot
+
+    def capped(*args: Any, **kwargs: Any) -> Any:
+        return simulate(*args, **{**kwargs, "max_evals": 5})
+
+    with mock.patch.object(ot, "simulate", capped):
+        res = kinetic_energy(Layer(A=-np.eye(2)), Gaussian([0.0, 1.0], np.eye(2)), 5.0)
+    assert res.status is Status.BUDGET_EXHAUSTED and not res.success
+    assert math.isnan(res.energy) and "not known" in res.message

@@ -75,10 +75,8 @@ def _softmax_heads(layer: Layer) -> int:
 
 
 #: The fixed cost of one field evaluation, in token pairs: the per-call work of the kernel and
-#: the integrator (0.25 ms an evaluation at N = 16 with two heads, where ``max_work``'s default
-#: of 6·10⁹ pairs is about a minute: 10⁸ pairs a second). Without it a comparison at small N
-#: was bounded by ``max_work`` only in name (fuzz case 1885, N = 16 and 32, a head with
-#: ``B = 10⁶``: the stiff reference run took 512,338 evaluations, 130 s, and 2.7·10⁸ pairs).
+#: the integrator, so that ``max_work`` bounds a comparison at small N, where the pairs alone
+#: are few (docs/benchmarks.md).
 EVAL_OVERHEAD_PAIRS = 25_000
 
 

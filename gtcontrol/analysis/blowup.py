@@ -43,18 +43,18 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from .._display import Axes, SummaryItems
-from .._status import Budget, BudgetExhausted, OutcomeOrBlowup, Status
+from .._status import Budget, BudgetExhausted, OutcomeOrBlowup, ResultFields, Status
 from .._validation import as_cap, as_positive_float, as_time_limit
 from ..errors import InvalidParametersError
 from ..model.gaussian import Gaussian, check_gaussian
 from ..model.params import Layer
 from ._core import field_rate, simulate_within
 from ._march import DEFAULT_MAX_STEPS, DEFAULT_RTOL, march_blowup
-from .riccati import model_error, riccati_form
+from .riccati import model_error, riccati_form_or_none
 
 __all__ = [
     "BlowupResult",
@@ -90,7 +90,7 @@ class _BlowupOptions:
 
 
 @dataclass(frozen=True, eq=False)
-class BlowupResult(OutcomeOrBlowup):
+class BlowupResult(ResultFields, OutcomeOrBlowup):
     """Outcome of :func:`blowup_analysis`.
 
     Attributes
@@ -129,12 +129,9 @@ class BlowupResult(OutcomeOrBlowup):
     blowup_time: float
     lower: float
     upper: float
-    status: Status
     certified: bool
     method: str
-    message: str
     proved_never: bool = False
-    stats: Mapping[str, Any] = field(default_factory=dict)
 
     def _summary_items(self) -> SummaryItems:
         return [
@@ -251,7 +248,7 @@ def blowup_analysis(
         raise InvalidParametersError(f"layer: expected a Layer, got {type(layer).__name__}")
     g0 = check_gaussian(initial, layer.dim)
     budget = Budget(as_time_limit(time_limit))
-    form = riccati_form(layer)
+    form = riccati_form_or_none(layer)
     hz = opts.T if opts.T is not None else default_horizon(layer, g0)
     clock = time.perf_counter()
     if form is None or not form.is_bernoulli:

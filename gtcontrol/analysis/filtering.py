@@ -61,7 +61,7 @@ from ..model.moments import Trajectory
 from ..model.params import Layer
 from ._core import ComplexArray, remaining_limit, simulate_within
 from .equilibria import equilibria
-from .riccati import CovarianceFlow, riccati_form
+from .riccati import CovarianceFlow, riccati_form_or_none
 
 __all__ = [
     "FilterComparison",
@@ -195,7 +195,7 @@ def to_kalman(layer: Layer, *, rtol: float = 1e-10) -> KalmanData:
     if not isinstance(layer, Layer):
         raise InvalidParametersError(f"layer: expected a Layer, got {type(layer).__name__}")
     tol = as_positive_float("rtol", rtol)
-    form = riccati_form(layer)
+    form = riccati_form_or_none(layer)
     if form is None:
         raise InvalidParametersError(
             "layer: the Kalman–Bucy correspondence needs the Riccati class (every head "

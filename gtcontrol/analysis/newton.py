@@ -289,9 +289,8 @@ def covariance_jacobian(layer: Layer, cov: Any) -> FloatArray:
 
 
 #: A triangular Lyapunov solve takes up to this many times the Schur form of the same matrix:
-#: the prediction before the first solve. The recursive blocked solve (``schur_sylvester``)
-#: measured 0.25× at d = 1024 (0.1 s against 0.4–0.6 s); LAPACK's trsyl alone, used until
-#: 0.2, took 5.7–17× there (6–7 s a solve), and a limit of 5 s at d = 1024 ran to 9 s.
+#: the prediction before the first solve, an upper bound for the recursive blocked solve
+#: (``schur_sylvester``), so that no first solve overruns a time limit (docs/benchmarks.md).
 _SOLVE_PER_SCHUR = 1.0
 
 

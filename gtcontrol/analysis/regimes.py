@@ -18,14 +18,14 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from .._display import Axes, SummaryItems
 from .._linalg import FloatArray, sym
-from .._status import Budget, BudgetExhausted, OutcomeOrBlowup, Status
+from .._status import Budget, BudgetExhausted, OutcomeOrBlowup, ResultFields, Status
 from .._validation import as_float_array, as_positive_float, as_time_limit, frozen
 from ..errors import InvalidParametersError, SolverError
 from ..model.gaussian import Gaussian, check_gaussian
@@ -51,7 +51,7 @@ REGIME_KINDS = ("converges", "collapses", "blowup", "unbounded", "bounded")
 
 
 @dataclass(frozen=True, eq=False)
-class Regime(OutcomeOrBlowup):
+class Regime(ResultFields, OutcomeOrBlowup):
     """What a fixed layer does to ``N(m0, Σ0)`` as depth grows.
 
     Attributes
@@ -96,14 +96,11 @@ class Regime(OutcomeOrBlowup):
     equilibrium: Equilibrium | None
     blowup_time: float
     mean_limit: FloatArray | None
-    message: str
     certificate: str
     limit_cov: FloatArray | None = None
     mean_matrix: FloatArray | None = None
     blowup: BlowupResult | None = None
     equilibria: EquilibriaResult | None = None
-    status: Status = Status.SUCCESS
-    stats: Mapping[str, Any] = field(default_factory=dict)
 
     def _summary_items(self) -> SummaryItems:
         return [

@@ -7,8 +7,9 @@ the matrix Bernoulli (zero-constant Riccati) equation
 
 because ``V_h Σ B_h Σ + Σ B_hᵀ Σ V_hᵀ = v_h Σ (B_h + B_hᵀ) Σ``. This module exploits it:
 
-* :func:`riccati_form` detects the structure and returns ``(A, R)`` (and ``Q = GGᵀ`` for a layer
-  with Brownian forcing, the full Riccati equation of the Kalman–Bucy filter).
+* :func:`is_riccati` detects the structure and :func:`riccati_form` returns its ``(A, R)`` (and
+  ``Q = GGᵀ`` for a layer with Brownian forcing, the full Riccati equation of the Kalman–Bucy
+  filter).
 * :func:`riccati_flow` evaluates Σ(t) exactly, either by Radon's linearization ``Σ = X Y⁻¹`` with
   ``[X; Y](t) = expm(t H) [Σ0; I]``, ``H = [[A, Q], [R, −Aᵀ]]``, or through the linear Lyapunov
   ODE ``dΩ/dt = −AᵀΩ − ΩA + R`` of the precision ``Ω = Σ⁻¹``.
@@ -47,7 +48,15 @@ from ._core import (
 )
 from ._march import DEFAULT_MAX_STEPS, DEFAULT_RTOL, UNIT_ROUNDOFF, ModelError, march_blowup
 
-__all__ = ["CovarianceFlow", "RiccatiForm", "model_error", "riccati_flow", "riccati_form"]
+__all__ = [
+    "CovarianceFlow",
+    "RiccatiForm",
+    "is_riccati",
+    "model_error",
+    "riccati_flow",
+    "riccati_form",
+    "riccati_form_or_none",
+]
 
 
 @dataclass(frozen=True, eq=False)
@@ -114,8 +123,8 @@ class RiccatiForm(Displayable):
         return int(np.sum(w > cut)), int(np.sum(np.abs(w) <= cut)), int(np.sum(w < -cut))
 
 
-def riccati_form(layer: Layer) -> RiccatiForm | None:
-    """Detect the Riccati class and return its data ``(A, R)``, or ``None`` outside it.
+def riccati_form(layer: Layer) -> RiccatiForm:
+    """The Riccati data ``(A, R)`` of a layer whose heads all have ``V_h = v_h I``.
 
     If every head has ``V_h = v_h I`` then ``V_h Σ B_h Σ + Σ B_hᵀ Σ V_hᵀ = −Σ R_h Σ`` with
     ``R_h = −v_h (B_h + B_hᵀ)``, so the covariance equation is the matrix Bernoulli equation
@@ -125,37 +134,93 @@ def riccati_form(layer: Layer) -> RiccatiForm | None:
     Only the symmetric part of ``B_h`` enters the covariance (the mean still sees all of it).
     A layer without heads is in the class with ``R = 0``. A layer with Brownian forcing ``G``
     adds the constant term ``Q = G Gᵀ`` (a full Riccati equation); the Bernoulli tools of this
-    module (blow-up certificates, :func:`solve_bernoulli`) need ``Q = 0``.
+    module (blow-up certificates, :func:`solve_bernoulli`) need ``Q = 0``. :func:`is_riccati`
+    says whether a layer is in the class.
 
     Parameters
     ----------
     layer
-        The layer; an identity-activation feed-forward is folded into A.
+        A layer of the Riccati class; an identity-activation feed-forward is folded into A.
 
     Returns
     -------
-    RiccatiForm or None
-        ``None`` when some ``V_h`` differs from ``v_h I`` by more than ``1e-12 |v_h|`` entrywise.
+    RiccatiForm
+        ``A``, ``R``, the scalars ``v_h`` and ``Q``.
 
     Raises
     ------
     InvalidParametersError
-        If the layer has a ReLU/GELU feed-forward (outside the moment model).
+        If the layer is not in the class (some ``V_h`` differs from ``v_h I`` by more than
+        ``1e-12 |v_h|`` entrywise: the message names the head), or has a ReLU/GELU
+        feed-forward (outside the moment model).
 
     Examples
     --------
-    >>> from gtcontrol import Layer, riccati_form
+    >>> from gtcontrol import Layer, is_riccati, riccati_form
     >>> form = riccati_form(Layer(B=[[1.0, 0.0], [0.0, 2.0]], V=-0.5))  # R = −v(B + Bᵀ)
     >>> form.R
     array([[1., 0.],
            [0., 2.]])
-    >>> riccati_form(Layer(B=[[1.0, 0.0], [0.0, 2.0]], V=[[1.0, 0.0], [0.0, 2.0]])) is None
-    True
+    >>> is_riccati(Layer(B=[[1.0, 0.0], [0.0, 2.0]], V=[[1.0, 0.0], [0.0, 2.0]]))
+    False
 
     References
     ----------
     Alcalde, Ji, Zuazua, arXiv:2606.07600 (2026), §4; docs/theory.md §3–5.
     """
+    form = _form_or_reason(layer)
+    if isinstance(form, str):
+        raise InvalidParametersError(
+            f"layer: expected a layer of the Riccati class (every head V_h = v_h I); {form}. "
+            "is_riccati(layer) says whether a layer is; simulate, equilibria and analyze take "
+            "any layer"
+        )
+    return form
+
+
+def is_riccati(layer: Layer) -> bool:
+    """Whether every head of ``layer`` has ``V_h = v_h I`` (the Riccati class).
+
+    Then :func:`riccati_form` gives the layer's ``(A, R)`` and the covariance obeys a matrix
+    Riccati (Bernoulli, without noise) equation, for which :func:`blowup_analysis`,
+    :func:`equilibria` and :func:`analyze` have exact certificates.
+
+    Parameters
+    ----------
+    layer
+        The layer.
+
+    Returns
+    -------
+    bool
+        True when every ``V_h`` is ``v_h I`` to ``1e-12 |v_h|`` entrywise (a layer without
+        heads is in the class).
+
+    Raises
+    ------
+    InvalidParametersError
+        If ``layer`` is not a :class:`Layer`, or has a ReLU/GELU feed-forward.
+
+    Examples
+    --------
+    >>> from gtcontrol import Layer, is_riccati
+    >>> is_riccati(Layer(B=[[1.0, 0.0], [0.0, 2.0]], V=-0.5)), is_riccati(Layer(A=[[1.0]]))
+    (True, True)
+    >>> is_riccati(Layer(B=[[1.0, 0.0], [0.0, 2.0]], V=[[1.0, 0.0], [0.0, 2.0]]))
+    False
+    """
+    return not isinstance(_form_or_reason(layer), str)
+
+
+def riccati_form_or_none(layer: Layer) -> RiccatiForm | None:
+    """The layer's :class:`RiccatiForm` when it is in the Riccati class, else ``None``: for
+    the solvers that take the exact route in the class and a general one outside it."""
+    form = _form_or_reason(layer)
+    return None if isinstance(form, str) else form
+
+
+def _form_or_reason(layer: Layer) -> RiccatiForm | str:
+    """The Riccati data, or why the layer is outside the class (the first head that is not)."""
     if not isinstance(layer, Layer):
         raise InvalidParametersError(f"layer: expected a Layer, got {type(layer).__name__}")
     a, _ = layer.affine_ffn()
@@ -168,13 +233,21 @@ def riccati_form(layer: Layer) -> RiccatiForm | None:
     ):
         # a factored head's V_h = W_O,h W_V,h has rank ≤ d_head < d, so it is v_h I only when
         # zero (then a factor is zero, up to products that cancel exactly): not in the class
-        return None
+        return (
+            f"its factored heads have V_h = W_O,h W_V,h of rank at most d_head = {fh.head_dim} "
+            f"< d = {d}, and none is zero"
+        )
     r = np.zeros((d, d))
     vs: list[float] = []
-    for v_h, b_h in layer.heads:
+    for h, (v_h, b_h) in enumerate(layer.heads):
         vh = identity_multiple(v_h)
         if vh is None:
-            return None
+            v_mean = float(np.trace(v_h)) / d
+            dev = float(np.max(np.abs(v_h - v_mean * np.eye(d))))
+            return (
+                f"head {h} has V_h − (tr V_h / d) I of largest entry {dev:.3g} "
+                f"(tr V_h / d = {v_mean:.6g})"
+            )
         r -= vh * (b_h + b_h.T)
         vs.append(vh)
     g = layer.noise
@@ -233,11 +306,11 @@ def model_error(layer: Layer, form: RiccatiForm) -> ModelError:
 
 
 def _require_form(layer: Layer, what: str, *, bernoulli: bool = False) -> RiccatiForm:
-    form = riccati_form(layer)
-    if form is None:
+    form = _form_or_reason(layer)
+    if isinstance(form, str):
         raise InvalidParametersError(
-            f"layer: {what} needs the Riccati class (every head V_h = v_h I); use the general "
-            "tools (simulate, gtcontrol.equilibria) for this layer"
+            f"layer: {what} needs the Riccati class (every head V_h = v_h I), and {form}; use "
+            "the general tools (simulate, gtcontrol.equilibria) for this layer"
         )
     if bernoulli and not form.is_bernoulli:
         raise InvalidParametersError(
@@ -248,7 +321,7 @@ def _require_form(layer: Layer, what: str, *, bernoulli: bool = False) -> Riccat
 
 def _bernoulli_form(layer: Layer) -> RiccatiForm | None:
     """The Riccati data when the layer is in the noise-free (Bernoulli) class, else ``None``."""
-    form = riccati_form(layer)
+    form = riccati_form_or_none(layer)
     return form if form is not None and form.is_bernoulli else None
 
 

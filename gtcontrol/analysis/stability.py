@@ -76,17 +76,14 @@ _DENSE_MAX = 10_000
 #: A relative residual of the equilibrium equations above this is refused as "not an equilibrium".
 EQUILIBRIUM_RTOL = 1e-8
 #: Arnoldi: cap on restarts and the smallest basis size. 40 vectors, not ARPACK's customary 20:
-#: at MiniLM's d = 385 (n = 73,920, k = 1, tol 1e-10) the products fell from 584 to 486
-#: (layer 4, text target: an edge 0.580, 0.477, 0.395 of real eigenvalues), 219 to 186
-#: (layer 1) and 71 to 41 (layer 0), and rose from 38 to 41 (layer 2 at ``I ⊕ 0``); each
-#: restart's orthogonalization, ``O(n · ncv²)``, stays below one product.
+#: fewer products on MiniLM's stabilized layers, whose edges are close real eigenvalues, and
+#: each restart's orthogonalization, ``O(n · ncv²)``, stays below one product
+#: (docs/benchmarks.md).
 _ARPACK_MAXITER = 2000
 _MIN_NCV = 40
 #: The rightmost pairs are sought with a basis of ``_MIN_NCV`` vectors for at most
-#: ``_FIRST_MAXITER`` restarts, then with ``_WIDE_NCV``: a tight cluster at the edge (a
-#: random-init ViT layer at ``I ⊕ 0``, n = 18,528: three eigenvalues within 3e-8 of
-#: 4.4772e-4) defeats 20 vectors in 2,000 restarts (40,000 products, 51 s), while 120 converge
-#: in 3,247 products (45 s).
+#: ``_FIRST_MAXITER`` restarts, then with ``_WIDE_NCV``: a tight cluster at the edge defeats a
+#: small basis in any number of restarts, where a wide one converges (docs/benchmarks.md).
 _FIRST_MAXITER = 150
 _WIDE_NCV = 120
 #: Largest ``r(r+1)/2`` for which the dense abscissa gets its error bound (an SVD of the

@@ -394,8 +394,10 @@ def layer_energy(
     layer: Layer, start: State, h: float, n_points: int = 33, time_limit: float | None = None
 ) -> float:
     """``∫₀ʰ E|v|² dt`` of one layer from ``start`` (:func:`gtcontrol.kinetic_energy`; ``nan``
-    when ``time_limit`` runs out first)."""
-    return kinetic_energy(layer, Gaussian(*start), h, n_points=n_points, time_limit=time_limit)
+    when the budget runs out first, ``inf`` when it is not measured finite, so that any layer
+    measured is cheaper)."""
+    res = kinetic_energy(layer, Gaussian(*start), h, n_points=n_points, time_limit=time_limit)
+    return res.energy if res.success or res.status is Status.BUDGET_EXHAUSTED else math.inf
 
 
 @dataclass(frozen=True)
@@ -571,8 +573,7 @@ def _best_shot(
 
 #: The gauge search of the flow construction stops while this many times the estimated
 #: verification is left (:func:`_full`): the estimate is the speed measured earlier, and a
-#: machine whose load rises meanwhile slows the verification (twice it left the limit 0.007 s
-#: short at d = 128 beside two CPU-bound processes).
+#: machine whose load rises meanwhile slows the verification (docs/benchmarks.md).
 _VERIFY_RESERVE = 3.0
 
 
@@ -583,9 +584,8 @@ def _full(plan: Plan, budget: Budget) -> tuple[_Build | None, bool]:
     Every layer is a feasible control as built, so the gauge search stops while the time left
     is :data:`_VERIFY_RESERVE` × the verifying re-simulation's estimated cost (the layers'
     energy simulations so far, scaled to ``L`` layers): the control found is then verified
-    within the limit. At d = 128, ``L`` = 6 the search takes 12 s; with ``time_limit = 10`` it
-    used to run to the deadline and leave the verification 0.22 s of its 0.7 s (an
-    unverified control, ``BUDGET_EXHAUSTED``).
+    within the limit, where a search run to the deadline would leave it unverified
+    (docs/benchmarks.md).
     """
     h = plan.T / plan.n
     nodes = _geodesic_nodes(plan, None)

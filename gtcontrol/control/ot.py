@@ -11,17 +11,15 @@ Reference: the paper cited in :mod:`gtcontrol`, §5.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from types import MappingProxyType
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from scipy.integrate import simpson
 
-from .._display import Axes, Displayable, SummaryItems
+from .._display import Axes, SummaryItems
 from .._linalg import FloatArray, polar, sym
-from .._status import Status
+from .._status import Outcome, ResultFields, Status
 from .._validation import as_positive_float, as_positive_int, frozen
 from ..errors import InvalidParametersError
 from ..model.gaussian import Gaussian
@@ -29,7 +27,7 @@ from ..model.moments import Trajectory, affine_velocity, simulate
 from ..model.params import Control, Layer, Schedule, as_control
 from .reachability import check_reachable
 
-__all__ = ["OTSteering", "kinetic_energy", "ot_steering"]
+__all__ = ["KineticEnergy", "OTSteering", "kinetic_energy", "ot_steering"]
 
 
 # ============================================================================ the transport map
@@ -95,7 +93,7 @@ def _ot_map(initial: Gaussian, target: Gaussian) -> tuple[FloatArray, FloatArray
 
 # ============================================================================ the geodesic
 @dataclass(frozen=True, eq=False)
-class OTSteering(Displayable):
+class OTSteering(ResultFields, Outcome):
     """The Bures–Wasserstein geodesic from ``initial`` to ``target`` as a time-varying control.
 
     With ``s = t/T``, ``G(s) = (1 − s) I + s C`` (``C`` the optimal transport map, see
@@ -125,7 +123,7 @@ class OTSteering(Displayable):
     status
         ``Status.SUCCESS``.
     message
-        What the control is.
+        What the control is, with its kinetic energy.
     stats
         ``kinetic_energy``, ``lower_bound`` (equal: the bound is attained) and ``singular``.
     """
@@ -135,36 +133,6 @@ class OTSteering(Displayable):
     T: float
     transport_map: FloatArray = field(repr=False)
     support_basis: FloatArray | None = field(default=None, repr=False)
-
-    @property
-    def success(self) -> bool:
-        """Always true: the geodesic is a closed form."""
-        return True
-
-    @property
-    def status(self) -> Status:
-        """``Status.SUCCESS``."""
-        return Status.SUCCESS
-
-    @property
-    def message(self) -> str:
-        """What the control is, in words."""
-        kind = "Procrustes map on the support" if self.support_basis is not None else "SPD map"
-        return (
-            f"closed-form Bures–Wasserstein geodesic ({kind}); kinetic energy = W2²/T = "
-            f"{self.lower_bound:.6g}"
-        )
-
-    @property
-    def stats(self) -> Mapping[str, Any]:
-        """``kinetic_energy``, ``lower_bound`` and ``singular`` (Σ0 singular)."""
-        return MappingProxyType(
-            {
-                "kinetic_energy": self.kinetic_energy,
-                "lower_bound": self.lower_bound,
-                "singular": self.support_basis is not None,
-            }
-        )
 
     def _summary_items(self) -> SummaryItems:
         return [
@@ -303,7 +271,18 @@ def ot_steering(initial: Gaussian, target: Gaussian, T: float) -> OTSteering:
     check_reachable(initial, target, mode="ffn")
     t_hor = as_positive_float("T", T)
     t_map, basis = _ot_map(initial, target)
-    return OTSteering(initial, target, t_hor, frozen(t_map), basis)
+    geo = OTSteering(initial, target, t_hor, frozen(t_map), basis)
+    kind = "SPD map" if basis is None else "Procrustes map on the support"
+    message = (
+        f"closed-form Bures–Wasserstein geodesic ({kind}); kinetic energy = W2²/T = "
+        f"{geo.lower_bound:.6g}"
+    )
+    stats = {
+        "kinetic_energy": geo.kinetic_energy,
+        "lower_bound": geo.lower_bound,
+        "singular": basis is not None,
+    }
+    return replace(geo, message=message, stats=stats)
 
 
 # ============================================================================ kinetic energy
@@ -315,6 +294,49 @@ def _segment_layers(ctrl: Control, t0: float, t1: float) -> Callable[[float], La
     return ctrl.layer_at
 
 
+@dataclass(frozen=True, eq=False)
+class KineticEnergy(ResultFields, Outcome):
+    """The kinetic energy ``∫₀ᵀ E|v|² dt`` of a control from a Gaussian (:func:`kinetic_energy`).
+
+    Attributes
+    ----------
+    energy
+        The energy: measured when ``status`` is ``SUCCESS``; ``math.inf`` for ``BLOWUP`` and
+        ``OVERFLOW`` (the moments leave every bound, or the float range, before ``T``);
+        ``math.nan`` for ``BUDGET_EXHAUSTED`` and ``FAILED`` (not known).
+    T
+        The horizon.
+    t, integrand
+        The quadrature nodes and ``E|v(t)|²`` at them (empty unless ``SUCCESS``); a node on a
+        breakpoint appears once for each segment it ends.
+    status
+        ``SUCCESS`` (the moments reached ``T``; the energy is Simpson's rule on every segment),
+        ``BLOWUP`` or ``OVERFLOW`` (the re-simulation's), ``BUDGET_EXHAUSTED`` (``time_limit``
+        or the evaluation cap ran out first) or ``FAILED`` (the integrator failed).
+    message
+        The energy, or why it is not known, in words.
+    stats
+        The re-simulation's statistics (``nfev``, ``nsteps``, ``seconds``, ...) and
+        ``n_points``.
+    success
+        True for ``SUCCESS`` only: ``energy`` is then a finite, measured number.
+    """
+
+    energy: float
+    T: float
+    t: FloatArray = field(default_factory=lambda: np.zeros(0), repr=False)
+    integrand: FloatArray = field(default_factory=lambda: np.zeros(0), repr=False)
+
+    def _summary_items(self) -> SummaryItems:
+        return [("energy", self.energy), ("T", self.T), ("nodes", len(self.t))]
+
+    def _draw(self, ax: Axes) -> None:
+        ax.plot(self.t, self.integrand)
+        ax.set_xlabel("depth t")
+        ax.set_ylabel("E|v(t)|²")
+        ax.set_title(f"kinetic energy {self.energy:.6g} ({self.status.value})", fontsize=10)
+
+
 def kinetic_energy(
     control: Layer | Schedule | Control,
     initial: Gaussian,
@@ -322,7 +344,7 @@ def kinetic_energy(
     *,
     n_points: int = 4001,
     time_limit: float | None = None,
-) -> float:
+) -> KineticEnergy:
     """Kinetic energy ``∫₀ᵀ E|v|² dt`` of a control started at ``initial``.
 
     For ``N(m, Σ)`` under ``v(x) = M x + c``, ``E|v|² = tr(M Σ Mᵀ) + |M m + c|²`` (steering.md).
@@ -343,14 +365,15 @@ def kinetic_energy(
     n_points
         About how many depths the moments are recorded at (the quadrature nodes).
     time_limit
-        Wall-clock limit in seconds of the re-simulation (``None``: none); when it runs out
-        the energy is unknown and ``nan`` is returned.
+        Wall-clock limit in seconds of the re-simulation (``None``: none).
 
     Returns
     -------
-    float
-        The energy; ``math.inf`` when the moments do not reach ``T`` (a finite-time blow-up or
-        an overflow: the energy is then infinite); ``nan`` when ``time_limit`` ran out first.
+    KineticEnergy
+        ``energy`` with ``status`` ``SUCCESS``; ``BLOWUP`` or ``OVERFLOW`` when the moments do
+        not reach ``T`` (``energy = inf``); ``BUDGET_EXHAUSTED`` when ``time_limit`` (or the
+        evaluation cap) ran out first and ``FAILED`` when the integrator failed
+        (``energy = nan``: not known).
 
     Raises
     ------
@@ -362,17 +385,39 @@ def kinetic_energy(
     The geodesic from ``N(0, 1)`` to ``N(1, 1)`` in depth 1 attains the Benamou–Brenier bound
     ``W2²/T = 1``:
 
-    >>> from gtcontrol import Gaussian, kinetic_energy, ot_steering
+    >>> from gtcontrol import Gaussian, Layer, kinetic_energy, ot_steering
     >>> g0, g1 = Gaussian([0.0], [[1.0]]), Gaussian([1.0], [[1.0]])
-    >>> round(kinetic_energy(ot_steering(g0, g1, 1.0), g0), 9)
-    1.0
+    >>> res = kinetic_energy(ot_steering(g0, g1, 1.0), g0)
+    >>> res.status, round(res.energy, 9)
+    (<Status.SUCCESS: 'success'>, 1.0)
+
+    A layer whose covariance blows up before ``T`` has infinite energy:
+
+    >>> res = kinetic_energy(Layer(V=[[1.0]], B=[[1.0]]), g0, 1.0)
+    >>> res.status, res.energy, res.success
+    (<Status.BLOWUP: 'blowup'>, inf, False)
     """
     ctrl = as_control(control, T)
     n = as_positive_int("n_points", n_points)
     traj = simulate(ctrl, initial, n_points=n, time_limit=time_limit)
-    if traj.status is Status.BUDGET_EXHAUSTED and time_limit is not None:
-        return math.nan  # (the evaluation cap is far above a finite energy's needs)
-    return trajectory_energy(ctrl, traj)
+    stats = {**traj.stats, "n_points": n}
+    horizon = float(ctrl.T)
+    if traj.status in (Status.BLOWUP, Status.OVERFLOW):
+        why = f"the moments do not reach T = {horizon:.6g} ({traj.message}): the energy is infinite"
+        return KineticEnergy(math.inf, horizon, status=traj.status, message=why, stats=stats)
+    if traj.status is not Status.SUCCESS:
+        why = f"the energy is not known: the re-simulation stopped ({traj.message})"
+        return KineticEnergy(math.nan, horizon, status=traj.status, message=why, stats=stats)
+    pieces = energy_integrand(ctrl, traj)
+    energy = float(sum(simpson(vals, x=t) for t, vals in pieces))
+    return KineticEnergy(
+        energy,
+        horizon,
+        np.concatenate([t for t, _ in pieces]),
+        np.concatenate([vals for _, vals in pieces]),
+        message=f"kinetic energy {energy:.12g} (Simpson's rule on {len(traj.t)} depths)",
+        stats=stats,
+    )
 
 
 def trajectory_energy(ctrl: Control, traj: Trajectory) -> float:
@@ -380,8 +425,14 @@ def trajectory_energy(ctrl: Control, traj: Trajectory) -> float:
     every segment (as :func:`kinetic_energy` records it); ``inf`` unless it reached ``T``."""
     if traj.status is not Status.SUCCESS:
         return math.inf
+    return float(sum(simpson(vals, x=t) for t, vals in energy_integrand(ctrl, traj)))
+
+
+def energy_integrand(ctrl: Control, traj: Trajectory) -> list[tuple[FloatArray, FloatArray]]:
+    """``(t, E|v(t)|²)`` on the records of every segment between ``ctrl``'s breakpoints (the
+    integrand is smooth on each), from a trajectory of ``ctrl`` that reached ``T``."""
     breaks = np.asarray(ctrl.breakpoints, dtype=float)
-    total = 0.0
+    pieces = []
     for k in range(len(breaks) - 1):
         t0, t1 = float(breaks[k]), float(breaks[k + 1])
         idx = np.flatnonzero((traj.t >= t0 - 1e-14 * max(t1, 1.0)) & (traj.t <= t1 + 1e-14))
@@ -394,8 +445,8 @@ def trajectory_energy(ctrl: Control, traj: Trajectory) -> float:
                 mm, c = affine_velocity(layer_of(float(traj.t[i])), m, s)
                 u = mm @ m + c
                 vals[j] = float(np.sum((mm @ s) * mm) + u @ u)
-        total += float(simpson(vals, x=traj.t[idx]))
-    return total
+        pieces.append((np.asarray(traj.t[idx], dtype=float), vals))
+    return pieces
 
 
 def _batched_energy(

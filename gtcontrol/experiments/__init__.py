@@ -34,7 +34,14 @@ Reference: the paper cited in :mod:`gtcontrol`.
 
 from __future__ import annotations
 
-from .attention_flows import SENTENCES, AttentionFlows, FlowRow, attention_flows, data_moments
+from .attention_flows import (
+    SENTENCES,
+    AttentionFlows,
+    DataMoments,
+    FlowRow,
+    attention_flows,
+    data_moments,
+)
 from .closure import ClosenessCurve, FeedForwardCloseness, feedforward_closeness
 from .gaussianity import (
     STATISTICS,
@@ -68,6 +75,7 @@ __all__ = [
     "STATISTICS",
     "AttentionFlows",
     "ClosenessCurve",
+    "DataMoments",
     "FeedForwardCloseness",
     "FlowRow",
     "GaussianityResult",

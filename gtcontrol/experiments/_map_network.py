@@ -18,8 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._display import Axes, SummaryItems
 from .._linalg import FloatArray
-from .._status import Budget, Status, as_time_limit
+from .._status import Budget, Outcome, ResultFields, Status, as_time_limit
 from .._validation import as_seed
 from ..interop._deps import require_torch
 from ..interop._families import eval_mode
@@ -35,7 +36,7 @@ __all__ = ["MapData", "NetworkCheck", "map_data", "network_check"]
 
 
 @dataclass(frozen=True)
-class NetworkCheck:
+class NetworkCheck(ResultFields, Outcome):
     """The network with every attention sublayer stabilized, against the original.
 
     Attributes
@@ -62,11 +63,15 @@ class NetworkCheck:
         tokens after every layer, in each network (``nan``: not tested).
     gaussian_tokens
         The number of Gaussian input tokens.
+    seconds
+        Wall time.
     status, message
         ``SUCCESS``; ``BUDGET_EXHAUSTED`` when the Gaussianity tests were cut; ``FAILED``
         without data.
-    seconds
-        Wall time.
+    stats
+        ``seconds``.
+    success
+        True for ``SUCCESS`` only.
     """
 
     stabilized_layers: tuple[int, ...]
@@ -80,9 +85,22 @@ class NetworkCheck:
     p_original: tuple[float, ...]
     p_stabilized: tuple[float, ...]
     gaussian_tokens: int
-    status: Status
-    message: str
     seconds: float
+
+    def _summary_items(self) -> SummaryItems:
+        return [
+            ("stabilized_layers", len(self.stabilized_layers)),
+            ("cosine_mean", self.cosine_mean),
+            ("cosine_min", self.cosine_min),
+            ("relative_change", self.relative_change),
+            ("reference_error", self.reference_error),
+        ]
+
+    def _draw(self, ax: Axes) -> None:
+        ax.plot(range(1, len(self.layer_change) + 1), self.layer_change, "o-")
+        ax.set_xlabel("after layer")
+        ax.set_ylabel("relative change of the hidden states")
+        ax.set_title(f"{len(self.stabilized_layers)} layers stabilized", fontsize=8)
 
 
 @dataclass(frozen=True)
@@ -222,9 +240,10 @@ def network_check(
             (),
             (),
             0,
-            Status.FAILED,
-            "no data sequences to run the network on (no sentence gave a token)",
             time.perf_counter() - clock,
+            status=Status.FAILED,
+            message="no data sequences to run the network on (no sentence gave a token)",
+            stats={"seconds": time.perf_counter() - clock},
         )
     cosines, num, den = [], np.zeros(em.n_layers), np.zeros(em.n_layers)
     ref_err = 0.0
@@ -261,9 +280,10 @@ def network_check(
         p_original=p_old,
         p_stabilized=p_new,
         gaussian_tokens=n_g,
+        seconds=time.perf_counter() - clock,
         status=status,
         message=msg,
-        seconds=time.perf_counter() - clock,
+        stats={"seconds": time.perf_counter() - clock},
     )
 
 

@@ -55,7 +55,8 @@ from .._blas import single_threaded_blas
 from .._display import Axes, SummaryItems, legend
 from .._linalg import FloatArray
 from .._progress import progress
-from .._status import Budget, Outcome, ResultFields, Status
+from .._readonly import ReadOnlyArrays
+from .._status import Budget, Outcome, OutcomeOrBlowup, ResultFields, Status
 from .._validation import as_positive_float, as_seed, as_time_limit
 from ..errors import InvalidParametersError
 from ..interop.extraction import ExtractedModel
@@ -67,7 +68,15 @@ from ..model.params import Layer
 from ._common import stop_reason
 from ._onnx_data import attention_tokens
 
-__all__ = ["SENTENCES", "AttentionFlows", "FlowRow", "attention_flows", "data_moments", "run_flows"]
+__all__ = [
+    "SENTENCES",
+    "AttentionFlows",
+    "DataMoments",
+    "FlowRow",
+    "attention_flows",
+    "data_moments",
+    "run_flows",
+]
 
 #: Plain English sentences whose tokens give the ``"data"`` covariance of a text model.
 SENTENCES = (
@@ -116,7 +125,7 @@ _STARTS = ("identity", "data")
 
 
 @dataclass(frozen=True, eq=False)
-class FlowRow:
+class FlowRow(ResultFields, OutcomeOrBlowup):
     """One (layer, initial law) of :func:`attention_flows`.
 
     Attributes
@@ -126,8 +135,6 @@ class FlowRow:
     start
         ``"identity"`` (``N(e, I ⊕ 0)``) or ``"data"`` (the empirical moments of the tokens the
         attention reads on data).
-    status
-        The status of :func:`gtcontrol.simulate` (``BLOWUP``, ``SUCCESS`` to ``T``, ...).
     regime
         ``"blowup"`` (a finite-time blow-up: the kind of :func:`gtcontrol.analyze`),
         ``"no blow-up to T = ..."`` (integrated to the horizon, which decides no long-run regime
@@ -149,11 +156,14 @@ class FlowRow:
         ``|cos|`` between ``u`` and ``range W_O,h`` / ``range W_V,hᵀ`` of the dominant head.
     seconds, nfev
         Wall time and right-hand-side evaluations of the simulation.
+    status, message, stats
+        Those of :func:`gtcontrol.simulate` (``BLOWUP``, ``SUCCESS`` to ``T``, ...).
+    success
+        True for ``SUCCESS`` and ``BLOWUP`` (a blow-up is the answer).
     """
 
     layer: int
     start: str
-    status: Status
     regime: str
     blowup_time: float
     bracket: tuple[float, float] | None
@@ -165,6 +175,22 @@ class FlowRow:
     value_alignment: float
     seconds: float
     nfev: int
+
+    def _summary_items(self) -> SummaryItems:
+        return [
+            ("layer", self.layer),
+            ("start", self.start),
+            ("regime", self.regime),
+            ("blowup_time", self.blowup_time),
+            ("lam_final", self.lam_final),
+            ("dominant_head", self.dominant_head),
+        ]
+
+    def _draw(self, ax: Axes) -> None:
+        names = ("share", "|cos| W_O", "|cos| W_V")
+        ax.bar(names, [self.head_share, self.output_alignment, self.value_alignment])
+        ax.set_ylabel(f"dominant head {self.dominant_head}")
+        ax.set_title(f"layer {self.layer}, {self.start}: {self.regime}", fontsize=8)
 
     def row(self) -> dict[str, Any]:
         """The row as a plain dict (for tables)."""
@@ -252,9 +278,37 @@ class AttentionFlows(ResultFields, Outcome):
         return "\n".join(lines)
 
 
+@dataclass(frozen=True, eq=False)
+class DataMoments(ReadOnlyArrays):
+    """The empirical moments of what every layer's attention reads on data (:func:`data_moments`).
+
+    Attributes
+    ----------
+    mean
+        Per layer, the empirical mean of the tokens its attention reads, ``(L, d)``.
+    cov
+        Per layer, their covariance (``1/N`` normalization), ``(L, d, d)``.
+    n_tokens
+        The number ``N`` of tokens pooled (non-padding positions of the batch).
+    source
+        What the data were (the sentences through the model's tokenizer, random token ids, or
+        random images), in words.
+    """
+
+    mean: FloatArray
+    cov: FloatArray
+    n_tokens: int
+    source: str
+
+    @property
+    def n_layers(self) -> int:
+        """The number ``L`` of layers."""
+        return int(self.mean.shape[0])
+
+
 def data_moments(
     model: Any = "minilm", sentences: Sequence[str] = SENTENCES, *, seed: int = 0
-) -> tuple[list[tuple[FloatArray, FloatArray]], int, str]:
+) -> DataMoments:
     """Empirical ``(mean, covariance)`` of what every layer's attention reads on data.
 
     The real network (its embeddings, then its layers; padding masked) reads a batch, and the
@@ -263,15 +317,15 @@ def data_moments(
     ``1/N``. The batch is ``sentences`` through the model's own tokenizer when its folder has
     one (MiniLM), else random token ids uniform over its vocabulary (40 sequences of 16), and
     for a vision model 8 random image-like inputs (spatially smooth Gaussian fields, per channel
-    mean 0 and variance 1 — not natural images). The third return value says which.
+    mean 0 and variance 1 — not natural images). ``source`` says which.
 
     The real network is the ``transformers`` module, or for an ONNX file its graph: run as it
     is (onnxruntime when installed, else onnx's reference evaluator) with the tensor that each
     layer's projections read captured, fed the ids (its tokenizer is one saved beside the file;
     its vocabulary the rows of the embedding table the ids index), an attention mask, token
     type ids 0 and position ids ``0 … n-1`` as its inputs ask. A graph with a fixed batch or
-    length runs in batches of its shape, sequences padded or cut to its length (said in the
-    third value).
+    length runs in batches of its shape, sequences padded or cut to its length (said in
+    ``source``).
 
     Parameters
     ----------
@@ -284,9 +338,9 @@ def data_moments(
 
     Returns
     -------
-    (list of (numpy.ndarray, numpy.ndarray), int, str)
-        ``(mean (d,), cov (d, d))`` per layer (``L`` entries), the number ``N`` of tokens
-        pooled, and what the data were.
+    DataMoments
+        ``mean (L, d)`` and ``cov (L, d, d)``, one entry per layer, the number ``n_tokens`` of
+        tokens pooled, and ``source``, what the data were.
 
     Raises
     ------
@@ -298,21 +352,28 @@ def data_moments(
     Examples
     --------
     >>> from gtcontrol.experiments import data_moments
-    >>> moments, n, source = data_moments("random-bert")  # doctest: +SKIP
-    >>> len(moments), moments[0][1].shape  # doctest: +SKIP
+    >>> moments = data_moments("random-bert")  # doctest: +SKIP
+    >>> moments.n_layers, moments.cov[0].shape  # doctest: +SKIP
     (6, (384, 384))
     """
     sd = as_seed("seed", seed)
     em = extract(model)
     tokens, what = attention_tokens(em, sentences, sd)
-    moments = []
+    means, covs = [], []
     n = 0
     for pts in tokens:
         mean = pts.mean(axis=0)
         xc = pts - mean
-        moments.append((mean, xc.T @ xc / pts.shape[0]))
+        means.append(mean)
+        covs.append(xc.T @ xc / pts.shape[0])
         n = int(pts.shape[0])
-    return moments, n, what
+    d = em.dim
+    return DataMoments(
+        mean=np.array(means).reshape(len(means), d),
+        cov=np.array(covs).reshape(len(covs), d, d),
+        n_tokens=n,
+        source=what,
+    )
 
 
 def _augmented(mean: FloatArray, cov: FloatArray) -> Gaussian:
@@ -422,6 +483,8 @@ def _flow_row(
         value_alignment=cos_v,
         seconds=time.perf_counter() - clock,
         nfev=int(traj.stats.get("nfev", 0)),
+        message=traj.message,
+        stats=traj.stats,
     )
     return row, _lam_curve(traj)
 
@@ -524,16 +587,16 @@ class _LazyData:
 
     def __init__(self, em: ExtractedModel) -> None:
         self.em = em
-        self.value: tuple[list[tuple[FloatArray, FloatArray]], int, str] | None = None
+        self.value: DataMoments | None = None
 
     def __getitem__(self, k: int) -> tuple[FloatArray, FloatArray]:
         if self.value is None:
             self.value = data_moments(self.em)
-        return self.value[0][k]
+        return self.value.mean[k], self.value.cov[k]
 
     def info(self) -> tuple[int, str]:
         """Tokens of the batch and what it is (``0, ""`` when no data start ran)."""
-        return (0, "") if self.value is None else (self.value[1], self.value[2])
+        return (0, "") if self.value is None else (self.value.n_tokens, self.value.source)
 
 
 def _run_all(

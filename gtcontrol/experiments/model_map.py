@@ -62,6 +62,7 @@ from .._status import (
     BudgetExhausted,
     HandedLimit,
     Outcome,
+    OutcomeOrBlowup,
     ResultFields,
     Status,
     as_time_limit,
@@ -187,7 +188,7 @@ class LayerJob:
 
 
 @dataclass(frozen=True)
-class MapRegime:
+class MapRegime(ResultFields, OutcomeOrBlowup):
     """The regime of one start (:func:`gtcontrol.analyze`).
 
     Attributes
@@ -197,37 +198,49 @@ class MapRegime:
     kind, certificate
         ``Regime.kind`` and ``Regime.certificate`` (``"none"``: decided by an integration, or
         undecided).
-    status
-        ``Regime.status`` (``BLOWUP``, ``SUCCESS``; ``BUDGET_EXHAUSTED``: undecided in its time).
     blowup_time
         ``T*`` (``inf``: none found up to ``T``).
-    message
-        ``Regime.message``.
     seconds
         Wall time.
+    status
+        ``Regime.status`` (``BLOWUP``, ``SUCCESS``; ``BUDGET_EXHAUSTED``: undecided in its time).
+    message
+        ``Regime.message``.
+    stats
+        ``seconds``.
+    success
+        True for ``SUCCESS`` and ``BLOWUP`` (a blow-up is the answer).
     """
 
     start: str
     kind: str
     certificate: str
-    status: Status
     blowup_time: float
-    message: str
     seconds: float
+
+    def _summary_items(self) -> SummaryItems:
+        return [
+            ("start", self.start),
+            ("kind", self.kind),
+            ("certificate", self.certificate),
+            ("blowup_time", self.blowup_time),
+        ]
+
+    def _draw(self, ax: Axes) -> None:
+        t_star = self.blowup_time if math.isfinite(self.blowup_time) else 0.0
+        ax.barh([self.start], [t_star])
+        ax.set_xlabel("blow-up time T* (0: none found)")
+        ax.set_title(f"{self.kind} ({self.certificate})", fontsize=8)
 
 
 @dataclass(frozen=True)
-class MapEquilibrium:
+class MapEquilibrium(ResultFields, Outcome):
     """An equilibrium near the data: one Newton run and the spectrum at its root.
 
     Attributes
     ----------
     start
         ``"data"`` or ``"identity"``.
-    status
-        ``SUCCESS`` (a root, its spectrum computed), ``NOT_FOUND`` (Newton did not converge: no
-        claim that none exists), ``FAILED`` (a root without a mean equilibrium or spectrum),
-        ``BUDGET_EXHAUSTED``.
     same_as
         The other start whose root this is (``""``: a distinct root).
     residual
@@ -244,14 +257,21 @@ class MapEquilibrium:
     evidence
         What decided it: ``"certified"`` (the bound excludes the other sign) or ``"estimate"``
         (a Krylov abscissa, or one within its bound of 0); ``""`` without a root.
-    message
-        What was found, with its numbers.
     seconds
         Wall time of the run and the spectrum.
+    status
+        ``SUCCESS`` (a root, its spectrum computed), ``NOT_FOUND`` (Newton did not converge: no
+        claim that none exists), ``FAILED`` (a root without a mean equilibrium or spectrum),
+        ``BUDGET_EXHAUSTED``.
+    message
+        What was found, with its numbers.
+    stats
+        ``seconds``.
+    success
+        True for ``SUCCESS`` only.
     """
 
     start: str
-    status: Status
     same_as: str
     residual: float
     trace: float
@@ -262,8 +282,22 @@ class MapEquilibrium:
     eigenvalues: tuple[complex, ...]
     stability: str
     evidence: str
-    message: str
     seconds: float
+
+    def _summary_items(self) -> SummaryItems:
+        return [
+            ("start", self.start),
+            ("trace", self.trace),
+            ("abscissa", self.abscissa),
+            ("stability", self.stability),
+            ("evidence", self.evidence),
+        ]
+
+    def _draw(self, ax: Axes) -> None:
+        from ..analysis._figures import draw_spectrum
+
+        title = f"equilibrium from {self.start}: {self.stability}"
+        draw_spectrum(ax, list(self.eigenvalues), label="DF(Σ*)", title=title)
 
 
 @dataclass(frozen=True)
@@ -460,7 +494,17 @@ def _regime(
     clock = time.perf_counter()
 
     def regime(kind: str, certificate: str, status: Status, t_star: float, msg: str) -> MapRegime:
-        return MapRegime(start, kind, certificate, status, t_star, msg, time.perf_counter() - clock)
+        secs = time.perf_counter() - clock
+        return MapRegime(
+            start,
+            kind,
+            certificate,
+            t_star,
+            secs,
+            status=status,
+            message=msg,
+            stats={"seconds": secs},
+        )
 
     no_blowup = f"no blow-up to T = {T:g}"
     traj = None
@@ -577,9 +621,9 @@ def _equilibrium(
 
     def entry(status: Status, message: str, **kw: Any) -> MapEquilibrium:
         nan = math.nan
+        secs = time.perf_counter() - clock
         fields: dict[str, Any] = {
             "start": start,
-            "status": status,
             "same_as": "",
             "residual": nan,
             "trace": nan,
@@ -590,10 +634,11 @@ def _equilibrium(
             "eigenvalues": (),
             "stability": "undecided",
             "evidence": "",
-            "message": message,
-            "seconds": time.perf_counter() - clock,
+            "seconds": secs,
         }
-        return MapEquilibrium(**(fields | kw))
+        return MapEquilibrium(
+            **(fields | kw), status=status, message=message, stats={"seconds": secs}
+        )
 
     res = newton_equilibrium(
         layer,
@@ -653,7 +698,7 @@ def _same_roots(found: list[tuple[MapEquilibrium, FloatArray | None]]) -> list[M
             if cov is not None and other is not None:
                 gap = float(np.linalg.norm(cov - other)) / max(float(np.linalg.norm(other)), 1e-300)
                 if gap <= _SAME_ROOT:
-                    e = MapEquilibrium(**{**e.__dict__, "same_as": f.start})
+                    e = replace(e, same_as=f.start)
                     break
         out.append(e)
     return out

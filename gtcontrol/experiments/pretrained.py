@@ -36,7 +36,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -329,7 +329,7 @@ def encoder_states(model: Any, tokens: Any) -> list[FloatArray]:
 
 
 @dataclass(frozen=True, eq=False)
-class LayerGaussianity:
+class LayerGaussianity(ResultFields, Outcome):
     """Diagnostics of the tokens after one encoder layer (``layer = 0``: the input).
 
     Attributes
@@ -344,6 +344,10 @@ class LayerGaussianity:
         ``tr Σ̂`` (1/N covariance).
     effective_rank
         Participation ratio ``(tr Σ̂)² / tr(Σ̂²)`` of the covariance spectrum.
+    status, message, stats
+        Those of :attr:`result`.
+    success
+        Whether this layer's test ran to the end (that of :attr:`result`).
     """
 
     layer: int
@@ -352,25 +356,17 @@ class LayerGaussianity:
     cov_trace: float
     effective_rank: float
 
-    @property
-    def success(self) -> bool:
-        """Whether this layer's test ran to the end (that of :attr:`result`)."""
-        return self.result.success
+    def _summary_items(self) -> SummaryItems:
+        return [
+            ("layer", self.layer),
+            ("rejected", self.result.rejected),
+            ("mean_norm", self.mean_norm),
+            ("cov_trace", self.cov_trace),
+            ("effective_rank", self.effective_rank),
+        ]
 
-    @property
-    def status(self) -> Status:
-        """The status of :attr:`result`."""
-        return self.result.status
-
-    @property
-    def message(self) -> str:
-        """The message of :attr:`result`."""
-        return self.result.message
-
-    @property
-    def stats(self) -> Mapping[str, Any]:
-        """The statistics of :attr:`result`."""
-        return self.result.stats
+    def _draw(self, ax: Axes) -> None:
+        self.result._draw(ax)
 
     def row(self) -> dict[str, Any]:
         """Flat dictionary for tables."""
@@ -590,7 +586,11 @@ def _diagnose(
             time_limit=budget.left_as_limit(),
         )
         mn, tr, er = _describe(x)
-        rows.append(LayerGaussianity(k, res, mn, tr, er))
+        rows.append(
+            LayerGaussianity(
+                k, res, mn, tr, er, status=res.status, message=res.message, stats=res.stats
+            )
+        )
         if res.status is Status.BUDGET_EXHAUSTED:
             return rows, res.status, _cut_short(budget, k + 1, len(states), partial=True)
     first = next((r.layer for r in rows if r.result.rejected), None)

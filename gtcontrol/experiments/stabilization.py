@@ -173,15 +173,13 @@ def text_target(tokens: FloatArray) -> tuple[Gaussian, float]:
 
 
 @dataclass(frozen=True)
-class StabilizationRow:
+class StabilizationRow(ResultFields, Outcome):
     """One (layer, target, family) of :func:`stabilize_model`.
 
     Attributes
     ----------
     layer, target, family
         The layer index, the target (``"text"`` or ``"identity"``) and the family used.
-    status, message
-        The :class:`~gtcontrol.Stabilization`'s status and message.
     change, c
         The size of the change (``c`` or ``‖1 − g‖₂``) and ``c`` (``nan`` for gains).
     design_rate
@@ -197,12 +195,15 @@ class StabilizationRow:
     token_w2, token_floor, untouched_w2
         With a token check: the tokens' W2 to the target, its sampling floor, and the
         untouched layer's W2 (``nan`` otherwise).
+    status, message, stats
+        The :class:`~gtcontrol.Stabilization`'s.
+    success
+        True for ``SUCCESS`` only (the layer is stabilized, with its certificates).
     """
 
     layer: int
     target: str
     family: str
-    status: Status
     change: float
     c: float
     design_rate: float
@@ -213,7 +214,22 @@ class StabilizationRow:
     token_w2: float
     token_floor: float
     untouched_w2: float
-    message: str
+
+    def _summary_items(self) -> SummaryItems:
+        return [
+            ("layer", self.layer),
+            ("target", self.target),
+            ("family", self.family),
+            ("change", self.change),
+            ("abscissa", self.abscissa),
+            ("function_change", self.function_change),
+        ]
+
+    def _draw(self, ax: Axes) -> None:
+        ax.bar(["heads kept, A, b designed", "stabilized"], [self.base_abscissa, self.abscissa])
+        ax.axhline(0.0, color="0.6", lw=0.8, ls="--")
+        ax.set_ylabel("spectral abscissa at the target")
+        ax.set_title(f"layer {self.layer}, {self.target}, {self.family}", fontsize=8)
 
     def row(self) -> dict[str, Any]:
         """The row as a plain dict (for tables and ``result.json``)."""
@@ -254,6 +270,7 @@ def _row(k: int, target: str, res: Stabilization, seconds: float) -> Stabilizati
         token_floor=nan if tc is None else tc.floor,
         untouched_w2=nan if un is None else un.w2,
         message=res.message,
+        stats=res.stats,
     )
 
 

@@ -62,22 +62,14 @@ __all__ = [
 BACKENDS = ("auto", "numpy", "torch")
 #: Logits per tile on a CPU: 256 KiB of float64, 128 queries × 256 keys. Small tiles keep the
 #: logits in L2 for ``exp`` and both GEMMs, and keep each GEMM small enough that OpenBLAS runs
-#: it on the calling thread, so no call waits at a BLAS thread barrier. Measured at N = 16,384,
-#: d = 16 (benchmarks/bench_attention.py): the two GEMMs over 128×256 tiles ran at 26.5 GF/s on
-#: one thread against 18 for 256×1024 tiles and 8 for 1024×N; with two threads on a loaded
-#: 2-core machine at 47 GF/s (two workers) against 2 for 256×1024 tiles, which OpenBLAS threads.
-#: In the --sweep on that machine 256×256 tiles (2**16 logits) were threaded and took 20-28 s
-#: against 0.3-0.9 s for 128×256. A ``block_size`` above 128 makes tiles of ``block_size × 256``
-#: logits, which OpenBLAS may thread. Parallelism comes from :func:`workers`.
+#: it on the calling thread, so no call waits at a BLAS thread barrier (docs/benchmarks.md). A
+#: ``block_size`` above 128 makes tiles of ``block_size × 256`` logits, which OpenBLAS may
+#: thread. Parallelism comes from :func:`workers`.
 CPU_TILE = 2**15
 #: Query rows and logits per tile of the numpy kernel when numpy's BLAS runs on one thread
 #: (``threadpoolctl`` tells; :func:`gtcontrol.experiments.stabilize_model` sets it): 256 × 512.
 #: No GEMM is threaded by OpenBLAS then, so a larger tile costs no barrier, and 2**17 logits
-#: (0.5 MiB in float32, 1 MiB in float64) still fit a 2 MiB L2. Measured on one BLAS thread and
-#: two workers against 128 × 256 (milliseconds, best of 4 × 5): N = 1024, float32, d = 16 and
-#: 64: 1.55 → 1.11 and 2.48 → 1.91; float64: 1.95 → 1.68 and 3.80 → 3.48; N = 4096, float32:
-#: 16.2 → 12.8 and 29.1 → 23.6; float64: 21.9 → 21.4 and 50.3 → 46.9. With two BLAS threads
-#: the same tiles were up to 1.7× slower (N = 4096, float32, d = 16: 19.1 → 32.7 ms).
+#: (0.5 MiB in float32, 1 MiB in float64) still fit a 2 MiB L2 (docs/benchmarks.md).
 CPU_SINGLE_ROWS = 256
 CPU_SINGLE_TILE = 2**17
 #: Logits per tile with torch: 2 MiB of float64 on a CPU (torch's per-call overhead is higher

@@ -78,9 +78,8 @@ _ROTATION_H = 0.01
 #: The horizontal gauge is tested every this many explicit steps (a cheap O(d r²) test) ...
 _GAUGE_PROBE = 10
 #: ... and switched on when at least this many steps remain (a restart costs an SVD of the
-#: factor and one evaluation). MiniLM layer 1's stabilized layer (d = 385, text target), the
-#: verification from the perturbed target: the gauge at 100 steps left never came (DOP853's
-#: steps of 0.18 left fewer), 94 steps; at 20 it came at depth 1.9, 24 steps (18.2 s → 7.4 s).
+#: factor and one evaluation): few enough that a verification's large steps still leave that
+#: many (docs/benchmarks.md).
 _GAUGE_STEPS = 20
 #: ... and at least this share of the factor's speed is gauge motion (Σ unchanged); at a
 #: segment's start the gauge needs :data:`_GAUGE_SHARE_START` (a start at an equilibrium).

@@ -273,8 +273,8 @@ def _times(v: FloatArray, x: FloatArray) -> FloatArray:
 
 
 #: The structure of each read-only head matrix seen (by identity, while it lives): the O(d²)
-#: tests of :func:`_uniform` and :func:`_times` ran at every field evaluation, 1.3 ms of the
-#: 13 ms of one at d = 385 with stabilize's two dense heads (10 tests).
+#: tests of :func:`_uniform` and :func:`_times` are otherwise a tenth of every field evaluation
+#: with stabilize's dense heads (docs/benchmarks.md).
 _STRUCTURES: dict[int, tuple[weakref.ref[FloatArray], bool, FloatArray | None]] = {}
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -35,7 +35,14 @@ from .._display import Axes, SummaryItems
 from .._docstring import fill, integrator_budget_doc
 from .._linalg import FloatArray, numerical_ranks, sym
 from .._progress import progress
-from .._status import DEFAULT_MAX_EVALS, Budget, BudgetExhausted, OutcomeOrBlowup, Status
+from .._status import (
+    DEFAULT_MAX_EVALS,
+    Budget,
+    BudgetExhausted,
+    OutcomeOrBlowup,
+    ResultFields,
+    Status,
+)
 from .._validation import as_positive_int, as_time_limit, frozen, option_values
 from ._blowup_detection import IntegrationEnd
 from ._moment_integrator import (
@@ -56,7 +63,7 @@ NDArrayInt = np.ndarray
 
 
 @dataclass(frozen=True, eq=False)
-class Trajectory(OutcomeOrBlowup):
+class Trajectory(ResultFields, OutcomeOrBlowup):
     """Moments along depth (the result of :func:`simulate` and :func:`simulate_discrete`).
 
     Also the result of :func:`~gtcontrol.model.gaussian_closure.simulate_closure`.
@@ -104,10 +111,7 @@ class Trajectory(OutcomeOrBlowup):
     mean: FloatArray
     cov: FloatArray
     rank: NDArrayInt
-    status: Status
     blowup_time: float = math.inf
-    stats: Mapping[str, Any] = field(default_factory=dict)
-    message: str = ""
     blowup_bracket: tuple[float, float] | None = None
     factor: FloatArray | None = None
 
@@ -149,13 +153,12 @@ def _ranks(covs: FloatArray, budget: Budget) -> tuple[NDArrayInt, int]:
     """``numerical_ranks`` of the recorded covariances, and how many were measured.
 
     They are measured in chunks (about 20 ms each) until the time limit: ``n_points``
-    eigensolves of size d came after the integration's last budget check (2.2 s at d = 64,
-    minutes at d = 1024). Not into the wrap-up time (:meth:`Budget.grace`): a solver that
-    verifies its answer by a re-simulation gives it that grace as its time limit, and ranks
-    measured into the re-simulation's own grace pushed ``steer`` at d = 128 to 1.2–1.8 s for
-    a 0.1 s limit. The flow is a congruence, Σ(t) = Φ Σ0 Φᵀ, so it keeps the rank: a record
-    not measured repeats the rank last measured (``stats["ranks_measured"]`` says how many
-    were).
+    eigensolves of size d come after the integration's last budget check (minutes at
+    d = 1024). Not into the wrap-up time (:meth:`Budget.grace`): a solver that verifies its
+    answer by a re-simulation gives it that grace as its time limit, and ranks measured into
+    that grace again would push the solver past its limit (docs/benchmarks.md). The flow is
+    a congruence, Σ(t) = Φ Σ0 Φᵀ, so it keeps the rank: a record not measured repeats the rank
+    last measured (``stats["ranks_measured"]`` says how many were).
     """
     n, d = covs.shape[0], covs.shape[-1]
     if budget.time_limit is None or n == 0:

@@ -23,8 +23,7 @@ Reference: the paper cited in :mod:`gtcontrol`, §1 (model), §2 (Gaussian invar
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -33,7 +32,7 @@ from numpy.typing import NDArray
 from .._display import Axes, SummaryItems
 from .._linalg import FloatArray
 from .._progress import progress
-from .._status import DEFAULT_MAX_EVALS, Budget, Outcome, Status
+from .._status import DEFAULT_MAX_EVALS, Budget, Outcome, ResultFields, Status
 from .._validation import frozen, option_values
 from ._token_adaptive import _run_adaptive
 from ._token_integrators import (
@@ -54,7 +53,7 @@ AnyArray = NDArray[Any]
 
 
 @dataclass(frozen=True, eq=False)
-class TokenTrajectory(Outcome):
+class TokenTrajectory(ResultFields, Outcome):
     """Tokens moved through depth, summarized by their empirical moments.
 
     Attributes
@@ -105,10 +104,7 @@ class TokenTrajectory(Outcome):
     cov: FloatArray
     snapshots: tuple[tuple[float, AnyArray], ...]
     final_tokens: AnyArray
-    status: Status
     overflow_time: float = math.inf
-    stats: Mapping[str, Any] = field(default_factory=dict)
-    message: str = ""
 
     @property
     def dim(self) -> int:

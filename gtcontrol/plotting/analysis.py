@@ -47,6 +47,17 @@ def plot_covariance_eigenvalues(
     -------
     matplotlib.axes.Axes
         The Axes drawn on.
+
+    Examples
+    --------
+    >>> from gtcontrol import Gaussian, Layer
+    >>> from gtcontrol.analysis.regime_figures import regime_figure_data
+    >>> from gtcontrol.plotting.analysis import plot_covariance_eigenvalues
+    >>> layer = Layer(A=[[0.5, 0.0], [0.0, 0.5]], B=[[1.0, 0.0], [0.0, 1.0]], V=-1.0)
+    >>> data = regime_figure_data(layer, Gaussian([0.5, 0.0], [[1.0, 0.2], [0.2, 0.6]]),
+    ...                           n_points=41)
+    >>> plot_covariance_eigenvalues(data).get_title()  # Σ(t) → I/2 from every Σ0 ≻ 0
+    'converges (global)'
     """
     (a,) = panels(ax, 1, width=6.4, height=4.0)
     draw_covariance(
@@ -90,6 +101,18 @@ def plot_cone(
     ------
     InvalidParametersError
         If the data is not two-dimensional.
+
+    Examples
+    --------
+    >>> from gtcontrol import Gaussian, Layer
+    >>> from gtcontrol.analysis.regime_figures import regime_figure_data
+    >>> from gtcontrol.plotting.analysis import plot_cone
+    >>> layer = Layer(A=[[0.2, 0.0], [0.0, 0.2]], B=[[1.0, 0.0], [0.0, 1.0]], V=1.0)
+    >>> data = regime_figure_data(layer, Gaussian([0.5, 0.0], [[1.0, 0.2], [0.2, 0.6]]),
+    ...                           n_points=41)
+    >>> cone, disk = plot_cone(data)  # a blow-up: Σ/tr Σ on the slice z = 1
+    >>> cone.name, disk.get_title()
+    ('3d', 'shape Σ/tr Σ — blowup')
     """
     if data.cone is None or data.cone_normalized is None:
         raise InvalidParametersError("data: the cone picture needs a 2-dimensional layer")

@@ -49,6 +49,13 @@ def new_figure(*, width: float = 8.0, height: float = 3.4) -> Figure:
     -------
     matplotlib.figure.Figure
         The figure, with a constrained layout.
+
+    Examples
+    --------
+    >>> from gtcontrol.plotting.core import new_figure
+    >>> fig = new_figure(width=4.0, height=3.0)
+    >>> fig.get_size_inches().tolist(), type(fig.canvas).__name__
+    ([4.0, 3.0], 'FigureCanvasAgg')
     """
     fig = Figure(figsize=(width, height), layout="constrained")
     FigureCanvasAgg(fig)
@@ -64,6 +71,18 @@ def save_figure(fig: Figure, path: str | Path) -> None:
         The figure.
     path
         Where to write the PNG.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> from gtcontrol.plotting.core import new_figure, save_figure
+    >>> fig = new_figure(width=2.0, height=2.0)
+    >>> _ = fig.subplots().plot([0, 1], [0, 1])
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     save_figure(fig, Path(tmp) / "line.png")
+    ...     (Path(tmp) / "line.png").read_bytes()[:4]
+    b'\x89PNG'
     """
     fig.savefig(path, dpi=110)
 
@@ -89,6 +108,16 @@ def panels(ax: Any, n: int, *, width: float, height: float) -> list[Axes]:
     ------
     InvalidParametersError
         If ``ax`` is not ``None``, an Axes (for one panel) or ``n`` Axes.
+
+    Examples
+    --------
+    >>> from gtcontrol.plotting.core import new_figure, panels
+    >>> axes = panels(None, 3, width=6.0, height=2.0)  # a new figure with three panels
+    >>> len(axes), axes[0].figure is axes[2].figure
+    (3, True)
+    >>> given = new_figure().subplots(1, 2)
+    >>> panels(given, 2, width=6.0, height=2.0) == list(given)
+    True
     """
     if ax is None:
         return list(np.atleast_1d(new_figure(width=width, height=height).subplots(1, n)).ravel())
@@ -110,6 +139,14 @@ def finish(axes: Sequence[Axes], path: str | Path | None, *, title: str = "") ->
         Where to write the PNG, or ``None``.
     title
         Title over the panels (one Axes: its own title), none when empty.
+
+    Examples
+    --------
+    >>> from gtcontrol.plotting.core import finish, panels
+    >>> axes = panels(None, 2, width=6.0, height=2.0)
+    >>> finish(axes, None, title="two panels")  # titled, not saved
+    >>> axes[0].figure.get_suptitle()
+    'two panels'
     """
     if title:
         if len(axes) == 1:
@@ -157,6 +194,16 @@ def plot_moments(
     -------
     tuple of matplotlib.axes.Axes
         The mean and the eigenvalue panels.
+
+    Examples
+    --------
+    >>> from gtcontrol import Gaussian, Layer, simulate
+    >>> from gtcontrol.plotting.core import plot_moments
+    >>> g0 = Gaussian([1.0, 0.0], [[1.0, 0.0], [0.0, 2.0]])
+    >>> traj = simulate(Layer(A=[[-1.0, 0.0], [0.0, -0.5]]), g0, 2.0, n_points=21)
+    >>> ax_mean, ax_eig = plot_moments(traj, title="a contraction")
+    >>> ax_mean.get_title(), len(ax_eig.lines) >= 2
+    ('mean', True)
     """
     ax_m, ax_s = panels(ax, 2, width=8.0, height=3.4)
     draw_mean(ax_m, traj.t, traj.mean)
@@ -203,6 +250,17 @@ def plot_token_clouds(
     -------
     list of matplotlib.axes.Axes
         One panel per snapshot.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from gtcontrol import Gaussian, Layer, simulate, simulate_tokens
+    >>> from gtcontrol.plotting.core import plot_token_clouds
+    >>> layer, g0 = Layer(A=-0.5 * np.eye(2)), Gaussian([1.0, 0.0], np.eye(2))
+    >>> tokens = simulate_tokens(layer, g0.sample(200, seed=0), 1.0, snapshot_times=[0.0, 1.0])
+    >>> axes = plot_token_clouds(tokens.snapshots, simulate(layer, g0, 1.0, n_points=11))
+    >>> len(axes)
+    2
     """
     max_points = as_positive_int("max_points", max_points, maximum=MAX_SAMPLES)
     n = len(snapshots)
@@ -245,6 +303,13 @@ def plot_convergence(
     -------
     matplotlib.axes.Axes
         The Axes drawn on.
+
+    Examples
+    --------
+    >>> from gtcontrol.plotting.core import plot_convergence
+    >>> ax = plot_convergence([64, 256, 1024], {"W2": [0.25, 0.12, 0.063]}, title="errors")
+    >>> ax.get_xscale(), ax.get_yscale()
+    ('log', 'log')
     """
     (a,) = panels(ax, 1, width=5.0, height=3.8)
     draw_convergence(a, n_tokens, errors, title=title)

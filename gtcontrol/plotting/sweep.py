@@ -131,6 +131,8 @@ def plot_phase_diagram(
 
     Examples
     --------
+    >>> import math
+    >>> from gtcontrol.plotting.sweep import plot_phase_diagram
     >>> ax = plot_phase_diagram([0, 1, 0, 1], [0, 0, 1, 1], ["converges", "blowup"] * 2,
     ...                         blowup_time=[math.inf, 0.5, math.inf, 0.7], xlabel="v")
     >>> ax.get_xlabel()

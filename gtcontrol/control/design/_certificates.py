@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from ..._display import Axes, Displayable, SummaryItems
+from ..._display import Axes, SummaryItems
 from ..._docstring import fill
 from ..._linalg import FloatArray, identity_multiple, numerical_rank, sym
 from ..._status import Budget, BudgetExhausted, Outcome, ResultFields, Status, as_time_limit
@@ -31,7 +30,7 @@ from ..._validation import as_positive_float, as_positive_int, as_seed, frozen
 from ...analysis._core import lyapunov_certificate
 from ...analysis.equilibria import equilibria, equilibrium_at, mean_matrix
 from ...analysis.newton import newton_equilibrium
-from ...analysis.riccati import RiccatiForm, model_error, riccati_form
+from ...analysis.riccati import RiccatiForm, is_riccati, model_error, riccati_form_or_none
 from ...errors import InvalidParametersError, SolverError
 from ...model.gaussian import Gaussian
 from ...model.params import Layer
@@ -62,7 +61,7 @@ _UNIQUE_RTOL = 1e-8
 
 
 @dataclass(frozen=True, eq=False)
-class DesignCertificate(Displayable):
+class DesignCertificate(ResultFields, Outcome):
     """Verified convergence data of a layer towards a target ``N(m*, Σ*)``.
 
     Attributes
@@ -106,6 +105,8 @@ class DesignCertificate(Displayable):
         the time left (rates and residual ``nan``).
     stats
         ``seconds``.
+    success
+        True for ``SUCCESS`` (the same as ``valid``).
     """
 
     kind: str
@@ -120,14 +121,6 @@ class DesignCertificate(Displayable):
     requested_rate: float | None
     requested_cov_rate: float | None
     mean_matrix: FloatArray
-    message: str
-    status: Status = Status.SUCCESS
-    stats: Mapping[str, Any] = field(default_factory=dict)
-
-    @property
-    def success(self) -> bool:
-        """Whether the layer is certified (``valid``)."""
-        return self.valid
 
     def _summary_items(self) -> SummaryItems:
         return [
@@ -297,7 +290,7 @@ def design_certificate(
     if not as_positive_float("rate_rtol", rate_rtol) < 0.1:
         raise InvalidParametersError(f"rate_rtol: expected a number < 0.1, got {rate_rtol!r}")
     residual = rel_residual(layer, tgt)
-    form = riccati_form(layer)
+    form = riccati_form_or_none(layer)
     riccati = form is not None and form.is_bernoulli
     if form is not None and riccati:
         ev = _riccati_evidence(layer, form, tgt.cov, residual)
@@ -363,7 +356,7 @@ def uncertified(
         cov_rate=math.nan,
         rate=math.nan,
         residual=math.nan,
-        riccati=riccati_form(layer) is not None,
+        riccati=is_riccati(layer),
         r_min=None,
         uniqueness_gap=None,
         requested_rate=rate,
@@ -594,7 +587,7 @@ _MAX_COV_BLOCK = 4096
 
 
 def _cov_block(hat: Layer) -> _Block:
-    form = riccati_form(hat)
+    form = riccati_form_or_none(hat)
     if form is not None and form.is_bernoulli:
         # At Σ̂ = I: DF[H] = N H + H Nᵀ with N = A − R (the Riccati linearization A − ΣR).
         n_mat = form.A - form.R
@@ -695,7 +688,7 @@ def _stable_at(layer: Layer, start: FloatArray, budget: Budget) -> bool:
     """Does ``layer`` have a positive-definite, locally stable equilibrium (continued from
     ``start``) with a Hurwitz mean matrix? Raises :class:`BudgetExhausted` when the budget
     runs out before the equilibrium is known."""
-    form = riccati_form(layer)
+    form = riccati_form_or_none(layer)
     left = budget.grace()
     try:
         if form is not None and form.is_bernoulli:

@@ -828,8 +828,7 @@ def design_token_certificate(
     # The measurements run within the budget's grace; those cut short are nan (and the
     # certificate is then BUDGET_EXHAUSTED). The final distance first: it is the verdict.
     w2 = tr.final.bures_wasserstein(tgt)
-    # the path at no more than _W2_POINTS recorded depths (each costs two O(d³) factorizations:
-    # at every RK4 step they took 15 s of a 50 s check at d = 385)
+    # the path at no more than _W2_POINTS recorded depths: each costs two O(d³) factorizations
     picks = np.unique(np.linspace(0, len(tr) - 1, min(len(tr), _W2_POINTS)).round().astype(int))
     w2_vals = []
     for i in picks[:-1]:

@@ -48,12 +48,10 @@ __all__ = ["SCREEN_TOL", "CheckPlan", "HeadContext", "head_family"]
 #: (:func:`_smallest_verified_c`): doublings, then geometric bisections (a bracket
 #: ``[f, 2f]`` narrows to a factor ``2^(1/8) ≈ 1.09``); each screen integrates the starts that
 #: failed to half the default verification depth at ``_SCREEN_RTOL`` and passes at relative error
-#: ``≤ SCREEN_TOL``. MiniLM layer 2 (text target), identity start: 0.19 at the local minimum
-#: (settled elsewhere), 1.2e-8 at half depth with ``1.5 c``; a start that converges is far
-#: below ``SCREEN_TOL`` by then at the certified rate (``e^{-ρT/2}``, ``ρT ≥ 17``). The
-#: screens keep DOP853: RK45 at the same rtol is cheaper at real scale, where the flow is stiff
-#: (MiniLM layer 1, text target: 285 evaluations for DOP853's 387), but its global error reached
-#: 1.0e-2 on a d = 2 layer that DOP853 puts at 4.7e-5 (truth 2.7e-13), and failed that screen.
+#: ``≤ SCREEN_TOL``: a start that converges is far below it by then at the certified rate
+#: (``e^{-ρT/2}``, ``ρT ≥ 17``), one that settled elsewhere far above. The screens keep
+#: simulate's DOP853: RK45 is cheaper on stiff real layers, but its global error at the same rtol
+#: can fail a screen that DOP853 passes (docs/benchmarks.md).
 _C_DOUBLINGS = 6
 _C_BISECTIONS = 3
 #: Doublings of the design rate while only the token check fails
@@ -62,11 +60,8 @@ _TOKEN_DOUBLINGS = 3
 _SCREEN_RTOL = 1e-3
 #: Absolute tolerance of the screens, on the factor normalized to unit Frobenius norm (and the
 #: mean over its scale): ``1e-3`` of ``_SCREEN_RTOL``, so that entries far below the factor's
-#: scale, which cannot move the screen's relative error, do not set the step. simulate's
-#: default ``1e-14`` cost a third more evaluations (MiniLM layer 1, text target, identity start
-#: to depth 8.53, at 2, 1.68 and 1.54 × the local minimum: 402, 421, 420 evaluations against
-#: 309, 336, 309; 4.9–5.3 s against 2.8–3.3 s), for end errors that agree to 1e-3 relative
-#: (2.3551e-4 and 2.3512e-4; 6.8802e-3 and 6.8788e-3; 0.16359 and 0.16360).
+#: scale, which cannot move the screen's relative error, do not set the step
+#: (docs/benchmarks.md).
 _SCREEN_ATOL = 1e-6
 SCREEN_TOL = 1e-2
 #: The added head keeps ``ESS/N ≥ min_ess`` for all but ``exp(−n²/2)`` of the queries, ``n``
@@ -208,28 +203,22 @@ def _token_scale(ctx: HeadContext, b0: FloatArray) -> float:
 
     *The token's own logit.* Over ``N`` tokens a query is also a key, and its own logit exceeds
     a typical key's by ``δ = (x − m)ᵀB₀x/s = (zᵀWz + zᵀRm)/s``, about ``r/s``: the predicted ESS
-    above says nothing of it. Where ``δ ≫ 1`` every token attends to itself (MiniLM's ``I ⊕ 0``
-    targets, ``r = 384``: ``s = 30`` by the ESS alone, ``δ ≈ 13``, an empirical ``ESS/N`` of
-    ``1/N``), and the head's value ``−scI`` drives each token at rate ``sc`` towards the others
-    (layer 0: a collapse at rate ~240 in the first 0.01 of depth, a token field stiff enough to
-    cap RK45's step at 0.22, W2 = 1.6 sampling floors after depth 7.3). With ``|δ| ≤ 1`` the
+    above says nothing of it. Where ``δ ≫ 1`` every token attends to itself, and the head's
+    value ``−scI`` drives each token at rate ``sc`` towards the others: a collapse in the first
+    instants of depth and a stiff token field, far from the moments. With ``|δ| ≤ 1`` the
     softmax is close to its first-order expansion ``w_ij ≈ (1 + l_ij − l̄_i)/N``, under which
     the head moves the tokens as the moment model moves ``N(m, Σ)``, with the tokens' own
     empirical covariance for ``Σ`` (``−sc·x̄ − cΣ̂B₀x_i``, the ``−sc·x̄`` cancelled by the
-    companion): no finite-N bias of its own (layer 0, the design at ``c = 2.22``, tokens to
-    depth 7.3: W2 = 0.29 floors and 116 field evaluations at ``s = 384``, 1.6 floors and 326 at
-    ``s = 30``). The mean of ``δ`` over the queries is ``tr W / s`` (``zᵀRm`` has mean 0), so
-    ``s ≥ tr W`` keeps a typical token's own logit within 1 of a typical key's; its spread,
-    ``√2‖W‖_F`` and ``|Rm|`` over ``s``, is smaller in high dimension. A tail bound instead
-    (Laurent and Massart's ``zᵀWz ≤ tr W + √2 n‖W‖_F + n²‖W‖₂`` but for ``e^{−n²/2}``) made
-    ``s`` twice as large in low dimension, where the typical ``δ`` was already below 1, and
-    a small layer's token run (d = 2, ``s = 19`` for the 9.5 of the ESS) then reached its
-    evaluation cap. Only the target, where the tokens settle, enters this bound: a far start
-    (the identity start of a data target, ``tr W = tr Σ*⁻¹``) would ask ``s`` near 8,000 on
-    MiniLM's text targets, and there the tokens did worse, not better (layer 1, text target, at
-    the ``c`` verified: W2 = 3.4 floors at ``s = 7,700``, in float32 and float64 alike, against
-    1.1 at the ``s = 587`` of the predicted ESS and 0.9 at 2,000; why, this rule does not
-    explain).
+    companion): no finite-N bias of its own. The mean of ``δ`` over the queries is
+    ``tr W / s`` (``zᵀRm`` has mean 0), so ``s ≥ tr W`` keeps a typical token's own logit
+    within 1 of a typical key's; its spread, ``√2‖W‖_F`` and ``|Rm|`` over ``s``, is smaller in
+    high dimension. A tail bound instead (Laurent and Massart's
+    ``zᵀWz ≤ tr W + √2 n‖W‖_F + n²‖W‖₂`` but for ``e^{−n²/2}``) makes ``s`` twice as large in low
+    dimension, where the typical ``δ`` is already below 1, and a small layer's token run then
+    reaches its evaluation cap. Only the target, where the tokens settle, enters this bound: a
+    far start (the identity start of a data target, ``tr W = tr Σ*⁻¹``) would ask a gauge an
+    order larger, under which the tokens did worse, not better (why, this rule does not
+    explain). The measurements behind each choice: docs/benchmarks.md.
     """
     rho_req = math.sqrt(math.log(1.0 / ctx.min_ess))
     s = 1.0
@@ -386,10 +375,10 @@ def _head_design(
         )
 
     # c_loc is the smallest c of the local certificate; a far start can still settle at
-    # another equilibrium there (MiniLM layers 1 and 2, text target, from the identity):
-    # then c grows, chosen by cheap screens, and the checks run again at the c chosen. So
-    # at c_loc each verification stops halfway when it fails a screen's test there, and
-    # the far start's first half runs before every other check (HeadContext.first_segment).
+    # another equilibrium there (as on pretrained layers): then c grows, chosen by cheap
+    # screens, and the checks run again at the c chosen. So at c_loc each verification stops
+    # halfway when it fails a screen's test there, and the far start's first half runs before
+    # every other check (HeadContext.first_segment).
     t_half = _screen_depth(ctx) if c_loc > 0 else None
     at_loc = design_at(c_loc, "")
     if t_half is not None and at_loc.spectrum is None:
@@ -523,10 +512,9 @@ def _token_valid(
     the tokens off the moments by about that bias over the contraction rate. So the design
     rate ``ρ'`` (``c`` and the mean's shift at ``ρ'``, never below the ``c`` already
     verified) doubles, at most ``_TOKEN_DOUBLINGS`` times, until the tokens pass too; every
-    check runs again at each ``ρ'``, to the default depths of the rate ``ρ'`` certified.
-    MiniLM layer 1 at ``I ⊕ 0``, N = 1024: W2 12.8 at ``ρ = 1`` against a sampling floor of
-    6.2 (the check allows two floors), 9.6 at ``ρ' = 2``. The ``c`` found is the smallest
-    token-valid one to a factor 2 in the rate, and the message says so."""
+    check runs again at each ``ρ'``, to the default depths of the rate ``ρ'`` certified: a
+    faster contraction holds the tokens closer (docs/benchmarks.md). The ``c`` found is the
+    smallest token-valid one to a factor 2 in the rate, and the message says so."""
     rho, tries, trail = ctx.rate, 0, []
     while (
         tries < _TOKEN_DOUBLINGS

@@ -14,9 +14,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ..._display import Axes, SummaryItems
+from ..._display import Axes, SummaryItems, legend
 from ..._linalg import FloatArray
-from ..._readonly import ReadOnlyArrays
 from ..._status import Outcome, ResultFields, Status
 from ...analysis.stability import LinearizationSpectrum
 from ...model.gaussian import Gaussian
@@ -64,17 +63,54 @@ class NoDesign:
 
 
 @dataclass(frozen=True, eq=False)
-class Verification(ReadOnlyArrays):
-    """One verifying simulation: depths, ``λ_max(Σ)`` and the relative errors to the target."""
+class Verification(ResultFields, Outcome):
+    """One verifying simulation: depths, ``λ_max(Σ)`` and the relative errors to the target.
+
+    Attributes
+    ----------
+    name
+        The start, in words.
+    t
+        Recorded depths.
+    lam_max
+        ``λ_max Σ(t)``.
+    cov_error, mean_error
+        Relative errors of the covariance and the mean to the target.
+    basin_distance
+        The start's distance to the target over the certified basin's radius (``< 1``: inside).
+    status, message
+        The simulation's (``SUCCESS``: it reached ``T``; :attr:`converged` says whether the
+        errors fell to ``VERIFY_RTOL``), with what was found.
+    stats
+        Empty.
+    success
+        True for ``SUCCESS`` only.
+    """
 
     name: str
     t: FloatArray
     lam_max: FloatArray
     cov_error: FloatArray
     mean_error: FloatArray
-    status: Status
-    message: str
     basin_distance: float
+
+    def _summary_items(self) -> SummaryItems:
+        return [
+            ("name", self.name),
+            ("converged", self.converged),
+            ("cov_error", float(self.cov_error[-1]) if len(self.cov_error) else math.nan),
+            ("mean_error", float(self.mean_error[-1]) if len(self.mean_error) else math.nan),
+            ("basin_distance", self.basin_distance),
+        ]
+
+    def _draw(self, ax: Axes) -> None:
+        ax.semilogy(self.t, self.cov_error, label="covariance")
+        ax.semilogy(self.t, self.mean_error, label="mean")
+        ax.axhline(VERIFY_RTOL, color="0.6", lw=0.8, ls="--")
+        ax.set_xlabel("depth t")
+        ax.set_ylabel("relative error to the target")
+        ax.set_title(self.name, fontsize=8)
+        legend(ax, fontsize=7)
 
     @property
     def converged(self) -> bool:

@@ -33,9 +33,9 @@ prescribed equilibrium"):
      α(K) + ρ)``. Where the layer has a frozen coordinate on which ``m*`` is nonzero (an extracted
      layer's affine one), the query may be centred, ``u = Σ*⁻¹(x − m*)/s`` (a query bias; same
      moment model), whichever needs the smaller ``s``. The local minimum of ``c`` need not attract a
-     far start: the pretrained heads can keep a second attracting equilibrium (MiniLM layers 1 and 2
-     at their text targets: the identity start settles at relative distance 0.19). So at the local
-     minimum a verification stops halfway when its start is not within relative 1e-2 of the target
+     far start: the pretrained heads can keep a second attracting equilibrium (MiniLM's layers 1 and
+     2 do at their text targets: docs/benchmarks.md). So at the local minimum a verification
+     stops halfway when its start is not within relative 1e-2 of the target
      there and too slow to close that gap in the depth left (the farthest start's first half runs
      alone, before the other checks, which it spares when it stops); ``c`` then doubles until
      every such start passes a screen (integrated to half the verification depth at a loose
@@ -133,25 +133,19 @@ __all__ = ["ADDITIONS", "Stabilization", "stabilize"]
 
 #: The families of additions :func:`stabilize` designs.
 ADDITIONS = ("auto", "head", "gains")
-#: Relative tolerance of the verifying integration. The flow contracts near the target, so the
-#: global error stays far below the 1e-6 required: on MiniLM layer 3 (text target) the end
-#: errors at 1e-6, 1e-7 and 1e-8 agree to three digits (3.66e-8 for Σ), and 1e-7 took 77
-#: DOP853 steps where 1e-9 took 89; tests/test_stabilize.py compares with a 1e-10 integration.
-#: Not 1e-6, though it saves a quarter of the evaluations at d = 385 (MiniLM layer 1, text
-#: target: 857 against 1,289): the factor's rotation at the equilibrium carries a floor of
-#: integration error, 8.6e-8 on a random d = 8 layer of those tests, 12 times below 1e-6.
+#: Relative tolerance of the verifying integration: the flow contracts near the target, so the
+#: global error stays far below the 1e-6 required (tests/test_stabilize.py compares with a 1e-10
+#: integration); not 1e-6, which is cheaper but brings the error floor that the factor's rotation
+#: at the equilibrium carries too close to what is verified (docs/benchmarks.md).
 _VERIFY_INTEGRATOR_RTOL = 1e-7
 #: Its absolute tolerance, on the factor normalized to unit Frobenius norm (and the mean over
-#: its scale): ``1e-4`` of the ``1e-6`` verified. simulate's default ``1e-14`` let entries far
-#: below the factor's scale set the step: MiniLM layer 1 (text target, identity start, depth
-#: 17.07) took 805 evaluations (9.1 s) at 1e-14, 696 (7.8 s) at 1e-10, and the end states
-#: differ by 1.6e-10 (Σ) and 1.7e-9 (m), relative.
+#: its scale): ``1e-4`` of the ``1e-6`` verified, so that entries far below the factor's scale,
+#: which cannot move the verified error, do not set the step (docs/benchmarks.md).
 _VERIFY_INTEGRATOR_ATOL = 1e-10
 #: Seconds the far start's first half waits for the given layer's background token run to
-#: end before it starts (``_Context.first_segment``): alone it runs on both cores' BLAS
-#: threads, 7.0 s against 10.2 s on one (MiniLM layer 1, text target), so a wait shorter than
-#: that gain pays; a run that goes the whole depth (a layer whose tokens stay near the
-#: target, about 20 s at d = 385) is not waited for.
+#: end before it starts (``_Context.first_segment``): alone it gets every core's BLAS threads,
+#: a gain larger than this wait; a run that goes the whole depth (a layer whose tokens stay near
+#: the target) is not waited for (docs/benchmarks.md).
 _BACKGROUND_WAIT = 3.0
 #: Seconds a wait for the background run may last past the call's deadline
 #: (:meth:`_Context._await_background`).
@@ -167,12 +161,10 @@ _PROBE_TOKENS = 512
 #: Tolerance of the stabilized layer's token run (RK45, :meth:`_Context._tokens`).
 _TOKEN_RTOL = 1e-2
 #: Both token runs stop once their W2 is this many sampling floors (five times the two the
-#: check allows). The stabilized layer's: tokens held off the moments by a finite-N bias larger
-#: than the contraction run away, and their field stiffens (MiniLM layer 2 at ``I ⊕ 0``: 62
-#: floors at depth 7.6 of 14.6, where the run reached its evaluation cap after 134 s). The
-#: given layer's: a report beside the check, which that depth makes at a fraction of the cost
-#: (MiniLM layer 1, text target: 23 floors at depth 1.8 of 14.5, in 6.3 s; at 100 floors the
-#: run went the whole depth, 1,340 floors, in 26.6 s).
+#: check allows). The stabilized layer's has failed by then, and its tokens, held off the
+#: moments by a finite-N bias larger than the contraction, run away on a stiffening field; the
+#: given layer's is a report beside the check, which that depth makes at a fraction of the
+#: cost of the whole depth (docs/benchmarks.md).
 _AWAY = 10.0
 #: The fields of a :class:`Stabilization` with no extra designed (:meth:`_Context.result_without`):
 #: no change, no certificate, no check.
@@ -882,7 +874,7 @@ class _Context:
         # At the local minimum c a start whose verification ends unconverged (halfway, when it
         # fails the screens' test there) fails this design, and c grows (_head.head_family) when
         # the local certificate holds: the stabilized tokens at this c are then not needed,
-        # and their run stops (MiniLM layer 1, text target: at 44.7 s, where it ran to 58.6 s).
+        # and their run stops.
         stuck = threading.Event() if screen_at is not None else None
         # the verifying simulations and the token runs are independent: they share the cores
         jobs: list[Callable[[], Any]] = [
@@ -927,9 +919,8 @@ class _Context:
             # no check could make this design certified
             jobs, given = [], None
         if spec is None and len(jobs) == 1:
-            # first, here: a job alone gets every core's BLAS threads (MiniLM layer 3 at I ⊕ 0,
-            # one verification: 60.6 s on one, 40.8 s on two), and the Krylov products are
-            # faster on the caller's one (random-init ViT layer 0 at I ⊕ 0: 17 s, 53 s on two)
+            # first, here: a job alone gets every core's BLAS threads, and the Krylov products
+            # are faster on the caller's one (docs/benchmarks.md)
             spec = self.spectrum(final, omega=False, k=1, v0=self.start_vector(base))
         elif spec is None:
             near = min(range(len(self.starts)), key=lambda i: self._start_error(self.starts[i][1]))
@@ -1080,8 +1071,8 @@ class _Context:
         predicted ``ESS/N = exp(−uᵀΣ*u)`` on the probe tokens, and a sentence when it is below
         ``1/N`` (that head's softmax over ``N`` tokens is then close to a hard maximum, which
         the Gaussian moment model need not describe). It is said only after a failed token
-        check, as a hint: on MiniLM layer 0's text target a kept head at ``1.8e-46`` leaves the
-        tokens within the floor."""
+        check, as a hint, not a verdict: a kept head far below ``1/N`` can still leave the
+        tokens within the floor (docs/benchmarks.md)."""
         if n_tok is None or not self.layer.n_heads:
             return math.nan, ""
         frac = ess_fraction(self.layer, self.target, self._probe(probe))
@@ -1165,8 +1156,7 @@ class _Context:
                     break
                 span, points = t_end - offset, 17
             # A default depth is extended while the flow still closes in: the certified rate
-            # holds near the target, and a far start's transient can be slower (MiniLM layer 4,
-            # text target: relative error 2.4e-6 at the default depth, still falling).
+            # holds near the target, and a far start's transient can be slower.
             elif extend and VERIFY_RTOL < errs[-1] < errs[0] and offset < _EXTEND_MAX * t_end:
                 span, points = _EXTEND_EFOLDS / (rate or self.rate), 9
             else:
@@ -1255,22 +1245,22 @@ class _Context:
         layer's token run only if that outlasts ``_BACKGROUND_WAIT``): the start's index, the
         segment, and :meth:`_stuck`'s sentence (``""``: it goes on).
 
-        At the local minimum a far start can settle at another equilibrium (MiniLM layers 1
-        and 2, text target, from the identity), and then every other check at that ``c`` is
-        wasted: ``c`` grows (``_head.head_family``). Run beside those checks, that segment took
-        17 s of MiniLM layer 1's 66; alone, with both cores' BLAS threads, 7 s. A start that goes on
-        continues from this segment in :meth:`finish`, so its verification is the same as
-        without this step. ``None`` when there is no such segment: no start verified halfway,
-        or nothing else to run beside it."""
+        At the local minimum a far start can settle at another equilibrium, and then every
+        other check at that ``c`` is wasted: ``c`` grows (``_head.head_family``). Alone, with
+        every core's BLAS threads, the segment ends well before it would beside those checks
+        (docs/benchmarks.md). A start that goes on continues from this segment in
+        :meth:`finish`, so its verification is the same as without this step. ``None`` when
+        there is no such segment: no start verified halfway, or nothing else to run beside
+        it."""
         t_end = self.depth if self.depth is not None else self.default_depth()
         far = [i for i, (_, g0) in enumerate(self.starts) if self._halfway(g0, t_end, screen_at)]
         if not far or (len(self.starts) == 1 and self.n_tok is None):
             return None
         i = max(far, key=lambda j: self._start_error(self.starts[j][1]))
         if self._background is not None:
-            # the given layer's tokens usually leave within seconds of the spectrum (MiniLM:
-            # about 1 s after it), and then the segment gets every core's BLAS threads; a run
-            # still going after _BACKGROUND_WAIT goes on beside it, on one thread each
+            # the given layer's tokens usually leave soon after the spectrum, and then the
+            # segment gets every core's BLAS threads; a run still going after _BACKGROUND_WAIT
+            # goes on beside it, on one thread each
             self._await_background(_BACKGROUND_WAIT)
         traj = concurrently(
             [functools.partial(self._segment, final, self.starts[i][1], screen_at, 17)],
@@ -1317,13 +1307,12 @@ class _Context:
         self, final: Layer, n_tok: int, t_end: float, cancel: threading.Event | None = None
     ) -> TokenCertificate | None:
         """The stabilized layer's token check, by an error-controlled RK45: a large gauge ``s``
-        makes the token field stiff where the moment model is not (MiniLM layer 3 at ``I ⊕ 0``,
-        ``s = 30``: RK4 at the norm rule's 109 steps grew W2 sevenfold a step; RK45 took 47
-        steps to W2 = 1.64 floors). Its ``rtol = 1e-2`` of the tokens' scale is two orders below
-        the floor's ``~N^(-1/2)`` (layer 1, text target: W2 5.4101 against 5.4088 by RK4 at 89
-        steps). It stops at the first of ``T/16, T/8, …, T`` where the tokens are
-        :data:`_AWAY` × the floor away (and then fails). Setting ``cancel`` ends it at its next
-        field evaluation (:meth:`finish`: ``c`` is about to grow)."""
+        makes the token field stiff where the moment model is not, and a fixed-step RK4 at the
+        norm rule's steps can diverge there. Its ``rtol = 1e-2`` of the tokens' scale is two
+        orders below the floor's ``~N^(-1/2)`` (docs/benchmarks.md). It stops at the first of
+        ``T/16, T/8, …, T`` where the tokens are :data:`_AWAY` × the floor away (and then
+        fails). Setting ``cancel`` ends it at its next field evaluation (:meth:`finish`: ``c``
+        is about to grow)."""
         if self.budget.exhausted:
             return None
         if cancel is None:

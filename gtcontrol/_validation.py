@@ -286,7 +286,7 @@ def as_nonnegative_int(name: str, value: Any, *, maximum: int) -> int:
 
     Examples
     --------
-    >>> as_nonnegative_int("verify_tokens", 0, maximum=10)
+    >>> as_nonnegative_int("n_random", 0, maximum=10)
     0
     """
     if (

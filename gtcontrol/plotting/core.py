@@ -257,7 +257,7 @@ def plot_token_clouds(
     >>> from gtcontrol import Gaussian, Layer, simulate, simulate_tokens
     >>> from gtcontrol.plotting.core import plot_token_clouds
     >>> layer, g0 = Layer(A=-0.5 * np.eye(2)), Gaussian([1.0, 0.0], np.eye(2))
-    >>> tokens = simulate_tokens(layer, g0.sample(200, seed=0), 1.0, snapshot_times=[0.0, 1.0])
+    >>> tokens = simulate_tokens(layer, g0.sample(200, seed=0), 1.0, times=[0.0, 1.0])
     >>> axes = plot_token_clouds(tokens.snapshots, simulate(layer, g0, 1.0, n_points=11))
     >>> len(axes)
     2

@@ -55,8 +55,7 @@ from scipy.integrate import simpson
 
 from .._blas import calm_blas
 from .._linalg import FloatArray, sym
-from .._status import Budget, Status
-from .._validation import _short
+from .._status import Budget, Status, shown
 from ..errors import InvalidParametersError, UnreachableTargetError
 from ..model.field import affine_velocity
 from ..model.gaussian import Gaussian
@@ -172,7 +171,7 @@ def check_base(base: Any, n: int, T: float, d: int) -> tuple[Layer, ...]:
         names = [f"base.layers[{k}]" for k in range(n)]
     else:
         raise InvalidParametersError(
-            f"base: expected a Layer or a Schedule, got {_short(base)} ({type(base).__name__})"
+            f"base: expected a Layer or a Schedule, got {shown(base)} ({type(base).__name__})"
         )
     for lay, name in zip(layers, names, strict=True):
         if lay.dim != d:

@@ -28,9 +28,8 @@ import numpy as np
 
 from .._display import Axes, SummaryItems
 from .._linalg import frobenius_norms
-from .._status import Budget, Outcome, ResultFields, Status
+from .._status import Budget, Outcome, ResultFields, Status, shown
 from .._validation import (
-    _short,
     as_choice,
     as_nonnegative_float,
     as_option_group,
@@ -74,7 +73,7 @@ def _nonnegative_int(name: str, value: Any, maximum: int) -> int:
         or not 0 <= value <= maximum
     ):
         raise InvalidParametersError(
-            f"{name}: expected an integer from 0 to {maximum}, got {_short(value)}"
+            f"{name}: expected an integer from 0 to {maximum}, got {shown(value)}"
         )
     return int(value)
 
@@ -124,7 +123,7 @@ class Collocation:
         _nonnegative_int("max_corrections", self.max_corrections, MAX_CORRECTIONS)
         as_choice("parallelization", self.parallelization, PARALLEL)
         if not isinstance(self.cache, (bool, np.bool_)):
-            raise InvalidParametersError(f"cache: expected a bool, got {_short(self.cache)}")
+            raise InvalidParametersError(f"cache: expected a bool, got {shown(self.cache)}")
 
 
 @dataclass(frozen=True, kw_only=True)

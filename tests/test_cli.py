@@ -710,7 +710,7 @@ def test_compare_tokens_adaptive_runs(tmp_path: Path) -> None:
 
 
 def test_choices_in_docs_schema_and_code_agree() -> None:
-    from gtcontrol.control.design._problem import _DesignOptions  # noqa: F401  (exists)
+    from gtcontrol.control.design._problem import DesignOptions  # noqa: F401  (exists)
 
     doc = (ROOT / "docs" / "designs.md").read_text()
     row = next(line for line in doc.splitlines() if line.startswith("| `V_structure` |"))

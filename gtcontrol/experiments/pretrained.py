@@ -65,8 +65,8 @@ from .gaussianity import (
     MIN_SAMPLES,
     STATISTICS,
     GaussianityResult,
-    _check_options,
     gaussianity,
+    gaussianity_options,
     min_samples,
 )
 from .models import extract
@@ -519,7 +519,7 @@ def pretrained_gaussianity(
         n_tokens,
         seed,
         time_limit,
-        lambda sd: _check_options(level, n_null, n_projections, 0.05, sd, 512, 1e-9),
+        lambda sd: gaussianity_options(level, n_null, n_projections, 0.05, sd, 512, 1e-9),
     )
     states = run.states
     rows: list[LayerGaussianity] = []

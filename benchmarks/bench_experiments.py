@@ -19,10 +19,10 @@ import time
 
 import numpy as np
 
+from gtcontrol._blas import single_threaded_blas
 from gtcontrol.experiments import gaussianity, mardia, pretrained_gaussianity
 from gtcontrol.experiments.gaussianity import clear_null_cache
-from gtcontrol.experiments.sample_statistics import _whiten
-from gtcontrol.interop._deps import single_threaded_blas
+from gtcontrol.experiments.sample_statistics import whiten
 
 
 def _median_time(fn, repeats: int) -> tuple[float, list[float]]:  # type: ignore[no-untyped-def]
@@ -35,7 +35,7 @@ def _median_time(fn, repeats: int) -> tuple[float, list[float]]:  # type: ignore
 
 
 def _naive_skewness(x: np.ndarray) -> float:
-    z = _whiten(x, 1e-9)
+    z = whiten(x, 1e-9)
     g = z @ z.T  # the full N×N Gram matrix
     return float(np.mean(g * g * g))
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ._status import Result, Status
 from ._version import __version__
+from .analysis._field_kernel import covariance_jacobian
 from .analysis.bernoulli import BernoulliSolution, solve_bernoulli
 from .analysis.blowup import BlowupResult, blowup_analysis
 from .analysis.compare import TokenComparison, compare_tokens
@@ -22,12 +23,7 @@ from .analysis.filtering import (
     kalman_steady_state,
     to_kalman,
 )
-from .analysis.newton import (
-    NewtonResult,
-    NewtonSettings,
-    covariance_jacobian,
-    newton_equilibrium,
-)
+from .analysis.newton import NewtonResult, NewtonSettings, newton_equilibrium
 from .analysis.regimes import Regime, analyze, mean_dynamics_ss
 from .analysis.riccati import CovarianceFlow, RiccatiForm, is_riccati, riccati_flow, riccati_form
 from .analysis.stability import LinearizationSpectrum, linearization_spectrum

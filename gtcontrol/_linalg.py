@@ -7,6 +7,7 @@ live here and only here.
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 from typing import Any
 
@@ -25,6 +26,7 @@ __all__ = [
     "numerical_rank",
     "numerical_ranks",
     "polar",
+    "power_of_two",
     "psd_factor",
     "psd_sqrt",
     "schur_sylvester",
@@ -238,3 +240,11 @@ def schur_sylvester(a: FloatArray, b: FloatArray, c: FloatArray) -> FloatArray:
     x2 = schur_sylvester(a, b[k:, k:], c[:, k:])
     x1 = schur_sylvester(a, b[:k, :k], c[:, :k] - x2 @ b[:k, k:].T)
     return np.hstack([x1, x2])
+
+
+def power_of_two(mat: FloatArray) -> float:
+    """The power of two nearest ``max |mat|`` (1 for a zero or non-finite matrix)."""
+    top = float(np.max(np.abs(mat))) if mat.size else 0.0
+    if top == 0.0 or not math.isfinite(top):
+        return 1.0
+    return math.ldexp(1.0, math.frexp(top)[1] - 1)

@@ -35,10 +35,10 @@ from ._result_file import (
     NPZ_MIN_SIZE,
     NPZ_NAME,
     OutputError,
-    _show,
     dumps,
     jsonable,
     load_result,
+    show_path,
     split_arrays,
     write_json,
 )
@@ -49,11 +49,15 @@ __all__ = [
     "NPZ_NAME",
     "OutputError",
     "atomic_outdir",
+    "check_length",
     "dumps",
+    "follow_link",
     "jsonable",
     "load_result",
     "lock_exclusive",
+    "pid_alive",
     "refuse_foreign",
+    "relative_files",
     "run_summary",
     "split_arrays",
     "write_json",
@@ -71,24 +75,25 @@ _RENAME_EXCHANGE = 2
 _LEGACY_NAMES = ("report.md", "report.html")
 
 
-def _check_length(out: Path) -> None:
+def check_length(out: Path) -> None:
     """Refuse an output path whose name or whole path the file system cannot hold."""
     full = os.path.abspath(out)
     size = len(os.fsencode(full))
     if size >= PATH_MAX:
         raise OutputError(
-            f"output: the path {_show(out)} is too long ({size} bytes; the limit is {PATH_MAX - 1})"
+            f"output: the path {show_path(out)} is too long ({size} bytes; the limit is "
+            f"{PATH_MAX - 1})"
         )
     for part in Path(full).parts:
         n = len(os.fsencode(part))
         if n > NAME_MAX:
             raise OutputError(
-                f"output: the name {_show(part)} in {_show(out)} is too long ({n} bytes; "
+                f"output: the name {show_path(part)} in {show_path(out)} is too long ({n} bytes; "
                 f"the limit is {NAME_MAX})"
             )
 
 
-def _follow_link(out: Path) -> Path:
+def follow_link(out: Path) -> Path:
     """``out``, or the folder its symbolic link points to (a link loop is refused)."""
     if not out.is_symlink():
         return out
@@ -96,9 +101,9 @@ def _follow_link(out: Path) -> Path:
         target = out.resolve()
     except (RuntimeError, OSError):  # a loop (RuntimeError up to Python 3.12, then OSError)
         raise OutputError(
-            f"output: {_show(out)} is a symbolic link that leads nowhere (a loop of links)"
+            f"output: {show_path(out)} is a symbolic link that leads nowhere (a loop of links)"
         ) from None
-    _check_length(target)
+    check_length(target)
     return target
 
 
@@ -112,7 +117,7 @@ def _refuse_working_dir(out: Path) -> None:
         return
     if target == here or target in here.parents:
         raise OutputError(
-            f"output: {_show(out)} is the current directory or a folder above it; the output "
+            f"output: {show_path(out)} is the current directory or a folder above it; the output "
             "folder is replaced as a whole: give a folder below it (e.g. -o out/NAME)"
         )
 
@@ -133,7 +138,7 @@ def _scratch_pattern(out: Path) -> re.Pattern[str]:
     return re.compile(rf"\.{re.escape(_stem(out))}\.(?:tmp|old)-(\d+)(?:-[0-9a-f]+)?")
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     """Whether process ``pid`` exists and runs (a process of another user counts as alive).
 
     A process killed with ``kill -9`` whose parent has not reaped it yet is a zombie: it still
@@ -165,7 +170,7 @@ def _remove_stale(out: Path) -> None:
         return
     for entry in entries:
         match = pattern.fullmatch(entry.name)
-        if match is None or _alive(int(match.group(1))):
+        if match is None or pid_alive(int(match.group(1))):
             continue
         if entry.is_dir() and not entry.is_symlink():
             shutil.rmtree(entry, ignore_errors=True)
@@ -182,7 +187,7 @@ def _make_scratch(out: Path, kind: str) -> Path:
         except FileExistsError:
             continue
         return path
-    raise OutputError(f"output: cannot create a temporary folder beside {_show(out)}")
+    raise OutputError(f"output: cannot create a temporary folder beside {show_path(out)}")
 
 
 def _listed_files(out: Path) -> set[str] | None:
@@ -203,7 +208,7 @@ def _listed_files(out: Path) -> set[str] | None:
     return names
 
 
-def _relative_files(root: Path) -> list[str]:
+def relative_files(root: Path) -> list[str]:
     """Every file (and symlink) under ``root``, as sorted POSIX paths relative to it."""
     found = []
     for dirpath, dirnames, filenames in os.walk(root):
@@ -216,7 +221,7 @@ def _relative_files(root: Path) -> list[str]:
 
 def _foreign_files(out: Path) -> list[str]:
     """Entries of an existing ``out`` that gtcontrol did not write (they must not be deleted)."""
-    present = _relative_files(out)
+    present = relative_files(out)
     ours = _listed_files(out)
     if ours is None:
         if present:
@@ -231,7 +236,7 @@ def _check_replaceable(out: Path) -> None:
     if not os.path.lexists(out):
         return
     if not out.is_dir():
-        raise OutputError(f"output: {_show(out)} exists and is not a directory")
+        raise OutputError(f"output: {show_path(out)} exists and is not a directory")
     refuse_foreign(out, _foreign_files(out), "gtcontrol")
 
 
@@ -245,7 +250,7 @@ def refuse_foreign(out: Path, foreign: list[str], writer: str) -> None:
     shown = ", ".join(repr(name) for name in foreign[:3])
     more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
     raise OutputError(
-        f"output: {_show(out)} holds files {writer} did not write ({shown}{more}); "
+        f"output: {show_path(out)} holds files {writer} did not write ({shown}{more}); "
         "move them away or choose another -o directory"
     )
 
@@ -340,8 +345,8 @@ def atomic_outdir(outdir: str | Path) -> Iterator[Path]:
         is a loop of symbolic links, holds foreign files or cannot be created.
     """
     out = Path(outdir)
-    _check_length(out)
-    out = _follow_link(out)
+    check_length(out)
+    out = follow_link(out)
     _refuse_working_dir(out)
     if out.name in ("", ".", ".."):  # a/b/..: its hidden siblings go beside a, not into b
         out = Path(os.path.abspath(out))
@@ -353,7 +358,9 @@ def atomic_outdir(outdir: str | Path) -> Iterator[Path]:
     except OutputError:
         raise
     except OSError as exc:
-        raise OutputError(f"output: cannot create {_show(out)} ({exc.strerror or exc})") from None
+        raise OutputError(
+            f"output: cannot create {show_path(out)} ({exc.strerror or exc})"
+        ) from None
     try:
         yield tmp
         _put_in_place(tmp, out)
@@ -462,7 +469,7 @@ def write_run(
             np.savez_compressed(tmp / NPZ_NAME, **arrays)  # type: ignore[arg-type]
         seconds = time.perf_counter() - clock
         doc["summary"] = run_summary(task, res, seconds)
-        doc["files"] = sorted({*_relative_files(tmp), "result.json"})
+        doc["files"] = sorted({*relative_files(tmp), "result.json"})
         doc["seconds"] = seconds
         write_json(tmp / "result.json", doc)
     return out

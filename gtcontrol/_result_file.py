@@ -30,6 +30,7 @@ __all__ = [
     "dumps",
     "jsonable",
     "load_result",
+    "show_path",
     "split_arrays",
     "write_json",
 ]
@@ -48,7 +49,7 @@ class OutputError(GTControlError, OSError):
     """The output directory cannot be written or would overwrite foreign files."""
 
 
-def _show(path: Path | str, limit: int = 80) -> str:
+def show_path(path: Path | str, limit: int = 80) -> str:
     """``path`` for a one-line message: shortened in the middle when long."""
     text = str(path)
     return text if len(text) <= limit else f"{text[: limit // 2]}…{text[-limit // 2 :]}"
@@ -262,13 +263,13 @@ def _check_declared(ref: Mapping[str, Any], arr: np.ndarray[Any, Any], file: str
         )
         if not ok or tuple(shape) != arr.shape:
             raise OutputError(
-                f"output: the array {key!r} of {_show(file)} has shape {list(arr.shape)}, "
-                f"but result.json declares {_show(repr(shape))}"
+                f"output: the array {key!r} of {show_path(file)} has shape {list(arr.shape)}, "
+                f"but result.json declares {show_path(repr(shape))}"
             )
     if "dtype" in ref and ref["dtype"] != str(arr.dtype):
         raise OutputError(
-            f"output: the array {key!r} of {_show(file)} has dtype {arr.dtype}, but "
-            f"result.json declares {_show(repr(ref['dtype']))}"
+            f"output: the array {key!r} of {show_path(file)} has dtype {arr.dtype}, but "
+            f"result.json declares {show_path(repr(ref['dtype']))}"
         )
 
 
@@ -312,12 +313,14 @@ def load_result(outdir: str | Path) -> dict[str, Any]:
         data = json.loads(path.read_text("utf-8"))
     except (OSError, ValueError, TypeError, RecursionError) as exc:
         text = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
-        raise OutputError(f"output: cannot read {_show(path)} ({text})") from None
+        raise OutputError(f"output: cannot read {show_path(path)} ({text})") from None
     opened: dict[str, Any] = {}
 
     def load(file: str) -> dict[str, Any]:
         if file in ("", ".", "..") or "/" in file or os.sep in file:
-            raise OutputError(f"output: {_show(path)} refers to {file!r}, not to a file beside it")
+            raise OutputError(
+                f"output: {show_path(path)} refers to {file!r}, not to a file beside it"
+            )
         try:
             archive = np.load(path.parent / file, allow_pickle=False)
             if not isinstance(archive, np.lib.npyio.NpzFile):
@@ -326,7 +329,7 @@ def load_result(outdir: str | Path) -> dict[str, Any]:
                 return {k: npz[k] for k in npz.files}
         except Exception as exc:  # damaged: BadZipFile, zlib.error, EOFError, ValueError, ...
             raise OutputError(
-                f"output: cannot read {_show(file)} ({type(exc).__name__}: {exc})"
+                f"output: cannot read {show_path(file)} ({type(exc).__name__}: {exc})"
             ) from None
 
     def resolve(obj: Any) -> Any:
@@ -339,7 +342,7 @@ def load_result(outdir: str | Path) -> dict[str, Any]:
                     arr = opened[file][obj["key"]]
                 except KeyError:
                     raise OutputError(
-                        f"output: {_show(file)} has no array {obj['key']!r}"
+                        f"output: {show_path(file)} has no array {obj['key']!r}"
                     ) from None
                 _check_declared(obj, arr, file)
                 return arr[()] if arr.ndim == 0 else arr
@@ -351,7 +354,7 @@ def load_result(outdir: str | Path) -> dict[str, Any]:
     try:
         resolved = resolve(data)
     except RecursionError:
-        raise OutputError(f"output: cannot read {_show(path)} (nested too deeply)") from None
+        raise OutputError(f"output: cannot read {show_path(path)} (nested too deeply)") from None
     if not isinstance(resolved, dict):
-        raise OutputError(f"output: {_show(path)} is not a gtcontrol result")
+        raise OutputError(f"output: {show_path(path)} is not a gtcontrol result")
     return resolved

@@ -44,6 +44,7 @@ __all__ = [
     "abandoned_work",
     "as_time_limit",
     "import_fits",
+    "shown",
     "within",
 ]
 
@@ -135,7 +136,7 @@ def as_time_limit(value: Any, name: str = "time_limit") -> float | None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise InvalidParametersError(
-            f"{name}: expected None or a positive number of seconds, got {_shown(value)}"
+            f"{name}: expected None or a positive number of seconds, got {shown(value)}"
         )
     try:
         x = float(value)
@@ -143,7 +144,7 @@ def as_time_limit(value: Any, name: str = "time_limit") -> float | None:
         x = math.inf if value > 0 else -math.inf
     if math.isnan(x) or x <= 0:
         raise InvalidParametersError(
-            f"{name}: expected None or a positive number of seconds, got {_shown(value)}"
+            f"{name}: expected None or a positive number of seconds, got {shown(value)}"
         )
     if x > MAX_TIME_LIMIT:
         return None
@@ -190,7 +191,7 @@ class HandedLimit(float):
         return self._same(float.__truediv__(self, other))
 
 
-def _shown(value: Any, limit: int = 80) -> str:
+def shown(value: Any, limit: int = 80) -> str:
     """``repr(value)`` for a message, cut when long; a huge integer by its size (its ``repr``
     would have thousands of digits, or raise past Python's digit limit)."""
     if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 200:

@@ -15,7 +15,7 @@ import numpy as np
 
 from ._linalg import FloatArray
 from ._readonly import frozen, set_fields
-from ._status import MAX_EVALS_LIMIT, _shown, as_time_limit
+from ._status import MAX_EVALS_LIMIT, as_time_limit, shown
 from .errors import InvalidParametersError
 
 __all__ = [
@@ -72,7 +72,7 @@ def _to_float64(name: str, value: Any, ndim: int, error: type[ValueError]) -> Fl
         raw = np.asarray(value)
     except (TypeError, ValueError, OverflowError) as exc:
         raise error(
-            f"{name}: expected a real {ndim}-d array, got {_short(value)} "
+            f"{name}: expected a real {ndim}-d array, got {shown(value)} "
             f"(ragged or not numeric: {exc})"
         ) from None
     kind = raw.dtype.kind
@@ -87,7 +87,7 @@ def _to_float64(name: str, value: Any, ndim: int, error: type[ValueError]) -> Fl
                 raise error(_too_large(name, f"~1e{len(str(abs(x))) - 1}", MAX_ENTRY))
             if not isinstance(x, (int, float, np.integer, np.floating)) or isinstance(x, complex):
                 raise error(
-                    f"{name}: expected real numbers, got an entry {_short(x)} of type "
+                    f"{name}: expected real numbers, got an entry {shown(x)} of type "
                     f"{type(x).__name__}"
                 )
     elif kind not in "biuf":
@@ -95,14 +95,7 @@ def _to_float64(name: str, value: Any, ndim: int, error: type[ValueError]) -> Fl
     try:
         return np.array(raw, dtype=np.float64, copy=True)
     except (TypeError, ValueError, OverflowError) as exc:
-        raise error(
-            f"{name}: expected a real {ndim}-d array, got {_short(value)} ({exc})"
-        ) from None
-
-
-def _short(value: Any) -> str:
-    """``repr(value)`` for a message, cut when long (huge integers are summarized)."""
-    return _shown(value)
+        raise error(f"{name}: expected a real {ndim}-d array, got {shown(value)} ({exc})") from None
 
 
 def as_float_array(
@@ -191,9 +184,7 @@ def as_seed(name: str, value: Any) -> int:
     7
     """
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-        raise InvalidParametersError(
-            f"{name}: expected a non-negative integer, got {_short(value)}"
-        )
+        raise InvalidParametersError(f"{name}: expected a non-negative integer, got {shown(value)}")
     return int(value)
 
 
@@ -206,7 +197,7 @@ def as_rng(name: str, value: Any) -> np.random.Generator:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
         raise InvalidParametersError(
             f"{name}: expected None, a non-negative integer seed or a numpy Generator, "
-            f"got {_short(value)}"
+            f"got {shown(value)}"
         )
     return np.random.default_rng(as_seed(name, value))
 
@@ -215,13 +206,13 @@ def _real(name: str, value: Any, expected: str) -> float:
     """``value`` as a float (an integer past the float range becomes ``±inf``), or refuse it:
     bools, strings and non-numbers raise, naming ``name`` and ``expected``."""
     if isinstance(value, (bool, np.bool_, str, bytes)):
-        raise InvalidParametersError(f"{name}: expected {expected}, got {_short(value)}")
+        raise InvalidParametersError(f"{name}: expected {expected}, got {shown(value)}")
     try:
         return float(value)
     except OverflowError:
         return math.inf if value > 0 else -math.inf
     except (TypeError, ValueError):
-        raise InvalidParametersError(f"{name}: expected {expected}, got {_short(value)}") from None
+        raise InvalidParametersError(f"{name}: expected {expected}, got {shown(value)}") from None
 
 
 def as_positive_float(name: str, value: Any, *, allow_inf: bool = False) -> float:
@@ -232,7 +223,7 @@ def as_positive_float(name: str, value: Any, *, allow_inf: bool = False) -> floa
     """
     x = _real(name, value, "a positive number")
     if math.isnan(x) or x <= 0 or (math.isinf(x) and not allow_inf):
-        raise InvalidParametersError(f"{name}: expected a positive number, got {_short(value)}")
+        raise InvalidParametersError(f"{name}: expected a positive number, got {shown(value)}")
     return x
 
 
@@ -240,7 +231,7 @@ def as_nonnegative_float(name: str, value: Any) -> float:
     """Validate a finite real number ``>= 0`` (see :func:`as_positive_float`)."""
     x = _real(name, value, "a non-negative number")
     if not math.isfinite(x) or x < 0:
-        raise InvalidParametersError(f"{name}: expected a non-negative number, got {_short(value)}")
+        raise InvalidParametersError(f"{name}: expected a non-negative number, got {shown(value)}")
     return x
 
 
@@ -273,10 +264,10 @@ def as_cap(name: str, value: Any) -> int:
 def as_positive_int(name: str, value: Any, *, maximum: int | None = None) -> int:
     """Validate a strictly positive integer (bools are refused), at most ``maximum``."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
-        raise InvalidParametersError(f"{name}: expected a positive integer, got {_short(value)}")
+        raise InvalidParametersError(f"{name}: expected a positive integer, got {shown(value)}")
     if maximum is not None and value > maximum:
         raise InvalidParametersError(
-            f"{name}: expected a positive integer at most {maximum}, got {_short(value)}"
+            f"{name}: expected a positive integer at most {maximum}, got {shown(value)}"
         )
     return int(value)
 
@@ -295,7 +286,7 @@ def as_nonnegative_int(name: str, value: Any, *, maximum: int) -> int:
         or not 0 <= value <= maximum
     ):
         raise InvalidParametersError(
-            f"{name}: expected an integer from 0 to {maximum}, got {_short(value)}"
+            f"{name}: expected an integer from 0 to {maximum}, got {shown(value)}"
         )
     return int(value)
 

@@ -62,18 +62,21 @@ def _modules() -> dict[str, Path]:
     return mods
 
 
+def _source(node: ast.ImportFrom, name: str, path: Path) -> str:
+    """The module a ``from ... import`` in module ``name`` (file ``path``) reads from."""
+    if not node.level:
+        return node.module or ""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    base = package.split(".")
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
 def _imports(name: str, path: Path, modules: dict[str, Path]) -> Iterator[str]:
     """Every gtcontrol module that ``name`` imports, at module level or inside functions."""
-    is_pkg = path.name == "__init__.py"
-    package = name if is_pkg else name.rpartition(".")[0]
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")
-                base = base[: len(base) - (node.level - 1)]
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
-                target = node.module or ""
+            target = _source(node, name, path)
             if not target.startswith("gtcontrol"):
                 continue
             for alias in node.names:
@@ -141,6 +144,68 @@ def test_no_import_cycles_even_through_function_level_imports() -> None:
         if v not in index:
             visit(v)
     assert not cycles, f"import cycles: {cycles}"
+
+
+#: The underscore names that still cross a module boundary, each with the reason it must.
+PRIVATE_NAMES_ACROSS_MODULES: dict[tuple[str, str, str], str] = {}
+#: The ceiling on that list: a private name another module needs is a plain name in its home.
+MAX_PRIVATE_NAMES_ACROSS_MODULES = 15
+
+
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _private_names_across_modules() -> set[tuple[str, str, str]]:
+    """``(importing module, imported module, name)`` for every ``from X import _y`` (absolute or
+    relative, at module level or inside functions) and every ``X._y`` on an imported module X,
+    where X is another gtcontrol module and ``_y`` is not itself a module (importing a private
+    module is fine: ``from . import _jobs``)."""
+    modules = _modules()
+    found = set()
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text())
+        bound: dict[str, str] = {}  # local names of imported gtcontrol modules
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                source = _source(node, name, path)
+                if not source.startswith("gtcontrol"):
+                    continue
+                for alias in node.names:
+                    if f"{source}.{alias.name}" in modules:
+                        bound[alias.asname or alias.name] = f"{source}.{alias.name}"
+                    elif source != name and _is_private(alias.name):
+                        found.add((name, source, alias.name))
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.asname and alias.name in modules:
+                        bound[alias.asname] = alias.name
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and bound.get(node.value.id, name) != name
+                and _is_private(node.attr)
+            ):
+                found.add((name, bound[node.value.id], node.attr))
+    return found
+
+
+def test_no_private_names_cross_module_boundaries() -> None:
+    """A name another module needs is a plain name in its home (a shared kernel in a module
+    named for it); the few underscore names that still cross are listed with their reason."""
+    assert len(PRIVATE_NAMES_ACROSS_MODULES) <= MAX_PRIVATE_NAMES_ACROSS_MODULES
+    assert all(len(reason) > 20 for reason in PRIVATE_NAMES_ACROSS_MODULES.values())
+    found = _private_names_across_modules()
+    new = [
+        f"{a} imports {c} from {b}"
+        for a, b, c in sorted(found - PRIVATE_NAMES_ACROSS_MODULES.keys())
+    ]
+    assert not new, (
+        "private names across modules (give each a plain name in its home):\n" + "\n".join(new)
+    )
+    gone = sorted(PRIVATE_NAMES_ACROSS_MODULES.keys() - found)
+    assert not gone, f"listed but no longer imported (drop them from the list): {gone}"
 
 
 def test_no_module_exceeds_the_size_ceiling() -> None:

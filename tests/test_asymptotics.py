@@ -15,14 +15,22 @@ import pytest
 from helpers import random_spd
 from scipy.optimize import linear_sum_assignment
 
-from gtcontrol import Gaussian, Layer, Result, Status, moment_field, simulate
+from gtcontrol import (
+    Gaussian,
+    Layer,
+    Result,
+    Status,
+    covariance_jacobian,
+    moment_field,
+    simulate,
+)
 from gtcontrol.analysis.equilibria import (
     EquilibriaResult,
     equilibria,
     equilibrium_at,
     mean_matrix,
 )
-from gtcontrol.analysis.newton import NewtonSettings, covariance_jacobian, newton_equilibrium
+from gtcontrol.analysis.newton import NewtonSettings, newton_equilibrium
 from gtcontrol.analysis.regime_figures import cone_coordinates, regime_figure_data
 from gtcontrol.analysis.regimes import analyze, mean_dynamics_ss
 from gtcontrol.analysis.riccati import is_riccati, riccati_form

@@ -17,7 +17,7 @@ from scipy.special import softmax
 
 from gtcontrol import FeedForward, InvalidParametersError, Layer, token_velocity
 from gtcontrol.model import _attention_kernels as kern
-from gtcontrol.model.attention import _Workspace
+from gtcontrol.model.attention import Workspace
 
 try:  # torch is optional (the experiments extra): its tests skip without it
     import torch
@@ -228,7 +228,7 @@ def test_torch_backend_shifted_rows(rng: np.random.Generator) -> None:
 def test_cuda_backend_equals_numpy(rng: np.random.Generator) -> None:  # pragma: no cover
     layer = _layers(rng, 16)["multi-head affine"]
     x = rng.standard_normal((5000, 16))
-    ws = _Workspace(5000, np.dtype(np.float64), None, backend="torch")
+    ws = Workspace(5000, np.dtype(np.float64), None, backend="torch")
     assert ws._torch_softmax.device.type == "cuda"
     a = token_velocity(layer, x, backend="numpy")
     assert _rel(token_velocity(layer, x, backend="torch"), a) < 1e-10
@@ -240,10 +240,10 @@ def test_auto_is_numpy_without_cuda_and_never_imports_torch_for_a_cpu() -> None:
         pytest.skip("an NVIDIA driver is present: auto may use torch")
     code = (
         "import sys, numpy as np; from gtcontrol import Layer, token_velocity; "
-        "from gtcontrol.model.attention import _Workspace; "
+        "from gtcontrol.model.attention import Workspace; "
         "x = np.random.default_rng(0).standard_normal((4096, 4)); "
         "token_velocity(Layer(B=np.eye(4), V=1.0), x); "
-        "print(_Workspace(4096, np.dtype(float), None, backend='auto').backend, "
+        "print(Workspace(4096, np.dtype(float), None, backend='auto').backend, "
         "'torch' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -252,7 +252,7 @@ def test_auto_is_numpy_without_cuda_and_never_imports_torch_for_a_cpu() -> None:
 
 def test_small_problems_and_the_integrators_stay_on_numpy() -> None:
     assert kern.auto_backend(kern.AUTO_CUDA_MIN_N - 1) == "numpy"
-    assert _Workspace(10**5, np.dtype(np.float64), None).backend == "numpy"
+    assert Workspace(10**5, np.dtype(np.float64), None).backend == "numpy"
 
 
 def test_tiles_bound_the_memory() -> None:
@@ -274,10 +274,10 @@ def test_a_single_threaded_blas_gets_the_larger_tiles_and_the_same_attention() -
     x = rng.standard_normal((n, d))
     layer = Layer(B=b, V=1.0)
     with threadpoolctl.threadpool_limits(limits=2, user_api="blas"):
-        wide = _Workspace(n, np.dtype(np.float64), None)
+        wide = Workspace(n, np.dtype(np.float64), None)
         many = token_velocity(layer, x, backend="numpy")
     with threadpoolctl.threadpool_limits(limits=1, user_api="blas"):
-        single = _Workspace(n, np.dtype(np.float64), None)
+        single = Workspace(n, np.dtype(np.float64), None)
         one = token_velocity(layer, x, backend="numpy")
     assert (wide.block, wide.key_block) == (128, 256)
     assert (single.block, single.key_block) == (256, 512)

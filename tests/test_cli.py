@@ -710,7 +710,7 @@ def test_compare_tokens_adaptive_runs(tmp_path: Path) -> None:
 
 
 def test_choices_in_docs_schema_and_code_agree() -> None:
-    from gtcontrol.control.design._problem import _DesignOptions  # noqa: F401  (exists)
+    from gtcontrol.control.design._problem import DesignOptions  # noqa: F401  (exists)
 
     doc = (ROOT / "docs" / "designs.md").read_text()
     row = next(line for line in doc.splitlines() if line.startswith("| `V_structure` |"))
@@ -767,18 +767,18 @@ def test_a_killed_run_not_yet_reaped_counts_as_dead(tmp_path: Path) -> None:
     import signal
     import time
 
-    from gtcontrol._output import _alive, _remove_stale
+    from gtcontrol._output import _remove_stale, pid_alive
 
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        assert _alive(proc.pid)
+        assert pid_alive(proc.pid)
         os.kill(proc.pid, signal.SIGKILL)
         deadline = time.monotonic() + 30
         while Path(f"/proc/{proc.pid}/stat").read_text().split(") ")[-1][0] != "Z":
             assert time.monotonic() < deadline
             time.sleep(0.01)
         os.kill(proc.pid, 0)  # the zombie still answers
-        assert not _alive(proc.pid)
+        assert not pid_alive(proc.pid)
         stale = tmp_path / f".out.tmp-{proc.pid}-0badcafe"
         stale.mkdir()
         _remove_stale(tmp_path / "out")

@@ -22,7 +22,7 @@ from gtcontrol.experiments import (
     prescribed_attention_regimes,
     sliced_wasserstein,
 )
-from gtcontrol.experiments.sample_statistics import _expected_distance, _pair_means, _whiten
+from gtcontrol.experiments.sample_statistics import _expected_distance, _pair_means, whiten
 from gtcontrol.interop import (
     AttentionWeights,
     ExtractedLayer,
@@ -77,7 +77,7 @@ def test_gaussianity_rejects_laplace_sample() -> None:
 def test_mardia_blocked_equals_naive_gram() -> None:
     rng = np.random.default_rng(3)
     x = rng.standard_normal((701, 9)) @ rng.standard_normal((9, 9))
-    z = _whiten(x, 1e-9)
+    z = whiten(x, 1e-9)
     g = z @ z.T
     naive_b1 = float(np.mean(g**3))
     d = np.sqrt(np.maximum(np.diag(g)[:, None] + np.diag(g)[None, :] - 2 * g, 0))

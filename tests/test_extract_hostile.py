@@ -138,7 +138,7 @@ def test_a_static_shape_onnx_export_is_read_exactly(root: Path) -> None:
 def test_gather_elements_is_exact_beyond_64_positions() -> None:
     """08: the cause, checked alone: GatherElements over an axis of 100 (negative indices too)
     equals numpy's take_along_axis."""
-    from gtcontrol.interop._onnx import _evaluator
+    from gtcontrol.interop._onnx import reference_evaluator
 
     h = onnx.helper
     node = h.make_node("GatherElements", ["data", "idx"], ["out"], axis=1)
@@ -152,7 +152,7 @@ def test_gather_elements_is_exact_beyond_64_positions() -> None:
     model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
     rng = np.random.default_rng(1)
     data, idx = rng.standard_normal((2, 100)), rng.integers(-100, 100, size=(2, 7))
-    (out,) = _evaluator(model).run(None, {"data": data, "idx": idx})
+    (out,) = reference_evaluator(model).run(None, {"data": data, "idx": idx})
     np.testing.assert_array_equal(out, np.take_along_axis(data, idx % 100, axis=1))
 
 

@@ -413,12 +413,12 @@ def test_record_grows_past_its_capacity_and_keeps_every_state() -> None:
     # The records are written into arrays allocated once and grown by doubling; the trajectory
     # takes views of them. Every state must come back in order, symmetrized, with its factor;
     # a factor of another shape (a rank change) drops the factors, as the old list did.
-    from gtcontrol.model._moment_integrator import _Record
+    from gtcontrol.model._moment_integrator import MomentRecord
 
     rng = np.random.default_rng(0)
     d = 3
     l0 = rng.standard_normal((d, d))
-    rec = _Record(0.0, np.zeros(d), l0 @ l0.T, l0, capacity=2)
+    rec = MomentRecord(0.0, np.zeros(d), l0 @ l0.T, l0, capacity=2)
     ys = [rng.standard_normal(d + d * d) for _ in range(6)]
     for k, y in enumerate(ys, start=1):
         rec.add(0.1 * k, _Stub(d, d), y)  # type: ignore[arg-type]

@@ -216,7 +216,7 @@ def test_token_velocity_factored_degenerate_heads() -> None:
 
 # ------------------------------------------------- equilibria: factored Jacobian and work cap
 def test_factored_jacobian_equals_dense() -> None:
-    from gtcontrol.analysis.newton import _Jacobian, _residual_scale
+    from gtcontrol.analysis._field_kernel import JacobianOperator, residual_scale
 
     rng = np.random.default_rng(3)
     d, n_heads, d_head = 10, 3, 2
@@ -230,12 +230,12 @@ def test_factored_jacobian_equals_dense() -> None:
     s = s @ s.T
     h = rng.standard_normal((d, d))
     h = h + h.T
-    jf, jd = _Jacobian(fac, s), _Jacobian(dense, s)
+    jf, jd = JacobianOperator(fac, s), JacobianOperator(dense, s)
     ref = jd(h)
     assert np.linalg.norm(jf(h) - ref) <= 1e-14 * np.linalg.norm(ref)
     ln = jd.lyapunov_matrix()
     assert np.linalg.norm(jf.lyapunov_matrix() - ln) <= 1e-14 * np.linalg.norm(ln)
-    assert _residual_scale(fac, s) == pytest.approx(_residual_scale(dense, s), rel=1e-14)
+    assert residual_scale(fac, s) == pytest.approx(residual_scale(dense, s), rel=1e-14)
     assert jf.flops < jd.flops  # factored heads: no d×d×d product per head
 
 

@@ -433,14 +433,14 @@ def test_absurd_discrete_options_are_refused() -> None:
 
 def test_options_are_keyword_only_and_the_validator_is_private() -> None:
     import gtcontrol
-    from gtcontrol.model._moment_integrator import _IntegratorOptions
+    from gtcontrol.model._moment_integrator import IntegratorOptions
 
     with pytest.raises(TypeError):
         simulate(Layer(np.eye(2)), Gaussian.standard(2), 1.0, 1e-8)  # type: ignore[misc]
     assert "IntegratorOptions" not in gtcontrol.__all__
-    assert _IntegratorOptions().n_points == 201
+    assert IntegratorOptions().n_points == 201
     with pytest.raises(InvalidParametersError, match="method"):
-        _IntegratorOptions(method="euler")
+        IntegratorOptions(method="euler")
 
 
 def test_discrete_recursion_overflow_is_an_overflow_not_a_blowup() -> None:

@@ -338,10 +338,10 @@ def test_the_drift_aware_plan_without_drift_is_the_geodesic() -> None:
     """The linear-system plan with ``F = 0``, ``f = 0`` has Gramian ``t I`` and transition ``I``:
     its nodes are the Bures–Wasserstein geodesic's (docs/steering.md §4)."""
     from gtcontrol.control._steer_base import _drift_nodes, _nodes, make_problem
-    from gtcontrol.control._steer_problem import _SteerOptions
+    from gtcontrol.control._steer_problem import SteerOptions
 
     g0, g1 = _pair(4, 9)
-    prob = make_problem(g0, g1, 1.3, 5, Layer(dim=4), _SteerOptions())
+    prob = make_problem(g0, g1, 1.3, 5, Layer(dim=4), SteerOptions())
     geo = _nodes(prob)
     zero = [(np.zeros((4, 4)), np.zeros(4))] * 5
     for a, b in zip(_drift_nodes(prob, geo, zero), geo, strict=True):

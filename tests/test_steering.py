@@ -34,7 +34,7 @@ from gtcontrol import (
     steer,
 )
 from gtcontrol.control._constructions import _curvature_split, states_of, warm_starts
-from gtcontrol.control._steer_problem import _SteerOptions, make_plan
+from gtcontrol.control._steer_problem import SteerOptions, make_plan
 from gtcontrol.control._transcription import (
     STOPPED,
     _collocation_coefficients,
@@ -745,7 +745,7 @@ def test_steer_time_limit_stops_ipopt_with_its_iterate() -> None:
     returns the iterate, and steer maps it onto BUDGET_EXHAUSTED."""
     rng = np.random.default_rng(211)
     g0, g1 = _gauss(rng, 2), _gauss(rng, 2)
-    plan = make_plan(g0, g1, 1.0, 4, "ffn", _SteerOptions())
+    plan = make_plan(g0, g1, 1.0, 4, "ffn", SteerOptions())
     nlp, _ = transcription(plan.problem)
     layers0, _ = next(warm_starts(g0, g1, 1.0, 4, "ffn", "fixed"))
     start = Schedule(layers0, 1.0)

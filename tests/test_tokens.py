@@ -21,7 +21,7 @@ from gtcontrol import (
     simulate,
     simulate_discrete,
 )
-from gtcontrol.model._token_integrators import _TokenOptions
+from gtcontrol.model._token_integrators import TokenOptions
 from gtcontrol.model.attention import token_velocity
 from gtcontrol.model.tokens import TokenTrajectory, simulate_tokens
 
@@ -421,11 +421,11 @@ def test_bad_input_token_velocity_and_options() -> None:
         token_velocity(Layer(dim=2), np.zeros((3, 4)))
     with pytest.raises(InvalidParametersError, match="block_size"):
         token_velocity(Layer(dim=2), np.zeros((3, 2)), block_size=-1)
-    assert _TokenOptions().method == "DOP853" and _TokenOptions(method="rk4").steps == 20
-    assert _TokenOptions(steps_per_layer=5).method == "rk4"  # the former default, by its steps
-    assert _TokenOptions(method="discrete").steps == 1
-    assert _TokenOptions().resolved_rtol == 1e-7
-    assert _TokenOptions(dtype=np.float32).resolved_rtol == 1e-4
+    assert TokenOptions().method == "DOP853" and TokenOptions(method="rk4").steps == 20
+    assert TokenOptions(steps_per_layer=5).method == "rk4"  # the former default, by its steps
+    assert TokenOptions(method="discrete").steps == 1
+    assert TokenOptions().resolved_rtol == 1e-7
+    assert TokenOptions(dtype=np.float32).resolved_rtol == 1e-4
     with pytest.raises(InvalidParametersError, match="T"):
         simulate_tokens(Schedule([Layer(dim=2)], T=1.0), np.zeros((3, 2)), T=2.0)
 

@@ -12,8 +12,9 @@ import gtcontrol as gt
 from gtcontrol import Layer, Status
 from gtcontrol._status import Budget
 from gtcontrol.analysis._deflated_search import _random_spd
+from gtcontrol.analysis._field_kernel import relative_residual, typical_scale
 from gtcontrol.analysis._whitened_search import LM_TOL, _whitened, whitened_lm
-from gtcontrol.analysis.newton import WorkMeter, _rel_residual, _typical_scale
+from gtcontrol.analysis.newton import WorkMeter
 
 _ENDS = {"converged", "stalled", "stuck", "singular", "max_iter"}
 
@@ -31,7 +32,7 @@ def test_the_whitened_residual_and_its_jacobian() -> None:
     parts = _whitened(layer, lmat)
     assert parts is not None
     r, w, pairs = parts
-    f, _ = _rel_residual(layer, cov)
+    f, _ = relative_residual(layer, cov)
     linv = np.linalg.inv(lmat)
     assert np.allclose(r, linv @ f @ linv.T, atol=1e-10 * np.linalg.norm(r))
     # dR[E] = W E + E Wᵀ + Σ_h (2Ṽ E B̃ + B̃ᵀ E 2Ṽᵀ) against a central difference along L(I + E).
@@ -62,7 +63,7 @@ def test_the_whitened_residual_and_its_jacobian() -> None:
 def test_whitened_lm_reaches_the_planted_saddle(d: int) -> None:
     layer, s = _planted(1, d)
     rng = np.random.default_rng(d)
-    s0 = _typical_scale(layer)
+    s0 = typical_scale(layer)
     hits = 0
     for _ in range(40):
         run = whitened_lm(layer, _random_spd(rng, d, s0), Budget(None), WorkMeter(1e13))

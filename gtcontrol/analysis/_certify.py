@@ -26,9 +26,16 @@ import scipy.linalg as sla
 from .._linalg import FloatArray, sym, unvech, vech, vech_index, vech_scale
 from ..model.params import Layer
 from ._core import exact_definiteness
-from .newton import _kron_sym
+from ._field_kernel import jacobian_matrix
 
-__all__ = ["CERTIFY_MAX_DIM", "RootBall", "certified_root", "root_ball"]
+__all__ = [
+    "CERTIFY_MAX_DIM",
+    "BoundedEvaluation",
+    "RootBall",
+    "certified_root",
+    "evaluate_bounded",
+    "root_ball",
+]
 
 
 #: Unit round-off of float64.
@@ -97,7 +104,7 @@ def _data_bounds(
 
 
 @dataclass(frozen=True)
-class _Evaluated:
+class BoundedEvaluation:
     """F and DF at one (real or complex) symmetric matrix, with bounds on their rounding.
 
     ``f`` (d×d) and ``jac`` (DF in orthonormal coordinates of Sym(d)); the exact values for
@@ -113,8 +120,8 @@ class _Evaluated:
     lip: float
 
 
-def _evaluate(layer: Layer, s: Any) -> _Evaluated | None:
-    """:class:`_Evaluated` at ``s``, or ``None`` on non-finite numbers."""
+def evaluate_bounded(layer: Layer, s: Any) -> BoundedEvaluation | None:
+    """:class:`BoundedEvaluation` at ``s``, or ``None`` on non-finite numbers."""
     d = layer.dim
     a, a_abs, heads, gg, k = _data_bounds(layer)
     gam = (4.0 if np.iscomplexobj(s) else 2.0) * k * _UNIT
@@ -126,7 +133,7 @@ def _evaluate(layer: Layer, s: Any) -> _Evaluated | None:
         f = p + p.T + (0.0 if gg is None else gg)
         t_abs = m_abs @ s_abs
         t_abs = t_abs + t_abs.T + (0.0 if gg is None else np.abs(gg))
-        jac = _kron_sym(m_mat, [(v, b @ s) for v, _, b, _ in heads])
+        jac = jacobian_matrix(m_mat, [(v, b @ s) for v, _, b, _ in heads])
         mag_j = 2.0 * float(np.linalg.norm(m_abs)) + 2.0 * sum(
             float(np.linalg.norm(va)) * float(np.linalg.norm(ba @ s_abs)) for _, va, _, ba in heads
         )
@@ -138,7 +145,9 @@ def _evaluate(layer: Layer, s: Any) -> _Evaluated | None:
         f_err = gam * float(np.linalg.norm(t_abs))
     if not (np.all(np.isfinite(jo)) and np.all(np.isfinite(f)) and math.isfinite(f_err + mag_j)):
         return None
-    return _Evaluated(f, f_err, jo, math.sqrt(2.0) * gam * mag_j, math.sqrt(2.0) * mag_j, lip)
+    return BoundedEvaluation(
+        f, f_err, jo, math.sqrt(2.0) * gam * mag_j, math.sqrt(2.0) * mag_j, lip
+    )
 
 
 def _kantorovich(beta: float, f_norm: float, lip: float) -> tuple[float, float] | None:
@@ -173,7 +182,7 @@ def root_ball(layer: Layer, cov: Any) -> RootBall | None:
     s = np.asarray(cov)
     if layer.dim > CERTIFY_MAX_DIM or not np.all(np.isfinite(s)):
         return None
-    ev = _evaluate(layer, s)
+    ev = evaluate_bounded(layer, s)
     if ev is None:
         return None
     beta = _inverse_bound(ev.jac, ev.jac_err)
@@ -310,7 +319,7 @@ class _Chart:
         d = self.d
         y = self._y(self.x)
         sig = self.sigma()
-        ev = _evaluate(self.layer, sig)
+        ev = evaluate_bounded(self.layer, sig)
         if ev is None:
             return None
         gam = 4.0 * (2 * d + 8) * _UNIT

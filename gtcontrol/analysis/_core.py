@@ -24,7 +24,7 @@ from ..errors import SolverError
 from ..model.gaussian import Gaussian
 from ..model.moments import Trajectory, simulate
 from ..model.params import Layer
-from .newton import head_norm_sum, norm2
+from ._field_kernel import head_norm_sum, norm2
 
 __all__ = [
     "CERT_MARGIN",
@@ -375,7 +375,7 @@ def field_rate(layer: Layer, cov: FloatArray) -> float:
 
     ``1/field_rate`` is one time constant; the default search/integration depths, the first
     step of the certified march and the flow starts of the Newton search are multiples of it.
-    The norms are :func:`gtcontrol.analysis.newton.norm2` (exact up to d = 64, an estimate
+    The norms are :func:`~._field_kernel.norm2` (exact up to d = 64, an estimate
     beyond) and factored heads are never formed as d×d matrices, so that a d = 1024 layer does
     not spend seconds in SVDs before any budget check.
     """

@@ -54,22 +54,18 @@ from ..model.gaussian import Gaussian
 from ..model.heads import FactoredHeads
 from ..model.params import Layer
 from ._core import field_rate, is_pd, simulate_within
-from ._homotopy import _System
+from ._field_kernel import (
+    field_flops,
+    jacobian_matrix,
+    jacobian_parts,
+    relative_residual,
+    typical_scale,
+)
+from ._homotopy import PolynomialSystem
 from ._whitened_search import LM_MAX_ITER, whitened_lm
 from .bernoulli import solve_bernoulli
-from .newton import (
-    WorkMeter,
-    _deflation_factor,
-    _deflation_weight,
-    _jacobian_parts,
-    _kron_sym,
-    _NewtonOptions,
-    _rel_residual,
-    _typical_scale,
-    field_flops,
-    newton_run,
-)
-from .riccati import _bernoulli_form
+from .newton import SearchOptions, WorkMeter, deflation_factor, deflation_weight, newton_run
+from .riccati import bernoulli_form
 
 __all__ = ["SearchLog", "as_start_sequence", "deflated_search"]
 
@@ -151,7 +147,7 @@ class _Search:
     search's budget and per-start limit (seconds, ``None``: none), its work meter and its log."""
 
     layer: Layer
-    opts: _NewtonOptions
+    opts: SearchOptions
     budget: Budget
     per_start: float | None
     work: WorkMeter
@@ -231,7 +227,7 @@ def _flow_start(
 
 
 def _continuation_start(
-    layer: Layer, opts: _NewtonOptions, budget: Budget, work: WorkMeter
+    layer: Layer, opts: SearchOptions, budget: Budget, work: WorkMeter
 ) -> FloatArray | None:
     """Follow the Riccati-class equilibrium (``V_h → (tr V_h/d) I``) to the layer by Newton."""
     if layer.factored_heads is not None or layer.noise is not None:
@@ -245,7 +241,7 @@ def _continuation_start(
     def at(lam: float) -> Layer:
         return Layer(a, heads=[((1 - lam) * m * np.eye(d) + lam * v, b) for m, v, b in means])
 
-    form = _bernoulli_form(at(0.0))
+    form = bernoulli_form(at(0.0))
     if form is None:
         return None
     sol = solve_bernoulli(form)
@@ -264,7 +260,7 @@ def _fixed_starts(search: _Search, given: list[FloatArray]) -> list[tuple[str, F
     """Flow endpoints, the continuation start, the given starts and the multiples of I."""
     layer, budget, work = search.layer, search.budget, search.work
     d = layer.dim
-    s0 = _typical_scale(layer)
+    s0 = typical_scale(layer)
     base = [("given", g) for g in given]
     base += [("identity", c * s0 * np.eye(d)) for c in (1.0, 0.3, 3.0)]
     rev = _reversed(layer)
@@ -295,7 +291,7 @@ def _factor_newton(
     layer: Layer,
     chol: FloatArray,
     known: list[FloatArray],
-    opts: _NewtonOptions,
+    opts: SearchOptions,
     budget: Budget,
     work: WorkMeter,
 ) -> tuple[FloatArray | None, int]:
@@ -309,12 +305,12 @@ def _factor_newton(
     iu, _ = vech_index(d)
     ia, ib = iu  # rows: the (a, b), a ≤ b, entries of a symmetric matrix
     li, lj = np.tril_indices(d)  # columns: the (i, j), i ≥ j, entries of L
-    s0 = max(float(np.linalg.norm(chol @ chol.T)), _typical_scale(layer))
+    s0 = max(float(np.linalg.norm(chol @ chol.T)), typical_scale(layer))
     lmat = chol.copy()
     cost = float(d) ** 6 / 12 + 2 * field_flops(layer)
     for it in range(opts.max_iter):
         cov = lmat @ lmat.T
-        f, rel = _rel_residual(layer, cov)
+        f, rel = relative_residual(layer, cov)
         if not np.isfinite(rel):
             return None, it
         if rel <= 1e-8:
@@ -325,7 +321,7 @@ def _factor_newton(
         p = (ia[:, None] == li[None, :]) * lmat[ib[:, None], lj[None, :]] + (
             ib[:, None] == li[None, :]
         ) * lmat[ia[:, None], lj[None, :]]
-        jac = _kron_sym(*_jacobian_parts(layer, cov)) @ p
+        jac = jacobian_matrix(*jacobian_parts(layer, cov)) @ p
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", sla.LinAlgWarning)
@@ -334,15 +330,15 @@ def _factor_newton(
             return None, it
         dl = np.zeros((d, d))
         dl[li, lj] = step
-        tau = _deflation_factor(cov, dl @ lmat.T + lmat @ dl.T, known, s0, opts)
-        merit = rel * _deflation_weight(cov, known, s0, opts)
+        tau = deflation_factor(cov, dl @ lmat.T + lmat @ dl.T, known, s0, opts)
+        merit = rel * deflation_weight(cov, known, s0, opts)
         alpha, moved = tau, False
         for _ in range(12):
             cand = lmat + alpha * dl
             c_cov = cand @ cand.T
             if np.all(np.isfinite(c_cov)):
-                _, rc = _rel_residual(layer, c_cov)
-                if rc * _deflation_weight(c_cov, known, s0, opts) < (1 - 1e-4) * merit:
+                _, rc = relative_residual(layer, c_cov)
+                if rc * deflation_weight(c_cov, known, s0, opts) < (1 - 1e-4) * merit:
                     lmat, moved = cand, True
                     break
             alpha *= 0.5
@@ -354,7 +350,7 @@ def _factor_newton(
 def deflated_search(
     layer: Layer,
     given: list[FloatArray],
-    opts: _NewtonOptions,
+    opts: SearchOptions,
     budget: Budget,
     per_start: float | None,
     known: list[FloatArray],
@@ -367,7 +363,7 @@ def deflated_search(
     out = SearchLog(known=[np.zeros((d, d))] + [k for k in known if np.any(k)])
     work = WorkMeter(opts.max_work, budget)
     rng = np.random.default_rng(opts.seed)
-    s0 = _typical_scale(layer)
+    s0 = typical_scale(layer)
     factor_ok = d <= opts.kron_max_dim
     search = _Search(layer, opts, budget, per_start, work, out)
     try:
@@ -377,7 +373,7 @@ def deflated_search(
             before = len(out.roots)
             _run_start(search, kind, st)
             dry = 0 if len(out.roots) > before else dry + 1
-        poly = _System(layer, 1.0, np.ones(d * (d + 1) // 2 + 1)) if factor_ok else None
+        poly = PolynomialSystem(layer, 1.0, np.ones(d * (d + 1) // 2 + 1)) if factor_ok else None
         count = {"random": 0, "factor": 0, "path": 0, "whitened": 0}
         cycle = ("whitened", "path", "factor", "random") if poly is not None else ("random",)
         while dry < _SATURATION or min(count[k] for k in cycle) < opts.n_random:
@@ -407,7 +403,7 @@ def _own_limit(search: _Search, start: Callable[[], None], kind: str) -> None:
         search.out.ended(kind, "time_limit")
 
 
-def _one_start(search: _Search, kind: str, st: FloatArray, poly: _System | None) -> None:
+def _one_start(search: _Search, kind: str, st: FloatArray, poly: PolynomialSystem | None) -> None:
     """One random, factor or path start (a per-start limit raises :class:`BudgetExhausted`)."""
     if kind == "random":
         _run_start(search, "random", st)
@@ -467,7 +463,7 @@ def _whitened_start(search: _Search, start: FloatArray, budget: Budget) -> None:
         )
         out.newton_iterations += polish.iterations
         cov = np.asarray(polish.cov)
-        _, rel = _rel_residual(layer, cov)
+        _, rel = relative_residual(layer, cov)
         key = "polish_failed"
         if rel <= opts.tol:
             key = _record_root(out, cov, run.iterations + polish.iterations)
@@ -509,11 +505,12 @@ def _run_start(search: _Search, kind: str, start: FloatArray) -> None:
 
 
 def _path_roots(
-    poly: _System, cov0: FloatArray, budget: Budget, work: WorkMeter, max_steps: int
+    poly: PolynomialSystem, cov0: FloatArray, budget: Budget, work: WorkMeter, max_steps: int
 ) -> list[FloatArray]:
     """Roots met along the Newton homotopy ``H(x, t) = E(x) − (1 − t)E(x0)`` from ``(x0, 0)``.
 
-    ``E`` is the scaled polynomial form of F (``x = vech(Σ)/s``, :class:`_homotopy._System`).
+    ``E`` is the scaled polynomial form of F (``x = vech(Σ)/s``,
+    :class:`~._homotopy.PolynomialSystem`).
     The real solution curve of H through ``(x0, 0)`` is followed by pseudo-arclength
     continuation (Euler predictor along the tangent, chord-Newton corrector on
     ``[H; τᵀ(y − y_pred)] = 0``, adaptive step), through turning points in t; every crossing of

@@ -44,15 +44,15 @@ from .._status import Budget
 from ..model.params import Layer
 from ._certify import RootBall, certified_root, root_ball
 from ._core import is_pd
-from .newton import (
-    _field,
-    _jacobian_parts,
-    _kron_sym,
-    _rel_residual,
-    _typical_scale,
+from ._field_kernel import (
+    covariance_field,
+    jacobian_matrix,
+    jacobian_parts,
+    relative_residual,
+    typical_scale,
 )
 
-__all__ = ["HOMOTOPY_MAX_DIM", "HomotopyRoots", "homotopy_roots"]
+__all__ = ["HOMOTOPY_MAX_DIM", "HomotopyRoots", "PolynomialSystem", "homotopy_roots"]
 
 #: Largest d for which the complete search runs by default (2^10 = 1024 paths at d = 4).
 HOMOTOPY_MAX_DIM = 4
@@ -133,31 +133,32 @@ class HomotopyRoots:
         }
 
 
-class _System:
+class PolynomialSystem:
     """The scaled, homogenized target ``E(z)`` and the start system, evaluated in batches.
 
     ``x = vech(Σ)/s`` with ``s`` the layer's typical scale; each equation is divided by its
-    largest coefficient. Coefficients come from the one home of the field (:func:`_field`) by
-    exact polarization of the quadratic: ``c = F(0)``, ``L_j = (F(E_j) − F(−E_j))/2``,
-    ``Q_jj = (F(E_j) + F(−E_j))/2 − c``, ``2Q_jk = F(E_j + E_k) − F(E_j) − F(E_k) + c``.
+    largest coefficient. Coefficients come from the one home of the field
+    (:func:`~._field_kernel.covariance_field`) by exact polarization of the quadratic:
+    ``c = F(0)``, ``L_j = (F(E_j) − F(−E_j))/2``, ``Q_jj = (F(E_j) + F(−E_j))/2 − c``,
+    ``2Q_jk = F(E_j + E_k) − F(E_j) − F(E_k) + c``.
     """
 
     def __init__(self, layer: Layer, gamma: complex, patch: Any) -> None:
         d = layer.dim
         n = d * (d + 1) // 2
         self.d, self.n = d, n
-        self.scale = _typical_scale(layer)
+        self.scale = typical_scale(layer)
         s = self.scale
         basis = [unvech(np.eye(n)[j], d) * s for j in range(n)]
-        c = vech(_field(layer, np.zeros((d, d))))
-        fp = [vech(_field(layer, e)) for e in basis]
-        fm = [vech(_field(layer, -e)) for e in basis]
+        c = vech(covariance_field(layer, np.zeros((d, d))))
+        fp = [vech(covariance_field(layer, e)) for e in basis]
+        fm = [vech(covariance_field(layer, -e)) for e in basis]
         lin = np.array([(p - m) / 2 for p, m in zip(fp, fm)]).T
         q = np.zeros((n, n, n))
         for j in range(n):
             q[:, j, j] = (fp[j] + fm[j]) / 2 - c
             for k in range(j + 1, n):
-                both = vech(_field(layer, basis[j] + basis[k]))
+                both = vech(covariance_field(layer, basis[j] + basis[k]))
                 q[:, j, k] = q[:, k, j] = (both - fp[j] - fp[k] + c) / 2
         row = np.maximum.reduce(
             [np.abs(c), np.max(np.abs(lin), axis=1), np.max(np.abs(q), axis=(1, 2))]
@@ -226,14 +227,14 @@ def _t_of(s: FloatArray) -> FloatArray:
     return -np.expm1(-s)
 
 
-def _velocity(sys: _System, z: ComplexArray, s: FloatArray) -> ComplexArray:
+def _velocity(sys: PolynomialSystem, z: ComplexArray, s: FloatArray) -> ComplexArray:
     """``dz/ds = −e^{−s} (∂H/∂z)⁻¹ ∂H/∂t``."""
     _, jac, ht = sys.homotopy(z, _t_of(s))
     return -np.exp(-s)[:, None] * _solve(jac, ht)
 
 
 def _correct(
-    sys: _System, z: ComplexArray, t: FloatArray, iters: int = 3
+    sys: PolynomialSystem, z: ComplexArray, t: FloatArray, iters: int = 3
 ) -> tuple[ComplexArray, FloatArray, FloatArray]:
     """Newton on ``H(·, t) = 0``: the corrected points, first and last relative corrections."""
     first = np.zeros(z.shape[0])
@@ -251,7 +252,7 @@ def _correct(
 
 
 def _track(
-    sys: _System,
+    sys: PolynomialSystem,
     z: ComplexArray,
     s: FloatArray,
     s_end: float,
@@ -288,7 +289,9 @@ def _track(
     return z, s, h, failed, steps
 
 
-def _polish_target(sys: _System, z: ComplexArray) -> tuple[ComplexArray, FloatArray, FloatArray]:
+def _polish_target(
+    sys: PolynomialSystem, z: ComplexArray
+) -> tuple[ComplexArray, FloatArray, FloatArray]:
     """Newton at t = 1 (target plus chart): points, last relative correction, condition."""
     one = np.ones(z.shape[0])
     for _ in range(6):
@@ -305,15 +308,15 @@ def _polish_target(sys: _System, z: ComplexArray) -> tuple[ComplexArray, FloatAr
 def refine_real(layer: Layer, cov: FloatArray) -> tuple[FloatArray, float]:
     """Real Newton on F (dense Kronecker Jacobian) until the relative residual stops falling."""
     d = layer.dim
-    _, best = _rel_residual(layer, cov)
+    _, best = relative_residual(layer, cov)
     for _ in range(8):
-        f, _ = _rel_residual(layer, cov)
+        f, _ = relative_residual(layer, cov)
         try:
-            step = sla.solve(_kron_sym(*_jacobian_parts(layer, cov)), -vech(f))
+            step = sla.solve(jacobian_matrix(*jacobian_parts(layer, cov)), -vech(f))
         except (np.linalg.LinAlgError, ValueError):
             break
         cand = sym(cov + unvech(step, d))
-        _, rel = _rel_residual(layer, cand)
+        _, rel = relative_residual(layer, cand)
         if not rel < best:
             break
         cov, best = cand, rel
@@ -334,7 +337,7 @@ def homotopy_roots(layer: Layer, budget: Budget, *, seed: int = 0) -> HomotopyRo
     gamma = complex(np.exp(2j * np.pi * rng.uniform()))
     patch = rng.standard_normal(n + 1) + 1j * rng.standard_normal(n + 1)
     patch /= np.linalg.norm(patch)
-    sys = _System(layer, gamma, patch)
+    sys = PolynomialSystem(layer, gamma, patch)
     signs = ((np.arange(2**n)[:, None] >> np.arange(n)) & 1) * 2.0 - 1.0
 
     def starts(idx: np.ndarray[Any, Any]) -> ComplexArray:
@@ -436,7 +439,7 @@ def _deduplicate(
 
 
 def _classify(
-    sys: _System, z: ComplexArray, failed: np.ndarray[Any, np.dtype[np.bool_]]
+    sys: PolynomialSystem, z: ComplexArray, failed: np.ndarray[Any, np.dtype[np.bool_]]
 ) -> tuple[np.ndarray[Any, np.dtype[Any]], ComplexArray]:
     """Kinds of end points at ``t = 1 − ε₀`` after Newton at t = 1: ``"finite"`` (affine
     roots in ``roots``), ``"infinity"``, ``"duplicate"``, ``"singular"`` (for the end game)
@@ -458,7 +461,7 @@ def _classify(
     return kinds, roots
 
 
-def _affine_newton(sys: _System, x: ComplexArray) -> ComplexArray | None:
+def _affine_newton(sys: PolynomialSystem, x: ComplexArray) -> ComplexArray | None:
     """Newton on the affine target ``E(1, x) = 0``; the root if it converges non-singularly."""
     for _ in range(20):
         e, jac = sys.target(np.concatenate([[1.0], x])[None, :].astype(complex))
@@ -473,7 +476,7 @@ def _affine_newton(sys: _System, x: ComplexArray) -> ComplexArray | None:
 
 
 def _end_game(
-    sys: _System,
+    sys: PolynomialSystem,
     z: ComplexArray,
     h: FloatArray,
     failed: np.ndarray[Any, np.dtype[np.bool_]],
@@ -567,7 +570,9 @@ class _Certified:
             self.undecided += 1
 
 
-def _certify_roots(layer: Layer, sys: _System, roots: ComplexArray, budget: Budget) -> _Certified:
+def _certify_roots(
+    layer: Layer, sys: PolynomialSystem, roots: ComplexArray, budget: Budget
+) -> _Certified:
     """Classify the finite non-singular roots, each with a Kantorovich ball on the layer's F.
 
     A root is *non-real* when its ball (complex) excludes every real matrix (``‖Im Σ‖ > r``);
@@ -616,7 +621,7 @@ _LIST_RTOL = 1e-10
 
 
 def _far_roots(
-    layer: Layer, sys: _System, kinds: np.ndarray[Any, np.dtype[Any]], roots: ComplexArray
+    layer: Layer, sys: PolynomialSystem, kinds: np.ndarray[Any, np.dtype[Any]], roots: ComplexArray
 ) -> int:
     """Re-read end points taken to lie at infinity (``|x_0|`` tiny) whose affine point is a
     certified finite root of F (a root far beyond the typical scale): they become finite."""

@@ -19,8 +19,8 @@ The Jacobian of ``R`` in E is, with ``W = 2N − R``, ``Ṽ_h = L⁻¹V_hL`` and
 
     dR[E] = W E + E Wᵀ + 2 Σ_h (Ṽ_h E B̃_h + B̃_hᵀ E Ṽ_hᵀ),
 
-a dense ``d(d+1)/2`` square matrix (:func:`gtcontrol.analysis.newton._kron_sym`), used for
-d up to ``kron_max_dim``. Each start is a random positive-definite matrix at the layer's scale;
+a dense ``d(d+1)/2`` square matrix (:func:`~._field_kernel.jacobian_matrix`), used for d up to
+``kron_max_dim``. Each start is a random positive-definite matrix at the layer's scale;
 a run ends converged (relative residual of F ≤ ``LM_TOL``), stalled, stuck (the damping
 cannot reduce the merit) or at its iteration cap. Converged points are polished by Newton on
 F (:func:`gtcontrol.analysis.newton.newton_run`) and kept if positive definite and new.
@@ -41,7 +41,8 @@ from .._linalg import FloatArray, sym, unvech, vech, vech_scale
 from .._status import Budget
 from ..model.moments import affine_velocity
 from ..model.params import Layer
-from .newton import WorkMeter, _field, _kron_sym, _rel_residual, field_flops
+from ._field_kernel import covariance_field, field_flops, jacobian_matrix, relative_residual
+from .newton import WorkMeter
 
 __all__ = ["LM_TOL", "LMRun", "whitened_lm"]
 
@@ -70,7 +71,7 @@ class LMRun:
     cov
         The last iterate Σ (positive semidefinite by construction).
     rel
-        Relative residual of F at ``cov`` (:func:`gtcontrol.analysis.newton._rel_residual`).
+        Relative residual of F at ``cov`` (:func:`~._field_kernel.relative_residual`).
     iterations
         Accepted plus rejected steps' iterations (Jacobian evaluations).
     end
@@ -98,7 +99,7 @@ def _whitened(
         return None
     if not np.all(np.isfinite(linv)):
         return None
-    r = sym(linv @ _field(layer, cov) @ linv.T)
+    r = sym(linv @ covariance_field(layer, cov) @ linv.T)
     m_mat, _ = affine_velocity(layer, np.zeros(d), cov)
     w = 2.0 * (linv @ m_mat @ lmat) - r
     pairs = [(2.0 * (linv @ v @ lmat), lmat.T @ b @ lmat) for v, b in layer.heads]
@@ -146,14 +147,14 @@ def whitened_lm(
     best_merit, best_it = merit, 0
     cov = lmat @ lmat.T
     for it in range(max_iter):
-        _, rel = _rel_residual(layer, cov)
+        _, rel = relative_residual(layer, cov)
         if rel <= LM_TOL:
             return LMRun(cov, rel, it, "converged")
         if it - best_it >= _STALL:
             return LMRun(cov, rel, it, "stalled")
         budget.check()
         work.charge(cost)
-        jac = _kron_sym(w, pairs) * (wts[:, None] / wts[None, :])
+        jac = jacobian_matrix(w, pairs) * (wts[:, None] / wts[None, :])
         rv = wts * vech(r)
         g = jac.T @ rv
         h = jac.T @ jac
@@ -184,9 +185,9 @@ def whitened_lm(
         else:
             lam = _LAMBDA_MAX * 2
         if lam > _LAMBDA_MAX:
-            _, rel = _rel_residual(layer, cov)
+            _, rel = relative_residual(layer, cov)
             return LMRun(cov, rel, it + 1, "converged" if rel <= LM_TOL else "stuck")
-    _, rel = _rel_residual(layer, cov)
+    _, rel = relative_residual(layer, cov)
     return LMRun(cov, rel, max_iter, "converged" if rel <= LM_TOL else "max_iter")
 
 

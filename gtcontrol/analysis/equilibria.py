@@ -41,23 +41,21 @@ from .._linalg import FloatArray, sym, unvech, vech
 from .._status import Budget, BudgetExhausted, OutcomeOrInfeasible, ResultFields, Status
 from .._validation import as_float_array, as_time_limit, frozen
 from ..errors import InvalidParametersError, SolverError
-from ..model.moments import affine_velocity
 from ..model.params import Layer
 from ._certify import CERTIFY_MAX_DIM, RootBall, certified_root
 from ._core import ComplexArray, slycot_lyapunov
 from ._deflated_search import as_start_sequence, deflated_search
+from ._field_kernel import (
+    JacobianOperator,
+    jacobian_matrix,
+    jacobian_parts,
+    mean_jacobian,
+    relative_residual,
+)
 from ._homotopy import HOMOTOPY_MAX_DIM, homotopy_roots, refine_real
 from .bernoulli import omega_decision, solve_bernoulli
-from .newton import (
-    DEFAULT_MAX_WORK,
-    NewtonSettings,
-    _Jacobian,
-    _jacobian_parts,
-    _kron_sym,
-    _NewtonOptions,
-    _rel_residual,
-)
-from .riccati import RiccatiForm, _bernoulli_form, model_error
+from .newton import DEFAULT_MAX_WORK, NewtonSettings, SearchOptions
+from .riccati import RiccatiForm, bernoulli_form, model_error
 
 __all__ = [
     "EquilibriaResult",
@@ -146,14 +144,6 @@ class Equilibrium(Displayable):
         draw_spectrum(ax, self.spectrum, label="DF(Σ*)", title="spectrum at the equilibrium")
 
 
-def _mean_matrix(layer: Layer, cov: FloatArray) -> FloatArray:
-    # K m + b = M m + c(m) with c(m) = b + Σ_h V_h m, so K = M + Σ_h V_h (M from the field).
-    m_mat, _ = affine_velocity(layer, np.zeros(layer.dim), cov)
-    for v_h, _ in layer.heads:
-        m_mat = m_mat + v_h
-    return m_mat
-
-
 def mean_matrix(layer: Layer, cov: Any) -> FloatArray:
     """``K = A + Σ_h V_h (I + Σ B_h)``: with Σ held fixed the mean obeys ``dm/dt = K m + b``.
 
@@ -184,7 +174,7 @@ def mean_matrix(layer: Layer, cov: Any) -> FloatArray:
     array([[-1.]])
     """
     d = layer.dim
-    return _mean_matrix(layer, sym(as_float_array("cov", cov, ndim=2, shape=(d, d))))
+    return mean_jacobian(layer, sym(as_float_array("cov", cov, ndim=2, shape=(d, d))))
 
 
 def _spectrum(
@@ -198,9 +188,9 @@ def _spectrum(
         i, j = np.triu_indices(d)
         spec = nu[i] + nu[j]
     elif d <= _DENSE_SPECTRUM_MAX_DIM:
-        spec = np.linalg.eigvals(_kron_sym(*_jacobian_parts(layer, cov)))
+        spec = np.linalg.eigvals(jacobian_matrix(*jacobian_parts(layer, cov)))
     else:
-        jac = _Jacobian(layer, cov)
+        jac = JacobianOperator(layer, cov)
         n = d * (d + 1) // 2
         op = LinearOperator(
             (n, n), matvec=lambda x: vech(jac(unvech(np.asarray(x).ravel(), d))), dtype=float
@@ -259,7 +249,7 @@ def _make_equilibrium(
     eig_a: ComplexArray | None,
     ball: RootBall | None = None,
 ) -> Equilibrium:
-    _, rel = _rel_residual(layer, cov)
+    _, rel = relative_residual(layer, cov)
     spec = _spectrum(layer, cov, form, eig_a)
     spec.setflags(write=False)
     abscissa = float(np.max(spec.real)) if spec.size else -math.inf
@@ -269,7 +259,7 @@ def _make_equilibrium(
         spectrum=spec,
         spectral_abscissa=abscissa,
         stable=abscissa < 0,
-        mean_matrix=frozen(_mean_matrix(layer, cov)),
+        mean_matrix=frozen(mean_jacobian(layer, cov)),
         method=method,
         iterations=iterations,
         radius=math.nan if ball is None else ball.radius,
@@ -485,7 +475,7 @@ def equilibria(
             f"method: expected 'auto', 'lyapunov', 'care', 'homotopy' or 'newton', got {method!r}"
         )
     # Every argument is validated, whichever method runs.
-    opts = _NewtonOptions.of(newton, n_random=n_random, seed=seed, max_work=max_work)
+    opts = SearchOptions.of(newton, n_random=n_random, seed=seed, max_work=max_work)
     budget = Budget(as_time_limit(time_limit))
     per_start = as_time_limit(start_time_limit, "start_time_limit")
     if cross_check is not None and not isinstance(cross_check, (bool, np.bool_)):
@@ -522,7 +512,7 @@ def riccati_form_of(layer: Layer) -> RiccatiForm | None:
     fh = layer.factored_heads
     if fh is not None and fh.head_dim < layer.dim:
         return None
-    return _bernoulli_form(layer)
+    return bernoulli_form(layer)
 
 
 def _validated_starts(layer: Layer, starts: Any) -> list[FloatArray]:
@@ -537,7 +527,7 @@ def _validated_starts(layer: Layer, starts: Any) -> list[FloatArray]:
 def _complete_search(
     layer: Layer,
     given: list[FloatArray],
-    opts: _NewtonOptions,
+    opts: SearchOptions,
     budget: Budget,
     per_start: float | None,
 ) -> EquilibriaResult:
@@ -789,7 +779,7 @@ def _cross_check(
     stats["cross_check"] = check
     if other.cov is not None:
         diff = float(np.linalg.norm(other.cov - eq.cov) / np.linalg.norm(eq.cov))
-        _, rel_other = _rel_residual(layer, np.asarray(other.cov))
+        _, rel_other = relative_residual(layer, np.asarray(other.cov))
         check.update({"rel_diff": diff, "residual": rel_other})
         if diff > _CROSS_CHECK_RTOL:
             status = Status.FAILED
@@ -809,7 +799,7 @@ def _cross_check(
 def _newton_equilibria(
     layer: Layer,
     given: list[FloatArray],
-    opts: _NewtonOptions,
+    opts: SearchOptions,
     budget: Budget,
     per_start: float | None,
     *,
@@ -876,7 +866,7 @@ def _certified_note(found: list[Equilibrium], dropped: int) -> str:
     return note
 
 
-def search_equilibria(layer: Layer, opts: _NewtonOptions, budget: Budget) -> EquilibriaResult:
+def search_equilibria(layer: Layer, opts: SearchOptions, budget: Budget) -> EquilibriaResult:
     """:func:`equilibria` with ``method="auto"`` on validated options and a running budget."""
     form = riccati_form_of(layer)
     if form is not None:

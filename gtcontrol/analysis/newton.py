@@ -8,7 +8,8 @@ Fréchet derivative is
 
 and each Newton step solves the generalized Sylvester equation ``DF(Σ_k)[H] = −F(Σ_k)``: a dense
 Kronecker solve on symmetric matrices for small d, matrix-free GMRES preconditioned by a
-Lyapunov operator beyond. Known roots are deflated (Farrell, Birkisson, Funke 2015).
+Lyapunov operator beyond. Known roots are deflated (Farrell, Birkisson, Funke 2015). F, DF and
+the residual come from :mod:`gtcontrol.analysis._field_kernel`, shared with every other search.
 
 Reference: the paper cited in :mod:`gtcontrol`, §4; P. E. Farrell, Á. Birkisson,
 S. W. Funke, *Deflation techniques for finding distinct solutions of nonlinear PDEs*,
@@ -30,7 +31,7 @@ import scipy.linalg as sla
 from scipy.sparse.linalg import LinearOperator, gmres
 
 from .._display import Axes, SummaryItems
-from .._linalg import FloatArray, schur_sylvester, sym, unvech, vech, vech_index
+from .._linalg import FloatArray, schur_sylvester, sym, unvech, vech
 from .._status import Budget, BudgetExhausted, Outcome, ResultFields, Status
 from .._validation import (
     as_cap,
@@ -44,14 +45,20 @@ from .._validation import (
     frozen,
 )
 from ..errors import InvalidParametersError, SolverError
-from ..model.moments import affine_velocity, moment_field
 from ..model.params import Layer
+from ._field_kernel import (
+    JacobianOperator,
+    field_flops,
+    jacobian_matrix,
+    jacobian_parts,
+    relative_residual,
+    typical_scale,
+)
 from ._subspace import frozen_rows_basis, reduced_layer
 
 __all__ = [
     "NewtonResult",
     "NewtonSettings",
-    "covariance_jacobian",
     "newton_equilibrium",
 ]
 
@@ -68,116 +75,6 @@ _GMRES_RESTARTS = 3
 
 #: A Newton run whose deflated merit has not halved in this many iterations stops ("stalled").
 _STALL_ITERATIONS = 12
-
-
-def _field(layer: Layer, cov: FloatArray) -> FloatArray:
-    """``F(Σ) = dΣ/dt`` from the one home of the moment field (independent of the mean)."""
-    return moment_field(layer, np.zeros(layer.dim), cov)[1]
-
-
-def _residual_scale(layer: Layer, cov: FloatArray) -> float:
-    """Size of the terms of F: ``2‖AΣ‖ + 2 Σ_h ‖V_h Σ B_h Σ‖ + ‖GGᵀ‖`` (Frobenius)."""
-    a, _ = layer.affine_ffn()
-    s = 2.0 * float(np.linalg.norm(a @ cov))
-    fh = layer.factored_heads
-    if fh is not None:
-        # V_h Σ B_h Σ = W_O,h (s W_V,h Σ W_K,hᵀ)(W_Q,h Σ): O(H d² d_head), no d×d head.
-        cores = np.matmul(np.matmul(fh.v, cov), fh.k.transpose(0, 2, 1)) * fh.scale
-        terms = np.matmul(np.matmul(fh.o, cores), np.matmul(fh.q, cov))
-        s += 2.0 * float(np.sum(np.sqrt(np.einsum("hij,hij->h", terms, terms))))
-    for v_h, b_h in layer.dense_heads:
-        s += 2.0 * float(np.linalg.norm(v_h @ cov @ b_h @ cov))
-    if layer.noise is not None:
-        s += float(np.linalg.norm(layer.noise @ layer.noise.T))
-    return s
-
-
-def _rel_residual(layer: Layer, cov: FloatArray) -> tuple[FloatArray, float]:
-    # Huge (≈1e300) covariances overflow the squared norms: the ratio is then inf or NaN,
-    # which every caller reads as "not an equilibrium".
-    with np.errstate(over="ignore", invalid="ignore"):
-        f = _field(layer, cov)
-        nf = float(np.linalg.norm(f))
-        scale = _residual_scale(layer, cov)
-    return f, (nf / scale if scale > 0 else nf)
-
-
-def _jacobian_parts(
-    layer: Layer, cov: FloatArray
-) -> tuple[FloatArray, list[tuple[FloatArray, FloatArray]]]:
-    """``M = A + Σ_h V_h Σ B_h`` (from :func:`affine_velocity`) and the pairs ``(V_h, B_h Σ)``."""
-    m_mat, _ = affine_velocity(layer, np.zeros(layer.dim), cov)
-    return m_mat, [(v_h, b_h @ cov) for v_h, b_h in layer.heads]
-
-
-def _df_apply(
-    m_mat: FloatArray, pairs: Sequence[tuple[FloatArray, FloatArray]], h: FloatArray
-) -> FloatArray:
-    """``DF(Σ)[H] = MH + HMᵀ + Σ_h (V_h H B_hΣ + (V_h H B_hΣ)ᵀ)`` for symmetric H."""
-    p = m_mat @ h
-    out = p + p.T
-    for v_h, bs in pairs:
-        q = v_h @ h @ bs
-        out += q + q.T
-    return out
-
-
-def field_flops(layer: Layer) -> float:
-    """Flops of one evaluation of the covariance field ``F(Σ)`` (dense or factored heads)."""
-    d = float(layer.dim)
-    fh = layer.factored_heads
-    dense = 4.0 * d**3 * len(layer.dense_heads)
-    if fh is not None:
-        return 4.0 * d**3 + 6.0 * d * d * fh.n_heads * fh.head_dim + dense
-    return 4.0 * d**3 + dense
-
-
-class _Jacobian:
-    """``H ↦ DF(Σ)[H]`` at a fixed Σ, dense or with factored heads, and its cost in flops.
-
-    With factored heads ``V_h H B_h Σ = W_O,h (s W_V,h H W_K,hᵀ)(W_Q,h Σ)``: every head at once
-    in ``O(d² H d_head)`` (docs/theory.md §2 "Factored heads"), never a ``d×d`` head.
-    """
-
-    def __init__(self, layer: Layer, cov: FloatArray) -> None:
-        d = layer.dim
-        self.m_mat, _ = affine_velocity(layer, np.zeros(d), cov)
-        self.fh = layer.factored_heads
-        # The heads held as dense pairs: all of them, or those after the factored group.
-        self.pairs: list[tuple[FloatArray, FloatArray]] = [
-            (v_h, b_h @ cov) for v_h, b_h in layer.dense_heads
-        ]
-        self.flops = 4.0 * d**3 * (1 + len(self.pairs))
-        if self.fh is not None:
-            fh = self.fh
-            hd = fh.n_heads * fh.head_dim
-            self.qs = np.matmul(fh.q, cov) * fh.scale  # (H, d_head, d): s W_Q,h Σ
-            self.kt = fh.k.transpose(0, 2, 1)  # (H, d, d_head)
-            self.flops += 4.0 * d * d * hd + 2.0 * hd * fh.head_dim * (d + d)
-
-    def __call__(self, h: FloatArray) -> FloatArray:
-        if self.fh is None:
-            return _df_apply(self.m_mat, self.pairs, h)
-        fh = self.fh
-        p = self.m_mat @ h
-        cores = np.matmul(np.matmul(fh.v, h), self.kt)  # (H, d_head, d_head)
-        p += fh.o_cat @ np.matmul(cores, self.qs).reshape(-1, h.shape[0])
-        for v_h, bs in self.pairs:
-            p += v_h @ h @ bs
-        out: FloatArray = p + p.T
-        return out
-
-    def lyapunov_matrix(self) -> FloatArray:
-        """``N = M + Σ_h (tr V_h / d) Σ B_hᵀ``: ``DF(Σ)[H] = NH + HNᵀ`` when every V_h ∝ I."""
-        d = self.m_mat.shape[0]
-        n_mat = self.m_mat.copy()
-        if self.fh is not None:
-            fh = self.fh
-            tr = np.einsum("hij,hji->h", fh.v, fh.o) / d  # tr(W_O,h W_V,h) / d
-            n_mat += np.einsum("h,hji,hjk->ki", tr, fh.k, self.qs)  # Σ_h c_h (s W_K,hᵀ W_Q,h Σ)ᵀ
-        for v_h, bs in self.pairs:
-            n_mat += (float(np.trace(v_h)) / d) * bs.T
-        return n_mat
 
 
 class WorkMeter:
@@ -230,62 +127,6 @@ class WorkMeter:
                     f"the time limit of {self.budget.given_limit:g} s would be passed by the "
                     f"next operation (about {n * flops / speed:.2g} s)"
                 )
-
-
-def _kron_sym(m_mat: FloatArray, pairs: Sequence[tuple[FloatArray, FloatArray]]) -> FloatArray:
-    """Matrix of DF(Σ) on symmetric H in the coordinates of :func:`vech`.
-
-    Row-major ``vec(X Y Z) = (X ⊗ Zᵀ) vec(Y)``, so ``DF = M⊗I + I⊗M + Σ_h (V_h⊗(B_hΣ)ᵀ +
-    (B_hΣ)ᵀ⊗V_h)``; the columns of ``H_ij = E_ij + E_ji`` are summed and the upper rows kept.
-    """
-    d = m_mat.shape[0]
-    eye = np.eye(d)
-    k = np.kron(m_mat, eye) + np.kron(eye, m_mat)
-    for v_h, bs in pairs:
-        k += np.kron(v_h, bs.T) + np.kron(bs.T, v_h)
-    iu, _ = vech_index(d)
-    up, lo, off = iu[0] * d + iu[1], iu[1] * d + iu[0], iu[0] != iu[1]
-    kd = k[:, up]
-    kd[:, off] += k[:, lo[off]]
-    return kd[up, :]
-
-
-def covariance_jacobian(layer: Layer, cov: Any) -> FloatArray:
-    """The Fréchet derivative ``DF(Σ)`` on symmetric matrices, as a dense matrix.
-
-    ``DF(Σ)[H] = M H + H Mᵀ + Σ_h (V_h H B_h Σ + Σ B_hᵀ H V_hᵀ)``, ``M = A + Σ_h V_h Σ B_h``
-    (docs/theory.md §3–5), in the coordinates of ``gtcontrol._linalg.vech`` (upper triangle,
-    row-major; each off-diagonal pair ``H_ij = H_ji`` is one coordinate). Its eigenvalues are
-    the linearization spectrum of the covariance dynamics at Σ. Size ``d(d+1)/2``.
-
-    Parameters
-    ----------
-    layer
-        Any layer of the exact moment model.
-    cov
-        The symmetric ``d×d`` matrix Σ at which to differentiate.
-
-    Returns
-    -------
-    ndarray
-        ``(d(d+1)/2, d(d+1)/2)``.
-
-    Raises
-    ------
-    InvalidParametersError
-        If ``cov`` is not a finite ``d×d`` array.
-
-    Examples
-    --------
-    Scalar ``F(σ) = 2aσ + 2cσ²`` with ``a = 1``, ``c = vB = −2``: ``DF(σ) = 2a + 4cσ = −2`` at
-    the equilibrium ``σ* = 0.5``.
-
-    >>> from gtcontrol import Layer, covariance_jacobian
-    >>> covariance_jacobian(Layer(A=[[1.0]], B=[[2.0]], V=-1.0), [[0.5]])
-    array([[-2.]])
-    """
-    c = sym(as_float_array("cov", cov, ndim=2, shape=(layer.dim, layer.dim)))
-    return _kron_sym(*_jacobian_parts(layer, c))
 
 
 #: A triangular Lyapunov solve takes up to this many times the Schur form of the same matrix:
@@ -373,9 +214,9 @@ class NewtonSettings:
 
 
 @dataclass(frozen=True, kw_only=True)
-class _NewtonOptions(NewtonSettings):
-    """The settings of every run and the options of a search (private; the functions take
-    ``newton=`` and keywords).
+class SearchOptions(NewtonSettings):
+    """The settings of every run and the options of an equilibrium search, as one value inside
+    the package (not public: the functions take ``newton=`` and keywords).
 
     Attributes
     ----------
@@ -398,7 +239,7 @@ class _NewtonOptions(NewtonSettings):
         as_positive_float("max_work", self.max_work)
 
     @classmethod
-    def of(cls, newton: Any, **search: Any) -> _NewtonOptions:
+    def of(cls, newton: Any, **search: Any) -> SearchOptions:
         """The options of ``newton=`` (``None``: the defaults) and the search's ``search``."""
         settings = as_option_group("newton", newton, NewtonSettings)
         runs = {f.name: getattr(settings, f.name) for f in dataclasses.fields(NewtonSettings)}
@@ -443,67 +284,12 @@ class NewtonResult(ResultFields, Outcome):
         draw_residuals(ax, self.residuals, title=f"Newton–Kantorovich ({self.status.value})")
 
 
-#: Up to this size a 2-norm is an SVD; beyond, a power-iteration estimate (a scale, not a bound).
-_EXACT_NORM_MAX_DIM = 64
-
-
-def norm2(m: FloatArray) -> float:
-    """``‖m‖₂``: exact up to 64×64, else 20 power iterations on ``mᵀm`` (``O(d²)`` each).
-
-    The estimate is a lower bound, typically within a few per cent: it sets scales (starts,
-    time constants), never a certificate, and keeps a d = 1024 layer from spending seconds in
-    SVDs before any budget check.
-    """
-    if max(m.shape) <= _EXACT_NORM_MAX_DIM:
-        return float(np.linalg.norm(m, 2))
-    x = np.cos(np.arange(m.shape[1]) * 1.7) + 1.0  # a fixed start with no zero projection
-    est = 0.0
-    for _ in range(20):
-        nx = float(np.linalg.norm(x))
-        if nx == 0.0 or not np.isfinite(nx):
-            break
-        y = m @ (x / nx)
-        est = float(np.linalg.norm(y))
-        x = m.T @ y
-    return est
-
-
-def _low_rank_norm(x: FloatArray, y: FloatArray) -> float:
-    """``‖XY‖₂`` for ``X`` (d×k), ``Y`` (k×d) from the k×k product ``(XᵀX)(YYᵀ)``, exactly."""
-    w = np.linalg.eigvals((x.T @ x) @ (y @ y.T))
-    return float(np.sqrt(max(float(np.max(w.real)), 0.0))) if w.size else 0.0
-
-
-def head_norm_sum(layer: Layer) -> float:
-    """``Σ_h ‖V_h‖₂‖B_h‖₂`` (factored heads from their rank-d_head factors, never d×d)."""
-    total = 0.0
-    fh = layer.factored_heads
-    if fh is not None:
-        for h in range(fh.n_heads):
-            nv = _low_rank_norm(fh.o[h], fh.v[h])
-            nb = fh.scale * _low_rank_norm(fh.k[h].T, fh.q[h])
-            total += nv * nb
-    for v, b in layer.dense_heads if fh is not None else layer.heads:
-        total += norm2(v) * norm2(b)
-    return total
-
-
-def _typical_scale(layer: Layer) -> float:
-    """A covariance size where the linear and quadratic terms of F balance."""
-    a, _ = layer.affine_ffn()
-    na = norm2(a)
-    q = head_norm_sum(layer)
-    if q == 0 or na == 0:
-        return 1.0
-    return na / q
-
-
 def _newton_step(
     layer: Layer,
     cov: FloatArray,
     f: FloatArray,
     rel: float,
-    opts: _NewtonOptions,
+    opts: SearchOptions,
     budget: Budget,
     work: WorkMeter,
 ) -> tuple[FloatArray, int, str]:
@@ -512,7 +298,7 @@ def _newton_step(
     rhs = -vech(f)
     if d <= opts.kron_max_dim:
         work.charge(float(d) ** 6 / 12)
-        lmat = _kron_sym(*_jacobian_parts(layer, cov))
+        lmat = jacobian_matrix(*jacobian_parts(layer, cov))
         try:
             with warnings.catch_warnings():
                 # An ill-conditioned DF is handled (the line search, the singular status).
@@ -523,7 +309,7 @@ def _newton_step(
         if not np.all(np.isfinite(x)):
             raise SolverError("Newton: DF(Σ) is singular", stats={"cause": "singular"})
         return unvech(x, d), 0, "kronecker"
-    jac = _Jacobian(layer, cov)
+    jac = JacobianOperator(layer, cov)
     # Lyapunov preconditioner with N = M + Σ_h v̄_h Σ B_hᵀ, v̄_h = tr V_h / d: DF(Σ)[H] equals
     # NH + HNᵀ exactly when every V_h = v̄_h I. (H ↦ MH + HMᵀ itself is singular at every
     # positive-definite equilibrium: MΣ* + Σ*Mᵀ = 0 makes M similar to a skew matrix.)
@@ -624,7 +410,7 @@ def newton_equilibrium(
     >>> res.status, round(float(res.cov[0, 0]), 12)
     (<Status.SUCCESS: 'success'>, 0.5)
     """
-    opts = _NewtonOptions.of(newton)
+    opts = SearchOptions.of(newton)
     budget = Budget(as_time_limit(time_limit))
     d = layer.dim
     cov = sym(as_float_array("start", start, ndim=2, shape=(d, d)))
@@ -656,7 +442,7 @@ class _Run:
         layer: Layer,
         cov: FloatArray,
         known: Sequence[FloatArray],
-        opts: _NewtonOptions,
+        opts: SearchOptions,
         work: WorkMeter,
     ) -> None:
         self.layer = layer
@@ -664,9 +450,9 @@ class _Run:
         self.field_flops = 2.0 * field_flops(layer)  # F(Σ) and its scale
         self.known = known
         self.opts = opts
-        self.s0 = max(float(np.linalg.norm(cov)), _typical_scale(layer))
+        self.s0 = max(float(np.linalg.norm(cov)), typical_scale(layer))
         self.cov = cov
-        self.f, self.rel = _rel_residual(layer, cov)
+        self.f, self.rel = relative_residual(layer, cov)
         self.hist: list[float] = []
         self.best = (self.rel, cov)
         self.best_merit = (self.rel * self.weight(cov), 0)
@@ -675,7 +461,7 @@ class _Run:
         self.damped = 0
 
     def weight(self, cov: FloatArray) -> float:
-        return _deflation_weight(cov, self.known, self.s0, self.opts)
+        return deflation_weight(cov, self.known, self.s0, self.opts)
 
     def line_search(self, h: FloatArray) -> tuple[float, FloatArray, FloatArray, float] | None:
         """Backtracking (Armijo) on the deflated relative residual; the full step first."""
@@ -686,7 +472,7 @@ class _Run:
             cand = sym(self.cov + alpha * h)
             self.work.charge(self.field_flops)
             if np.all(np.isfinite(cand)):
-                fc, rc = _rel_residual(self.layer, cand)
+                fc, rc = relative_residual(self.layer, cand)
                 mc = rc * self.weight(cand)
                 if trial is None or mc < trial[0]:
                     trial = (mc, cand, fc, rc)
@@ -707,7 +493,7 @@ class _Run:
             return "singular", str(exc)
         self.gm_its += its
         if self.known:
-            h = _deflation_factor(self.cov, h, self.known, self.s0, opts) * h
+            h = deflation_factor(self.cov, h, self.known, self.s0, opts) * h
         trial = self.line_search(h)
         if trial is None:
             return "diverged", "Newton step produced non-finite values"
@@ -746,7 +532,7 @@ def newton_run(
     layer: Layer,
     cov: FloatArray,
     known: Sequence[FloatArray],
-    opts: _NewtonOptions,
+    opts: SearchOptions,
     budget: Budget,
     work: WorkMeter | None = None,
 ) -> NewtonResult:
@@ -806,8 +592,8 @@ def newton_run(
     )
 
 
-def _deflation_weight(
-    cov: FloatArray, known: Sequence[FloatArray], s0: float, opts: _NewtonOptions
+def deflation_weight(
+    cov: FloatArray, known: Sequence[FloatArray], s0: float, opts: SearchOptions
 ) -> float:
     """``m(Σ) = Π_i ((‖Σ − Σ_i‖/s0)^{−p} + shift)`` (1 without known roots)."""
     m = 1.0
@@ -817,8 +603,8 @@ def _deflation_weight(
     return m
 
 
-def _deflation_factor(
-    cov: FloatArray, h: FloatArray, known: Sequence[FloatArray], s0: float, opts: _NewtonOptions
+def deflation_factor(
+    cov: FloatArray, h: FloatArray, known: Sequence[FloatArray], s0: float, opts: SearchOptions
 ) -> float:
     """``τ = 1/(1 − ⟨∇ log m, H⟩)`` for ``m = Π_i ((‖Σ−Σ_i‖/s0)^{−p} + shift)``."""
     p, shift = opts.deflation_power, opts.deflation_shift

@@ -32,17 +32,17 @@ from ..model.gaussian import Gaussian, check_gaussian
 from ..model.moments import Trajectory
 from ..model.params import Layer
 from ._core import is_pd, remaining_limit, simulate_within
+from ._field_kernel import covariance_field, mean_jacobian, residual_scale
 from ._regime_rules import Verdict, blowup_verdict, hurwitz, riccati_verdict
 from .blowup import BlowupResult, blowup_analysis, default_horizon
 from .equilibria import (
     EquilibriaResult,
     Equilibrium,
-    _make_equilibrium,
-    _mean_matrix,
+    equilibrium_at,
     riccati_form_of,
     search_equilibria,
 )
-from .newton import _field, _NewtonOptions, _residual_scale, newton_run
+from .newton import SearchOptions, newton_run
 
 __all__ = ["REGIME_KINDS", "Regime", "analyze", "mean_dynamics_ss"]
 
@@ -199,7 +199,7 @@ def analyze(
     ----------
     Alcalde, Ji, Zuazua, arXiv:2606.07600 (2026), §3–§4.
     """
-    opts = _NewtonOptions()
+    opts = SearchOptions()
     if not isinstance(layer, Layer):
         raise InvalidParametersError(f"layer: expected a Layer, got {type(layer).__name__}")
     g0 = check_gaussian(initial, layer.dim)
@@ -228,7 +228,7 @@ def _decide(
     g0: Gaussian,
     blow: BlowupResult,
     T: float | None,
-    opts: _NewtonOptions,
+    opts: SearchOptions,
     budget: Budget,
 ) -> Verdict:
     form = riccati_form_of(layer)
@@ -262,7 +262,7 @@ def _mean_limit(
     if limit is None:
         return None, None, ""
     with np.errstate(over="ignore", invalid="ignore"):
-        k = _mean_matrix(layer, limit)
+        k = mean_jacobian(layer, limit)
     if not np.all(np.isfinite(k)):
         return None, None, "; the mean matrix K = A + Σ_h V_h(I + Σ∞B_h) overflows float64"
     eig = np.linalg.eigvals(k)
@@ -317,7 +317,7 @@ def _general_verdict(
     g0: Gaussian,
     blow: BlowupResult,
     hz: float,
-    opts: _NewtonOptions,
+    opts: SearchOptions,
     budget: Budget,
 ) -> Verdict:
     """Linearization at the equilibria plus the integrated trajectory."""
@@ -348,7 +348,7 @@ def _trajectory_verdict(
     traj: Trajectory,
     eqs: EquilibriaResult,
     hz: float,
-    opts: _NewtonOptions,
+    opts: SearchOptions,
     budget: Budget,
 ) -> Verdict:
     """Classify an integrated trajectory by its covariance spectrum and the known equilibria."""
@@ -406,8 +406,10 @@ def _trajectory_verdict(
             eqs=eqs,
             stats=nums,
         )
-    speed = float(np.linalg.norm(_field(layer, s_end))) / max(float(np.linalg.norm(s_end)), 1e-300)
-    rate = max(_residual_scale(layer, s_end) / max(float(np.linalg.norm(s_end)), 1e-300), 1e-300)
+    speed = float(np.linalg.norm(covariance_field(layer, s_end))) / max(
+        float(np.linalg.norm(s_end)), 1e-300
+    )
+    rate = max(residual_scale(layer, s_end) / max(float(np.linalg.norm(s_end)), 1e-300), 1e-300)
     if speed <= 1e-7 * rate:
         return _stationary_verdict(layer, s_end, rank, speed, t[-1], eqs, nums, opts, budget)
     law = _decay_law(layer, traj, rank, budget)
@@ -497,7 +499,7 @@ def _stationary_verdict(
     t_end: float,
     eqs: EquilibriaResult,
     nums: Mapping[str, Any],
-    opts: _NewtonOptions,
+    opts: SearchOptions,
     budget: Budget,
 ) -> Verdict:
     """The trajectory came to rest: polish the end point by Newton and linearize there."""
@@ -508,7 +510,9 @@ def _stationary_verdict(
         budget.check()
         if polished.success:
             limit = np.asarray(polished.cov)
-            polished_eq = _make_equilibrium(layer, limit, "newton", polished.iterations, None, None)
+            polished_eq = equilibrium_at(
+                layer, limit, method="newton", iterations=polished.iterations
+            )
     return Verdict(
         "converges",
         f"integrator: Σ(t) is stationary at depth {t_end:.4g} (‖dΣ/dt‖/‖Σ‖ = {speed:.3g})"
@@ -591,5 +595,5 @@ def mean_dynamics_ss(layer: Layer, equilibrium: Equilibrium | Regime | Any) -> A
     else:
         cov = sym(as_float_array("equilibrium", equilibrium, ndim=2, shape=(layer.dim, layer.dim)))
     d = layer.dim
-    k = _mean_matrix(layer, cov)
+    k = mean_jacobian(layer, cov)
     return control.ss(k, np.eye(d), np.eye(d), np.zeros((d, d)))

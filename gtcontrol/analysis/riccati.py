@@ -319,7 +319,7 @@ def _require_form(layer: Layer, what: str, *, bernoulli: bool = False) -> Riccat
     return form
 
 
-def _bernoulli_form(layer: Layer) -> RiccatiForm | None:
+def bernoulli_form(layer: Layer) -> RiccatiForm | None:
     """The Riccati data when the layer is in the noise-free (Bernoulli) class, else ``None``."""
     form = riccati_form_or_none(layer)
     return form if form is not None and form.is_bernoulli else None

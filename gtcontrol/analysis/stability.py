@@ -48,16 +48,16 @@ import scipy.sparse.linalg as sla
 
 from .._blas import arpack_products
 from .._display import Axes, SummaryItems
-from .._linalg import FloatArray, spd_sqrt_pair, sym, unvech, vech, vech_scale
+from .._linalg import FloatArray, power_of_two, spd_sqrt_pair, sym, unvech, vech, vech_scale
 from .._status import Budget, BudgetExhausted, Outcome, ResultFields, Status, as_time_limit
 from .._validation import as_choice, as_nonnegative_float, as_positive_int, frozen
 from ..errors import InvalidParametersError
 from ..model.field import affine_velocity, moment_field
 from ..model.gaussian import Gaussian, check_gaussian
 from ..model.params import Layer
-from ._certify import _evaluate
+from ._certify import evaluate_bounded
+from ._field_kernel import JacobianOperator, relative_residual
 from ._subspace import active_subspace, reduced_layer
-from .newton import _Jacobian, _rel_residual
 
 __all__ = ["LinearizationSpectrum", "linearization_spectrum"]
 
@@ -91,7 +91,7 @@ _WIDE_NCV = 120
 _BOUND_MAX_N = 500
 
 
-def _mean_block(layer: Layer, mean: FloatArray, cov: FloatArray, basis: FloatArray) -> FloatArray:
+def mean_block(layer: Layer, mean: FloatArray, cov: FloatArray, basis: FloatArray) -> FloatArray:
     """``K = A + Σ_h V_h (I + Σ* B_h)`` restricted to the active subspace."""
     m_mat, _ = affine_velocity(layer, np.zeros(layer.dim), cov)
     fh = layer.factored_heads
@@ -108,10 +108,10 @@ def equilibrium_residuals(layer: Layer, target: Gaussian) -> tuple[float, float]
     """Relative residuals ``(covariance, mean)`` of the moment field at ``target``.
 
     Each is the size of the field relative to the sum of the sizes of its terms (for the
-    covariance :func:`~.newton._rel_residual`, the residual of the equilibrium searches), so
-    ``1e-16`` is exact to round-off whatever the scale.
+    covariance :func:`~._field_kernel.relative_residual`, the residual of the equilibrium
+    searches), so ``1e-16`` is exact to round-off whatever the scale.
     """
-    _, rc = _rel_residual(layer, np.asarray(target.cov, dtype=float))
+    _, rc = relative_residual(layer, np.asarray(target.cov, dtype=float))
     dm, _ = moment_field(layer, target.mean, target.cov)
     m_mat, c = affine_velocity(layer, target.mean, target.cov)
     a, b = layer.affine_ffn()
@@ -129,10 +129,10 @@ def equilibrium_residuals(layer: Layer, target: Gaussian) -> tuple[float, float]
 class SymOperator:
     """``L = DF(Σ*)`` on ``Sym(r)`` in orthonormal coordinates (``√2`` off the diagonal).
 
-    ``matvec`` maps the coordinates of ``H`` to those of ``L(H)`` (:class:`~.newton._Jacobian`,
-    the one home of the operator), or of ``L*(H)`` with ``adjoint=True``; the Frobenius
-    product is the Euclidean one of the coordinates, so the numerical abscissa is the top
-    eigenvalue of ``(J + Jᵀ)/2``. Every product ticks ``budget``.
+    ``matvec`` maps the coordinates of ``H`` to those of ``L(H)``
+    (:class:`~._field_kernel.JacobianOperator`, the one home of the operator), or of ``L*(H)``
+    with ``adjoint=True``; the Frobenius product is the Euclidean one of the coordinates, so the
+    numerical abscissa is the top eigenvalue of ``(J + Jᵀ)/2``. Every product ticks ``budget``.
     """
 
     def __init__(
@@ -140,7 +140,7 @@ class SymOperator:
     ) -> None:
         self.r = layer.dim
         self.n = self.r * (self.r + 1) // 2
-        self.jac: Any = _AdjointJacobian(layer, cov) if adjoint else _Jacobian(layer, cov)
+        self.jac: Any = _AdjointJacobian(layer, cov) if adjoint else JacobianOperator(layer, cov)
         self.w = vech_scale(self.r)
         self.budget = budget
         self.count = 0
@@ -351,12 +351,12 @@ def linearization_spectrum(
             f"{EQUILIBRIUM_RTOL:g})"
         )
     basis = active_subspace(layer, target.cov)
-    return _spectrum(
+    return spectrum_on_basis(
         layer, target, basis, kk, method, float(tol), numerical_abscissa, budget, residual, clock
     )
 
 
-def _spectrum(
+def spectrum_on_basis(
     layer: Layer,
     target: Gaussian,
     basis: FloatArray,
@@ -373,7 +373,7 @@ def _spectrum(
     r = basis.shape[1]
     red = reduced_layer(layer, basis)
     s_act = basis.T @ target.cov @ basis
-    k_mean = _mean_block(layer, target.mean, target.cov, basis)
+    k_mean = mean_block(layer, target.mean, target.cov, basis)
     mean_eigs = np.linalg.eigvals(k_mean)
     mean_eigs = mean_eigs[np.argsort(-mean_eigs.real, kind="stable")]
     op = SymOperator(red, s_act, budget)
@@ -481,7 +481,7 @@ def shifted_spectrum(
     """
     r = basis.shape[1]
     s_act = basis.T @ target.cov @ basis
-    mean_eigs = np.linalg.eigvals(_mean_block(layer, target.mean, target.cov, basis))
+    mean_eigs = np.linalg.eigvals(mean_block(layer, target.mean, target.cov, basis))
     mean_eigs = mean_eigs[np.argsort(-mean_eigs.real, kind="stable")]
     op = SymOperator(reduced_layer(layer, basis), s_act, budget)
     op_base = SymOperator(reduced_layer(base_layer, basis), s_act, budget)
@@ -589,7 +589,7 @@ def _dense_pairs(
     mat = op.dense()
     # scipy's eig returns wrongly scaled eigenvalues for a matrix beyond about 1e±138 (its
     # internal scaling is not undone: diag(1e150) gave 1.49e138); a power of two is exact
-    scale = _power_of_two(mat)
+    scale = power_of_two(mat)
     vals, vecs = scipy.linalg.eig(mat / scale, check_finite=False)
     vals = vals * scale
     vals, vecs = _order(vals, vecs)
@@ -613,7 +613,7 @@ def _abscissa_error(
     """
     n = mat.shape[0]
     u = float(np.finfo(np.float64).eps) / 2
-    ev = _evaluate(red, s_act)
+    ev = evaluate_bounded(red, s_act)
     if ev is None or not np.all(np.isfinite(vecs)):
         return math.inf
     gam = 4.0 * (n + 2) * u
@@ -639,14 +639,6 @@ def _abscissa_error(
         frontier.extend(new.tolist())
     spread = float(vals[0].real) - float(np.min(vals[inside].real))
     return float(spread + delta)
-
-
-def _power_of_two(mat: FloatArray) -> float:
-    """The power of two nearest ``max |mat|`` (1 for a zero or non-finite matrix)."""
-    top = float(np.max(np.abs(mat))) if mat.size else 0.0
-    if top == 0.0 or not math.isfinite(top):
-        return 1.0
-    return math.ldexp(1.0, math.frexp(top)[1] - 1)
 
 
 def _krylov_pairs(

@@ -37,15 +37,15 @@ from typing import Any
 
 from .._output import (
     OutputError,
-    _alive,
-    _check_length,
-    _follow_link,
-    _relative_files,
+    check_length,
     dumps,
+    follow_link,
     lock_exclusive,
+    pid_alive,
     refuse_foreign,
+    relative_files,
 )
-from .._result_file import _show
+from .._result_file import show_path
 from .._version import __version__
 
 __all__ = [
@@ -134,20 +134,20 @@ def check_sweep_folder(out: Path) -> Path:
         If the path is too long, is not a directory (or a loop of links), holds the output of
         another task, files a sweep did not write, or a directory where a sweep writes a file.
     """
-    _check_length(out)
-    out = _follow_link(out)
+    check_length(out)
+    out = follow_link(out)
     if not os.path.lexists(out):
         return out
     if not out.is_dir():
-        raise OutputError(f"output: {_show(out)} exists and is not a directory")
+        raise OutputError(f"output: {show_path(out)} exists and is not a directory")
     try:
-        present = _relative_files(out)
+        present = relative_files(out)
         blocking = _directories_in_the_way(out)
     except OSError as exc:
-        raise OutputError(f"output: cannot read {_show(out)} ({exc.strerror or exc})") from None
+        raise OutputError(f"output: cannot read {show_path(out)} ({exc.strerror or exc})") from None
     if blocking:
         raise OutputError(
-            f"output: {_show(out)} holds a directory {blocking[0]!r} where a sweep writes a "
+            f"output: {show_path(out)} holds a directory {blocking[0]!r} where a sweep writes a "
             "file; remove it or choose another -o directory"
         )
     if not present:
@@ -155,7 +155,7 @@ def check_sweep_folder(out: Path) -> Path:
     previous = _result(out)
     if previous is not None and previous.get("task") != "sweep":
         raise OutputError(
-            f"output: {_show(out)} holds the output of task {previous.get('task')!r}; a sweep "
+            f"output: {show_path(out)} holds the output of task {previous.get('task')!r}; a sweep "
             "writes its folder point by point and replaces no other output: choose another -o "
             "directory"
         )
@@ -208,13 +208,13 @@ class SweepFolder:
             fd = os.open(self.path / MARKER, os.O_RDWR | os.O_CREAT, 0o666)
         except OSError as exc:
             raise OutputError(
-                f"output: cannot create {_show(self.path)} ({exc.strerror or exc})"
+                f"output: cannot create {show_path(self.path)} ({exc.strerror or exc})"
             ) from None
         self._lock = fd
         try:
             lock_exclusive(
                 fd,
-                f"output: another sweep is writing {_show(self.path)}; wait for it or choose "
+                f"output: another sweep is writing {show_path(self.path)}; wait for it or choose "
                 "another -o directory",
             )
             self._remove_temporaries()
@@ -232,9 +232,9 @@ class SweepFolder:
 
     def _remove_temporaries(self) -> None:
         """Remove the temporary files left by killed runs (their process is dead)."""
-        for name in _relative_files(self.path):
+        for name in relative_files(self.path):
             match = _TMP.fullmatch(name)
-            if match is not None and not _alive(int(match.group(1))):
+            if match is not None and not pid_alive(int(match.group(1))):
                 (self.path / name).unlink(missing_ok=True)
 
     def write_atomic(self, name: str, write: Callable[[Path], object]) -> None:
@@ -309,4 +309,4 @@ class SweepFolder:
 
     def files(self) -> list[str]:
         """Every file of the folder, relative to it (all written by the sweep)."""
-        return sorted({*_relative_files(self.path), RESULT})
+        return sorted({*relative_files(self.path), RESULT})

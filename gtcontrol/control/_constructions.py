@@ -267,7 +267,7 @@ def bw_map(cov_a: FloatArray, cov_b: FloatArray) -> FloatArray:
     return sym(s_b @ q @ s_a_inv)
 
 
-def _phi(lam: FloatArray, h: float) -> FloatArray:
+def exp_integral(lam: FloatArray, h: float) -> FloatArray:
     """``∫₀ʰ e^{λs} ds = (e^{λh} − 1)/λ`` entrywise (``h`` at ``λ = 0``)."""
     x = lam * h
     small = np.abs(x) < 1e-8
@@ -285,7 +285,7 @@ def ffn_field(start: State, end: State, h: float) -> tuple[FloatArray, FloatArra
     gam, u = np.linalg.eigh(bw_map(cov_a, cov_b))
     lam = np.log(gam) / h
     m_mat = sym((u * lam) @ u.T)
-    c = u @ ((u.T @ m_b - gam * (u.T @ m_a)) / _phi(lam, h))
+    c = u @ ((u.T @ m_b - gam * (u.T @ m_a)) / exp_integral(lam, h))
     return m_mat, c
 
 

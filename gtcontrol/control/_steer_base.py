@@ -55,20 +55,19 @@ from scipy.integrate import simpson
 
 from .._blas import calm_blas
 from .._linalg import FloatArray, sym
-from .._status import Budget, Status
-from .._validation import _short
+from .._status import Budget, Status, shown
 from ..errors import InvalidParametersError, UnreachableTargetError
 from ..model.field import affine_velocity
 from ..model.gaussian import Gaussian
 from ..model.moments import Trajectory, simulate
 from ..model.params import Layer, Schedule
-from ._constructions import _phi, bw_map, layer_flow
+from ._constructions import bw_map, exp_integral, layer_flow
 from ._steer_problem import (
-    _VERIFY_ATOL,
-    _VERIFY_RTOL,
+    RESIMULATION_ATOL,
+    RESIMULATION_RTOL,
     SteeringResult,
-    _energy_points,
-    _SteerOptions,
+    SteerOptions,
+    energy_points,
 )
 from .reachability import check_pair, check_reachable, problem_scale
 
@@ -129,7 +128,7 @@ class BaseProblem:
     n: int
     bases: tuple[Layer, ...]
     frame: Frame
-    opts: _SteerOptions
+    opts: SteerOptions
 
     @property
     def terminal_tol(self) -> float:
@@ -172,7 +171,7 @@ def check_base(base: Any, n: int, T: float, d: int) -> tuple[Layer, ...]:
         names = [f"base.layers[{k}]" for k in range(n)]
     else:
         raise InvalidParametersError(
-            f"base: expected a Layer or a Schedule, got {_short(base)} ({type(base).__name__})"
+            f"base: expected a Layer or a Schedule, got {shown(base)} ({type(base).__name__})"
         )
     for lay, name in zip(layers, names, strict=True):
         if lay.dim != d:
@@ -238,7 +237,7 @@ def make_problem(
     T: float,
     n: int,
     base: Any,
-    opts: _SteerOptions,
+    opts: SteerOptions,
 ) -> BaseProblem:
     """Validate the end points against the base (refusals up front)."""
     check_pair(initial, target)
@@ -265,7 +264,7 @@ def _integral_phi(lam: FloatArray, h: float) -> FloatArray:
     small = np.abs(x) < 1e-4
     safe = np.where(small, 1.0, lam)
     series = h * h * (0.5 + x / 6.0 + x * x / 24.0)
-    return np.where(small, series, (_phi(lam, h) - h) / safe)
+    return np.where(small, series, (exp_integral(lam, h) - h) / safe)
 
 
 @dataclass(frozen=True, eq=False)
@@ -291,7 +290,7 @@ def model_field(frame: Frame, start: Reduced, end: Reduced, h: float) -> ModelFi
     r = start.S.shape[0]
     gam, q = np.linalg.eigh(bw_map(start.S, end.S)) if r else (np.ones(0), np.eye(0))
     lam = np.log(gam) / h
-    phi = _phi(lam, h)
+    phi = exp_integral(lam, h)
     c_u = q @ ((q.T @ end.z - gam * (q.T @ start.z)) / phi)
     m_r = sym((q * lam) @ q.T)
     x_rhs = (end.X @ q / gam) @ q.T - start.X  # X_e C⁻¹ − X_a
@@ -316,7 +315,7 @@ def _planned_states(
     out = []
     for t in (0.0, 0.5 * h, h):
         e = fld.gam ** (t / h)
-        z = fld.Q @ (e * (fld.Q.T @ start.z) + _phi(fld.lam, t) * (fld.Q.T @ fld.c_u))
+        z = fld.Q @ (e * (fld.Q.T @ start.z) + exp_integral(fld.lam, t) * (fld.Q.T @ fld.c_u))
         s_half = (fld.Q * e) @ fld.Q.T
         cov_r = sym(s_half @ start.S @ s_half)
         y = start.y + (t / h) * (end.y - start.y)
@@ -341,7 +340,7 @@ State = tuple[FloatArray, FloatArray]
 
 
 @dataclass
-class _Log:
+class BaseLog:
     """Where the time went, and what each sublayer took."""
 
     seconds: dict[str, float] = field(
@@ -459,7 +458,7 @@ def _spd_sqrt_pair(a: FloatArray) -> tuple[FloatArray, FloatArray]:
     return (u * np.sqrt(w)) @ u.T, (u / np.sqrt(w)) @ u.T
 
 
-def plan_energy(prob: BaseProblem, nodes: list[Reduced], log: _Log) -> float:
+def plan_energy(prob: BaseProblem, nodes: list[Reduced], log: BaseLog) -> float:
     """The added energy the open-loop plan between ``nodes`` predicts (Simpson per sublayer on
     the blank model's states; the shooting then corrects the control, not the nodes)."""
     total = 0.0
@@ -475,7 +474,7 @@ def plan_energy(prob: BaseProblem, nodes: list[Reduced], log: _Log) -> float:
 
 
 def plan(
-    prob: BaseProblem, log: _Log, budget: Budget
+    prob: BaseProblem, log: BaseLog, budget: Budget
 ) -> tuple[list[Reduced], str, dict[str, float]]:
     """The nodes of the candidate plan with the least predicted added energy: the geodesic,
     and the drift-aware plans of the base's field frozen along the geodesic, then along the
@@ -534,7 +533,7 @@ def _safe_drift_nodes(
 
 
 def _planned_control(
-    prob: BaseProblem, k: int, start: Reduced, end: Reduced, log: _Log
+    prob: BaseProblem, k: int, start: Reduced, end: Reduced, log: BaseLog
 ) -> tuple[ModelField, FloatArray, FloatArray]:
     """The model field to ``end`` and the first control: that field minus the base's average."""
     clock = time.perf_counter()
@@ -661,7 +660,7 @@ def _sublayer(
     start: State,
     node: Reduced,
     budget: Budget,
-    log: _Log,
+    log: BaseLog,
     reserve: float,
 ) -> _Shot:
     """Shoot sublayer ``k`` from the state where the previous one ended onto ``node``."""
@@ -677,7 +676,7 @@ def _sublayer(
         if budget.exhausted or budget.remaining() <= reserve:
             log.cut = True
             break
-        rtol = min(max(1e-3 * err, _VERIFY_RTOL), 1e-8)
+        rtol = min(max(1e-3 * err, RESIMULATION_RTOL), 1e-8)
         layer = added_layer(prob.bases[k], a_add, b_add)
         clock = time.perf_counter()
         end, status, message = _end_of(layer, start, h, rtol, budget)
@@ -687,9 +686,9 @@ def _sublayer(
             return best or _Shot(layer, None, math.inf, status, message)
         reached = frame.reduce(*end)
         new_err = reached.mismatch(node, scale)
-        if best is None or new_err <= best.error or rtol <= _VERIFY_RTOL:
+        if best is None or new_err <= best.error or rtol <= RESIMULATION_RTOL:
             best = _Shot(layer, end, new_err, Status.SUCCESS)
-        if new_err <= SHOT_TOL and rtol <= _VERIFY_RTOL:
+        if new_err <= SHOT_TOL and rtol <= RESIMULATION_RTOL:
             break
         if new_err > 10.0 * err or not np.all(np.linalg.eigvalsh(reached.S) > 0.0):
             log.notes.append(f"sublayer {k + 1}: the correction diverged at {new_err:.3g}")
@@ -708,7 +707,7 @@ def _sublayer(
     )
 
 
-def build(prob: BaseProblem, budget: Budget, log: _Log) -> tuple[list[Layer], Status, str]:
+def build(prob: BaseProblem, budget: Budget, log: BaseLog) -> tuple[list[Layer], Status, str]:
     """The sublayers, each from where the previous one actually ended."""
     clock = time.perf_counter()
     nodes, label, energies = plan(prob, log, budget)
@@ -796,9 +795,9 @@ def _verify(prob: BaseProblem, schedule: Schedule, budget: Budget) -> Trajectory
         return simulate(
             schedule,
             prob.initial,
-            rtol=_VERIFY_RTOL,
-            atol=_VERIFY_ATOL,
-            n_points=_energy_points(prob.n, prob.initial.dim),
+            rtol=RESIMULATION_RTOL,
+            atol=RESIMULATION_ATOL,
+            n_points=energy_points(prob.n, prob.initial.dim),
             time_limit=budget.nested_limit(),
         )
     except InvalidParametersError:
@@ -810,7 +809,7 @@ def verdict(
     layers: list[Layer],
     built: tuple[Status, str],
     budget: Budget,
-    log: _Log,
+    log: BaseLog,
     stats: dict[str, Any],
 ) -> SteeringResult:
     """Re-simulate the control and measure it: the one judge of ``success``."""
@@ -894,7 +893,7 @@ def verdict(
 
 def steer_base(prob: BaseProblem, budget: Budget) -> SteeringResult:
     """The construction around the base, verified (BLAS on one thread on a busy machine)."""
-    log = _Log()
+    log = BaseLog()
     with calm_blas(), np.errstate(all="ignore"):
         layers, status, why = build(prob, budget, log)
         stats: dict[str, Any] = {

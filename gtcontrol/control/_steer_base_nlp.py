@@ -26,7 +26,7 @@ from .._status import Budget, Status
 from ..errors import SolverError
 from ..model.params import Layer
 from ._constructions import states_of
-from ._steer_base import BaseProblem, _Log, added_layer, verdict
+from ._steer_base import BaseLog, BaseProblem, added_layer, verdict
 from ._steer_problem import SteeringResult
 from ._transcription import (
     Problem,
@@ -170,7 +170,7 @@ def _solve(
             "corrections": correction,
             "time_limit": budget.time_limit,
         }
-        result = verdict(prob, layers, (status, why), budget, _Log(), run_stats)
+        result = verdict(prob, layers, (status, why), budget, BaseLog(), run_stats)
         if not sol.success or result.trajectory is None:
             break
         final = result.trajectory.final

@@ -1,6 +1,6 @@
 """The steering problem of :func:`gtcontrol.steer`: its validated options and plan, and its result.
 
-:class:`_SteerOptions` is the frozen holder of the defaults and the validator; the public
+:class:`SteerOptions` is the frozen holder of the defaults and the validator; the public
 interface is the keyword-only arguments of ``steer``, documented there, with two option
 families as one validated value each: :class:`~gtcontrol.control._transcription.SteeringBounds`
 (``bounds=``, defined beside the NLP whose constraints it sets) and :class:`Collocation`
@@ -28,9 +28,8 @@ import numpy as np
 
 from .._display import Axes, SummaryItems
 from .._linalg import frobenius_norms
-from .._status import Budget, Outcome, ResultFields, Status
+from .._status import Budget, Outcome, ResultFields, Status, shown
 from .._validation import (
-    _short,
     as_choice,
     as_nonnegative_float,
     as_nonnegative_int,
@@ -119,11 +118,11 @@ class Collocation:
         as_nonnegative_int("max_corrections", self.max_corrections, maximum=MAX_CORRECTIONS)
         as_choice("parallelization", self.parallelization, PARALLEL)
         if not isinstance(self.cache, (bool, np.bool_)):
-            raise InvalidParametersError(f"cache: expected a bool, got {_short(self.cache)}")
+            raise InvalidParametersError(f"cache: expected a bool, got {shown(self.cache)}")
 
 
 @dataclass(frozen=True, kw_only=True)
-class _SteerOptions:
+class SteerOptions:
     """Validated keyword options of :func:`gtcontrol.steer` (see its ``Parameters``).
 
     Attributes
@@ -203,7 +202,7 @@ class _SteerOptions:
         return "fixed" if self.objective == "kinetic" else "joint"
 
 
-def _flow_obstacle(initial: Gaussian, mode: str, redundancy: str, opts: _SteerOptions) -> str:
+def _flow_obstacle(initial: Gaussian, mode: str, redundancy: str, opts: SteerOptions) -> str:
     """Why the flow construction does not apply (empty when it does)."""
     if opts.objective != "kinetic":
         return "it minimizes the kinetic energy (objective='kinetic')"
@@ -220,7 +219,7 @@ def _flow_obstacle(initial: Gaussian, mode: str, redundancy: str, opts: _SteerOp
     return ""
 
 
-def _method(initial: Gaussian, mode: str, redundancy: str, opts: _SteerOptions) -> str:
+def _method(initial: Gaussian, mode: str, redundancy: str, opts: SteerOptions) -> str:
     obstacle = _flow_obstacle(initial, mode, redundancy, opts)
     if opts.method == "flow" and obstacle:
         raise InvalidParametersError(f"method: 'flow' does not apply here: {obstacle}")
@@ -239,7 +238,7 @@ class Plan:
     """
 
     initial: Gaussian
-    opts: _SteerOptions
+    opts: SteerOptions
     redundancy: str
     problem: Problem
     method: str = "collocation"
@@ -280,7 +279,7 @@ class Plan:
         )
 
 
-def _check_bounds(mode: str, fixed: tuple[str, ...], opts: _SteerOptions) -> None:
+def _check_bounds(mode: str, fixed: tuple[str, ...], opts: SteerOptions) -> None:
     optimized = [p for p in PARAMS[mode] if p not in fixed]
     b = opts.bounds
     for name, bounds in (("bounds.entry", b.entry), ("bounds.norm", b.norm)):
@@ -299,7 +298,7 @@ def _check_bounds(mode: str, fixed: tuple[str, ...], opts: _SteerOptions) -> Non
 
 
 def make_plan(
-    initial: Gaussian, target: Gaussian, T: Any, n_layers: Any, mode: Any, opts: _SteerOptions
+    initial: Gaussian, target: Gaussian, T: Any, n_layers: Any, mode: Any, opts: SteerOptions
 ) -> Plan:
     """Validate the problem against its options and build the NLP description."""
     check_pair(initial, target)
@@ -437,14 +436,14 @@ class SteeringResult(ResultFields, Outcome):
 #: Tolerances of the verifying re-simulation: tighter than simulate's defaults because the
 #: Bures–Wasserstein distance to a singular target is only Hölder-1/2 in Σ (an integration
 #: error ε off the support shows up as sqrt(ε)).
-_VERIFY_RTOL, _VERIFY_ATOL = 1e-13, 1e-16
+RESIMULATION_RTOL, RESIMULATION_ATOL = 1e-13, 1e-16
 
 
 #: Memory for the records of the verifying re-simulation (each a ``d × d`` covariance).
 _RECORD_BYTES = 64 * 2**20
 
 
-def _energy_points(n_layers: int, d: int) -> int:
+def energy_points(n_layers: int, d: int) -> int:
     """Records of the verifying re-simulation, the nodes of the kinetic energy's Simpson rule:
     64 intervals per layer, at least 512, at most what fits in 64 MiB (at least 8 per layer).
 
@@ -468,9 +467,9 @@ def verify(schedule: Schedule, initial: Gaussian, budget: Budget) -> Trajectory 
         return simulate(
             schedule,
             initial,
-            rtol=_VERIFY_RTOL,
-            atol=_VERIFY_ATOL,
-            n_points=_energy_points(schedule.n_layers, schedule.dim),
+            rtol=RESIMULATION_RTOL,
+            atol=RESIMULATION_ATOL,
+            n_points=energy_points(schedule.n_layers, schedule.dim),
             time_limit=budget.nested_limit(),
         )
     except SolverError:

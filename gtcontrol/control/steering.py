@@ -49,7 +49,7 @@ from ._steer_problem import (
     Plan,
     SteeringBounds,
     SteeringResult,
-    _SteerOptions,
+    SteerOptions,
     classify,
     finish,
     identity_result,
@@ -260,7 +260,7 @@ def steer(
     (True, True)
     """
     clock = time.perf_counter()
-    opts = _SteerOptions(**option_values(_SteerOptions, locals()))
+    opts = SteerOptions(**option_values(SteerOptions, locals()))
     budget = Budget(as_time_limit(time_limit))
     if base is not None:
         around = "ffn" if mode is None else mode
@@ -278,7 +278,7 @@ def _steer_around(
     T: float,
     n_layers: int,
     mode: str,
-    opts: _SteerOptions,
+    opts: SteerOptions,
     base: Any,
     budget: Budget,
     clock: float,
@@ -289,7 +289,7 @@ def _steer_around(
             f"mode: around a base the control is the added affine part A_k, b_k (mode 'ffn'); "
             f"added heads are not built, got {mode!r}"
         )
-    defaults = _SteerOptions()
+    defaults = SteerOptions()
     for name in _BASE_FIXED_OPTIONS:
         if getattr(opts, name) != getattr(defaults, name):
             raise InvalidParametersError(

@@ -64,7 +64,7 @@ from .._cluster import ClusterError, check_address, dask_client, distributed, re
 from .._display import Axes, SummaryItems
 from .._jobs import CORES_VARIABLE, cpus
 from .._output import OutputError, lock_exclusive
-from .._result_file import _show
+from .._result_file import show_path
 from .._status import Outcome, ResultFields, as_time_limit
 from .._version import __version__
 from ..errors import InvalidParametersError, Status
@@ -239,7 +239,7 @@ class _Store:
     def opened(self) -> Iterator[_Store]:
         """Create or check the store and hold its lock for the block."""
         if os.path.lexists(self.path) and not self.path.is_dir():
-            raise OutputError(f"layer store: {_show(self.path)} exists and is not a directory")
+            raise OutputError(f"layer store: {show_path(self.path)} exists and is not a directory")
         if self.path.is_dir():
             self._refuse_foreign()  # before the lock file is made in it
         try:
@@ -247,12 +247,12 @@ class _Store:
             fd = os.open(self.path / _LOCK, os.O_RDWR | os.O_CREAT, 0o666)
         except OSError as exc:
             raise OutputError(
-                f"layer store: cannot create {_show(self.path)} ({exc.strerror or exc})"
+                f"layer store: cannot create {show_path(self.path)} ({exc.strerror or exc})"
             ) from None
         try:
             lock_exclusive(
                 fd,
-                f"layer store: another run is writing {_show(self.path)}; wait for it or "
+                f"layer store: another run is writing {show_path(self.path)}; wait for it or "
                 "choose another folder",
             )
             self._check_manifest()
@@ -279,12 +279,12 @@ class _Store:
             found = None
         if not isinstance(found, str):
             raise OutputError(
-                f"layer store: {_show(self.path / _MANIFEST)} is not a layer store's manifest "
+                f"layer store: {show_path(self.path / _MANIFEST)} is not a layer store's manifest "
                 "(unreadable, or of another format); choose another folder"
             )
         if found != self.fingerprint:
             raise OutputError(
-                f"layer store: {_show(self.path)} holds the rows of another run (fingerprint "
+                f"layer store: {show_path(self.path)} holds the rows of another run (fingerprint "
                 f"{_cut(found)}, this run's {_cut(self.fingerprint)}); nothing was changed: "
                 "choose another folder, or move that one away to start afresh"
             )
@@ -297,11 +297,11 @@ class _Store:
             others = sorted(p.name for p in self.path.iterdir() if p.name != _LOCK)
         except OSError as exc:
             raise OutputError(
-                f"layer store: cannot read {_show(self.path)} ({exc.strerror or exc})"
+                f"layer store: cannot read {show_path(self.path)} ({exc.strerror or exc})"
             ) from None
         if others:
             raise OutputError(
-                f"layer store: {_show(self.path)} holds files that are not a layer store "
+                f"layer store: {show_path(self.path)} holds files that are not a layer store "
                 f"({', '.join(repr(n) for n in others[:3])}); choose an empty or new folder"
             )
 
@@ -337,7 +337,7 @@ class _Store:
             if not os.path.lexists(aside):
                 os.replace(path, aside)
                 return aside
-        raise OutputError(f"layer store: too many set-aside copies of {_show(path)}")
+        raise OutputError(f"layer store: too many set-aside copies of {show_path(path)}")
 
     def write(self, key: int, landed: _Landed) -> None:
         """Store the row of ``key`` (pickled; raises what pickling raises)."""

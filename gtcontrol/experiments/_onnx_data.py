@@ -31,7 +31,7 @@ import numpy as np
 from .._linalg import FloatArray
 from ..errors import InvalidParametersError
 from ..interop._deps import ModelFileError, quiet_transformers, require_onnx
-from ..interop._onnx import NOT_IDS, GraphInput, OnnxPlan, _evaluator, onnx_plan
+from ..interop._onnx import NOT_IDS, GraphInput, OnnxPlan, onnx_plan, reference_evaluator
 from ..interop.extraction import ExtractedModel
 from ._forward import (
     attention_inputs,
@@ -381,7 +381,7 @@ def _runner(plan: OnnxPlan) -> Callable[[dict[str, Any]], list[Any]]:
     _prune(model, names)
     session = _ort_session(model)
     # both take (output names, feeds)
-    engine = session if session is not None else _evaluator(model)
+    engine = session if session is not None else reference_evaluator(model)
 
     def run(feeds: dict[str, Any]) -> list[Any]:
         try:

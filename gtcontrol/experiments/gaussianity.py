@@ -37,12 +37,12 @@ from ..errors import InvalidParametersError
 from .sample_statistics import (
     MAX_PROJECTIONS,
     MardiaStatistics,
-    _coordinate_fraction,
-    _directions,
-    _invariant_statistics,
-    _whiten,
+    coordinate_fraction,
+    invariant_statistics,
     mardia,
+    random_directions,
     sliced_wasserstein,
+    whiten,
 )
 
 __all__ = [
@@ -219,14 +219,14 @@ def _invariant_null(
         _NULL_CACHE.move_to_end(key)
         return hit
     rng = np.random.default_rng([seed, n, rank, 104729])
-    th = _directions(rank, n_projections, seed)
+    th = random_directions(rank, n_projections, seed)
     rows: list[FloatArray] = []
     for _ in range(n_null):
         if budget.exhausted:
             return np.array(rows).reshape(len(rows), 4)
         g = rng.standard_normal((n, rank))
         try:
-            rows.append(_invariant_statistics(_whiten(g, RANK_RTOL), th, block, budget))
+            rows.append(invariant_statistics(whiten(g, RANK_RTOL), th, block, budget))
         except BudgetExhausted:  # a replicate cut short is dropped
             return np.array(rows).reshape(len(rows), 4)
     out = np.array(rows)
@@ -257,7 +257,7 @@ def _coordinate_null(
         if budget.exhausted:
             break
         sample = mean + rng.standard_normal((n, rank)) @ factor.T
-        reps.append(_coordinate_fraction(sample, opts.coord_level))
+        reps.append(coordinate_fraction(sample, opts.coord_level))
     return np.array(reps), math.sqrt(opts.coord_level * (1.0 - opts.coord_level) / d)
 
 
@@ -295,7 +295,7 @@ class _Options:
     rank_rtol: float
 
 
-def _check_options(
+def gaussianity_options(
     level: Any,
     n_null: Any,
     n_projections: Any,
@@ -304,6 +304,7 @@ def _check_options(
     block_size: Any,
     rank_rtol: Any,
 ) -> _Options:
+    """The options of :func:`gaussianity`, validated (each bad one named)."""
     lvl = as_positive_float("level", level)
     clvl = as_positive_float("coord_level", coord_level)
     if lvl >= 1 or clvl >= 1:
@@ -414,19 +415,21 @@ def gaussianity(
     """
     clock = time.perf_counter()
     x = _check_samples(samples)
-    opts = _check_options(level, n_null, n_projections, coord_level, seed, block_size, rank_rtol)
+    opts = gaussianity_options(
+        level, n_null, n_projections, coord_level, seed, block_size, rank_rtol
+    )
     budget = Budget(as_time_limit(time_limit))
     n, d = x.shape
-    z = _whiten(x, opts.rank_rtol)
+    z = whiten(x, opts.rank_rtol)
     r = int(z.shape[1])
-    th = _directions(r, opts.n_projections, opts.seed)
+    th = random_directions(r, opts.n_projections, opts.seed)
     # the sample's own statistics are the wrap-up of a spent budget: they may use half of its
     # grace (a quarter of max(1 s, 10 %) past the deadline) and finish the block they are in
     # (N² r flops in all: 4 s at 8192 × 256)
     grace = budget.grace()
     try:
         wrap = Budget(None if grace is None else 0.5 * grace)
-        observed = _invariant_statistics(z, th, opts.block_size, wrap)
+        observed = invariant_statistics(z, th, opts.block_size, wrap)
         cut = False
     except BudgetExhausted:  # no observed statistic: no verdict (NaN p-values)
         observed, cut = np.full(4, np.nan), True
@@ -438,7 +441,7 @@ def gaussianity(
     if grace is not None and grace < 2e-7 * n * d:  # d normality tests of N values (0.45 s
         coordinates, cut = math.nan, True  # at 8192 × 256): not begun past the grace
     else:
-        coordinates = _coordinate_fraction(x, opts.coord_level)
+        coordinates = coordinate_fraction(x, opts.coord_level)
     stats_ = (
         *(
             _compare(name, float(observed[j]), null[:, j], opts.level, 0.0)

@@ -66,8 +66,8 @@ from .gaussianity import (
     MIN_SAMPLES,
     STATISTICS,
     GaussianityResult,
-    _check_options,
     gaussianity,
+    gaussianity_options,
     min_samples,
 )
 
@@ -516,7 +516,7 @@ def pretrained_gaussianity(
         n_tokens,
         seed,
         time_limit,
-        lambda sd: _check_options(level, n_null, n_projections, 0.05, sd, 512, 1e-9),
+        lambda sd: gaussianity_options(level, n_null, n_projections, 0.05, sd, 512, 1e-9),
     )
     states = run.states
     rows: list[LayerGaussianity] = []

@@ -16,7 +16,7 @@ from ..plotting.core import new_figure, save_figure
 from .closure import FeedForwardCloseness
 from .pretrained import GaussianityTable
 from .regimes import RegimeResult
-from .sample_statistics import _whiten
+from .sample_statistics import whiten
 from .surrogate import SurrogateComparison
 
 __all__ = ["Evidence", "write_figures"]
@@ -41,7 +41,7 @@ def _plot_projections(tab: GaussianityTable, path: Path, seed: int) -> None:
         if k >= n:
             ax.set_axis_off()
             continue
-        z = _whiten(tab.states[k], 1e-9)
+        z = whiten(tab.states[k], 1e-9)
         th = np.random.default_rng([seed, z.shape[1], 3]).standard_normal(z.shape[1])
         y = z @ (th / np.linalg.norm(th))
         ax.hist(y, bins=40, range=(-4.5, 4.5), density=True, color="tab:blue", alpha=0.6)

@@ -65,7 +65,7 @@ class MardiaStatistics:
     rank: int
 
 
-def _whiten(x: FloatArray, rtol: float) -> FloatArray:
+def whiten(x: FloatArray, rtol: float) -> FloatArray:
     """``Σ̂^{-1/2}(x − m̂)`` in the eigenbasis of the 1/N covariance, restricted to its range."""
     xc = x - x.mean(axis=0)
     cov = (xc.T @ xc) / x.shape[0]
@@ -173,7 +173,7 @@ def mardia(
     x = as_float_array("samples", samples, ndim=2)
     if x.shape[0] < 2:
         raise InvalidParametersError(f"samples: expected at least 2 rows, got {x.shape[0]}")
-    z = _whiten(x, as_positive_float("rank_rtol", rank_rtol))
+    z = whiten(x, as_positive_float("rank_rtol", rank_rtol))
     b1, _ = _pair_means(z, as_positive_int("block_size", block_size), distances=False)
     r2 = np.einsum("ij,ij->i", z, z)
     return MardiaStatistics(float(b1), float(np.mean(r2 * r2)), int(z.shape[1]))
@@ -202,7 +202,8 @@ def _sliced_w2_squared(
     return np.asarray(np.mean(dev * dev, axis=0) - 2.0 * sd * (w @ y) + sd * sd)
 
 
-def _directions(rank: int, k: int, seed: int) -> FloatArray:
+def random_directions(rank: int, k: int, seed: int) -> FloatArray:
+    """``k`` seeded uniform unit directions of ``R^rank`` (the projections' directions)."""
     rng = np.random.default_rng([seed, rank, k, 7919])
     th = rng.standard_normal((k, rank))
     return np.asarray(th / np.linalg.norm(th, axis=1, keepdims=True))
@@ -259,21 +260,22 @@ def sliced_wasserstein(
     seed = as_seed("seed", seed)
     rank_tol = as_positive_float("rank_rtol", rank_rtol)
     if target is None:
-        z = _whiten(x, rank_tol)
-        th = _directions(z.shape[1], k, seed)
+        z = whiten(x, rank_tol)
+        th = random_directions(z.shape[1], k, seed)
         return math.sqrt(max(float(np.mean(_sliced_w2_squared(z, th))), 0.0))
     if not isinstance(target, Gaussian) or target.dim != x.shape[1]:
         raise InvalidParametersError(
             f"target: expected a Gaussian of dimension {x.shape[1]}, got {target!r}"
         )
-    th = _directions(x.shape[1], k, seed)
+    th = random_directions(x.shape[1], k, seed)
     mu = th @ target.mean
     sd = np.sqrt(np.maximum(np.einsum("ij,jk,ik->i", th, target.cov, th), 0.0))
     w2 = _sliced_w2_squared(x, th, mu, sd)
     return math.sqrt(max(float(np.mean(w2)), 0.0))
 
 
-def _coordinate_fraction(x: FloatArray, level: float) -> float:
+def coordinate_fraction(x: FloatArray, level: float) -> float:
+    """Fraction of the (non-constant) coordinates whose normality test rejects at ``level``."""
     # Constant coordinates (e.g. a frozen feature) carry no evidence; test the others.
     sd = x.std(axis=0)
     cols = x[:, sd > 1e-12 * max(float(sd.max()), 1e-300)]
@@ -283,7 +285,7 @@ def _coordinate_fraction(x: FloatArray, level: float) -> float:
     return float(np.mean(p < level))
 
 
-def _invariant_statistics(
+def invariant_statistics(
     z: FloatArray, th: FloatArray, block: int, budget: Budget | None = None
 ) -> FloatArray:
     """Skewness, kurtosis, energy and sliced distance of a whitened sample ``z`` (N, r).

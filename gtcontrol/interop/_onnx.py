@@ -135,7 +135,7 @@ def _erf() -> type:
     return Erf
 
 
-def _evaluator(model: Any) -> Any:
+def reference_evaluator(model: Any) -> Any:
     """onnx's reference evaluator for ``model``, with the operators it gets wrong (or slowly)
     replaced."""
     from onnx.reference import ReferenceEvaluator
@@ -189,7 +189,7 @@ class _Graph:
 
     def _run_all(self) -> dict[str, Any]:
         try:
-            values = _evaluator(self.model).run(None, self._feeds(), intermediate=True)
+            values = reference_evaluator(self.model).run(None, self._feeds(), intermediate=True)
         except Exception as exc:  # the reference evaluator raises anything
             line = " ".join(str(exc).split())[:300] or type(exc).__name__
             raise self.fail(
@@ -242,7 +242,7 @@ class _Graph:
         sub = onnx.helper.make_model(
             graph, opset_imports=list(self.model.opset_import), ir_version=self.model.ir_version
         )
-        return list(_evaluator(sub).run(outputs, feeds))
+        return list(reference_evaluator(sub).run(outputs, feeds))
 
     # ------------------------------------------------------------------ structure
     def data_inputs(self, node: Any) -> list[str]:

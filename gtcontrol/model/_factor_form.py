@@ -2,7 +2,7 @@
 
 Two packed states, each valid for one *chunk* of the integration (between restarts):
 
-* :class:`_FactorForm` (noise-free layers, docs/theory.md §2): ``y = [m, vec K]`` with
+* :class:`FactorForm` (noise-free layers, docs/theory.md §2): ``y = [m, vec K]`` with
   ``Σ = e^{2s} K Kᵀ``, ``K`` of size ``d×r`` (``r = rank Σ0``) and a log-scale ``s`` fixed for
   the chunk. ``dK/dt = M(Σ) K`` (:func:`~gtcontrol.model.field.factor_field`), so Σ is positive
   semidefinite and of rank ``r`` by construction. At every restart ``K`` is renormalized to unit
@@ -42,7 +42,7 @@ __all__: list[str] = []
 #: ``K`` is renormalized when its Frobenius norm leaves ``[1/_WINDOW, _WINDOW]``.
 _WINDOW = 10.0
 #: Largest cosine between two columns of ``K`` in the horizontal gauge before a restart
-#: re-gauges them to orthogonal (:meth:`_FactorForm.needs_restart`).
+#: re-gauges them to orthogonal (:meth:`FactorForm.needs_restart`).
 _GAUGE_DRIFT = 0.03
 #: Gram matrices larger than this get their top eigenpair from Lanczos (ARPACK), not ``eigh``.
 _LANCZOS_MIN = 48
@@ -159,7 +159,7 @@ def exact_jacobian(
     return jac
 
 
-class _FactorForm:
+class FactorForm:
     """``y = [m, vec K]``, ``Σ = e^{2s} K Kᵀ``, optionally in a rotating frame (module doc)."""
 
     kind = "factor"
@@ -267,10 +267,10 @@ class _FactorForm:
 
     def restart(
         self, t: float, y: FloatArray, skew: FloatArray | None, *, gauge: bool = False
-    ) -> _FactorForm:
+    ) -> FactorForm:
         """A new chunk at ``(t, y)``: renormalized, re-gauged, frame reset to ``t``."""
         m, _, lf = self.moments(t, y)
-        return _FactorForm(self.layer_at, self.budget, t, m, lf, skew=skew, gauge=gauge)
+        return FactorForm(self.layer_at, self.budget, t, m, lf, skew=skew, gauge=gauge)
 
     def top(self, y: FloatArray, f: FloatArray) -> tuple[float, float]:
         """``(λ_max Σ, dλ_max/dt)`` from the Gram matrix ``KᵀK`` and the derivative ``f``.
@@ -413,7 +413,7 @@ class _EntryForm:
         return np.full(self.n, atol * max(float(np.max(np.abs(self.y0))), 1.0))
 
 
-Form = _FactorForm | _EntryForm
+Form = FactorForm | _EntryForm
 
 
 def make_form(
@@ -432,4 +432,4 @@ def make_form(
     lf = factor if factor is not None else initial_factor(cov)
     if lf.shape[1] == 0:
         return _EntryForm(layer_at, budget, t0, mean, cov)
-    return _FactorForm(layer_at, budget, t0, mean, lf)
+    return FactorForm(layer_at, budget, t0, mean, lf)

@@ -1,7 +1,7 @@
 """The adaptive integrator behind :func:`gtcontrol.model.moments.simulate`.
 
-Its parts, each named: the validated options (:class:`_IntegratorOptions`), the setup of the
-control and its recording grid (:func:`_setup`), and one segment's integration between two
+Its parts, each named: the validated options (:class:`IntegratorOptions`), the setup of the
+control and its recording grid (:func:`setup_run`), and one segment's integration between two
 breakpoints of the control (:func:`_integrate_segment`), a step-by-step loop over a
 ``scipy.integrate`` solver that
 
@@ -47,7 +47,7 @@ from .._validation import (
 )
 from ..errors import InvalidParametersError
 from ._blowup_detection import OVERFLOW_LEVEL, BlowupWatch, IntegrationEnd
-from ._factor_form import Form, _FactorForm, exact_jacobian, initial_factor, make_form
+from ._factor_form import FactorForm, Form, exact_jacobian, initial_factor, make_form
 from .gaussian import check_gaussian
 from .params import Control, Layer, Schedule, as_control
 
@@ -65,7 +65,7 @@ _EXPLICIT = ("DOP853", "RK45")
 #: Most recorded depths :func:`simulate` accepts (each holds a d×d covariance).
 _MAX_POINTS = 10**6
 #: Largest ``steps_per_layer`` of :func:`simulate_discrete`.
-_MAX_STEPS_PER_LAYER = 10**6
+MAX_STEPS_PER_LAYER = 10**6
 #: Stiffness probe: every this many explicit steps ...
 _PROBE = 50
 #: ... if the projected number of steps to the segment's end exceeds this ...
@@ -91,7 +91,7 @@ _MAX_DENSE_JACOBIAN = 2000
 
 
 @dataclass(frozen=True, kw_only=True)
-class _IntegratorOptions:
+class IntegratorOptions:
     """Validator and defaults of the keywords of :func:`simulate` (private).
 
     Attributes
@@ -148,7 +148,7 @@ class _IntegratorOptions:
         set_fields(self, **norm)
 
 
-def _check_exact(ctrl: Control) -> None:
+def check_exact(ctrl: Control) -> None:
     layers = ctrl.layers if isinstance(ctrl, Schedule) else (ctrl.layer_at(0.0),)
     for i, lay in enumerate(layers):
         if not lay.is_gaussian_exact:
@@ -187,11 +187,11 @@ class _Setup:
         return lambda _t: fixed
 
 
-def _setup(model: Any, initial: Any, T: float | None, opts: _IntegratorOptions) -> _Setup:
+def setup_run(model: Any, initial: Any, T: float | None, opts: IntegratorOptions) -> _Setup:
     ctrl = as_control(model, T)
     d = ctrl.layer_at(0.0).dim
     g0 = check_gaussian(initial, d)
-    _check_exact(ctrl)
+    check_exact(ctrl)
     breaks = np.asarray(ctrl.breakpoints, dtype=float)
     return _Setup(
         ctrl=ctrl,
@@ -205,7 +205,7 @@ def _setup(model: Any, initial: Any, T: float | None, opts: _IntegratorOptions) 
     )
 
 
-class _Record:
+class MomentRecord:
     """The recorded depths and moments (and factors, in factor form), in increasing depth.
 
     The moments are written into arrays allocated once for ``capacity`` records (grown by
@@ -281,9 +281,9 @@ class _Record:
 class _Run:
     """The mutable state of one :func:`simulate` run shared by its segments."""
 
-    opts: _IntegratorOptions
+    opts: IntegratorOptions
     budget: Budget
-    rec: _Record
+    rec: MomentRecord
     watch: BlowupWatch
     nsteps: int = 0
     njev: int = 0
@@ -310,7 +310,7 @@ class _Segment:
         # the factor nearly only rotates there (a start at an equilibrium), else by the probe
         self.gauge = False
         if (
-            isinstance(form, _FactorForm)
+            isinstance(form, FactorForm)
             and form.vertical_share(form.y0, form.rhs(t, form.y0)) >= _GAUGE_SHARE_START
         ):
             form.gauge = self.gauge = True
@@ -369,7 +369,7 @@ class _Segment:
         size ``h`` depends on ``h/τ``, so a step accepted at ``τ`` predicts the step ``h τ'/τ`` at
         the next depth, not ``h``; scipy's controller, which assumes a constant error constant,
         otherwise had about every second attempt rejected on MiniLM's layers. ``τ`` is
-        estimated by ``λ_max/λ̇_max`` from one power step (:meth:`_FactorForm.remaining`); the
+        estimated by ``λ_max/λ̇_max`` from one power step (:meth:`FactorForm.remaining`); the
         factor is applied only while that estimate shrinks (``[0.2, 1]``), so other dynamics
         keep scipy's controller.
         """
@@ -416,7 +416,7 @@ class _Segment:
         """
         t_w, n_w = self.gauge_window
         steps = self.run.nsteps - n_w
-        if not isinstance(self.form, _FactorForm) or steps < _GAUGE_PROBE:
+        if not isinstance(self.form, FactorForm) or steps < _GAUGE_PROBE:
             return False
         self.gauge_window = (t, self.run.nsteps)
         h = (t - t_w) / steps
@@ -463,7 +463,7 @@ class _Segment:
         skew = 0.5 * (a - a.T)
         fixed = self.form.layer_at(0.5 * (t + self.t1)) is layer
         if (
-            isinstance(self.form, _FactorForm)
+            isinstance(self.form, FactorForm)
             and self.skew is None
             and fixed
             and h * float(np.linalg.norm(skew, 2)) >= _ROTATION_H
@@ -609,8 +609,8 @@ def _integrate_segment(
 
 
 def integrate(
-    setup: _Setup, opts: _IntegratorOptions
-) -> tuple[_Record, IntegrationEnd, dict[str, Any]]:
+    setup: _Setup, opts: IntegratorOptions
+) -> tuple[MomentRecord, IntegrationEnd, dict[str, Any]]:
     """Integrate every segment of the control; return the record, the outcome and the stats."""
     budget = Budget(opts.time_limit, max_evals=opts.max_evals)
     lam_ref = max(float(np.linalg.eigvalsh(setup.cov0)[-1]), 1.0)
@@ -618,7 +618,7 @@ def integrate(
     run = _Run(
         opts=opts,
         budget=budget,
-        rec=_Record(
+        rec=MomentRecord(
             float(setup.breaks[0]),
             setup.mean0,
             setup.cov0,

@@ -39,8 +39,8 @@ from numpy.typing import NDArray
 from scipy.integrate import DOP853, RK45
 
 from .._status import BudgetExhausted, Status
-from ._token_integrators import _DONE, _End, _finite, _in_range, _layer_source, _Run
-from .attention import _velocity
+from ._token_integrators import DONE, RunEnd, TokenRun, all_finite, in_range, layer_source
+from .attention import prepared_velocity
 
 __all__: list[str] = []
 
@@ -90,7 +90,7 @@ def _rms(z: AnyArray) -> float:
 class _Stepper:
     """State of one adaptive run: the pair, tolerances, counters and the current step size."""
 
-    run: _Run
+    run: TokenRun
     pair: _Pair
     rtol: float
     atol: float
@@ -144,7 +144,7 @@ class _Stepper:
         t0, t1 = seg
         for i in range(1, s):
             xi = x + h * np.tensordot(pair.a[i, :i], k[:i], axes=1).astype(x.dtype, copy=False)
-            k[i] = _velocity(get(t + pair.c[i] * h, t0, t1), xi, work)
+            k[i] = prepared_velocity(get(t + pair.c[i] * h, t0, t1), xi, work)
         x_new: AnyArray = x + h * np.tensordot(pair.b, k[:s], axes=1).astype(x.dtype, copy=False)
         return x_new
 
@@ -156,7 +156,7 @@ class _Stepper:
         d0 = _rms(np.asarray(x, dtype=np.float64) / w)
         d1 = _rms(np.asarray(f, dtype=np.float64) / w)
         h0 = 1e-6 * span if d0 < 1e-5 or d1 < 1e-5 else min(0.01 * d0 / d1, span)
-        f1 = _velocity(get(t + h0, *seg), x + h0 * f, self.run.work)
+        f1 = prepared_velocity(get(t + h0, *seg), x + h0 * f, self.run.work)
         d2 = _rms((np.asarray(f1, dtype=np.float64) - f) / w) / h0
         if max(d1, d2) == 0.0:
             return span  # a field that vanishes here: one step to the end of the piece
@@ -180,7 +180,7 @@ def _piece(
     t: float,
     end: float,
     seg: tuple[float, float],
-) -> tuple[AnyArray, AnyArray | None, float, _End | None]:
+) -> tuple[AnyArray, AnyArray | None, float, RunEnd | None]:
     """Step from ``t`` to ``end`` inside segment ``seg``; return tokens, FSAL field, depth, stop."""
     rec, work = st.run.rec, st.run.work
     record_steps = st.run.opts.record == "steps"
@@ -188,7 +188,7 @@ def _piece(
     while t < end:
         try:
             if f is None:
-                f = _velocity(get(t, *seg), x, work)
+                f = prepared_velocity(get(t, *seg), x, work)
             if st.h is None:
                 st.h = st.initial_step(get, x, f, t, end - t, seg)
             h_free = st.h
@@ -197,13 +197,13 @@ def _piece(
                 h = end - t  # land on the end exactly instead of leaving a sliver
             x_new = st.attempt(get, x, f, t, h, seg)
             t_new = end if h == end - t else t + h
-            f_new = _velocity(get(t_new, *seg), x_new, work) if _in_range(x_new) else None
+            f_new = prepared_velocity(get(t_new, *seg), x_new, work) if in_range(x_new) else None
         except BudgetExhausted as exc:
             if rec.t[-1] < t:
                 rec.add(t, x)
-            return x, f, t, _End(Status.BUDGET_EXHAUSTED, t, exc.reason)
+            return x, f, t, RunEnd(Status.BUDGET_EXHAUSTED, t, exc.reason)
         q = math.inf
-        if f_new is not None and _finite(f_new):
+        if f_new is not None and all_finite(f_new):
             st.k[-1] = f_new
             q = st.error_norm(h, st.weights(x, x_new))
         if not math.isfinite(q):
@@ -211,7 +211,7 @@ def _piece(
             st.rejected += 1
             st.h = 0.1 * h
             if st.h < h_floor:
-                return x, f, t, _End(Status.OVERFLOW, t + h)
+                return x, f, t, RunEnd(Status.OVERFLOW, t + h)
             continue
         ratio = q * st.horizon / h
         if ratio > 1.0:
@@ -219,7 +219,7 @@ def _piece(
             st.h = h * min(1.0, st.factor(ratio))
             if st.h < h_floor:
                 detail = f"the step size collapsed below {h_floor:.3g}"
-                return x, f, t, _End(Status.FAILED, t, detail)
+                return x, f, t, RunEnd(Status.FAILED, t, detail)
             continue
         # A step shortened to land on ``end`` says nothing about the free step size.
         st.h = max(h * st.factor(ratio), h_free if h < h_free else 0.0)
@@ -233,7 +233,7 @@ def _piece(
     return x, f, t, None
 
 
-def _run_adaptive(run: _Run, x: AnyArray) -> tuple[AnyArray, _End, dict[str, Any]]:
+def run_adaptive(run: TokenRun, x: AnyArray) -> tuple[AnyArray, RunEnd, dict[str, Any]]:
     """Adaptive steps over every segment, landing exactly on breakpoints and snapshot depths:
     the final tokens, how it ended, and the statistics (``steps``, ``rejected``, ...)."""
     opts, rec, snap_times = run.opts, run.rec, run.snap_times
@@ -247,11 +247,11 @@ def _run_adaptive(run: _Run, x: AnyArray) -> tuple[AnyArray, _End, dict[str, Any
         horizon=horizon,
         h=opts.first_step,
     )
-    get = _layer_source(run.ctrl, opts.dtype)
+    get = layer_source(run.ctrl, opts.dtype)
     rec.add(float(breaks[0]), x)
     if snap_times.size and snap_times[0] == breaks[0]:
         rec.snapshot(float(breaks[0]), x)
-    stop: _End | None = None
+    stop: RunEnd | None = None
     t = float(breaks[0])
     for j in range(len(breaks) - 1):
         seg = (float(breaks[j]), float(breaks[j + 1]))
@@ -278,4 +278,4 @@ def _run_adaptive(run: _Run, x: AnyArray) -> tuple[AnyArray, _End, dict[str, Any
         # the controller's next step (a continuation's first_step); nan before any step
         "next_step": float(st.h) if st.h is not None else math.nan,
     }
-    return x, stop or _DONE, stats
+    return x, stop or DONE, stats

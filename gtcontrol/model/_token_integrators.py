@@ -36,7 +36,7 @@ from .._validation import (
 )
 from ..errors import InvalidParametersError
 from ._attention_kernels import BACKENDS
-from .attention import _MAX_BLOCK, _prepare, _Prepared, _velocity, _Workspace
+from .attention import MAX_BLOCK, PreparedLayer, Workspace, prepare_layer, prepared_velocity
 from .params import Control, Schedule
 
 __all__: list[str] = []
@@ -72,7 +72,7 @@ def adaptive_rtol(rtol: float | None, dtype: Any) -> float:
 
 # ---------------------------------------------------------------------------- options and result
 @dataclass(frozen=True, kw_only=True)
-class _TokenOptions:
+class TokenOptions:
     """Validator and defaults of the keywords of :func:`simulate_tokens` (private).
 
     Attributes
@@ -138,7 +138,7 @@ class _TokenOptions:
                     "picks its own steps)"
                 )
         if self.block_size is not None:
-            as_positive_int("block_size", self.block_size, maximum=_MAX_BLOCK)
+            as_positive_int("block_size", self.block_size, maximum=MAX_BLOCK)
         as_choice("record", self.record, _RECORDS)
         as_choice("backend", self.backend, BACKENDS)
         for name in ("rtol", "atol", "first_step"):
@@ -189,7 +189,7 @@ class _TokenOptions:
         return _DEFAULT_RK4_STEPS if self.method == "rk4" else 1
 
 
-class _Recorder:
+class Recorder:
     """Empirical moments (float64, 1/N covariance) and snapshots along depth."""
 
     def __init__(self, record: str) -> None:
@@ -213,7 +213,7 @@ class _Recorder:
             self.snaps.append((float(t), frozen(x.copy())))
 
 
-def _check_times(times: Any, t_end: float) -> FloatArray:
+def check_times(times: Any, t_end: float) -> FloatArray:
     if times is None:
         return np.empty(0)
     ts = as_float_array("times", np.atleast_1d(np.asarray(times)), ndim=1)
@@ -245,36 +245,36 @@ def _has_layer_noise(ctrl: Control) -> bool:
     return any(ctrl.layer_at(float(t)).noise is not None for t in mids)
 
 
-def _layer_source(
+def layer_source(
     ctrl: Control, dtype: np.dtype[Any]
-) -> Callable[[float, float, float], _Prepared]:
+) -> Callable[[float, float, float], PreparedLayer]:
     """``get(t, t0, t1)``: the prepared layer at ``t`` within segment ``[t0, t1]``.
 
     Piecewise-constant controls get the segment's layer (looked up once at its midpoint and
     cached); others are looked up at every evaluation depth.
     """
     piecewise = bool(getattr(ctrl, "piecewise_constant", False))
-    cache: dict[tuple[float, float], _Prepared] = {}
+    cache: dict[tuple[float, float], PreparedLayer] = {}
 
-    def get(t: float, t0: float, t1: float) -> _Prepared:
+    def get(t: float, t0: float, t1: float) -> PreparedLayer:
         if piecewise:
             key = (t0, t1)
             if key not in cache:
                 cache.clear()
-                cache[key] = _prepare(ctrl.layer_at(0.5 * (t0 + t1)), dtype)
+                cache[key] = prepare_layer(ctrl.layer_at(0.5 * (t0 + t1)), dtype)
             return cache[key]
-        return _prepare(ctrl.layer_at(t), dtype)
+        return prepare_layer(ctrl.layer_at(t), dtype)
 
     return get
 
 
-def _finite(x: AnyArray) -> bool:
+def all_finite(x: AnyArray) -> bool:
     """True when the entries of ``x`` (a velocity) and their sum of squares are finite."""
     x64 = np.asarray(x, dtype=np.float64).ravel()
     return math.isfinite(float(np.dot(x64, x64)))
 
 
-def _in_range(x: AnyArray) -> bool:
+def in_range(x: AnyArray) -> bool:
     """True when the tokens' empirical moments are within the range of a :class:`Gaussian`.
 
     The mean square ``Σ|x_i|² / N`` bounds every entry of the (centered, ``1/N``) empirical
@@ -288,7 +288,7 @@ def _in_range(x: AnyArray) -> bool:
 
 
 @dataclass(frozen=True)
-class _End:
+class RunEnd:
     """Where and how a token integration stopped."""
 
     status: Status
@@ -308,7 +308,7 @@ class _End:
         return "tokens carried to the horizon"
 
 
-_DONE = _End(Status.SUCCESS)
+DONE = RunEnd(Status.SUCCESS)
 
 
 def _step_grid(breaks: FloatArray, steps: int) -> FloatArray:
@@ -337,8 +337,8 @@ def _nearest(grid: FloatArray, times: FloatArray) -> set[int]:
 class _Stepper:
     """One fixed step of ``"rk4"`` or of the residual (Euler–Maruyama) network."""
 
-    get: Callable[[float, float, float], _Prepared]
-    work: _Workspace
+    get: Callable[[float, float, float], PreparedLayer]
+    work: Workspace
     rk4: bool
     noise_t: AnyArray | None  # an explicit `noise` argument (overrides Layer.noise)
     gen: np.random.Generator | None
@@ -347,11 +347,11 @@ class _Stepper:
     def __call__(self, x: AnyArray, t: float, h: float, t0: float, t1: float) -> AnyArray:
         get, work = self.get, self.work
         if self.rk4:
-            k1 = _velocity(get(t, t0, t1), x, work)
+            k1 = prepared_velocity(get(t, t0, t1), x, work)
             pm = get(t + 0.5 * h, t0, t1)
-            k2 = _velocity(pm, x + (0.5 * h) * k1, work)
-            k3 = _velocity(pm, x + (0.5 * h) * k2, work)
-            k4 = _velocity(get(t + h, t0, t1), x + h * k3, work)
+            k2 = prepared_velocity(pm, x + (0.5 * h) * k1, work)
+            k3 = prepared_velocity(pm, x + (0.5 * h) * k2, work)
+            k4 = prepared_velocity(get(t + h, t0, t1), x + h * k3, work)
             k2 += k3
             k2 *= 2.0
             k1 += k2
@@ -359,7 +359,7 @@ class _Stepper:
             return x + (h / 6.0) * k1
         # Residual layer; the layer at the step midpoint, as simulate_discrete uses.
         prep = get(t + 0.5 * h, t0, t1)
-        x_new = x + h * _velocity(prep, x, work)
+        x_new = x + h * prepared_velocity(prep, x, work)
         g_step = self.noise_t if self.noise_t is not None else prep.noise_t
         if g_step is not None and self.gen is not None:
             xi = self.gen.standard_normal((x.shape[0], g_step.shape[0]), dtype=self.dtype)
@@ -368,22 +368,22 @@ class _Stepper:
 
 
 @dataclass(frozen=True)
-class _Run:
+class TokenRun:
     """What both integrators work with: the control, options, workspace, recorder, snapshots."""
 
     ctrl: Control
-    opts: _TokenOptions
-    work: _Workspace
-    rec: _Recorder
+    opts: TokenOptions
+    work: Workspace
+    rec: Recorder
     snap_times: FloatArray
     #: Progress report ``update(depth)`` (:func:`gtcontrol._progress.progress`; a no-op unless
     #: the command line shows bars), called once per step.
     update: Callable[[float], None] = lambda depth: None
 
 
-def _run_fixed(
-    run: _Run, x: AnyArray, noise: FloatArray | None, gen: np.random.Generator | None
-) -> tuple[AnyArray, _End, int]:
+def run_fixed(
+    run: TokenRun, x: AnyArray, noise: FloatArray | None, gen: np.random.Generator | None
+) -> tuple[AnyArray, RunEnd, int]:
     """Fixed steps over every segment: the final tokens, how it ended, the steps taken."""
     ctrl, opts, work, rec, snap_times = run.ctrl, run.opts, run.work, run.rec, run.snap_times
     breaks = np.asarray(ctrl.breakpoints, dtype=float)
@@ -392,7 +392,7 @@ def _run_fixed(
     snap_idx = _nearest(grid, np.asarray(snap_times, dtype=float))
     g_t = None if noise is None else np.ascontiguousarray(noise.T, dtype=opts.dtype)
     step = _Stepper(
-        _layer_source(ctrl, opts.dtype), work, opts.method == "rk4", g_t, gen, opts.dtype
+        layer_source(ctrl, opts.dtype), work, opts.method == "rk4", g_t, gen, opts.dtype
     )
     rec.add(float(grid[0]), x)
     if 0 in snap_idx:
@@ -409,9 +409,9 @@ def _run_fixed(
                 t_now = float(grid[idx])
                 if rec.t[-1] < t_now:
                     rec.add(t_now, x)
-                return x, _End(Status.BUDGET_EXHAUSTED, t_now, exc.reason), idx
-            if not _in_range(x_new):
-                return x, _End(Status.OVERFLOW, t + h), idx
+                return x, RunEnd(Status.BUDGET_EXHAUSTED, t_now, exc.reason), idx
+            if not in_range(x_new):
+                return x, RunEnd(Status.OVERFLOW, t + h), idx
             x = x_new
             idx += 1
             t_now = t + h if j < steps - 1 else t1
@@ -420,10 +420,10 @@ def _run_fixed(
                 rec.add(t_now, x)
             if idx in snap_idx:
                 rec.snapshot(t_now, x)
-    return x, _DONE, idx
+    return x, DONE, idx
 
 
-def _check_noise_sources(
+def check_noise_sources(
     ctrl: Control, noise: Any, seed: Any, d: int, method: str
 ) -> tuple[FloatArray | None, np.random.Generator | None]:
     """The explicit noise matrix and the generator (``None`` when nothing is noisy)."""

@@ -91,7 +91,7 @@ from .params import Layer
 __all__ = ["token_velocity"]
 
 #: Largest ``block_size`` accepted (query rows per block).
-_MAX_BLOCK = 10**7
+MAX_BLOCK = 10**7
 _SQRT_HALF = math.sqrt(0.5)
 
 AnyArray = NDArray[Any]
@@ -120,7 +120,7 @@ _ACTIVATION_FUNCS: dict[str, Callable[[AnyArray], AnyArray]] = {
 
 
 @dataclass(frozen=True)
-class _Prepared:
+class PreparedLayer:
     """A layer's matrices, transposed for row-token products and cast to the working dtype."""
 
     a_t: AnyArray | None  # Aᵀ, None when A = 0
@@ -134,7 +134,7 @@ class _Prepared:
     factored: tuple[AnyArray, AnyArray, AnyArray, AnyArray, int] | None = None
 
 
-def _prepare(layer: Layer, dtype: np.dtype[Any]) -> _Prepared:
+def prepare_layer(layer: Layer, dtype: np.dtype[Any]) -> PreparedLayer:
     def cast(a: FloatArray) -> AnyArray:
         return np.ascontiguousarray(a, dtype=dtype)
 
@@ -156,7 +156,7 @@ def _prepare(layer: Layer, dtype: np.dtype[Any]) -> _Prepared:
             mean_v = v_h.copy() if mean_v is None else mean_v + v_h
         else:
             soft.append((cast(b_h.T), cast(v_h.T)))
-    return _Prepared(
+    return PreparedLayer(
         a_t=cast(layer.A.T) if np.any(layer.A) else None,
         b=cast(layer.b) if np.any(layer.b) else None,
         ffn=ffn,
@@ -196,7 +196,7 @@ def _prepare_factored(
     return mean_v, (stacked_t(fh.q * fh.scale), stacked_t(fh.k), stacked_t(fh.v), o_t, dh)
 
 
-class _Workspace:
+class Workspace:
     """The tiling, the evaluation counters, the budget and the attention backend of a run.
 
     Every field evaluation ticks ``budget`` (when given), so a spent time limit or evaluation
@@ -242,13 +242,13 @@ class _Workspace:
         self.n_attention = 0
 
 
-def _attention(x: AnyArray, b_t: AnyArray, work: _Workspace) -> AnyArray:
+def _attention(x: AnyArray, b_t: AnyArray, work: Workspace) -> AnyArray:
     """Softmax attention of every token over all tokens, tiled (stable)."""
     # Row i of the queries is B x_i, so (q xᵀ)_ij = x_jᵀ B x_i; the values are the tokens.
     return _softmax(x @ b_t, np.ascontiguousarray(x.T), x, work)
 
 
-def _softmax(q: AnyArray, k_t: AnyArray, values: AnyArray, work: _Workspace) -> AnyArray:
+def _softmax(q: AnyArray, k_t: AnyArray, values: AnyArray, work: Workspace) -> AnyArray:
     """``softmax_j(q_i · k_j)``-weighted rows of ``values``, tiled (stable), on the backend."""
     if work._torch_softmax is not None:
         out: AnyArray = work._torch_softmax(q, k_t, values)
@@ -260,7 +260,7 @@ def _softmax(q: AnyArray, k_t: AnyArray, values: AnyArray, work: _Workspace) -> 
 
 
 def _factored_attention(
-    x: AnyArray, fac: tuple[AnyArray, AnyArray, AnyArray, AnyArray, int], work: _Workspace
+    x: AnyArray, fac: tuple[AnyArray, AnyArray, AnyArray, AnyArray, int], work: Workspace
 ) -> AnyArray:
     """``Σ_h W_O,h W_V,h Attn_h(x_i)`` for factored heads: softmax in ``d_head`` dimensions."""
     q_t, k_t, v_t, o_t, dh = fac
@@ -276,7 +276,7 @@ def _factored_attention(
     return out
 
 
-def _velocity(p: _Prepared, x: AnyArray, work: _Workspace) -> AnyArray:
+def prepared_velocity(p: PreparedLayer, x: AnyArray, work: Workspace) -> AnyArray:
     """``v(x_i) = A x_i + b + W σ(U x_i + c) + Σ_h V_h Attn_h(x_i; μ)`` for all tokens (rows)."""
     if work.budget is not None:
         work.budget.tick()
@@ -296,7 +296,7 @@ def _velocity(p: _Prepared, x: AnyArray, work: _Workspace) -> AnyArray:
     return out
 
 
-def _check_tokens(tokens: Any, d: int) -> FloatArray:
+def check_tokens(tokens: Any, d: int) -> FloatArray:
     x = as_float_array("tokens", tokens, ndim=2)
     if x.shape[0] < 1 or x.shape[1] != d:
         raise InvalidParametersError(
@@ -316,7 +316,7 @@ class _VelocityOptions:
 
     def __post_init__(self) -> None:
         if self.block_size is not None:
-            as_positive_int("block_size", self.block_size, maximum=_MAX_BLOCK)
+            as_positive_int("block_size", self.block_size, maximum=MAX_BLOCK)
         as_choice("backend", self.backend, BACKENDS)
         set_fields(self, dtype=as_float_dtype("dtype", self.dtype))
 
@@ -383,6 +383,6 @@ def token_velocity(
     if not isinstance(layer, Layer):
         raise InvalidParametersError(f"layer: expected a Layer, got {type(layer).__name__}")
     opts = _VelocityOptions(**option_values(_VelocityOptions, locals()))
-    x = _check_tokens(tokens, layer.dim).astype(opts.dtype, copy=False)
-    work = _Workspace(x.shape[0], opts.dtype, opts.block_size, backend=opts.backend)
-    return _velocity(_prepare(layer, work.dtype), x, work)
+    x = check_tokens(tokens, layer.dim).astype(opts.dtype, copy=False)
+    work = Workspace(x.shape[0], opts.dtype, opts.block_size, backend=opts.backend)
+    return prepared_velocity(prepare_layer(layer, work.dtype), x, work)

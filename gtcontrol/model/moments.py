@@ -46,12 +46,12 @@ from .._status import (
 from .._validation import as_positive_int, as_time_limit, frozen, option_values
 from ._blowup_detection import IntegrationEnd
 from ._moment_integrator import (
-    _MAX_STEPS_PER_LAYER,
-    _check_exact,
-    _IntegratorOptions,
-    _Record,
-    _setup,
+    MAX_STEPS_PER_LAYER,
+    IntegratorOptions,
+    MomentRecord,
+    check_exact,
     integrate,
+    setup_run,
 )
 from .field import affine_velocity, moment_field
 from .gaussian import Gaussian, check_gaussian
@@ -174,7 +174,7 @@ def _ranks(covs: FloatArray, budget: Budget) -> tuple[NDArrayInt, int]:
 
 
 def _assemble(
-    rec: _Record, outcome: IntegrationEnd, stats: Mapping[str, Any], budget: Budget
+    rec: MomentRecord, outcome: IntegrationEnd, stats: Mapping[str, Any], budget: Budget
 ) -> Trajectory:
     """The :class:`Trajectory` of the recorded states (ranks measured within ``budget``)."""
     ts, means, covs, factors = rec.arrays()
@@ -201,12 +201,12 @@ def simulate(
     initial: Gaussian,
     T: float | None = None,
     *,
-    rtol: float = _IntegratorOptions.rtol,
-    atol: float = _IntegratorOptions.atol,
-    method: str = _IntegratorOptions.method,
-    n_points: int = _IntegratorOptions.n_points,
-    blowup_factor: float = _IntegratorOptions.blowup_factor,
-    max_step: float = _IntegratorOptions.max_step,
+    rtol: float = IntegratorOptions.rtol,
+    atol: float = IntegratorOptions.atol,
+    method: str = IntegratorOptions.method,
+    n_points: int = IntegratorOptions.n_points,
+    blowup_factor: float = IntegratorOptions.blowup_factor,
+    max_step: float = IntegratorOptions.max_step,
     max_evals: int = DEFAULT_MAX_EVALS,
     time_limit: float | None = None,
 ) -> Trajectory:
@@ -280,9 +280,9 @@ def simulate(
     >>> round(traj.blowup_time, 9)
     1.0
     """
-    opts = _IntegratorOptions(**option_values(_IntegratorOptions, locals()))
+    opts = IntegratorOptions(**option_values(IntegratorOptions, locals()))
     budget = Budget(opts.time_limit)  # the wall clock of the whole call, set-up to ranks
-    setup = _setup(control, initial, T, opts)
+    setup = setup_run(control, initial, T, opts)
     rec, outcome, stats = integrate(setup, opts)
     return _assemble(rec, outcome, stats, budget)
 
@@ -358,11 +358,11 @@ def simulate_discrete(
     array([1.    , 0.25  , 0.0625])
     """
     ctrl = as_control(control, T)
-    steps = as_positive_int("steps_per_layer", steps_per_layer, maximum=_MAX_STEPS_PER_LAYER)
+    steps = as_positive_int("steps_per_layer", steps_per_layer, maximum=MAX_STEPS_PER_LAYER)
     budget = Budget(as_time_limit(time_limit))
     d = ctrl.layer_at(0.0).dim
     g0 = check_gaussian(initial, d)
-    _check_exact(ctrl)
+    check_exact(ctrl)
     breaks = np.asarray(ctrl.breakpoints, dtype=float)
     m, s = g0.mean.copy(), g0.cov.copy()
     ts, means, covs = [0.0], [m], [s]

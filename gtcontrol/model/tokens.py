@@ -34,16 +34,16 @@ from .._linalg import FloatArray
 from .._progress import progress
 from .._status import DEFAULT_MAX_EVALS, Budget, Outcome, ResultFields, Status
 from .._validation import frozen, option_values
-from ._token_adaptive import _run_adaptive
+from ._token_adaptive import run_adaptive
 from ._token_integrators import (
-    _check_noise_sources,
-    _check_times,
-    _Recorder,
-    _Run,
-    _run_fixed,
-    _TokenOptions,
+    Recorder,
+    TokenOptions,
+    TokenRun,
+    check_noise_sources,
+    check_times,
+    run_fixed,
 )
-from .attention import _check_tokens, _Workspace
+from .attention import Workspace, check_tokens
 from .gaussian import Gaussian
 from .params import Control, Layer, Schedule, as_control
 
@@ -285,17 +285,17 @@ def simulate_tokens(
     >>> bool(np.allclose(tr.final_tokens, np.exp(-1.0), rtol=1e-6))
     True
     """
-    opts = _TokenOptions(**option_values(_TokenOptions, locals()))
+    opts = TokenOptions(**option_values(TokenOptions, locals()))
     ctrl = as_control(control, T)
     d = ctrl.layer_at(0.0).dim
-    x = _check_tokens(tokens, d).astype(opts.dtype, copy=False)
+    x = check_tokens(tokens, d).astype(opts.dtype, copy=False)
     breaks = np.asarray(ctrl.breakpoints, dtype=float)
-    snap_times = _check_times(times, float(breaks[-1]))
-    g, gen = _check_noise_sources(ctrl, noise, seed, d, str(opts.method))
+    snap_times = check_times(times, float(breaks[-1]))
+    g, gen = check_noise_sources(ctrl, noise, seed, d, str(opts.method))
 
     budget = Budget(opts.time_limit, max_evals=opts.max_evals)
-    work = _Workspace(x.shape[0], opts.dtype, opts.block_size, budget, backend=opts.backend)
-    rec = _Recorder(opts.record)
+    work = Workspace(x.shape[0], opts.dtype, opts.block_size, budget, backend=opts.backend)
+    rec = Recorder(opts.record)
     stats: dict[str, Any] = {"method": opts.method, "backend": work.backend}
     t_start, t_end = float(breaks[0]), float(breaks[-1])
     # Overflow is detected and reported as a status; silence the intermediate inf/nan warnings.
@@ -303,14 +303,14 @@ def simulate_tokens(
         np.errstate(over="ignore", invalid="ignore", divide="ignore"),
         progress(f"{x.shape[0]} tokens, depth {t_end:g}", total=t_end - t_start) as update,
     ):
-        run = _Run(ctrl, opts, work, rec, snap_times, lambda t: update(t - t_start))
+        run = TokenRun(ctrl, opts, work, rec, snap_times, lambda t: update(t - t_start))
         if opts.adaptive:
-            x, end, adaptive_stats = _run_adaptive(run, x)
+            x, end, adaptive_stats = run_adaptive(run, x)
             stats.update(adaptive_stats)
             n_steps = int(adaptive_stats["steps"])
             stats["nfev"] = work.n_velocity
         else:
-            x, end, n_steps = _run_fixed(run, x, g, gen)
+            x, end, n_steps = run_fixed(run, x, g, gen)
             stats["steps_per_layer"] = opts.steps
     stats.update(
         steps=n_steps,

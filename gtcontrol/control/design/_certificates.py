@@ -775,7 +775,7 @@ class _ParameterSearch:
         return ok / done if done else math.nan
 
 
-def _robustness(
+def robustness_within(
     layer: Layer,
     tgt: Gaussian,
     *,
@@ -915,7 +915,7 @@ def design_robustness(
     as_seed("seed", seed)
     if rel_residual(layer, tgt) > RESIDUAL_TOL:
         raise InvalidParametersError("layer: the target is not an equilibrium of the layer")
-    return _robustness(
+    return robustness_within(
         layer,
         tgt,
         n_directions=check.n_directions,

@@ -16,8 +16,8 @@ import numpy as np
 
 from ..._linalg import FloatArray, spd_sqrt_pair, vech_scale
 from ..._validation import as_float_array
+from ...analysis._field_kernel import covariance_jacobian
 from ...analysis.equilibria import mean_matrix
-from ...analysis.newton import covariance_jacobian
 from ...errors import InvalidGaussianError, InvalidParametersError
 from ...model.gaussian import Gaussian
 from ...model.moments import moment_field
@@ -136,7 +136,7 @@ _LAST_WHITENING: list[tuple[FloatArray, Whitening]] = []
 def orthonormal_cov_jacobian(layer: Layer, cov: FloatArray) -> FloatArray:
     """``DF(Σ)`` on Sym(d) in an orthonormal (Frobenius) basis.
 
-    :func:`gtcontrol.analysis.newton.covariance_jacobian` uses the :func:`vech`
+    :func:`gtcontrol.covariance_jacobian` uses the :func:`vech`
     coordinates ``H_ij`` (i ≤ j); the orthonormal coordinates scale the off-diagonal ones by
     ``√2``: ``J_o = D J D⁻¹`` with ``D = vech_scale(d)``.
     """

@@ -29,15 +29,10 @@ import scipy.optimize
 import scipy.sparse.linalg as sla
 
 from ..._blas import arpack_products
-from ..._linalg import FloatArray
+from ..._linalg import FloatArray, power_of_two
 from ..._status import Budget, Status
 from ...analysis._subspace import reduced_layer
-from ...analysis.stability import (
-    LinearizationSpectrum,
-    SymOperator,
-    _mean_block,
-    _power_of_two,
-)
+from ...analysis.stability import LinearizationSpectrum, SymOperator, mean_block
 from ...model.gaussian import Gaussian
 from ...model.heads import FactoredHeads
 from ...model.params import Layer
@@ -167,7 +162,7 @@ def gains_family(
             best = (g.copy(), spec, lay)
         grad_l, lam_l, phi = _grad_cov(ctx, lay, ops, spec)
         v0 = np.real(phi) + np.imag(phi)
-        kg = _mean_block(lay, ctx.target.mean, ctx.target.cov, ctx.basis)
+        kg = mean_block(lay, ctx.target.mean, ctx.target.cov, ctx.basis)
         grad_k, lam_k = _grad_mean(kg, k_heads)
         g_new = _gains_step(g, lam_l, grad_l, lam_k, grad_k, -ctx.rate * (1.0 + RATE_MARGIN))
         if g_new is None:
@@ -238,7 +233,7 @@ def _left_vector(adj: SymOperator, lam: complex, phi: Any) -> Any:
     when Arnoldi does not converge (the caller falls back to the Rayleigh quotient)."""
     if adj.n <= _DENSE_ADJOINT:
         mat = adj.dense()
-        scale = _power_of_two(mat)  # scipy's eig needs it beyond 1e±138 (stability._dense_pairs)
+        scale = power_of_two(mat)  # scipy's eig needs it beyond 1e±138 (as stability's dense pairs)
         vals, vecs = scipy.linalg.eig(mat / scale, check_finite=False)
         vals = vals * scale
     else:
@@ -259,7 +254,7 @@ def _left_vector(adj: SymOperator, lam: complex, phi: Any) -> Any:
 
 def _grad_mean(k_mat: FloatArray, k_heads: list[FloatArray]) -> tuple[FloatArray, float]:
     """``∂ Re λ / ∂g_h`` at the rightmost eigenvalue of ``K(g)`` (left and right eigenvectors)."""
-    scale = _power_of_two(k_mat)
+    scale = power_of_two(k_mat)
     vals, left, right = scipy.linalg.eig(k_mat / scale, left=True, right=True)
     vals = vals * scale
     j = int(np.argmax(vals.real))

@@ -1,7 +1,7 @@
 """The design problem: the validated request, the closed-form design and the analytic prechecks.
 
 **Request.** The keyword options of :func:`~.mean_matching.design_mean_matching` are validated
-into the frozen :class:`_DesignOptions`; :func:`parse_request` adds the target, the rates, the
+into the frozen :class:`DesignOptions`; :func:`parse_request` adds the target, the rates, the
 rotation, the fixed parts (in original coordinates), and the start and depth of the predicted
 path of the finite-N check (:class:`DesignRequest`).
 
@@ -61,9 +61,9 @@ from ._common import MAX_TOKENS, Whitening, coerce_target
 from ._finite_n import as_initial
 
 __all__ = [
+    "DesignOptions",
     "DesignRequest",
     "Problem",
-    "_DesignOptions",
     "check_rotation",
     "constructive_layer",
     "parse_request",
@@ -76,7 +76,7 @@ DEFAULT_MAX_ITER, DEFAULT_TOL = 3000, 1e-10
 
 
 @dataclass(frozen=True, kw_only=True)
-class _DesignOptions:
+class DesignOptions:
     """Options of :func:`design_mean_matching` (validated when built; private).
 
     The fields are the keywords of the same names of :func:`design_mean_matching`, documented
@@ -197,7 +197,7 @@ class DesignRequest:
     fb: FloatArray | None
     fv: FloatArray | None
     minimum_norm: bool
-    opts: _DesignOptions
+    opts: DesignOptions
     initial: Gaussian
     T: float | None
 
@@ -232,7 +232,7 @@ def parse_request(
     rotation: Any,
     fixed: tuple[Any, Any, Any],
     minimum_norm: Any,
-    opts: _DesignOptions,
+    opts: DesignOptions,
     path: tuple[Any, Any],
 ) -> DesignRequest:
     tgt = coerce_target(target)
@@ -273,7 +273,7 @@ class Problem:
     r_m: float
     r_c: float
     require_global: bool
-    opts: _DesignOptions
+    opts: DesignOptions
 
     @property
     def m_hat(self) -> FloatArray:

@@ -38,8 +38,8 @@ from ._certificates import (
     DesignCertificate,
     Robustness,
     RobustnessCheck,
-    _robustness,
     design_certificate,
+    robustness_within,
     uncertified,
 )
 from ._common import Whitening, param_norm, with_bias
@@ -53,9 +53,9 @@ from ._finite_n import (
 )
 from ._nlp import DesignAttempt, solve_nlp
 from ._problem import (
+    DesignOptions,
     DesignRequest,
     Problem,
-    _DesignOptions,
     constructive_layer,
     parse_request,
     precheck,
@@ -341,7 +341,7 @@ def _robustness_report(req: DesignRequest, out: DesignAttempt, budget: Budget) -
     check = opts.robustness
     if not isinstance(check, RobustnessCheck) or out.certificate.kind == "none":
         return None
-    return _robustness(
+    return robustness_within(
         out.layer,
         req.target,
         n_directions=check.n_directions,
@@ -570,7 +570,7 @@ def design_mean_matching(
     Alcalde, Ji, Zuazua, arXiv:2606.07600 (2026), §4; docs/theory.md §3–5.
     """
     clock = time.perf_counter()
-    opts = _DesignOptions(**option_values(_DesignOptions, locals()))
+    opts = DesignOptions(**option_values(DesignOptions, locals()))
     budget = Budget(as_time_limit(time_limit))
     req = parse_request(
         target,

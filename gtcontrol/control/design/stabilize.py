@@ -113,8 +113,8 @@ from ..._validation import (
 from ...analysis._subspace import active_subspace, reduced_layer
 from ...analysis.stability import (
     LinearizationSpectrum,
-    _spectrum,
     shifted_spectrum,
+    spectrum_on_basis,
 )
 from ...errors import InvalidGaussianError, InvalidParametersError
 from ...model.attention import token_velocity
@@ -681,7 +681,7 @@ class _Context:
         off = self._off_equilibrium(layer, residual)
         if off is not None:
             return off
-        return _spectrum(
+        return spectrum_on_basis(
             layer,
             self.target,
             self.basis,

@@ -18,14 +18,16 @@ import numpy as np
 from matplotlib.axes import Axes
 
 from .._display import legend
+from .._docstring import fill
 from ..analysis.regime_figures import RegimeFigureData
 from ..errors import InvalidParametersError
 from ..model._figures import draw_covariance
-from .core import finish, new_figure, panels
+from .core import FIGURE_DOCS, finish, new_figure, panels
 
 __all__ = ["plot_cone", "plot_covariance_eigenvalues"]
 
 
+@fill(**FIGURE_DOCS)
 def plot_covariance_eigenvalues(
     data: RegimeFigureData, path: str | Path | None = None, *, ax: Axes | None = None
 ) -> Axes:
@@ -38,15 +40,10 @@ def plot_covariance_eigenvalues(
     ----------
     data
         The figure data of :func:`gtcontrol.analysis.regime_figures.regime_figure_data`.
-    path
-        Where to write the PNG (``None``: not saved).
-    ax
-        The Axes to draw on; ``None``: a new figure.
+    %(path)s
+    %(ax)s
 
-    Returns
-    -------
-    matplotlib.axes.Axes
-        The Axes drawn on.
+    %(axes_returned)s
 
     Examples
     --------
@@ -74,6 +71,7 @@ def plot_covariance_eigenvalues(
     return a
 
 
+@fill(**FIGURE_DOCS)
 def plot_cone(
     data: RegimeFigureData, path: str | Path | None = None, *, ax: Sequence[Axes] | None = None
 ) -> tuple[Axes, Axes]:
@@ -87,8 +85,7 @@ def plot_cone(
     ----------
     data
         The figure data of a 2-dimensional layer.
-    path
-        Where to write the PNG (``None``: not saved).
+    %(path)s
     ax
         Two Axes to draw on, the first a 3-d one (``projection="3d"``); ``None``: a new figure.
 

@@ -19,6 +19,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from .._display import legend
+from .._docstring import fill
 from .._linalg import FloatArray
 from .._validation import MAX_SAMPLES, as_positive_int
 from ..analysis._figures import draw_convergence
@@ -35,6 +36,13 @@ __all__ = [
     "plot_token_clouds",
     "save_figure",
 ]
+
+#: The docstring entries every figure function shares (spliced in by `_docstring.fill`).
+FIGURE_DOCS = {
+    "path": "path\n    Where to write the PNG (``None``: not saved).",
+    "ax": "ax\n    The Axes to draw on; ``None``: a new figure.",
+    "axes_returned": "Returns\n-------\nmatplotlib.axes.Axes\n    The Axes drawn on.",
+}
 
 
 def new_figure(*, width: float = 8.0, height: float = 3.4) -> Figure:
@@ -160,6 +168,7 @@ def finish(axes: Sequence[Axes], path: str | Path | None, *, title: str = "") ->
         save_figure(fig, path)
 
 
+@fill(**FIGURE_DOCS)
 def plot_moments(
     traj: Trajectory,
     path: str | Path | None = None,
@@ -179,8 +188,7 @@ def plot_moments(
     ----------
     traj
         The moment trajectory.
-    path
-        Where to write the PNG (``None``: not saved).
+    %(path)s
     ax
         Two Axes to draw on (mean, eigenvalues); ``None``: a new figure.
     title
@@ -220,6 +228,7 @@ def plot_moments(
     return ax_m, ax_s
 
 
+@fill(**FIGURE_DOCS)
 def plot_token_clouds(
     snapshots: Sequence[tuple[float, FloatArray]],
     predicted: Trajectory,
@@ -237,8 +246,7 @@ def plot_token_clouds(
         ``(t, tokens)`` pairs (e.g. :attr:`gtcontrol.TokenTrajectory.snapshots`).
     predicted
         The moment trajectory; the ellipse comes from its recorded depth closest to ``t``.
-    path
-        Where to write the PNG (``None``: not saved).
+    %(path)s
     ax
         One Axes per snapshot; ``None``: a new figure.
     max_points
@@ -276,6 +284,7 @@ def plot_token_clouds(
     return axes
 
 
+@fill(**FIGURE_DOCS)
 def plot_convergence(
     n_tokens: Sequence[int],
     errors: Mapping[str, Sequence[float] | FloatArray],
@@ -292,17 +301,12 @@ def plot_convergence(
         The token counts ``N``.
     errors
         Error curves by label, one value per ``N``.
-    path
-        Where to write the PNG (``None``: not saved).
-    ax
-        The Axes to draw on; ``None``: a new figure.
+    %(path)s
+    %(ax)s
     title
         Axes title, drawn as plain text (no mathtext: a `$` is a dollar sign).
 
-    Returns
-    -------
-    matplotlib.axes.Axes
-        The Axes drawn on.
+    %(axes_returned)s
 
     Examples
     --------

@@ -15,15 +15,17 @@ import numpy as np
 from matplotlib.axes import Axes
 
 from .._display import legend
+from .._docstring import fill
 from .._linalg import FloatArray
 from .._validation import as_positive_float
 from ..analysis._figures import draw_filter_difference, draw_filter_entries
 from ..control._figures import draw_design_errors, draw_lambda_paths, draw_stabilization
-from .core import finish, panels
+from .core import FIGURE_DOCS, finish, panels
 
 __all__ = ["plot_design_convergence", "plot_filter_covariance", "plot_stabilization"]
 
 
+@fill(**FIGURE_DOCS)
 def plot_design_convergence(
     t: FloatArray,
     mean_error: FloatArray,
@@ -47,8 +49,7 @@ def plot_design_convergence(
         Depths ``(n,)``.
     mean_error, cov_error
         Errors ``(starts, n)``.
-    path
-        Where to write the PNG (``None``: not saved).
+    %(path)s
     ax
         Two Axes to draw on (mean, covariance); ``None``: a new figure.
     rate, cov_rate
@@ -85,6 +86,7 @@ def plot_design_convergence(
     return ax_m, ax_s
 
 
+@fill(**FIGURE_DOCS)
 def plot_filter_covariance(
     t: FloatArray,
     filter_cov: FloatArray,
@@ -106,8 +108,7 @@ def plot_filter_covariance(
         Depths ``(n,)``.
     filter_cov, transformer_cov
         ``P(t)`` and ``Σ(t)``, ``(n, d, d)``.
-    path
-        Where to write the PNG (``None``: not saved).
+    %(path)s
     ax
         Two Axes to draw on; ``None``: a new figure.
     steady
@@ -137,6 +138,7 @@ def plot_filter_covariance(
     return ax_c, ax_e
 
 
+@fill(**FIGURE_DOCS)
 def plot_stabilization(
     curves: Mapping[str, tuple[FloatArray, FloatArray]],
     before: Any,
@@ -160,8 +162,7 @@ def plot_stabilization(
         The runs to draw, e.g. from :class:`gtcontrol.Stabilization`'s ``verification``.
     before, after
         Eigenvalues (complex), or ``None``.
-    path
-        Where to write the PNG (``None``: not saved).
+    %(path)s
     ax
         Two Axes to draw on; ``None``: a new figure.
     rate

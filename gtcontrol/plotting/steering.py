@@ -17,6 +17,7 @@ import numpy as np
 from matplotlib.axes import Axes
 
 from .._display import legend
+from .._docstring import fill
 from .._linalg import FloatArray
 from .._validation import MAX_SAMPLES, as_positive_int
 from ..control._figures import draw_distance, draw_parameter_norms
@@ -24,7 +25,7 @@ from ..model._figures import draw_eigenvalues, draw_mean, mark_depths
 from ..model.gaussian import Gaussian
 from ..model.moments import Trajectory
 from ..model.params import Schedule
-from .core import finish, panels
+from .core import FIGURE_DOCS, finish, panels
 
 __all__ = [
     "plot_added_control",
@@ -35,6 +36,7 @@ __all__ = [
 ]
 
 
+@fill(**FIGURE_DOCS)
 def plot_steering_moments(
     traj: Trajectory,
     target: Gaussian,
@@ -56,8 +58,7 @@ def plot_steering_moments(
         The moments along depth (e.g. ``SteeringResult.trajectory``).
     target
         The Gaussian steered to.
-    path
-        Where the PNG is written (``None``: not saved).
+    %(path)s
     ax
         Three Axes to draw on; ``None``: a new figure.
     breakpoints
@@ -96,6 +97,7 @@ def plot_steering_moments(
     return ax_m, ax_s, ax_w
 
 
+@fill(**FIGURE_DOCS)
 def plot_parameter_norms(
     schedule: Schedule, path: str | Path | None = None, *, ax: Axes | None = None, title: str = ""
 ) -> Axes:
@@ -105,17 +107,12 @@ def plot_parameter_norms(
     ----------
     schedule
         The layers (e.g. ``SteeringResult.controls``).
-    path
-        Where the PNG is written (``None``: not saved).
-    ax
-        The Axes to draw on; ``None``: a new figure.
+    %(path)s
+    %(ax)s
     title
         Axes title (none when empty), drawn as plain text (no mathtext).
 
-    Returns
-    -------
-    matplotlib.axes.Axes
-        The Axes drawn on.
+    %(axes_returned)s
 
     Examples
     --------
@@ -138,6 +135,7 @@ def _spread(eigenvalues: FloatArray) -> tuple[FloatArray, FloatArray]:
     return lam[:, -1], lam.sum(axis=1)
 
 
+@fill(**FIGURE_DOCS)
 def plot_steering_summary(
     traj: Trajectory,
     target: Gaussian,
@@ -165,8 +163,7 @@ def plot_steering_summary(
     eigenvalues
         The covariance eigenvalues of each recorded depth, ascending, shape ``(len(traj), d)``
         (e.g. ``stack_eigenvalues(traj.cov)``: computed once for the record and the figure).
-    path
-        Where the PNG is written (``None``: not saved).
+    %(path)s
     ax
         Three Axes to draw on; ``None``: a new figure.
     breakpoints
@@ -221,6 +218,7 @@ def plot_steering_summary(
     return ax_s, ax_m, ax_w
 
 
+@fill(**FIGURE_DOCS)
 def plot_added_control(
     added_A: Sequence[FloatArray],
     added_b: Sequence[FloatArray],
@@ -235,17 +233,12 @@ def plot_added_control(
     ----------
     added_A, added_b
         The additions of each sublayer (the returned layers' ``A``, ``b`` less the base's).
-    path
-        Where the PNG is written (``None``: not saved).
-    ax
-        The Axes to draw on; ``None``: a new figure.
+    %(path)s
+    %(ax)s
     title
         Axes title (none when empty), drawn as plain text (no mathtext).
 
-    Returns
-    -------
-    matplotlib.axes.Axes
-        The Axes drawn on.
+    %(axes_returned)s
 
     Examples
     --------
@@ -273,6 +266,7 @@ def plot_added_control(
     return a
 
 
+@fill(**FIGURE_DOCS)
 def plot_base_against_steered(
     steered: tuple[FloatArray, FloatArray],
     base: tuple[FloatArray, FloatArray] | None,
@@ -290,8 +284,7 @@ def plot_base_against_steered(
     steered, base
         ``(t, covariance eigenvalues)`` of each flow (ascending eigenvalues, one row per
         depth); ``base`` may stop at its blow-up, marked at ``blowup_time``; ``None``: not drawn.
-    path
-        Where the PNG is written (``None``: not saved).
+    %(path)s
     ax
         Two Axes to draw on; ``None``: a new figure.
     blowup_time

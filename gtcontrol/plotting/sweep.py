@@ -18,9 +18,10 @@ from matplotlib.axes import Axes
 from matplotlib.colors import BoundaryNorm, ListedColormap
 from matplotlib.patches import Patch
 
+from .._docstring import fill
 from .._linalg import FloatArray
 from ..errors import InvalidParametersError
-from .core import finish, panels
+from .core import FIGURE_DOCS, finish, panels
 
 __all__ = ["CATEGORY_COLORS", "plot_phase_diagram"]
 
@@ -78,6 +79,7 @@ def _as_values(name: str, values: Sequence[float] | FloatArray, n: int, log: boo
     return arr
 
 
+@fill(**FIGURE_DOCS)
 def plot_phase_diagram(
     x: Sequence[float] | FloatArray,
     y: Sequence[float] | FloatArray | None,
@@ -104,8 +106,7 @@ def plot_phase_diagram(
         The regime kind (or status) of every point: the cell's colour
         (:data:`CATEGORY_COLORS`; unknown names get further colours). The legend lists the
         categories present.
-    path
-        Where to write the PNG (``None``: not saved).
+    %(path)s
     blowup_time
         Blow-up time of every point (``inf`` or NaN: none); finite ones are written in their
         cells when the grid has at most 24 cells a side.
@@ -115,8 +116,7 @@ def plot_phase_diagram(
         Logarithmic axes (cells span geometric midpoints).
     title
         Title (plain text: a ``$`` is a dollar sign).
-    ax
-        The Axes to draw on; ``None``: a new figure.
+    %(ax)s
 
     Returns
     -------

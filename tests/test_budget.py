@@ -138,7 +138,7 @@ CASES: dict[str, Callable[[float], Any]] = {
     ),
     "simulate_closure": lambda tl: gt.simulate_closure(
         stiff_layer().replace(
-            ffn=gt.FeedForward(W=np.eye(D), U=np.eye(D), c=np.zeros(D), activation="relu")
+            ffn=gt.FeedForward(np.eye(D), np.eye(D), b_in=np.zeros(D), activation="relu")
         ),
         gauss(),
         T=1e4,

@@ -3,13 +3,13 @@
 An experiment of the paper (Alcalde, Ji, Zuazua, arXiv:2606.07600 (2026)), token level against
 gtcontrol's moment model: :func:`feedforward_closeness` runs a layer with one stabilizing head and
 a feed-forward ``W_out σ(W_in x + b_in)``, ``σ`` identity or ReLU. With the identity the law
-stays Gaussian and the moment ODE is exact; with ReLU it is not. The Gaussian moment flow for ReLU is the
-**Gaussian closure** (:func:`gtcontrol.simulate_closure`): the moment ODE of the layer whose
+stays Gaussian and the moment ODE is exact; with ReLU it is not. The Gaussian moment flow for ReLU
+is the **Gaussian closure** (:func:`gtcontrol.simulate_closure`): the moment ODE of the layer whose
 feed-forward is replaced, at each depth, by its statistical linearization under the current
-Gaussian (``E σ(a)`` and ``D = diag E σ'(a)``, ``a = W_in x + b_in``), which gives the exact ``dm/dt``
-and ``dΣ/dt`` *at* a Gaussian state (Stein's lemma). The sliced 2-Wasserstein distance between
-the tokens and that flow, and between the tokens and their own moment-matched Gaussian, is
-recorded along depth: at ``t = 0`` both are pure sampling error.
+Gaussian (``E σ(a)`` and ``D = diag E σ'(a)``, ``a = W_in x + b_in``), which gives the exact
+``dm/dt`` and ``dΣ/dt`` *at* a Gaussian state (Stein's lemma). The sliced 2-Wasserstein
+distance between the tokens and that flow, and between the tokens and their own moment-matched
+Gaussian, is recorded along depth: at ``t = 0`` both are pure sampling error.
 """
 
 from __future__ import annotations
@@ -237,8 +237,8 @@ def feedforward_closeness(
 
     The layer has one stabilizing head (``V = −½ I``, ``B ≻ 0``) and a feed-forward
     ``W_out σ(W_in x + b_in)`` with ``k = 2d`` hidden units (seeded, ``W_in`` rows of norm ~1.5,
-    ``b_in ~ N(0, ½)``, ``W_out ~ N(0, 1/k)``). Tokens move by RK4 (10 steps per unit depth); the flow is
-    :func:`gtcontrol.simulate_closure`.
+    ``b_in ~ N(0, ½)``, ``W_out ~ N(0, 1/k)``). Tokens move by RK4 (10 steps per unit depth);
+    the flow is :func:`gtcontrol.simulate_closure`.
 
     Parameters
     ----------

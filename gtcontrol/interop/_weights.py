@@ -33,7 +33,7 @@ from scipy.special import expit, ndtr
 
 from .._linalg import FloatArray, sym
 from .._readonly import ReadOnlyArrays
-from .._validation import as_float_array, as_positive_float, as_positive_int, frozen, set_fields
+from .._validation import as_float_array, as_positive_int, frozen, set_fields
 from ..errors import InvalidParametersError
 from ..model.gaussian_closure import activation_moments
 from ..model.heads import FactoredHeads

@@ -277,7 +277,8 @@ def _factored_attention(
 
 
 def prepared_velocity(p: PreparedLayer, x: AnyArray, work: Workspace) -> AnyArray:
-    """``v(x_i) = A x_i + b + W_out σ(W_in x_i + b_in) + Σ_h V_h Attn_h(x_i; μ)`` for all tokens (rows)."""
+    """``v(x_i) = A x_i + b + W_out σ(W_in x_i + b_in) + Σ_h V_h Attn_h(x_i; μ)``, every token
+    (rows)."""
     if work.budget is not None:
         work.budget.tick()
     out = x @ p.a_t if p.a_t is not None else np.zeros_like(x)

@@ -1,9 +1,9 @@
 """The moment-matched Gaussian flow of a layer with a ReLU/GELU feed-forward (Gaussian closure).
 
-A feed-forward ``W_out σ(W_in x + b_in)`` with ``σ`` ReLU or GELU does not keep Gaussians Gaussian, so
-the moment ODE of :mod:`gtcontrol.model.moments` does not apply (docs/theory.md §2). The Gaussian
-closure keeps, at every depth, the Gaussian ``N(m, Σ)`` with the moments of the current law and
-moves it with the exact moment derivatives *at* that Gaussian: with
+A feed-forward ``W_out σ(W_in x + b_in)`` with ``σ`` ReLU or GELU does not keep Gaussians
+Gaussian, so the moment ODE of :mod:`gtcontrol.model.moments` does not apply (docs/theory.md
+§2). The Gaussian closure keeps, at every depth, the Gaussian ``N(m, Σ)`` with the moments of
+the current law and moves it with the exact moment derivatives *at* that Gaussian: with
 ``a = W_in x + b_in ~ N(W_in m + b_in, W_in Σ W_inᵀ)``, Stein's lemma gives
 ``E[σ(a) (x − m)ᵀ] = D W_in Σ`` with
 ``D = diag E σ'(a)``, so the feed-forward enters ``dm/dt`` and ``dΣ/dt`` exactly as its

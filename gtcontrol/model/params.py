@@ -42,7 +42,7 @@ _ACTIVATIONS = ("identity", "relu", "gelu")
 
 @dataclass(frozen=True, eq=False, init=False)
 class FeedForward(ReadOnlyArrays):
-    """A token-level feed-forward term ``W_out σ(W_in x + b_in)`` (added to the layer's ``A x + b``).
+    """A token-level feed-forward ``W_out σ(W_in x + b_in)`` (added to the layer's ``A x + b``).
 
     With ``activation="identity"`` it is affine (``W_out W_in x + W_out b_in``) and the moment
     model stays exact; ``"relu"`` and ``"gelu"`` (exact erf form) are outside the Gaussian theory

@@ -175,10 +175,10 @@ def simulate_tokens(
     Each token follows ``dx/dt = A x + b [+ W_out σ(W_in x + b_in)] + Σ_h V_h Attn_h(x; μ_t)``
     with ``μ_t`` the empirical measure of the tokens and
     ``Attn_h(x; μ) = Σ_j x_j e^{x_jᵀB_h x} / Σ_j e^{x_jᵀB_h x}`` (docs/theory.md §1). With
-    ``noise = G`` and ``method="euler"`` it is the noisy model ``dx = v(x) dt + G dW`` (independent Brownian motions per token, docs/theory.md §6), whose
-    Gaussian counterpart is ``dΣ/dt = MΣ + ΣMᵀ + GGᵀ``. Fixed-step methods step exactly onto
-    every breakpoint of a piecewise-constant model. Numerical trouble never raises: it is the
-    result's ``status``.
+    ``noise = G`` and ``method="euler"`` it is the noisy model ``dx = v(x) dt + G dW``
+    (independent Brownian motions per token, docs/theory.md §6), whose Gaussian counterpart is
+    ``dΣ/dt = MΣ + ΣMᵀ + GGᵀ``. Fixed-step methods step exactly onto every breakpoint of a
+    piecewise-constant model. Numerical trouble never raises: it is the result's ``status``.
 
     Parameters
     ----------

@@ -382,14 +382,14 @@ def _contradiction(res: Any) -> str:
         if res.gap == res.gap and res.kinetic_energy < res.lower_bound - scale:
             return f"{name}: kinetic energy {res.kinetic_energy:.6g} below W2²/T"
     if isinstance(res, gc.MeanMatchingDesign):
-        if not res.certificate.valid:
+        if not res.certificate.success:
             return f"{name}: success without a valid certificate"
-        if res.ess is not None and res.ess.min_ess is not None and not res.ess.ok:
+        if res.ess is not None and res.ess.min_ess is not None and not res.ess.success:
             return f"{name}: success although min_ess is not met ({res.ess.message})"
         if res.token_certificate is not None and not res.token_certificate.success:
             return f"{name}: success with a failed token check"
     if isinstance(res, gc.TokenCertificate):
-        if not (res.valid and res.w2 <= res.w2_factor * res.floor):
+        if not res.w2 <= res.w2_factor * res.floor:
             return f"{name}: success but not token-valid"
     if isinstance(res, gc.Trajectory) and not np.all(np.isfinite(res.cov)):
         return f"{name}: success with non-finite moments"

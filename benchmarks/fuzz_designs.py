@@ -317,13 +317,13 @@ def contradiction(res: dict[str, Any]) -> str:
     out = res.get("outputs", {})
     task = res.get("task")
     if task == "design":
-        if not out.get("certificate", {}).get("valid", True):
+        if not out.get("certificate", {}).get("success", True):
             return "design: success without a valid certificate"
         ess = out.get("ess")
         if ess and ess.get("min_ess") is not None and ess.get("status") != "success":
             return f"design: success although min_ess is not met ({ess.get('message')})"
         tc = out.get("token_certificate")
-        if tc and not tc.get("valid", True):
+        if tc and not tc.get("success", True):
             return "design: success with a failed token check"
     if task == "steer":
         err = out.get("terminal_error")

@@ -13,6 +13,7 @@ import typing
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import gtcontrol
@@ -527,7 +528,8 @@ VOCABULARY = {
     "bounds": ("entry_bounds", "norm_bounds", "cov_bound"),  # SteeringBounds(entry=, norm=, cov=)
     "collocation": ("intervals", "max_corrections", "parallelization", "cache"),  # Collocation
     "newton": ("kron_max_dim", "deflation_power", "deflation_shift"),  # NewtonSettings
-    # weight matrices are upper case, as A, B, V, W, U (Layer.from_projections, AttentionWeights)
+    # weight matrices are upper case, as A, B, V (Layer.from_projections, AttentionWeights,
+    # FeedForward, FeedForwardWeights); a feed-forward's are W_in, W_out (nn.Linear layout)
     "W_Q": ("w_q", "wq"),
     "W_K": ("w_k", "wk"),
     "W_V": ("w_v", "wv"),
@@ -536,8 +538,8 @@ VOCABULARY = {
     "b_K": ("b_k", "bk"),
     "b_V": ("b_v", "bv"),
     "b_O": ("b_o", "bo"),
-    "W_in": ("w_in",),
-    "W_out": ("w_out",),
+    "W_in": ("w_in", "U"),
+    "W_out": ("w_out", "W"),
 }
 _FORBIDDEN = {old: new for new, olds in VOCABULARY.items() for old in olds}
 #: Names refused only for a count: ``layers`` is a sequence (of layers, or of layer indices)
@@ -574,6 +576,110 @@ def test_one_keyword_spelling_per_idea() -> None:
             if p in _FORBIDDEN_FOR_INT and param.annotation in (int, "int"):
                 bad.append(f"{name}({p}: int): a count, use {_FORBIDDEN_FOR_INT[p]}")
     assert not bad, "\n".join(bad)
+
+
+#: Second spellings of a result's ``success``, refused as attributes of a result class (as
+#: ``PathEss.ok`` and ``DesignCertificate.valid`` were): ``.success`` is the one.
+_SUCCESS_ALIASES = ("ok", "valid", "is_valid", "succeeded", "passed")
+
+
+def _attributes(cls: type) -> set[str]:
+    """A class's public attributes: its dataclass fields, properties and methods."""
+    fields = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
+    return {a for a in fields | set(dir(cls)) if not a.startswith("_")}
+
+
+def test_a_result_spells_its_success_one_way() -> None:
+    bad = [
+        f"{name}.{a}: use .success"
+        for name, cls in sorted(_result_classes().items())
+        for a in _SUCCESS_ALIASES
+        if a in _attributes(cls)
+    ]
+    assert not bad, "\n".join(bad)
+
+
+#: The arrays of a feed-forward ``W_out σ(W_in x + b_in) + b_out``, in nn.Linear layout: the
+#: one spelling of :class:`gtcontrol.FeedForward` and :class:`gtcontrol.interop.FeedForwardWeights`.
+_FEED_FORWARD_NAMES = {"W_in", "W_out", "b_in", "b_out", "activation", "gated"}
+
+
+def test_a_feed_forward_spells_its_weights_one_way() -> None:
+    """Every public value with an ``activation`` (a feed-forward; a result such as
+    ``ClosenessCurve`` names the activation it was run with) names its fields and keywords from
+    one set (``FeedForward(W, U, c)`` beside ``FeedForwardWeights(W_in, W_out, ...)`` was
+    two spellings)."""
+    found, bad = [], []
+    for name, obj in _public_callables():
+        if not (inspect.isclass(obj) and dataclasses.is_dataclass(obj)):
+            continue
+        fields = {f.name for f in dataclasses.fields(obj)}
+        if "activation" not in fields or _is_result_class(obj):
+            continue
+        found.append(name)
+        names = fields | set(_signature_params(obj))
+        bad += [f"{name}.{n}" for n in sorted(names - _FEED_FORWARD_NAMES)]
+    assert {"gtcontrol.FeedForward", "gtcontrol.interop.FeedForwardWeights"} <= set(found), found
+    assert not bad, f"feed-forward names outside {sorted(_FEED_FORWARD_NAMES)}: {bad}"
+
+
+_DenseHeads = tuple[tuple[np.ndarray, np.ndarray], ...]
+
+
+def _heads_from_projections() -> dict[str, typing.Callable[..., _DenseHeads]]:
+    """The public constructors of attention heads from nn.Linear projections, each reduced to
+    the dense heads ``((V_h, B_h), ...)`` it builds."""
+
+    def home(*w: object, **kw: object) -> _DenseHeads:
+        return gtcontrol.FactoredHeads.from_projections(*w, **kw).dense()  # type: ignore[arg-type]
+
+    def layer(*w: object, **kw: object) -> _DenseHeads:
+        return gtcontrol.Layer.from_projections(*w, **kw).heads  # type: ignore[arg-type]
+
+    def weights(*w: object, **kw: object) -> _DenseHeads:
+        att = gtcontrol.interop.AttentionWeights(*w, **kw)  # type: ignore[arg-type]
+        assert att.layer().n_heads == att.n_heads  # the affine lift builds on the home too
+        return att.dense_heads()
+
+    return {
+        "FactoredHeads.from_projections": home,
+        "Layer.from_projections": layer,
+        "AttentionWeights": weights,
+    }
+
+
+def test_attention_from_projections_has_one_home() -> None:
+    """``FactoredHeads.from_projections`` is the one home of the head split, its checks and the
+    default scale: the other constructors from projections build the same heads from the same
+    weights, bit for bit, and refuse the same bad weights with the same message."""
+    rng = np.random.default_rng(0)
+    wq, wk, wv = (rng.standard_normal((4, 3)) for _ in range(3))
+    wo = rng.standard_normal((3, 4))
+    builders = _heads_from_projections()
+    reference = builders["FactoredHeads.from_projections"](wq, wk, wv, wo, n_heads=2)
+    for name, build in builders.items():
+        heads = build(wq, wk, wv, wo, n_heads=2)
+        assert len(heads) == len(reference) == 2, name
+        for (v, b), (v0, b0) in zip(heads, reference):
+            np.testing.assert_array_equal(v, v0, err_msg=name)
+            np.testing.assert_array_equal(b, b0, err_msg=name)
+    nan_v = wv.copy()
+    nan_v[0, 0] = np.nan
+    bad_cases = {
+        "n_heads not dividing": ((wq, wk, wv, wo), {"n_heads": 3}),
+        "W_K of another shape": ((wq, wk[:2], wv, wo), {"n_heads": 2}),
+        "W_O not transposed": ((wq, wk, wv, wo.T), {"n_heads": 2}),
+        "empty W_Q": ((np.zeros((0, 3)), wk, wv, wo), {"n_heads": 2}),
+        "NaN in W_V": ((wq, wk, nan_v, wo), {"n_heads": 2}),
+        "negative scale": ((wq, wk, wv, wo), {"n_heads": 2, "scale": -1.0}),
+    }
+    for case, (w, kw) in bad_cases.items():
+        messages = {}
+        for name, build in builders.items():
+            with pytest.raises(gtcontrol.InvalidParametersError) as err:
+                build(*w, **kw)
+            messages[name] = str(err.value)
+        assert len(set(messages.values())) == 1, (case, messages)
 
 
 #: The option families of the public API, by the keyword that takes them.

@@ -52,13 +52,13 @@ def _former_velocity(layer: Layer, x: np.ndarray) -> np.ndarray:
     out = x @ layer.A.T + layer.b
     if layer.ffn is not None:
         f = layer.ffn
-        z = x @ f.U.T + f.c
+        z = x @ f.W_in.T + f.b_in
         act = {
             "identity": z,
             "relu": np.maximum(z, 0.0),
             "gelu": 0.5 * z * (1.0 + np.vectorize(math.erf)(z / math.sqrt(2.0))),
         }[f.activation]
-        out = out + act @ f.W.T
+        out = out + act @ f.W_out.T
     for v_h, b_h in layer.heads:
         out = out + _former_softmax(x @ b_h.T, x.T, x, 64) @ v_h.T
     return out
@@ -69,7 +69,10 @@ def _layers(rng: np.random.Generator, d: int) -> dict[str, Layer]:
         return scale * rng.standard_normal((d, d)) / math.sqrt(d)
 
     heads = [(m(), m(0.7)), (m(), m(0.3)), (m(), None)]
-    ffn = {a: FeedForward(m(), m(), rng.standard_normal(d), activation=a) for a in ("relu", "gelu")}
+    ffn = {
+        a: FeedForward(W_out=m(), W_in=m(), b_in=rng.standard_normal(d), activation=a)
+        for a in ("relu", "gelu")
+    }
     wq, wk, wv = (rng.standard_normal((12, d)) / math.sqrt(d) for _ in range(3))
     wo = rng.standard_normal((d, 12)) / math.sqrt(12)
     return {

@@ -119,7 +119,7 @@ def design() -> gt.MeanMatchingDesign:
         min_ess=None,
         time_limit=1.0,
     )
-    assert res.certificate.valid
+    assert res.certificate.success
     return res
 
 
@@ -138,7 +138,7 @@ CASES: dict[str, Callable[[float], Any]] = {
     ),
     "simulate_closure": lambda tl: gt.simulate_closure(
         stiff_layer().replace(
-            ffn=gt.FeedForward(W=np.eye(D), U=np.eye(D), c=np.zeros(D), activation="relu")
+            ffn=gt.FeedForward(np.eye(D), np.eye(D), b_in=np.zeros(D), activation="relu")
         ),
         gauss(),
         T=1e4,
@@ -346,7 +346,7 @@ def test_constructive_design_refuses_a_certificate_that_cannot_fit() -> None:
     wall = time.perf_counter() - t0
     assert wall <= allowed(0.05), f"{wall:.2f} s"
     assert res.status is gt.Status.BUDGET_EXHAUSTED
-    assert res.certificate.status is gt.Status.BUDGET_EXHAUSTED and not res.certificate.valid
+    assert res.certificate.status is gt.Status.BUDGET_EXHAUSTED and not res.certificate.success
     assert "the certificate was not started" in res.message
     # the layer is the closed form all the same: the target is its equilibrium
     from gtcontrol.analysis.stability import equilibrium_residuals

@@ -252,7 +252,7 @@ def test_cli_design_keeps_fixed_b_and_certifies(tmp_path: Path) -> None:
     assert main(["run", str(ROOT / "designs" / "design.toml"), "-o", str(tmp_path / "d")]) == 0
     res = json.loads((tmp_path / "d" / "result.json").read_text())
     out = res["outputs"]
-    assert out["success"] and out["certificate"]["valid"] and out["fixed"] == ["B"]
+    assert out["success"] and out["certificate"]["success"] and out["fixed"] == ["B"]
     fixed_b = load_design(ROOT / "designs" / "design.toml").raw["layer"]["B"]
     assert out["layer"]["B"] == fixed_b  # bit-identical after the JSON round trip
     # the designed layer, read back as a design, has the target as its equilibrium
@@ -294,7 +294,9 @@ def test_cli_design_keeps_the_softmax_healthy_and_certifies_on_tokens(tmp_path: 
     ess, cert = res["outputs"]["ess"], res["outputs"]["token_certificate"]
     assert ess["status"] == "success" and ess["min_ess"] == 0.5
     assert np.min(ess["worst"]) >= 0.5 and res["summary"]["predicted_min_ess"] >= 0.5
-    assert cert["valid"] and cert["n_tokens"] == 256 and res["summary"]["token_certificate_valid"]
+    assert (
+        cert["success"] and cert["n_tokens"] == 256 and res["summary"]["token_certificate_success"]
+    )
     # without the token bound the heads keep the closed form's scale, and no tokens run
     (tmp_path / "c.toml").write_text(text + "min_ess = 0.0\n")
     assert main(["run", str(tmp_path / "c.toml"), "-o", str(tmp_path / "c")]) == 0

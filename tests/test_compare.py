@@ -103,7 +103,9 @@ def test_integration_error_above_the_statistical_error_is_not_consistent() -> No
 def test_relu_feedforward_is_compared_against_the_gaussian_closure() -> None:
     """Formerly refused (no exact moment ODE); now the tokens are compared against the
     moment-matched Gaussian flow, checked here against an independent integration of it."""
-    ffn = FeedForward([[0.5, 0.2], [-0.1, 0.4]], [[1.0, 0.3], [-0.2, 1.0]], [0.1, -0.2])
+    ffn = FeedForward(
+        W_out=[[0.5, 0.2], [-0.1, 0.4]], W_in=[[1.0, 0.3], [-0.2, 1.0]], b_in=[0.1, -0.2]
+    )
     lay = Layer(A=-0.3 * np.eye(2), B=[[0.5, 0.1], [0.0, 0.4]], V=-0.5, ffn=ffn)
     g0 = Gaussian([0.3, -0.1], [[1.0, 0.2], [0.2, 0.6]])
     cmp = compare_tokens(lay, g0, 1.0, n_tokens=(64, 256), repeats=2)
@@ -123,7 +125,7 @@ def test_gaussian_closure_is_the_moment_ode_for_affine_layers_and_stein_exact() 
         A=-0.4 * np.eye(2),
         B=0.3 * np.eye(2),
         V=-0.5,
-        ffn=FeedForward(w, u, c, activation="identity"),
+        ffn=FeedForward(u, w, b_in=c, activation="identity"),
     )
     g0 = Gaussian([0.2, -0.4], [[0.7, 0.1], [0.1, 0.4]])
     a, b = simulate_closure(lay, g0, 1.5), simulate(lay, g0, 1.5)
@@ -131,7 +133,7 @@ def test_gaussian_closure_is_the_moment_ode_for_affine_layers_and_stein_exact() 
     np.testing.assert_allclose(a.final.mean, b.final.mean, rtol=1e-8, atol=1e-11)
     # Statistical linearization = Stein: E σ(a) and E[σ(a)(x−m)ᵀ] = D U Σ, by Monte Carlo.
     for act in ("relu", "gelu"):
-        lay_n = lay.replace(ffn=FeedForward(w, u, c, activation=act))
+        lay_n = lay.replace(ffn=FeedForward(u, w, b_in=c, activation=act))
         lin = linearized_layer(lay_n, g0.mean, g0.cov)
         x = g0.sample(400_000, seed=np.random.default_rng(4))
         z = x @ u.T + c
@@ -186,9 +188,9 @@ def _affine_schedule() -> tuple[Schedule, Gaussian]:
     """Three affine layers (the second with an identity feed-forward) on [0, 1.5]."""
     rng = np.random.default_rng(7)
     ffn = FeedForward(
-        rng.standard_normal((2, 3)),
-        rng.standard_normal((3, 2)),
-        rng.standard_normal(3),
+        W_out=rng.standard_normal((2, 3)),
+        W_in=rng.standard_normal((3, 2)),
+        b_in=rng.standard_normal(3),
         activation="identity",
     )
     first = Layer(A=-0.3 * np.eye(2), B=[[0.5, 0.1], [0.0, 0.4]], V=-0.5, b=[0.1, 0.2])
@@ -202,9 +204,9 @@ def test_simulate_closure_of_an_affine_layer_is_the_exact_moment_ode_at_the_time
     rng = np.random.default_rng(15)
     d, k = 3, 5
     ffn = FeedForward(
-        rng.standard_normal((d, k)) / 3,
-        rng.standard_normal((k, d)),
-        rng.standard_normal(k),
+        W_out=rng.standard_normal((d, k)) / 3,
+        W_in=rng.standard_normal((k, d)),
+        b_in=rng.standard_normal(k),
         activation="identity",
     )
     layer = Layer(B=0.3 * _spd(rng, d), V=-0.5, ffn=ffn)
@@ -245,9 +247,9 @@ def test_relu_closure_derivative_matches_monte_carlo() -> None:
     rng = np.random.default_rng(16)
     d, k, n = 3, 4, 400_000
     ffn = FeedForward(
-        rng.standard_normal((d, k)),
-        rng.standard_normal((k, d)),
-        rng.standard_normal(k),
+        W_out=rng.standard_normal((d, k)),
+        W_in=rng.standard_normal((k, d)),
+        b_in=rng.standard_normal(k),
         activation="relu",
     )
     layer = Layer(dim=d, ffn=ffn)
@@ -256,7 +258,7 @@ def test_relu_closure_derivative_matches_monte_carlo() -> None:
     flow = simulate_closure(layer, g0, h, times=[0.0, h], rtol=1e-12)
     m, s = flow.mean, flow.cov
     x = g0.sample(n, seed=rng)
-    v = np.maximum(x @ ffn.U.T + ffn.c, 0.0) @ ffn.W.T
+    v = np.maximum(x @ ffn.W_in.T + ffn.b_in, 0.0) @ ffn.W_out.T
     dm = v.mean(axis=0)
     c = (x - x.mean(axis=0)).T @ (v - dm) / n
     np.testing.assert_allclose((m[-1] - m[0]) / h, dm, atol=0.02 * np.abs(dm).max())

@@ -124,7 +124,7 @@ def test_constructive_design_closed_forms() -> None:
     np.testing.assert_allclose(lay.b, -k @ target.mean, rtol=0, atol=1e-12)
     np.testing.assert_allclose(np.linalg.eigvals(k).real, -0.8, rtol=0, atol=1e-12)
     cert = res.certificate
-    assert cert.kind == "global" and cert.valid and cert.riccati
+    assert cert.kind == "global" and cert.success and cert.riccati
     assert cert.mean_rate == pytest.approx(0.8, rel=1e-12)
     assert cert.cov_rate == pytest.approx(3.0, rel=1e-12)
     assert cert.rate == pytest.approx(0.8, rel=1e-12)
@@ -242,7 +242,7 @@ def test_casadi_design_with_fixed_pretrained_B_is_exact_global_and_converges() -
     assert res.method == "casadi" and res.fixed == ("B",)
     np.testing.assert_array_equal(res.layer.heads[0][1], b_fixed)
     cert = res.certificate
-    assert cert.kind == "global" and cert.valid
+    assert cert.kind == "global" and cert.success
     assert cert.mean_rate >= 1.0 * (1 - 1e-6) and cert.cov_rate >= 2.0 * (1 - 1e-6)
     # Independent: slycot's unique equilibrium of the designed layer is the target.
     eq = equilibria(res.layer)[0]
@@ -284,7 +284,7 @@ def test_casadi_design_with_full_designed_V_and_fixed_A_and_fixed_scalar_v() -> 
     d = 3
     rng, target = _random_target(24, d)
     full = design_mean_matching(target, rate=0.5, V_structure="full", **EXACT)
-    assert full.success and full.certificate.valid, full.message
+    assert full.success and full.certificate.success, full.message
     # fixed A with eigenvalues 0.8 ± i·…: covariance rate 1.6 ≥ 1.
     a0 = 0.8 * np.eye(d) + 0.3 * random_skew(rng, d)
     a_fixed = target.cov @ a0 @ np.linalg.inv(target.cov)
@@ -404,7 +404,7 @@ def test_certificate_of_layers_that_do_not_match() -> None:
     cert = design_certificate(
         Layer(np.eye(2), B=np.eye(2), V=-1.0), Gaussian([0.0, 0.0], 3 * np.eye(2))
     )
-    assert cert.kind == "none" and not cert.valid and "not an equilibrium" in cert.message
+    assert cert.kind == "none" and not cert.success and "not an equilibrium" in cert.message
     # Blow-up regime (same-sign V and B): R = −I ≺ 0 and −2Σ + Σ² = 0 at Σ* = 2I, whose
     # linearization has spectrum −(λ_i + λ_j)(A) = 2 > 0.
     lay = Layer(-np.eye(2), B=np.eye(2), V=0.5)
@@ -413,7 +413,7 @@ def test_certificate_of_layers_that_do_not_match() -> None:
     # Requested rate above what the layer delivers.
     good = design_mean_matching(Gaussian([0.0, 0.0], np.eye(2)), rate=1.0, **EXACT).layer
     cert = design_certificate(good, target, rate=1.5)
-    assert cert.kind == "global" and not cert.valid and "mean rate" in cert.message
+    assert cert.kind == "global" and not cert.success and "mean rate" in cert.message
 
 
 def test_convergence_figure_is_written(tmp_path: Path) -> None:

@@ -70,10 +70,10 @@ def test_default_design_reaches_random_targets_at_token_level(seed: int) -> None
     assert res.status is Status.SUCCESS, res.message
     # The moment-level certificate is kept: global, covariance rate 2 exactly, mean rate s·1.
     cert = res.certificate
-    assert cert.kind == "global" and cert.valid
+    assert cert.kind == "global" and cert.success
     assert cert.cov_rate == pytest.approx(2.0, rel=1e-9)
     ess = res.ess
-    assert ess is not None and ess.ok and ess.scale > 5.0
+    assert ess is not None and ess.success and ess.scale > 5.0
     assert cert.mean_rate == pytest.approx(ess.scale, rel=1e-9)
     assert res.stats["ess_scale"] == ess.scale
     # Predicted ESS ≥ 0.5 at every recorded depth, from t = 0 to T (12 / slowest rate = 6).
@@ -84,7 +84,7 @@ def test_default_design_reaches_random_targets_at_token_level(seed: int) -> None
     assert traj.final.bures_wasserstein(target) < 1e-4
     # 512 real tokens end within twice the sampling floor, every softmax ESS/N ≥ 0.2 (every step).
     tc = res.token_certificate
-    assert tc is not None and tc.status is Status.SUCCESS and tc.valid, tc.message
+    assert tc is not None and tc.status is Status.SUCCESS and tc.success, tc.message
     assert tc.n_tokens == N_SUITE and tc.T == ess.T
     assert tc.w2 <= 2.0 * tc.floor and tc.min_ess >= 0.2
     assert tc.ess_path.shape == tc.snapshot_t.shape == (tc.steps + 1,)  # every step
@@ -102,7 +102,7 @@ def test_exact_closed_form_design_stalls_at_token_level() -> None:
     assert res.status is Status.SUCCESS and res.certificate.kind == "global"
     assert res.ess is not None and res.ess.scale == 1.0 and res.ess.worst_overall < 1e-10
     tc = design_token_certificate(res.layer, target, n_tokens=N_SUITE, T=12.0)
-    assert tc.status is Status.INFEASIBLE and not tc.success and not tc.valid
+    assert tc.status is Status.INFEASIBLE and not tc.success
     assert tc.w2 > 10.0 * tc.floor and tc.min_ess < 0.01
     assert "not token-valid" in tc.message
 
@@ -186,7 +186,7 @@ def test_scale_split_keeps_the_covariance_field_and_speeds_only_the_mean() -> No
         np.testing.assert_allclose(ds1, ds0, rtol=0, atol=1e-12 * np.linalg.norm(ds0))
     c0 = design_certificate(base, target)
     c1 = design_certificate(lay, target)
-    assert c1.kind == "global" and c1.valid
+    assert c1.kind == "global" and c1.success
     assert c1.cov_rate == pytest.approx(c0.cov_rate, rel=1e-12)
     # K → K + (s − 1) v I with v = −1: the mean rate becomes s.
     np.testing.assert_allclose(c1.mean_matrix, c0.mean_matrix - (s - 1) * np.eye(4), atol=1e-12)
@@ -202,7 +202,7 @@ def test_path_ess_starts_at_the_closed_form_and_bounds_the_whole_path() -> None:
     target = _issue_target(0)
     res = design_mean_matching(target, robustness=False, ess_n_std=2.0)
     ess = res.ess
-    assert ess is not None and ess.ok and ess.n_std == 2.0 and ess.min_ess == 0.5
+    assert ess is not None and ess.success and ess.n_std == 2.0 and ess.min_ess == 0.5
     # Start N(0, I): ESS/N ≥ exp(−(2‖B‖₂)²) (queries m + z, |z| ≤ 2, m = 0).
     b = res.layer.heads[0][1]
     assert ess.worst[0, 0] == pytest.approx(math.exp(-((2.0 * np.linalg.norm(b, 2)) ** 2)))
@@ -226,7 +226,7 @@ def test_minimum_norm_design_is_rescaled_and_stays_certified() -> None:
     )
     res = design_mean_matching(target, rate=0.7, minimum_norm=True, robustness=False)
     assert plain.success and res.success, res.message
-    assert res.ess is not None and res.ess.ok and res.ess.scale > 1.0
+    assert res.ess is not None and res.ess.success and res.ess.scale > 1.0
     assert res.certificate.kind == "global" and res.certificate.mean_rate >= 0.7
     assert res.certificate.cov_rate == pytest.approx(plain.certificate.cov_rate, rel=1e-9)
     np.testing.assert_allclose(res.layer.A, plain.layer.A, rtol=0, atol=1e-14)
@@ -241,10 +241,10 @@ def test_fixed_B_design_reports_the_ess_it_cannot_enforce() -> None:
     b_fixed = np.diag([1.5, 1.0, 0.8]) + 0.1 * np.array([[0, 1, 0], [-1, 0, 0], [0, 0, 0.0]])
     res = design_mean_matching(target, fixed_B=b_fixed, robustness=False)
     # certified, but min_ess (default 0.5) is not met: not a success (issue 22), with the reason
-    assert res.status is Status.FAILED and res.method == "casadi" and res.certificate.valid
+    assert res.status is Status.FAILED and res.method == "casadi" and res.certificate.success
     assert res.message.startswith("min_ess = 0.5 is not met")
     np.testing.assert_array_equal(res.layer.heads[0][1], b_fixed)
-    assert res.ess is not None and not res.ess.ok and res.ess.status is Status.INFEASIBLE
+    assert res.ess is not None and not res.ess.success and res.ess.status is Status.INFEASIBLE
     assert res.ess.scale == 1.0 and "no scale freedom" in res.message
     # only reported, the predicted ESS is no requirement: the same design is a success
     plain = design_mean_matching(target, fixed_B=b_fixed, robustness=False, min_ess=None)
@@ -298,7 +298,7 @@ def test_stop_factor_stops_at_the_first_doubling_depth_past_the_factor() -> None
     tc = design_token_certificate(
         layer, target, n_tokens=256, initial=target, T=8.0, seed=3, stop_factor=100.0
     )
-    assert tc.status is Status.INFEASIBLE and not tc.valid
+    assert tc.status is Status.INFEASIBLE and not tc.success
     assert tc.T == 4.0 and "stopped at depth 4 of 8" in tc.message
     assert tc.w2 > 100.0 * tc.floor
     assert tc.snapshot_t.tolist() == [0.0, 4.0] and tc.t[0] == 0.0 and tc.t[-1] == 4.0
@@ -327,7 +327,7 @@ def test_stop_factor_run_cut_by_the_time_limit_is_an_answer() -> None:
         time_limit=0.6,
     )  # fmt: skip
     assert time.perf_counter() - t0 < 1.6
-    assert tc.status is Status.BUDGET_EXHAUSTED and not tc.valid
+    assert tc.status is Status.BUDGET_EXHAUSTED and not tc.success
     # past the first stretch: the message names the call's limit
     assert 16.0 < tc.T < 256.0 and tc.t[-1] == tc.T
     assert f"the time limit of 0.6 s was reached at depth {tc.T:.6g}" in tc.message
@@ -393,7 +393,7 @@ def test_token_check_respects_its_time_limit() -> None:
     t0 = time.perf_counter()
     tc = design_token_certificate(res.layer, res.target, n_tokens=2048, time_limit=0.2)
     assert time.perf_counter() - t0 < 1.5
-    assert tc.status is Status.BUDGET_EXHAUSTED and not tc.valid and "time limit" in tc.message
+    assert tc.status is Status.BUDGET_EXHAUSTED and not tc.success and "time limit" in tc.message
 
 
 def test_path_ess_bound_stops_with_the_budget() -> None:

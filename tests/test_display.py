@@ -38,7 +38,7 @@ CONVERGES = gt.Layer(0.5 * np.eye(2), B=np.eye(2), V=-1.0)  # Σ(t) → I/2 from
 BLOWS_UP = gt.Layer(0.2 * np.eye(2), B=np.eye(2), V=1.0)  # dΣ/dt = 0.4Σ + 2Σ²
 FILTER = gt.from_kalman(-np.eye(2), np.eye(2), np.eye(2), 0.5 * np.eye(2))
 RELU = gt.Layer(
-    0.5 * np.eye(2), B=np.eye(2), V=-1.0, ffn=gt.FeedForward(np.eye(2), 0.5 * np.eye(2))
+    0.5 * np.eye(2), B=np.eye(2), V=-1.0, ffn=gt.FeedForward(0.5 * np.eye(2), np.eye(2))
 )
 
 

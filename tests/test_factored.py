@@ -168,7 +168,7 @@ def test_factored_field_with_affine_ffn_and_noise() -> None:
     from gtcontrol import FeedForward
 
     ffn = FeedForward(
-        rng.standard_normal((d, 5)), rng.standard_normal((5, d)), activation="identity"
+        W_out=rng.standard_normal((d, 5)), W_in=rng.standard_normal((5, d)), activation="identity"
     )
     g = rng.standard_normal((d, d))
     fl = Layer.from_projections(*_weights(rng, d, h, dh), n_heads=h, ffn=ffn, noise=g)

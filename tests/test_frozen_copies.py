@@ -38,7 +38,7 @@ def _values() -> dict[str, Any]:
     rng = np.random.default_rng(0)
     d = 3
     g = gt.Gaussian(rng.standard_normal(d), np.eye(d))
-    ffn = gt.FeedForward(rng.standard_normal((d, 4)), rng.standard_normal((4, d)))
+    ffn = gt.FeedForward(W_out=rng.standard_normal((d, 4)), W_in=rng.standard_normal((4, d)))
     heads = gt.FactoredHeads(
         rng.standard_normal((2, 2, d)),
         rng.standard_normal((2, 2, d)),

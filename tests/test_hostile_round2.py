@@ -282,11 +282,11 @@ def test_06_steer_between_zero_covariances() -> None:
 )
 def test_07_min_ess_not_met_is_not_success(mean: Any, cov: Any) -> None:
     res = gt.design_mean_matching(gt.Gaussian(mean, cov), robustness=False, time_limit=30)
-    assert res.ess is not None and not res.ess.ok
+    assert res.ess is not None and not res.ess.success
     assert res.status is gt.Status.FAILED and not res.success
     assert res.message.startswith("min_ess = 0.5 is not met")
     # the layer is the certified unscaled design, not a 10⁶-stiff one that buys nothing
-    assert res.certificate.valid and res.ess.scale == 1.0
+    assert res.certificate.success and res.ess.scale == 1.0
     assert res.certificate.mean_rate == pytest.approx(1.0, rel=1e-6)
     # without the requirement the same design is a success
     plain = gt.design_mean_matching(gt.Gaussian(mean, cov), robustness=False, min_ess=None)
@@ -298,7 +298,7 @@ def test_07_a_success_never_contradicts_its_requirements() -> None:
         gt.Gaussian([1.0, -2.0], [[1.0, 0.3], [0.3, 0.5]]), robustness=False, token_check=128
     )
     assert res.success
-    assert res.certificate.valid and res.ess is not None and res.ess.ok
+    assert res.certificate.success and res.ess is not None and res.ess.success
     assert res.token_certificate is not None and res.token_certificate.success
 
 
@@ -318,7 +318,7 @@ def test_08_design_with_fixed_b_at_d24_keeps_half_a_second() -> None:
     assert wall <= allowed(0.5), wall  # was 34-40 s
     assert res.status is gt.Status.BUDGET_EXHAUSTED
     assert "estimated at" in res.message and "time limit of 0.5 s" in res.message
-    assert res.certificate.valid  # the closed-form starting design, verified
+    assert res.certificate.success  # the closed-form starting design, verified
     assert np.array_equal(res.layer.heads[0][1], bf)  # the fixed B is kept exactly
 
 
@@ -330,7 +330,7 @@ def test_09_design_token_check_whose_tokens_overflow() -> None:
         gt.Gaussian([1.0, -2.0], [[1.0, 0.3], [0.3, 0.5]]), T=1e9, token_check=64, time_limit=60
     )
     tc = res.token_certificate
-    assert tc is not None and tc.status is gt.Status.OVERFLOW and not tc.valid
+    assert tc is not None and tc.status is gt.Status.OVERFLOW and not tc.success
     assert res.status is gt.Status.FAILED and res.message.startswith("token_check = 64 is not met")
 
 

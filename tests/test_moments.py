@@ -196,7 +196,7 @@ def test_moment_field_matches_definition_with_identity_ffn() -> None:
     w, u, c = rng.standard_normal((d, 5)), rng.standard_normal((5, d)), rng.standard_normal(5)
     a, bb, v = rng.standard_normal((d, d)), rng.standard_normal((d, d)), rng.standard_normal((d, d))
     b = rng.standard_normal(d)
-    lay = Layer(a, bb, v, b, ffn=FeedForward(w, u, c, activation="identity"))
+    lay = Layer(a, bb, v, b, ffn=FeedForward(u, w, b_in=c, activation="identity"))
     m, s = rng.standard_normal(d), _spd(rng, d)
     dm, ds = moment_field(lay, m, s)
     mm = a + w @ u + v @ s @ bb
@@ -204,7 +204,9 @@ def test_moment_field_matches_definition_with_identity_ffn() -> None:
     np.testing.assert_allclose(ds, mm @ s + s @ mm.T, rtol=1e-13)
     assert np.array_equal(ds, ds.T)
     with pytest.raises(InvalidParametersError, match="relu"):
-        simulate(Layer(a, ffn=FeedForward(w, u, c, activation="relu")), Gaussian.standard(d), T=1)
+        simulate(
+            Layer(a, ffn=FeedForward(u, w, b_in=c, activation="relu")), Gaussian.standard(d), T=1
+        )
 
 
 # ---------------------------------------------------------------- rank invariance (§2)

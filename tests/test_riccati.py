@@ -82,12 +82,12 @@ def test_riccati_form_detection_and_ffn():
     no_heads = riccati_form(Layer(A=np.eye(d)))
     assert not np.any(no_heads.R) and no_heads.is_bernoulli
     w, u = rng.standard_normal((d, 2)), rng.standard_normal((2, d))
-    lay = Layer(A=np.eye(d), B=b, V=0.5, ffn=FeedForward(w, u, activation="identity"))
+    lay = Layer(A=np.eye(d), B=b, V=0.5, ffn=FeedForward(u, w, activation="identity"))
     form = riccati_form(lay)
     np.testing.assert_allclose(form.A, np.eye(d) + w @ u, rtol=1e-15)
     for call in (riccati_form, is_riccati):
         with pytest.raises(InvalidParametersError, match="relu"):
-            call(Layer(A=np.eye(d), ffn=FeedForward(w, u, activation="relu")))
+            call(Layer(A=np.eye(d), ffn=FeedForward(u, w, activation="relu")))
         with pytest.raises(InvalidParametersError, match="Layer"):
             call("not a layer")  # type: ignore[arg-type]
 

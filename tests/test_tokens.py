@@ -109,10 +109,10 @@ def test_relu_and_gelu_feedforward_velocity() -> None:
     w, u, c = rng.standard_normal((d, k)), rng.standard_normal((k, d)), rng.standard_normal(k)
     a, bvec = rng.standard_normal((d, d)), rng.standard_normal(d)
     z = x @ u.T + c
-    relu = Layer(a, b=bvec, ffn=FeedForward(w, u, c, activation="relu"))
+    relu = Layer(a, b=bvec, ffn=FeedForward(u, w, b_in=c, activation="relu"))
     ref = x @ a.T + bvec + np.maximum(z, 0.0) @ w.T
     np.testing.assert_allclose(token_velocity(relu, x), ref, rtol=1e-13, atol=1e-13)
-    gelu = Layer(a, b=bvec, ffn=FeedForward(w, u, c, activation="gelu"))
+    gelu = Layer(a, b=bvec, ffn=FeedForward(u, w, b_in=c, activation="gelu"))
     ref = x @ a.T + bvec + (z * norm.cdf(z)) @ w.T  # exact GELU = z Φ(z)
     got = token_velocity(gelu, x)
     np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-12)
@@ -128,7 +128,9 @@ def _affine_schedule(rng: np.random.Generator, d: int) -> Schedule:
         heads=[(0.3 * rng.standard_normal((d, d)), None), (-0.5, None)],
         b=rng.standard_normal(d),
         ffn=FeedForward(
-            0.3 * rng.standard_normal((d, 4)), rng.standard_normal((4, d)), activation="identity"
+            W_out=0.3 * rng.standard_normal((d, 4)),
+            W_in=rng.standard_normal((4, d)),
+            activation="identity",
         ),
     )
     return Schedule([l1, l2, l1], T=1.2)
@@ -251,7 +253,7 @@ def test_permutation_equivariance() -> None:
         0.2 * rng.standard_normal((3, 3)),
         heads=[(0.5 * rng.standard_normal((3, 3)), rng.standard_normal((3, 3))), (-0.3, np.eye(3))],
         ffn=FeedForward(
-            rng.standard_normal((3, 4)), rng.standard_normal((4, 3)), activation="gelu"
+            W_out=rng.standard_normal((3, 4)), W_in=rng.standard_normal((4, 3)), activation="gelu"
         ),
     )
     perm = rng.permutation(64)

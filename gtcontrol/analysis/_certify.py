@@ -84,8 +84,8 @@ def _data_bounds(
     a_abs = np.abs(layer.A)
     depth = 1
     if layer.ffn is not None:
-        a_abs = a_abs + np.abs(layer.ffn.W) @ np.abs(layer.ffn.U)
-        depth = layer.ffn.U.shape[0] + 1
+        a_abs = a_abs + np.abs(layer.ffn.W_out) @ np.abs(layer.ffn.W_in)
+        depth = layer.ffn.W_in.shape[0] + 1
     heads: list[tuple[Any, Any, Any, Any]] = []
     fh = layer.factored_heads
     if fh is not None:
@@ -369,7 +369,7 @@ def _exact_field_definiteness(layer: Layer, s: FloatArray) -> str | None:
     sq = q(s)
     m = q(layer.A)
     if layer.ffn is not None:
-        m = add(m, mul(q(layer.ffn.W), q(layer.ffn.U)))
+        m = add(m, mul(q(layer.ffn.W_out), q(layer.ffn.W_in)))
     fh = layer.factored_heads
     pairs: list[tuple[Any, Any]] = []
     if fh is not None:

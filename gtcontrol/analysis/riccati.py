@@ -283,7 +283,7 @@ def model_error(layer: Layer, form: RiccatiForm) -> ModelError:
             r_err += 4.0 * u * abs(v_used) * nb
     a_err = 0.0
     if layer.ffn is not None:
-        w, uu = layer.ffn.W, layer.ffn.U
+        w, uu = layer.ffn.W_out, layer.ffn.W_in
         a_err = (
             2.0
             * (uu.shape[0] + 2)

@@ -102,7 +102,7 @@ def equilibrium_summary(eq: Any) -> dict[str, Any]:
 #: The certificate fields of a mean-matching design recorded in ``result.json``.
 CERTIFICATE_KEYS = (
     "kind",
-    "valid",
+    "success",
     "mean_rate",
     "cov_rate",
     "rate",

@@ -58,7 +58,7 @@ DEFAULT_TIME_LIMIT = 3600.0
 _GAUSSIAN_KEYS = {"mean", "cov"}
 _LAYER_KEYS = {"A", "B", "V", "b", "heads", "ffn", "noise"}
 _HEAD_KEYS = {"V", "B"}
-_FFN_KEYS = {"W", "U", "c", "activation"}
+_FFN_KEYS = {"W_in", "W_out", "b_in", "activation"}
 _HORIZON_KEYS = {"T", "n_layers"}
 #: Largest integer accepted for counts such as ``horizon.n_layers`` (larger is absurd).
 _MAX_INT = 10**6
@@ -426,16 +426,18 @@ class _Ctx:
             kw["heads"] = pairs
         if "ffn" in t:
             ft = self.table(t["ffn"], f"{where}.ffn", _FFN_KEYS)
-            for key in ("W", "U"):
+            for key in ("W_in", "W_out"):
                 if key not in ft:
                     raise self.fail(f"'{where}.ffn.{key}' is required")
             act = ft.get("activation", "relu")
             if not isinstance(act, str):
                 raise self.fail(f"'{where}.ffn.activation' must be a string")
-            fw = self.array(ft["W"], f"{where}.ffn.W", 2)
-            fu = self.array(ft["U"], f"{where}.ffn.U", 2)
-            fc = self.array(ft["c"], f"{where}.ffn.c", 1) if "c" in ft else None
-            kw["ffn"] = self.wrap(lambda: FeedForward(fw, fu, fc, activation=act), f"{where}.ffn")
+            w_in = self.array(ft["W_in"], f"{where}.ffn.W_in", 2)
+            w_out = self.array(ft["W_out"], f"{where}.ffn.W_out", 2)
+            b_in = self.array(ft["b_in"], f"{where}.ffn.b_in", 1) if "b_in" in ft else None
+            kw["ffn"] = self.wrap(
+                lambda: FeedForward(w_in, w_out, b_in=b_in, activation=act), f"{where}.ffn"
+            )
         if not kw:
             raise self.fail(f"'[{where}]' is empty: give at least one of {sorted(_LAYER_KEYS)}")
         return self.wrap(lambda: Layer(**kw), where)

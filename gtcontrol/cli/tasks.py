@@ -835,7 +835,7 @@ def _run_design(design: Design, out: Path) -> dict[str, Any]:
         "rate": res.rate,
         "cov_rate": res.cov_rate,
         "certificate": res.certificate.kind,
-        "certificate_valid": res.certificate.valid,
+        "certificate_success": res.certificate.success,
         "norm": res.norm,
         "final_mean_error": outputs["convergence"]["max_final_mean_error"],
         "final_cov_error": outputs["convergence"]["max_final_cov_error"],
@@ -858,13 +858,13 @@ def _run_design(design: Design, out: Path) -> dict[str, Any]:
         outputs["token_certificate"] = {
             "status": tc.status,
             "message": tc.message,
-            "valid": tc.valid,
+            "success": tc.success,
             "n_tokens": tc.n_tokens,
             "floor": tc.floor,
             "min_token_ess": tc.min_token_ess,
             "predicted_min_ess": tc.predicted_min_ess,
         }
-        summary["token_certificate_valid"] = tc.valid
+        summary["token_certificate_success"] = tc.success
     status = _status(res, Status.FAILED)
     return run.finish(result(status, outputs, figures, summary))
 

@@ -2,14 +2,14 @@
 
 An experiment of the paper (Alcalde, Ji, Zuazua, arXiv:2606.07600 (2026)), token level against
 gtcontrol's moment model: :func:`feedforward_closeness` runs a layer with one stabilizing head and
-a feed-forward ``W σ(Ux + c)``, ``σ`` identity or ReLU. With the identity the law stays Gaussian
-and the moment ODE is exact; with ReLU it is not. The Gaussian moment flow for ReLU is the
-**Gaussian closure** (:func:`gtcontrol.simulate_closure`): the moment ODE of the layer whose
+a feed-forward ``W_out σ(W_in x + b_in)``, ``σ`` identity or ReLU. With the identity the law
+stays Gaussian and the moment ODE is exact; with ReLU it is not. The Gaussian moment flow for ReLU
+is the **Gaussian closure** (:func:`gtcontrol.simulate_closure`): the moment ODE of the layer whose
 feed-forward is replaced, at each depth, by its statistical linearization under the current
-Gaussian (``E σ(a)`` and ``D = diag E σ'(a)``, ``a = Ux + c``), which gives the exact ``dm/dt``
-and ``dΣ/dt`` *at* a Gaussian state (Stein's lemma). The sliced 2-Wasserstein distance between
-the tokens and that flow, and between the tokens and their own moment-matched Gaussian, is
-recorded along depth: at ``t = 0`` both are pure sampling error.
+Gaussian (``E σ(a)`` and ``D = diag E σ'(a)``, ``a = W_in x + b_in``), which gives the exact
+``dm/dt`` and ``dΣ/dt`` *at* a Gaussian state (Stein's lemma). The sliced 2-Wasserstein
+distance between the tokens and that flow, and between the tokens and their own moment-matched
+Gaussian, is recorded along depth: at ``t = 0`` both are pure sampling error.
 """
 
 from __future__ import annotations
@@ -179,7 +179,7 @@ def _curve(
     budget: Budget,
 ) -> ClosenessCurve:
     """Tokens against the closure flow for one activation, at the depths ``times``."""
-    ffn = FeedForward(setup.w, setup.u, setup.c, activation=act)
+    ffn = FeedForward(setup.u, setup.w, b_in=setup.c, activation=act)
     layer = Layer(B=setup.b_mat, V=-0.5, ffn=ffn)
     g0 = Gaussian.from_samples(setup.x0)  # the flow starts from the tokens' own moments
     steps = max(1, math.ceil(10 * horizon))  # RK4 error ~h⁴ ≪ the O(N^-1/2) sampling error
@@ -236,9 +236,9 @@ def feedforward_closeness(
     """Distance between the token law and the Gaussian moment flow along depth, identity vs ReLU.
 
     The layer has one stabilizing head (``V = −½ I``, ``B ≻ 0``) and a feed-forward
-    ``W σ(Ux + c)`` with ``k = 2d`` hidden units (seeded, ``U`` rows of norm ~1.5, ``c ~ N(0, ½)``,
-    ``W ~ N(0, 1/k)``). Tokens move by RK4 (10 steps per unit depth); the flow is
-    :func:`gtcontrol.simulate_closure`.
+    ``W_out σ(W_in x + b_in)`` with ``k = 2d`` hidden units (seeded, ``W_in`` rows of norm ~1.5,
+    ``b_in ~ N(0, ½)``, ``W_out ~ N(0, 1/k)``). Tokens move by RK4 (10 steps per unit depth);
+    the flow is :func:`gtcontrol.simulate_closure`.
 
     Parameters
     ----------

@@ -33,9 +33,10 @@ from scipy.special import expit, ndtr
 
 from .._linalg import FloatArray, sym
 from .._readonly import ReadOnlyArrays
-from .._validation import as_float_array, as_positive_float, as_positive_int, frozen, set_fields
+from .._validation import as_float_array, as_positive_int, frozen, set_fields
 from ..errors import InvalidParametersError
 from ..model.gaussian_closure import activation_moments
+from ..model.heads import FactoredHeads
 from ..model.params import Layer
 
 __all__ = [
@@ -53,6 +54,8 @@ ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu")
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 _HERMITE = np.polynomial.hermite_e.hermegauss(80)
 _TANH_C = math.sqrt(2.0 / math.pi)
+#: The projections of an attention, in the order of the factors ``q, k, v, o``.
+_PROJECTIONS = ("W_Q", "W_K", "W_V", "W_O")
 
 
 def activation(kind: str, x: Any, *, derivative: bool = False) -> FloatArray:
@@ -168,6 +171,13 @@ class AttentionWeights(ReadOnlyArrays):
     scale
         Logit scale ``s > 0``; ``None`` means ``1/sqrt(d_head)``.
 
+    Attributes
+    ----------
+    factored_heads
+        The heads without the biases, split by
+        :meth:`~gtcontrol.model.heads.FactoredHeads.from_projections` (the one home of the
+        split, its checks and the default scale).
+
     Raises
     ------
     InvalidParametersError
@@ -193,6 +203,7 @@ class AttentionWeights(ReadOnlyArrays):
     b_O: FloatArray
     n_heads: int
     scale: float
+    factored_heads: FactoredHeads
 
     def __init__(
         self,
@@ -208,35 +219,25 @@ class AttentionWeights(ReadOnlyArrays):
         n_heads: int,
         scale: float | None = None,
     ) -> None:
-        wq = _matrix("W_Q", W_Q, (None, None))
-        inner, d = wq.shape
-        h = as_positive_int("n_heads", n_heads)
-        if inner == 0 or d == 0 or inner % h:
-            raise InvalidParametersError(
-                f"n_heads: {h} heads do not divide the {inner} rows of W_Q (expected W_Q of "
-                "shape (n_heads·d_head, d))"
-            )
-        vals = {
-            "W_Q": wq,
-            "W_K": _matrix("W_K", W_K, (inner, d)),
-            "W_V": _matrix("W_V", W_V, (inner, d)),
-            "W_O": _matrix("W_O", W_O, (d, inner)),
-        }
+        # The head split, its checks and the default scale have one home.
+        fh = FactoredHeads.from_projections(W_Q, W_K, W_V, W_O, n_heads=n_heads, scale=scale)
+        inner, d = fh.n_heads * fh.head_dim, fh.dim
+        split = (fh.flat("q"), fh.flat("k"), fh.flat("v"), fh.o_cat)
+        vals = {name: _matrix(name, w, w.shape) for name, w in zip(_PROJECTIONS, split)}
         for name, value, n in (("b_Q", b_Q, inner), ("b_K", b_K, inner), ("b_V", b_V, inner)):
             vals[name] = _matrix(name, np.zeros(n) if value is None else value, (n,))
         vals["b_O"] = _matrix("b_O", np.zeros(d) if b_O is None else b_O, (d,))
-        s = 1.0 / math.sqrt(inner // h) if scale is None else as_positive_float("scale", scale)
-        set_fields(self, **vals, n_heads=h, scale=s)
+        set_fields(self, **vals, n_heads=fh.n_heads, scale=fh.scale, factored_heads=fh)
 
     @property
     def dim(self) -> int:
         """The model width ``d``."""
-        return int(self.W_Q.shape[1])
+        return self.factored_heads.dim
 
     @property
     def head_dim(self) -> int:
         """The head width ``d_head``."""
-        return int(self.W_Q.shape[0]) // self.n_heads
+        return self.factored_heads.head_dim
 
     @property
     def output_bias(self) -> FloatArray:
@@ -246,26 +247,21 @@ class AttentionWeights(ReadOnlyArrays):
     @property
     def key_tilt(self) -> FloatArray:
         """``u_h = s W_K,hᵀ b_Q,h`` per head, ``(H, d)``."""
-        wk = self.W_K.reshape(self.n_heads, self.head_dim, self.dim)
         bq = self.b_Q.reshape(self.n_heads, self.head_dim)
-        return np.asarray(self.scale * np.einsum("hed,he->hd", wk, bq))
+        return np.asarray(self.scale * np.einsum("hed,he->hd", self.factored_heads.k, bq))
 
     def dense_heads(self) -> tuple[tuple[FloatArray, FloatArray], ...]:
         """The dense heads ``((V_h, B_h), ...)``, each ``(d, d)``."""
-        dh = self.head_dim
-        out = []
-        for h in range(self.n_heads):
-            sl = slice(h * dh, (h + 1) * dh)
-            v = self.W_O[:, sl] @ self.W_V[sl]
-            out.append((v, self.scale * (self.W_K[sl].T @ self.W_Q[sl])))
-        return tuple(out)
+        return self.factored_heads.dense()
 
     def layer(self) -> Layer:
         """The sublayer as a factored :class:`Layer` on ``R^{d+1}`` (affine coordinate last).
 
         ``W̃_Q = [W_Q, b_Q]``, ``W̃_K = [W_K, 0]``, ``W̃_V = [W_V, 0]``, ``W̃_O = [W_O; 0]`` and
         ``b̃ = (W_O b_V + b_O, 0)``: then ``ỹᵀ B̃_h x̃ = yᵀ B_h x + yᵀ u_h`` and the last coordinate
-        never moves (:mod:`gtcontrol.interop.extraction`).
+        never moves (:mod:`gtcontrol.interop.extraction`). Built by
+        :meth:`Layer.from_projections <gtcontrol.model.params.Layer.from_projections>` from
+        these augmented projections.
         """
         zero = np.zeros((self.W_Q.shape[0], 1))
         return Layer.from_projections(

@@ -3,7 +3,7 @@
 ``N`` tokens ``x_i ∈ R^d`` with empirical measure ``μ = (1/N) Σ_j δ_{x_j}`` move with velocity
 (docs/theory.md §1)
 
-    v(x_i) = A x_i + b [+ W σ(U x_i + c)] + Σ_h V_h Attn_h(x_i; μ),
+    v(x_i) = A x_i + b [+ W_out σ(W_in x_i + b_in)] + Σ_h V_h Attn_h(x_i; μ),
     Attn_h(x; μ) = Σ_j x_j e^{x_jᵀ B_h x} / Σ_j e^{x_jᵀ B_h x},
 
 every token being both a query and a key; σ ∈ {identity, relu, gelu (exact erf form)}. The
@@ -141,7 +141,7 @@ def prepare_layer(layer: Layer, dtype: np.dtype[Any]) -> PreparedLayer:
     ffn = None
     if layer.ffn is not None:
         f = layer.ffn
-        ffn = (cast(f.U.T), cast(f.c), cast(f.W.T), _ACTIVATION_FUNCS[f.activation])
+        ffn = (cast(f.W_in.T), cast(f.b_in), cast(f.W_out.T), _ACTIVATION_FUNCS[f.activation])
     mean_v: FloatArray | None = None
     soft = []
     factored = None
@@ -277,7 +277,8 @@ def _factored_attention(
 
 
 def prepared_velocity(p: PreparedLayer, x: AnyArray, work: Workspace) -> AnyArray:
-    """``v(x_i) = A x_i + b + W σ(U x_i + c) + Σ_h V_h Attn_h(x_i; μ)`` for all tokens (rows)."""
+    """``v(x_i) = A x_i + b + W_out σ(W_in x_i + b_in) + Σ_h V_h Attn_h(x_i; μ)``, every token
+    (rows)."""
     if work.budget is not None:
         work.budget.tick()
     out = x @ p.a_t if p.a_t is not None else np.zeros_like(x)
@@ -331,7 +332,7 @@ def token_velocity(
 ) -> FloatArray:
     """The token-level velocity of every token under one layer.
 
-    ``v(x_i) = A x_i + b + W σ(U x_i + c) + Σ_h V_h Attn_h(x_i; μ)`` with
+    ``v(x_i) = A x_i + b + W_out σ(W_in x_i + b_in) + Σ_h V_h Attn_h(x_i; μ)`` with
     ``Attn_h(x; μ) = Σ_j x_j e^{x_jᵀ B_h x} / Σ_j e^{x_jᵀ B_h x}`` over the empirical measure
     ``μ`` of ``tokens`` (docs/theory.md §1; Alcalde, Ji, Zuazua, arXiv:2606.07600 (2026)).
     Softmax is evaluated by cache-sized tiles of queries × keys, with the log-sum-exp shift

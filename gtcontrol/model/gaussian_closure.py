@@ -1,14 +1,15 @@
 """The moment-matched Gaussian flow of a layer with a ReLU/GELU feed-forward (Gaussian closure).
 
-A feed-forward ``W σ(U x + c)`` with ``σ`` ReLU or GELU does not keep Gaussians Gaussian, so
-the moment ODE of :mod:`gtcontrol.model.moments` does not apply (docs/theory.md §2). The Gaussian
-closure keeps, at every depth, the Gaussian ``N(m, Σ)`` with the moments of the current law and
-moves it with the exact moment derivatives *at* that Gaussian: with
-``a = U x + c ~ N(U m + c, U Σ Uᵀ)``, Stein's lemma gives ``E[σ(a) (x − m)ᵀ] = D U Σ`` with
+A feed-forward ``W_out σ(W_in x + b_in)`` with ``σ`` ReLU or GELU does not keep Gaussians
+Gaussian, so the moment ODE of :mod:`gtcontrol.model.moments` does not apply (docs/theory.md
+§2). The Gaussian closure keeps, at every depth, the Gaussian ``N(m, Σ)`` with the moments of
+the current law and moves it with the exact moment derivatives *at* that Gaussian: with
+``a = W_in x + b_in ~ N(W_in m + b_in, W_in Σ W_inᵀ)``, Stein's lemma gives
+``E[σ(a) (x − m)ᵀ] = D W_in Σ`` with
 ``D = diag E σ'(a)``, so the feed-forward enters ``dm/dt`` and ``dΣ/dt`` exactly as its
 statistical linearization
 
-    W σ(U x + c)  →  W (E σ(a) + D (U x + c − E a)),
+    W_out σ(W_in x + b_in)  →  W_out (E σ(a) + D (W_in x + b_in − E a)),
 
 an affine layer (:func:`linearized_layer`), whose moment field is
 :func:`gtcontrol.model.field.moment_field`. Closed forms for ``a ~ N(μ, s²)``:
@@ -95,8 +96,9 @@ def activation_moments(kind: str, mu: FloatArray, var: FloatArray) -> tuple[Floa
 def linearized_layer(layer: Layer, mean: Any, cov: Any) -> Layer:
     """``layer`` with its feed-forward replaced by the statistical linearization at ``N(m, Σ)``.
 
-    ``W σ(U x + c)`` becomes ``W D U x + W (E σ(a) − D U m)``, ``D = diag E σ'(a)``,
-    ``a = U x + c ~ N(U m + c, U Σ Uᵀ)`` (module docstring): the affine layer whose moment
+    ``W_out σ(W_in x + b_in)`` becomes ``W_out D W_in x + W_out (E σ(a) − D W_in m)``,
+    ``D = diag E σ'(a)``, ``a = W_in x + b_in ~ N(W_in m + b_in, W_in Σ W_inᵀ)`` (module
+    docstring): the affine layer whose moment
     derivatives at ``N(m, Σ)`` equal the exact ones of ``layer`` there.
 
     Parameters
@@ -136,11 +138,11 @@ def linearized_layer(layer: Layer, mean: Any, cov: Any) -> Layer:
         return layer
     m = np.asarray(mean, dtype=float)
     s = np.asarray(cov, dtype=float)
-    mu_a = ffn.U @ m + ffn.c
-    var_a = np.einsum("ij,jk,ik->i", ffn.U, s, ffn.U)
+    mu_a = ffn.W_in @ m + ffn.b_in
+    var_a = np.einsum("ij,jk,ik->i", ffn.W_in, s, ffn.W_in)
     e_s, e_ds = activation_moments(ffn.activation, mu_a, var_a)
-    a_eff = layer.A + (ffn.W * e_ds) @ ffn.U
-    b_eff = layer.b + ffn.W @ (e_s - e_ds * (ffn.U @ m))
+    a_eff = layer.A + (ffn.W_out * e_ds) @ ffn.W_in
+    b_eff = layer.b + ffn.W_out @ (e_s - e_ds * (ffn.W_in @ m))
     return layer.replace(A=a_eff, b=b_eff, ffn=None)
 
 

@@ -2,7 +2,7 @@
 
 A layer is the time-invariant velocity field (docs/theory.md §1)
 
-    v(x; μ) = A x + b + Σ_h V_h Attn_h(x; μ) [+ W σ(U x + c)]
+    v(x; μ) = A x + b + Σ_h V_h Attn_h(x; μ) [+ W_out σ(W_in x + b_in)]
 
 with attention ``Attn_h(x; μ) = ∫ y e^{yᵀB_h x} dμ(y) / ∫ e^{yᵀB_h x} dμ(y)``. In Transformer terms
 ``B_h = K_hᵀ Q_h / sqrt(d_head)`` and ``V_h = W_O,h W_V,h``; :meth:`Layer.from_projections` keeps
@@ -42,19 +42,21 @@ _ACTIVATIONS = ("identity", "relu", "gelu")
 
 @dataclass(frozen=True, eq=False, init=False)
 class FeedForward(ReadOnlyArrays):
-    """A token-level feed-forward term ``W σ(U x + c)`` (added to the layer's ``A x + b``).
+    """A token-level feed-forward ``W_out σ(W_in x + b_in)`` (added to the layer's ``A x + b``).
 
-    With ``activation="identity"`` it is affine (``W U x + W c``) and the moment model stays exact;
-    ``"relu"`` and ``"gelu"`` (exact erf form) are outside the Gaussian theory and are only
-    accepted by the token-level simulator.
+    With ``activation="identity"`` it is affine (``W_out W_in x + W_out b_in``) and the moment
+    model stays exact; ``"relu"`` and ``"gelu"`` (exact erf form) are outside the Gaussian theory
+    and are only accepted by the token-level simulator. The names and the ``nn.Linear`` layout
+    are those of :class:`gtcontrol.interop.FeedForwardWeights`, the feed-forward read from a
+    model (whose output bias is the layer's ``b`` here).
 
     Parameters
     ----------
-    W
-        Output matrix, shape ``(d, k)``.
-    U
+    W_in
         Input matrix, shape ``(k, d)``.
-    c
+    W_out
+        Output matrix, shape ``(d, k)``.
+    b_in
         Hidden bias, shape ``(k,)``; zero when omitted.
     activation
         ``"identity"``, ``"relu"`` (default) or ``"gelu"``.
@@ -65,29 +67,35 @@ class FeedForward(ReadOnlyArrays):
         On NaN/inf, inconsistent shapes or an unknown activation.
     """
 
-    W: FloatArray
-    U: FloatArray
-    c: FloatArray
+    W_in: FloatArray
+    W_out: FloatArray
+    b_in: FloatArray
     activation: str
 
-    def __init__(self, W: Any, U: Any, c: Any = None, *, activation: str = "relu") -> None:
-        u = as_float_array("FeedForward.U", U, ndim=2)
-        k, d = u.shape
-        w = as_float_array("FeedForward.W", W, ndim=2, shape=(d, k))
-        cc = np.zeros(k) if c is None else as_float_array("FeedForward.c", c, ndim=1, shape=(k,))
+    def __init__(
+        self, W_in: Any, W_out: Any, *, b_in: Any = None, activation: str = "relu"
+    ) -> None:
+        w_in = as_float_array("FeedForward.W_in", W_in, ndim=2)
+        k, d = w_in.shape
+        w_out = as_float_array("FeedForward.W_out", W_out, ndim=2, shape=(d, k))
+        bias = (
+            np.zeros(k)
+            if b_in is None
+            else as_float_array("FeedForward.b_in", b_in, ndim=1, shape=(k,))
+        )
         if activation not in _ACTIVATIONS:
             raise InvalidParametersError(
                 f"FeedForward.activation: expected one of {_ACTIVATIONS}, got {activation!r}"
             )
-        set_fields(self, W=w, U=u, c=cc, activation=activation)
+        set_fields(self, W_in=w_in, W_out=w_out, b_in=bias, activation=activation)
 
     @property
     def dim(self) -> int:
-        return int(self.U.shape[1])
+        return int(self.W_in.shape[1])
 
     @property
     def is_affine(self) -> bool:
-        """True for the identity activation (then the term is ``W U x + W c``)."""
+        """True for the identity activation (then the term is ``W_out W_in x + W_out b_in``)."""
         return self.activation == "identity"
 
 
@@ -332,7 +340,7 @@ class Layer(ReadOnlyArrays):
                 f"ffn: a {self.ffn.activation} feed-forward is outside the exact Gaussian moment "
                 "model; use simulate_tokens for it"
             )
-        return self.A + self.ffn.W @ self.ffn.U, self.b + self.ffn.W @ self.ffn.c
+        return self.A + self.ffn.W_out @ self.ffn.W_in, self.b + self.ffn.W_out @ self.ffn.b_in
 
     def replace(self, **changes: Any) -> Layer:
         """A copy with some of ``A``, ``b``, ``heads``, ``ffn``, ``noise`` replaced.
@@ -388,9 +396,9 @@ class Layer(ReadOnlyArrays):
             out["heads"] = [{"V": v.tolist(), "B": b.tolist()} for v, b in self.heads]
         if self.ffn is not None:
             out["ffn"] = {
-                "W": self.ffn.W.tolist(),
-                "U": self.ffn.U.tolist(),
-                "c": self.ffn.c.tolist(),
+                "W_in": self.ffn.W_in.tolist(),
+                "W_out": self.ffn.W_out.tolist(),
+                "b_in": self.ffn.b_in.tolist(),
                 "activation": self.ffn.activation,
             }
         if self.noise is not None:
@@ -462,7 +470,7 @@ def _infer_dim(
                 if n is not None:
                     candidates.append((f"heads[{i}].{nm}", n))
     if ffn is not None and isinstance(ffn, FeedForward):
-        candidates.append(("ffn.U", ffn.dim))
+        candidates.append(("ffn.W_in", ffn.dim))
     if dim is not None:
         candidates.insert(0, ("dim", as_positive_int("dim", dim)))
     if not candidates:

@@ -3,7 +3,7 @@
 ``N`` tokens ``x_i ∈ R^d`` with empirical measure ``μ = (1/N) Σ_j δ_{x_j}`` move by
 (docs/theory.md §1)
 
-    dx_i/dt = A x_i + b [+ W σ(U x_i + c)] + Σ_h V_h Attn_h(x_i; μ),
+    dx_i/dt = A x_i + b [+ W_out σ(W_in x_i + b_in)] + Σ_h V_h Attn_h(x_i; μ),
     Attn_h(x; μ) = Σ_j x_j e^{x_jᵀ B_h x} / Σ_j e^{x_jᵀ B_h x},
 
 every token being both a query and a key; σ ∈ {identity, relu, gelu (exact erf form)}. For a
@@ -172,13 +172,13 @@ def simulate_tokens(
 ) -> TokenTrajectory:
     """Move ``N`` tokens through the continuous-depth Transformer with softmax attention.
 
-    Each token follows ``dx/dt = A x + b [+ W σ(U x + c)] + Σ_h V_h Attn_h(x; μ_t)`` with ``μ_t``
-    the empirical measure of the tokens and ``Attn_h(x; μ) = Σ_j x_j e^{x_jᵀB_h x} / Σ_j
-    e^{x_jᵀB_h x}`` (docs/theory.md §1). With ``noise = G`` and ``method="euler"`` it is the noisy
-    model ``dx = v(x) dt + G dW`` (independent Brownian motions per token, docs/theory.md §6), whose
-    Gaussian counterpart is ``dΣ/dt = MΣ + ΣMᵀ + GGᵀ``. Fixed-step methods step exactly onto
-    every breakpoint of a piecewise-constant model. Numerical trouble never raises: it is the
-    result's ``status``.
+    Each token follows ``dx/dt = A x + b [+ W_out σ(W_in x + b_in)] + Σ_h V_h Attn_h(x; μ_t)``
+    with ``μ_t`` the empirical measure of the tokens and
+    ``Attn_h(x; μ) = Σ_j x_j e^{x_jᵀB_h x} / Σ_j e^{x_jᵀB_h x}`` (docs/theory.md §1). With
+    ``noise = G`` and ``method="euler"`` it is the noisy model ``dx = v(x) dt + G dW``
+    (independent Brownian motions per token, docs/theory.md §6), whose Gaussian counterpart is
+    ``dΣ/dt = MΣ + ΣMᵀ + GGᵀ``. Fixed-step methods step exactly onto every breakpoint of a
+    piecewise-constant model. Numerical trouble never raises: it is the result's ``status``.
 
     Parameters
     ----------

@@ -71,10 +71,6 @@ class DesignCertificate(ResultFields, Outcome):
         class, ``R ⪰ 0``, ``−A`` Hurwitz, Σ* the unique positive-definite equilibrium, K
         Hurwitz). ``"local"``: the target is a locally exponentially stable equilibrium.
         ``"none"``: not an equilibrium, or not stable.
-    valid
-        The target is an equilibrium (relative residual ≤ 1e-9), both rates are positive and
-        at least the requested ones (relative tolerance ``rate_rtol``), and the kind is
-        ``"global"`` when that was required.
     mean_rate
         ``−max Re λ(K)``, ``K = A + Σ_h V_h (I + Σ* B_h)``: the rate of the mean near Σ*.
     cov_rate
@@ -100,17 +96,18 @@ class DesignCertificate(ResultFields, Outcome):
     message
         The statement, with its numbers.
     status
-        ``Status.SUCCESS`` when ``valid``; ``Status.INFEASIBLE`` otherwise (``message`` names
-        the condition that fails); ``Status.BUDGET_EXHAUSTED`` when the check was not made in
-        the time left (rates and residual ``nan``).
+        ``Status.SUCCESS`` when the target is an equilibrium (relative residual ≤ 1e-9), both
+        rates are positive and at least the requested ones (relative tolerance ``rate_rtol``),
+        and the kind is ``"global"`` when that was required; ``Status.INFEASIBLE`` otherwise
+        (``message`` names the condition that fails); ``Status.BUDGET_EXHAUSTED`` when the
+        check was not made in the time left (rates and residual ``nan``).
     stats
         ``seconds``.
     success
-        True for ``SUCCESS`` (the same as ``valid``).
+        True for ``SUCCESS``: the certificate verifies.
     """
 
     kind: str
-    valid: bool
     mean_rate: float
     cov_rate: float
     rate: float
@@ -125,7 +122,7 @@ class DesignCertificate(ResultFields, Outcome):
     def _summary_items(self) -> SummaryItems:
         return [
             ("kind", self.kind),
-            ("valid", self.valid),
+            ("success", self.success),
             ("rate", self.rate),
             ("mean_rate", self.mean_rate),
             ("cov_rate", self.cov_rate),
@@ -251,7 +248,7 @@ def design_certificate(
     cov_rate
         Requested covariance rate to check (optional; positive).
     require_global
-        ``valid`` needs a global certificate.
+        ``success`` needs a global certificate.
     rate_rtol
         Relative tolerance of the rate comparison, in ``(0, 0.1)``.
 
@@ -276,7 +273,7 @@ def design_certificate(
 
     >>> from gtcontrol import Gaussian, Layer, design_certificate
     >>> cert = design_certificate(Layer(A=[[1.0]], B=[[2.0]], V=-1.0), Gaussian([0.0], [[0.5]]))
-    >>> cert.kind, cert.valid, round(cert.mean_rate, 12), round(cert.cov_rate, 12)
+    >>> cert.kind, cert.success, round(cert.mean_rate, 12), round(cert.cov_rate, 12)
     ('global', True, 1.0, 2.0)
 
     References
@@ -301,7 +298,7 @@ def design_certificate(
     is_eq = residual <= RESIDUAL_TOL
     stable = mean_rate > 0 and cov_rate_v > 0
     kind = "global" if ev.global_ok and stable else ("local" if is_eq and stable else "none")
-    valid = is_eq and stable
+    verified = is_eq and stable
     msgs: list[str] = []
     if not is_eq:
         msgs.append(f"the target is not an equilibrium (relative residual {residual:.3g})")
@@ -311,13 +308,13 @@ def design_certificate(
             f"{cov_rate_v:.6g})"
         )
     if rate is not None and mean_rate < rate * (1 - rate_rtol):
-        valid = False
+        verified = False
         msgs.append(f"mean rate {mean_rate:.9g} < requested {rate:.9g}")
     if cov_rate is not None and cov_rate_v < cov_rate * (1 - rate_rtol):
-        valid = False
+        verified = False
         msgs.append(f"covariance rate {cov_rate_v:.9g} < requested {cov_rate:.9g}")
     if require_global and kind != "global":
-        valid = False
+        verified = False
         msgs.append("a global certificate was required: " + "; ".join(ev.reasons or ["—"]))
     message = (
         _headline(kind, ev.gap)
@@ -327,7 +324,6 @@ def design_certificate(
     )
     return DesignCertificate(
         kind=kind,
-        valid=bool(valid),
         mean_rate=mean_rate,
         cov_rate=cov_rate_v,
         rate=min(mean_rate, cov_rate_v),
@@ -339,7 +335,7 @@ def design_certificate(
         requested_cov_rate=cov_rate,
         mean_matrix=frozen(ev.mean_matrix.copy()),
         message=message,
-        status=Status.SUCCESS if valid else Status.INFEASIBLE,
+        status=Status.SUCCESS if verified else Status.INFEASIBLE,
         stats={"seconds": time.perf_counter() - clock},
     )
 
@@ -348,10 +344,9 @@ def uncertified(
     layer: Layer, target: Gaussian, rate: float | None, cov_rate: float | None, why: str
 ) -> DesignCertificate:
     """The certificate of a layer that was not checked (``why``: the time limit): ``kind``
-    ``"none"``, not valid, rates, residual and ``K`` ``nan``, ``Status.BUDGET_EXHAUSTED``."""
+    ``"none"``, not verified, rates, residual and ``K`` ``nan``, ``Status.BUDGET_EXHAUSTED``."""
     return DesignCertificate(
         kind="none",
-        valid=False,
         mean_rate=math.nan,
         cov_rate=math.nan,
         rate=math.nan,

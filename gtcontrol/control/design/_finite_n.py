@@ -187,11 +187,6 @@ class PathEss(ResultFields, Outcome):
             return float(np.min(self.worst))
         return 1.0 if self.worst.ndim < 2 or self.worst.shape[1] == 0 else math.nan
 
-    @property
-    def ok(self) -> bool:
-        """Whether the path reached ``T`` and the bound (if any) holds everywhere."""
-        return self.status is Status.SUCCESS
-
 
 def as_initial(value: Any, d: int) -> Gaussian:
     """The start of the predicted path: a Gaussian, a ``(mean, cov)`` pair or ``None`` (N(0, I))."""
@@ -475,13 +470,12 @@ class TokenCertificate(ResultFields, Outcome):
     snapshot_t, ess_path
         Snapshot depths and the smallest empirical ``ESS/N`` over tokens and heads at each.
     w2_factor, min_token_ess
-        The thresholds of ``valid``.
-    valid
-        The tokens reached ``T``, ``w2 ≤ w2_factor · floor`` and ``min_ess ≥ min_token_ess``.
+        The thresholds of ``success``.
     status
-        ``SUCCESS`` when ``valid``; ``INFEASIBLE`` when the tokens reached ``T`` but a threshold
-        fails (``message`` says which); otherwise the token simulation's status
-        (``OVERFLOW``, ``BUDGET_EXHAUSTED``, ``FAILED``).
+        ``SUCCESS`` when the tokens reached ``T``, ``w2 ≤ w2_factor · floor`` and
+        ``min_ess ≥ min_token_ess`` (the design is token-valid); ``INFEASIBLE`` when the tokens
+        reached ``T`` but a threshold fails (``message`` says which); otherwise the token
+        simulation's status (``OVERFLOW``, ``BUDGET_EXHAUSTED``, ``FAILED``).
     message
         The figures, side by side.
     stats
@@ -502,11 +496,10 @@ class TokenCertificate(ResultFields, Outcome):
     ess_path: FloatArray
     w2_factor: float
     min_token_ess: float
-    valid: bool
 
     def _summary_items(self) -> SummaryItems:
         return [
-            ("valid", self.valid),
+            ("success", self.success),
             ("n_tokens", self.n_tokens),
             ("w2", self.w2),
             ("floor", self.floor),
@@ -853,7 +846,7 @@ def design_token_certificate(
     if sim_status is Status.SUCCESS and not complete:
         sim_status = Status.BUDGET_EXHAUSTED
         sim_message = f"the measurements of the tokens were cut short: {budget.reason()}"
-    status, message, valid = _verdict(
+    status, message = _verdict(
         sim_status, sim_message, w2, floor, low, predicted, len(ess_vals), opts
     )
     message += stopped
@@ -872,7 +865,6 @@ def design_token_certificate(
         ess_path=frozen(ess_path),
         w2_factor=opts.w2_factor,
         min_token_ess=opts.min_token_ess,
-        valid=valid,
         status=status,
         message=message,
         stats={
@@ -1048,7 +1040,6 @@ def _not_run(
         ess_path=empty,
         w2_factor=opts.w2_factor,
         min_token_ess=opts.min_token_ess,
-        valid=False,
         status=Status.BUDGET_EXHAUSTED,
         message=f"no token was moved: {budget.reason()} before the token simulation",
         stats={"seconds": time.perf_counter() - clock, "n_velocity": 0, "seed": int(opts.seed)},
@@ -1064,19 +1055,19 @@ def _verdict(
     predicted: float,
     n_depths: int,
     opts: _TokenCheckOptions,
-) -> tuple[Status, str, bool]:
+) -> tuple[Status, str]:
     figures = (
         f"{opts.n_tokens} tokens: W2 to the target {w2:.4g} (sampling floor {floor:.4g}, "
         f"ratio {w2 / floor:.3g}); smallest softmax ESS/N {low:.3g} over every token and "
         f"{n_depths} depths (formula exp(−uᵀΣu): {predicted:.3g})"
     )
     if sim_status is not Status.SUCCESS:
-        return Status(sim_status), f"the token simulation stopped: {sim_message}; {figures}", False
+        return Status(sim_status), f"the token simulation stopped: {sim_message}; {figures}"
     fails = []
     if not w2 <= opts.w2_factor * floor:
         fails.append(f"W2 {w2:.4g} > {opts.w2_factor:g} × floor")
     if not low >= opts.min_token_ess:
         fails.append(f"ESS/N {low:.3g} < {opts.min_token_ess:g}")
     if fails:
-        return Status.INFEASIBLE, "not token-valid: " + "; ".join(fails) + "; " + figures, False
-    return Status.SUCCESS, "token-valid: " + figures, True
+        return Status.INFEASIBLE, "not token-valid: " + "; ".join(fails) + "; " + figures
+    return Status.SUCCESS, "token-valid: " + figures

@@ -461,7 +461,7 @@ class _Attempt:
 
     @property
     def key(self) -> tuple[bool, bool, float]:
-        return (self.certificate.valid, bool(self.stats["optimal"]), -self.stats["objective"])
+        return (self.certificate.success, bool(self.stats["optimal"]), -self.stats["objective"])
 
 
 class _Runner:
@@ -628,7 +628,7 @@ def solve_nlp(p: Problem, build: Builder, budget: Budget) -> DesignAttempt:
             history.append(att.stats["return_status"])
             if best is None or att.key > best.key:
                 best = att
-            if att.certificate.valid and att.stats["optimal"]:
+            if att.certificate.success and att.stats["optimal"]:
                 break
     elif not budget.exhausted:
         refused = _refusal(p, estimate, budget, "the NLP")
@@ -646,14 +646,14 @@ def solve_nlp(p: Problem, build: Builder, budget: Budget) -> DesignAttempt:
             best.diagnosis,
             best.short,
         )
-        if not (cert.valid and stats["optimal"]):
+        if not (cert.success and stats["optimal"]):
             if budget.exhausted or refused:
                 exhausted = refused or budget.reason()
             else:
                 exhausted = _cap_reason(p, stats["return_status"], budget)
-        if not cert.valid:
+        if not cert.success:
             layer0, cert0 = _starting_design(p, build, guess)
-            if cert0.valid:
+            if cert0.success:
                 stats = {**stats, "optimal": False, "fallback": "initial"}
                 diagnosis = (
                     f"{diagnosis or 'IPOPT: ' + history[-1]}; the closed-form starting design "

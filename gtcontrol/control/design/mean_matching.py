@@ -79,7 +79,7 @@ class MeanMatchingDesign(ResultFields, Outcome):
         ``Status.SUCCESS``: the layer is certified (``optimal`` says whether IPOPT also proved
         norm-minimality). ``Status.BUDGET_EXHAUSTED``: ``time_limit`` or IPOPT's ``solver.max_iter``
         ran out before a certified optimal design was found; ``layer`` is the best iterate
-        (``certificate.valid`` says whether it verifies). ``Status.NOT_FOUND``: IPOPT
+        (``certificate.success`` says whether it verifies). ``Status.NOT_FOUND``: IPOPT
         converged with a rate margin out of reach and the layer does not verify (``message``
         names the margin and the best rate reached); a local search, so no proof that no
         design exists. A request proved impossible in closed form is not a result: it raises
@@ -253,16 +253,16 @@ def _verdict(out: DesignAttempt) -> tuple[Status, str]:
     """Status and message of a design from its outcome (see :class:`MeanMatchingDesign`)."""
     cert = out.certificate
     diagnosis = out.diagnosis
-    if cert.valid and out.optimal:
+    if cert.success and out.optimal:
         return Status.SUCCESS, cert.message
     if out.exhausted is not None:
-        best = "verifies" if cert.valid else "is not certified"
+        best = "verifies" if cert.success else "is not certified"
         head = f"{diagnosis}; " if diagnosis else ""
         return (
             Status.BUDGET_EXHAUSTED,
             f"{head}budget exhausted: {out.exhausted}; the best iterate {best}: {cert.message}",
         )
-    if cert.valid:
+    if cert.success:
         # IPOPT stopped early at a point that verifies: certified, maybe not norm-minimal.
         head = diagnosis or f"IPOPT: {out.stats.get('return_status')}"
         return Status.SUCCESS, f"{head} (the norm may not be minimal); the design verifies: " + (
@@ -289,7 +289,11 @@ def _finite_n(
         rep = path_ess(
             out.layer, tgt, g0, depth, n_std=opts.ess_n_std, min_ess=opts.min_ess, budget=budget
         )
-        why = "" if rep.ok or opts.min_ess is None else " (a fixed B or V leaves no scale freedom)"
+        why = (
+            ""
+            if rep.success or opts.min_ess is None
+            else " (a fixed B or V leaves no scale freedom)"
+        )
         return out, rep, why
     layer, rep = ess_scaled_layer(
         out.layer,
@@ -303,7 +307,7 @@ def _finite_n(
     )
     if rep.scale == 1.0:
         return out, rep, ""
-    if not rep.ok:
+    if not rep.success:
         # The search ended without meeting min_ess (no scale up to its cap of 10⁶ does, or a
         # cap or the time limit cut it short): keep the unscaled design (a large scale buys
         # nothing then and makes the layer stiff) and report its own path.
@@ -315,7 +319,7 @@ def _finite_n(
             f" (the scale search ended without meeting it: {rep.message}; the unscaled "
             "design is kept)"
         )
-        if rep.status is Status.BUDGET_EXHAUSTED and not base.ok:
+        if rep.status is Status.BUDGET_EXHAUSTED and not base.success:
             base = dataclasses.replace(base, status=Status.BUDGET_EXHAUSTED)
         return out, base, why
     cert = design_certificate(
@@ -326,7 +330,7 @@ def _finite_n(
         require_global=out.certificate.kind == "global",
         rate_rtol=opts.rate_rtol,
     )
-    if not cert.valid:
+    if not cert.success:
         why = f" (the scale s = {rep.scale:.4g} loses the certificate: {cert.message})"
         depth = path_depth(out.layer, tgt, cov_rate) if req.T is None else req.T
         rep = path_ess(
@@ -503,7 +507,7 @@ def design_mean_matching(
         (:mod:`gtcontrol.control.design._finite_n`): the covariance dynamics, ``R`` and the
         covariance rate are unchanged, the mean rate becomes ``s·rate`` and ``b = −K m*`` is
         recomputed. With a fixed B or V there is no such freedom. Either way a bound that is
-        not met (``ess.ok`` false) makes the status ``FAILED``, with the worst ESS in
+        not met (``ess.success`` false) makes the status ``FAILED``, with the worst ESS in
         ``message``; pass ``min_ess=None`` to only report the predicted ESS.
     ess_n_std
         Radius of the query ball of ``min_ess`` in standard deviations (default 3; ``≥ 0``).

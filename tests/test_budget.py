@@ -256,7 +256,10 @@ def _experiments() -> Any:
 @functools.cache
 def minilm() -> Any:
     """The real all-MiniLM-L6-v2, extracted (d = 384): the user's work, outside the timed call."""
-    return _experiments().extract("minilm")
+    _experiments()
+    from gtcontrol.interop import extract
+
+    return extract("minilm")
 
 
 @functools.cache

@@ -14,14 +14,14 @@ from typing import Any
 
 import numpy as np
 
-from ..._linalg import FloatArray, spd_sqrt_pair, vech_scale
-from ..._validation import as_float_array
-from ...analysis._field_kernel import covariance_jacobian
-from ...analysis.equilibria import mean_matrix
-from ...errors import InvalidGaussianError, InvalidParametersError
-from ...model.gaussian import Gaussian
-from ...model.moments import moment_field
-from ...model.params import Layer
+from .._linalg import FloatArray, spd_sqrt_pair, vech_scale
+from .._validation import as_float_array
+from ..analysis._field_kernel import covariance_jacobian
+from ..analysis.equilibria import mean_matrix
+from ..errors import InvalidGaussianError, InvalidParametersError
+from ..model.gaussian import Gaussian
+from ..model.moments import moment_field
+from ..model.params import Layer
 
 __all__ = [
     "MARGIN_SLACK",

@@ -1,9 +1,8 @@
-"""Shared pieces of the designs: targets, whitening, residuals, spectra, the equilibrium's A.
+"""The kernel both designs share: targets, whitening, residuals, spectra, the equilibrium's A.
 
-For :func:`gtcontrol.stabilize` also: the equilibrium's ``A`` nearest to a layer's own and the
-heads' quadratic growth ``q``.
-
-Private to :mod:`gtcontrol.control.design`; every other module of the subpackage imports these.
+Read by :mod:`gtcontrol.control.design` (mean matching) and
+:mod:`gtcontrol.control.stabilization`; for the latter also the equilibrium's ``A`` nearest to
+a layer's own and the heads' quadratic growth ``q``.
 """
 
 from __future__ import annotations

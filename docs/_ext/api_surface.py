@@ -8,7 +8,8 @@ Listed: the names of ``gtcontrol.__all__`` and of the public subpackages' ``__al
 (``gtcontrol.control.design``, ``gtcontrol.control.stabilization``, ``gtcontrol.interop``,
 ``gtcontrol.experiments``, ``gtcontrol.cli``, ``gtcontrol.plotting`` and its modules); for a
 function its signature; for a class its constructor and its public methods, properties and
-class attributes (dataclass fields with their types); for a constant its value's type. Names re-exported from the root are listed once, under ``gtcontrol``.
+class attributes (dataclass fields with their types); for a constant its value's type. Names
+re-exported from the root are listed once, under ``gtcontrol``.
 """
 
 from __future__ import annotations

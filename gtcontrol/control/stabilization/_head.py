@@ -15,7 +15,8 @@ This module designs the head around it:
   (:func:`_token_valid`).
 
 The checks themselves (verifying simulations, token runs, certificates) are the caller's
-(:class:`HeadContext`, implemented in :mod:`gtcontrol.control.design.stabilize`).
+(:class:`HeadContext`, implemented by :class:`~._call.Call`). The design of one call is a
+:class:`_HeadDesign` (the gauge and what every ``c`` shares); :func:`_ladder` runs its steps.
 
 Reference: the paper cited in :mod:`gtcontrol`, §4; docs/theory.md.
 """
@@ -43,7 +44,7 @@ from .._design_kernel import RATE_MARGIN, quadratic_growth, scaled_norm
 from ._plan import Plan
 from ._result import CheckPlan, Design, Stabilization
 
-__all__ = ["SCREEN_TOL", "CheckPlan", "HeadContext", "head_family"]
+__all__ = ["SCREEN_TOL", "HeadContext", "head_family"]
 
 #: The screens that choose ``c`` when a start's verification fails at the local minimum
 #: (:func:`_smallest_verified_c`): doublings, then geometric bisections (a bracket
@@ -634,7 +635,7 @@ def _smallest_verified_c(
     A screen (:func:`_screen`) is a cheap simulation of those starts to
     :func:`_screen_depth`; the starts that converged at ``c_loc`` are not screened (a
     larger ``c`` only strengthens the local contraction), and a start singular on the
-    active subspace never is (:meth:`HeadContext.rank_gap`: no ``c`` helps it). ``c`` doubles from
+    active subspace never is (:meth:`~._plan.Plan.rank_gap`: no ``c`` helps it). ``c`` doubles from
     ``c_loc`` until a screen passes (at most ``_C_DOUBLINGS`` times), then
     ``_C_BISECTIONS`` geometric bisections narrow the bracket. The screen only chooses
     ``c``: the full verification of every start by :meth:`HeadContext.finish` at that ``c`` decides.

@@ -34,10 +34,10 @@ import scipy.sparse.linalg as sla
 from threadpoolctl import threadpool_info
 
 import gtcontrol as gt
-from gtcontrol._status import Budget
 from gtcontrol.analysis._subspace import active_subspace, reduced_layer
 from gtcontrol.analysis.stability import SymOperator
-from gtcontrol.control.design.stabilize import _Context, _starts
+from gtcontrol.control.stabilization._plan import make_plan
+from gtcontrol.control.stabilization._spectra import design_ffn
 from gtcontrol.experiments.stabilization import stabilize_model
 from gtcontrol.interop import extract
 
@@ -49,10 +49,21 @@ def identity_target(d: int) -> gt.Gaussian:
 
 
 def designed(layer: gt.Layer, target: gt.Gaussian) -> gt.Layer:
-    basis = active_subspace(layer, np.asarray(target.cov))
-    starts = _starts(None, target, basis, 0, layer.dim)
-    ctx = _Context(layer, target, basis, 1.0, Budget(None), 0, 0.5, starts)
-    return ctx.design_ffn(layer)
+    plan = make_plan(
+        layer,
+        target,
+        None,
+        add="head",
+        rate=1.0,
+        initial=None,
+        token_check=None,
+        min_ess=0.5,
+        tokens=None,
+        seed=0,
+        clock=time.perf_counter(),
+        parallel=False,
+    )
+    return design_ffn(plan, layer)
 
 
 def spectrum_part(k: int) -> None:

@@ -3,7 +3,8 @@
 Runs :func:`gtcontrol.stabilize` on one layer and target of a real model as
 :func:`gtcontrol.experiments.stabilize_model` poses it (by default all-MiniLM-L6-v2 with a
 1,024-token check, as the map runs it), once per value of one module constant of the modules it
-runs through (``stabilize``, ``_head`` and ``_finite_n`` of :mod:`gtcontrol.control.design`,
+runs through (the modules of :mod:`gtcontrol.control.stabilization`, ``_finite_n`` of
+:mod:`gtcontrol.control.design`,
 :mod:`gtcontrol.model._moment_integrator`, :mod:`gtcontrol.analysis.stability`;
 ``--set NAME=V1,V2,...``), or per number of BLAS threads (``--threads 1,2``), and prints what
 each run spent where: the verifying simulations and the screens (calls, right-hand-side
@@ -32,14 +33,17 @@ import gtcontrol as gt
 from gtcontrol.experiments import data_tokens, text_target
 from gtcontrol.interop import extract
 
-# the modules, not the function gtcontrol.control.design.stabilize
-stabilize = importlib.import_module("gtcontrol.control.design.stabilize")
-_head = importlib.import_module("gtcontrol.control.design._head")
+_verify = importlib.import_module("gtcontrol.control.stabilization._verify")
+_head = importlib.import_module("gtcontrol.control.stabilization._head")
+_tokens = importlib.import_module("gtcontrol.control.stabilization._tokens")
 MODULES = tuple(
     importlib.import_module(f"gtcontrol.{name}")
     for name in (
-        "control.design.stabilize",
-        "control.design._head",
+        "control.stabilization._plan",
+        "control.stabilization._verify",
+        "control.stabilization._tokens",
+        "control.stabilization._report",
+        "control.stabilization._head",
         "control.design._finite_n",
         "model._moment_integrator",
         "analysis.stability",
@@ -72,15 +76,15 @@ class Recorder:
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
-        saved = (stabilize.simulate, _head.simulate, stabilize.design_token_certificate)
+        saved = (_verify.simulate, _head.simulate, _tokens.design_token_certificate)
         screen_extra = {} if self.screen_method is None else {"method": self.screen_method}
-        stabilize.simulate = self.timed("verify", saved[0])
+        _verify.simulate = self.timed("verify", saved[0])
         _head.simulate = self.timed("screen", saved[1], **screen_extra)
-        stabilize.design_token_certificate = self.timed("tokens", saved[2])
+        _tokens.design_token_certificate = self.timed("tokens", saved[2])
         try:
             yield
         finally:
-            stabilize.simulate, _head.simulate, stabilize.design_token_certificate = saved
+            _verify.simulate, _head.simulate, _tokens.design_token_certificate = saved
 
 
 @contextlib.contextmanager

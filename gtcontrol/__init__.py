@@ -41,10 +41,10 @@ from .control.design import (
     design_robustness,
     design_token_certificate,
 )
-from .control.design.stabilize import Stabilization, stabilize
 from .control.ot import KineticEnergy, OTSteering, kinetic_energy, ot_steering
 from .control.reachability import MODES, check_reachable, is_reachable
 from .control.realization import exact_layer_steering, realize
+from .control.stabilization import Stabilization, stabilize
 from .control.steering import Collocation, IpoptSettings, SteeringBounds, SteeringResult, steer
 from .errors import (
     DesignFileError,

@@ -1,5 +1,6 @@
-"""The package's structure, checked: layering, no import cycles, module sizes, documented
-parameters of every public callable, and the one result protocol (docs/architecture.md)."""
+"""The package's structure, checked: layering, no import cycles, module and function sizes,
+documented parameters of every public callable, and the one result protocol
+(docs/architecture.md)."""
 
 from __future__ import annotations
 
@@ -213,6 +214,44 @@ def test_no_module_exceeds_the_size_ceiling() -> None:
     sizes = {str(p.relative_to(PKG)): len(p.read_text().splitlines()) for p in PKG.rglob("*.py")}
     too_big = {k: v for k, v in sizes.items() if v > MAX_LINES}
     assert not too_big, f"modules over {MAX_LINES} lines: {too_big}"
+
+
+#: The longest a function or method may be: lines from its ``def`` to its end, its docstring
+#: left out; blank and comment lines count (a reader scrolls past them too), and a nested
+#: function counts in the one that holds it. A longer one is cut into named steps.
+MAX_FUNCTION_LINES = 120
+
+
+def _function_lengths() -> dict[str, int]:
+    """``{"path:line name": length}`` of every function and method in the package (the
+    length as :data:`MAX_FUNCTION_LINES` measures it)."""
+    lengths = {}
+    for path in PKG.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            assert node.end_lineno is not None
+            length = node.end_lineno - node.lineno + 1
+            first = node.body[0]
+            if (
+                isinstance(first, ast.Expr)
+                and isinstance(first.value, ast.Constant)
+                and isinstance(first.value.value, str)
+            ):
+                assert first.end_lineno is not None
+                length -= first.end_lineno - first.lineno + 1
+            lengths[f"{path.relative_to(PKG)}:{node.lineno} {node.name}"] = length
+    return lengths
+
+
+def test_no_function_is_longer_than_120_lines() -> None:
+    lengths = _function_lengths()
+    assert len(lengths) > 1000  # every function was found
+    too_long = {k: v for k, v in sorted(lengths.items()) if v > MAX_FUNCTION_LINES}
+    assert not too_long, (
+        f"functions over {MAX_FUNCTION_LINES} lines (docstring excluded; cut them into named "
+        f"steps): {too_long}"
+    )
 
 
 # -- documentation of every public parameter ------------------------------------------------

@@ -451,7 +451,7 @@ def test_a_start_stuck_at_the_local_minimum_stops_halfway(
     not within the screens' 1e-2 there (``c`` is about to grow, the rest would be wasted);
     the other start runs to the full depth. With no doubling allowed, the result at the local
     minimum shows it, and an independent integration confirms the error at that depth."""
-    import gtcontrol.control.design._head as head
+    import gtcontrol.control.stabilization._head as head
 
     monkeypatch.setattr(head, "_C_DOUBLINGS", 0)
     layer, target = _stuck_at_the_local_minimum()
@@ -508,7 +508,7 @@ def test_time_running_out_as_a_verification_continues_is_an_answer(
     runs out before that continuation's first step (found on MiniLM layer 1 with a 20 s
     limit: an ``IndexError``), the result says the verification was cut, and is not
     ``SUCCESS``."""
-    import gtcontrol.control.design.stabilize as stab
+    import gtcontrol.control.stabilization._verify as stab
 
     real = stab.simulate
     layer = gt.Layer(V=0.5 * np.eye(2), B=np.eye(2))
@@ -541,7 +541,7 @@ def test_time_running_out_in_the_far_starts_first_half_is_an_answer(
     """The far start's first half runs alone before the other checks; when the time runs out
     there before its first step, that verification is cut (one depth, ``BUDGET_EXHAUSTED``),
     the near start is still verified, and the result is not ``SUCCESS``."""
-    import gtcontrol.control.design.stabilize as stab
+    import gtcontrol.control.stabilization._verify as stab
 
     real = stab.simulate
     calls: list[int] = []
@@ -731,16 +731,16 @@ def test_the_untouched_layers_tokens_run_once_while_c_grows(
 ) -> None:
     """The given layer's token run does not depend on ``c``: when ``c`` grows and every check
     runs again, it is kept, not run again (the stabilized layer's tokens run at each ``c``)."""
-    from gtcontrol.control.design import stabilize as module
+    from gtcontrol.control.stabilization import _tokens as tokens_module
 
     calls: list[str | None] = []
-    real = module.design_token_certificate
+    real = tokens_module.design_token_certificate
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         calls.append(kwargs.get("method"))  # the given layer's by RK4, the stabilized adaptive
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(module, "design_token_certificate", counted)
+    monkeypatch.setattr(tokens_module, "design_token_certificate", counted)
     layer, target = _stuck_at_the_local_minimum()
     res = gt.stabilize(layer, target, add="head", rate=1.0, token_check=64)
     assert res.stats["c_screens"] >= 2 and res.c > res.stats["c_local"]
@@ -761,12 +761,13 @@ def test_the_token_run_at_the_local_minimum_stops_when_c_grows(
     normally runs before the others, and its failure skips them: here it is not run first, as
     for a start other than the farthest that fails halfway.)"""
     from gtcontrol._status import _CANCEL
-    from gtcontrol.control.design import stabilize as module
+    from gtcontrol.control.stabilization import _call as call_module
+    from gtcontrol.control.stabilization import _tokens as tokens_module
 
-    monkeypatch.setattr(module._Context, "first_segment", lambda self, final, screen_at: None)
+    monkeypatch.setattr(call_module.Call, "first_segment", lambda self, final, screen_at: None)
 
     seen: list[tuple[bool, Any]] = []
-    real = module.design_token_certificate
+    real = tokens_module.design_token_certificate
 
     def watched(*args: Any, **kwargs: Any) -> Any:
         chain = _CANCEL.get()  # the (event, reason) pairs of the enclosing cancellable blocks
@@ -780,7 +781,7 @@ def test_the_token_run_at_the_local_minimum_stops_when_c_grows(
             seen.append((cancel is not None, out))
         return out
 
-    monkeypatch.setattr(module, "design_token_certificate", watched)
+    monkeypatch.setattr(tokens_module, "design_token_certificate", watched)
     layer, target = _stuck_at_the_local_minimum()
     res = gt.stabilize(layer, target, add="head", rate=1.0, token_check=64)
     assert res.c > res.stats["c_local"] and res.stats["c_screens"] >= 2, res.message
@@ -797,10 +798,11 @@ def test_the_token_run_at_the_local_minimum_stops_when_c_grows(
 def _checks_seen(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, float]]:
     """Record, in order, each verifying segment and token run of a stabilized layer, with the
     layer's ``A[0, 0]`` (``A + cP`` tells the ``c``): ``("segment", a)`` or ``("tokens", a)``."""
-    from gtcontrol.control.design import stabilize as module
+    from gtcontrol.control.stabilization import _tokens as tokens_module
+    from gtcontrol.control.stabilization import _verify as verify_module
 
     seen: list[tuple[str, float]] = []
-    segment, tokens = module._Context._segment, module._Context._tokens
+    segment, tokens = verify_module.Verifier.segment, tokens_module.TokenRuns.check
 
     def added_c(final: gt.Layer) -> float:
         return float(final.A[0, 0])  # A + cP: the layer's A tells the c
@@ -813,8 +815,8 @@ def _checks_seen(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, float]]:
         seen.append(("tokens", added_c(final)))
         return tokens(self, final, *args)
 
-    monkeypatch.setattr(module._Context, "_segment", seg)
-    monkeypatch.setattr(module._Context, "_tokens", tok)
+    monkeypatch.setattr(verify_module.Verifier, "segment", seg)
+    monkeypatch.setattr(tokens_module.TokenRuns, "check", tok)
     return seen
 
 
@@ -825,7 +827,7 @@ def test_a_far_start_stuck_at_the_local_minimum_skips_every_other_check_there(
     check; when it settles elsewhere, ``c`` grows at once: no other verification and no token
     run at the local minimum. The design, the ladder and the checks at the ``c`` chosen are
     those of the run that does all the checks at the local minimum first."""
-    from gtcontrol.control.design import stabilize as module
+    from gtcontrol.control.stabilization import _call as call_module
 
     layer, target = _stuck_at_the_local_minimum()
     seen = _checks_seen(monkeypatch)
@@ -837,7 +839,7 @@ def test_a_far_start_stuck_at_the_local_minimum_skips_every_other_check_there(
     assert seen[0] == ("segment", a_loc)
     assert [kind for kind, a in seen if a == a_loc] == ["segment"]
     assert any(kind == "tokens" for kind, _ in seen)
-    monkeypatch.setattr(module._Context, "first_segment", lambda self, final, screen_at: None)
+    monkeypatch.setattr(call_module.Call, "first_segment", lambda self, final, screen_at: None)
     ref = gt.stabilize(layer, target, add="head", rate=1.0, token_check=64)
     assert ref.c == res.c and ref.stats["c_failed"] == res.stats["c_failed"]
     assert ref.stats["c_screens"] == res.stats["c_screens"]
@@ -854,7 +856,7 @@ def test_a_far_start_that_goes_on_continues_from_its_first_half(
     """A far start whose first half at the local minimum does not settle elsewhere continues
     from that segment beside the other checks: its verification is the one the checks would
     have run without the first half apart, to the last digit, and no segment runs twice."""
-    from gtcontrol.control.design import stabilize as module
+    from gtcontrol.control.stabilization import _call as call_module
 
     rng = np.random.default_rng(1)
     layer = random_layer(rng, 8, 2, factored=False)
@@ -865,7 +867,7 @@ def test_a_far_start_that_goes_on_continues_from_its_first_half(
     assert res.success and res.c == res.stats["c_local"] > 0, res.message
     # the far (identity) start: its first half, then the other start, then its second half
     assert len(seen) >= 3 and {kind for kind, _ in seen} == {"segment"}
-    monkeypatch.setattr(module._Context, "first_segment", lambda self, final, screen_at: None)
+    monkeypatch.setattr(call_module.Call, "first_segment", lambda self, final, screen_at: None)
     n_with = len(seen)
     ref = gt.stabilize(layer, target, add="head", rate=0.8)
     assert len(seen) - n_with == n_with  # the same segments, none twice
@@ -890,18 +892,18 @@ def test_the_untouched_layers_tokens_run_in_the_background_on_a_single_threaded_
 
     from threadpoolctl import threadpool_limits
 
-    from gtcontrol.control.design import stabilize as module
+    from gtcontrol.control.stabilization import _tokens as tokens_module
 
     if jobs.cpus() < 2:
         pytest.skip("one CPU: the jobs run in turn")
     where: list[str] = []
-    real = module._Context._run_untouched
+    real = tokens_module.TokenRuns.run_untouched
 
     def recorded(self: Any, n_tok: int, t_end: float) -> Any:
         where.append(threading.current_thread().name)
         return real(self, n_tok, t_end)
 
-    monkeypatch.setattr(module._Context, "_run_untouched", recorded)
+    monkeypatch.setattr(tokens_module.TokenRuns, "run_untouched", recorded)
     layer = gt.Layer(V=1.5 * np.eye(2), B=0.5 * np.eye(2))
     target = gt.Gaussian([0.5, -0.3], [[1.0, 0.2], [0.2, 0.6]])
     with threadpool_limits(1, user_api="blas"):
@@ -927,13 +929,14 @@ def test_the_far_starts_first_half_waits_only_briefly_for_the_background_run(
 
     from threadpoolctl import threadpool_limits
 
-    from gtcontrol.control.design import stabilize as module
+    from gtcontrol.control.stabilization import _tokens as tokens_module
+    from gtcontrol.control.stabilization import _verify as verify_module
 
     if jobs.cpus() < 2:
         pytest.skip("one CPU: the jobs run in turn")
-    monkeypatch.setattr(module, "_BACKGROUND_WAIT", 0.2)
+    monkeypatch.setattr(verify_module, "_BACKGROUND_WAIT", 0.2)
     events: list[tuple[str, float]] = []
-    run, segment = module._Context._run_untouched, module._Context._segment
+    run, segment = tokens_module.TokenRuns.run_untouched, verify_module.Verifier.segment
 
     def slow_background(self: Any, n_tok: int, t_end: float) -> Any:
         out = run(self, n_tok, t_end)
@@ -945,8 +948,8 @@ def test_the_far_starts_first_half_waits_only_briefly_for_the_background_run(
         events.append(("segment", time.perf_counter()))
         return segment(self, *args)
 
-    monkeypatch.setattr(module._Context, "_run_untouched", slow_background)
-    monkeypatch.setattr(module._Context, "_segment", seg)
+    monkeypatch.setattr(tokens_module.TokenRuns, "run_untouched", slow_background)
+    monkeypatch.setattr(verify_module.Verifier, "segment", seg)
     layer, target = _stuck_at_the_local_minimum()
     with threadpool_limits(1, user_api="blas"):
         res = gt.stabilize(layer, target, add="head", rate=1.0, token_check=64)
@@ -965,19 +968,19 @@ def test_a_call_that_needs_no_token_run_cancels_the_background_one(
     call returns."""
     from threadpoolctl import threadpool_limits
 
-    from gtcontrol.control.design import stabilize as module
+    from gtcontrol.control.stabilization import _tokens as tokens_module
 
     if jobs.cpus() < 2:
         pytest.skip("one CPU: the jobs run in turn")
     ended: list[Any] = []
-    real = module._Context._run_untouched
+    real = tokens_module.TokenRuns.run_untouched
 
     def recorded(self: Any, n_tok: int, t_end: float) -> Any:
         out = real(self, n_tok, t_end)
         ended.append(out)
         return out
 
-    monkeypatch.setattr(module._Context, "_run_untouched", recorded)
+    monkeypatch.setattr(tokens_module.TokenRuns, "run_untouched", recorded)
     d = 3
     layer = gt.Layer(heads=[(0.5 * np.eye(d), np.eye(d)), (0.3 * np.eye(d), np.eye(d))])
     target = gt.Gaussian(np.zeros(d), np.eye(d))
@@ -1260,7 +1263,7 @@ def test_a_default_depth_is_extended_while_the_error_still_falls(
     """A default depth five e-folds too short (the transient allowance set to −5): the
     verification goes on, 3/rate at a time, until the error is below 1e-6, and says so; a
     depth the caller gives is never extended."""
-    import gtcontrol.control.design.stabilize as stab
+    import gtcontrol.control.stabilization._plan as stab
 
     monkeypatch.setattr(stab, "_TRANSIENT_EFOLDS", -5.0)
     layer = gt.Layer(V=0.5 * np.eye(2), B=np.eye(2))
@@ -1358,15 +1361,15 @@ def test_a_token_check_the_budget_never_ran_is_not_a_pass(monkeypatch: pytest.Mo
     says so."""
     import importlib
 
-    stabilize_module = importlib.import_module("gtcontrol.control.design.stabilize")
-    original = stabilize_module._Context._tokens
+    tokens_module = importlib.import_module("gtcontrol.control.stabilization._tokens")
+    original = tokens_module.TokenRuns.check
 
     def late(self: Any, *args: Any, **kwargs: Any) -> Any:
         while not self.budget.exhausted:  # its turn comes after the limit
             time.sleep(0.01)
         return original(self, *args, **kwargs)
 
-    monkeypatch.setattr(stabilize_module._Context, "_tokens", late)
+    monkeypatch.setattr(tokens_module.TokenRuns, "check", late)
     layer = gt.Layer(V=0.3 * np.eye(2), B=0.5 * np.eye(2))
     target = gt.Gaussian([0.5, -0.3], [[1.0, 0.2], [0.2, 0.6]])
     res = gt.stabilize(layer, target, add="head", token_check=64, time_limit=2.0)

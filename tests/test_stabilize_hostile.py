@@ -280,10 +280,10 @@ def test_a_design_off_its_equilibrium_is_failed_with_the_numbers(
     """01_stabilize_tiny_target_runtimeerror.py: when the designed layer does not hold the
     target to the design's rounding bound (here a designed ``A`` spoiled by 1e-3), the result
     is ``FAILED`` with both residuals and the bound, never an exception."""
-    from gtcontrol.control.design import stabilize as module
+    from gtcontrol.control.stabilization import _spectra as spectra_module
 
-    real = module.designed_a
-    monkeypatch.setattr(module, "designed_a", lambda *a: real(*a) + 1e-3 * np.eye(a[0].dim))
+    real = spectra_module.designed_a
+    monkeypatch.setattr(spectra_module, "designed_a", lambda *a: real(*a) + 1e-3 * np.eye(a[0].dim))
     layer = gt.Layer(V=0.5 * np.eye(2), B=np.eye(2))
     target = gt.Gaussian(np.zeros(2), np.eye(2))
     res = gt.stabilize(layer, target, add="head")
@@ -455,7 +455,7 @@ def test_the_gains_search_survives_arpack_non_convergence(monkeypatch: pytest.Mo
     the reproducer's own case ends too."""
     import scipy.sparse.linalg as sla
 
-    from gtcontrol.control.design import _gains
+    from gtcontrol.control.stabilization import _gains
 
     def never(*args: Any, **kwargs: Any) -> Any:
         raise ArpackNoConvergence("no convergence (test)", np.zeros(0), np.zeros((0, 0)))

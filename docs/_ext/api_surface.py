@@ -5,10 +5,11 @@ compares that file with the code, so every change of the public surface (a name,
 default, a field) is a visible diff in review. ``--check`` exits 1 when the file is stale.
 
 Listed: the names of ``gtcontrol.__all__`` and of the public subpackages' ``__all__``
-(``gtcontrol.control.design``, ``gtcontrol.experiments``, ``gtcontrol.cli``, ``gtcontrol.plotting``
-and its modules); for a function its signature; for a class its constructor and its public
-methods, properties and class attributes (dataclass fields with their types); for a constant its
-value's type. Names re-exported from the root are listed once, under ``gtcontrol``.
+(``gtcontrol.control.design``, ``gtcontrol.control.stabilization``, ``gtcontrol.interop``,
+``gtcontrol.experiments``, ``gtcontrol.cli``, ``gtcontrol.plotting`` and its modules); for a
+function its signature; for a class its constructor and its public methods, properties and
+class attributes (dataclass fields with their types); for a constant its value's type. Names
+re-exported from the root are listed once, under ``gtcontrol``.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ SURFACE = ROOT / "docs" / "api" / "surface.txt"
 MODULES = (
     "gtcontrol",
     "gtcontrol.control.design",
+    "gtcontrol.control.stabilization",
     "gtcontrol.interop",
     "gtcontrol.experiments",
     "gtcontrol.cli",

@@ -44,7 +44,7 @@ from .. import (
 )
 from .._status import Status, import_fits
 from .._validation import as_float_array
-from ..control.design.stabilize import Stabilization
+from ..control.stabilization import Stabilization
 from ..errors import DesignFileError
 from ._run_budget import (
     CONTROL_IMPORT_SECONDS,

@@ -75,7 +75,7 @@ from ..analysis.equilibria import mean_matrix, riccati_form_of
 from ..analysis.newton import NewtonSettings, newton_equilibrium
 from ..analysis.regimes import analyze
 from ..analysis.stability import LinearizationSpectrum, linearization_spectrum
-from ..control.design.stabilize import Stabilization, stabilize
+from ..control.stabilization import Stabilization, stabilize
 from ..errors import GTControlError, InvalidParametersError
 from ..interop.extraction import ExtractedModel, ModelFields
 from ..model.gaussian import Gaussian

@@ -35,7 +35,7 @@ from .._linalg import FloatArray
 from .._progress import progress
 from .._status import Budget, Outcome, ResultFields, Status, as_time_limit, within
 from .._validation import as_choice, as_positive_float, as_positive_int, as_seed
-from ..control.design.stabilize import ADDITIONS, Stabilization, stabilize
+from ..control.stabilization import ADDITIONS, Stabilization, stabilize
 from ..errors import InvalidParametersError
 from ..interop.extraction import ExtractedModel
 from ..interop.models import extract

@@ -19,11 +19,9 @@ Modules:
   the ``(sV, B/s)`` scale split that keeps it high (:class:`PathEss`), and the token-level
   certificate: ``N`` real tokens against the target and its sampling floor
   (:func:`design_token_certificate`);
-* :mod:`.stabilize` — a given layer made stable around a target (:func:`stabilize`), with
-  its result and verifications in :mod:`._stabilization`, the feed-forward gains family in
-  :mod:`._gains` and the added-head family (its ``c`` ladder and rate curve) in :mod:`._head`;
-* :mod:`._jobs` — how stabilize's independent checks share the cores (threads or in turn);
-* :mod:`._common` — targets, whitening, residuals and spectra shared by the modules above.
+
+Targets, whitening, residuals and spectra shared with :mod:`gtcontrol.control.stabilization`
+(a given layer made stable around a target) are in :mod:`gtcontrol.control._design_kernel`.
 
 Reference: the paper cited in :mod:`gtcontrol`, §4.
 """

@@ -34,7 +34,7 @@ from ...analysis.riccati import RiccatiForm, is_riccati, model_error, riccati_fo
 from ...errors import InvalidParametersError, SolverError
 from ...model.gaussian import Gaussian
 from ...model.params import Layer
-from ._common import (
+from .._design_kernel import (
     RESIDUAL_TOL,
     Whitening,
     abscissa,

@@ -75,8 +75,8 @@ from ...model.gaussian import Gaussian, check_gaussian
 from ...model.moments import Trajectory, simulate
 from ...model.params import Layer
 from ...model.tokens import TokenTrajectory, simulate_tokens
+from .._design_kernel import MAX_TOKENS, check_layer, with_bias
 from ._certificates import design_certificate
-from ._common import MAX_TOKENS, check_layer, with_bias
 
 __all__ = [
     "PathEss",

@@ -56,9 +56,9 @@ import numpy as np
 from ..._linalg import FloatArray, psd_factor, sym, sym_basis, unvech, vech
 from ..._status import Budget
 from ...model.params import Layer
+from .._design_kernel import MARGIN_SLACK, abscissa
 from .._ipopt import IpoptDeadline, casadi_options
 from ._certificates import DesignCertificate
-from ._common import MARGIN_SLACK, abscissa
 from ._problem import Problem
 
 __all__ = [

@@ -55,9 +55,9 @@ from ..._validation import (
 from ...errors import InvalidParametersError, UnreachableTargetError
 from ...model.gaussian import Gaussian
 from ...model.params import Layer
+from .._design_kernel import MAX_TOKENS, Whitening, coerce_target
 from .._ipopt import IpoptSettings
 from ._certificates import RobustnessCheck
-from ._common import MAX_TOKENS, Whitening, coerce_target
 from ._finite_n import as_initial
 
 __all__ = [

@@ -33,6 +33,7 @@ from ...errors import InvalidParametersError
 from ...model.gaussian import Gaussian
 from ...model.moments import Trajectory, simulate
 from ...model.params import Layer
+from .._design_kernel import Whitening, param_norm, with_bias
 from .._ipopt import IpoptSettings
 from ._certificates import (
     DesignCertificate,
@@ -42,7 +43,6 @@ from ._certificates import (
     robustness_within,
     uncertified,
 )
-from ._common import Whitening, param_norm, with_bias
 from ._finite_n import (
     PathEss,
     TokenCertificate,

@@ -15,7 +15,8 @@ This module designs the head around it:
   (:func:`_token_valid`).
 
 The checks themselves (verifying simulations, token runs, certificates) are the caller's
-(:class:`HeadContext`, implemented in :mod:`gtcontrol.control.design.stabilize`).
+(:class:`HeadContext`, implemented by :class:`~._call.Call`). The design of one call is a
+:class:`_HeadDesign` (the gauge and what every ``c`` shares); :func:`_ladder` runs its steps.
 
 Reference: the paper cited in :mod:`gtcontrol`, §4; docs/theory.md.
 """
@@ -24,8 +25,8 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -39,10 +40,11 @@ from ...analysis.stability import LinearizationSpectrum
 from ...model.gaussian import Gaussian
 from ...model.moments import Trajectory, simulate
 from ...model.params import Layer
-from ._common import RATE_MARGIN, quadratic_growth, scaled_norm
-from ._stabilization import Design, Stabilization
+from .._design_kernel import RATE_MARGIN, quadratic_growth, scaled_norm
+from ._plan import Plan
+from ._result import CheckPlan, Design, Stabilization
 
-__all__ = ["SCREEN_TOL", "CheckPlan", "HeadContext", "head_family"]
+__all__ = ["SCREEN_TOL", "HeadContext", "head_family"]
 
 #: The screens that choose ``c`` when a start's verification fails at the local minimum
 #: (:func:`_smallest_verified_c`): doublings, then geometric bisections (a bracket
@@ -78,46 +80,12 @@ _ENTRY_ROOM = 1e-4
 _MEAN_PRECISION = 1e-10
 
 
-@dataclass(frozen=True)
-class CheckPlan:
-    """How :meth:`HeadContext.finish` runs the checks of one design of the ``c`` ladder.
-
-    Attributes
-    ----------
-    stats
-        Entries added to the result's ``stats`` (the ladder's record).
-    screen_at
-        Each verification stops at this depth when a screen would fail there: ``c`` is about to
-        grow, and the rest of the depth would be wasted. ``None``: it runs to its depth.
-    design_rate
-        A certified design rate above the rate asked for (:func:`_token_valid`): the default
-        depths of the verifications and of the stabilized layer's tokens follow it.
-    first
-        A start's index and its first segment, already integrated
-        (:meth:`HeadContext.first_segment`): its verification continues from it.
-    """
-
-    stats: Mapping[str, Any] = field(default_factory=dict)
-    screen_at: float | None = None
-    design_rate: float | None = None
-    first: tuple[int, Trajectory] | None = None
-
-
 class HeadContext(Protocol):
-    """What the head family needs of one :func:`gtcontrol.stabilize` call: the problem, its
-    budget, its starts, and the checks of a design."""
+    """What the head family needs of one :func:`gtcontrol.stabilize` call: the plan, its
+    budget, and the checks of a design."""
 
-    layer: Layer
-    target: Gaussian
-    basis: FloatArray
-    s_act: FloatArray
-    proj: FloatArray
-    rate: float
+    plan: Plan
     budget: Budget
-    parallel: bool
-    min_ess: float
-    depth: float | None
-    starts: list[tuple[str, Gaussian]]
 
     def fix_bias(self, layer: Layer) -> Layer: ...
 
@@ -130,14 +98,6 @@ class HeadContext(Protocol):
     ) -> LinearizationSpectrum | None: ...
 
     def start_vector(self, spec: LinearizationSpectrum) -> FloatArray | None: ...
-
-    def default_depth(
-        self, starts: Sequence[Gaussian] | None = None, rate: float | None = None
-    ) -> float: ...
-
-    def relative_error(self, mean: FloatArray, cov: FloatArray) -> float: ...
-
-    def rank_gap(self, g0: Gaussian) -> str: ...
 
     def function_change(self, final: Layer) -> float: ...
 
@@ -177,10 +137,10 @@ def _added_tilts(ctx: HeadContext) -> list[FloatArray]:
     near the target and hurts for a start far from ``m*`` (the identity start of a data
     target), so :func:`head_family` takes the tilt with the smaller gauge.
     """
-    b0: FloatArray = ctx.basis @ np.linalg.inv(ctx.s_act) @ ctx.basis.T
-    mean = ctx.target.mean
-    f = mean - ctx.proj @ mean
-    pm = ctx.proj @ mean
+    b0: FloatArray = ctx.plan.basis @ np.linalg.inv(ctx.plan.s_act) @ ctx.plan.basis.T
+    mean = ctx.plan.target.mean
+    f = mean - ctx.plan.proj @ mean
+    pm = ctx.plan.proj @ mean
     size = float(f @ f)
     if size <= (1e-12 * max(float(np.linalg.norm(mean)), 1.0)) ** 2 or not np.any(pm):
         return [b0]
@@ -220,16 +180,16 @@ def _token_scale(ctx: HeadContext, b0: FloatArray) -> float:
     order larger, under which the tokens did worse, not better (why, this rule does not
     explain). The measurements behind each choice: docs/benchmarks.md.
     """
-    rho_req = math.sqrt(math.log(1.0 / ctx.min_ess))
+    rho_req = math.sqrt(math.log(1.0 / ctx.plan.min_ess))
     s = 1.0
-    for g in [ctx.target] + [g for _, g in ctx.starts]:
+    for g in [ctx.plan.target] + [g for _, g in ctx.plan.starts]:
         root = psd_sqrt(g.cov)
         rb = root @ b0
         w = rb @ root
         w_f, w_2 = scaled_norm(w), float(np.linalg.norm(w, 2))
         rm = scaled_norm(rb @ g.mean)
         s = max(s, (rm + w_f + _ESS_N_STD * w_2) / rho_req)
-        if g is ctx.target:
+        if g is ctx.plan.target:
             s = max(s, float(np.trace(w)) / _OWN_LOGIT)
     return (1.0 + 1e-9) * s
 
@@ -292,37 +252,50 @@ def head_family(ctx: HeadContext, base_layer: Layer, base: LinearizationSpectrum
     return replace(res, stats={**res.stats, "rate_curve": curve()})
 
 
-def _head_design(
-    ctx: HeadContext, base_layer: Layer, base: LinearizationSpectrum
-) -> tuple[Stabilization, Callable[[], list[dict[str, float]]] | None]:
-    # both tilts give the same moment model; the smaller gauge s changes the layer less
-    tilts = _added_tilts(ctx)
-    s, pick = min((_token_scale(ctx, tilt), i) for i, tilt in enumerate(tilts))
-    b0 = tilts[pick]
-    c_cov, c_loc = _head_c(ctx, base, ctx.rate)
-    need_mean, sigma = _mean_shift(ctx, base, ctx.rate)
-    s, gauge_note, no_gauge = _fitted_scale(s, b0, max(c_loc, sigma), ctx.rate)
-    if no_gauge:
-        return ctx.result_without(base_layer, base, "head", Status.FAILED, no_gauge), None
-    red = reduced_layer(ctx.layer, ctx.basis)
-    q = quadratic_growth(red, ctx.s_act)
+@dataclass(frozen=True, eq=False)
+class _HeadDesign:
+    """The added head of one call at its token gauge: what every ``c`` of the ladder shares.
 
-    def build(c: float, shift: float = sigma) -> Layer:
-        return _head_layer(ctx, base_layer, c, s, b0, shift)
+    ``s`` is the gauge, ``b0`` the tilt (``pick``: 1 when the query is centred on ``m*``),
+    ``c_cov`` and ``c_loc`` the smallest ``c`` for the covariance and the one used (with the
+    margin), ``need_mean`` and ``sigma`` the mean's shift needed and used, ``gauge_note`` a
+    note when the gauge moved into float64's range, ``q`` the kept heads' quadratic growth.
+    """
 
-    def curve() -> list[dict[str, float]]:
-        return _rate_curve(ctx, base, build)
+    ctx: HeadContext
+    base_layer: Layer
+    base: LinearizationSpectrum
+    s: float
+    b0: FloatArray
+    pick: int
+    c_cov: float
+    c_loc: float
+    need_mean: float
+    sigma: float
+    gauge_note: str
+    q: float
 
-    def design_at(c: float, ladder: str, shift: float = sigma) -> Design:
-        final = build(c, shift)
-        kappa = s * c - shift
+    def build(self, c: float, shift: float | None = None) -> Layer:
+        """The layer with the added head at ``c`` and the mean's shift (default: ``sigma``)."""
+        shift = self.sigma if shift is None else shift
+        return _head_layer(self.ctx, self.base_layer, c, self.s, self.b0, shift)
+
+    def curve(self) -> list[dict[str, float]]:
+        """The rate curve (:func:`_rate_curve`)."""
+        return _rate_curve(self.ctx, self.base, self.build)
+
+    def design_at(self, c: float, ladder: str, shift: float | None = None) -> Design:
+        """The :class:`Design` at ``c``, its ``ladder`` sentence in what it says."""
+        shift = self.sigma if shift is None else shift
+        final = self.build(c, shift)
+        kappa = self.s * c - shift
         parts = []
         if c > 0:
             parts.append(
-                f"added head (−s·c·I, Σ*⁻¹/s) with c = {c:.6g} (minimal {c_cov:.6g} for the "
-                f"covariance), token gauge s = {s:.4g}"
-                + (", query centred on m*" if pick else "")
-                + gauge_note
+                f"added head (−s·c·I, Σ*⁻¹/s) with c = {c:.6g} (minimal {self.c_cov:.6g} for the "
+                f"covariance), token gauge s = {self.s:.4g}"
+                + (", query centred on m*" if self.pick else "")
+                + self.gauge_note
             )
         if ladder:
             parts.append(ladder)
@@ -330,7 +303,11 @@ def _head_design(
             parts.append(
                 f"uniform companion head (κI, 0) with κ = {kappa:.6g}: the mean matrix shifts "
                 f"by −{shift:.6g} ("
-                + (f"minimal: the mean needs {need_mean:.6g})" if shift > 0 else "none needed)")
+                + (
+                    f"minimal: the mean needs {self.need_mean:.6g})"
+                    if shift > 0
+                    else "none needed)"
+                )
             )
         what = (
             "; ".join(parts) if parts else "no extra needed: the designed A, b alone give the rate"
@@ -339,90 +316,146 @@ def _head_design(
             layer=final,
             family="head" if c > 0 or shift != 0.0 else "none",
             # the base's shifted by −2c (checked) or, failing that, recomputed by finish
-            spectrum=ctx.shifted(final, base_layer, base, -2.0 * c),
+            spectrum=self.ctx.shifted(final, self.base_layer, self.base, -2.0 * c),
             what=what,
             change=c,
-            q=q,
-            omega=base.numerical_abscissa - 2.0 * c,
+            q=self.q,
+            omega=self.base.numerical_abscissa - 2.0 * c,
             c=c,
-            scale=s,
+            scale=self.s,
             mean_shift=shift,
         )
 
     def attempt(
+        self,
         c: float,
         ladder: str,
         stats: dict[str, Any],
         *,
-        shift: float = sigma,
+        shift: float | None = None,
         screen_at: float | None = None,
         design_rate: float | None = None,
         design: Design | None = None,
         first: tuple[int, Trajectory] | None = None,
     ) -> Stabilization:
+        """The checks of the design at ``c`` (or of ``design``) and its result, with the
+        ladder's record in ``stats``."""
         record = {
-            "c_local": c_loc,
+            "c_local": self.c_loc,
             "c_screens": 0,
             "c_failed": math.nan,
-            "design_rate": ctx.rate,
+            "design_rate": self.ctx.plan.rate,
             "token_doublings": 0,
             **stats,
         }
-        return ctx.finish(
-            design if design is not None else design_at(c, ladder, shift),
-            base,
+        return self.ctx.finish(
+            design if design is not None else self.design_at(c, ladder, shift),
+            self.base,
             CheckPlan(record, screen_at=screen_at, design_rate=design_rate, first=first),
         )
 
-    # c_loc is the smallest c of the local certificate; a far start can still settle at
-    # another equilibrium there (as on pretrained layers): then c grows, chosen by cheap
-    # screens, and the checks run again at the c chosen. So at c_loc each verification stops
-    # halfway when it fails a screen's test there, and the far start's first half runs before
-    # every other check (HeadContext.first_segment).
-    t_half = _screen_depth(ctx) if c_loc > 0 else None
-    at_loc = design_at(c_loc, "")
+
+def _head_design(
+    ctx: HeadContext, base_layer: Layer, base: LinearizationSpectrum
+) -> tuple[Stabilization, Callable[[], list[dict[str, float]]] | None]:
+    """The head family's result, and its rate curve (``None``: no gauge fits)."""
+    head = _gauge(ctx, base_layer, base)
+    if isinstance(head, Stabilization):
+        return head, None
+    return _ladder(head), head.curve
+
+
+def _gauge(
+    ctx: HeadContext, base_layer: Layer, base: LinearizationSpectrum
+) -> _HeadDesign | Stabilization:
+    """The added head's gauge, tilt, local minimum ``c`` and mean shift; a ``FAILED`` result
+    when no gauge fits float64."""
+    # both tilts give the same moment model; the smaller gauge s changes the layer less
+    tilts = _added_tilts(ctx)
+    s, pick = min((_token_scale(ctx, tilt), i) for i, tilt in enumerate(tilts))
+    b0 = tilts[pick]
+    c_cov, c_loc = _head_c(ctx, base, ctx.plan.rate)
+    need_mean, sigma = _mean_shift(ctx, base, ctx.plan.rate)
+    s, gauge_note, no_gauge = _fitted_scale(s, b0, max(c_loc, sigma), ctx.plan.rate)
+    if no_gauge:
+        return ctx.result_without(base_layer, base, "head", Status.FAILED, no_gauge)
+    red = reduced_layer(ctx.plan.layer, ctx.plan.basis)
+    q = quadratic_growth(red, ctx.plan.s_act)
+    return _HeadDesign(
+        ctx, base_layer, base, s, b0, pick, c_cov, c_loc, need_mean, sigma, gauge_note, q
+    )
+
+
+def _certified(spec: LinearizationSpectrum | None, rate: float) -> bool:
+    """Whether ``spec`` holds the local certificate at ``rate``."""
+    return spec is not None and spec.status is Status.SUCCESS and spec.abscissa <= -rate
+
+
+def _at_local_minimum(head: _HeadDesign, t_half: float | None) -> Design:
+    """The design at the local minimum ``c``, with its spectrum when the ladder may follow:
+    the local certificate decides whether ``c`` may grow."""
+    ctx = head.ctx
+    at_loc = head.design_at(head.c_loc, "")
     if t_half is not None and at_loc.spectrum is None:
-        # the local certificate decides whether c may grow: here, not in finish (a dense
-        # base's spectrum, cheap; or a Krylov run where the shift identity failed)
+        # here, not in finish (a dense base's spectrum, cheap; or a Krylov run where the shift
+        # identity failed)
         at_loc = replace(
             at_loc,
-            spectrum=ctx.spectrum(at_loc.layer, omega=False, k=1, v0=ctx.start_vector(base)),
+            spectrum=ctx.spectrum(at_loc.layer, omega=False, k=1, v0=ctx.start_vector(head.base)),
         )
-    spec_loc = at_loc.spectrum
-    local_loc = (
-        spec_loc is not None
-        and spec_loc.status is Status.SUCCESS
-        and spec_loc.abscissa <= -ctx.rate
-    )
+    return at_loc
+
+
+def _stuck_verifications(
+    ctx: HeadContext, res: Stabilization
+) -> list[tuple[tuple[str, Gaussian], str]]:
+    """The starts whose verification in ``res`` ended unconverged (not for want of rank),
+    each with the ladder's sentence on it."""
+    return [
+        (
+            (name, g0),
+            _not_converging(
+                v.name,
+                max(float(v.cov_error[-1]), float(v.mean_error[-1])),
+                float(v.t[-1]),
+            ),
+        )
+        for v, (name, g0) in zip(res.verification, ctx.plan.starts, strict=False)
+        if v.status is Status.SUCCESS and not v.converged and not ctx.plan.rank_gap(g0)
+    ]  # no verification when the local certificate failed before any check
+
+
+def _ladder(head: _HeadDesign) -> Stabilization:
+    """The checks at the local minimum ``c``, and, when a start does not converge there, at
+    the smallest ``c`` from which it does in a screen; then the token-valid design rate.
+
+    ``c_loc`` is the smallest ``c`` of the local certificate; a far start can still settle at
+    another equilibrium there (as on pretrained layers): then ``c`` grows, chosen by cheap
+    screens, and the checks run again at the ``c`` chosen. So at ``c_loc`` each verification
+    stops halfway when it fails a screen's test there, and the far start's first half runs
+    before every other check (:meth:`HeadContext.first_segment`).
+    """
+    ctx, c_loc = head.ctx, head.c_loc
+    t_half = _screen_depth(ctx) if c_loc > 0 else None
+    at_loc = _at_local_minimum(head, t_half)
+    local_loc = _certified(at_loc.spectrum, ctx.plan.rate)
     pre = None
     if t_half is not None and local_loc and not ctx.budget.exhausted:
         pre = ctx.first_segment(at_loc.layer, t_half)
     first = None if pre is None else (pre[0], pre[1])
-
-    def at_c_loc() -> Stabilization:
-        return attempt(c_loc, "", {}, screen_at=t_half, design=at_loc, first=first)
-
+    at_c_loc = functools.partial(
+        head.attempt, c_loc, "", {}, screen_at=t_half, design=at_loc, first=first
+    )
     res: Stabilization | None = None
     if pre is not None and pre[2]:
         # settled elsewhere: the other checks at c_loc would be wasted, and c grows
-        name, g0 = ctx.starts[pre[0]]
+        name, g0 = ctx.plan.starts[pre[0]]
         end = pre[1]
-        err = ctx.relative_error(end.mean[-1], end.cov[-1])
+        err = ctx.plan.relative_error(end.mean[-1], end.cov[-1])
         stuck = [((name, g0), _not_converging(name, err, float(end.t[-1])))]
     else:
         res = at_c_loc()
-        stuck = [
-            (
-                (name, g0),
-                _not_converging(
-                    v.name,
-                    max(float(v.cov_error[-1]), float(v.mean_error[-1])),
-                    float(v.t[-1]),
-                ),
-            )
-            for v, (name, g0) in zip(res.verification, ctx.starts, strict=False)
-            if v.status is Status.SUCCESS and not v.converged and not ctx.rank_gap(g0)
-        ]  # no verification when the local certificate failed before any check
+        stuck = _stuck_verifications(ctx, res)
     ladder, stats = "", {}
     if (
         stuck
@@ -431,27 +464,33 @@ def _head_design(
         and not ctx.budget.exhausted
     ):
         c, c_failed, ladder, screens = _smallest_verified_c(
-            ctx, build, c_loc, [start for start, _ in stuck], stuck[0][1]
+            ctx, head.build, c_loc, [start for start, _ in stuck], stuck[0][1]
         )
         stats = {"c_screens": screens, "c_failed": c_failed}
         if c == c_loc:
             # no c passed its screen: the checks at c_loc stand (out of time if the
             # screens ran out of it)
-            res = at_c_loc() if res is None else res
-            spent = ctx.budget.exhausted
-            return replace(
-                res,
-                status=Status.BUDGET_EXHAUSTED if spent else res.status,
-                message=res.message
-                + "; "
-                + ladder
-                + ("; the time limit ended the screens" if spent else ""),
-                stats=dict(res.stats, **stats),
-            ), curve
-        res = attempt(c, ladder, stats)
+            return _no_c_passed(ctx, at_c_loc() if res is None else res, ladder, stats)
+        res = head.attempt(c, ladder, stats)
     elif res is None:
         res = at_c_loc()
-    return _token_valid(ctx, res, base, attempt, ladder, stats), curve
+    return _token_valid(ctx, res, head.base, head.attempt, ladder, stats)
+
+
+def _no_c_passed(
+    ctx: HeadContext, res: Stabilization, ladder: str, stats: dict[str, Any]
+) -> Stabilization:
+    """The result at the local minimum ``c`` when no larger ``c`` passed its screen."""
+    spent = ctx.budget.exhausted
+    return replace(
+        res,
+        status=Status.BUDGET_EXHAUSTED if spent else res.status,
+        message=res.message
+        + "; "
+        + ladder
+        + ("; the time limit ended the screens" if spent else ""),
+        stats=dict(res.stats, **stats),
+    )
 
 
 #: The rates of a head design's curve (``stats["rate_curve"]``), as multiples of the rate asked.
@@ -470,7 +509,7 @@ def _rate_curve(
     for f in CURVE_FACTORS:
         if ctx.budget.exhausted:
             break
-        rho = f * ctx.rate
+        rho = f * ctx.plan.rate
         c = _head_c(ctx, base, rho)[1]
         sigma = _mean_shift(ctx, base, rho)[1]
         change = ctx.function_change(build(c, sigma))
@@ -515,7 +554,7 @@ def _token_valid(
     check runs again at each ``ρ'``, to the default depths of the rate ``ρ'`` certified: a
     faster contraction holds the tokens closer (docs/benchmarks.md). The ``c`` found is the
     smallest token-valid one to a factor 2 in the rate, and the message says so."""
-    rho, tries, trail = ctx.rate, 0, []
+    rho, tries, trail = ctx.plan.rate, 0, []
     while (
         tries < _TOKEN_DOUBLINGS
         and not ctx.budget.exhausted
@@ -563,14 +602,14 @@ def _head_layer(
     covariance's, attending to every token equally, ``ESS/N = 1``)."""
     added: list[tuple[FloatArray, FloatArray]] = []
     if c > 0:
-        added.append((-s * c * ctx.proj, b0 / s))
+        added.append((-s * c * ctx.plan.proj, b0 / s))
     kappa = s * c - sigma
     if kappa != 0.0:
-        added.append((kappa * ctx.proj, np.zeros_like(ctx.proj)))
+        added.append((kappa * ctx.plan.proj, np.zeros_like(ctx.plan.proj)))
     if not added:
         return base_layer
     final = base_layer.replace(
-        A=base_layer.A + c * ctx.proj, heads=[*base_layer.head_groups, *added]
+        A=base_layer.A + c * ctx.plan.proj, heads=[*base_layer.head_groups, *added]
     )
     return ctx.fix_bias(final)
 
@@ -578,7 +617,7 @@ def _head_layer(
 def _screen_depth(ctx: HeadContext) -> float:
     """Half the default verification depth (or of a longer ``T`` given): a short ``T``
     given for a quick look does not make the screens, which choose ``c``, fail."""
-    return 0.5 * max(ctx.default_depth(), ctx.depth or 0.0)
+    return 0.5 * max(ctx.plan.default_depth(), ctx.plan.depth or 0.0)
 
 
 def _smallest_verified_c(
@@ -596,7 +635,7 @@ def _smallest_verified_c(
     A screen (:func:`_screen`) is a cheap simulation of those starts to
     :func:`_screen_depth`; the starts that converged at ``c_loc`` are not screened (a
     larger ``c`` only strengthens the local contraction), and a start singular on the
-    active subspace never is (:meth:`HeadContext.rank_gap`: no ``c`` helps it). ``c`` doubles from
+    active subspace never is (:meth:`~._plan.Plan.rank_gap`: no ``c`` helps it). ``c`` doubles from
     ``c_loc`` until a screen passes (at most ``_C_DOUBLINGS`` times), then
     ``_C_BISECTIONS`` geometric bisections narrow the bracket. The screen only chooses
     ``c``: the full verification of every start by :meth:`HeadContext.finish` at that ``c`` decides.
@@ -658,12 +697,12 @@ def _screen(
         )
         if traj.status is not Status.SUCCESS:
             return math.inf
-        return ctx.relative_error(traj.mean[-1], traj.cov[-1])
+        return ctx.plan.relative_error(traj.mean[-1], traj.cov[-1])
 
     errs = concurrently(
         [functools.partial(end_error, g0) for _, g0 in starts],
         alone=not ctx.background_running(),
-        parallel=ctx.parallel,
+        parallel=ctx.plan.parallel,
     )
     j = int(np.argmax(errs))
     return None if errs[j] <= SCREEN_TOL else starts[j][0]

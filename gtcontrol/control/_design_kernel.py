@@ -1,9 +1,8 @@
-"""Shared pieces of the designs: targets, whitening, residuals, spectra, the equilibrium's A.
+"""The kernel both designs share: targets, whitening, residuals, spectra, the equilibrium's A.
 
-For :func:`gtcontrol.stabilize` also: the equilibrium's ``A`` nearest to a layer's own and the
-heads' quadratic growth ``q``.
-
-Private to :mod:`gtcontrol.control.design`; every other module of the subpackage imports these.
+Read by :mod:`gtcontrol.control.design` (mean matching) and
+:mod:`gtcontrol.control.stabilization`; for the latter also the equilibrium's ``A`` nearest to
+a layer's own and the heads' quadratic growth ``q``.
 """
 
 from __future__ import annotations
@@ -14,14 +13,14 @@ from typing import Any
 
 import numpy as np
 
-from ..._linalg import FloatArray, spd_sqrt_pair, vech_scale
-from ..._validation import as_float_array
-from ...analysis._field_kernel import covariance_jacobian
-from ...analysis.equilibria import mean_matrix
-from ...errors import InvalidGaussianError, InvalidParametersError
-from ...model.gaussian import Gaussian
-from ...model.moments import moment_field
-from ...model.params import Layer
+from .._linalg import FloatArray, spd_sqrt_pair, vech_scale
+from .._validation import as_float_array
+from ..analysis._field_kernel import covariance_jacobian
+from ..analysis.equilibria import mean_matrix
+from ..errors import InvalidGaussianError, InvalidParametersError
+from ..model.gaussian import Gaussian
+from ..model.moments import moment_field
+from ..model.params import Layer
 
 __all__ = [
     "MARGIN_SLACK",

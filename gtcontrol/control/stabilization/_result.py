@@ -1,6 +1,6 @@
 """The values of :func:`gtcontrol.stabilize`: a family's :class:`Design` (or
-:class:`NoDesign`), read by the families and the checks alike, and the result,
-:class:`Stabilization`, with its verifications.
+:class:`NoDesign`) and how its checks run (:class:`CheckPlan`), read by the families and the
+checks alike, and the result, :class:`Stabilization`, with its verifications.
 
 A :class:`Stabilization` carries the stabilized layer, each certificate (local, global,
 basin) and each check (the verifying simulations, one :class:`Verification` per start, and
@@ -12,17 +12,20 @@ Reference: the paper cited in :mod:`gtcontrol`, §4; docs/theory.md.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..._display import Axes, SummaryItems, legend
 from ..._linalg import FloatArray
 from ..._status import Outcome, ResultFields, Status
 from ...analysis.stability import LinearizationSpectrum
 from ...model.gaussian import Gaussian
+from ...model.moments import Trajectory
 from ...model.params import Layer
-from ._finite_n import TokenCertificate
+from ..design import TokenCertificate
 
-__all__ = ["VERIFY_RTOL", "Design", "NoDesign", "Stabilization", "Verification"]
+__all__ = ["VERIFY_RTOL", "CheckPlan", "Design", "NoDesign", "Stabilization", "Verification"]
 
 #: Required relative error of the verifying simulations at depth ``T``.
 VERIFY_RTOL = 1e-6
@@ -51,6 +54,32 @@ class Design:
     scale: float = math.nan
     mean_shift: float = math.nan
     gains: FloatArray | None = None
+
+
+@dataclass(frozen=True)
+class CheckPlan:
+    """How :func:`~._checks.finish` runs the checks of one design of the ``c`` ladder.
+
+    Attributes
+    ----------
+    stats
+        Entries added to the result's ``stats`` (the ladder's record).
+    screen_at
+        Each verification stops at this depth when a screen would fail there: ``c`` is about to
+        grow, and the rest of the depth would be wasted. ``None``: it runs to its depth.
+    design_rate
+        A certified design rate above the rate asked for (the head family's token-valid
+        rate): the default depths of the verifications and of the stabilized layer's tokens
+        follow it.
+    first
+        A start's index and its first segment, already integrated
+        (:meth:`~._verify.Verifier.first_segment`): its verification continues from it.
+    """
+
+    stats: Mapping[str, Any] = field(default_factory=dict)
+    screen_at: float | None = None
+    design_rate: float | None = None
+    first: tuple[int, Trajectory] | None = None
 
 
 @dataclass(frozen=True)

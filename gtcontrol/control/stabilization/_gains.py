@@ -33,25 +33,20 @@ from ..._linalg import FloatArray, power_of_two
 from ..._status import Budget, Status
 from ...analysis._subspace import reduced_layer
 from ...analysis.stability import LinearizationSpectrum, SymOperator, mean_block
-from ...model.gaussian import Gaussian
 from ...model.heads import FactoredHeads
 from ...model.params import Layer
-from ._common import RATE_MARGIN, designed_a, quadratic_growth
-from ._stabilization import Design, NoDesign
+from .._design_kernel import RATE_MARGIN, designed_a, quadratic_growth
+from ._plan import Plan
+from ._result import Design, NoDesign
 
 __all__ = ["GainsContext", "gains_family"]
 
 
 class GainsContext(Protocol):
-    """What the gains search needs of one :func:`gtcontrol.stabilize` call: the problem, its
+    """What the gains search needs of one :func:`gtcontrol.stabilize` call: the plan, its
     budget, the design of ``A, b`` and the spectrum."""
 
-    layer: Layer
-    target: Gaussian
-    basis: FloatArray
-    s_act: FloatArray
-    forcing: FloatArray | None
-    rate: float
+    plan: Plan
     budget: Budget
 
     def design_ffn(self, layer: Layer) -> Layer: ...
@@ -109,10 +104,10 @@ def gains_family(
     ``NOT_FOUND`` with how far the search got, or the :class:`Design` of the gained layer with
     the smallest ``‖1 − g‖₂`` that met the rate (the checks decide its status).
     """
-    red = reduced_layer(ctx.layer, ctx.basis)
+    red = reduced_layer(ctx.plan.layer, ctx.plan.basis)
     singles = _single_heads(red)
     n_h = len(singles)
-    s_act = ctx.s_act
+    s_act = ctx.plan.s_act
     # Affine pieces: A(g) = A_fix + Σ g_h A_h, L(g) = L_fix + Σ g_h L_h, K(g) likewise.
     a_heads = [designed_a(one, s_act, np.zeros_like(s_act)) for one in singles]
     ops = [
@@ -131,16 +126,18 @@ def gains_family(
     # at an equilibrium M*Σ* + Σ*M*ᵀ = −GGᵀ for every g, so tr M* = −γ/2 with γ = tr(Σ*⁻¹GGᵀ)
     # (0 without noise): the trace of L(g) on Sym(r) has (r + 1) tr M*, that of K(g) tr M*
     tr_m = (
-        0.0 if ctx.forcing is None else -0.5 * float(np.trace(np.linalg.solve(s_act, ctx.forcing)))
+        0.0
+        if ctx.plan.forcing is None
+        else -0.5 * float(np.trace(np.linalg.solve(s_act, ctx.plan.forcing)))
     )
     n_sym = r * (r + 1) / 2.0
     best_l = ((r + 1) * tr_m + float(np.sum(np.minimum(tr_l, 0.0)))) / n_sym
     best_k = (tr_m + float(np.sum(np.minimum(tr_k, 0.0)))) / r
-    if best_l > -ctx.rate or best_k > -ctx.rate:
-        part, val = ("L", best_l) if best_l > -ctx.rate else ("K", best_k)
+    if best_l > -ctx.plan.rate or best_k > -ctx.plan.rate:
+        part, val = ("L", best_l) if best_l > -ctx.plan.rate else ("K", best_k)
         proof = (
-            f"no gains g ∈ [0,1]^{n_h} reach rate {ctx.rate:g}: the mean eigenvalue of "
-            f"{part}(g) is affine in g and at least {val:.6g} > −{ctx.rate:g} on the whole "
+            f"no gains g ∈ [0,1]^{n_h} reach rate {ctx.plan.rate:g}: the mean eigenvalue of "
+            f"{part}(g) is affine in g and at least {val:.6g} > −{ctx.plan.rate:g} on the whole "
             "box, and the spectral abscissa is at least the mean eigenvalue"
         )
         return NoDesign(Status.INFEASIBLE, proof)
@@ -151,20 +148,20 @@ def gains_family(
     stopped: LinearizationSpectrum | None = None
     for _ in range(_GAINS_MAX_ITER):
         ctx.budget.check()
-        lay = ctx.design_ffn(_with_gains(ctx.layer, g))
+        lay = ctx.design_ffn(_with_gains(ctx.plan.layer, g))
         spec = ctx.spectrum(lay, omega=False, k=1, v0=v0)
         if spec.status is not Status.SUCCESS:
             stopped = spec
             break
         history.append((g.copy(), spec.abscissa))
-        ok = spec.abscissa <= -ctx.rate
+        ok = spec.abscissa <= -ctx.plan.rate
         if ok and (best is None or np.linalg.norm(1 - g) < np.linalg.norm(1 - best[0])):
             best = (g.copy(), spec, lay)
         grad_l, lam_l, phi = _grad_cov(ctx, lay, ops, spec)
         v0 = np.real(phi) + np.imag(phi)
-        kg = mean_block(lay, ctx.target.mean, ctx.target.cov, ctx.basis)
+        kg = mean_block(lay, ctx.plan.target.mean, ctx.plan.target.cov, ctx.plan.basis)
         grad_k, lam_k = _grad_mean(kg, k_heads)
-        g_new = _gains_step(g, lam_l, grad_l, lam_k, grad_k, -ctx.rate * (1.0 + RATE_MARGIN))
+        g_new = _gains_step(g, lam_l, grad_l, lam_k, grad_k, -ctx.plan.rate * (1.0 + RATE_MARGIN))
         if g_new is None:
             break
         if np.max(np.abs(g_new - g)) < _GAINS_STEP_TOL and ok:
@@ -185,7 +182,7 @@ def gains_family(
         msg = (
             f"no certified gains found in {tried} steps of the gains search (sequential "
             f"linear programming from g = 1; lowest spectral abscissa reached {low:.6g}, "
-            f"required ≤ −{ctx.rate:g}); this is not a proof that none exist"
+            f"required ≤ −{ctx.plan.rate:g}); this is not a proof that none exist"
         )
         return NoDesign(Status.NOT_FOUND, msg)
     g_best, spec_best, lay_best = best
@@ -213,11 +210,11 @@ def _grad_cov(
     ctx: GainsContext, lay: Layer, ops: list[SymOperator], spec: LinearizationSpectrum
 ) -> tuple[FloatArray, float, Any]:
     """``∂ Re λ / ∂g_h = Re(ψᴴ L_h φ / ψᴴ φ)`` at the rightmost eigenvalue λ of ``L(g)``."""
-    red = reduced_layer(lay, ctx.basis)
+    red = reduced_layer(lay, ctx.plan.basis)
     lam = complex(spec.eigenvalues[0])
-    fwd = SymOperator(red, ctx.s_act, ctx.budget)
-    phi = fwd.to_coords(ctx.basis.T @ spec.modes[0] @ ctx.basis)
-    psi = _left_vector(SymOperator(red, ctx.s_act, ctx.budget, adjoint=True), lam, phi)
+    fwd = SymOperator(red, ctx.plan.s_act, ctx.budget)
+    phi = fwd.to_coords(ctx.plan.basis.T @ spec.modes[0] @ ctx.plan.basis)
+    psi = _left_vector(SymOperator(red, ctx.plan.s_act, ctx.budget, adjoint=True), lam, phi)
     denom = np.vdot(psi, phi) if psi is not None else 0.0
     if psi is None or abs(denom) <= 1e-8 * float(np.linalg.norm(psi) * np.linalg.norm(phi)):
         # a defective or repeated eigenvalue (no derivative), or an adjoint eigenvector that

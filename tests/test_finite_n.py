@@ -45,6 +45,10 @@ def test_ess_shapes_and_limits() -> None:
         ess_fraction(layer, gt.Gaussian(np.zeros(3), np.eye(3)), np.ones(3))
     with pytest.raises(InvalidParametersError, match="n_std"):
         worst_ess_fraction(layer, g, n_std=-1.0)
+    with pytest.raises(InvalidParametersError, match="gaussian"):  # leaked AttributeError
+        worst_ess_fraction(layer, "x")  # type: ignore[arg-type]
+    with pytest.raises(InvalidParametersError, match="keys"):
+        ess_fraction(layer, "x", np.ones(2))  # type: ignore[arg-type]
 
 
 @settings(max_examples=40, deadline=None)

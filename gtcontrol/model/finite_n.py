@@ -75,6 +75,8 @@ def ess_fraction(layer: Layer, keys: Gaussian, queries: Any) -> FloatArray:
     >>> ess_fraction(layer, gt.Gaussian(np.zeros(2), np.eye(2)), [1.0, 0.0]).round(4)
     array([0.0183])
     """
+    if not isinstance(keys, Gaussian):
+        raise InvalidParametersError(f"keys: expected a Gaussian, got {type(keys).__name__}")
     d = keys.dim
     _check_layer(layer, d)
     single = np.ndim(queries) == 1
@@ -129,6 +131,10 @@ def worst_ess_fraction(layer: Layer, gaussian: Gaussian, *, n_std: float = 2.0) 
     >>> worst_ess_fraction(layer, gt.Gaussian(np.zeros(2), np.eye(2)), n_std=2.0).round(4)
     array([0.3679])
     """
+    if not isinstance(gaussian, Gaussian):
+        raise InvalidParametersError(
+            f"gaussian: expected a Gaussian, got {type(gaussian).__name__}"
+        )
     d = gaussian.dim
     _check_layer(layer, d)
     n_std = as_nonnegative_float("n_std", n_std)

@@ -1,10 +1,15 @@
-"""Steering through a fixed network: keep a base's heads, add the least affine control.
+"""Steering through a fixed network: keep a base's heads, add the least control.
 
 :func:`gtcontrol.steer` with ``base=`` solves the steering problem of the paper with a drift:
 every sublayer keeps the base's heads (dense and factored) and its affine part unchanged and adds
-a constant affine control ``A_k, b_k``; the total field on ``N(m, Σ)`` is
+a constant affine control ``A_k, b_k`` (mode ``"ffn"``), or that and one added head
+``(V_k, B_k)`` after the base's heads (mode ``"full"``); the total field on ``N(m, Σ)`` is
 
-    M(t) = A_base + A_k + Σ_h V_h Σ(t) B_h,        c(t) = b_base + b_k + Σ_h V_h m(t).
+    M(t) = A_base + A_k + Σ_h V_h Σ(t) B_h [+ V_k Σ(t) B_k],
+    c(t) = b_base + b_k + Σ_h V_h m(t) [+ V_k m(t)],
+
+and the objective is the added field's energy ``∫ E|u|² dt``, ``u = (A_k + V_k Σ B_k) x + b_k +
+V_k m`` (:func:`added_power`).
 
 **Frame.** The flow is a congruence, so Σ keeps its rank ``r``. The initial and target
 covariances must share their range ``U`` (``d × r``, orthonormal); ``N`` spans the rest. A state
@@ -37,6 +42,15 @@ re-simulation of the sublayer (through the factored heads, ``O(H d² d_head)`` p
 and ``O(d² r)`` for the factor), until the reached state matches the node to ``1e-12``
 relative. Coordinates that are constant in the problem (exactly zero variance and the same mean
 at both ends: the affine coordinate of a layer on ``R^{d+1}``) are left alone by the control.
+
+**Added heads** (mode ``"full"``). A constant ``A_k, b_k`` cannot follow the variation the least
+added energy asks of the added field inside a sublayer (Pontryagin: ``dK/dt = −(K² + FᵀK + KF)``
+and mean-field terms of the base's heads, :func:`head_gauge`); a head's field ``V Σ(t) B`` varies
+with the state. Each sublayer is first shot with ``A_k, b_k`` alone; a head is designed at that
+shot's midpoint to supply the variation, the sublayer is shot again with it (the heads' response
+taken whole, :class:`Requested`), and the head is kept only when the re-simulated added energy of
+the sublayer is lower (a shot that is already dearer, or stalls, stops early). So mode
+``"full"`` is never dearer than ``"ffn"`` on the same nodes, sublayer by sublayer.
 
 Reference: Alcalde, Ji, Zuazua, arXiv:2606.07600 (2026), §5.
 """

@@ -238,6 +238,18 @@ def steer(
     InvalidParametersError, InvalidGaussianError
         On malformed input or options.
 
+    Notes
+    -----
+    Around a base in mode ``"full"`` each sublayer is shot first with ``A_k, b_k`` alone; at
+    that shot's midpoint ``F`` is the base's field matrix, ``K``, ``k`` the addition,
+    ``u_m = K m + k``. The least added energy asks (Pontryagin) for
+    ``dK/dt = −(K² + FᵀK + KF) − (Y + Yᵀ)``, ``Y = Σ_h V_hᵀ(u_m mᵀ + KΣ)B_hᵀ``, and
+    ``du_m/dt = −Fᵀu_m − Σ_h V_hᵀu_m`` (the sums over the base's heads); an added head
+    ``(V_k, β I)`` supplies that variation inside the sublayer (``V_k`` by Tikhonov least squares
+    on ``V_k [βΣ̇ | ṁ]``), the sublayer is shot again with it onto the same node, and the head
+    is kept only when the re-simulated added energy is lower. The NLP polish (``d ≤ 6``) then
+    optimizes ``A_k, b_k, V_k`` with ``B_k`` held.
+
     References
     ----------
     Alcalde, Ji, Zuazua, arXiv:2606.07600 (2026), §5.

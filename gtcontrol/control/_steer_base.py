@@ -576,11 +576,7 @@ def _safe_drift_nodes(
 
 
 def _planned_control(
-    prob: BaseProblem,
-    k: int,
-    start: Reduced,
-    end: Reduced,
-    log: _Log,
+    prob: BaseProblem, k: int, start: Reduced, end: Reduced, log: _Log
 ) -> tuple[ModelField, FloatArray, FloatArray]:
     """The model field to ``end`` and the first control: that field minus the base's average."""
     clock = time.perf_counter()

@@ -17,13 +17,17 @@ Plain script, two parts (``--part minilm``, ``--part gaps``, or both by default)
 * ``gaps``: 20 random fixed-base problems (d from 3 to 6, 2 or 3 dense heads with entries of
   deviation 0.3–0.5, a random affine part, random end points, ``n_layers = 4``, ``T = 1``): the
   construction's added energy against the collocation NLP's (``method="collocation"``,
-  warm-started from the construction), and the gap ``construction / NLP − 1``.
+  warm-started from the construction), and the gap ``construction / NLP − 1``; ``--mode full``
+  with an added head per sublayer.
+* ``full``: MiniLM's layer 2 from the text moments, ``mode="ffn"`` against ``mode="full"`` (an
+  added head per sublayer where it lowers the measured added energy), in one process.
 
 BLAS on one thread (``OPENBLAS_NUM_THREADS=1``, set below before numpy loads): on the shared
 2-core machine a multi-threaded OpenBLAS stalls (an ``eigh`` of size 385 took 1.1 s instead of
 15 ms beside other jobs).
 
-Run: ``.venv/bin/python benchmarks/bench_steer_base.py [--part minilm|gaps] [--layers 0 1 2]``.
+Run: ``.venv/bin/python benchmarks/bench_steer_base.py [--part minilm|gaps|full] [--layers 0 1 2]
+[--mode ffn|full]``.
 """
 
 from __future__ import annotations
@@ -128,17 +132,18 @@ def _random_problem(seed: int) -> tuple[Gaussian, Gaussian, Layer]:
     return Gaussian(rng.standard_normal(d), spd()), Gaussian(rng.standard_normal(d), spd()), base
 
 
-def gaps(n: int = 20) -> None:
+def gaps(n: int = 20, mode: str = "ffn") -> None:
+    print(f"mode {mode!r}")
     print("| seed | d | heads | construction | NLP | gap | NLP status | seconds (flow, NLP) |")
     print("|---|---|---|---|---|---|---|---|")
     found = []
     for seed in range(n):
         g0, g1, base = _random_problem(seed)
         clock = time.perf_counter()
-        flow = steer(g0, g1, 1.0, n_layers=4, base=base, method="flow")
+        flow = steer(g0, g1, 1.0, n_layers=4, base=base, mode=mode, method="flow")
         t_flow = time.perf_counter() - clock
         clock = time.perf_counter()
-        best = steer(g0, g1, 1.0, n_layers=4, base=base, method="collocation")
+        best = steer(g0, g1, 1.0, n_layers=4, base=base, mode=mode, method="collocation")
         t_nlp = time.perf_counter() - clock
         nlp = best.stats.get("nlp_energy", float("nan"))
         gap = flow.cost / nlp - 1.0 if nlp == nlp else float("nan")
@@ -155,15 +160,45 @@ def gaps(n: int = 20) -> None:
     )
 
 
+def full(k: int = 2) -> None:
+    from gtcontrol.experiments import extract
+    from gtcontrol.experiments._map_network import map_data
+    from gtcontrol.experiments.model_map import _data_start
+
+    em = extract("minilm")
+    layer = em.layers[k].attention_layer
+    g0 = _data_start(map_data(em).tokens[k])
+    g1 = _rotated_copy(g0, k)
+    print(
+        "| layer | mode | seconds | status | rel. terminal error | added energy | "
+        "heads added per sublayer | head integrations | seconds by part |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for mode in ("ffn", "full"):
+        clock = time.perf_counter()
+        res = steer(g0, g1, 1.0, n_layers=8, base=layer, mode=mode, method="flow")
+        seconds = time.perf_counter() - clock
+        where = ", ".join(f"{key} {val:.1f}" for key, val in res.stats["seconds_by_part"].items())
+        print(
+            f"| {k} | {mode} | {seconds:.1f} | {res.status.value} | "
+            f"{res.stats['relative_terminal_error']:.2g} | {res.cost:.6g} | "
+            f"{res.stats['added_heads']} | {res.stats['head_shots']} | {where} |",
+            flush=True,
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--part", choices=("minilm", "gaps", "both"), default="both")
+    parser.add_argument("--part", choices=("minilm", "gaps", "full", "both"), default="both")
     parser.add_argument("--layers", type=int, nargs="*", default=list(range(6)))
+    parser.add_argument("--mode", choices=("ffn", "full"), default="ffn")
     args = parser.parse_args()
     if args.part in ("gaps", "both"):
-        gaps()
+        gaps(mode=args.mode)
     if args.part in ("minilm", "both"):
         minilm(args.layers)
+    if args.part == "full":
+        full()
 
 
 if __name__ == "__main__":

@@ -115,8 +115,7 @@ def test_steer_design_takes_a_schedule_of_bases(tmp_path: Path) -> None:
             lambda s: s.replace('task = "steer"', 'task = "simulate"').replace("[steer]", ""),
             "task 'steer' only",
         ),
-        (lambda s: s + 'mode = "full"\n', r"'steer\.mode': around a \[base\].*'ffn'"),
-        (lambda s: s + 'mode = "attention"\n', r"added heads are not built"),
+        (lambda s: s + 'mode = "attention"\n', r"'steer\.mode': around a \[base\].*'attention'"),
         (lambda s: s + 'objective = "parameter"\n', r"'steer\.objective'"),
         (lambda s: s + 'terminal = "bw"\n', r"'steer\.terminal'"),
         (

@@ -330,10 +330,11 @@ def _steer_check(options: Mapping[str, Any], doc: Mapping[str, Any]) -> str | No
         return None
     table = doc.get("steer")
     given: Mapping[str, Any] = table if isinstance(table, dict) else {}
-    if given.get("mode", "ffn") != "ffn":
+    if given.get("mode", "ffn") == "attention":
         return (
-            "'steer.mode': around a [base] the control is the added affine part (mode 'ffn'); "
-            f"added heads are not built, got {given['mode']!r}"
+            "'steer.mode': around a [base] the control is the added affine part (mode 'ffn') "
+            "or that and an added head per sublayer (mode 'full'); added heads alone are not "
+            "built, got 'attention'"
         )
     for name in _BASE_FIXED:
         if name in given and given[name] != SPECS["steer"].options[name].default:
@@ -427,7 +428,8 @@ SPECS: dict[str, TaskSpec] = {
                 str,
                 "full",
                 _one_of("full", "ffn", "attention"),
-                "'full', 'ffn' (V = 0) or 'attention' (A = b = 0); with a [base]: 'ffn' only",
+                "'full', 'ffn' (V = 0) or 'attention' (A = b = 0); with a [base]: 'ffn' (the "
+                "default there: an added A, b) or 'full' (and an added head)",
             ),
             "objective": Option(
                 str, "kinetic", _one_of("kinetic", "parameter"), "'kinetic' or 'parameter'"

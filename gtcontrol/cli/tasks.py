@@ -457,7 +457,8 @@ def _run_steer(design: Design, out: Path) -> dict[str, Any]:
 
 
 def _steer_base_run(design: Design, out: Path) -> dict[str, Any]:
-    """Task ``steer`` with a ``[base]``: the least added affine control through the base.
+    """Task ``steer`` with a ``[base]``: the least added control through the base (``A_k, b_k``;
+    with ``mode = "full"`` also an added head per sublayer).
 
     Then, while the time limit affords them: the same pair steered with no base (the energy the
     base costs, option ``blank_energy``) and the base's own flow from the initial over the same
@@ -477,6 +478,8 @@ def _steer_base_run(design: Design, out: Path) -> dict[str, Any]:
         base, initial, target = cast("Layer | Schedule", design.base), design.initial, design.target
         source = "the design's [base], [initial] and [target]"
     n = design.n_layers or 10
+    table = design.raw.get("steer")
+    mode = table.get("mode", "ffn") if isinstance(table, dict) else "ffn"
 
     def solve(b: Layer | Schedule, limit: float) -> Any:
         return steer(
@@ -485,6 +488,7 @@ def _steer_base_run(design: Design, out: Path) -> dict[str, Any]:
             T,
             n_layers=n,
             base=b,
+            mode=mode,
             method=o["method"],
             solver=IpoptSettings(max_iter=o["max_iter"]),
             token_check=o["tokens"] or None,
@@ -534,6 +538,8 @@ def _steer_base_run(design: Design, out: Path) -> dict[str, Any]:
         "blank_seconds": None if blank is None else blank.stats.get("seconds"),
         "base_heads_kept": _heads_kept(bases, res.controls.layers),
         "added": {"A": np.array(added_A), "b": np.array(added_b)},
+        "mode": mode,
+        "added_heads": list(res.stats.get("added_heads", [])),
         "seconds_by_part": dict(res.stats.get("seconds_by_part", {})),
         "stats": stats,
         "initial": {"mean": initial.mean, "cov": initial.cov},

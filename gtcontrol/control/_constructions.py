@@ -366,17 +366,24 @@ MAX_LAYER_EVALS = 20_000
 
 
 def layer_flow(
-    layer: Layer, start: State, h: float, rtol: float, *, time_limit: float | None = None
+    layer: Layer,
+    start: State,
+    h: float,
+    rtol: float,
+    *,
+    time_limit: float | None = None,
+    n_points: int = 2,
 ) -> Trajectory:
-    """One layer's adaptive re-simulation from ``start`` over depth ``h`` (the end only), its
-    absolute tolerance tied to ``rtol``; at most :data:`MAX_LAYER_EVALS` evaluations."""
+    """One layer's adaptive re-simulation from ``start`` over depth ``h`` (``n_points`` records:
+    the ends only by default), its absolute tolerance tied to ``rtol``; at most
+    :data:`MAX_LAYER_EVALS` evaluations."""
     return simulate(
         layer,
         Gaussian(*start),
         T=h,
         rtol=rtol,
         atol=1e-16 * rtol / 1e-13,
-        n_points=2,
+        n_points=n_points,
         max_evals=MAX_LAYER_EVALS,
         time_limit=time_limit,
     )

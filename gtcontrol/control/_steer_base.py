@@ -1,10 +1,15 @@
-"""Steering through a fixed network: keep a base's heads, add the least affine control.
+"""Steering through a fixed network: keep a base's heads, add the least control.
 
 :func:`gtcontrol.steer` with ``base=`` solves the steering problem of the paper with a drift:
 every sublayer keeps the base's heads (dense and factored) and its affine part unchanged and adds
-a constant affine control ``A_k, b_k``; the total field on ``N(m, Σ)`` is
+a constant affine control ``A_k, b_k`` (mode ``"ffn"``), or that and one added head
+``(V_k, B_k)`` after the base's heads (mode ``"full"``); the total field on ``N(m, Σ)`` is
 
-    M(t) = A_base + A_k + Σ_h V_h Σ(t) B_h,        c(t) = b_base + b_k + Σ_h V_h m(t).
+    M(t) = A_base + A_k + Σ_h V_h Σ(t) B_h [+ V_k Σ(t) B_k],
+    c(t) = b_base + b_k + Σ_h V_h m(t) [+ V_k m(t)],
+
+and the objective is the added field's energy ``∫ E|u|² dt``, ``u = (A_k + V_k Σ B_k) x + b_k +
+V_k m`` (:func:`added_power`).
 
 **Frame.** The flow is a congruence, so Σ keeps its rank ``r``. The initial and target
 covariances must share their range ``U`` (``d × r``, orthonormal); ``N`` spans the rest. A state
@@ -38,6 +43,15 @@ and ``O(d² r)`` for the factor), until the reached state matches the node to ``
 relative. Coordinates that are constant in the problem (exactly zero variance and the same mean
 at both ends: the affine coordinate of a layer on ``R^{d+1}``) are left alone by the control.
 
+**Added heads** (mode ``"full"``). A constant ``A_k, b_k`` cannot follow the variation the least
+added energy asks of the added field inside a sublayer (Pontryagin: ``dK/dt = −(K² + FᵀK + KF)``
+and mean-field terms of the base's heads, :func:`head_gauge`); a head's field ``V Σ(t) B`` varies
+with the state. Each sublayer is first shot with ``A_k, b_k`` alone; a head is designed at that
+shot's midpoint to supply the variation, the sublayer is shot again with it (the heads' response
+taken whole, :class:`Requested`), and the head is kept only when the re-simulated added energy of
+the sublayer is lower (a shot that is already dearer, or stalls, stops early). So mode
+``"full"`` is never dearer than ``"ffn"`` on the same nodes, sublayer by sublayer.
+
 Reference: Alcalde, Ji, Zuazua, arXiv:2606.07600 (2026), §5.
 """
 
@@ -45,7 +59,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -61,7 +75,7 @@ from ..model.field import affine_velocity
 from ..model.gaussian import Gaussian
 from ..model.moments import Trajectory, simulate
 from ..model.params import Layer, Schedule
-from ._constructions import bw_map, exp_integral, layer_flow
+from ._constructions import bw_map, exp_integral, ffn_flow, layer_flow
 from ._steer_problem import (
     RESIMULATION_ATOL,
     RESIMULATION_RTOL,
@@ -129,6 +143,8 @@ class BaseProblem:
     bases: tuple[Layer, ...]
     frame: Frame
     opts: SteerOptions
+    #: ``"ffn"``: the additions are ``A_k, b_k``; ``"full"``: also an added head per sublayer.
+    mode: str = "ffn"
 
     @property
     def terminal_tol(self) -> float:
@@ -238,6 +254,7 @@ def make_problem(
     n: int,
     base: Any,
     opts: SteerOptions,
+    mode: str = "ffn",
 ) -> BaseProblem:
     """Validate the end points against the base (refusals up front)."""
     check_pair(initial, target)
@@ -254,7 +271,7 @@ def make_problem(
                     "at both ends (the affine coordinate of a layer on R^{d+1} must stay "
                     "constant); its row of the heads' output and of A, b must be zero"
                 )
-    return BaseProblem(initial, target, T, n, bases, frame, opts)
+    return BaseProblem(initial, target, T, n, bases, frame, opts, mode)
 
 
 # ============================================================================ the model field
@@ -354,14 +371,39 @@ class BaseLog:
     cut: bool = False
     plan: str = "geodesic"
     plan_energies: dict[str, float] = field(default_factory=dict)
+    #: mode "full": the integrations of the sublayers with an added head
+    head_shots: int = 0
 
     def timed(self, key: str, clock: float) -> None:
         self.seconds[key] += time.perf_counter() - clock
 
 
-def added_layer(base: Layer, a_add: FloatArray, b_add: FloatArray) -> Layer:
-    """``base`` with ``A_k, b_k`` added to its affine part; its heads kept as they are."""
-    return base.replace(A=base.A + a_add, b=base.b + b_add)
+Head = tuple[FloatArray, FloatArray]
+
+
+def added_layer(
+    base: Layer, a_add: FloatArray, b_add: FloatArray, heads: tuple[Head, ...] = ()
+) -> Layer:
+    """``base`` with ``A_k, b_k`` added to its affine part and ``heads`` after its own heads
+    (which are kept as they are: a factored group is the same object)."""
+    if not heads:
+        return base.replace(A=base.A + a_add, b=base.b + b_add)
+    return base.replace(A=base.A + a_add, b=base.b + b_add, heads=[*base.head_groups, *heads])
+
+
+def addition(layer: Layer, base: Layer) -> Layer:
+    """What ``layer`` adds to ``base``: ``A_k, b_k`` and the heads after the base's own."""
+    added = layer.dense_heads[len(base.dense_heads) :]
+    return Layer(A=layer.A - base.A, b=layer.b - base.b, heads=list(added), dim=base.dim)
+
+
+def added_power(added: Layer, mean: FloatArray, cov: FloatArray) -> float:
+    """``E|u|²`` of the added field ``u = M_a x + c_a`` (:func:`affine_velocity` of the
+    addition: ``M_a = A_k + Σ V Σ B``, ``c_a = b_k + Σ V m`` over the added heads) on
+    ``N(mean, cov)``: ``tr(M_a Σ M_aᵀ) + |M_a m + c_a|²``."""
+    mm, c = affine_velocity(added, mean, cov)
+    u = mm @ mean + c
+    return float(np.sum((mm @ cov) * mm) + u @ u)
 
 
 def _nodes(prob: BaseProblem) -> list[Reduced]:
@@ -558,15 +600,41 @@ class _Shot:
     error: float
     status: Status
     message: str = ""
+    shots: int = 0
+    #: The sublayer's added energy (Simpson on :data:`ENERGY_POINTS` records), when measured,
+    #: and those records.
+    energy: float = math.nan
+    path: Trajectory | None = None
+    #: The converged control less the first (planned) one.
+    correction: tuple[FloatArray, FloatArray] | None = None
+
+
+#: Corrections in which a shot with added heads must halve its mismatch, else it is given up.
+STALL_SHOTS = 3
+#: Mismatch from which a shot with a ``ceiling`` measures its energy, and the relative margin
+#: per unit of mismatch by which it must exceed the ceiling to stop (a correction of relative
+#: size ``ε`` changes the energy by about ``2ε``).
+CHECK_ERROR = 1e-6
+CHECK_MARGIN = 100.0
+#: Records of a sublayer's final-precision integration in mode ``"full"``: the nodes of
+#: Simpson's rule for its added energy, which picks the cheaper of its candidates.
+ENERGY_POINTS = 9
 
 
 def _end_of(
-    layer: Layer, start: State, h: float, rtol: float, budget: Budget
-) -> tuple[State | None, Status, str]:
-    traj = layer_flow(layer, start, h, rtol, time_limit=budget.nested_limit())
+    layer: Layer, start: State, h: float, rtol: float, budget: Budget, n_points: int = 2
+) -> tuple[State | None, Status, str, Trajectory | None]:
+    traj = layer_flow(layer, start, h, rtol, time_limit=budget.nested_limit(), n_points=n_points)
     if traj.status is not Status.SUCCESS:
-        return None, traj.status, traj.message
-    return (np.array(traj.mean[-1]), sym(np.array(traj.cov[-1]))), Status.SUCCESS, ""
+        return None, traj.status, traj.message, None
+    end = (np.array(traj.mean[-1]), sym(np.array(traj.cov[-1])))
+    return end, Status.SUCCESS, "", traj
+
+
+def _sublayer_energy(added: Layer, traj: Trajectory) -> float:
+    """Simpson's rule of :func:`added_power` on one sublayer's records."""
+    vals = [added_power(added, m, c) for m, c in zip(traj.mean, traj.cov, strict=True)]
+    return float(simpson(vals, x=traj.t))
 
 
 class Feedback:
@@ -612,6 +680,39 @@ class Feedback:
             if step <= 1e-3 * size:
                 break
         return da, db
+
+
+class Requested:
+    """The affine control of a sublayer with strong heads, from the constant field it requests.
+
+    The fixed point runs on the requested field ``(M, c)`` (:class:`Anderson` on the model's
+    correction); the control is ``(M, c)`` minus the average field of the heads (the base's and
+    the added ones) along the exact flow of ``(M, c)`` from the start (Simpson at ``0, h/2, h``),
+    so the heads' response to a change of the control is taken whole, not to first order.
+    """
+
+    def __init__(
+        self,
+        heads: Layer,
+        start: State,
+        h: float,
+        fixed: tuple[int, ...],
+        field0: tuple[FloatArray, FloatArray],
+    ) -> None:
+        self.heads, self.start, self.h, self.fixed = heads, start, h, fixed
+        self.a, self.c = field0
+
+    def control(self) -> tuple[FloatArray, FloatArray]:
+        path = [self.start] + [
+            ffn_flow(self.a, self.c, self.start, t) for t in (0.5 * self.h, self.h)
+        ]
+        m_bar, c_bar = base_average(self.heads, path)
+        a_add, b_add = self.a - m_bar, self.c - c_bar
+        _zero_rows(a_add, b_add, self.fixed)
+        return a_add, b_add
+
+    def step(self, mixer: Anderson, fa: FloatArray, fb: FloatArray) -> None:
+        self.a, self.c = mixer.step(self.a, self.c, fa, fb)
 
 
 #: Neumann steps of :class:`Feedback`.
@@ -662,49 +763,202 @@ def _sublayer(
     budget: Budget,
     log: BaseLog,
     reserve: float,
+    heads: tuple[Head, ...] = (),
+    ceiling: float = math.inf,
+    shift: tuple[FloatArray, FloatArray] | None = None,
 ) -> _Shot:
-    """Shoot sublayer ``k`` from the state where the previous one ended onto ``node``."""
+    """Shoot sublayer ``k`` from the state where the previous one ended onto ``node``: the
+    affine part ``A_k, b_k`` is corrected, the base's heads and the added ``heads`` are held.
+    In mode ``"full"`` the final-precision integrations also measure the added energy, and so
+    do those from a mismatch of :data:`CHECK_ERROR` on when a ``ceiling`` is given: the shot
+    stops once its energy exceeds it by more than the remaining corrections could change. With
+    ``heads``, the field requested first is the model's plus ``shift`` (the correction the
+    affine shot of the same sublayer converged to: the model's miss there)."""
     frame, h, scale = prob.frame, prob.h, prob.scale
     red = frame.reduce(*start)
     fld, a_add, b_add = _planned_control(prob, k, red, node, log)
+    planned = (a_add, b_add)
+    mid = _planned_states(frame, red, node, fld, h)[1]
+    requested = None
+    if heads:
+        clock = time.perf_counter()
+        requested = Requested(
+            added_layer(prob.bases[k], 0.0 * a_add, np.zeros_like(b_add), heads),
+            start,
+            h,
+            frame.fixed,
+            (fld.A, fld.c) if shift is None else (fld.A + shift[0], fld.c + shift[1]),
+        )
+        a_add, b_add = requested.control()
+        log.timed("model", clock)
     best: _Shot | None = None
     err = math.inf
+    history: list[float] = []
     mixer = Anderson()
-    mid = _planned_states(frame, red, node, fld, h)[1]
     feedback = Feedback(prob.bases[k], mid, h, frame.fixed)
+    measure = prob.mode == "full"
     for it in range(MAX_SHOTS):
         if budget.exhausted or budget.remaining() <= reserve:
             log.cut = True
             break
         rtol = min(max(1e-3 * err, RESIMULATION_RTOL), 1e-8)
-        layer = added_layer(prob.bases[k], a_add, b_add)
+        layer = added_layer(prob.bases[k], a_add, b_add, heads)
+        checked = math.isfinite(ceiling) and err <= CHECK_ERROR
+        points = ENERGY_POINTS if measure and (rtol <= RESIMULATION_RTOL or checked) else 2
         clock = time.perf_counter()
-        end, status, message = _end_of(layer, start, h, rtol, budget)
+        end, status, message, traj = _end_of(layer, start, h, rtol, budget, points)
         log.timed("integrate", clock)
         if end is None:
-            log.shots.append(it + 1)
-            return best or _Shot(layer, None, math.inf, status, message)
+            return replace(best or _Shot(layer, None, math.inf, status, message), shots=it + 1)
         reached = frame.reduce(*end)
         new_err = reached.mismatch(node, scale)
         if best is None or new_err <= best.error or rtol <= RESIMULATION_RTOL:
-            best = _Shot(layer, end, new_err, Status.SUCCESS)
+            energy, path = math.nan, None
+            if points > 2:
+                assert traj is not None
+                clock = time.perf_counter()
+                energy = _sublayer_energy(addition(layer, prob.bases[k]), traj)
+                path = traj
+                log.timed("measure", clock)
+            fix = (a_add - planned[0], b_add - planned[1]) if requested is None else None
+            best = _Shot(
+                layer, end, new_err, Status.SUCCESS, energy=energy, path=path, correction=fix
+            )
+            if energy > ceiling * (1.0 + CHECK_MARGIN * new_err):
+                break  # dearer than the affine control already; the last corrections barely move it
         if new_err <= SHOT_TOL and rtol <= RESIMULATION_RTOL:
             break
         if new_err > 10.0 * err or not np.all(np.linalg.eigvalsh(reached.S) > 0.0):
-            log.notes.append(f"sublayer {k + 1}: the correction diverged at {new_err:.3g}")
+            if not heads:  # a head candidate that does not converge is simply not taken
+                log.notes.append(f"sublayer {k + 1}: the correction diverged at {new_err:.3g}")
             break
+        history.append(new_err)
+        if heads and len(history) > STALL_SHOTS and new_err > 0.5 * history[-1 - STALL_SHOTS]:
+            break  # a head candidate stalls: not halved in STALL_SHOTS corrections
         err = new_err
         clock = time.perf_counter()
         got = model_field(frame, red, reached, h)
-        fa, fb = feedback.solve(fld.A - got.A, fld.c - got.c)
-        a_add, b_add = mixer.step(a_add, b_add, fa, fb)
-        _zero_rows(a_add, b_add, frame.fixed)
+        if requested is None:
+            fa, fb = feedback.solve(fld.A - got.A, fld.c - got.c)
+            a_add, b_add = mixer.step(a_add, b_add, fa, fb)
+            _zero_rows(a_add, b_add, frame.fixed)
+        else:
+            requested.step(mixer, fld.A - got.A, fld.c - got.c)
+            a_add, b_add = requested.control()
         log.timed("model", clock)
-    log.shots.append(it + 1)
     assert best is not None or log.cut
-    return best or _Shot(
-        added_layer(prob.bases[k], a_add, b_add), None, math.inf, Status.BUDGET_EXHAUSTED
+    if best is None:
+        layer = added_layer(prob.bases[k], a_add, b_add, heads)
+        return _Shot(layer, None, math.inf, Status.BUDGET_EXHAUSTED, shots=it + 1)
+    return replace(best, shots=it + 1)
+
+
+# ============================================================================ added heads
+def head_gauge(prob: BaseProblem, k: int, affine: _Shot) -> Head | None:
+    """An added head ``(V, βI)`` for sublayer ``k``, designed around its converged affine shot.
+
+    At the shot's state halfway through the sublayer: ``F`` is the base's field matrix, ``K``,
+    ``k`` the added affine part (``u = K x + k``, ``u_m = K m + k`` at the mean), ``M = F + K``,
+    ``ṁ`` the mean's velocity and ``Σ̇ = MΣ + ΣMᵀ``. The least added energy
+    ``∫ tr(KΣKᵀ) + |u_m|² dt`` has (Pontryagin, costates ``P`` of ``Σ`` and ``p`` of ``m``)
+    ``K = −P`` and ``u_m = −p/2``, so along the optimum
+
+        dK/dt = R = −(K² + FᵀK + KF) − (Y + Yᵀ),   Y = Σ_h V_hᵀ (u_m mᵀ + KΣ) B_hᵀ,
+        du_m/dt = r = −Fᵀu_m − Σ_h V_hᵀ u_m
+
+    (the sums over the base's heads: their dependence on ``Σ`` and ``m``; with no base it is
+    the geodesic's ``dM/dt = −M²``). A constant ``K, k`` misses that variation. Inside the
+    sublayer a head ``(V, βI)`` adds ``dK/dt = βVΣ̇`` and ``du_m/dt = βVΣ̇m + Vṁ`` (besides
+    ``Kṁ``), so ``V`` is the Tikhonov least-squares solution of
+    ``V [βΣ̇ | ṁ] = [R | r − Kṁ − Rm]``, ``β = (|RΣ̇⁺|_F/√d)^{1/2}`` balancing ``|V|_F`` against
+    ``|B|_F``. The rows of the constant coordinates are zero. ``None`` when there is no
+    variation to supply or it is not finite.
+    """
+    assert affine.path is not None
+    half = len(affine.path.t) // 2
+    m, cov = affine.path.mean[half], affine.path.cov[half]
+    base = prob.bases[k]
+    d = base.dim
+    f_mat = affine_velocity(base, m, cov)[0]
+    k_mat = affine.layer.A - base.A
+    total, c_tot = affine_velocity(affine.layer, m, cov)
+    m_dot = total @ m + c_tot
+    u_m = k_mat @ m + affine.layer.b - base.b
+    y_adj = _heads_adjoint(base, np.outer(u_m, m) + k_mat @ cov)
+    rate = -(k_mat @ k_mat + f_mat.T @ k_mat + k_mat @ f_mat) - (y_adj + y_adj.T)
+    mean_rate = -(f_mat.T @ u_m) - _heads_adjoint_vec(base, u_m)
+    s_dot = sym(total @ cov + cov @ total.T)
+    w, u = np.linalg.eigh(s_dot)
+    reg = HEAD_EPS * max(float(np.max(np.abs(w))), np.finfo(float).tiny)
+    beta = math.sqrt(float(np.linalg.norm(rate @ ((u * (w / (w * w + reg * reg))) @ u.T))) / d**0.5)
+    if not (math.isfinite(beta) and beta > 0.0):
+        return None
+    y = np.hstack([beta * s_dot, m_dot[:, None]])
+    z = np.hstack([rate, (mean_rate - k_mat @ m_dot - rate @ m)[:, None]])
+    gram = y @ y.T
+    tikhonov = HEAD_EPS * float(np.linalg.norm(gram, 2))
+    v = scipy.linalg.solve(gram + tikhonov * np.eye(d), y @ z.T, assume_a="pos").T
+    if prob.frame.fixed:
+        v[list(prob.frame.fixed)] = 0.0
+    return (v, beta * np.eye(d)) if np.all(np.isfinite(v)) else None
+
+
+def _heads_adjoint(base: Layer, x: FloatArray) -> FloatArray:
+    """``Σ_h V_hᵀ X B_hᵀ`` over the base's heads (factored ones in ``O(H d² d_head)``)."""
+    out = np.zeros_like(x)
+    fh = base.factored_heads
+    if fh is not None:
+        t = np.matmul(fh.o.transpose(0, 2, 1), x)  # o_hᵀ X, (H, d_head, d)
+        core = np.matmul(np.matmul(t, fh.q.transpose(0, 2, 1)), fh.k)  # o_hᵀ X q_hᵀ k_h
+        out += fh.scale * fh.flat("v").T @ core.reshape(-1, x.shape[1])
+    for v_h, b_h in base.dense_heads:
+        out += v_h.T @ x @ b_h.T
+    return out
+
+
+def _heads_adjoint_vec(base: Layer, u: FloatArray) -> FloatArray:
+    """``Σ_h V_hᵀ u`` over the base's heads."""
+    out = np.zeros_like(u)
+    fh = base.factored_heads
+    if fh is not None:
+        out += fh.flat("v").T @ (fh.o_cat.T @ u)
+    for v_h, _ in base.dense_heads:
+        out += v_h.T @ u
+    return out
+
+
+#: Tikhonov weight of :func:`head_gauge` (relative to ``|Σ̇|₂`` for ``β``, to ``|YYᵀ|₂`` for
+#: ``V``): the head supplies the variation where ``Σ̇`` and ``ṁ`` can carry it.
+HEAD_EPS = 0.1
+
+
+def _with_head(
+    prob: BaseProblem,
+    k: int,
+    start: State,
+    node: Reduced,
+    affine: _Shot,
+    budget: Budget,
+    log: BaseLog,
+    reserve: float,
+) -> _Shot:
+    """The cheaper of sublayer ``k``'s affine shot and the same sublayer with an added head
+    (:func:`head_gauge`) shot onto ``node``: their added energies measured on re-simulations."""
+    if budget.exhausted or budget.remaining() <= reserve:
+        log.cut = True
+        return affine
+    clock = time.perf_counter()
+    with np.errstate(all="ignore"):
+        head = head_gauge(prob, k, affine)
+    log.timed("model", clock)
+    if head is None:
+        return affine
+    shot = _sublayer(
+        prob, k, start, node, budget, log, reserve, (head,), affine.energy, affine.correction
     )
+    log.head_shots += shot.shots
+    better = shot.end is not None and shot.error <= SHOT_TOL and shot.energy < affine.energy
+    return shot if better else affine
 
 
 def build(prob: BaseProblem, budget: Budget, log: BaseLog) -> tuple[list[Layer], Status, str]:
@@ -719,11 +973,14 @@ def build(prob: BaseProblem, budget: Budget, log: BaseLog) -> tuple[list[Layer],
     status, why = Status.SUCCESS, ""
     for k in range(prob.n):
         # keep time to verify: about one sublayer integration per sublayer, VERIFY_RESERVE times
-        per = log.seconds["integrate"] / max(sum(log.shots), 1)
+        per = log.seconds["integrate"] / max(sum(log.shots) + log.head_shots, 1)
         reserve = VERIFY_RESERVE * per * prob.n if layers else 0.0
         if state is None or budget.exhausted or budget.remaining() <= reserve:
             break
         shot = _sublayer(prob, k, state, nodes[k + 1], budget, log, reserve)
+        log.shots.append(shot.shots)
+        if prob.mode == "full" and shot.path is not None and shot.error <= SHOT_TOL:
+            shot = _with_head(prob, k, state, nodes[k + 1], shot, budget, log, reserve)
         layers.append(shot.layer)
         log.errors.append(shot.error)
         state = shot.end
@@ -766,22 +1023,20 @@ def build(prob: BaseProblem, budget: Budget, log: BaseLog) -> tuple[list[Layer],
 
 
 # ============================================================================ verification
-def _energies(
-    schedule: Schedule, additions: list[tuple[FloatArray, FloatArray]], traj: Trajectory
-) -> tuple[float, float]:
-    """``(∫ E|u|² dt, ∫ E|v|² dt)``: the added control's and the whole field's kinetic energy,
-    Simpson's rule on the verifying re-simulation's records, per sublayer."""
+def _energies(schedule: Schedule, additions: list[Layer], traj: Trajectory) -> tuple[float, float]:
+    """``(∫ E|u|² dt, ∫ E|v|² dt)``: the added control's (:func:`added_power`) and the whole
+    field's kinetic energy, Simpson's rule on the verifying re-simulation's records, per
+    sublayer."""
     breaks = np.asarray(schedule.breakpoints, dtype=float)
     added, total = 0.0, 0.0
-    for k, (a_add, b_add) in enumerate(additions):
+    for k, add in enumerate(additions):
         t0, t1 = breaks[k], breaks[k + 1]
         idx = np.flatnonzero((traj.t >= t0 - 1e-14 * max(t1, 1.0)) & (traj.t <= t1 + 1e-14))
         lay = schedule.layers[k]
         va, vt = np.empty(len(idx)), np.empty(len(idx))
         for j, i in enumerate(idx):
             m, s = traj.mean[i], traj.cov[i]
-            u = a_add @ m + b_add
-            va[j] = float(np.sum((a_add @ s) * a_add) + u @ u)
+            va[j] = added_power(add, m, s)
             mm, c = affine_velocity(lay, m, s)
             v = mm @ m + c
             vt[j] = float(np.sum((mm @ s) * mm) + v @ v)
@@ -814,16 +1069,19 @@ def verdict(
 ) -> SteeringResult:
     """Re-simulate the control and measure it: the one judge of ``success``."""
     schedule = Schedule(layers, prob.T)
-    additions = [
-        (lay.A - base.A, lay.b - base.b) for lay, base in zip(layers, prob.bases, strict=True)
-    ]
+    additions = [addition(lay, base) for lay, base in zip(layers, prob.bases, strict=True)]
     clock = time.perf_counter()
     traj = _verify(prob, schedule, budget)
     log.timed("verify", clock)
     clock = time.perf_counter()
     lower = prob.initial.bures_wasserstein(prob.target) ** 2 / prob.T
     h = prob.h
-    par = h * sum(float(np.sum(a * a) + np.sum(b * b)) for a, b in additions)
+    par = h * sum(
+        float(
+            np.sum(a.A**2) + np.sum(a.b**2) + sum(np.sum(v**2) + np.sum(b**2) for v, b in a.heads)
+        )
+        for a in additions
+    )
     reached = traj is not None and traj.status is Status.SUCCESS
     err, added, kin = math.inf, math.inf, math.inf
     if reached:
@@ -860,7 +1118,14 @@ def verdict(
             f"{prob.terminal_tol:g} (sublayer misses {', '.join(f'{e:.2g}' for e in log.errors)})"
         )
     else:
-        message = f"steered around the base's heads; re-simulated relative terminal error {rel:.3g}"
+        with_heads = sum(a.n_heads > 0 for a in additions)
+        heads = (
+            f", heads added in {with_heads} of {prob.n} sublayers" if prob.mode == "full" else ""
+        )
+        message = (
+            f"steered around the base's heads{heads}; re-simulated relative terminal error "
+            f"{rel:.3g}"
+        )
     if log.notes:
         message += " [" + "; ".join(log.notes) + "]"
     log.timed("measure", clock)
@@ -874,6 +1139,9 @@ def verdict(
         plan=log.plan,
         plan_energies=dict(log.plan_energies),
         constant_coordinates=list(prob.frame.fixed),
+        mode=prob.mode,
+        added_heads=[a.n_heads for a in additions],
+        head_shots=log.head_shots,
     )
     coincident = lower * prob.T <= (1e-12 * prob.scale) ** 2
     return SteeringResult(

@@ -2,7 +2,10 @@
 
 The NLP of :mod:`gtcontrol.control._transcription` with the base's heads and affine part as
 fixed data of every layer (``M = A0 + A_k + Σ_h V_h Σ B_h``, ``c = b0 + b_k + Σ_h V_h m``) and the
-additions ``A_k, b_k`` optimized for their own kinetic energy ``∫ E|A_k x + b_k|² dt``. It
+additions ``A_k, b_k`` optimized for their own kinetic energy ``∫ E|A_k x + b_k|² dt``; in mode
+``"full"`` also an added head's ``V_k`` (its ``B_k`` held at the construction's gauge, ``I``
+where the construction added none), the energy then that of the whole added field
+``(A_k + V_k Σ B_k) x + b_k + V_k m``. It
 starts from the construction of :mod:`gtcontrol.control._steer_base` (its controls and its
 re-simulated states), removes its discretization error by re-solving with the terminal data
 shifted by the re-simulated miss, and is kept only when its verified control reaches the
@@ -26,15 +29,17 @@ from .._status import Budget, Status
 from ..errors import SolverError
 from ..model.params import Layer
 from ._constructions import states_of
-from ._steer_base import BaseLog, BaseProblem, added_layer, verdict
+from ._steer_base import BaseLog, BaseProblem, added_layer, addition, verdict
 from ._steer_problem import SteeringResult
 from ._transcription import (
     Problem,
     SteeringBounds,
     base_size,
     build_estimate,
+    pack,
     pack_base,
     transcription,
+    unpack,
 )
 
 __all__: list[str] = []
@@ -42,13 +47,23 @@ __all__: list[str] = []
 #: Weight of the Tikhonov term on the additions: the columns of ``A_k`` on the null space of a
 #: singular Σ act only through the mean, so without it the NLP has flat directions.
 REGULARIZATION = 1e-9
+#: The same in mode ``"full"``: the added head's ``B`` is held (so ``(αV, B/α)`` is no flat
+#: direction), and ``A`` against ``VΣB`` is told apart only by the variation of ``Σ`` inside a
+#: sublayer. Weights of 1e-6 and 1e-4 let ``V`` grow until the solution lived on the mesh's
+#: error (re-simulated misses of 1e-3 relative, or a blow-up) at d = 5–6; 1e-3 costs about 0.2 %
+#: of the added energy (the reported energy is the re-simulated one, without it).
+HEAD_REGULARIZATION = 1e-3
+#: Discretization corrections at least in mode ``"full"``: the added heads vary the field inside
+#: a sublayer, so the first re-simulated miss is larger (up to 1e-2 relative at d = 5) and each
+#: correction removes about 90 % of it (measured: 8.5e-3, 9.8e-4, 7.7e-5, 4.2e-6, ...).
+HEAD_CORRECTIONS = 6
 
 
 def _problem(prob: BaseProblem, n_base: int) -> Problem:
     opts = prob.opts
     return Problem(
-        mode="ffn",
-        fixed=(),
+        mode=prob.mode,
+        fixed=("B",) if prob.mode == "full" else (),
         target=prob.target,
         logdet0=0.0,
         T=prob.T,
@@ -56,7 +71,7 @@ def _problem(prob: BaseProblem, n_base: int) -> Problem:
         objective="kinetic",
         terminal="exact",
         terminal_weight=1.0,
-        regularization=REGULARIZATION,
+        regularization=REGULARIZATION if prob.mode == "ffn" else HEAD_REGULARIZATION,
         bounds=SteeringBounds(),
         intervals=max(opts.intervals, 2),
         parallelization=opts.collocation.parallelization,
@@ -118,6 +133,23 @@ def polish(prob: BaseProblem, construction: SteeringResult, budget: Budget) -> S
     return _noted(construction, note or str(stats.get("nlp_note", "")), stats)
 
 
+def _pack(added: Layer, mode: str) -> FloatArray:
+    """The NLP's parameters of one sublayer's addition: in mode ``"full"`` with its one added
+    head, ``(0, I)`` where the construction added none (``B`` is held, ``V`` starts at 0)."""
+    if mode == "ffn" or added.n_heads:
+        return pack(added, mode)
+    d = added.dim
+    return pack(Layer(A=added.A, b=added.b, V=np.zeros((d, d)), B=np.eye(d)), mode)
+
+
+def _unpack(p: FloatArray, base: Layer, mode: str) -> Layer:
+    """``base`` plus the addition of the NLP's parameters ``p`` (its heads kept first)."""
+    d = base.dim
+    parts = unpack(p, mode, d)
+    heads = ((parts["V"], parts["B"]),) if mode == "full" else ()
+    return added_layer(base, parts["A"], parts["b"], heads)
+
+
 def _noted(result: SteeringResult, note: str, stats: dict[str, Any]) -> SteeringResult:
     merged = {**result.stats, **stats}
     message = f"{result.message} [{note}]" if note else result.message
@@ -133,11 +165,11 @@ def _solve(
 ) -> tuple[SteeringResult | None, dict[str, Any]]:
     """IPOPT from the construction, plus discretization corrections (re-simulated misses)."""
     nlp, cached = transcription(problem, cache=prob.opts.cache)
-    n, d = prob.n, prob.initial.dim
+    n = prob.n
     start = construction.controls
     params0 = np.array(
         [
-            np.concatenate([(lay.A - b.A).ravel(), lay.b - b.b])
+            _pack(addition(lay, b), prob.mode)
             for lay, b in zip(start.layers, prob.bases, strict=True)
         ]
     )
@@ -151,15 +183,15 @@ def _solve(
     stats: dict[str, Any] = {"nlp_build_seconds": 0.0 if cached else nlp.build_seconds}
     result: SteeringResult | None = None
     iterations = 0
-    for correction in range(prob.opts.max_corrections + 1):
+    corrections = prob.opts.max_corrections
+    if prob.mode == "full":
+        corrections = max(corrections, HEAD_CORRECTIONS)
+    for correction in range(corrections + 1):
         if budget.exhausted:
             break
         sol = nlp.solve(x0, shift, *guess, max_wall_time=budget.remaining(), base=data)
         iterations += sol.iterations
-        layers = [
-            added_layer(b, p[: d * d].reshape(d, d), p[d * d :])
-            for p, b in zip(sol.params, prob.bases, strict=True)
-        ]
+        layers = [_unpack(p, b, prob.mode) for p, b in zip(sol.params, prob.bases, strict=True)]
         status = Status.SUCCESS if sol.success else Status.NOT_FOUND
         why = "" if sol.success else f"IPOPT: {sol.status}"
         run_stats: dict[str, Any] = {

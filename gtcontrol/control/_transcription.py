@@ -167,8 +167,10 @@ def pack_base(layer: Layer) -> FloatArray:
     return np.concatenate(parts)
 
 
-def _base_layer(p: Any, q: Any, mode: str, d: int, n_base: int) -> tuple[_SymbolicLayer, Any]:
-    """The symbolic layer ``base + additions`` and the additions' affine part ``(A, b)``."""
+def _base_layer(
+    p: Any, q: Any, mode: str, d: int, n_base: int
+) -> tuple[_SymbolicLayer, _SymbolicLayer]:
+    """The symbolic layer ``base + additions`` (the base's heads first) and the additions."""
     add = symbolic_layer(p, mode, d)
     qo = _objects(q, q.numel())
     a0, b0 = qo[: d * d].reshape(d, d), qo[d * d : d * d + d]
@@ -180,15 +182,16 @@ def _base_layer(p: Any, q: Any, mode: str, d: int, n_base: int) -> tuple[_Symbol
         )
         off += 2 * d * d
     layer = _SymbolicLayer(add.A + a0, add.b + b0, tuple(heads) + add.heads)
-    return layer, (add.A, add.b)
+    return layer, add
 
 
 def field_function(mode: str, d: int, n_base: int = -1) -> ca.Function:
     """``f(x, p[, q]) -> (dx/dt, E|v|², 2 tr M)`` from the one moment field of gtcontrol.moments.
 
     With a fixed base (``n_base ≥ 0`` heads; its data ``q`` from :func:`pack_base`) the field is
-    the base's plus the additions ``p``, and the energy is the additions' own,
-    ``E|A x + b|² = tr(A Σ Aᵀ) + |A m + b|²``.
+    the base's plus the additions ``p``, and the energy is the additions' own: ``E|u|² =
+    tr(M_a Σ M_aᵀ) + |M_a m + c_a|²`` for the added field ``u = M_a x + c_a`` (``A, b`` and, in
+    mode ``"full"``, the added head's ``V Σ B`` and ``V m``).
     """
     nv = d * (d + 1) // 2
     x = ca.SX.sym("x", d + nv)
@@ -198,7 +201,7 @@ def field_function(mode: str, d: int, n_base: int = -1) -> ca.Function:
     mean = xo[:d]
     cov = unvech(xo[d:], d)
     if n_base >= 0:
-        layer, (a_add, b_add) = _base_layer(p, q, mode, d, n_base)
+        layer, add = _base_layer(p, q, mode, d, n_base)
     else:
         layer = symbolic_layer(p, mode, d)
     dm, dcov = moment_field(layer, mean, cov)  # type: ignore[arg-type]
@@ -206,8 +209,9 @@ def field_function(mode: str, d: int, n_base: int = -1) -> ca.Function:
     xdot = ca.vertcat(*dm, *vech(dcov))
     trace = ca.times(2.0, ca.sum1(ca.vertcat(*np.diag(m_mat))))
     if n_base >= 0:
-        u = a_add @ mean + b_add
-        energy = ca.sum1(ca.vertcat(*((a_add @ cov) * a_add).ravel())) + ca.sumsqr(ca.vertcat(*u))
+        m_add, c_add = affine_velocity(add, mean, cov)  # type: ignore[arg-type]
+        u = m_add @ mean + c_add
+        energy = ca.sum1(ca.vertcat(*((m_add @ cov) * m_add).ravel())) + ca.sumsqr(ca.vertcat(*u))
         return ca.Function("field", [x, p, q], [xdot, energy, trace], {"cse": True})
     # E|v|² = tr(M Σ Mᵀ) + |M m + c|², and M m + c is dm/dt.
     energy = ca.sum1(ca.vertcat(*((m_mat @ cov) * m_mat).ravel())) + ca.sumsqr(ca.vertcat(*dm))
@@ -383,7 +387,8 @@ class Problem:
     #: Heads of a fixed base (its data are NLP parameters), ``-1`` for none: the field is then
     #: the base's plus the optimized additions, and the kinetic objective is the additions' own.
     base_heads: int = -1
-    #: Rows of ``A`` and entries of ``b`` held at their starting values (a constant coordinate).
+    #: Rows of ``A`` (and of an added head's ``V``) and entries of ``b`` held at their starting
+    #: values (a constant coordinate).
     held_rows: tuple[int, ...] = ()
 
     @property
@@ -500,12 +505,12 @@ class Transcription:
             for i, n in enumerate(self.names)
             if n not in prob.fixed
         ]
-        held = [
-            int(self.offsets[i]) + (j * d + k if n == "A" else j)
+        held = [  # the rows of A, b and V (an added head's output) of a held coordinate
+            int(self.offsets[i]) + (j * d + k if n != "b" else j)
             for i, n in enumerate(self.names)
-            if n in ("A", "b") and n not in prob.fixed
+            if n in ("A", "b", "V") and n not in prob.fixed
             for j in prob.held_rows
-            for k in range(d if n == "A" else 1)
+            for k in range(d if n != "b" else 1)
         ]
         self.free_rows = np.setdiff1d(np.concatenate(free).astype(int), held)
         self.fixed_rows = np.setdiff1d(np.arange(self.npar), self.free_rows)

@@ -123,7 +123,9 @@ def steer(
         Number of layers ``L`` (1 to 1,000).
     mode
         ``"full"`` (``A, b, V, B``), ``"ffn"`` (``V = B = 0``) or ``"attention"``
-        (``A = 0, b = 0`` exactly). ``None``: ``"full"``, or ``"ffn"`` with a ``base``.
+        (``A = 0, b = 0`` exactly). ``None``: ``"full"``, or ``"ffn"`` with a ``base``. With a
+        ``base`` it names what is added: ``"ffn"`` the affine part, ``"full"`` that and a head
+        (``"attention"`` is refused; see ``base``).
     objective
         ``"kinetic"``: ``∫₀ᵀ E|v|² dt`` (bounded below by ``W2²/T``); ``"parameter"``: the depth-
         integrated parameter energy ``Σ_k h (|A_k|² + |b_k|² + |V_k|² + |B_k|²)``.
@@ -185,12 +187,16 @@ def steer(
         A network to steer through (``None``: a blank network): a :class:`Layer` used in every
         sublayer, or a :class:`Schedule` of ``n_layers`` layers over depth ``T``. Its heads
         (dense and factored) and affine part are kept unchanged in every sublayer (the returned
-        layers hold the base's heads first, bitwise unchanged); the control is what is added to
-        them, a constant affine ``A_k, b_k`` per sublayer: the mode is ``"ffn"`` (the default
-        with a base); ``"full"`` and ``"attention"`` are refused, since no heads are added
-        around a base. ``cost`` is the
-        additions' kinetic energy ``∫ E|A_k x + b_k|² dt``; ``kinetic_energy`` is the whole
-        field's. The initial and target covariances must share their range (the active
+        layers hold the base's heads first, bitwise unchanged, then the additions); the control
+        is what is added to them per sublayer: a constant affine ``A_k, b_k`` (mode ``"ffn"``,
+        the default with a base), or that and one added dense head ``(V_k, B_k)`` after the
+        base's heads (mode ``"full"``; a sublayer keeps the head only when it lowers that
+        sublayer's measured added energy, so ``"full"`` is never dearer than ``"ffn"`` on the
+        same plan; at most about twice its time). Mode ``"attention"`` (heads alone) is
+        refused. ``cost`` is the added field's kinetic energy ``∫ E|u|² dt``,
+        ``u = (A_k + V_k Σ B_k) x + b_k + V_k m``; ``kinetic_energy`` is the whole field's;
+        ``stats["added_heads"]`` counts the added heads per sublayer. The initial and target
+        covariances must share their range (the active
         subspace); a coordinate with zero variance and the same mean at both ends (the affine
         coordinate of a layer on ``R^{d+1}``) is held constant, so a base that moves one is
         refused. The flow construction (:mod:`gtcontrol.control._steer_base`) shoots every
@@ -232,6 +238,18 @@ def steer(
         If the target is not reachable in ``mode`` (rank change; pure-attention invariants).
     InvalidParametersError, InvalidGaussianError
         On malformed input or options.
+
+    Notes
+    -----
+    Around a base in mode ``"full"`` each sublayer is shot first with ``A_k, b_k`` alone; at
+    that shot's midpoint ``F`` is the base's field matrix, ``K``, ``k`` the addition,
+    ``u_m = K m + k``. The least added energy asks (Pontryagin) for
+    ``dK/dt = −(K² + FᵀK + KF) − (Y + Yᵀ)``, ``Y = Σ_h V_hᵀ(u_m mᵀ + KΣ)B_hᵀ``, and
+    ``du_m/dt = −Fᵀu_m − Σ_h V_hᵀu_m`` (the sums over the base's heads); an added head
+    ``(V_k, β I)`` supplies that variation inside the sublayer (``V_k`` by Tikhonov least squares
+    on ``V_k [βΣ̇ | ṁ]``), the sublayer is shot again with it onto the same node, and the head
+    is kept only when the re-simulated added energy is lower. The NLP polish (``d ≤ 6``) then
+    optimizes ``A_k, b_k, V_k`` with ``B_k`` held.
 
     References
     ----------
@@ -284,10 +302,13 @@ def _steer_around(
     clock: float,
 ) -> SteeringResult:
     """``steer`` with a base: validate, refuse what the construction does not cover, build."""
-    if check_mode(mode) != "ffn":
+    if check_mode(mode) == "attention":
         raise InvalidParametersError(
-            f"mode: around a base the control is the added affine part A_k, b_k (mode 'ffn'); "
-            f"added heads are not built, got {mode!r}"
+            "mode: around a base the control is the added affine part A_k, b_k (mode 'ffn'), or "
+            "that and an added head per sublayer (mode 'full'); added heads alone (mode "
+            "'attention', A_k = b_k = 0) are not built: each sublayer is shot onto its node by "
+            "correcting a constant affine part, which heads alone do not have (their field "
+            f"V Σ(t) B, V m(t) moves with the state); got {mode!r}"
         )
     defaults = SteerOptions()
     for name in _BASE_FIXED_OPTIONS:
@@ -302,6 +323,7 @@ def _steer_around(
         check_n_layers(n_layers),
         base,
         opts,
+        mode,
     )
     if opts.method == "collocation" and initial.dim > NLP_MAX_DIM_BASE:
         raise InvalidParametersError(

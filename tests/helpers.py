@@ -69,3 +69,20 @@ def planted_layer(rng: np.random.Generator, d: int) -> tuple[Layer, np.ndarray]:
     k = np.triu(0.5 * rng.standard_normal((d, d)), 1)
     a = (-(v @ s @ b @ s + s @ b.T @ s @ v.T) / 2 + (k - k.T)) @ np.linalg.inv(s)
     return Layer(a, heads=[(v, b)]), s
+
+
+def layer_near_a_repelling_equilibrium() -> tuple[Layer, np.ndarray, np.ndarray, np.ndarray, float]:
+    """The layer of ../shared/hostile-cases/round3/06_analyze_exact_blowup_certificate_wrong.py."""
+    d = 3
+    rng = np.random.default_rng(d + 100)
+    q, _ = np.linalg.qr(rng.standard_normal((d, d)))
+    s = (q * rng.uniform(0.3, 2.0, d)) @ q.T
+    v = np.random.default_rng(d + 7).uniform(0.3, 1.5)
+    rng2 = np.random.default_rng(d + 100)
+    q2, _ = np.linalg.qr(rng2.standard_normal((d, d)))
+    b = (q2 * rng2.uniform(0.3, 2.0, d)) @ q2.T
+    qs = v * (s @ b @ s + s @ b.T @ s)
+    k = np.random.default_rng(d + 55).standard_normal((d, d))
+    k = 0.5 * (k - k.T)
+    a = np.linalg.solve(s, (-qs / 2 + k).T).T
+    return Layer(A=a, V=v, B=b), a, b, s, float(v)

@@ -31,7 +31,7 @@ from gtcontrol.cli import sweep as sweep_module  # noqa: E402
 from gtcontrol.cli._sweep_points import plan_sweep, point_key, run_point  # noqa: E402
 from gtcontrol.cli.schema import parse_design  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 #: A rotation (A has eigenvalues ±i) with one head V = vI: every regime over (v, A shift).
 BASE = 'task = "sweep"\ntitle = "test sweep"\n\n' + ROTATION_TABLES

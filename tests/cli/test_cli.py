@@ -14,7 +14,7 @@ from gtcontrol import DesignFileError, Layer, Schedule
 from gtcontrol.cli import main
 from gtcontrol.cli.schema import load_design, parse_design
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 BASE = """
 task = "simulate"

@@ -1,7 +1,7 @@
 """Every public callable refuses a hostile option of the common kinds, naming it.
 
-For each callable that ``docs/api/surface.txt`` lists (walked as tests/test_api_rules.py walks
-it) and each parameter of a common kind (``seed``, ``time_limit``, ``T``, rates, ``n_*``,
+For each callable that ``docs/api/surface.txt`` lists (walked by tests/_api_surface.py) and
+each parameter of a common kind (``seed``, ``time_limit``, ``T``, rates, ``n_*``,
 ``rtol``/``atol``/tolerances, ``max_*``, ``steps_per_layer``, ``token_check``), the smallest
 valid call of tests/_valid_calls.py is made with one hostile value in that parameter: NaN,
 ±inf, a negative number, zero, a bool, a float where an integer is expected, a huge integer, a
@@ -23,8 +23,8 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
+from _api_surface import walk_surface
 from _valid_calls import ACCEPTED_EVERYWHERE, COMMON, VALID, Valid, hostile_values
-from test_api_rules import _surface
 
 from gtcontrol.errors import GTControlError
 
@@ -54,7 +54,7 @@ def alarm(seconds: float) -> Iterator[None]:
 def _common_parameters() -> dict[str, dict[str, str]]:
     """label → {parameter: annotation} of every surface callable with a common-kind parameter."""
     found: dict[str, dict[str, str]] = {}
-    for label, func, _bound in _surface():
+    for label, func, _bound in walk_surface():
         params = {
             p.name: str(p.annotation)
             for p in inspect.signature(func).parameters.values()

@@ -27,7 +27,7 @@ from gtcontrol.model.finite_n import worst_ess_fraction
 from gtcontrol.model.gaussian_closure import linearized_layer, simulate_closure
 from gtcontrol.model.params import Control, as_control
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _setup() -> tuple[Layer, Gaussian]:

@@ -35,7 +35,7 @@ from gtcontrol.cli.specs import SPECS
 from gtcontrol.cli.starters import shipped_design_text, shipped_designs, starter
 from gtcontrol.cli.summary import format_value, print_summary, summary_rows
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 #: A design whose run keeps a bar open long enough to be drawn (moments, then 2000 tokens).
 SLOWISH = """

@@ -7,6 +7,10 @@ design tables :data:`ROTATION_TABLES` from here too.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
 import numpy as np
 from scipy.integrate import solve_ivp
 
@@ -86,3 +90,18 @@ def layer_near_a_repelling_equilibrium() -> tuple[Layer, np.ndarray, np.ndarray,
     k = 0.5 * (k - k.T)
     a = np.linalg.solve(s, (-qs / 2 + k).T).T
     return Layer(A=a, V=v, B=b), a, b, s, float(v)
+
+
+def allowed(limit: float) -> float:
+    """``time_limit`` plus the tolerance of docs/architecture.md, ``max(1 s, 10 %)``."""
+    return limit + max(1.0, 0.1 * limit)
+
+
+_T = TypeVar("_T")
+
+
+def timed(call: Callable[[], _T]) -> tuple[_T, float]:
+    """``call()`` and the wall-clock seconds it took."""
+    t0 = time.perf_counter()
+    out = call()
+    return out, time.perf_counter() - t0

@@ -16,9 +16,9 @@ from scipy.integrate import solve_ivp
 
 from gtcontrol import Layer, token_velocity
 
-#: The ``[initial]`` and ``[layer]`` tables of the sweep designs (tests/test_sweep.py, the hostile
-#: reproducer of tests/test_hostile_round2.py, benchmarks/bench_sweep.py): a rotation (A has
-#: eigenvalues ±i) with one head V = vI, every regime over (v, A shift).
+#: The ``[initial]`` and ``[layer]`` tables of the sweep designs (tests/cli/test_sweep.py, its
+#: hostile reproducer there, benchmarks/bench_sweep.py): a rotation (A has eigenvalues ±i) with
+#: one head V = vI, every regime over (v, A shift).
 ROTATION_TABLES = """\
 [initial]
 mean = [1.0, -1.0]

@@ -206,7 +206,7 @@ _WARM: dict[str, Callable[[], Any]] = {
 
 def test_every_public_solver_has_a_hard_case() -> None:
     missing = sorted(set(public_solvers()) - set(CASES))
-    assert not missing, f"public solvers without a hard case in tests/test_budget.py: {missing}"
+    assert not missing, f"public solvers without a hard case in {Path(__file__).name}: {missing}"
     assert len(public_solvers()) >= 15  # the discovery finds the solvers
 
 
@@ -320,7 +320,7 @@ def test_every_experiment_has_a_hard_case(tmp_path: Path) -> None:
     if not names:
         pytest.skip("the experiments extra is not installed")
     missing = sorted(set(names) - set(_experiment_cases(tmp_path)))
-    assert not missing, f"experiments without a hard case in tests/test_budget.py: {missing}"
+    assert not missing, f"experiments without a hard case in {Path(__file__).name}: {missing}"
 
 
 @pytest.mark.parametrize("name", experiment_solvers())

@@ -682,8 +682,8 @@ def _strong_attention(d: int = 32, s: float = 30.0) -> gt.Layer:
 def test_simulate_tokens_keeps_a_half_second_limit_at_n_8192() -> None:
     """The limit and its tolerance are the contract's (0.5 s + 1 s), on one BLAS thread.
 
-    Why one thread (as tests/contract/test_budget.py): the initial moments of the 8192 tokens are one
-    32×8192×32 product, computed before the first budget check. On two cores loaded by other
+    Why one thread (as tests/contract/test_budget.py): the initial moments of the 8192 tokens are
+    one 32×8192×32 product, computed before the first budget check. On two cores loaded by other
     processes a two-thread OpenBLAS spin-waits in it: 3.0 s in one of three fresh runs against
     0.51–0.54 s otherwise, and 0.57–0.70 s in three of three on one thread (measured at load
     average 4.7). That measures the machine's load, not the budget; the query blocks that the

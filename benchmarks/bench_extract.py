@@ -1,14 +1,14 @@
 """Extraction of every family (issue 23): time, reproduction error, attention-flow blow-up.
 
-For each family a small random model (width 32, 2–3 layers, 4 heads, every parameter perturbed
-by 0.3·N(0, 1) so that biases and norms are non-zero; the shapes of tests/test_extract_families.py)
-is extracted from the module, from a ``save_pretrained`` folder and from a ``torch.onnx.export``
-file; the extracted attention layers reproduce the model's own attention sublayer (hooks on the
-query and output projections during the model's own forward, 12 tokens; ModernBERT at position
-0; GPT-2 with each token's prefix) — the largest relative error over the three sources, in
-float32 and float64 (ModernBERT's own rotary step rounds to float32; for float64 it runs the same
-formula in float64). Then every attention sublayer's flow from ``N(e, I ⊕ 0)`` to ``T = 4``
-(``attention_flows``, 60 s per model): the blow-up times.
+For each family a small random model (width 32, 2–3 layers, 4 heads, every parameter perturbed by
+0.3·N(0, 1) so that biases and norms are non-zero; the shapes of
+tests/interop/test_extract_families.py) is extracted from the module, from a ``save_pretrained``
+folder and from a ``torch.onnx.export`` file; the extracted attention layers reproduce the model's
+own attention sublayer (hooks on the query and output projections during the model's own forward, 12
+tokens; ModernBERT at position 0; GPT-2 with each token's prefix) — the largest relative error over
+the three sources, in float32 and float64 (ModernBERT's own rotary step rounds to float32; for
+float64 it runs the same formula in float64). Then every attention sublayer's flow from
+``N(e, I ⊕ 0)`` to ``T = 4`` (``attention_flows``, 60 s per model): the blow-up times.
 
 ``--paper`` adds the shipped and paper-shape models (MiniLM, random DeiT-tiny, random GPT-2
 small, random ModernBERT-base): extraction time, the float32 reproduction on 16 tokens and the

@@ -4,8 +4,8 @@ A fragment is a piece of numpydoc text, e.g. the entry of a parameter that sever
 with the same meaning. A docstring names it on a line of its own as ``%(name)s``; :func:`fill`
 replaces every such line, at import time, by the fragment indented like the placeholder, so the
 runtime ``__doc__`` (what ``help``, the doctests and the documentation meta-test of
-``tests/test_architecture.py`` read) is complete. Only whole-line placeholders are replaced, so a
-``%`` elsewhere in a docstring needs no escaping; an unknown name raises at import.
+``tests/contract/test_architecture.py`` read) is complete. Only whole-line placeholders are
+replaced, so a ``%`` elsewhere in a docstring needs no escaping; an unknown name raises at import.
 
 The same idea as matplotlib's ``_docstring.interpd`` and scipy's ``doccer``, kept small.
 

@@ -1,4 +1,5 @@
-"""Mutations of design files shared by tests/test_cli_hypothesis.py and benchmarks/fuzz_designs.py.
+"""Mutations of design files shared by tests/cli/test_cli_hypothesis.py and
+benchmarks/fuzz_designs.py.
 
 A design is handled as the TOML document (nested dicts and lists); :func:`dumps` writes it back
 as TOML. Each mutation takes a ``random.Random`` so both hypothesis (through a seed it draws) and
@@ -21,7 +22,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 
 #: Tasks whose runs take minutes (real pretrained models): never switched to by a mutation.
-# a sweep starts a cluster of worker processes (seconds); tests/test_sweep.py covers it
+# a sweep starts a cluster of worker processes (seconds); tests/cli/test_sweep.py covers it
 SLOW_TASKS = ("experiment", "sweep", "model")
 
 _BARE = re.compile(r"[A-Za-z0-9_-]+")

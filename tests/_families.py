@@ -1,4 +1,4 @@
-"""Small random Transformers of every family, shared by tests/test_extract_families.py and
+"""Small random Transformers of every family, shared by tests/interop/test_extract_families.py and
 benchmarks/bench_extract.py: how each is configured and where its attention sublayer lies.
 
 Pure data (and one attribute walk): nothing here imports ``torch`` or ``transformers``.

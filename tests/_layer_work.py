@@ -1,5 +1,6 @@
-"""Work functions for tests/test_layer_jobs.py, importable by dask worker processes (the tests
-put this folder on their PYTHONPATH), and the driver script run as a subprocess (and killed).
+"""Work functions for tests/experiments/test_layer_jobs.py, importable by dask worker processes
+(the tests put this folder, tests/, on their PYTHONPATH), and the driver script run as a
+subprocess (and killed).
 
 ``python _layer_work.py STORE CALLS ADDRESS [SECONDS]`` maps six keys with :func:`record` on the
 dask cluster at ADDRESS into STORE and prints the outcome as one JSON line.

@@ -12,7 +12,7 @@ it works in ``mpmath`` at 50 digits with ``M(t) = Σ0⁻¹ + W(t)``, ``W(t) = �
 refined by bisection, is the blow-up time ``T*`` (``inf`` when there is none on the scanned
 depths, which run until the exponentials have settled by 40 e-folds).
 
-Used by tests/test_certificates_precision.py and benchmarks/verify_certificates.py.
+Used by tests/analysis/test_certificates_precision.py and benchmarks/verify_certificates.py.
 """
 
 from __future__ import annotations

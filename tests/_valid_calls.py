@@ -1,7 +1,7 @@
 """Minimal valid arguments of every public callable that takes an option of the common kinds.
 
-tests/test_hostile_arguments.py walks ``docs/api/surface.txt`` and, for every callable with a
-parameter of a common kind (:data:`COMMON`: ``seed``, ``time_limit``, ``T``, rates, ``n_*``,
+tests/contract/test_hostile_arguments.py walks ``docs/api/surface.txt`` and, for every callable
+with a parameter of a common kind (:data:`COMMON`: ``seed``, ``time_limit``, ``T``, rates, ``n_*``,
 tolerances, ``max_*``, ``steps_per_layer``, ``token_check``), calls it with the valid arguments
 below and one hostile value in that parameter. Each hostile value must raise a
 :class:`~gtcontrol.errors.GTControlError` naming the parameter, unless the entry (or

@@ -1,13 +1,15 @@
 """Shared fixtures: a seeded random generator per test and random-matrix factories.
 
 Every random draw in the suite comes from a generator seeded explicitly (here from the test's
-own node id, so a test's numbers do not change when other tests are added or reordered).
+file name and own name, so a test's numbers do not change when other tests are added or
+reordered, or when its file moves to another folder of tests/).
 """
 
 from __future__ import annotations
 
 import zlib
 from collections.abc import Callable
+from pathlib import PurePosixPath
 
 import numpy as np
 import pytest
@@ -22,10 +24,19 @@ settings.register_profile("explore", derandomize=False, print_blob=True)
 settings.load_profile("gtcontrol")
 
 
+def seed_key(nodeid: str) -> str:
+    """``tests/<file>::<test>`` of a node id: the seed does not depend on the file's folder.
+
+    Moving a test file between the folders of tests/ keeps every test's random numbers.
+    """
+    path, sep, rest = nodeid.partition("::")
+    return f"tests/{PurePosixPath(path).name}{sep}{rest}"
+
+
 @pytest.fixture
 def rng(request: pytest.FixtureRequest) -> np.random.Generator:
-    """A generator seeded from the test's node id (stable across runs and orderings)."""
-    return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
+    """A generator seeded from the test's file name and name (stable across runs and orderings)."""
+    return np.random.default_rng(zlib.crc32(seed_key(request.node.nodeid).encode()))
 
 
 @pytest.fixture

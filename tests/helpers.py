@@ -7,14 +7,18 @@ design tables :data:`ROTATION_TABLES` from here too.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
 import numpy as np
 from scipy.integrate import solve_ivp
 
 from gtcontrol import Layer, token_velocity
 
-#: The ``[initial]`` and ``[layer]`` tables of the sweep designs (tests/test_sweep.py, the hostile
-#: reproducer of tests/test_hostile_round2.py, benchmarks/bench_sweep.py): a rotation (A has
-#: eigenvalues ±i) with one head V = vI, every regime over (v, A shift).
+#: The ``[initial]`` and ``[layer]`` tables of the sweep designs (tests/cli/test_sweep.py, its
+#: hostile reproducer there, benchmarks/bench_sweep.py): a rotation (A has eigenvalues ±i) with
+#: one head V = vI, every regime over (v, A shift).
 ROTATION_TABLES = """\
 [initial]
 mean = [1.0, -1.0]
@@ -69,3 +73,35 @@ def planted_layer(rng: np.random.Generator, d: int) -> tuple[Layer, np.ndarray]:
     k = np.triu(0.5 * rng.standard_normal((d, d)), 1)
     a = (-(v @ s @ b @ s + s @ b.T @ s @ v.T) / 2 + (k - k.T)) @ np.linalg.inv(s)
     return Layer(a, heads=[(v, b)]), s
+
+
+def layer_near_a_repelling_equilibrium() -> tuple[Layer, np.ndarray, np.ndarray, np.ndarray, float]:
+    """The layer of ../shared/hostile-cases/round3/06_analyze_exact_blowup_certificate_wrong.py."""
+    d = 3
+    rng = np.random.default_rng(d + 100)
+    q, _ = np.linalg.qr(rng.standard_normal((d, d)))
+    s = (q * rng.uniform(0.3, 2.0, d)) @ q.T
+    v = np.random.default_rng(d + 7).uniform(0.3, 1.5)
+    rng2 = np.random.default_rng(d + 100)
+    q2, _ = np.linalg.qr(rng2.standard_normal((d, d)))
+    b = (q2 * rng2.uniform(0.3, 2.0, d)) @ q2.T
+    qs = v * (s @ b @ s + s @ b.T @ s)
+    k = np.random.default_rng(d + 55).standard_normal((d, d))
+    k = 0.5 * (k - k.T)
+    a = np.linalg.solve(s, (-qs / 2 + k).T).T
+    return Layer(A=a, V=v, B=b), a, b, s, float(v)
+
+
+def allowed(limit: float) -> float:
+    """``time_limit`` plus the tolerance of docs/architecture.md, ``max(1 s, 10 %)``."""
+    return limit + max(1.0, 0.1 * limit)
+
+
+_T = TypeVar("_T")
+
+
+def timed(call: Callable[[], _T]) -> tuple[_T, float]:
+    """``call()`` and the wall-clock seconds it took."""
+    t0 = time.perf_counter()
+    out = call()
+    return out, time.perf_counter() - t0

@@ -1,8 +1,9 @@
 """The public API of gtcontrol as text: every public name and its signature.
 
-``python docs/_ext/api_surface.py`` writes ``docs/api/surface.txt``; ``tests/test_api_surface.py``
-compares that file with the code, so every change of the public surface (a name, a parameter, a
-default, a field) is a visible diff in review. ``--check`` exits 1 when the file is stale.
+``python docs/_ext/api_surface.py`` writes ``docs/api/surface.txt``;
+``tests/contract/test_api_surface.py`` compares that file with the code, so every change of the
+public surface (a name, a parameter, a default, a field) is a visible diff in review.
+``--check`` exits 1 when the file is stale.
 
 Listed: the names of ``gtcontrol.__all__`` and of the public subpackages' ``__all__``
 (``gtcontrol.control.design``, ``gtcontrol.control.stabilization``, ``gtcontrol.interop``,
@@ -82,8 +83,8 @@ def surface() -> str:
     seen: dict[int, str] = {}
     out = [
         "# The public API of gtcontrol (names and signatures).",
-        "# Written by docs/_ext/api_surface.py; tests/test_api_surface.py compares it with the",
-        "# code: regenerate it after a deliberate API change.",
+        "# Written by docs/_ext/api_surface.py; tests/contract/test_api_surface.py compares it",
+        "# with the code: regenerate it after a deliberate API change.",
         "",
     ]
     for modname in MODULES:

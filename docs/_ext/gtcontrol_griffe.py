@@ -48,7 +48,8 @@ def resolve(path: str) -> Any:
     ------
     LookupError
         If no prefix of ``path`` is an importable module, or an attribute is missing (the
-        message names which); tests/test_docs.py checks every ``:::`` directive with it.
+        message names which); tests/contract/test_docs.py checks every ``:::`` directive with
+        it.
     """
     parts = path.split(".")
     for cut in range(len(parts), 0, -1):

@@ -39,7 +39,8 @@ numpy releases the GIL in its GEMMs and ``exp``, and every tile's GEMMs are smal
 OpenBLAS runs them unthreaded, so no thread waits at a BLAS barrier on a busy machine.
 ``backend="torch"`` runs the same algorithm with torch (optional: the ``experiments`` extra), on
 the first CUDA device when torch sees one, else on the CPU with torch's intra-op threads; the
-two agree to round-off (``~1e-15`` relative in float64; tests/test_attention.py asserts 1e-13).
+two agree to round-off (``~1e-15`` relative in float64; tests/model/test_attention.py asserts
+1e-13).
 ``"auto"`` (default) takes torch on CUDA for ``N ≥ 2048`` and numpy otherwise
 (``auto_backend``): on one CPU thread torch's float64 is ~20 % faster (its MKL GEMMs), but its
 threads stall on a busy machine and importing torch next to OpenBLAS slows numpy's BLAS.

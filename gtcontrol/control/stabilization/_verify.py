@@ -32,9 +32,9 @@ from ._tokens import TokenRuns
 __all__ = ["Verifier"]
 
 #: Relative tolerance of the verifying integration: the flow contracts near the target, so the
-#: global error stays far below the 1e-6 required (tests/test_stabilize.py compares with a 1e-10
-#: integration); not 1e-6, which is cheaper but brings the error floor that the factor's rotation
-#: at the equilibrium carries too close to what is verified (docs/benchmarks.md).
+#: global error stays far below the 1e-6 required (tests/control/test_stabilize.py compares with
+#: a 1e-10 integration); not 1e-6, which is cheaper but brings the error floor that the factor's
+#: rotation at the equilibrium carries too close to what is verified (docs/benchmarks.md).
 _VERIFY_INTEGRATOR_RTOL = 1e-7
 #: Its absolute tolerance, on the factor normalized to unit Frobenius norm (and the mean over
 #: its scale): ``1e-4`` of the ``1e-6`` verified, so that entries far below the factor's scale,

@@ -13,8 +13,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import random_skew
+from helpers import allowed, random_skew, timed
 
+import gtcontrol as gt
 from gtcontrol import IpoptSettings
 from gtcontrol._status import Result, Status
 from gtcontrol.analysis.equilibria import equilibria, equilibrium_at
@@ -553,3 +554,57 @@ def test_ipopt_stops_when_the_budget_runs_out_during_a_solve(monkeypatch) -> Non
     assert res.stats["attempts"] == ["User_Requested_Stop"]
     assert res.status is Status.BUDGET_EXHAUSTED and "time limit" in res.message
     assert res.certificate.residual < 1e-9  # the best iterate is polished to an equilibrium
+
+
+# -- min_ess is a requirement; the NLP is set up inside the budget
+
+
+def _ill_conditioned_cov(d: int, condition: float, seed: int = 100) -> np.ndarray:
+    q, _ = np.linalg.qr(np.random.default_rng(seed).standard_normal((d, d)))
+    return (q * np.logspace(0, -math.log10(condition), d)) @ q.T
+
+
+@pytest.mark.parametrize(
+    ("mean", "cov"),
+    [
+        pytest.param(np.ones(8), _ill_conditioned_cov(8, 1e8), marks=pytest.mark.slow),  # 8 s
+        ([1e8], [[1e-8]]),
+    ],
+    ids=["condition-1e8-d8", "mean-1e8-var-1e-8"],
+)
+def test_a_design_whose_min_ess_is_not_met_is_not_success(mean: Any, cov: Any) -> None:
+    """An unmet ``min_ess`` is FAILED with the certified unscaled layer, not a 10⁶-stiff SUCCESS.
+
+    Reproducer: ../shared/hostile-cases/07_design_success_ess_not_met.py.
+    """
+    res = gt.design_mean_matching(gt.Gaussian(mean, cov), robustness=False, time_limit=30)
+    assert res.ess is not None and not res.ess.success
+    assert res.status is gt.Status.FAILED and not res.success
+    assert res.message.startswith("min_ess = 0.5 is not met")
+    # the layer is the certified unscaled design, not a 10⁶-stiff one that buys nothing
+    assert res.certificate.success and res.ess.scale == 1.0
+    assert res.certificate.mean_rate == pytest.approx(1.0, rel=1e-6)
+    # without the requirement the same design is a success
+    plain = gt.design_mean_matching(gt.Gaussian(mean, cov), robustness=False, min_ess=None)
+    assert plain.success and np.allclose(plain.layer.A, res.layer.A)
+
+
+def test_design_with_fixed_b_at_d24_keeps_half_a_second() -> None:
+    """The design NLP is set up inside the budget: estimated, refused in time, the start kept.
+
+    Reproducer: ../shared/hostile-cases/08_design_nlp_time_limit.py.
+    """
+    rng = np.random.default_rng(100)
+    m = rng.standard_normal((24, 24))
+    cov = m @ m.T / 24 + 0.3 * np.eye(24)
+    rng = np.random.default_rng(5)
+    bf = rng.standard_normal((24, 24))
+    bf = bf @ bf.T / 24 + np.eye(24)
+    res, wall = timed(
+        lambda: gt.design_mean_matching(gt.Gaussian(np.ones(24), cov), fixed_B=bf, time_limit=0.5)
+    )
+    assert wall <= allowed(0.5), wall  # was 34-40 s
+    assert res.status is gt.Status.BUDGET_EXHAUSTED
+    assert "estimated at" in res.message and "time limit of 0.5 s" in res.message
+    assert res.certificate.success  # the closed-form starting design, verified
+    assert np.array_equal(res.layer.heads[0][1], bf)  # the fixed B is kept exactly

@@ -13,7 +13,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers import allowed, timed
 
+import gtcontrol as gt
 from gtcontrol._status import Budget, Status
 from gtcontrol.control.design import (
     design_certificate,
@@ -426,3 +428,53 @@ def test_adaptive_token_check_is_capped_at_a_multiple_of_the_rk4_rule() -> None:
     assert tc.status in (Status.OVERFLOW, Status.BUDGET_EXHAUSTED)
     assert not tc.success
     assert tc.stats["n_velocity"] <= cap
+
+
+# -- the token check is a requirement: overflowing tokens fail it, never raise
+
+
+def _ill_conditioned_cov(d: int, condition: float, seed: int = 100) -> np.ndarray:
+    q, _ = np.linalg.qr(np.random.default_rng(seed).standard_normal((d, d)))
+    return (q * np.logspace(0, -math.log10(condition), d)) @ q.T
+
+
+def test_a_design_success_never_contradicts_its_requirements() -> None:
+    """A SUCCESS has its certificate, its ESS and its token check all successful.
+
+    Reproducer: ../shared/hostile-cases/07_design_success_ess_not_met.py.
+    """
+    res = gt.design_mean_matching(
+        gt.Gaussian([1.0, -2.0], [[1.0, 0.3], [0.3, 0.5]]), robustness=False, token_check=128
+    )
+    assert res.success
+    assert res.certificate.success and res.ess is not None and res.ess.success
+    assert res.token_certificate is not None and res.token_certificate.success
+
+
+def test_a_token_check_whose_tokens_overflow_fails_the_design() -> None:
+    """Overflowing tokens are a failed token certificate (OVERFLOW), not an internal error.
+
+    Reproducer: ../shared/hostile-cases/09_design_token_check_internal_error.py.
+    """
+    res = gt.design_mean_matching(
+        gt.Gaussian([1.0, -2.0], [[1.0, 0.3], [0.3, 0.5]]), T=1e9, token_check=64, time_limit=60
+    )
+    tc = res.token_certificate
+    assert tc is not None and tc.status is gt.Status.OVERFLOW and not tc.success
+    assert res.status is gt.Status.FAILED and res.message.startswith("token_check = 64 is not met")
+
+
+@pytest.mark.slow
+def test_an_ill_conditioned_token_check_at_d32_ends_in_time_unsuccessful() -> None:
+    """The full reproducer: d = 32, condition 1e8, ``token_check = 512`` within its 60 s.
+
+    Reproducer: ../shared/hostile-cases/09_design_token_check_internal_error.py.
+    """
+    cov = _ill_conditioned_cov(32, 1e8)
+    res, wall = timed(
+        lambda: gt.design_mean_matching(
+            gt.Gaussian(np.linspace(-3, 3, 32), cov), token_check=512, time_limit=60
+        )
+    )
+    assert wall <= allowed(60.0)
+    assert not res.success

@@ -25,7 +25,7 @@ from gtcontrol.errors import InvalidParametersError, Status
 from gtcontrol.experiments import _layer_jobs as layer_jobs
 from gtcontrol.experiments._layer_jobs import GRACE, run_layer_jobs
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]  # the helpers (_layer_work.py) live in tests/
 
 
 def calls_folder(tmp_path: Path, name: str) -> str:

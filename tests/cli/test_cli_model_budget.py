@@ -194,7 +194,7 @@ def test_model_task_refuses_too_few_tokens_before_any_token_runs(
     when the design is read, fewer than ``d + 2`` (d = 32 here) once the model has loaded and
     before the Gaussianity statistics, naming ``n_tokens``, never an inner parameter
     (17_cli_model_n_tokens_minimum_mismatch.py: 16 tokens passed, then failed on ``samples``)."""
-    docs = (Path(__file__).parents[1] / "docs" / "designs.md").read_text()
+    docs = (Path(__file__).parents[2] / "docs" / "designs.md").read_text()
     assert "at least `max(20, d + 2)`" in docs
     for n, expected in ((16, "from 20 to"), (30, "max(20, d + 2) = 34 tokens")):
         design = tmp_path / f"n{n}.toml"

@@ -17,17 +17,12 @@ reads them and never calls them.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import inspect
-import re
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
-SURFACE = ROOT / "docs" / "api" / "surface.txt"
+from _api_surface import is_option_family, walk_surface
 
 #: Names of the data a callable acts on: the only parameters that may be positional (with ``T``).
 #: A name not listed here is an option, and an option is keyword-only.
@@ -81,53 +76,6 @@ OPTIONS = frozenset(
     }
 )
 
-_ENTRY = re.compile(r"^(def|class|    method|    classmethod|    staticmethod) (\w+)\(")
-
-
-def _surface() -> Iterator[tuple[str, Callable[..., Any], bool]]:
-    """(label, callable, bound) for every callable ``surface.txt`` lists, methods included."""
-    module: Any = None
-    owner: Any = None
-    for line in SURFACE.read_text().splitlines():
-        if line.startswith("## "):
-            module = importlib.import_module(line.split()[1])
-            owner = None
-            continue
-        match = _ENTRY.match(line)
-        if match is None:
-            if not line.startswith("    "):
-                owner = None
-            continue
-        what, name = match.group(1).strip(), match.group(2)
-        if what == "def":
-            yield name, getattr(module, name), False
-        elif what == "class":
-            owner = getattr(module, name)
-            if _is_built_by_users(owner):
-                yield name, owner, True
-        elif owner is not None:
-            raw = inspect.getattr_static(owner, name)
-            bound = isinstance(raw, classmethod)
-            func = getattr(owner, name) if bound else raw
-            yield f"{owner.__name__}.{name}", func, not bound
-
-
-def _is_built_by_users(cls: type) -> bool:
-    """Value classes (own ``__init__``) and option families; not results, rows or exceptions."""
-    if issubclass(cls, BaseException) or getattr(cls, "_is_protocol", False):
-        return False  # raised by the library, or a protocol that is never instantiated
-    if not dataclasses.is_dataclass(cls) or not cls.__dataclass_params__.init:  # type: ignore[attr-defined]
-        return True
-    return _is_option_family(cls)
-
-
-def _is_option_family(cls: type) -> bool:
-    fields = [f for f in dataclasses.fields(cls) if f.init]
-    return all(
-        f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
-        for f in fields
-    )
-
 
 def _violations(label: str, func: Callable[..., Any], bound: bool) -> list[str]:
     params = list(inspect.signature(func).parameters.values())
@@ -160,7 +108,7 @@ def test_the_data_and_option_lists_do_not_overlap() -> None:
 
 def test_every_public_callable_follows_the_argument_rule() -> None:
     """Data positional, ``T`` positional-or-keyword after them, every option keyword-only."""
-    walked = list(_surface())
+    walked = list(walk_surface())
     names = {label for label, _, _ in walked}
     # the walk reaches functions, methods, value classes and option families
     assert {"simulate", "Gaussian.sample", "Layer", "IpoptSettings", "steer"} <= names
@@ -177,7 +125,7 @@ def test_option_families_are_frozen_and_keyword_only(name: str) -> None:
 
     cls = getattr(gtcontrol, name)
     assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen
-    assert _is_option_family(cls)
+    assert is_option_family(cls)
     kinds = {p.kind for p in inspect.signature(cls).parameters.values()}
     assert kinds == {inspect.Parameter.KEYWORD_ONLY}
 

@@ -70,7 +70,7 @@ def test_surrogate_on_random_bert() -> None:
     first = rnd.rows[0]
     assert first.cov_error == first.local_cov_error  # same starting moments at layer 1
     # (MiniLM's surrogate runs in test_reproduce_quick_writes_every_file; pre-LN, gated and
-    # causal models in tests/test_extract_families.py.)
+    # causal models in tests/interop/test_extract_families.py.)
 
 
 def test_reproduce_quick_writes_every_file(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -22,7 +22,7 @@ from gtcontrol.cli._base_targets import rotated_target, token_moments
 from gtcontrol.cli.schema import ModelBase, parse_design
 from gtcontrol.cli.specs import BASE_OPTIONS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 SMALL = """
 task = "steer"

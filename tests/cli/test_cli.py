@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -14,7 +15,7 @@ from gtcontrol import DesignFileError, Layer, Schedule
 from gtcontrol.cli import main
 from gtcontrol.cli.schema import load_design, parse_design
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 BASE = """
 task = "simulate"
@@ -788,3 +789,20 @@ def test_a_killed_run_not_yet_reaped_counts_as_dead(tmp_path: Path) -> None:
     finally:
         proc.kill()
         proc.wait(timeout=30)
+
+
+# -- a design path that is a folder
+
+
+def test_a_design_file_that_is_a_directory_is_named(tmp_path: Path, capsys: Any) -> None:
+    """A folder given as the design file is one error line naming it, exit code 2.
+
+    Reproducer: ../shared/hostile-cases/12_load_result_bad_arg.py.
+    """
+    from gtcontrol.cli import main
+
+    folder = tmp_path / "design.toml"
+    folder.mkdir()
+    assert main(["run", str(folder), "-o", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"gtcontrol: error: {folder}: is a directory, not a design file"]

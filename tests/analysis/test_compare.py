@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import gtcontrol as gt
 from gtcontrol import (
     FeedForward,
     Gaussian,
@@ -27,7 +28,7 @@ from gtcontrol.model.finite_n import worst_ess_fraction
 from gtcontrol.model.gaussian_closure import linearized_layer, simulate_closure
 from gtcontrol.model.params import Control, as_control
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _setup() -> tuple[Layer, Gaussian]:
@@ -556,3 +557,32 @@ def test_work_cap_bounds_a_stiff_comparison_at_small_n() -> None:
     assert time.perf_counter() - clock < 30.0
     assert cmp.status is Status.BUDGET_EXHAUSTED and "max_work = 3e+08 was reached" in cmp.message
     assert cmp.stats["work"] <= 3 * 10**8
+
+
+# -- compare_tokens out of time or out of range: a result, never an internal error
+
+
+LAYER = gt.Layer(A=[[0.3, -0.4], [0.4, 0.2]], B=np.eye(2), V=-1.0)
+
+
+G2 = gt.Gaussian([1.0, -0.5], [[1.0, 0.3], [0.3, 0.5]])
+
+
+def test_compare_tokens_with_a_tiny_time_limit_is_a_result() -> None:
+    """``compare_tokens`` out of time returns BUDGET_EXHAUSTED, never its internal exception.
+
+    Reproducer: ../shared/hostile-cases/02_compare_tokens_budget_leak.py.
+    """
+    cmp = gt.compare_tokens(LAYER, G2, T=2.0, n_tokens=(64, 256), repeats=2, time_limit=1e-9)
+    assert cmp.status is gt.Status.BUDGET_EXHAUSTED and not cmp.success
+    assert "time limit" in cmp.message and cmp.stats["completed_runs"] == 0
+
+
+def test_compare_tokens_reports_the_overflow_of_the_moments() -> None:
+    """Moments that overflow make an OVERFLOW comparison that says so, not an inconsistent one.
+
+    Reproducer: ../shared/hostile-cases/09_design_token_check_internal_error.py.
+    """
+    cmp = gt.compare_tokens(gt.Layer(A=200 * np.eye(2)), G2, T=1.0, n_tokens=(64, 256), repeats=2)
+    assert cmp.status is gt.Status.OVERFLOW and not cmp.consistent
+    assert "overflows" in cmp.message and "1e+150" in cmp.message

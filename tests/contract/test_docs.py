@@ -16,7 +16,7 @@ import pytest
 
 import gtcontrol
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 yaml = pytest.importorskip("yaml")
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from _planted import Reference
-from test_certificates_precision import _hostile_06
+from helpers import layer_near_a_repelling_equilibrium
 
 import gtcontrol as gt
 from gtcontrol.analysis._core import gramian
@@ -24,7 +24,7 @@ def test_a_rounding_limited_bracket_ends_once_no_step_can_narrow_it(scale):
     """The layer of hostile round 3, case 06, from starts 1e-9…1e-3 above its repelling
     equilibrium: rounding sets the bracket, which holds the exact T*, within at most 80 Gramians
     (over 700 when every shrinking step was taken)."""
-    layer, a, b, s, v = _hostile_06()
+    layer, a, b, s, v = layer_near_a_repelling_equilibrium()
     start = s * scale
     blow = gt.blowup_analysis(layer, gt.Gaussian(np.zeros(3), start))
     exact = Reference(a, -v * (b + b.T), start).first_root()

@@ -20,6 +20,7 @@ import threading
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -34,8 +35,9 @@ from gtcontrol.cli.schema import load_design, parse_design
 from gtcontrol.cli.specs import SPECS
 from gtcontrol.cli.starters import shipped_design_text, shipped_designs, starter
 from gtcontrol.cli.summary import format_value, print_summary, summary_rows
+from gtcontrol.errors import GTControlError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 #: A design whose run keeps a bar open long enough to be drawn (moments, then 2000 tokens).
 SLOWISH = """
@@ -527,3 +529,44 @@ def test_cheap_starters_run(tmp_path: Path, task: str) -> None:
     res = load_result(tmp_path / "o")
     assert res["status"] == "success", res["summary"]
     assert res["summary"]["task"] == task
+
+
+# -- load_result refuses what is not a result folder
+
+
+def _result_folder(tmp_path: Path, ref: dict[str, Any]) -> Path:
+    np.savez(tmp_path / "result.npz", x=np.arange(6.0).reshape(2, 3))
+    doc = {"gtcontrol_version": "0", "outputs": {"x": {"$npz": "result.npz", **ref}}}
+    (tmp_path / "result.json").write_text(json.dumps(doc), "utf-8")
+    return tmp_path
+
+
+@pytest.mark.parametrize("bad", [None, 123, b"out", 1.5, ["out"]])
+def test_load_result_refuses_what_is_not_a_path(bad: Any) -> None:
+    """``load_result`` of something that is not a path is one GTControlError naming ``outdir``.
+
+    Reproducer: ../shared/hostile-cases/12_load_result_bad_arg.py.
+    """
+    from gtcontrol.cli import load_result
+
+    with pytest.raises(GTControlError, match="outdir: expected a path"):
+        load_result(bad)
+
+
+def test_load_result_checks_the_declared_shape_and_dtype(tmp_path: Path) -> None:
+    """An array whose shape or dtype differs from its declaration in result.json is refused.
+
+    Reproducer: ../shared/hostile-cases/12_load_result_bad_arg.py.
+    """
+    from gtcontrol.cli import load_result
+
+    good = {"key": "x", "shape": [2, 3], "dtype": "float64"}
+    x = load_result(_result_folder(tmp_path, good))["outputs"]["x"]
+    assert x.shape == (2, 3)
+    for bad, what in [
+        ({"key": "x", "shape": [3, 2], "dtype": "float64"}, "shape"),
+        ({"key": "x", "shape": "2x3", "dtype": "float64"}, "shape"),
+        ({"key": "x", "shape": [2, 3], "dtype": "int8"}, "dtype"),
+    ]:
+        with pytest.raises(GTControlError, match=f"has {what}"):
+            load_result(_result_folder(tmp_path, bad))

@@ -17,25 +17,9 @@ import math
 import numpy as np
 import pytest
 from _planted import Reference, check_case, default_cases, planted_case
+from helpers import layer_near_a_repelling_equilibrium
 
 import gtcontrol as gt
-
-
-def _hostile_06() -> tuple[gt.Layer, np.ndarray, np.ndarray, np.ndarray, float]:
-    """The layer of ../shared/hostile-cases/round3/06_analyze_exact_blowup_certificate_wrong.py."""
-    d = 3
-    rng = np.random.default_rng(d + 100)
-    q, _ = np.linalg.qr(rng.standard_normal((d, d)))
-    s = (q * rng.uniform(0.3, 2.0, d)) @ q.T
-    v = np.random.default_rng(d + 7).uniform(0.3, 1.5)
-    rng2 = np.random.default_rng(d + 100)
-    q2, _ = np.linalg.qr(rng2.standard_normal((d, d)))
-    b = (q2 * rng2.uniform(0.3, 2.0, d)) @ q2.T
-    qs = v * (s @ b @ s + s @ b.T @ s)
-    k = np.random.default_rng(d + 55).standard_normal((d, d))
-    k = 0.5 * (k - k.T)
-    a = np.linalg.solve(s, (-qs / 2 + k).T).T
-    return gt.Layer(A=a, V=v, B=b), a, b, s, float(v)
 
 
 def test_a_start_within_rounding_of_an_unstable_equilibrium_gets_no_certificate():
@@ -45,7 +29,7 @@ def test_a_start_within_rounding_of_an_unstable_equilibrium_gets_no_certificate(
     and when Σ blows up is decided by the last bits of Σ0⁻¹ − Ω*. The answer says so and keeps
     only what its rounding bounds prove.
     """
-    layer, a, b, _, v = _hostile_06()
+    layer, a, b, _, v = layer_near_a_repelling_equilibrium()
     start = gt.equilibria(layer)[0].cov
     g0 = gt.Gaussian(np.zeros(3), start)
     exact = Reference(a, -v * (b + b.T), start).first_root()
@@ -62,7 +46,7 @@ def test_a_start_within_rounding_of_an_unstable_equilibrium_gets_no_certificate(
 @pytest.mark.parametrize("scale", [1 + 1e-6, 1 + 1e-3, 1 - 1e-6])
 def test_well_conditioned_starts_near_the_equilibrium_keep_their_exact_certificate(scale):
     """The same layer from a start 1e-6 or 1e-3 away: a certified answer whose bracket holds."""
-    layer, a, b, s, v = _hostile_06()
+    layer, a, b, s, v = layer_near_a_repelling_equilibrium()
     start = s * scale
     g0 = gt.Gaussian(np.zeros(3), start)
     exact = Reference(a, -v * (b + b.T), start).first_root()
@@ -83,7 +67,7 @@ def test_well_conditioned_starts_near_the_equilibrium_keep_their_exact_certifica
 def test_a_bracket_that_rounding_widens_says_so():
     """A start 1e-9 away: T* is certified in a bracket wider than rtol, and the message says the
     floats determine it only that far at double precision."""
-    layer, a, b, s, v = _hostile_06()
+    layer, a, b, s, v = layer_near_a_repelling_equilibrium()
     start = s * (1 + 1e-9)
     blow = gt.blowup_analysis(layer, gt.Gaussian(np.zeros(3), start))
     exact = Reference(a, -v * (b + b.T), start).first_root()

@@ -14,7 +14,7 @@ from gtcontrol import Gaussian, Status, simulate
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-_REFERENCE = Path(__file__).resolve().parents[1] / "benchmarks" / "minilm_reference.json"
+_REFERENCE = Path(__file__).resolve().parents[2] / "benchmarks" / "minilm_reference.json"
 
 
 def _identity_start(d: int) -> Gaussian:

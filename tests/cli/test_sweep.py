@@ -15,9 +15,11 @@ import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+from helpers import allowed
 
 pytest.importorskip("dask.distributed")
 pd = pytest.importorskip("pandas")
@@ -31,7 +33,7 @@ from gtcontrol.cli import sweep as sweep_module  # noqa: E402
 from gtcontrol.cli._sweep_points import plan_sweep, point_key, run_point  # noqa: E402
 from gtcontrol.cli.schema import parse_design  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 #: A rotation (A has eigenvalues ±i) with one head V = vI: every regime over (v, A shift).
 BASE = 'task = "sweep"\ntitle = "test sweep"\n\n' + ROTATION_TABLES
@@ -537,3 +539,135 @@ def test_phase_diagram_of_a_small_or_extreme_grid_draws_without_warnings(
         ax.figure.savefig(io.BytesIO(), format="png", dpi=40)
     lo, hi = ax.get_xlim()
     assert np.isfinite([lo, hi]).all() and lo < min(x) and max(x) <= hi
+
+
+# -- points in batches: a small scheduler, every point stored, a large plan built fast
+
+
+_SWEEP = (
+    'task = "sweep"\ntime_limit = 600\n'
+    + ROTATION_TABLES
+    + """\
+[sweep]
+run = "analyze"
+point_time_limit = 10.0
+V_scale = { start = -2.0, stop = 2.0, num = NUM }
+A_shift = { start = -1.0, stop = 1.0, num = NUM }
+"""
+)
+
+
+def test_batches_keep_the_scheduler_small_and_store_every_point(tmp_path: Path) -> None:
+    """Sweeps submit their points in batches: at most 2 × workers at the scheduler, all stored.
+
+    Reproducer: ../shared/hostile-cases/11_sweep_1e4_points.toml.
+    """
+    dd = pytest.importorskip("dask.distributed")
+    pytest.importorskip("pandas")
+    from gtcontrol.cli import sweep
+    from gtcontrol.cli._sweep_points import batch_size, plan_sweep, run_point
+    from gtcontrol.cli._sweep_store import SweepFolder
+    from gtcontrol.cli.schema import parse_design
+
+    design = parse_design(_SWEEP.replace("NUM", "12"), source="d.toml")  # 144 points
+    plan = plan_sweep(design, deadline=time.time() + 600)
+    assert batch_size(len(plan), 2) == 4 and batch_size(10**5, 2) == 256
+    folder = SweepFolder(tmp_path / "out")
+    folder.points.mkdir(parents=True)
+    rows: dict[str, dict[str, Any]] = {}
+    written: set[str] = set()
+    most, sizes = [0], []
+    with dd.Client(processes=False, n_workers=2, threads_per_worker=1, dashboard_address=None) as c:
+        run = sweep._Run(c, folder, plan, rows, written, time.time() + 600, 1.0)
+        submit = run._submit
+
+        def counted(*args: Any) -> bool:
+            before = run.next
+            ok = submit(*args)
+            most[0] = max(most[0], len(run.inflight))
+            if ok:
+                sizes.append(run.next - before)
+            return ok
+
+        run._submit = counted  # type: ignore[method-assign]
+        computed, lost = run.compute(list(plan))
+        assert run.first_stored is not None
+    assert (computed, lost) == (144, 0)
+    assert most[0] <= 4  # never more than 2 × workers batches at the scheduler
+    # one point per batch first (stored as soon as a worker is up), then a ramp to the cap
+    assert sizes[:4] == [1, 1, 1, 1] and max(sizes) <= 4 and sum(sizes) == 144
+    assert all(b <= 2 * max(sizes[:i] or [1]) for i, b in enumerate(sizes))
+    stored = folder.stored()
+    assert len(stored) == len(sizes) and sum(len(r or ()) for r in stored.values()) == 144
+    direct = {t.key: run_point(t) for t in plan.points[:5]}
+    for key, row in direct.items():
+        assert rows[key]["regime"] == row["regime"] and rows[key]["status"] == row["status"]
+
+
+def test_batch_sizes_aim_at_a_second_of_work_after_a_ramp() -> None:
+    """Batch sizes double from one point, then hold about a second of measured work.
+
+    Reproducer: ../shared/hostile-cases/11_sweep_1e4_points.toml.
+    """
+    from gtcontrol.cli._sweep_points import BATCH_SECONDS, BatchSizer
+
+    s = BatchSizer(10**5, 2)
+    assert s.next() == 1  # nothing measured yet
+    sizes = []
+    for _ in range(12):
+        n = s.next()
+        sizes.append(n)
+        s.done(n, 0.01 * n)  # 10 ms a point
+    assert sizes[:5] == [1, 2, 4, 8, 16]  # doubling: a few cheap points launch no long batch
+    assert sizes[-1] == int(BATCH_SECONDS / 0.01)  # then about a second of work
+    slow = BatchSizer(10**5, 2)
+    slow.done(1, 30.0)  # a point of 30 s: one point per batch
+    assert slow.next() == 1
+    assert BatchSizer(8, 2).next() == 1 and BatchSizer(10**5, 64).cap == 97
+
+
+def test_plan_keys_are_the_point_keys_and_a_large_plan_is_fast() -> None:
+    """A 99,856-point plan is built in seconds, its keys those of ``point_key``.
+
+    Reproducer: ../shared/hostile-cases/11_sweep_1e4_points.toml.
+    """
+    from gtcontrol.cli._sweep_points import plan_sweep, point_key
+    from gtcontrol.cli.schema import parse_design
+
+    design = parse_design(_SWEEP.replace("NUM", "316"), source="d.toml")  # 99,856 points
+    t0 = time.perf_counter()
+    plan = plan_sweep(design, deadline=time.time() + 600)
+    assert time.perf_counter() - t0 < 15.0  # 0.6-1.4 s on a loaded 2-core machine
+    assert len({t.key for t in plan}) == len(plan) == 316**2
+    for task in plan.points[::4999]:
+        assert task.key == point_key(plan.base, task.params)
+    # the key text is the canonical JSON, also for values whose repr needs care
+    base = {"run": "analyze"}
+    for params in ({"V_scale": -0.0}, {"V_scale": 5e-324, "A_shift": 1e300}, {"b_scale": 0.1}):
+        import hashlib
+        import json
+
+        from gtcontrol.cli._sweep_points import KEY_LENGTH, _canonical
+
+        text = json.dumps({"base": _canonical(base), "point": _canonical(params)}, sort_keys=True)
+        want = hashlib.sha256(text.encode()).hexdigest()[:KEY_LENGTH]
+        assert point_key(base, params) == want
+
+
+@pytest.mark.slow
+def test_a_sweep_of_10_000_points_keeps_its_time_limit(tmp_path: Path) -> None:
+    """The full reproducer: 10⁴ points within the design's 15 s, every point in the summary.
+
+    Reproducer: ../shared/hostile-cases/11_sweep_1e4_points.toml.
+    """
+    pytest.importorskip("dask.distributed")
+    from gtcontrol.cli import main
+
+    design = tmp_path / "d.toml"
+    design.write_text(_SWEEP.replace("NUM", "100").replace("600", "15"), "utf-8")
+    out = tmp_path / "out"
+    t0 = time.perf_counter()
+    assert main(["run", str(design), "-o", str(out), "-q"]) == 0
+    assert time.perf_counter() - t0 <= allowed(15.0)
+    res = json.loads((out / "result.json").read_text("utf-8"))
+    assert res["summary"]["points"] == 10**4

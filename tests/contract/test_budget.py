@@ -29,6 +29,7 @@ import numpy as np
 import pytest
 
 import gtcontrol as gt
+from gtcontrol._status import Budget
 
 #: The tiny time limit every solver gets, in seconds.
 LIMIT = 0.3
@@ -205,7 +206,7 @@ _WARM: dict[str, Callable[[], Any]] = {
 
 def test_every_public_solver_has_a_hard_case() -> None:
     missing = sorted(set(public_solvers()) - set(CASES))
-    assert not missing, f"public solvers without a hard case in tests/test_budget.py: {missing}"
+    assert not missing, f"public solvers without a hard case in {Path(__file__).name}: {missing}"
     assert len(public_solvers()) >= 15  # the discovery finds the solvers
 
 
@@ -319,7 +320,7 @@ def test_every_experiment_has_a_hard_case(tmp_path: Path) -> None:
     if not names:
         pytest.skip("the experiments extra is not installed")
     missing = sorted(set(names) - set(_experiment_cases(tmp_path)))
-    assert not missing, f"experiments without a hard case in tests/test_budget.py: {missing}"
+    assert not missing, f"experiments without a hard case in {Path(__file__).name}: {missing}"
 
 
 @pytest.mark.parametrize("name", experiment_solvers())
@@ -373,3 +374,26 @@ def test_what_is_left_of_a_budget_is_a_valid_nested_time_limit() -> None:
     layer = gt.Layer(A=[[-1.0]], B=[[1.0]], V=0.5)
     traj = gt.simulate(layer, gt.Gaussian([0.0], [[1.0]]), 5.0, time_limit=spent.left_as_limit())
     assert traj.status is gt.Status.BUDGET_EXHAUSTED, traj.message
+
+
+# -- the budget a nested solver is given
+
+
+def test_a_nested_solver_gets_the_time_left_and_half_the_grace() -> None:
+    """A nested public solver gets the time left and half the grace left, never all of the grace.
+
+    Reproducer: benchmarks/fuzz_api.py (API fuzzer case 756).
+    """
+    # A nested public solver honours its own limit only to within its own max(1 s, 10 %):
+    # handing it the whole grace let the two tolerances add up (API fuzzer case 756).
+    assert Budget(None).nested_limit() is None
+    before = Budget(20.0)  # 20 s left, grace 21 s: 20 + (21 − 20)/2
+    assert before.nested_limit() == pytest.approx(20.5, abs=0.05)
+    after = Budget(1e-6)
+    time.sleep(0.01)  # past the deadline: half of the grace that is left
+    grace, nested = after.grace(), after.nested_limit()
+    assert grace is not None and nested is not None
+    assert nested == pytest.approx(0.5 * grace, rel=0.05) and nested < grace
+    spent = Budget(1e-6)
+    spent._deadline -= 10.0  # the grace is spent too
+    assert spent.nested_limit() == 1e-9

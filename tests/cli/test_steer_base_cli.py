@@ -233,7 +233,7 @@ def test_rotated_target_without_moves_is_the_initial() -> None:
 @pytest.mark.slow
 def test_shipped_steer_pretrained_design_reaches_its_target(tmp_path: Path) -> None:
     """designs/steer_pretrained.toml: MiniLM layer 2, d = 385, 8 sublayers (about 2 minutes:
-    ``pytest -m slow tests/test_steer_base_cli.py``)."""
+    ``pytest -m slow tests/cli/test_steer_base_cli.py``)."""
     pytest.importorskip("transformers")
     path = ROOT / "designs" / "steer_pretrained.toml"
     limit = tomllib.loads(path.read_text())["time_limit"]

@@ -6,7 +6,7 @@ the kinetic energy by Gauss–Legendre quadrature on that integration, the close
 the exact L-layer construction, and the Benamou–Brenier bound W2²/T.
 
 Fast cases (d = 8) run by default; the d = 16 cases are marked slow:
-``.venv/bin/python -m pytest tests/test_steering_scale.py -m slow``.
+``.venv/bin/python -m pytest tests/control/test_steering_scale.py -m slow``.
 """
 
 from __future__ import annotations

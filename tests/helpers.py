@@ -105,3 +105,26 @@ def timed(call: Callable[[], _T]) -> tuple[_T, float]:
     t0 = time.perf_counter()
     out = call()
     return out, time.perf_counter() - t0
+
+
+#: A steer design through a fixed base head (d = 2, four sublayers): the CLI tests of steering
+#: around a base build on it.
+STEER_BASE_DESIGN = """
+task = "steer"
+title = "through a fixed head"
+[initial]
+mean = [0.0, 0.0]
+cov = [[1.0, 0.0], [0.0, 1.0]]
+[target]
+mean = [1.0, -0.5]
+cov = [[0.6, 0.1], [0.1, 1.4]]
+[horizon]
+T = 1.0
+n_layers = 4
+[base]
+A = [[0.1, 0.0], [0.0, -0.1]]
+B = [[1.0, 0.0], [0.0, 1.0]]
+V = 0.8
+[steer]
+tokens = 0
+"""

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import STEER_BASE_DESIGN
 
 from gtcontrol import DesignFileError, Gaussian, Layer, Schedule, simulate
 from gtcontrol._result_file import load_result
@@ -24,25 +25,7 @@ from gtcontrol.cli.specs import BASE_OPTIONS
 
 ROOT = Path(__file__).resolve().parents[2]
 
-SMALL = """
-task = "steer"
-title = "through a fixed head"
-[initial]
-mean = [0.0, 0.0]
-cov = [[1.0, 0.0], [0.0, 1.0]]
-[target]
-mean = [1.0, -0.5]
-cov = [[0.6, 0.1], [0.1, 1.4]]
-[horizon]
-T = 1.0
-n_layers = 4
-[base]
-A = [[0.1, 0.0], [0.0, -0.1]]
-B = [[1.0, 0.0], [0.0, 1.0]]
-V = 0.8
-[steer]
-tokens = 0
-"""
+SMALL = STEER_BASE_DESIGN
 
 MODEL = """
 task = "steer"

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import STEER_BASE_DESIGN
 from scipy.integrate import simpson, solve_ivp
 
 from gtcontrol import FactoredHeads, Gaussian, Layer, Schedule, Status, steer
@@ -232,28 +233,12 @@ def test_added_heads_refuse_a_malformed_base() -> None:
 
 
 # ============================================================================ the CLI
-SMALL_FULL = """
-task = "steer"
-title = "through a fixed head, with added heads"
-[initial]
-mean = [0.0, 0.0]
-cov = [[1.0, 0.0], [0.0, 1.0]]
-[target]
-mean = [1.0, -0.5]
-cov = [[0.6, 0.1], [0.1, 1.4]]
-[horizon]
-T = 1.0
-n_layers = 4
-[base]
-A = [[0.1, 0.0], [0.0, -0.1]]
-B = [[1.0, 0.0], [0.0, 1.0]]
-V = 0.8
-[steer]
-mode = "full"
-method = "flow"
-tokens = 0
-blank_energy = false
-"""
+SMALL_FULL = STEER_BASE_DESIGN.replace(
+    'title = "through a fixed head"', 'title = "through a fixed head, with added heads"'
+).replace(
+    "[steer]\ntokens = 0\n",
+    '[steer]\nmode = "full"\nmethod = "flow"\ntokens = 0\nblank_energy = false\n',
+)
 
 
 def test_steer_design_adds_heads_through_a_base(tmp_path: Path) -> None:

@@ -629,7 +629,9 @@ class _Run:
             if time.monotonic() >= end - 0.1:
                 raise TimeoutError from None
             raise ClusterError(
-                f"layers: no local dask worker process started within {wait:g} s"
+                f"layers: no local dask worker process started within {wait:g} s (a worker is "
+                "a new Python process that imports the caller's script: a script that asks "
+                'for workers must make its call under `if __name__ == "__main__":`)'
             ) from None
 
     def _finished(self, fut: Any, key: int, dd: Any) -> None:

@@ -511,10 +511,16 @@ def _geodesic_nodes(plan: Plan, means: Callable[[float], FloatArray] | None) -> 
     return nodes
 
 
-def _ffn_layers(nodes: list[State], h: float, budget: Budget) -> list[Layer] | None:
-    """The exact node-to-node feed-forward layers; ``None`` if the budget ran out first."""
+def _ffn_layers(
+    nodes: list[State], h: float, budget: Budget, first: float = 0.0
+) -> list[Layer] | None:
+    """The exact node-to-node feed-forward layers; ``None`` if the budget ran out first.
+
+    ``first`` is the expected cost of the first layer (the geodesic's own ``O(d³)`` work is a
+    fair guess: the same eigen-decompositions and polar factors), later ones that of the last.
+    """
     out = []
-    last = 0.0
+    last = first
     for a, b in pairwise(nodes):
         left = budget.grace()  # the exact layers are the fallback: they may use the grace
         # the next layer costs about what the last one did (a busy machine included)
@@ -595,8 +601,9 @@ def _full(plan: Plan, budget: Budget) -> tuple[_Build | None, bool]:
     (docs/benchmarks.md).
     """
     h = plan.T / plan.n
+    clock = time.perf_counter()
     nodes = _geodesic_nodes(plan, None)
-    base = _ffn_layers(nodes, h, budget)
+    base = _ffn_layers(nodes, h, budget, first=time.perf_counter() - clock)
     if base is None:
         return None, False
     build = _Build(list(base), ["ffn"] * plan.n, [math.inf] * plan.n)

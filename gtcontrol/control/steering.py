@@ -283,11 +283,9 @@ def steer(
     if base is not None:
         around = "ffn" if mode is None else mode
         return _steer_around(initial, target, T, n_layers, around, opts, base, budget, clock)
-    return run(
-        make_plan(initial, target, T, n_layers, "full" if mode is None else mode, opts),
-        budget,
-        clock,
-    )
+    plan = make_plan(initial, target, T, n_layers, "full" if mode is None else mode, opts)
+    with calm_blas():  # on a busy machine BLAS's threads stall inside calls no budget checks
+        return run(plan, budget, clock)
 
 
 def _steer_around(

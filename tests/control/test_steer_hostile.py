@@ -136,7 +136,9 @@ def test_steer_keeps_time_to_verify_the_flow_construction_it_returns() -> None:
     # d = 128, L = 6: the gauge search of the flow construction takes about 12 s. Under a
     # limit it ran to the deadline and its verification got 0.22 s of the 0.7 s it needs:
     # an unverified control (no trajectory). It now stops while twice the estimated
-    # verification is left, and the control it returns is verified within the promise.
+    # verification is left, and the control it returns is verified within the promise (on a
+    # busy machine too: BLAS runs on one thread there, where two threads stalled each
+    # eigensolve of the re-simulation's rank checks tenfold).
     g0, g1 = _steer_d128()
     t0 = time.perf_counter()
     res = gt.steer(g0, g1, 1.0, n_layers=6, time_limit=3.0)

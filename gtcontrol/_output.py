@@ -55,6 +55,7 @@ __all__ = [
     "jsonable",
     "load_result",
     "lock_exclusive",
+    "open_lock_file",
     "pid_alive",
     "refuse_foreign",
     "relative_files",
@@ -253,6 +254,39 @@ def refuse_foreign(out: Path, foreign: list[str], writer: str) -> None:
         f"output: {show_path(out)} holds files {writer} did not write ({shown}{more}); "
         "move them away or choose another -o directory"
     )
+
+
+def open_lock_file(lock: Path, what: str, *, make: Path | None = None) -> int:
+    """Create the folder of ``lock`` and open (create) the file ``lock`` in it, for
+    :func:`lock_exclusive`.
+
+    Parameters
+    ----------
+    lock
+        The lock file.
+    what
+        What the folder is, the start of the error message (``"output"``, ``"layer store"``).
+    make
+        The folder to create with its parents (default: the lock's own); a subfolder of the
+        lock's folder creates both.
+
+    Returns
+    -------
+    int
+        The open file descriptor (read-write); the caller closes it.
+
+    Raises
+    ------
+    OutputError
+        If the folder or the file cannot be created.
+    """
+    try:
+        (lock.parent if make is None else make).mkdir(parents=True, exist_ok=True)
+        return os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as exc:
+        raise OutputError(
+            f"{what}: cannot create {show_path(lock.parent)} ({exc.strerror or exc})"
+        ) from None
 
 
 def lock_exclusive(fd: int, busy: str) -> None:

@@ -41,6 +41,7 @@ from .._output import (
     dumps,
     follow_link,
     lock_exclusive,
+    open_lock_file,
     pid_alive,
     refuse_foreign,
     relative_files,
@@ -202,14 +203,8 @@ class SweepFolder:
         OutputError
             If the folder cannot be created or another sweep is writing it.
         """
-        try:
-            self.created = not os.path.lexists(self.path)
-            self.points.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path / MARKER, os.O_RDWR | os.O_CREAT, 0o666)
-        except OSError as exc:
-            raise OutputError(
-                f"output: cannot create {show_path(self.path)} ({exc.strerror or exc})"
-            ) from None
+        self.created = not os.path.lexists(self.path)
+        fd = open_lock_file(self.path / MARKER, "output", make=self.points)
         self._lock = fd
         try:
             lock_exclusive(

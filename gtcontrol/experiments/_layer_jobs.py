@@ -63,7 +63,7 @@ from typing import Any, ClassVar, Literal
 from .._cluster import ClusterError, check_address, dask_client, distributed, require_distributed
 from .._display import Axes, SummaryItems
 from .._jobs import CORES_VARIABLE, cpus
-from .._output import OutputError, lock_exclusive
+from .._output import OutputError, lock_exclusive, open_lock_file
 from .._result_file import show_path
 from .._status import Outcome, ResultFields, as_time_limit
 from .._version import __version__
@@ -242,13 +242,7 @@ class _Store:
             raise OutputError(f"layer store: {show_path(self.path)} exists and is not a directory")
         if self.path.is_dir():
             self._refuse_foreign()  # before the lock file is made in it
-        try:
-            self.path.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path / _LOCK, os.O_RDWR | os.O_CREAT, 0o666)
-        except OSError as exc:
-            raise OutputError(
-                f"layer store: cannot create {show_path(self.path)} ({exc.strerror or exc})"
-            ) from None
+        fd = open_lock_file(self.path / _LOCK, "layer store")
         try:
             lock_exclusive(
                 fd,

@@ -124,6 +124,13 @@ def test_a_store_of_another_fingerprint_is_refused_and_left_as_it_is(tmp_path: P
     assert tree(other) == {"notes.txt": b"keep"}
 
 
+def test_a_store_that_cannot_be_created_is_refused_naming_it(tmp_path: Path) -> None:
+    """A store below a file: one :class:`OutputError` naming the store, no raw ``OSError``."""
+    (tmp_path / "a_file").write_text("x")
+    with pytest.raises(OutputError, match=r"^layer store: cannot create .*a_file/s \("):
+        run_layer_jobs(range(2), row_of, store=tmp_path / "a_file" / "s", fingerprint="fp")
+
+
 def test_a_corrupt_row_file_is_set_aside_and_computed_again(tmp_path: Path) -> None:
     store = tmp_path / "s"
     run_layer_jobs(range(3), row_of, store=store, fingerprint="fp")

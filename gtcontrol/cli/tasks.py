@@ -587,12 +587,7 @@ def _steer_model_problem(
     if em is None:
         return _LOAD
     k = mb.layer
-    if k >= len(em.layers):
-        raise DesignFileError(
-            f"{design.source}: base.layer: {k} is not a layer of {em.label} "
-            f"(0 … {len(em.layers) - 1})"
-        )
-    layer = em.layers[k].attention_layer
+    layer = _model_layer(design, em, k, "base.layer")
     if mb.start_from == "identity":
         initial, what = _identity_target(layer.dim), "N(e, I ⊕ 0)"
     else:
@@ -604,14 +599,7 @@ def _steer_model_problem(
                 f"{design.source}: base.start_from = 'text' needs the tokens entering the layer "
                 f"on data, and {refusal}; give start_from = 'identity' (it needs no data)"
             )
-
-        def read() -> Any:
-            from ..experiments.pretrained import serially
-            from ..experiments.stabilization import data_tokens
-
-            return serially(lambda: data_tokens(em, seed=design.seed))
-
-        data = run.load(f"the steering through {em.label} (its data tokens)", read)
+        data = _load_data_tokens(run, design, em, f"the steering through {em.label}")
         if data is None:
             return _DATA
         tokens, kind = data
@@ -1008,12 +996,7 @@ def _model_problem(design: Design, run: RunBudget) -> tuple[Layer, Gaussian, Any
     if em is None:
         return _LOAD
     k = int(o["layer"])
-    if k >= len(em.layers):
-        raise DesignFileError(
-            f"{design.source}: stabilize.layer: {k} is not a layer of {em.label} "
-            f"(0 … {len(em.layers) - 1})"
-        )
-    layer = em.layers[k].attention_layer
+    layer = _model_layer(design, em, k, "stabilize.layer")
     from ..experiments._onnx_data import data_refusal
 
     refusal = data_refusal(em)  # an ONNX graph without an input of token ids, say
@@ -1030,14 +1013,7 @@ def _model_problem(design: Design, run: RunBudget) -> tuple[Layer, Gaussian, Any
             f"{em.label} layer {k}; target N(e, I ⊕ 0); function change on 512 samples of the "
             "target (the model cannot be fed data)",
         )
-
-    def read() -> Any:
-        from ..experiments.pretrained import serially
-        from ..experiments.stabilization import data_tokens
-
-        return serially(lambda: data_tokens(em, seed=design.seed))
-
-    data = run.load(f"the stabilization of {em.label} (its data tokens)", read)
+    data = _load_data_tokens(run, design, em, f"the stabilization of {em.label}")
     if data is None:
         return _DATA
     tokens, what = data
@@ -1293,6 +1269,30 @@ def _load_model(run: RunBudget, design: Design, name: str, what: str) -> Any:
         return extract_serially(model, design.seed, run.budget)
 
     return run.load(f"{what} of {_label(name)}", load)
+
+
+def _model_layer(design: Design, em: Any, k: int, key: str) -> Layer:
+    """The attention layer ``k`` of the extracted model ``em``; a ``k`` past its last layer is
+    refused naming the design's option ``key``."""
+    if k >= len(em.layers):
+        raise DesignFileError(
+            f"{design.source}: {key}: {k} is not a layer of {em.label} (0 … {len(em.layers) - 1})"
+        )
+    return cast(Layer, em.layers[k].attention_layer)
+
+
+def _load_data_tokens(run: RunBudget, design: Design, em: Any, what: str) -> Any:
+    """``(tokens entering each layer, what they were run on)`` of the model ``em`` on its data
+    batch, within the run's time limit (``None``: not in time; ``what (its data tokens)`` is
+    recorded as not produced)."""
+
+    def read() -> Any:
+        from ..experiments.pretrained import serially
+        from ..experiments.stabilization import data_tokens
+
+        return serially(lambda: data_tokens(em, seed=design.seed))
+
+    return run.load(f"{what} (its data tokens)", read)
 
 
 def _label(name: str) -> str:

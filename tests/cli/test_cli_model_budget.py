@@ -186,6 +186,34 @@ def test_stabilize_task_reads_the_text_target_of_an_onnx_file_from_its_graph(
     assert "8 random image-like inputs" in doc["outputs"]["source"]
 
 
+# ---------------------------------------------------------------------------- layer index
+@pytest.mark.parametrize(
+    ("key", "design"),
+    [
+        ("stabilize.layer", 'task = "stabilize"\n[stabilize]\nmodel = "{bert}"\nlayer = 2\n'),
+        (
+            "base.layer",
+            'task = "steer"\n[horizon]\nT = 1.0\nn_layers = 3\n[base]\nmodel = "{bert}"\n'
+            'layer = 2\nstart_from = "identity"\n[steer]\ntokens = 0\n',
+        ),
+    ],
+)
+def test_a_layer_past_the_models_last_is_refused_naming_its_key(
+    models: dict[str, Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    key: str,
+    design: str,
+) -> None:
+    """A ``layer`` the extracted model does not have (two layers here) is bad input, refused
+    once the model has loaded with the option's key and the layers there are."""
+    path = tmp_path / "d.toml"
+    path.write_text(design.format(bert=models["bert"]))
+    assert main(["run", "-q", str(path), "-o", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert f"{key}: 2 is not a layer of" in err and "(0 … 1)" in err, err
+
+
 # ---------------------------------------------------------------------------- model, n_tokens
 def test_model_task_refuses_too_few_tokens_before_any_token_runs(
     models: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]

@@ -5,14 +5,14 @@ the checks of a design and its result)."""
 from __future__ import annotations
 
 from ..._linalg import FloatArray
-from ..._status import Budget, Status
+from ..._status import Budget
 from ...analysis.stability import LinearizationSpectrum
 from ...model.moments import Trajectory
 from ...model.params import Layer
 from . import _spectra
 from ._checks import finish
 from ._plan import Plan
-from ._report import Probes, result_without
+from ._report import Probes
 from ._result import CheckPlan, Design, Stabilization
 from ._tokens import TokenRuns
 from ._verify import Verifier
@@ -73,17 +73,6 @@ class Call:
     ) -> Stabilization:
         """:func:`~._checks.finish`: the checks of ``design`` and its result."""
         return finish(self, design, base, plan)
-
-    def result_without(
-        self,
-        base_layer: Layer,
-        base: LinearizationSpectrum | None,
-        family: str,
-        status: Status,
-        message: str,
-    ) -> Stabilization:
-        """:func:`~._report.result_without`."""
-        return result_without(self.plan, base_layer, base, family, status, message)
 
     def close(self) -> None:
         """End the call's background token run (:meth:`~._tokens.TokenRuns.close`)."""

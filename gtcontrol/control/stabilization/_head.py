@@ -42,6 +42,7 @@ from ...model.moments import Trajectory, simulate
 from ...model.params import Layer
 from .._design_kernel import RATE_MARGIN, quadratic_growth, scaled_norm
 from ._plan import Plan
+from ._report import result_without
 from ._result import CheckPlan, Design, Stabilization
 
 __all__ = ["SCREEN_TOL", "HeadContext", "head_family"]
@@ -109,15 +110,6 @@ class HeadContext(Protocol):
 
     def finish(
         self, design: Design, base: LinearizationSpectrum, plan: CheckPlan | None = None
-    ) -> Stabilization: ...
-
-    def result_without(
-        self,
-        base_layer: Layer,
-        base: LinearizationSpectrum | None,
-        family: str,
-        status: Status,
-        message: str,
     ) -> Stabilization: ...
 
 
@@ -378,7 +370,7 @@ def _gauge(
     need_mean, sigma = _mean_shift(ctx, base, ctx.plan.rate)
     s, gauge_note, no_gauge = _fitted_scale(s, b0, max(c_loc, sigma), ctx.plan.rate)
     if no_gauge:
-        return ctx.result_without(base_layer, base, "head", Status.FAILED, no_gauge)
+        return result_without(ctx.plan, base_layer, base, "head", Status.FAILED, no_gauge)
     red = reduced_layer(ctx.plan.layer, ctx.plan.basis)
     q = quadratic_growth(red, ctx.plan.s_act)
     return _HeadDesign(

@@ -103,6 +103,7 @@ from ._call import Call
 from ._gains import gains_family
 from ._head import head_family
 from ._plan import ADDITIONS, make_plan
+from ._report import result_without
 from ._result import Design, Stabilization
 
 __all__ = ["ADDITIONS", "Stabilization", "stabilize"]
@@ -247,13 +248,18 @@ def _run(call: Call) -> Stabilization:
         try:
             base_layer = call.design_ffn(layer)
         except InvalidParametersError as exc:  # A or b beyond the entry bound
-            return call.result_without(
-                layer, None, family, Status.FAILED, f"the designed A, b do not fit: {exc}"
+            return result_without(
+                call.plan,
+                layer,
+                None,
+                family,
+                Status.FAILED,
+                f"the designed A, b do not fit: {exc}",
             )
         call.base_layer = base_layer
         base = call.spectrum(base_layer, omega=True, k=1)
         if base.status is not Status.SUCCESS:
-            return call.result_without(base_layer, base, family, base.status, base.message)
+            return result_without(call.plan, base_layer, base, family, base.status, base.message)
         kinds = ("head", "gains") if family == "auto" else (family,)
         found = []
         for kind in kinds:
@@ -261,8 +267,8 @@ def _run(call: Call) -> Stabilization:
             if call.budget.exhausted:
                 break
     except BudgetExhausted as exc:
-        return call.result_without(
-            layer, None, family, Status.BUDGET_EXHAUSTED, f"stopped: {exc.reason}"
+        return result_without(
+            call.plan, layer, None, family, Status.BUDGET_EXHAUSTED, f"stopped: {exc.reason}"
         )
     finally:
         call.close()
@@ -299,13 +305,14 @@ def _family(call: Call, kind: str, base_layer: Layer, base: LinearizationSpectru
         found = gains_family(call, base_layer, base)
         if isinstance(found, Design):
             return call.finish(found, base)
-        return call.result_without(base_layer, base, "gains", found.status, found.message)
+        return result_without(call.plan, base_layer, base, "gains", found.status, found.message)
     except BudgetExhausted as exc:
-        return call.result_without(
-            base_layer, base, kind, Status.BUDGET_EXHAUSTED, f"stopped: {exc.reason}"
+        return result_without(
+            call.plan, base_layer, base, kind, Status.BUDGET_EXHAUSTED, f"stopped: {exc.reason}"
         )
     except InvalidParametersError as exc:
-        return call.result_without(
+        return result_without(
+            call.plan,
             base_layer,
             base,
             kind,

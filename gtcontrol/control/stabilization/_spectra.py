@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
-from typing import TypeVar
 
 import numpy as np
 
@@ -26,8 +24,6 @@ from .._design_kernel import designed_a, residual_parts
 from ._plan import ROUNDING, Plan
 
 __all__ = ["design_ffn", "fix_bias", "residual", "shifted", "spectrum", "start_vector"]
-
-_S = TypeVar("_S", LinearizationSpectrum, LinearizationSpectrum | None)
 
 
 def design_ffn(plan: Plan, layer: Layer) -> Layer:
@@ -89,16 +85,6 @@ def _off_equilibrium(plan: Plan, residual: tuple[float, float]) -> Linearization
     )
 
 
-def _at_equilibrium(
-    plan: Plan, layer: Layer, compute: Callable[[tuple[float, float]], _S]
-) -> _S | LinearizationSpectrum:
-    """``compute`` of the target's residual under ``layer`` when the target is an equilibrium
-    of ``layer`` to the design's rounding; else the ``FAILED`` spectrum that says it is not."""
-    res = residual(plan, layer)
-    off = _off_equilibrium(plan, res)
-    return compute(res) if off is None else off
-
-
 def spectrum(
     plan: Plan,
     budget: Budget,
@@ -110,23 +96,23 @@ def spectrum(
 ) -> LinearizationSpectrum:
     """The linearization's spectrum of ``layer`` at the target (``FAILED`` when the target
     is not its equilibrium to the design's rounding)."""
-
-    def on_basis(res: tuple[float, float]) -> LinearizationSpectrum:
-        return spectrum_on_basis(
-            layer,
-            plan.target,
-            plan.basis,
-            k,
-            "auto",
-            1e-10,
-            omega,
-            budget,
-            res,
-            time.perf_counter(),
-            v0,
-        )
-
-    return _at_equilibrium(plan, layer, on_basis)
+    res = residual(plan, layer)
+    off = _off_equilibrium(plan, res)
+    if off is not None:
+        return off
+    return spectrum_on_basis(
+        layer,
+        plan.target,
+        plan.basis,
+        k,
+        "auto",
+        1e-10,
+        omega,
+        budget,
+        res,
+        time.perf_counter(),
+        v0,
+    )
 
 
 def shifted(
@@ -144,22 +130,22 @@ def shifted(
     when the identity does not hold. At d = 385 a new Krylov run took 3–34 s a row."""
     if base.method != "krylov" or base.status is not Status.SUCCESS:
         return None
-
-    def by_shift(res: tuple[float, float]) -> LinearizationSpectrum | None:
-        return shifted_spectrum(
-            layer,
-            base_layer,
-            plan.target,
-            plan.basis,
-            base,
-            shift,
-            budget,
-            res,
-            time.perf_counter(),
-            plan.seed,
-        )
-
-    return _at_equilibrium(plan, layer, by_shift)
+    res = residual(plan, layer)
+    off = _off_equilibrium(plan, res)
+    if off is not None:
+        return off
+    return shifted_spectrum(
+        layer,
+        base_layer,
+        plan.target,
+        plan.basis,
+        base,
+        shift,
+        budget,
+        res,
+        time.perf_counter(),
+        plan.seed,
+    )
 
 
 def start_vector(plan: Plan, spec: LinearizationSpectrum) -> FloatArray | None:

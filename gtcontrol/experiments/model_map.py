@@ -123,7 +123,8 @@ _VERDICT_MAX_DIM = 8
 _FLOW_RTOL = 1e-6
 _FLOW_POINTS = 20
 #: Tolerance of the stabilized layer's flow from the identity (a figure and a distance, two
-#: significant digits; the stabilization's own verification runs at 1e-7).
+#: significant digits; the stabilization's own verification runs at 1e-7), by RK45: the
+#: cheaper pair at loose tolerances (docs/benchmarks.md).
 _AFTER_RTOL = 1e-3
 #: Newton's tolerance on the relative residual (the spectrum needs ``≤ 1e-8``).
 _NEWTON_TOL = 1e-10
@@ -745,6 +746,7 @@ def _stabilization(
             rate=rate,
             initial="perturbed",
             token_check=tokens,
+            untouched_tokens=False,  # the map reports the stabilized layer's tokens alone
             tokens=probe,
             seed=job.seed,
             time_limit=budget.left_as_limit(1e-3),
@@ -785,6 +787,7 @@ def _after(
         _identity(final.dim - 1),
         T,
         rtol=_AFTER_RTOL,
+        method="RK45",
         n_points=_FLOW_POINTS,
         time_limit=budget.left_as_limit(),
     )

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import threading
 import time
 from typing import Any
 
@@ -23,6 +24,7 @@ from helpers import random_spd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.integrate import solve_ivp
+from threadpoolctl import threadpool_limits
 
 import gtcontrol as gt
 from gtcontrol import GTControlError, InvalidGaussianError, InvalidParametersError, Status
@@ -1397,3 +1399,45 @@ def test_the_perturbed_target_alone_answers_the_local_question() -> None:
     np.testing.assert_array_equal(local.starts[0].cov, full.starts[-1].cov)
     with pytest.raises(gt.InvalidParametersError, match=r"initial: expected .*'perturbed'"):
         gt.stabilize(layer, target, add="head", initial="near")
+
+
+@pytest.mark.parametrize("blas_threads", [1, None])
+def test_untouched_tokens_false_leaves_the_given_layers_run_out(
+    monkeypatch: pytest.MonkeyPatch, blas_threads: int | None
+) -> None:
+    """``untouched_tokens=False``: the token check runs and is the same as with the given
+    layer's run beside it, and the given layer's tokens never run (neither in the background
+    thread, with numpy's BLAS on one thread, nor as a job)."""
+    from gtcontrol.control.stabilization import _tokens as tokens_module
+
+    runs: list[str] = []
+    real = tokens_module.TokenRuns.run_untouched
+
+    def recorded(self: Any, n_tok: int, t_end: float) -> Any:
+        runs.append(threading.current_thread().name)
+        return real(self, n_tok, t_end)
+
+    monkeypatch.setattr(tokens_module.TokenRuns, "run_untouched", recorded)
+    layer = gt.Layer(V=1.5 * np.eye(2), B=0.5 * np.eye(2))
+    target = gt.Gaussian([0.5, -0.3], [[1.0, 0.2], [0.2, 0.6]])
+    with threadpool_limits(blas_threads, user_api="blas"):
+        alone = gt.stabilize(layer, target, add="head", token_check=128, untouched_tokens=False)
+        assert runs == []
+        both = gt.stabilize(layer, target, add="head", token_check=128)
+    assert len(runs) == 1
+    assert alone.success and both.success, (alone.message, both.message)
+    assert alone.untouched_tokens is None and both.untouched_tokens is not None
+    assert "untouched" not in alone.message and "untouched" in both.message
+    tc, ref = alone.token_certificate, both.token_certificate
+    assert tc is not None and ref is not None
+    assert (tc.T, tc.status) == (ref.T, ref.status)
+    assert tc.w2 == pytest.approx(ref.w2, rel=1e-4)  # float32 tokens, other BLAS threads
+    assert not _untouched_threads()
+
+
+@pytest.mark.parametrize("bad", ["yes", 1, None, 0.0])
+def test_untouched_tokens_must_be_a_bool(bad: Any) -> None:
+    layer = gt.Layer(V=1.5 * np.eye(2), B=0.5 * np.eye(2))
+    target = gt.Gaussian([0.5, -0.3], [[1.0, 0.2], [0.2, 0.6]])
+    with pytest.raises(InvalidParametersError, match="untouched_tokens"):
+        gt.stabilize(layer, target, token_check=16, untouched_tokens=bad)

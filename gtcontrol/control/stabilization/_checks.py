@@ -60,7 +60,8 @@ class Jobs:
     ----------
     jobs
         One verification per start (in the starts' order), then the stabilized layer's token
-        check and the given layer's token run (unless it runs in the background).
+        check and the given layer's token run (unless it runs in the background or was not
+        asked for, ``untouched_tokens=False``).
     spectrum
         The design's spectrum, or ``None`` when the job at ``near`` computes it first.
     near
@@ -206,7 +207,7 @@ def check_jobs(
             p.depth if p.depth is not None else p.default_depth([p.token_start], plan.design_rate)
         )
         jobs.append(functools.partial(ctx.tokens.check, design.layer, p.n_tok, t_tok, stuck))
-        if not background:
+        if not background and p.untouched:
             jobs.append(functools.partial(ctx.tokens.untouched, *given))
     spec, near = design.spectrum, -1
     if spec is not None and (
@@ -248,11 +249,13 @@ def run_checks(
     checks: list[Verification] = done[:n_starts]
     tc: TokenCertificate | None
     untouched: TokenCertificate | None
-    if jobs.given is None:
-        tc, untouched = None, None
-    else:
+    tc, untouched = None, None
+    if jobs.given is not None:
         tc = done[n_starts]
-        untouched = ctx.tokens.untouched(*jobs.given) if jobs.in_background else done[n_starts + 1]
+        if jobs.in_background:
+            untouched = ctx.tokens.untouched(*jobs.given)
+        elif ctx.plan.untouched:
+            untouched = done[n_starts + 1]
     token_note = ""
     if jobs.stuck is not None and jobs.stuck.is_set() and tc is not None and not tc.success:
         # stopped (or failed) beside a start that failed its screen: c grows

@@ -60,8 +60,9 @@ class Plan:
         Orthonormal basis of the target's active subspace (``r`` columns).
     starts
         The verifying simulations' starts, each with its name.
-    depth, n_tok, probe
-        ``T`` (``None``: the default rule), ``token_check`` and the probe tokens.
+    depth, n_tok, untouched, probe
+        ``T`` (``None``: the default rule), ``token_check``, ``untouched_tokens`` and the probe
+        tokens.
     clock, parallel
         The call's start time, and whether independent jobs run in threads.
     token_start
@@ -89,6 +90,7 @@ class Plan:
     starts: tuple[tuple[str, Gaussian], ...]
     depth: float | None
     n_tok: int | None
+    untouched: bool
     probe: FloatArray | None
     clock: float
     parallel: bool
@@ -190,6 +192,7 @@ def make_plan(
     rate: Any,
     initial: Any,
     token_check: Any,
+    untouched_tokens: Any,
     min_ess: Any,
     tokens: Any,
     seed: Any,
@@ -214,6 +217,10 @@ def make_plan(
     if n_tok is not None and n_tok < 2:
         raise InvalidParametersError(
             f"token_check: expected at least 2 tokens, got {token_check!r}"
+        )
+    if not isinstance(untouched_tokens, (bool, np.bool_)):
+        raise InvalidParametersError(
+            f"untouched_tokens: expected True or False, got {untouched_tokens!r}"
         )
     if (
         isinstance(min_ess, bool)
@@ -246,6 +253,7 @@ def make_plan(
         starts=tuple(starts),
         depth=depth,
         n_tok=n_tok,
+        untouched=bool(untouched_tokens),
         probe=probe,
         clock=clock,
         parallel=parallel,

@@ -118,6 +118,7 @@ def stabilize(
     rate: float = 1.0,
     initial: Gaussian | Sequence[Gaussian] | str | None = None,
     token_check: int | None = None,
+    untouched_tokens: bool = True,
     min_ess: float = 0.5,
     tokens: Any = None,
     seed: int = 0,
@@ -174,6 +175,9 @@ def stabilize(
         most three times (``stats["design_rate"]``): the tokens' finite-N bias is held off by
         the contraction. When it still fails, a kept head whose median predicted ``ESS/N`` at
         the target is below ``1/N`` is named as a hint (``stats["kept_head_ess"]``).
+    untouched_tokens
+        With a token check, also run the given layer's tokens beside it (default ``True``;
+        ``.untouched_tokens``); ``False`` leaves that report out and saves its run.
     min_ess
         Required predicted ``ESS/N`` of the added head's softmax (in ``(0, 1)``; default 0.5).
     tokens
@@ -230,6 +234,7 @@ def stabilize(
             rate=rate,
             initial=initial,
             token_check=token_check,
+            untouched_tokens=untouched_tokens,
             min_ess=min_ess,
             tokens=tokens,
             seed=seed,

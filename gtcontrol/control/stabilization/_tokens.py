@@ -56,7 +56,7 @@ class TokenRuns:
         thread) leave idle, and is ready by the first check. :meth:`close` cancels it
         if no result needs it, and waits for it no longer than the budget allows."""
         key = self.plan.token_key()
-        if key is None or not self.plan.parallel:
+        if key is None or not self.plan.parallel or not self.plan.untouched:
             return
         run = functools.partial(self.run_untouched, *key)
         self._background = (key, in_background(run, self._cancel, "gtcontrol-untouched"))

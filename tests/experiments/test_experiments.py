@@ -267,18 +267,12 @@ def test_attention_moment_step_matches_tokens_in_the_mean_field() -> None:
 @pytest.fixture(scope="module")
 def tiny_bert():  # type: ignore[no-untyped-def]
     torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    cfg = transformers.BertConfig(
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        hidden_act="gelu",
-        layer_norm_eps=1e-12,
-    )
+    pytest.importorskip("transformers")
+    from _families import random_model
+
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
-        net = transformers.BertModel(cfg, add_pooling_layer=False).double().eval()
+        net = random_model("bert").double()  # d = 32, two layers, exact GELU
         with torch.no_grad():  # non-zero biases and LayerNorm parameters: every term counts
             for p in net.parameters():
                 p.add_(0.3 * torch.randn_like(p))

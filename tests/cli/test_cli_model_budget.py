@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import allowed
 
 torch = pytest.importorskip("torch")
 tr = pytest.importorskip("transformers")
@@ -33,11 +34,6 @@ pytest.importorskip("onnx")
 from _families import save_tiny_models  # noqa: E402
 
 from gtcontrol.cli import main  # noqa: E402
-
-
-def allowed(limit: float) -> float:
-    """The promise of docs/designs.md: the limit plus ``max(1 s, 10 %)``."""
-    return limit + max(1.0, 0.1 * limit)
 
 
 @pytest.fixture(scope="module")

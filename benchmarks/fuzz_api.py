@@ -612,6 +612,17 @@ def _stabilize_check(res: Any, target: Any, rate: float) -> str:
     return ""
 
 
+def _raw(i: int, kind: str, exc: Exception) -> tuple[int, str, str]:
+    """The outcome of case ``i`` of ``kind`` that raised ``exc``, not a ``GTControlError``: its
+    type, message and the line it rose from."""
+    where = traceback.extract_tb(exc.__traceback__)[-1]
+    return (
+        i,
+        f"raw {type(exc).__name__}",
+        f"{kind}: {exc!s:.120} at {where.filename}:{where.lineno}",
+    )
+
+
 def _run_stabilize(i: int, a: dict[str, Any]) -> tuple[int, str, str]:
     """One ``stabilize`` case: warnings are recorded (``noisy``), not raised."""
     import gtcontrol as gc
@@ -630,12 +641,7 @@ def _run_stabilize(i: int, a: dict[str, Any]) -> tuple[int, str, str]:
         except gc.GTControlError as exc:
             return i, "GTControlError", f"stabilize: {exc!s:.120}"
         except Exception as exc:  # counting raw exceptions is the point
-            where = traceback.extract_tb(exc.__traceback__)[-1]
-            return (
-                i,
-                f"raw {type(exc).__name__}",
-                f"stabilize: {exc!s:.120} at {where.filename}:{where.lineno}",
-            )
+            return _raw(i, "stabilize", exc)
     if caught:
         w = caught[0]
         return i, f"noisy {w.category.__name__}", f"stabilize: {w.message!s:.100} ({w.filename})"
@@ -771,12 +777,7 @@ def _run_call(i: int, kind: str, a: dict[str, Any]) -> tuple[int, str, str]:
     except gc.GTControlError:
         return i, "GTControlError", kind
     except Exception as exc:  # counting raw exceptions is the point
-        where = traceback.extract_tb(exc.__traceback__)[-1]
-        return (
-            i,
-            f"raw {type(exc).__name__}",
-            f"{kind}: {exc!s:.120} at {where.filename}:{where.lineno}",
-        )
+        return _raw(i, kind, exc)
     if wrong:
         return i, "wrong", f"{kind}: {wrong}"
     return i, "ok", kind

@@ -82,6 +82,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 from _design_mutations import MUTATIONS, SLOW_TASKS, dumps, make_fast, mutate, shipped_designs  # noqa: E402
+from _families import TINY_FILES, save_tiny_models  # noqa: E402
 
 #: Share of the files made by the second-round generators (``--hostile2``; a list, set once).
 _SHARE = [0.5]
@@ -203,65 +204,15 @@ def build_models(folder: Path) -> dict[str, str]:
     proc.join()
     if proc.exitcode != 0:
         raise RuntimeError(f"building the tiny models failed (exit {proc.exitcode})")
-    return {
-        "bert": str(folder / "bert"),
-        "vit": str(folder / "vit"),
-        "onnx": str(folder / "vit.onnx"),
-    }
+    return {key: str(folder / name) for key, name in TINY_FILES.items()}
 
 
 def _build_models(folder: str) -> None:
-    import warnings
-
-    import torch
     import transformers as tr
 
     tr.logging.set_verbosity_error()
     tr.logging.disable_progress_bar()
-    root = Path(folder)
-    torch.manual_seed(0)
-    tr.BertModel(
-        tr.BertConfig(
-            hidden_size=32,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            intermediate_size=64,
-            vocab_size=100,
-            max_position_embeddings=64,
-        ),
-        add_pooling_layer=False,
-    ).save_pretrained(root / "bert")
-    vit = tr.ViTModel(
-        tr.ViTConfig(
-            hidden_size=32,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            intermediate_size=64,
-            image_size=16,
-            patch_size=4,
-        ),
-        add_pooling_layer=False,
-    ).eval()
-    vit.save_pretrained(root / "vit")
-
-    class Pixels(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.net = vit
-
-        def forward(self, x: Any) -> Any:
-            return self.net(pixel_values=x).last_hidden_state
-
-    with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(
-            Pixels(),
-            (torch.zeros(1, 3, 16, 16),),
-            str(root / "vit.onnx"),
-            input_names=["x"],
-            dynamo=False,
-            opset_version=17,
-        )
+    save_tiny_models(Path(folder))
 
 
 def make_model_case(index: int, seed: int) -> tuple[str, str]:
@@ -647,7 +598,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.models > 0:
             _MODEL_FILES.update(build_models(Path(workdir) / "models"))
         else:
-            _MODEL_FILES.update(bert="bert", vit="vit", onnx="vit.onnx")  # never run
+            _MODEL_FILES.update(TINY_FILES)  # never run
         return _fuzz(args, n, limit, bases, workdir)
 
 

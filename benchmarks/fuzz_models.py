@@ -72,9 +72,11 @@ FOLDER_DAMAGES = (
     "config_not_object",
 )  # fmt: skip
 ONNX_DAMAGES = (
-    "onnx_static", "onnx_dynamic", "onnx_truncated", "onnx_empty", "onnx_random",
+    "onnx_static", "onnx_dynamic", "onnx_truncated", "onnx_empty", "onnx_random_bytes",
     "onnx_no_attention", "onnx_drop_node", "onnx_init_shape",
 )  # fmt: skip
+#: The damages of a file's bytes, the same for weights and for an ONNX file (``onnx_`` first).
+BYTE_DAMAGES = ("truncated", "empty", "random_bytes")
 BAD = ("wrong", "unnamed", "raw", "hang", "crash", "noisy")
 
 
@@ -214,6 +216,22 @@ def _pick(rng: np.random.Generator, items: list[Any]) -> Any:
     return items[int(rng.integers(len(items)))]
 
 
+def _damage_bytes(rng: np.random.Generator, raw: bytes, path: Path, damage: str, most: int) -> str:
+    """Write the bytes ``raw`` to ``path`` damaged as one of :data:`BYTE_DAMAGES` says (random
+    bytes: fewer than ``most``); a one-line description."""
+    if damage == "truncated":
+        cut = int(rng.integers(0, len(raw)))
+        path.write_bytes(raw[:cut])
+        return f"cut at {cut} of {len(raw)} bytes"
+    if damage == "empty":
+        path.write_bytes(b"")
+        return ""
+    if damage == "random_bytes":
+        path.write_bytes(rng.bytes(int(rng.integers(1, most))))
+        return ""
+    raise ValueError(damage)
+
+
 def damage_folder(rng: np.random.Generator, base: Path, case: Path, damage: str) -> str:
     """Copy ``base`` to ``case`` and damage it; a one-line description."""
     import torch
@@ -223,16 +241,8 @@ def damage_folder(rng: np.random.Generator, base: Path, case: Path, damage: str)
     raw = weights.read_bytes()
     if damage == "clean":
         return ""
-    if damage == "truncated":
-        cut = int(rng.integers(0, len(raw)))
-        weights.write_bytes(raw[:cut])
-        return f"cut at {cut} of {len(raw)} bytes"
-    if damage == "empty":
-        weights.write_bytes(b"")
-        return ""
-    if damage == "random_bytes":
-        weights.write_bytes(rng.bytes(int(rng.integers(1, 4000))))
-        return ""
+    if damage in BYTE_DAMAGES:
+        return _damage_bytes(rng, raw, weights, damage, 4000)
     if damage == "flip_bytes":
         data = bytearray(raw)
         where = [int(i) for i in rng.integers(0, len(data), size=int(rng.integers(1, 8)))]
@@ -362,16 +372,9 @@ def damage_onnx(rng: np.random.Generator, bases: dict[str, Path], family: str, c
         base = bases[f"{family}-{damage[5:]}"]
         shutil.copy(base, case)
         return ""
-    if damage == "onnx_truncated":
-        cut = int(rng.integers(0, len(raw)))
-        case.write_bytes(raw[:cut])
-        return f"{shape}, cut at {cut} of {len(raw)}"
-    if damage == "onnx_empty":
-        case.write_bytes(b"")
-        return ""
-    if damage == "onnx_random":
-        case.write_bytes(rng.bytes(int(rng.integers(1, 5000))))
-        return ""
+    if damage.removeprefix("onnx_") in BYTE_DAMAGES:
+        detail = _damage_bytes(rng, raw, case, damage.removeprefix("onnx_"), 5000)
+        return f"{shape}, {detail}" if detail else ""
     if damage == "onnx_no_attention":
         shutil.copy(bases["mlp"], case)
         return ""

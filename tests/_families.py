@@ -1,11 +1,14 @@
 """Small random Transformers of every family, shared by tests/interop/test_extract_families.py and
-benchmarks/bench_extract.py: how each is configured and where its attention sublayer lies.
+benchmarks/bench_extract.py: how each is configured and where its attention sublayer lies; and
+the builders of such models that the tests and benchmarks share.
 
-Pure data (and one attribute walk): nothing here imports ``torch`` or ``transformers``.
+Importing this module imports neither ``torch`` nor ``transformers``: the builders do, when
+called.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 SMALL = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4}
@@ -50,3 +53,58 @@ def get(obj: Any, path: str) -> Any:
     for part in path.split("."):
         obj = getattr(obj, part)
     return obj
+
+
+def random_model(family: str, **config: Any) -> Any:
+    """A random-init model of ``family`` in eval mode: its ``BUILD`` configuration with the
+    keywords ``config`` put over it, drawn from torch's global generator (the caller seeds it).
+    """
+    import transformers
+
+    cfg_cls, model_cls, cfg, kw = BUILD[family]
+    model_type = getattr(transformers, model_cls)
+    return model_type(getattr(transformers, cfg_cls)(**{**cfg, **config}), **kw).eval()
+
+
+#: The files :func:`save_tiny_models` writes, under its folder: key → name.
+TINY_FILES = {"bert": "bert", "vit": "vit", "onnx": "vit.onnx"}
+
+
+def save_tiny_models(folder: Path) -> dict[str, Path]:
+    """Write a random BERT and a random ViT (``BUILD``'s, d = 32, drawn from seed 0) as
+    ``save_pretrained`` folders and the ViT as an ONNX graph (pixels in, the last hidden state
+    out) into ``folder``: ``{key: path}`` as :data:`TINY_FILES` names them. The tiny models of
+    the design tasks that load one (tests/cli/test_cli_model_budget.py,
+    benchmarks/fuzz_designs.py)."""
+    import warnings
+
+    import torch
+
+    class Pixels(torch.nn.Module):  # type: ignore[misc]
+        """A ViT as an ONNX graph takes it: pixels in, the last hidden state out."""
+
+        def __init__(self, net: Any) -> None:
+            super().__init__()
+            self.net = net
+
+        def forward(self, x: Any) -> Any:
+            return self.net(pixel_values=x).last_hidden_state
+
+    paths = {key: folder / name for key, name in TINY_FILES.items()}
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        bert = random_model("bert")
+        vit = random_model("vit")
+    bert.save_pretrained(paths["bert"])
+    vit.save_pretrained(paths["vit"])
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the tracer's notes on the model's shape checks
+        torch.onnx.export(
+            Pixels(vit),
+            (torch.zeros(1, 3, 16, 16),),
+            str(paths["onnx"]),
+            input_names=["x"],
+            dynamo=False,
+            opset_version=17,
+        )
+    return paths

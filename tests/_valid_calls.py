@@ -167,21 +167,14 @@ def tiny_model() -> Any:
     import pytest
 
     torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("transformers")
+    from _families import random_model
 
     from gtcontrol.interop import extract
 
-    cfg = transformers.BertConfig(
-        hidden_size=8,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=16,
-        vocab_size=100,
-        max_position_embeddings=64,
-    )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
-        net = transformers.BertModel(cfg, add_pooling_layer=False).eval()
+        net = random_model("bert", hidden_size=8, num_attention_heads=2, intermediate_size=16)
     return extract(net)
 
 

@@ -49,6 +49,38 @@ def random_skew(rng: np.random.Generator, d: int) -> np.ndarray:
     return x - x.T
 
 
+def dense_heads(layer: Layer) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The heads ``(V_h, B_h)`` of ``layer`` as dense arrays."""
+    return [(np.array(v), np.array(b)) for v, b in layer.heads]
+
+
+def duplication(r: int) -> np.ndarray:
+    """``vec(H) = D vech(H)`` (column-major vec, lower-triangle vech)."""
+    cols = [(i, j) for j in range(r) for i in range(j, r)]
+    out = np.zeros((r * r, len(cols)))
+    for k, (i, j) in enumerate(cols):
+        out[i + j * r, k] = 1.0
+        out[j + i * r, k] = 1.0
+    return out
+
+
+def covariance_linearization(
+    a: np.ndarray, heads: list[tuple[np.ndarray, np.ndarray]], s: np.ndarray
+) -> np.ndarray:
+    """``DF(Σ)`` of the covariance field ``F(Σ) = MΣ + ΣMᵀ`` (``M = A + Σ_h V_hΣB_h``) on
+    symmetric matrices, in ``vech`` coordinates: Kronecker products of the dense matrices and a
+    :func:`duplication` matrix (nothing of gtcontrol's field or Jacobian)."""
+    r = s.shape[0]
+    mm = a + sum((v @ s @ b for v, b in heads), np.zeros((r, r)))
+    eye = np.eye(r)
+    j = np.kron(eye, mm) + np.kron(mm, eye)
+    for v, b in heads:
+        y = b @ s
+        j += np.kron(y.T, v) + np.kron(v, y.T)
+    dup = duplication(r)
+    return np.asarray(np.linalg.pinv(dup) @ j @ dup)
+
+
 def converged_tokens(layer: Layer, x: np.ndarray, T: float) -> np.ndarray:
     """Independent reference for token runs: scipy's DOP853 on the flattened tokens at
     ``rtol = atol = 1e-13`` (nothing of gtcontrol's token integrators is used)."""

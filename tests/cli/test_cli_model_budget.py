@@ -20,78 +20,28 @@ import re
 import subprocess
 import sys
 import time
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import allowed
 
 torch = pytest.importorskip("torch")
 tr = pytest.importorskip("transformers")
 pytest.importorskip("onnx")
 
+from _families import save_tiny_models  # noqa: E402
+
 from gtcontrol.cli import main  # noqa: E402
-
-
-def allowed(limit: float) -> float:
-    """The promise of docs/designs.md: the limit plus ``max(1 s, 10 %)``."""
-    return limit + max(1.0, 0.1 * limit)
-
-
-class _Vision(torch.nn.Module):  # type: ignore[misc]
-    """A ViT as an ONNX graph takes it: pixels in, the last hidden state out."""
-
-    def __init__(self, net: Any) -> None:
-        super().__init__()
-        self.net = net
-
-    def forward(self, x: Any) -> Any:
-        return self.net(pixel_values=x).last_hidden_state
 
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """A tiny BERT folder (d = 32, two layers) and a tiny ViT as an ONNX file (d = 32)."""
-    root = tmp_path_factory.mktemp("models")
+    """The tiny models of tests/_families.py: a BERT folder and a ViT as an ONNX file (d = 32,
+    two layers; the ViT's folder too)."""
     tr.logging.set_verbosity_error()
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        bert = tr.BertModel(
-            tr.BertConfig(
-                hidden_size=32,
-                num_hidden_layers=2,
-                num_attention_heads=4,
-                intermediate_size=64,
-                vocab_size=100,
-                max_position_embeddings=64,
-            ),
-            add_pooling_layer=False,
-        ).eval()
-        vit = tr.ViTModel(
-            tr.ViTConfig(
-                hidden_size=32,
-                num_hidden_layers=2,
-                num_attention_heads=4,
-                intermediate_size=64,
-                image_size=16,
-                patch_size=4,
-            ),
-            add_pooling_layer=False,
-        ).eval()
-    bert.save_pretrained(root / "bert32")
-    onnx_path = root / "vit32.onnx"
-    with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the tracer's notes on the model's shape checks
-        torch.onnx.export(
-            _Vision(vit),
-            (torch.zeros(1, 3, 16, 16),),
-            str(onnx_path),
-            input_names=["x"],
-            dynamo=False,
-            opset_version=17,
-        )
-    return {"bert": root / "bert32", "onnx": onnx_path}
+    return save_tiny_models(tmp_path_factory.mktemp("models"))
 
 
 def _run(tmp: Path, name: str, text: str) -> tuple[int, dict[str, Any] | None, float]:

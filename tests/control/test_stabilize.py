@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import random_spd
+from helpers import covariance_linearization, dense_heads, random_spd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.integrate import solve_ivp
@@ -31,10 +31,6 @@ from gtcontrol import GTControlError, InvalidGaussianError, InvalidParametersErr
 from gtcontrol import _jobs as jobs
 
 # -- independent references ------------------------------------------------------------------
-
-
-def dense_heads(layer: gt.Layer) -> list[tuple[np.ndarray, np.ndarray]]:
-    return [(np.array(v), np.array(b)) for v, b in layer.heads]
 
 
 def field(layer: gt.Layer, m: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -48,16 +44,6 @@ def field(layer: gt.Layer, m: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np
     return mm @ m + c, mm @ s + s @ mm.T
 
 
-def duplication(r: int) -> np.ndarray:
-    """``vec(H) = D vech(H)`` (column-major vec, lower-triangle vech)."""
-    cols = [(i, j) for j in range(r) for i in range(j, r)]
-    out = np.zeros((r * r, len(cols)))
-    for k, (i, j) in enumerate(cols):
-        out[i + j * r, k] = 1.0
-        out[j + i * r, k] = 1.0
-    return out
-
-
 def kron_spectrum(layer: gt.Layer, s: np.ndarray, basis: np.ndarray | None = None) -> np.ndarray:
     """Every eigenvalue of DF(Σ) on symmetric matrices, by Kronecker products (LAPACK)."""
     a = np.array(layer.A)
@@ -66,16 +52,7 @@ def kron_spectrum(layer: gt.Layer, s: np.ndarray, basis: np.ndarray | None = Non
         a = basis.T @ a @ basis
         heads = [(basis.T @ v @ basis, basis.T @ b @ basis) for v, b in heads]
         s = basis.T @ s @ basis
-    r = s.shape[0]
-    mm = a + sum((v @ s @ b for v, b in heads), np.zeros((r, r)))
-    eye = np.eye(r)
-    j = np.kron(eye, mm) + np.kron(mm, eye)
-    for v, b in heads:
-        y = b @ s
-        j += np.kron(y.T, v) + np.kron(v, y.T)
-    dup = duplication(r)
-    red = np.linalg.pinv(dup) @ j @ dup
-    return np.linalg.eigvals(red)
+    return np.linalg.eigvals(covariance_linearization(a, heads, s))
 
 
 def random_layer(rng: np.random.Generator, d: int, n_heads: int, *, factored: bool) -> gt.Layer:

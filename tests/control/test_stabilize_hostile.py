@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers import covariance_linearization, dense_heads, duplication
 from scipy.integrate import solve_ivp
 from scipy.sparse.linalg import ArpackNoConvergence
 
@@ -30,14 +31,10 @@ from gtcontrol import InvalidParametersError, Status
 # -- independent references ------------------------------------------------------------------
 
 
-def _heads(layer: gt.Layer) -> list[tuple[np.ndarray, np.ndarray]]:
-    return [(np.array(v), np.array(b)) for v, b in layer.heads]
-
-
 def _parts(layer: gt.Layer) -> tuple[Any, ...]:
     """``A``, ``b``, the dense heads and ``GGᵀ`` (or ``None``) as plain arrays."""
     g = None if layer.noise is None else np.array(layer.noise) @ np.array(layer.noise).T
-    return np.array(layer.A), np.array(layer.b), _heads(layer), g
+    return np.array(layer.A), np.array(layer.b), dense_heads(layer), g
 
 
 def moment_rhs(
@@ -76,20 +73,10 @@ def dense_linearization(
     duplication matrix ``D``: ``vec H = D vech H``), ``D``, and the mean matrix ``K = A + Σ_h
     V_h(I + Σ*B_h)``."""
     a = np.array(layer.A)
-    heads = _heads(layer)
+    heads = dense_heads(layer)
     r = s.shape[0]
-    mm = a + sum((v @ s @ b for v, b in heads), np.zeros((r, r)))
-    eye = np.eye(r)
-    j = np.kron(eye, mm) + np.kron(mm, eye)
-    for v, b in heads:
-        y = b @ s
-        j += np.kron(y.T, v) + np.kron(v, y.T)
-    cols = [(i, k) for k in range(r) for i in range(k, r)]
-    dup = np.zeros((r * r, len(cols)))
-    for n, (i, k) in enumerate(cols):
-        dup[i + k * r, n] = dup[k + i * r, n] = 1.0
-    k_mat = a + sum((v @ (eye + s @ b) for v, b in heads), np.zeros((r, r)))
-    return np.linalg.pinv(dup) @ j @ dup, dup, k_mat
+    k_mat = a + sum((v @ (np.eye(r) + s @ b) for v, b in heads), np.zeros((r, r)))
+    return covariance_linearization(a, heads, s), duplication(r), k_mat
 
 
 def dense_abscissas(layer: gt.Layer, s: np.ndarray) -> tuple[float, float]:

@@ -9,6 +9,7 @@ import sys
 
 import numpy as np
 import pytest
+from helpers import wishart_spd
 from scipy import integrate, stats
 from scipy.special import hyp1f1, ndtr
 
@@ -34,16 +35,11 @@ from gtcontrol.interop import (
 from gtcontrol.model.tokens import simulate_tokens
 
 
-def _spd(rng: np.random.Generator, d: int) -> np.ndarray:
-    f = rng.standard_normal((d, d))
-    return f @ f.T / d + 0.5 * np.eye(d)
-
-
 # ---------------------------------------------------------------------------- gaussianity
 @pytest.mark.parametrize("seed", [0, 1])
 def test_gaussianity_accepts_gaussian_samples(seed: int) -> None:
     rng = np.random.default_rng(100 + seed)
-    x = rng.multivariate_normal(rng.standard_normal(16), _spd(rng, 16), size=4000)
+    x = rng.multivariate_normal(rng.standard_normal(16), wishart_spd(rng, 16), size=4000)
     res = gaussianity(x)
     assert not res.rejected
     assert res.rank == 16
@@ -245,7 +241,7 @@ def test_attention_moment_step_matches_tokens_in_the_mean_field() -> None:
     rng = np.random.default_rng(13)
     d, n = 4, 6000
     ex = _random_extracted(rng, d, 2, 8)
-    g = Gaussian(0.3 * rng.standard_normal(d), 0.5 * _spd(rng, d))
+    g = Gaussian(0.3 * rng.standard_normal(d), 0.5 * wishart_spd(rng, d))
     x = g.sample(n, seed=rng)
     y = x + ex.attention(x)
     emp = Gaussian.from_samples(x)
@@ -267,18 +263,12 @@ def test_attention_moment_step_matches_tokens_in_the_mean_field() -> None:
 @pytest.fixture(scope="module")
 def tiny_bert():  # type: ignore[no-untyped-def]
     torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    cfg = transformers.BertConfig(
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        hidden_act="gelu",
-        layer_norm_eps=1e-12,
-    )
+    pytest.importorskip("transformers")
+    from _families import random_model
+
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
-        net = transformers.BertModel(cfg, add_pooling_layer=False).double().eval()
+        net = random_model("bert").double()  # d = 32, two layers, exact GELU
         with torch.no_grad():  # non-zero biases and LayerNorm parameters: every term counts
             for p in net.parameters():
                 p.add_(0.3 * torch.randn_like(p))

@@ -187,21 +187,21 @@ def test_moment_surrogate_starts_no_layer_that_would_not_fit(monkeypatch) -> Non
     import time
 
     import torch
-    import transformers as tr
+    from _families import random_model
 
     from gtcontrol.experiments import surrogate as surrogate_module
     from gtcontrol.interop import extract
 
     torch.manual_seed(0)
-    config = tr.BertConfig(
+    net = random_model(
+        "bert",
         hidden_size=16,
         num_hidden_layers=6,
         num_attention_heads=2,
         intermediate_size=32,
         vocab_size=50,
-        max_position_embeddings=64,
     )
-    em = extract(tr.BertModel(config, add_pooling_layer=False).eval())
+    em = extract(net)
     full = moment_surrogate(n_tokens=64, seed=0, model=em)
     real = surrogate_module._compare_layer
 

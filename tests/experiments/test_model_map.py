@@ -62,6 +62,14 @@ def _aligned(family: str) -> Any:
     return net
 
 
+def _identity_start(dim: int) -> Gaussian:
+    """``N(e, I ⊕ 0)`` on ``R^dim``, ``e`` the affine coordinate (the last): the map's start
+    "identity"."""
+    cov = np.eye(dim)
+    cov[-1, -1] = 0.0
+    return Gaussian(np.eye(dim)[-1], cov)
+
+
 @pytest.fixture(scope="module", params=["bert", "gpt2"])
 def mapped(request: Any) -> tuple[str, Any, ModelMap]:
     net = _aligned(request.param)
@@ -106,10 +114,7 @@ def test_blowup_time_matches_an_independent_integration(
     _, em, m = mapped
     for r in m.rows:
         layer = em.layers[r.layer].attention_layer
-        d = layer.dim - 1
-        cov = np.eye(d + 1)
-        cov[-1, -1] = 0.0
-        ref = gt.simulate(layer, Gaussian(np.eye(d + 1)[-1], cov), 2.0, rtol=1e-11)
+        ref = gt.simulate(layer, _identity_start(layer.dim), 2.0, rtol=1e-11)
         assert ref.status is Status.BLOWUP and r.regime("identity").kind == "blowup"
         assert r.blowup_identity == pytest.approx(ref.blowup_time, rel=1e-7)
 
@@ -121,12 +126,9 @@ def test_head_shares_match_dense_heads(mapped: tuple[str, Any, ModelMap]) -> Non
     _, em, m = mapped
     for r in m.rows:
         layer = em.layers[r.layer].attention_layer
-        d = layer.dim - 1
-        cov = np.eye(d + 1)
-        cov[-1, -1] = 0.0
         depth = r.lam_before[0][-1]
         assert r.blowup_identity * (1 - 1e-3) < depth <= r.blowup_identity
-        traj = gt.simulate(layer, Gaussian(np.eye(d + 1)[-1], cov), depth, rtol=1e-10)
+        traj = gt.simulate(layer, _identity_start(layer.dim), depth, rtol=1e-10)
         sigma = np.asarray(traj.cov[-1])
         _, vecs = np.linalg.eigh(sigma)
         u = vecs[:, -1]
@@ -146,10 +148,7 @@ def test_stabilized_layer_converges_in_an_independent_simulation(
     for r in m.rows:
         st = r.stabilization
         assert st is not None
-        d = st.target.dim - 1
-        cov = np.eye(d + 1)
-        cov[-1, -1] = 0.0
-        end = gt.simulate(st.layer, Gaussian(np.eye(d + 1)[-1], cov), 30.0, rtol=1e-10)
+        end = gt.simulate(st.layer, _identity_start(st.target.dim), 30.0, rtol=1e-10)
         scale = np.linalg.norm(st.target.cov)
         assert np.linalg.norm(end.cov[-1] - st.target.cov) <= 1e-6 * scale
         assert np.linalg.norm(end.mean[-1] - st.target.mean) <= 1e-6 * np.linalg.norm(

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
+from helpers import wishart_spd
 from scipy.integrate import solve_ivp
 from scipy.linalg import expm, sqrtm
 
@@ -22,11 +23,6 @@ from gtcontrol import (
     simulate,
     simulate_discrete,
 )
-
-
-def _spd(rng: np.random.Generator, d: int) -> np.ndarray:
-    f = rng.standard_normal((d, d))
-    return f @ f.T / d + 0.5 * np.eye(d)
 
 
 # ---------------------------------------------------------------- scalar closed form (§3)
@@ -94,13 +90,13 @@ def test_zero_drift_multihead_blowup_time() -> None:
     d = 3
     heads = []
     for v in (0.7, 1.3):
-        p = _spd(rng, d)
+        p = wishart_spd(rng, d)
         heads.append(
             (v, p + 0.2 * (rng.standard_normal((d, d))))
         )  # B + Bᵀ ≻ 0 not required per head
     r = -sum(v * (b + b.T) for v, b in heads)
     assert np.max(np.linalg.eigvalsh(r)) < 0
-    s0 = _spd(rng, d)
+    s0 = wishart_spd(rng, d)
     h = np.real(sqrtm(s0))
     t_star = 1.0 / np.max(np.linalg.eigvalsh(h @ (-r) @ h))
     traj = simulate(Layer(heads=heads, dim=d), Gaussian(rng.standard_normal(d), s0), T=3 * t_star)
@@ -123,7 +119,7 @@ def test_riccati_class_matches_radon_linearization() -> None:
     b1, b2 = rng.standard_normal((d, d)), rng.standard_normal((d, d))
     lay = Layer(a, heads=[(-0.4, b1 @ b1.T), (0.3, b2)])
     r = 0.4 * (2 * b1 @ b1.T) - 0.3 * (b2 + b2.T)
-    s0 = _spd(rng, d)
+    s0 = wishart_spd(rng, d)
     traj = simulate(lay, Gaussian(np.zeros(d), s0), T=1.0)
     for i in range(0, len(traj), 25):
         ref = _radon(a, r, s0, traj.t[i])
@@ -136,10 +132,10 @@ def test_schedule_switches_exactly_at_layer_boundaries() -> None:
     layers, data = [], []
     for _ in range(L):
         a = rng.standard_normal((d, d)) * 0.4
-        bb = _spd(rng, d)
+        bb = wishart_spd(rng, d)
         layers.append(Layer(a, bb, V=-0.5))
         data.append((a, 0.5 * 2 * bb))
-    s0 = _spd(rng, d)
+    s0 = wishart_spd(rng, d)
     traj = simulate(Schedule(layers, T), Gaussian(np.zeros(d), s0))
     s = s0
     for k, (a, r) in enumerate(data):
@@ -171,7 +167,7 @@ def test_general_v_matches_independent_high_accuracy_integration() -> None:
         (rng.standard_normal((d, d)) * 0.1, rng.standard_normal((d, d)) * 0.1) for _ in range(3)
     ]
     lay = Layer(rng.standard_normal((d, d)) * 0.3, b=rng.standard_normal(d), heads=heads)
-    g0 = Gaussian(rng.standard_normal(d), _spd(rng, d))
+    g0 = Gaussian(rng.standard_normal(d), wishart_spd(rng, d))
     traj = simulate(lay, g0, T=1.0)
     assert traj.status == "success"
     y0 = np.concatenate([g0.mean, g0.cov.ravel()])
@@ -197,7 +193,7 @@ def test_moment_field_matches_definition_with_identity_ffn() -> None:
     a, bb, v = rng.standard_normal((d, d)), rng.standard_normal((d, d)), rng.standard_normal((d, d))
     b = rng.standard_normal(d)
     lay = Layer(a, bb, v, b, ffn=FeedForward(u, w, b_in=c, activation="identity"))
-    m, s = rng.standard_normal(d), _spd(rng, d)
+    m, s = rng.standard_normal(d), wishart_spd(rng, d)
     dm, ds = moment_field(lay, m, s)
     mm = a + w @ u + v @ s @ bb
     np.testing.assert_allclose(dm, mm @ m + b + w @ c + v @ m, rtol=1e-13)
@@ -259,7 +255,7 @@ def test_discrete_recursion_is_the_affine_step() -> None:
         )
         for _ in range(L)
     ]
-    g0 = Gaussian(rng.standard_normal(d), _spd(rng, d))
+    g0 = Gaussian(rng.standard_normal(d), wishart_spd(rng, d))
     traj = simulate_discrete(Schedule(layers, T), g0)
     assert len(traj) == L + 1
     np.testing.assert_allclose(traj.t, np.linspace(0, T, L + 1), rtol=0, atol=1e-15)

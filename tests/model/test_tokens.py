@@ -27,11 +27,6 @@ from gtcontrol.model.attention import token_velocity
 from gtcontrol.model.tokens import TokenTrajectory, simulate_tokens
 
 
-def _spd(rng: np.random.Generator, d: int) -> np.ndarray:
-    f = rng.standard_normal((d, d))
-    return f @ f.T / d + 0.5 * np.eye(d)
-
-
 def _dense_attention(x: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Naive reference: the full N×N weight matrix, stabilized by scipy's softmax."""
     w = softmax(x @ b @ x.T, axis=0)  # (x_j B x_i) at [j, i]; normalize over keys j

@@ -10,19 +10,24 @@ together they answered part of what one map answers. Prints the per-part seconds
 the baseline's two parts, and the ratio.
 
 Run: ``HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_model_map.py [--model minilm]
-[--layers 0 1 ...] [--workers 2] [--tokens 1024] [--no-baseline]`` (needs the ``experiments``
-extra). The numbers of docs/benchmarks.md come from it.
+[--layers 0 1 ...] [--workers 2] [--tokens 1024] [--no-baseline] [--onnx-layers K]`` (needs the
+``experiments`` extra). ``--onnx-layers K`` maps MiniLM's first ``K`` layers exported to an ONNX
+file instead (``torch.onnx.export`` into a temporary folder, no tokenizer beside it: the map's data
+are random ids). The numbers of docs/benchmarks.md come from it.
 """
 
 from __future__ import annotations
 
 import argparse
+import tempfile
 import time
+import warnings
+from pathlib import Path
 from typing import Any
 
 from gtcontrol.experiments import model_report, stabilize_model
 from gtcontrol.experiments.model_map import PARTS, model_map
-from gtcontrol.interop import extract
+from gtcontrol.interop import extract, load_model
 
 
 def run_map(model: Any, layers: list[int] | None, workers: int, tokens: int) -> float:
@@ -66,6 +71,37 @@ def run_baseline(model: Any, layers: list[int] | None, tokens: int) -> float:
     return wall
 
 
+def export_minilm(n_layers: int, folder: Path) -> Path:
+    """MiniLM's first ``n_layers`` layers as an ONNX graph (ids in, last hidden state out)."""
+    import torch
+
+    net = load_model("minilm")
+    net.encoder.layer = net.encoder.layer[:n_layers]
+    net.config.num_hidden_layers = n_layers
+
+    class Ids(torch.nn.Module):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = net
+
+        def forward(self, ids: Any) -> Any:
+            return self.net(input_ids=ids).last_hidden_state
+
+    path = folder / f"minilm-{n_layers}.onnx"
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation
+        torch.onnx.export(
+            Ids(),
+            (torch.ones(1, 16, dtype=torch.long),),
+            str(path),
+            input_names=["input_ids"],
+            dynamic_axes={"input_ids": {0: "batch", 1: "sequence"}},
+            dynamo=False,
+            opset_version=17,
+        )
+    return path
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--model", default="minilm")
@@ -73,7 +109,19 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--tokens", type=int, default=1024)
     ap.add_argument("--no-baseline", action="store_true")
+    ap.add_argument("--onnx-layers", type=int, default=None)
     args = ap.parse_args()
+    if args.onnx_layers is not None:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = export_minilm(args.onnx_layers, Path(tmp))
+            clock = time.perf_counter()
+            m = model_map(str(path), token_check=args.tokens, workers=args.workers)
+            wall = time.perf_counter() - clock
+        timing = m.stats["timing"]
+        print(f"model_map of {path.name}: {m.status.value} in {wall:.1f} s wall")
+        print(", ".join(f"{k} {timing.get(k, 0.0):.1f} s" for k in ("load", "data", *PARTS)))
+        print(m.stabilized_network.message if m.stabilized_network is not None else "no network")
+        return
     clock = time.perf_counter()
     em = extract(args.model)  # loaded once: both sides start from the extracted model
     print(f"load: {time.perf_counter() - clock:.1f} s")

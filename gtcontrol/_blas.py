@@ -21,6 +21,7 @@ __all__ = [
     "blas_single_threaded",
     "busy",
     "calm_blas",
+    "idle_cores",
     "single_threaded_blas",
 ]
 
@@ -92,6 +93,21 @@ def arpack_products(
         yield on_caller_threads
 
 
+def _load() -> tuple[float, int] | None:
+    """``(one-minute load, threads runnable now)`` from ``/proc/loadavg`` (the runnable count
+    includes the reading thread); ``(load, 0)`` from :func:`os.getloadavg` elsewhere; ``None``
+    when neither can be read."""
+    try:
+        with open("/proc/loadavg", encoding="ascii") as f:
+            fields = f.read().split()
+        return float(fields[0]), int(fields[3].split("/")[0])
+    except (OSError, ValueError, IndexError):
+        try:
+            return os.getloadavg()[0], 0
+        except (OSError, AttributeError):  # pragma: no cover - no load average to read
+            return None
+
+
 def busy() -> bool:
     """Whether the machine has more work than cores: more threads runnable right now than it
     has CPUs (``/proc/loadavg``, this process's included), or a one-minute load above them.
@@ -100,16 +116,22 @@ def busy() -> bool:
     and no budget check can fall inside one call (docs/benchmarks.md).
     """
     n = os.cpu_count() or 1
-    try:
-        with open("/proc/loadavg", encoding="ascii") as f:
-            fields = f.read().split()
-        load, running = float(fields[0]), int(fields[3].split("/")[0])
-    except (OSError, ValueError, IndexError):
-        try:
-            load, running = os.getloadavg()[0], 0
-        except (OSError, AttributeError):  # pragma: no cover - no load average to read
-            return False
+    got = _load()
+    if got is None:  # pragma: no cover - no load average to read
+        return False
+    load, running = got
     return running > n or load > n + 0.5
+
+
+def idle_cores() -> int:
+    """Cores that no runnable thread holds right now: the CPUs less the threads runnable at
+    this instant (``/proc/loadavg``, the calling thread included), at least 0; 0 where that
+    count cannot be read. The one-minute load is not used: it lags by a minute."""
+    n = os.cpu_count() or 1
+    got = _load()
+    if got is None or got[1] <= 0:
+        return 0
+    return max(0, n - got[1])
 
 
 @contextlib.contextmanager

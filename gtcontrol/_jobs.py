@@ -25,7 +25,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
-from ._blas import blas_single_threaded, busy, calm_blas
+from ._blas import blas_single_threaded, busy, calm_blas, idle_cores
 from ._status import cancellable
 
 __all__ = [
@@ -48,14 +48,18 @@ CORES_VARIABLE = "GTCONTROL_CORES"
 
 def cpus() -> int:
     """The CPUs this process may use: its affinity, or a local cluster worker's share of the
-    cores (:data:`CORES_VARIABLE`): a worker with one core runs its jobs in turn, since threads
-    sharing that core only add switching (docs/benchmarks.md, "The model map")."""
+    cores (:data:`CORES_VARIABLE`) and the cores idle right now (:func:`idle_cores`). A worker
+    with one core runs its jobs in turn while the other workers run, since threads sharing that
+    core only add switching (docs/benchmarks.md, "The model map"); once they have no work left
+    (the last rows of a map), it takes the cores they leave idle."""
     try:
         n = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not on Linux
         n = os.cpu_count() or 1
     share = os.environ.get(CORES_VARIABLE, "")
-    return min(n, int(share)) if share.isdigit() and int(share) > 0 else n
+    if not (share.isdigit() and int(share) > 0):
+        return n
+    return min(n, int(share) + idle_cores())
 
 
 def threaded() -> bool:

@@ -55,6 +55,7 @@ import numpy as np
 
 from .._blas import single_threaded_blas
 from .._display import Axes, SummaryItems, legend
+from .._jobs import concurrently
 from .._linalg import FloatArray
 from .._progress import progress
 from .._status import (
@@ -883,9 +884,11 @@ def map_layer(job: LayerJob) -> LayerMap:
     flows: dict[str, Trajectory | None] = {}
 
     def regimes(b: Budget) -> tuple[MapRegime, ...]:
+        # the two starts side by side where the cores allow (:func:`~gtcontrol._jobs.cpus`)
+        done = concurrently([partial(_regime, layer, name, g0, job.T, b) for name, g0 in starts])
         out = []
-        for name, g0 in starts:
-            reg, flows[name] = _regime(layer, name, g0, job.T, b)
+        for (name, _), (reg, traj) in zip(starts, done, strict=True):
+            flows[name] = traj
             out.append(reg)
         return tuple(out)
 
@@ -902,10 +905,17 @@ def map_layer(job: LayerJob) -> LayerMap:
 
     def equilibria(b: Budget) -> list[MapEquilibrium]:
         target, _ = text_target(job.tokens)
-        found = [_equilibrium(layer, "data", target.cov, b)]
-        if not b.exhausted:
-            found.append(_equilibrium(layer, "identity", _identity(d).cov, b))
-        return _same_roots(found)
+
+        def newton(start: str, cov0: FloatArray) -> tuple[MapEquilibrium, FloatArray | None] | None:
+            if start != "data" and b.exhausted:  # in turn, the data's run spent the part
+                return None
+            return _equilibrium(layer, start, cov0, b)
+
+        # the two starts side by side where the cores allow (:func:`~gtcontrol._jobs.cpus`)
+        done = concurrently(
+            [partial(newton, "data", target.cov), partial(newton, "identity", _identity(d).cov)]
+        )
+        return _same_roots([e for e in done if e is not None])
 
     eqs: list[MapEquilibrium] = run("equilibria", equilibria, [])
     lines.extend(f"equilibrium from {e.start}: {e.message}" for e in eqs)

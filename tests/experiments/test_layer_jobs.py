@@ -11,6 +11,7 @@ import pickle
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -325,12 +326,14 @@ def test_a_killed_driver_resumes_on_the_cluster_and_stores_no_layer_twice(
 def test_a_workers_share_of_the_cores_bounds_what_its_jobs_see(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """``GTCONTROL_CORES`` (set by a local cluster in its workers) caps ``cpus()``; with one
-    core stabilize's independent checks run in turn, not in threads; a malformed value is
-    ignored."""
-    from gtcontrol import _jobs
+    """``GTCONTROL_CORES`` (set by a local cluster in its workers) caps ``cpus()`` while every
+    core runs something; with one core stabilize's independent checks run in turn, not in
+    threads; a malformed value is ignored."""
+    from gtcontrol import _blas, _jobs
 
     n = len(os.sched_getaffinity(0))
+    cores = os.cpu_count() or 1
+    monkeypatch.setattr(_blas, "_load", lambda: (float(cores), cores))  # every core taken
     monkeypatch.setenv(_jobs.CORES_VARIABLE, "1")
     assert _jobs.cpus() == 1 and not _jobs.threaded()
     monkeypatch.setenv(_jobs.CORES_VARIABLE, str(n + 3))
@@ -338,3 +341,33 @@ def test_a_workers_share_of_the_cores_bounds_what_its_jobs_see(
     for bad in ("", "0", "-2", "two"):
         monkeypatch.setenv(_jobs.CORES_VARIABLE, bad)
         assert _jobs.cpus() == n
+
+
+def test_a_worker_takes_the_cores_the_others_leave_idle(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once the other workers have no work left (one thread runnable: the caller's), a worker
+    with a one-core share may use the idle cores: its independent jobs then run in threads
+    (with numpy's BLAS on one thread, as a worker runs it); while they run, it has its share."""
+    from threadpoolctl import threadpool_limits
+
+    from gtcontrol import _blas, _jobs
+
+    n = len(os.sched_getaffinity(0))
+    cores = os.cpu_count() or 1
+    if min(n, cores) < 2:
+        pytest.skip("one CPU: no core to leave idle")
+    monkeypatch.setenv(_jobs.CORES_VARIABLE, "1")
+    monkeypatch.setattr(_blas, "_load", lambda: (float(cores), 1))  # only the caller runs
+    assert _blas.idle_cores() == cores - 1
+    assert _jobs.cpus() == min(n, cores)
+    with threadpool_limits(1, user_api="blas"):
+        assert _jobs.threaded()
+        names = _jobs.concurrently([lambda: threading.current_thread().name] * 2)
+    assert all(name.startswith("gtcontrol-verify") for name in names), names
+    monkeypatch.setattr(_blas, "_load", lambda: (float(cores), cores))  # the others run again
+    assert _blas.idle_cores() == 0 and _jobs.cpus() == 1
+    with threadpool_limits(1, user_api="blas"):
+        assert not _jobs.threaded()
+        names = _jobs.concurrently([lambda: threading.current_thread().name] * 2)
+    assert names == [threading.current_thread().name] * 2
+    monkeypatch.setattr(_blas, "_load", lambda: None)  # no load to read: the share alone
+    assert _blas.idle_cores() == 0 and _jobs.cpus() == 1

@@ -22,7 +22,9 @@ Where the work runs:
 * one worker and no scheduler: inline, in this process, in key order (no start-up cost);
 * several workers: a :class:`distributed.LocalCluster` of worker processes on this machine,
   each with ``cores // workers`` BLAS/OpenMP threads and that share of the cores for its own
-  jobs (:func:`gtcontrol._jobs.cpus`), so that workers × threads ≤ cores;
+  jobs (:func:`gtcontrol._jobs.cpus`), so that workers × threads ≤ cores; a worker also takes
+  the cores that no runnable thread holds when it starts a step (the last keys, once the other
+  workers have none left);
 * a scheduler address: one dask task per missing key on that cluster; this process stores
   each row as its task completes.
 

@@ -55,7 +55,7 @@ import numpy as np
 
 from .._blas import single_threaded_blas
 from .._display import Axes, SummaryItems, legend
-from .._jobs import concurrently
+from .._jobs import concurrently, threaded
 from .._linalg import FloatArray
 from .._progress import progress
 from .._status import (
@@ -127,6 +127,10 @@ _FLOW_POINTS = 20
 #: significant digits; the stabilization's own verification runs at 1e-7), by RK45: the
 #: cheaper pair at loose tolerances (docs/benchmarks.md).
 _AFTER_RTOL = 1e-3
+#: From this dimension a row's two regimes and two Newton runs go side by side where the cores
+#: allow (:func:`~gtcontrol._jobs.concurrently`): below, they are bound by the interpreter, and
+#: threads would only share it (and slow a time-capped verdict into an undecided one).
+_SIDE_BY_SIDE_DIM = 64
 #: Newton's tolerance on the relative residual (the spectrum needs ``≤ 1e-8``).
 _NEWTON_TOL = 1e-10
 #: Two Newton roots closer than this (relative Frobenius) are one equilibrium.
@@ -881,11 +885,18 @@ def map_layer(job: LayerJob) -> LayerMap:
 
     starts = (("identity", _identity(d)), ("data", _data_start(job.tokens)))
 
+    def side_by_side() -> bool:
+        """Whether the two starts of a part run in threads (asked as each part begins: a
+        worker takes the cores the others leave idle, :func:`~gtcontrol._jobs.cpus`)."""
+        return d >= _SIDE_BY_SIDE_DIM and threaded()
+
     flows: dict[str, Trajectory | None] = {}
 
     def regimes(b: Budget) -> tuple[MapRegime, ...]:
-        # the two starts side by side where the cores allow (:func:`~gtcontrol._jobs.cpus`)
-        done = concurrently([partial(_regime, layer, name, g0, job.T, b) for name, g0 in starts])
+        done = concurrently(
+            [partial(_regime, layer, name, g0, job.T, b) for name, g0 in starts],
+            parallel=side_by_side(),
+        )
         out = []
         for (name, _), (reg, traj) in zip(starts, done, strict=True):
             flows[name] = traj
@@ -911,9 +922,9 @@ def map_layer(job: LayerJob) -> LayerMap:
                 return None
             return _equilibrium(layer, start, cov0, b)
 
-        # the two starts side by side where the cores allow (:func:`~gtcontrol._jobs.cpus`)
         done = concurrently(
-            [partial(newton, "data", target.cov), partial(newton, "identity", _identity(d).cov)]
+            [partial(newton, "data", target.cov), partial(newton, "identity", _identity(d).cov)],
+            parallel=side_by_side(),
         )
         return _same_roots([e for e in done if e is not None])
 

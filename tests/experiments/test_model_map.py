@@ -5,7 +5,9 @@ real network with its attention replaced by hooks; time limits, bad input and th
 from __future__ import annotations
 
 import math
+import os
 import re
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,7 @@ from gtcontrol.experiments._map_report import FIGURES, model_map_record  # noqa:
 from gtcontrol.experiments.model_map import (  # noqa: E402
     PARTS,
     LayerJob,
+    LayerMap,
     ModelMap,
     map_data,
     map_layer,
@@ -333,3 +336,68 @@ def test_report_renders_in_a_headless_browser_with_every_figure(
         timeout=120,
     )
     assert f'data-loaded="{len(FIGURES)}/{len(FIGURES)}"' in proc.stdout, proc.stderr[-2000:]
+
+
+def test_a_row_is_the_same_with_its_parts_side_by_side_or_in_turn(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A worker that takes idle cores runs a row's two regimes and its two Newton runs (and
+    stabilize's checks) in threads from d = 64: the row is the one computed in turn (each part
+    is deterministic on one BLAS thread), and the parts ran in threads. Below d = 64 they stay
+    in turn: interpreter-bound work would only share the interpreter."""
+    import threading
+
+    from threadpoolctl import threadpool_limits
+
+    from gtcontrol import _blas, _jobs
+
+    cores = os.cpu_count() or 1
+    if min(len(os.sched_getaffinity(0)), cores) < 2:
+        pytest.skip("one CPU: nothing runs side by side")
+    rng = np.random.default_rng(1)
+    d, h, dh = 64, 2, 8
+    q, k, v = (0.3 * rng.standard_normal((h, dh, d + 1)) / math.sqrt(d) for _ in range(3))
+    o = 0.3 * rng.standard_normal((h, d + 1, dh))
+    o[:, -1, :] = 0.0  # the affine coordinate never moves
+    layer = Layer(heads=gt.FactoredHeads(q, k, v, o))
+    tokens = rng.standard_normal((400, d))
+    seen: list[str] = []
+    real = _jobs.concurrently
+
+    def recorded(jobs: list[Any], **kw: Any) -> list[Any]:
+        def named(job: Any) -> Any:
+            seen.append(threading.current_thread().name)
+            return job()
+
+        return real([lambda j=j: named(j) for j in jobs], **kw)
+
+    module = sys.modules[map_layer.__module__]  # the package's name is the function's
+    monkeypatch.setattr(module, "concurrently", recorded)
+    monkeypatch.setenv(_jobs.CORES_VARIABLE, "1")
+
+    def row(running: int, lay: Layer, toks: Any) -> LayerMap:
+        monkeypatch.setattr(_blas, "_load", lambda: (float(cores), running))
+        seen.clear()
+        with threadpool_limits(1, user_api="blas"):
+            return map_layer(LayerJob(0, lay, toks, T=1.0, token_check=64))
+
+    # runnable threads: every core's (the other workers run), then the caller's alone
+    turn = row(cores, layer, tokens)
+    assert seen == [threading.current_thread().name] * 4, seen
+    side = row(1, layer, tokens)
+    assert len(seen) == 4 and all(s.startswith("gtcontrol-verify") for s in seen), seen
+    assert turn.status is side.status is Status.SUCCESS, (turn.message, side.message)
+    for start in ("identity", "data"):
+        a, b = turn.regime(start), side.regime(start)
+        assert a is not None and b is not None
+        assert (a.kind, a.status, a.blowup_time) == (b.kind, b.status, b.blowup_time)
+    assert [(e.start, e.status, e.residual) for e in turn.equilibria] == [
+        (e.start, e.status, e.residual) for e in side.equilibria
+    ]
+    assert turn.stabilization is not None and side.stabilization is not None
+    assert side.stabilization.c == turn.stabilization.c
+    tc, ts = turn.stabilization.token_certificate, side.stabilization.token_certificate
+    assert tc is not None and ts is not None and ts.w2 == pytest.approx(tc.w2, rel=1e-4)
+    small = Layer(heads=gt.FactoredHeads(q[:, :, -5:], k[:, :, -5:], v[:, :, -5:], o[:, -5:]))
+    row(1, small, tokens[:, -4:])
+    assert seen == [threading.current_thread().name] * 4, seen

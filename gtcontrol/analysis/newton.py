@@ -72,6 +72,10 @@ _MAX_RANDOM_STARTS = 10_000
 #: applications); an unconverged solve is an inexact Newton direction the line search checks.
 _GMRES_RESTART = 60
 _GMRES_RESTARTS = 3
+#: A restart cycle that leaves more than this share of the residual it started from ends the
+#: solve: restarted GMRES that stagnates over a whole cycle gains little from the next ones
+#: (Saad, *Iterative Methods for Sparse Linear Systems*, 2nd ed., SIAM 2003, §6.5).
+_GMRES_STAGNATION = 0.9
 
 #: A Newton run whose deflated merit has not halved in this many iterations stops ("stalled").
 _STALL_ITERATIONS = 12
@@ -329,23 +333,31 @@ def _newton_step(
         return vech(jac(pre(unvech(np.asarray(y).ravel(), d))))
 
     count = [0]
+    left = [1.0]  # the residual left, relative to the right side (GMRES's own estimate)
 
-    def cb(_: Any) -> None:
+    def cb(r: Any) -> None:
         count[0] += 1
+        left[0] = float(r)
 
     op = LinearOperator((n, n), matvec=matvec, dtype=float)
     # Inexact Newton with forcing term ~ the residual keeps the convergence quadratic.
     eta = min(1e-4, max(1e-14, 0.1 * rel))
-    y, info = gmres(
-        op,
-        rhs,
-        rtol=eta,
-        atol=0.0,
-        restart=min(n, _GMRES_RESTART),
-        maxiter=_GMRES_RESTARTS,
-        callback=cb,
-        callback_type="pr_norm",
-    )
+    y, info, before = np.zeros_like(rhs), 1, 1.0
+    for _cycle in range(_GMRES_RESTARTS):
+        y, info = gmres(
+            op,
+            rhs,
+            x0=y,
+            rtol=eta,
+            atol=0.0,
+            restart=min(n, _GMRES_RESTART),
+            maxiter=1,
+            callback=cb,
+            callback_type="pr_norm",
+        )
+        if info <= 0 or not np.all(np.isfinite(y)) or left[0] > _GMRES_STAGNATION * before:
+            break
+        before = left[0]
     if info < 0 or not np.all(np.isfinite(y)):
         raise SolverError(f"Newton: GMRES failed (info {info})", stats={"cause": "singular"})
     if not pre.ok:

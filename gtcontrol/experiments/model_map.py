@@ -73,7 +73,7 @@ from .._validation import as_positive_float, as_positive_int, as_seed
 from .._version import __version__
 from ..analysis.blowup import blowup_analysis
 from ..analysis.equilibria import mean_matrix, riccati_form_of
-from ..analysis.newton import NewtonSettings, newton_equilibrium
+from ..analysis.newton import NewtonResult, NewtonSettings, newton_equilibrium
 from ..analysis.regimes import analyze
 from ..analysis.stability import LinearizationSpectrum, linearization_spectrum
 from ..control.stabilization import Stabilization, stabilize
@@ -118,10 +118,12 @@ REGIME_SECONDS = 5.0
 NEWTON_SECONDS = 10.0
 #: Outside the Riccati class, analyze's long-run verdict is attempted up to this dimension.
 _VERDICT_MAX_DIM = 8
-#: The flows from the identity and the data: tolerance and records. The blow-up time is
-#: extrapolated from 1/λ_max, near-linear at the singularity, so it needs no tight steps
-#: (docs/benchmarks.md, "The model map"); the records draw λ_max.
-_FLOW_RTOL = 1e-6
+#: The flows from the identity and the data: method, tolerance and records. The blow-up time
+#: is extrapolated from 1/λ_max, near-linear at the singularity, so it needs no tight steps,
+#: and RK45 is the cheaper pair at loose tolerances (docs/benchmarks.md, "The model map");
+#: the records draw λ_max.
+_FLOW_METHOD = "RK45"
+_FLOW_RTOL = 1e-4
 _FLOW_POINTS = 20
 #: Tolerance of the stabilized layer's flow from the identity (a figure and a distance, two
 #: significant digits; the stabilization's own verification runs at 1e-7), by RK45: the
@@ -131,8 +133,10 @@ _AFTER_RTOL = 1e-3
 #: allow (:func:`~gtcontrol._jobs.concurrently`): below, they are bound by the interpreter, and
 #: threads would only share it (and slow a time-capped verdict into an undecided one).
 _SIDE_BY_SIDE_DIM = 64
-#: Newton's tolerance on the relative residual (the spectrum needs ``≤ 1e-8``).
+#: Newton's tolerance on the relative residual (the spectrum needs ``≤ 1e-8``), and its
+#: iterations.
 _NEWTON_TOL = 1e-10
+_NEWTON_MAX_ITER = 30
 #: Two Newton roots closer than this (relative Frobenius) are one equilibrium.
 _SAME_ROOT = 1e-6
 
@@ -493,9 +497,10 @@ def _regime(
     verdict where it can decide (within :data:`REGIME_SECONDS`); the trajectory integrated.
 
     In the Riccati class the search is :func:`gtcontrol.blowup_analysis` (certified); outside
-    it (every extracted layer: the affine coordinate is frozen) one factor-form integration
-    at ``rtol`` :data:`_FLOW_RTOL` gives the blow-up time and, from its last record (where the
-    blow-up was detected), the head shares.
+    it (every extracted layer: the affine coordinate is frozen) one factor-form integration by
+    :data:`_FLOW_METHOD` at ``rtol`` :data:`_FLOW_RTOL` gives the blow-up time (an estimate:
+    the integrator's global error is not bounded) and, from its last record (where the blow-up
+    was detected), the head shares.
     """
     clock = time.perf_counter()
 
@@ -524,19 +529,30 @@ def _regime(
         found = blow.message
     else:
         traj = simulate(
-            layer, g0, T, rtol=_FLOW_RTOL, n_points=_FLOW_POINTS, time_limit=budget.left_as_limit()
+            layer,
+            g0,
+            T,
+            rtol=_FLOW_RTOL,
+            method=_FLOW_METHOD,
+            n_points=_FLOW_POINTS,
+            time_limit=budget.left_as_limit(),
         )
         if traj.status is Status.BLOWUP:
             lo, hi = traj.blowup_bracket or (traj.blowup_time, traj.blowup_time)
             why = (
-                f"the adaptive integrator (factor form, rtol {_FLOW_RTOL:g}) detected blow-up at "
-                f"T* ≈ {traj.blowup_time:.10g} in [{lo:.12g}, {hi:.12g}] ({traj.message}); "
-                "outside the Riccati class no certificate"
+                f"the adaptive integrator (factor form, {_FLOW_METHOD} at rtol {_FLOW_RTOL:g}) "
+                f"detected blow-up at T* ≈ {traj.blowup_time:.7g} ({traj.message}); the "
+                f"extrapolation of 1/λ_max puts the computed flow's singularity in "
+                f"[{lo:.10g}, {hi:.10g}], and the integrator's own error, not bounded, comes on "
+                "top; outside the Riccati class no certificate"
             )
             return regime("blowup", "none", Status.BLOWUP, traj.blowup_time, why), traj
         if traj.status is not Status.SUCCESS:
             return regime("undecided", "none", traj.status, math.nan, traj.message), traj
-        found = f"no blow-up before the depth T = {T:g} (integrator, rtol {_FLOW_RTOL:g})"
+        found = (
+            f"no blow-up before the depth T = {T:g} (integrator, {_FLOW_METHOD} at rtol "
+            f"{_FLOW_RTOL:g})"
+        )
         if layer.dim > _VERDICT_MAX_DIM:
             why = (
                 f"{found}; the long-run verdict outside the Riccati class searches every "
@@ -576,6 +592,7 @@ def _heads(
             _identity(layer.dim - 1),
             T,
             rtol=_FLOW_RTOL,
+            method=_FLOW_METHOD,
             n_points=_FLOW_POINTS,
             time_limit=budget.left_as_limit(),
         )
@@ -619,6 +636,57 @@ def _stability(spec: LinearizationSpectrum) -> tuple[str, str]:
     return ("stable" if a < 0 else "unstable"), "estimate"
 
 
+def _newton(layer: Layer, cov0: FloatArray, budget: Budget) -> tuple[NewtonResult, str]:
+    """Newton from ``cov0`` within :data:`NEWTON_SECONDS` and :data:`_NEWTON_MAX_ITER` steps,
+    given up after its first step when, at the rate of that step, the tolerance lies more
+    steps away than the run may take (``r₀ qᵏ ≤ tol`` needs ``k > max_iter``, ``q = r₁/r₀``):
+    the start is outside the region of Newton's fast convergence (at d = 384 each such step
+    costs a stagnating Krylov solve, seconds, for a few per cent of the residual). On the
+    Kronecker route (``d ≤ kron_max_dim``) a step takes milliseconds, and the run goes on.
+    Returns the run and, when given up, why."""
+    clock = time.perf_counter()
+    settings = NewtonSettings(tol=_NEWTON_TOL, max_iter=_NEWTON_MAX_ITER)
+    krylov = layer.dim - 1 > settings.kron_max_dim
+    first = newton_equilibrium(
+        layer,
+        cov0,
+        newton=replace(settings, max_iter=1) if krylov else settings,
+        time_limit=_capped(budget, NEWTON_SECONDS),
+    )
+    if not krylov:
+        return first, ""
+    hist = first.residuals
+    if first.success or first.iterations < 1 or first.status is not Status.BUDGET_EXHAUSTED:
+        return first, ""
+    q = hist[-1] / hist[0]
+    needed = math.log(_NEWTON_TOL / hist[-1]) / math.log(q) if 0.0 < q < 1.0 else math.inf
+    if needed > _NEWTON_MAX_ITER - 1:
+        why = (
+            f"its first step took the relative residual from {hist[0]:.3g} to {hist[-1]:.3g} "
+            f"({first.stats.get('gmres_iterations', 0)} Krylov products); at that rate the "
+            f"tolerance {_NEWTON_TOL:g} is {needed:.3g} steps away, past the run's "
+            f"{_NEWTON_MAX_ITER}: given up, the start being outside the region where Newton "
+            "converges fast"
+        )
+        return first, why
+    left = NEWTON_SECONDS - (time.perf_counter() - clock)
+    if left <= 0.0:
+        return first, f"its {NEWTON_SECONDS:g} s were spent by the first step"
+    more = newton_equilibrium(
+        layer,
+        first.cov,
+        newton=replace(settings, max_iter=_NEWTON_MAX_ITER - 1),
+        time_limit=_capped(budget, left),
+    )
+    joined = replace(
+        more,
+        iterations=first.iterations + more.iterations,
+        residuals=hist[:-1] + more.residuals,
+        stats={**more.stats, "seconds": time.perf_counter() - clock},
+    )
+    return joined, ""
+
+
 def _equilibrium(
     layer: Layer, start: str, cov0: FloatArray, budget: Budget
 ) -> tuple[MapEquilibrium, FloatArray | None]:
@@ -646,18 +714,13 @@ def _equilibrium(
             **(fields | kw), status=status, message=message, stats={"seconds": secs}
         )
 
-    res = newton_equilibrium(
-        layer,
-        cov0,
-        newton=NewtonSettings(tol=_NEWTON_TOL, max_iter=30),
-        time_limit=_capped(budget, NEWTON_SECONDS),
-    )
+    res, outside = _newton(layer, cov0, budget)
     resid = float(res.residuals[-1]) if res.residuals else math.nan
     if not res.success:
         status = Status.BUDGET_EXHAUSTED if budget.exhausted else Status.NOT_FOUND
         why = (
-            f"Newton from the {start} moments did not converge ({res.message}); this does not "
-            "say that no equilibrium exists"
+            f"Newton from the {start} moments did not converge ({outside or res.message}); "
+            "this does not say that no equilibrium exists"
         )
         return entry(status, why, residual=resid), None
     cov = np.asarray(res.cov)

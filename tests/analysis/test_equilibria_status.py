@@ -183,3 +183,66 @@ def test_a_lyapunov_solve_predicted_past_the_limit_is_not_started(
     assert time.perf_counter() - t0 < 5.0
     assert res.status is Status.BUDGET_EXHAUSTED
     assert "the next Lyapunov solve" in res.message
+
+
+def _stagnating_layer() -> Layer:
+    """d = 24, four random factored heads and ``A = −I/2``: from the identity, Newton's third
+    and later Krylov solves stagnate (a second restart cycle takes the linear residual only
+    from 0.0164 to 0.0151)."""
+    rng = np.random.default_rng(0)
+    d, h, k = 24, 4, 6
+    q, kk, v = (rng.standard_normal((h, k, d)) / np.sqrt(d) for _ in range(3))
+    o = rng.standard_normal((h, d, k)) / np.sqrt(k)
+    return Layer(heads=gt.FactoredHeads(q, kk, v, o), A=-0.5 * np.eye(d))
+
+
+def test_a_newton_step_ends_its_krylov_solve_at_a_stagnating_restart_cycle(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each Newton step's GMRES goes on to a next restart cycle only while the last one took
+    at least a tenth of the residual it started from. On a layer where the solves stagnate,
+    six steps spend fewer Krylov products than with every cycle run, and end no worse
+    (0.132 against 0.180 measured)."""
+    import gtcontrol.analysis.newton as newton
+
+    calls: list[tuple[bool, float, int]] = []  # (a new step, residual left, info)
+    real = newton.gmres
+
+    def spy(op, rhs, *, x0, callback, **kw):  # type: ignore[no-untyped-def]
+        left = [1.0]
+
+        def cb(r: float) -> None:
+            left[0] = float(r)
+            callback(r)
+
+        y, info = real(op, rhs, x0=x0, callback=cb, **kw)
+        calls.append((not np.any(x0), left[0], info))
+        return y, info
+
+    monkeypatch.setattr(newton, "gmres", spy)
+    settings = gt.NewtonSettings(tol=1e-10, max_iter=6)
+    layer = _stagnating_layer()
+    res = gt.newton_equilibrium(layer, np.eye(24), newton=settings)
+    steps: list[list[tuple[float, int]]] = []
+    for new, left, info in calls:
+        if new:
+            steps.append([])
+        steps[-1].append((left, info))
+    assert len(steps) == 6
+    stopped = 0
+    for cycles in steps:
+        before = 1.0
+        for i, (left, info) in enumerate(cycles):
+            last = i == len(cycles) - 1
+            if not last:  # went on: this cycle took at least a tenth, and was not converged
+                assert info > 0 and left <= newton._GMRES_STAGNATION * before
+            elif info > 0 and i < newton._GMRES_RESTARTS - 1:
+                assert left > newton._GMRES_STAGNATION * before  # ended by stagnation
+                stopped += 1
+            before = left
+    assert stopped >= 2
+    monkeypatch.setattr(newton, "gmres", real)
+    monkeypatch.setattr(newton, "_GMRES_STAGNATION", np.inf)
+    every = gt.newton_equilibrium(layer, np.eye(24), newton=settings)
+    assert res.stats["gmres_iterations"] < every.stats["gmres_iterations"]
+    assert res.residuals[-1] <= every.residuals[-1]

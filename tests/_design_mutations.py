@@ -200,7 +200,10 @@ _VALID_OPTIONS: dict[str, dict[str, list[Any]]] = {
         "discrete": [True, False],
         "tokens": [0, 30],
     },
-    "compare-tokens": {"method": ["DOP853", "RK45", "rk4", "discrete"], "steps_per_layer": [1, 3]},
+    "compare-tokens": {
+        "method": ["DOP853", "RK45", "RK23", "rk4", "discrete"],
+        "steps_per_layer": [1, 3],
+    },
     "analyze": {"T": [0.0, 5.0], "plot_T": [0.0, 2.0]},
     "filter": {"n_points": [5, 11]},
     "design": {"rate": [0.5, 2.0], "cov_rate": [0.0, 3.0], "T": [0.0, 2.0]},

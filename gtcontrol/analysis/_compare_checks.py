@@ -42,8 +42,9 @@ REFERENCE_MAX_EVALS = 10**5
 _ESS_POINTS = 64
 #: Field evaluations per step of each embedded pair and its stability interval on the negative
 #: real axis (a step never covers more than ``interval / ρ(M)`` of depth): DOP853 12 and about
-#: 6; Dormand–Prince 5(4) 6 and about 3.3 (Hairer & Wanner, *Solving ODEs II*, §IV.2).
-_PAIR_COST = {"DOP853": (12, 6.0), "RK45": (6, 3.3)}
+#: 6; Dormand–Prince 5(4) 6 and about 3.3; Bogacki–Shampine 3(2) 3 and about 2.5 (Hairer &
+#: Wanner, *Solving ODEs II*, §IV.2).
+_PAIR_COST = {"DOP853": (12, 6.0), "RK45": (6, 3.3), "RK23": (3, 2.5)}
 
 
 def _layers(ctrl: Control) -> list[Layer]:

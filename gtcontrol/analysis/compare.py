@@ -283,8 +283,8 @@ def compare_tokens(
         Seed of the token samples.
     method
         Token integrator (see :func:`gtcontrol.simulate_tokens`): ``"DOP853"``, ``"RK45"``,
-        ``"rk4"``, ``"euler"`` or ``"discrete"``. ``None``: ``"rk4"`` when ``steps_per_layer``
-        is given, else ``"DOP853"``.
+        ``"RK23"``, ``"rk4"``, ``"euler"`` or ``"discrete"``. ``None``: ``"rk4"`` when
+        ``steps_per_layer`` is given, else ``"DOP853"``.
     steps_per_layer
         Steps per layer of the fixed-step methods (``None``: the method's default).
     rtol

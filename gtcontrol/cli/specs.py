@@ -400,8 +400,8 @@ SPECS: dict[str, TaskSpec] = {
             "method": Option(
                 str,
                 "DOP853",
-                _one_of("DOP853", "RK45", "rk4", "discrete"),
-                "token integrator: DOP853 or RK45 (error-controlled), rk4, discrete",
+                _one_of("DOP853", "RK45", "RK23", "rk4", "discrete"),
+                "token integrator: DOP853, RK45 or RK23 (error-controlled), rk4, discrete",
             ),
             "steps_per_layer": Option(
                 int,

@@ -228,7 +228,7 @@ def _run_compare_tokens(design: Design, out: Path) -> dict[str, Any]:
     given = given if isinstance(given, dict) else {}
     method = o["method"] if "method" in given else None
     steps = o["steps_per_layer"] if "steps_per_layer" in given or method == "rk4" else None
-    if method in ("DOP853", "RK45") and "steps_per_layer" in given:
+    if method in ("DOP853", "RK45", "RK23") and "steps_per_layer" in given:
         raise DesignFileError(
             f"{design.source}: 'compare-tokens.steps_per_layer' is not used by method "
             f"{method!r} (an embedded pair picks its own steps); remove it"

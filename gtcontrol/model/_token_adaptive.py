@@ -2,7 +2,8 @@
 
 The default integrator of :func:`gtcontrol.model.tokens.simulate_tokens`. The whole ensemble
 ``X ∈ R^{N×d}`` is one state; each step of an explicit embedded pair (Dormand & Prince's 8(5,3)
-``"DOP853"``, 12 field evaluations per step, or 5(4) ``"RK45"``, 6) gives the new tokens and an
+``"DOP853"``, 12 field evaluations per step, 5(4) ``"RK45"``, 6, or Bogacki & Shampine's 3(2)
+``"RK23"``, 3: the cheapest at loose tolerances) gives the new tokens and an
 estimate ``e`` of the local error, measured in the weighted RMS norm
 
     q = rms(e_ij / w_ij),   w_ij = atol + rtol · max(|x_ij|, |x⁺_ij|, s),   s = rms(X),
@@ -19,7 +20,8 @@ step, whose size is only a guess).
 run's ``error_estimate``. It is the global relative error when errors are transported by the flow
 no faster than the tokens themselves (the linear part of the field shrinks or grows both alike);
 an expanding perturbation direction would amplify it. The tableaux are scipy's
-(:class:`scipy.integrate.DOP853`, :class:`scipy.integrate.RK45`; Hairer, Nørsett & Wanner,
+(:class:`scipy.integrate.DOP853`, :class:`scipy.integrate.RK45`, :class:`scipy.integrate.RK23`;
+Hairer, Nørsett & Wanner,
 *Solving Ordinary Differential Equations I*, §II.4–II.10), applied to the ``(N, d)`` array
 without flattening; nothing but the current step is stored (``13 N d`` numbers for DOP853).
 
@@ -36,7 +38,7 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy.integrate import DOP853, RK45
+from scipy.integrate import DOP853, RK23, RK45
 
 from .._status import BudgetExhausted, Status
 from ._token_integrators import DONE, RunEnd, TokenRun, all_finite, in_range, layer_source
@@ -64,7 +66,7 @@ class _Pair:
     a: AnyArray
     b: AnyArray
     c: AnyArray
-    e: AnyArray  # RK45: E; DOP853: E5
+    e: AnyArray  # RK45, RK23: E; DOP853: E5
     e3: AnyArray | None  # DOP853's third-order estimate (its error norm mixes both)
     est_order: int
 
@@ -78,6 +80,7 @@ _PAIRS = {
         "DOP853", DOP853.A, DOP853.B, DOP853.C, DOP853.E5, DOP853.E3, DOP853.error_estimator_order
     ),
     "RK45": _Pair("RK45", RK45.A, RK45.B, RK45.C, RK45.E, None, RK45.error_estimator_order),
+    "RK23": _Pair("RK23", RK23.A, RK23.B, RK23.C, RK23.E, None, RK23.error_estimator_order),
 }
 
 

@@ -42,7 +42,7 @@ from .params import Control, Schedule
 __all__: list[str] = []
 
 #: The embedded pairs (error-controlled steps) and the fixed-step methods.
-ADAPTIVE_METHODS = ("DOP853", "RK45")
+ADAPTIVE_METHODS = ("DOP853", "RK45", "RK23")
 _METHODS = (*ADAPTIVE_METHODS, "rk4", "euler", "discrete")
 _RECORDS = ("steps", "layers")
 _DTYPES = (np.dtype(np.float64), np.dtype(np.float32))
@@ -78,8 +78,8 @@ class TokenOptions:
     Attributes
     ----------
     method
-        ``"DOP853"`` or ``"RK45"`` (an embedded Runge–Kutta pair with error control on the
-        whole token ensemble, :mod:`gtcontrol.model._token_adaptive`), ``"rk4"`` (classical
+        ``"DOP853"``, ``"RK45"`` or ``"RK23"`` (an embedded Runge–Kutta pair with error control
+        on the whole token ensemble, :mod:`gtcontrol.model._token_adaptive`), ``"rk4"`` (classical
         fixed-step Runge–Kutta) or ``"euler"`` / ``"discrete"`` (the residual network
         ``x ← x + h v(x)``, Euler–Maruyama with noise). ``None``: ``"rk4"`` when
         ``steps_per_layer`` is given, else ``"DOP853"``.

@@ -191,12 +191,14 @@ def simulate_tokens(
         Horizon; optional for controls that carry their own.
     method
         ``"DOP853"`` (the default unless ``steps_per_layer`` is given; order 8, 12 field
-        evaluations per step) or ``"RK45"`` (Dormand–Prince 5(4), 6 per step; cheaper at loose
-        ``rtol``): an embedded Runge–Kutta pair with error control on the whole ensemble, error per
-        unit step, so that the accepted local errors sum to at most ``rtol`` over the horizon
-        whatever ``T`` (the default is within ~1e-6 relative of a converged integration; see
-        ``stats["error_estimate"]``). ``"rk4"``: classical RK4 with ``steps_per_layer`` fixed
-        steps (the former default; the default when ``steps_per_layer`` is given). ``"euler"`` /
+        evaluations per step), ``"RK45"`` (Dormand–Prince 5(4), 6 per step; cheaper at loose
+        ``rtol``) or ``"RK23"`` (Bogacki–Shampine 3(2), 3 per step; cheaper still at ``rtol``
+        of 1e-2 and above): an embedded Runge–Kutta pair with error control on the whole
+        ensemble, error per unit step, so that the accepted local errors sum to at most
+        ``rtol`` over the horizon whatever ``T`` (the default is within ~1e-6 relative of a
+        converged integration; see ``stats["error_estimate"]``). ``"rk4"``: classical RK4 with
+        ``steps_per_layer`` fixed steps (the former default; the default when
+        ``steps_per_layer`` is given). ``"euler"`` /
         ``"discrete"``: residual steps ``x ← x + h v(x)`` with the layer at the step midpoint,
         ``h = segment/steps_per_layer``: with ``steps_per_layer=1`` on a Schedule a real
         L-layer residual Transformer, whose moments tend to :func:`gtcontrol.simulate_discrete`

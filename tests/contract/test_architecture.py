@@ -551,7 +551,8 @@ VOCABULARY = {
     "initial": ("P0", "initial_cov", "x0_cov"),
     # how many tokens the check of a design runs (None: no check); its result a TokenCertificate
     "token_check": ("verify_tokens", "check_tokens", "token_verification"),
-    # the integrator: a scipy pair's name ("DOP853", "RK45") or a fixed-step scheme, one keyword
+    # the integrator: a scipy pair's name ("DOP853", "RK45", "RK23") or a fixed-step scheme,
+    # one keyword
     "method": ("ivp_method", "integrator", "solver_method"),
     "max_evals": ("max_evaluations", "max_rhs", "max_nfev"),  # right-hand-side evaluations
     "max_iter": ("maxiter", "max_iterations", "n_iter"),  # iterations

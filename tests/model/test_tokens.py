@@ -540,14 +540,14 @@ def test_default_stepping_is_within_1e6_of_a_converged_integration(T: float) -> 
         assert _rel(old.final_tokens, ref) > 1e-4  # measured 7e-4: the fixed stepping drifts
 
 
-def test_adaptive_error_follows_rtol_and_both_pairs_converge() -> None:
+def test_adaptive_error_follows_rtol_and_every_pair_converges() -> None:
     """On the affine schedule (exact flow known in closed form) the error falls with rtol for
-    both embedded pairs and stays below rtol (error per unit step bounds the sum)."""
+    every embedded pair and stays below rtol (error per unit step bounds the sum)."""
     rng = np.random.default_rng(31)
     sched = _affine_schedule(rng, 3)
     x = rng.standard_normal((60, 3))
     exact = _exact_affine_tokens(sched, x)
-    for pair in ("DOP853", "RK45"):
+    for pair in ("DOP853", "RK45", "RK23"):
         errs = []
         for rtol in (1e-4, 1e-6, 1e-8):
             tr = simulate_tokens(sched, x, method=pair, rtol=rtol)
@@ -563,7 +563,7 @@ def test_adaptive_tableaux_satisfy_the_quadrature_order_conditions() -> None:
     (independent check that the stages are the published pairs)."""
     from gtcontrol.model._token_adaptive import _PAIRS
 
-    for pair, order in ((_PAIRS["DOP853"], 8), (_PAIRS["RK45"], 5)):
+    for pair, order in ((_PAIRS["DOP853"], 8), (_PAIRS["RK45"], 5), (_PAIRS["RK23"], 3)):
         for k in range(1, order + 1):
             assert abs(float(pair.b @ pair.c ** (k - 1)) - 1.0 / k) < 1e-14, (pair.name, k)
         np.testing.assert_allclose(pair.a.sum(axis=1), pair.c, atol=1e-14)  # row sums = nodes
@@ -709,3 +709,23 @@ def test_tokens_that_leave_the_range_stop_with_overflow() -> None:
         # every recorded state is a valid Gaussian (it used to raise past 1e150)
         assert np.max(np.abs(tr.cov)) <= 1e150
         tr.final, tr.empirical(0)
+
+
+def test_bogacki_shampine_takes_three_evaluations_a_step() -> None:
+    """RK23 (first same as last): 3 field evaluations per step tried, plus a few to start each
+    piece of the schedule; its error estimate is of order 2 (the propagated solution of order
+    3), and the affine flow ends within its rtol."""
+    from gtcontrol.model._token_adaptive import _PAIRS
+
+    pair = _PAIRS["RK23"]
+    assert pair.stages == 3 and pair.est_order == 2
+    rng = np.random.default_rng(33)
+    sched = _affine_schedule(rng, 3)
+    x = rng.standard_normal((40, 3))
+    tr = simulate_tokens(sched, x, method="RK23", rtol=1e-6)
+    steps, rejected = tr.stats["steps"], tr.stats["rejected"]
+    # one evaluation to start each of the schedule's pieces and for each initial step guess
+    assert (
+        3 * (steps + rejected) <= tr.stats["nfev"] <= 3 * (steps + rejected) + 4 * len(sched.layers)
+    )
+    assert _rel(tr.final_tokens, _exact_affine_tokens(sched, x)) < 1e-6

@@ -450,7 +450,8 @@ class TokenCertificate(ResultFields, Outcome):
     T
         Depth of the token simulation.
     steps
-        Fixed RK4 steps, or the accepted steps of an embedded pair (``"RK45"``, ``"DOP853"``).
+        Fixed RK4 steps, or the accepted steps of an embedded pair (``"RK23"``, ``"RK45"``,
+        ``"DOP853"``).
     initial
         The Gaussian the tokens were sampled from.
     w2
@@ -706,9 +707,9 @@ def design_token_certificate(
         ``λ = ‖K*‖₂ + max(‖M(Σ0)‖₂, ‖M(Σ*)‖₂)`` (``h λ ≤ 1``; the tests check that halving
         the step changes ``w2`` by less than 1e-4 of the floor).
     method
-        ``"rk4"`` (default): fixed steps. ``"RK45"`` or ``"DOP853"``: that embedded Runge–Kutta
-        pair of :func:`gtcontrol.simulate_tokens` (RK45 is the cheaper at the loose tolerances
-        of a check), whose error control also finds the steps a stiff
+        ``"rk4"`` (default): fixed steps. ``"RK23"``, ``"RK45"`` or ``"DOP853"``: that embedded
+        Runge–Kutta pair of :func:`gtcontrol.simulate_tokens` (the lower the order, the cheaper
+        at the loose tolerances of a check), whose error control also finds the steps a stiff
         token field needs (a finite-N stiffness the moment model does not show, e.g. a softmax
         head of large gain); ``steps`` is then the number of accepted steps. It is capped at
         three times the field evaluations of the RK4 rule below: a run that needs more (tokens

@@ -162,8 +162,9 @@ def stabilize(
         ``N`` (``≥ 2``): also drive ``N`` real tokens from the first initial (default starts:
         from the perturbed target) with the stabilized layer
         (:func:`gtcontrol.design_token_certificate`, in float32), beside the verifying
-        simulations, by an error-controlled RK45 (``rtol = 1e-2``, capped at three times the
-        evaluations of the RK4 rule; a large gauge ``s`` makes the token field stiff);
+        simulations, by an error-controlled Dormand–Prince 5(4) pair (``rtol = 1e-2``,
+        capped at three times the evaluations of the RK4 rule; a large gauge ``s`` makes the
+        token field stiff);
         required: ``W2 ≤ 2 ×`` the sampling floor; the run stops (and fails) at the first of
         the depths ``T/16, T/8, …`` where W2 exceeds 10 floors. Their depth is ``T``, or by
         default the verification's rule applied to their start alone. The given layer's tokens,

@@ -27,7 +27,9 @@ __all__ = ["TokenRuns"]
 #: Seconds a wait for the background run may last past the call's deadline
 #: (:meth:`TokenRuns.wait`).
 _GRACE = 0.25
-#: Tolerance of the stabilized layer's token run (RK45, :meth:`TokenRuns.check`).
+#: Pair and tolerance of the stabilized layer's token run (:meth:`TokenRuns.check`). Not the
+#: cheaper third-order pair: on tokens that run away its steps collapse (docs/benchmarks.md).
+_TOKEN_METHOD = "RK45"
 _TOKEN_RTOL = 1e-2
 #: Both token runs stop once their W2 is this many sampling floors (five times the two the
 #: check allows). The stabilized layer's has failed by then, and its tokens, held off the
@@ -92,10 +94,13 @@ class TokenRuns:
     def check(
         self, final: Layer, n_tok: int, t_end: float, cancel: threading.Event | None = None
     ) -> TokenCertificate | None:
-        """The stabilized layer's token check, by an error-controlled RK45: a large gauge ``s``
-        makes the token field stiff where the moment model is not, and a fixed-step RK4 at the
-        norm rule's steps can diverge there. Its ``rtol = 1e-2`` of the tokens' scale is two
-        orders below the floor's ``~N^(-1/2)`` (docs/benchmarks.md). It stops at the first of
+        """The stabilized layer's token check, by an error-controlled pair (Dormand–Prince
+        5(4), :data:`_TOKEN_METHOD`): a large gauge ``s`` makes the token field stiff where the
+        moment model is not, and a fixed-step RK4 at the norm rule's steps can diverge there.
+        Its ``rtol = 1e-2`` bounds the accumulated local errors at 1e-2 of the tokens' scale,
+        so the W2 they can move is about ``√2 · 1e-2`` of the tokens' RMS norm, a tenth of the
+        sampling floor at N = 1024 and d = 384 (where the floor is 0.19 of that norm;
+        docs/benchmarks.md). It stops at the first of
         ``T/16, T/8, …, T`` where the tokens are :data:`_AWAY` × the floor away (and then
         fails). Setting ``cancel`` ends it at its next field evaluation (``c`` is about to
         grow)."""
@@ -142,7 +147,7 @@ class TokenRuns:
             n_tokens=n_tok,
             initial=self.plan.token_start,
             T=depth,
-            method="RK45" if adaptive else "rk4",
+            method=_TOKEN_METHOD if adaptive else "rk4",
             rtol=_TOKEN_RTOL if adaptive else None,
             seed=self.plan.seed,
             min_token_ess=0.0,

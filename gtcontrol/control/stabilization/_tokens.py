@@ -98,8 +98,8 @@ class TokenRuns:
         5(4), :data:`_TOKEN_METHOD`): a large gauge ``s`` makes the token field stiff where the
         moment model is not, and a fixed-step RK4 at the norm rule's steps can diverge there.
         Its ``rtol = 1e-2`` bounds the accumulated local errors at 1e-2 of the tokens' scale,
-        so the W2 they can move is about ``√2 · 1e-2`` of the tokens' RMS norm, a tenth of the
-        sampling floor at N = 1024 and d = 384 (where the floor is 0.19 of that norm;
+        so the W2 they can move is about ``√2 · 1e-2`` of the tokens' RMS norm, under a tenth
+        of the sampling floor at N = 1024 and d = 384 (where the floor is 0.19 of that norm;
         docs/benchmarks.md). It stops at the first of
         ``T/16, T/8, …, T`` where the tokens are :data:`_AWAY` × the floor away (and then
         fails). Setting ``cancel`` ends it at its next field evaluation (``c`` is about to

@@ -636,28 +636,35 @@ def _stability(spec: LinearizationSpectrum) -> tuple[str, str]:
     return ("stable" if a < 0 else "unstable"), "estimate"
 
 
-def _newton(layer: Layer, cov0: FloatArray, budget: Budget) -> tuple[NewtonResult, str]:
+def _newton(layer: Layer, cov0: FloatArray, budget: Budget) -> tuple[NewtonResult, str, bool]:
     """Newton from ``cov0`` within :data:`NEWTON_SECONDS` and :data:`_NEWTON_MAX_ITER` steps,
     given up after its first step when, at the rate of that step, the tolerance lies more
     steps away than the run may take (``r₀ qᵏ ≤ tol`` needs ``k > max_iter``, ``q = r₁/r₀``):
     the start is outside the region of Newton's fast convergence (at d = 384 each such step
     costs a stagnating Krylov solve, seconds, for a few per cent of the residual). On the
     Kronecker route (``d ≤ kron_max_dim``) a step takes milliseconds, and the run goes on.
-    Returns the run and, when given up, why."""
+    Returns the run, why it was given up (``""``: it was not) and whether the row's time
+    limit, not the run's own cap, ended it."""
     clock = time.perf_counter()
     settings = NewtonSettings(tol=_NEWTON_TOL, max_iter=_NEWTON_MAX_ITER)
     krylov = layer.dim - 1 > settings.kron_max_dim
-    first = newton_equilibrium(
-        layer,
-        cov0,
-        newton=replace(settings, max_iter=1) if krylov else settings,
-        time_limit=_capped(budget, NEWTON_SECONDS),
-    )
-    if not krylov:
-        return first, ""
+
+    def run(start: FloatArray, max_iter: int, cap: float) -> tuple[NewtonResult, bool]:
+        binding = budget.remaining() < cap  # the row's deadline comes before the run's cap
+        res = newton_equilibrium(
+            layer,
+            start,
+            newton=replace(settings, max_iter=max_iter),
+            time_limit=_capped(budget, cap),
+        )
+        return res, binding and res.stats.get("termination") == "time_limit"
+
+    first, cut = run(cov0, 1 if krylov else _NEWTON_MAX_ITER, NEWTON_SECONDS)
     hist = first.residuals
-    if first.success or first.iterations < 1 or first.status is not Status.BUDGET_EXHAUSTED:
-        return first, ""
+    if not krylov or first.success or first.iterations < 1 or cut:
+        return first, "", cut
+    if first.status is not Status.BUDGET_EXHAUSTED:
+        return first, "", False
     q = hist[-1] / hist[0]
     needed = math.log(_NEWTON_TOL / hist[-1]) / math.log(q) if 0.0 < q < 1.0 else math.inf
     if needed > _NEWTON_MAX_ITER - 1:
@@ -668,23 +675,18 @@ def _newton(layer: Layer, cov0: FloatArray, budget: Budget) -> tuple[NewtonResul
             f"{_NEWTON_MAX_ITER}: given up, the start being outside the region where Newton "
             "converges fast"
         )
-        return first, why
+        return first, why, False
     left = NEWTON_SECONDS - (time.perf_counter() - clock)
     if left <= 0.0:
-        return first, f"its {NEWTON_SECONDS:g} s were spent by the first step"
-    more = newton_equilibrium(
-        layer,
-        first.cov,
-        newton=replace(settings, max_iter=_NEWTON_MAX_ITER - 1),
-        time_limit=_capped(budget, left),
-    )
+        return first, f"its {NEWTON_SECONDS:g} s were spent by the first step", False
+    more, cut = run(np.asarray(first.cov), _NEWTON_MAX_ITER - 1, left)
     joined = replace(
         more,
         iterations=first.iterations + more.iterations,
         residuals=hist[:-1] + more.residuals,
         stats={**more.stats, "seconds": time.perf_counter() - clock},
     )
-    return joined, ""
+    return joined, "", cut
 
 
 def _equilibrium(
@@ -714,10 +716,10 @@ def _equilibrium(
             **(fields | kw), status=status, message=message, stats={"seconds": secs}
         )
 
-    res, outside = _newton(layer, cov0, budget)
+    res, outside, cut = _newton(layer, cov0, budget)
     resid = float(res.residuals[-1]) if res.residuals else math.nan
     if not res.success:
-        status = Status.BUDGET_EXHAUSTED if budget.exhausted else Status.NOT_FOUND
+        status = Status.BUDGET_EXHAUSTED if cut or budget.exhausted else Status.NOT_FOUND
         why = (
             f"Newton from the {start} moments did not converge ({outside or res.message}); "
             "this does not say that no equilibrium exists"

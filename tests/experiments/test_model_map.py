@@ -270,7 +270,8 @@ def test_map_gives_newton_up_when_its_first_step_projects_past_the_cap() -> None
     """At the first step's rate (0.413/0.456) the tolerance 1e-10 is ~220 steps away, past
     the run's 30: one step, then NOT_FOUND with the projection in the row's words."""
     layer = _slow_newton_layer()
-    res, why = _newton(layer, np.eye(24), Budget(None))
+    res, why, cut = _newton(layer, np.eye(24), Budget(None))
+    assert not cut
     assert res.iterations == 1 and len(res.residuals) == 2
     assert res.residuals[1] / res.residuals[0] > 0.8
     assert "given up" in why and "steps away, past the run's 30" in why
@@ -288,7 +289,8 @@ def test_map_newton_goes_on_after_a_first_step_that_converges_fast() -> None:
     from _planted import planted_case
 
     case = planted_case(4, 20, "stable", 0.3)
-    res, why = _newton(case.layer(), case.start, Budget(None))
+    res, why, cut = _newton(case.layer(), case.start, Budget(None))
+    assert not cut
     assert why == "" and res.status is Status.SUCCESS
     assert res.iterations == len(res.residuals) - 1 >= 2
     assert res.residuals[0] == pytest.approx(
@@ -300,6 +302,35 @@ def test_map_newton_goes_on_after_a_first_step_that_converges_fast() -> None:
     )
     assert all(b < a for a, b in zip(res.residuals, res.residuals[1:], strict=False))
     np.testing.assert_allclose(res.cov, case.S, rtol=0, atol=1e-8 * np.linalg.norm(case.S))
+
+
+@pytest.mark.parametrize(("predicted", "limit"), [(False, 0.05), (True, 1.0)])
+def test_a_newton_run_the_row_deadline_ends_is_budget_exhausted_not_a_miss(
+    predicted: bool, limit: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """d = 256, four random factored heads, a row whose deadline comes before Newton's own
+    10 s: a run that the deadline ends is BUDGET_EXHAUSTED, the search cut, not a miss. Either
+    at the deadline (0.05 s: no first step of 60 Krylov products fits), or at once when the
+    next Lyapunov solve is predicted past it (a prediction of 10⁹ × the Schur form's time; the
+    row then still had most of its second, and its own budget was not yet spent)."""
+    import gtcontrol.analysis.newton as newton
+
+    if predicted:
+        monkeypatch.setattr(newton, "_SOLVE_PER_SCHUR", 1e9)
+    rng = np.random.default_rng(7)
+    d, h, k = 256, 4, 16
+    q, kk, v = (0.5 * rng.standard_normal((h, k, d + 1)) / np.sqrt(d) for _ in range(3))
+    o = rng.standard_normal((h, d + 1, k)) / np.sqrt(k)
+    o[:, -1, :] = 0.0
+    layer = Layer(heads=gt.FactoredHeads(q, kk, v, o))
+    start = np.diag(np.append(np.ones(d), 0.0))
+    clock = time.perf_counter()
+    entry, cov = _equilibrium(layer, "identity", start, Budget(limit))
+    spent = time.perf_counter() - clock
+    assert spent <= limit + 1.0
+    assert entry.status is Status.BUDGET_EXHAUSTED and cov is None, entry.message
+    if predicted:
+        assert "the next Lyapunov solve" in entry.message and spent < 0.9
 
 
 def test_map_keeps_its_time_limit_and_names_what_was_cut() -> None:

@@ -55,10 +55,19 @@ def residual(plan: Plan, layer: Layer) -> tuple[float, float]:
     return residual_parts(layer, plan.target.mean, plan.target.cov)
 
 
+def _at_target(
+    plan: Plan, layer: Layer
+) -> tuple[tuple[float, float], LinearizationSpectrum | None]:
+    """The target's residuals under ``layer`` (:func:`residual`) and, when the target is not
+    an equilibrium of the layer to the design's rounding (:attr:`~._plan.Plan.residual_bound`),
+    a ``FAILED`` spectrum that says so (``None`` when it is)."""
+    res = residual(plan, layer)
+    return res, _off_equilibrium(plan, res)
+
+
 def _off_equilibrium(plan: Plan, residual: tuple[float, float]) -> LinearizationSpectrum | None:
-    """A ``FAILED`` spectrum when the target is not an equilibrium of the layer to the
-    design's rounding (:attr:`~._plan.Plan.residual_bound`), with the ``residual``; ``None``
-    when it is."""
+    """A ``FAILED`` spectrum when ``residual`` is above the design's rounding bound, else
+    ``None``."""
     if max(residual) <= plan.residual_bound:
         return None
     message = (
@@ -96,8 +105,7 @@ def spectrum(
 ) -> LinearizationSpectrum:
     """The linearization's spectrum of ``layer`` at the target (``FAILED`` when the target
     is not its equilibrium to the design's rounding)."""
-    res = residual(plan, layer)
-    off = _off_equilibrium(plan, res)
+    res, off = _at_target(plan, layer)
     if off is not None:
         return off
     return spectrum_on_basis(
@@ -130,8 +138,7 @@ def shifted(
     when the identity does not hold. At d = 385 a new Krylov run took 3–34 s a row."""
     if base.method != "krylov" or base.status is not Status.SUCCESS:
         return None
-    res = residual(plan, layer)
-    off = _off_equilibrium(plan, res)
+    res, off = _at_target(plan, layer)
     if off is not None:
         return off
     return shifted_spectrum(

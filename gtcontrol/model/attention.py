@@ -234,8 +234,13 @@ class Workspace:
             self._torch_softmax = TorchSoftmax(torch, n, block_size, self.dtype)
             plan = self._torch_softmax.plan
         else:
-            # larger tiles when no GEMM of a tile can be threaded by BLAS (CPU_SINGLE_TILE)
-            plan = tile_plan(n, block_size, single_threaded_blas=blas_single_threaded())
+            # larger tiles when no GEMM of a tile can be threaded by BLAS (CPU_SINGLE_TILE);
+            # BLAS is asked (milliseconds: threadpoolctl scans the loaded libraries) only when
+            # the two plans differ, not for a short sequence that one tile holds either way
+            plan = tile_plan(n, block_size)
+            single = tile_plan(n, block_size, single_threaded_blas=True)
+            if single != plan and blas_single_threaded():
+                plan = single
         self.plan = plan
         self.block = plan.rows
         self.key_block = plan.cols

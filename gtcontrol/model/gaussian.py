@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from .._display import Axes, Displayable, SummaryItems
-from .._linalg import RANK_RTOL, SYM_RTOL, FloatArray, psd_factor, sym
+from .._linalg import RANK_RTOL, SYM_RTOL, FloatArray, sym
 from .._validation import (
     MAX_DIM,
     MAX_SAMPLES,
@@ -170,6 +170,12 @@ class Gaussian(Displayable):
         w, u = self._eig
         return (u * np.sqrt(w)) @ u.T
 
+    def _factor(self) -> FloatArray:
+        """``S = U diag(√w)`` with ``S Sᵀ = Σ``, from the eigen-decomposition made when built."""
+        w, u = self._eig
+        factor: FloatArray = u * np.sqrt(w)
+        return factor
+
     def sample(self, n: int, *, seed: np.random.Generator | int | None = None) -> FloatArray:
         """Draw ``n`` samples, shape ``(n, d)``; degenerate covariances stay on their support.
 
@@ -227,8 +233,7 @@ class Gaussian(Displayable):
             If ``other`` is not a Gaussian of the same dimension.
         """
         self._check_same_dim(other, "other")
-        s0 = psd_factor(self.cov)
-        s1 = psd_factor(other.cov)
+        s0, s1 = self._factor(), other._factor()
         p, _, wt = np.linalg.svd(s1.T @ s0)
         diff = s0 - s1 @ (p @ wt)
         dm = self.mean - other.mean

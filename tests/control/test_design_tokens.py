@@ -281,7 +281,7 @@ def test_finite_n_options_are_validated() -> None:
     with pytest.raises(InvalidParametersError, match="dtype"):
         design_token_certificate(res.layer, res.target, dtype=np.int64)
     with pytest.raises(InvalidParametersError, match="stop_factor"):
-        design_token_certificate(res.layer, res.target, stop_factor=2.0)  # = w2_factor
+        design_token_certificate(res.layer, res.target, stop_factor=1.5)  # < w2_factor
     with pytest.raises(InvalidParametersError, match="n_points"):
         design_token_certificate(res.layer, res.target, stop_factor=10.0, n_points=5)
 
@@ -313,6 +313,21 @@ def test_stop_factor_stops_at_the_first_doubling_depth_past_the_factor() -> None
     )
     assert tc.steps == 8 and whole.floor == tc.floor
     assert abs(whole.w2 - tc.w2) <= 1e-12 * tc.w2
+
+
+def test_stop_factor_at_w2_factor_requires_the_bound_at_every_checked_depth() -> None:
+    """``stop_factor = w2_factor`` asks ``W2 ≤ 2 ×`` the floor at each of ``T/16, T/8, …, T``
+    (as :func:`gtcontrol.stabilize`'s token check does): the expanding layer's tokens are
+    between 2 and 10 floors away at ``T/16``, so this run stops, failed, there, where a run
+    that stops at 10 floors goes on to ``T/8``."""
+    layer, target = _expanding()
+    same = {"n_tokens": 256, "initial": target, "T": 8.0, "seed": 3}
+    strict = design_token_certificate(layer, target, stop_factor=2.0, **same)
+    assert strict.status is Status.INFEASIBLE and strict.T == 0.5
+    assert "stopped at depth 0.5 of 8" in strict.message and "W2 > 2 × floor" in strict.message
+    assert 2.0 * strict.floor < strict.w2 <= 10.0 * strict.floor
+    loose = design_token_certificate(layer, target, stop_factor=10.0, **same)
+    assert loose.T == 1.0 and loose.w2 > 10.0 * loose.floor
 
 
 def test_stop_factor_run_cut_by_the_time_limit_is_an_answer() -> None:

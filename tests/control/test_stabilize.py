@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import threading
 import time
 from typing import Any
@@ -1311,6 +1312,16 @@ def test_a_token_check_failed_at_the_rate_alone_doubles_the_design_rate() -> Non
     # tokens' start (the perturbed target), the given layer's tokens keep the rate-1 depth
     e0 = _start_error(res.starts[-1], target)
     assert tc.T == pytest.approx((math.log(e0 / 1e-6) + 3.0) / 2.0, rel=1e-12)
+    # W2 ≤ 2 floors is required at each of T/16, T/8, …, T: the rate-1 tokens stopped, failed,
+    # at the first of those depths where it did not hold, before their depth T
+    failed_at = re.search(
+        r"at design rate 1 \(c = [^)]*\) W2 [0-9.]+ at depth ([0-9.]+)", res.message
+    )
+    assert failed_at is not None
+    t_rate1 = math.log(e0 / 1e-6) + 3.0
+    assert float(failed_at.group(1)) in [
+        pytest.approx(t_rate1 / 2**k, rel=1e-3) for k in (1, 2, 3, 4)
+    ]
     given = res.untouched_tokens
     assert given is not None
     assert given.T <= (math.log(e0 / 1e-6) + 3.0) * (1 + 1e-12)
@@ -1325,7 +1336,7 @@ def test_a_token_check_failed_at_the_rate_alone_doubles_the_design_rate() -> Non
         "min_token_ess": 0.0,
         "n_points": 2,
         "dtype": np.float32,
-        "stop_factor": 10.0,
+        "stop_factor": 2.0,
     }
     first = gt.design_token_certificate(alone.layer, target, **same)
     assert not first.success and first.w2 > 2.0 * first.floor

@@ -271,3 +271,24 @@ def test_equilibria_work_cap_bounds_a_large_factored_search() -> None:
     assert res.stats["max_work"] <= res.stats["work_flops"] <= 2e9 + 30 * d**3 + 1e6
     with pytest.raises(gt.InvalidParametersError, match="max_work"):
         gt.equilibria(layer, max_work=-1.0)
+
+
+def test_a_copy_of_a_factored_layer_rebuilds_its_dense_heads_instead_of_carrying_them() -> None:
+    """The dense pairs of factored heads are a cache (``Layer.heads``): a pickled copy (a Dask
+    worker's result, a map row on disk) holds the factors alone, ``d / (2 d_head)`` times
+    smaller than the pairs, and rebuilds the same read-only pairs on first use."""
+    import copy
+    import pickle
+
+    rng = np.random.default_rng(7)
+    d, h, dh = 128, 4, 4
+    layer = Layer.from_projections(*_weights(rng, d, h, dh), n_heads=h)
+    pairs = layer.heads  # the cache: 2 h d² numbers, 1 MiB
+    blob = pickle.dumps(layer)
+    assert len(blob) < 8 * (2 * h * d * d) / 2  # A and the factors (with their stacked copies)
+    for clone in (pickle.loads(blob), copy.deepcopy(layer)):
+        again = clone.heads
+        assert len(again) == h
+        for (v, b), (v2, b2) in zip(pairs, again, strict=True):
+            assert _rel(v2, v) <= 1e-15 and _rel(b2, b) <= 1e-15
+            assert not (v2.flags.writeable or b2.flags.writeable)

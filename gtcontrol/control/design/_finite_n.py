@@ -573,10 +573,10 @@ class _TokenCheckOptions:
             )
         as_positive_int("floor_samples", self.floor_samples, maximum=_MAX_FLOOR_SAMPLES)
         if self.stop_factor is not None:
-            if not as_positive_float("stop_factor", self.stop_factor) > self.w2_factor:
+            if not as_positive_float("stop_factor", self.stop_factor) >= self.w2_factor:
                 raise InvalidParametersError(
-                    f"stop_factor: expected a number above w2_factor = {self.w2_factor:g} (a "
-                    f"run stopped there must fail the check), got {self.stop_factor!r}"
+                    f"stop_factor: expected a number at least w2_factor = {self.w2_factor:g} "
+                    f"(a run stopped there must fail the check), got {self.stop_factor!r}"
                 )
             if self.n_points not in (None, 2):
                 raise InvalidParametersError(
@@ -735,9 +735,11 @@ def design_token_certificate(
         For a layer expected to send the tokens away (e.g. the unstable layer a design
         replaces): the run goes to ``T/16, T/8, …, T``, each stretch continuing from the
         tokens the last one reached, and stops at the first of these depths where
-        ``w2 > stop_factor · floor`` (above ``w2_factor``, so such a run fails the check). It
+        ``w2 > stop_factor · floor`` (at least ``w2_factor``, so such a run fails the check). It
         costs the depth the tokens need to leave, not ``T``; ``T`` of the result is the depth
-        reached, and the ESS is checked at the start and there. ``None`` (default): to ``T``.
+        reached, and the ESS is checked at the start and there. ``stop_factor = w2_factor``
+        requires ``w2 ≤ w2_factor · floor`` at each of these depths, not only at ``T``.
+        ``None`` (default): to ``T``.
     dtype
         Working precision of the token arithmetic, ``numpy.float64`` (default) or
         ``numpy.float32`` (about twice as fast; its rounding, ``~1e-7`` relative per step, is

@@ -557,7 +557,7 @@ def _token_valid(
         and res.token_certificate.status not in (Status.SUCCESS, Status.BUDGET_EXHAUSTED)
     ):
         tc = res.token_certificate
-        trail.append(f"at design rate {rho:g} (c = {res.c:.6g}) W2 {tc.w2:.4g}")
+        trail.append(f"at design rate {rho:g} (c = {res.c:.6g}) W2 {tc.w2:.4g} at depth {tc.T:.4g}")
         rho *= 2.0
         tries += 1
         c = max(res.c, _head_c(ctx, base, rho)[1])

@@ -165,8 +165,8 @@ def stabilize(
         simulations, by an error-controlled Dormand–Prince 5(4) pair (``rtol = 1e-2``,
         capped at three times the evaluations of the RK4 rule; a large gauge ``s`` makes the
         token field stiff);
-        required: ``W2 ≤ 2 ×`` the sampling floor; the run stops (and fails) at the first of
-        the depths ``T/16, T/8, …`` where W2 exceeds 10 floors. Their depth is ``T``, or by
+        required: ``W2 ≤ 2 ×`` the sampling floor at each of the depths ``T/16, T/8, …, T``;
+        the run stops (and fails) at the first where it does not. Their depth is ``T``, or by
         default the verification's rule applied to their start alone. The given layer's tokens,
         from the same start and seed, are reported beside them: they run to depths ``T/16,
         T/8, …, T`` and stop at the first where they are 10 sampling floors away or out of

@@ -37,11 +37,23 @@ __all__ = [
     "save_figure",
 ]
 
-#: The docstring entries every figure function shares (spliced in by `_docstring.fill`).
+_PATH_DOC = "path\n    Where to write the PNG (``None``: not saved)."
+_AX_DOC = "ax\n    The Axes to draw on; ``None``: a new figure."
+#: ``title`` as :func:`finish` (or the Axes itself) draws it: skipped when empty, no mathtext.
+_TITLE_DOC = (
+    "title\n    {} title (none when empty), drawn as plain text (no mathtext: a ``$`` is a "
+    "dollar sign)."
+)
+
+#: The docstring entries every figure function shares (spliced in by `_docstring.fill`);
+#: ``one_axes``: ``path, ax, title``, which a one-Axes figure function takes together.
 FIGURE_DOCS = {
-    "path": "path\n    Where to write the PNG (``None``: not saved).",
-    "ax": "ax\n    The Axes to draw on; ``None``: a new figure.",
+    "path": _PATH_DOC,
+    "ax": _AX_DOC,
     "axes_returned": "Returns\n-------\nmatplotlib.axes.Axes\n    The Axes drawn on.",
+    "figure_title": _TITLE_DOC.format("Figure"),
+    "axes_title": _TITLE_DOC.format("Axes"),
+    "one_axes": "\n".join((_PATH_DOC, _AX_DOC, _TITLE_DOC.format("Axes"))),
 }
 
 
@@ -301,10 +313,7 @@ def plot_convergence(
         The token counts ``N``.
     errors
         Error curves by label, one value per ``N``.
-    %(path)s
-    %(ax)s
-    title
-        Axes title, drawn as plain text (no mathtext: a `$` is a dollar sign).
+    %(one_axes)s
 
     %(axes_returned)s
 

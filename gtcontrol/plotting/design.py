@@ -54,8 +54,7 @@ def plot_design_convergence(
         Two Axes to draw on (mean, covariance); ``None``: a new figure.
     rate, cov_rate
         Reference rates of the mean and the covariance (positive; ``None``: no line).
-    title
-        Figure title, drawn as plain text.
+    %(figure_title)s
 
     Returns
     -------
@@ -113,8 +112,7 @@ def plot_filter_covariance(
         Two Axes to draw on; ``None``: a new figure.
     steady
         The filter's steady state, drawn dotted.
-    title
-        Figure title, drawn as plain text.
+    %(figure_title)s
 
     Returns
     -------
@@ -169,8 +167,7 @@ def plot_stabilization(
         The certified rate (positive; dotted line).
     blowup
         The given layer's blow-up depth, if any.
-    title
-        Figure title, drawn as plain text.
+    %(figure_title)s
 
     Returns
     -------

@@ -63,8 +63,7 @@ def plot_steering_moments(
         Three Axes to draw on; ``None``: a new figure.
     breakpoints
         Layer switches ``0, h, ..., T`` (e.g. ``schedule.breakpoints``); the inner ones are drawn.
-    title
-        Figure title (none when empty), drawn as plain text (no mathtext).
+    %(figure_title)s
 
     Returns
     -------
@@ -107,10 +106,7 @@ def plot_parameter_norms(
     ----------
     schedule
         The layers (e.g. ``SteeringResult.controls``).
-    %(path)s
-    %(ax)s
-    title
-        Axes title (none when empty), drawn as plain text (no mathtext).
+    %(one_axes)s
 
     %(axes_returned)s
 
@@ -171,8 +167,7 @@ def plot_steering_summary(
     n_distances
         Number of depths at which the distance is computed (evenly spread, both ends kept;
         positive).
-    title
-        Figure title (none when empty), drawn as plain text (no mathtext).
+    %(figure_title)s
 
     Returns
     -------
@@ -233,10 +228,7 @@ def plot_added_control(
     ----------
     added_A, added_b
         The additions of each sublayer (the returned layers' ``A``, ``b`` less the base's).
-    %(path)s
-    %(ax)s
-    title
-        Axes title (none when empty), drawn as plain text (no mathtext).
+    %(one_axes)s
 
     %(axes_returned)s
 
@@ -291,8 +283,7 @@ def plot_base_against_steered(
         The base flow's blow-up depth (drawn when finite).
     breakpoints
         Layer switches of the steered flow; the inner ones are drawn.
-    title
-        Figure title (none when empty), drawn as plain text (no mathtext).
+    %(figure_title)s
 
     Returns
     -------

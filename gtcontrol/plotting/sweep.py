@@ -114,8 +114,7 @@ def plot_phase_diagram(
         Axis labels (plain text).
     xlog, ylog
         Logarithmic axes (cells span geometric midpoints).
-    title
-        Title (plain text: a ``$`` is a dollar sign).
+    %(axes_title)s
     %(ax)s
 
     Returns

@@ -370,12 +370,9 @@ def spectrum_on_basis(
     v0: FloatArray | None = None,
 ) -> LinearizationSpectrum:
     """The work of :func:`linearization_spectrum` on a validated input (also used by stabilize)."""
-    r = basis.shape[1]
+    part = _MeanPart.at(layer, target, basis, residual)
     red = reduced_layer(layer, basis)
     s_act = basis.T @ target.cov @ basis
-    k_mean = mean_block(layer, target.mean, target.cov, basis)
-    mean_eigs = np.linalg.eigvals(k_mean)
-    mean_eigs = mean_eigs[np.argsort(-mean_eigs.real, kind="stable")]
     op = SymOperator(red, s_act, budget)
     n = op.n
     use_dense = (method == "auto" and n <= DENSE_LIMIT) or method == "dense"
@@ -400,24 +397,24 @@ def spectrum_on_basis(
             k = int(vals.size)
         omega = _numerical_abscissa(red, s_act, tol, budget) if want_omega else nan
     except BudgetExhausted as exc:
-        return _unfinished(
+        return part.unfinished(
             Status.BUDGET_EXHAUSTED,
             f"stopped before the spectrum of L was known: {exc.reason}",
             "dense" if use_dense else "krylov",
-            layer.dim, r, mean_eigs, residual, op.count, clock,
-        )  # fmt: skip
+            {"matvecs": op.count, "seconds": time.perf_counter() - clock},
+        )
     except sla.ArpackNoConvergence as exc:
-        return _unfinished(
+        return part.unfinished(
             Status.FAILED,
             f"Arnoldi (ARPACK) did not converge: {exc}",
-            "krylov", layer.dim, r, mean_eigs, residual, op.count, clock,
-        )  # fmt: skip
+            "krylov",
+            {"matvecs": op.count, "seconds": time.perf_counter() - clock},
+        )
     modes = np.stack([basis @ op.to_matrix(v) @ basis.T for v in vecs.T]) if k else None
     residuals = [
         float(np.linalg.norm(op.matvec(vecs[:, j]) - vals[j] * vecs[:, j])) for j in range(k)
     ]
-    alpha = float(vals[0].real)
-    mean_alpha = float(mean_eigs[0].real) if mean_eigs.size else -math.inf
+    alpha, mean_alpha = float(vals[0].real), part.mean_abscissa
     msg = (
         f"spectral abscissa {max(alpha, mean_alpha):.6g}: covariance part {alpha:.6g}"
         + (f" ± {err:.2g}" if math.isfinite(err) else "")
@@ -431,22 +428,7 @@ def spectrum_on_basis(
         )
     )
     stats.update(matvecs=op.count, seconds=time.perf_counter() - clock, residuals=residuals, n=n)
-    return LinearizationSpectrum(
-        abscissa=max(alpha, mean_alpha),
-        cov_abscissa=alpha,
-        mean_abscissa=mean_alpha,
-        eigenvalues=_complex(vals),
-        modes=_complex(modes if modes is not None else np.zeros((0, layer.dim, layer.dim))),
-        mean_eigenvalues=_complex(mean_eigs),
-        numerical_abscissa=omega,
-        residual=residual,
-        active_dim=r,
-        method=name,
-        cov_abscissa_error=err,
-        status=Status.SUCCESS,
-        message=msg,
-        stats=stats,
-    )
+    return part.spectrum(alpha, vals, modes, name, omega, err, message=msg, stats=stats)
 
 
 #: Random symmetric directions on which :func:`shifted_spectrum` checks ``L = L_base + σI``,
@@ -479,10 +461,8 @@ def shifted_spectrum(
     The mean block is computed afresh. ``None`` when the identity does not hold (the caller
     then computes the spectrum itself); a budget that runs out gives ``BUDGET_EXHAUSTED``.
     """
-    r = basis.shape[1]
+    part = _MeanPart.at(layer, target, basis, residual)
     s_act = basis.T @ target.cov @ basis
-    mean_eigs = np.linalg.eigvals(mean_block(layer, target.mean, target.cov, basis))
-    mean_eigs = mean_eigs[np.argsort(-mean_eigs.real, kind="stable")]
     op = SymOperator(reduced_layer(layer, basis), s_act, budget)
     op_base = SymOperator(reduced_layer(base_layer, basis), s_act, budget)
     rng = np.random.default_rng(seed)
@@ -502,13 +482,13 @@ def shifted_spectrum(
             for v, lam in zip(coords, vals, strict=True)
         ]
     except BudgetExhausted as exc:
-        return _unfinished(
+        return part.unfinished(
             Status.BUDGET_EXHAUSTED,
             f"stopped before the spectrum of L was known: {exc.reason}",
-            "shifted", layer.dim, r, mean_eigs, residual, op.count + op_base.count, clock,
-        )  # fmt: skip
-    alpha = base.cov_abscissa + shift
-    mean_alpha = float(mean_eigs[0].real) if mean_eigs.size else -math.inf
+            "shifted",
+            {"matvecs": op.count + op_base.count, "seconds": time.perf_counter() - clock},
+        )
+    alpha, mean_alpha = base.cov_abscissa + shift, part.mean_abscissa
     msg = (
         f"spectral abscissa {max(alpha, mean_alpha):.6g}: covariance part {alpha:.6g} (the "
         f"base's rightmost λ = {_fmt(complex(base.eigenvalues[0]))} ({base.method}) shifted by "
@@ -523,51 +503,78 @@ def shifted_spectrum(
         "shift": shift,
         "identity_residual": max(gaps),
     }
-    return LinearizationSpectrum(
-        abscissa=max(alpha, mean_alpha),
-        cov_abscissa=alpha,
-        mean_abscissa=mean_alpha,
-        eigenvalues=_complex(vals),
-        modes=base.modes,
-        mean_eigenvalues=_complex(mean_eigs),
-        numerical_abscissa=math.nan,
-        residual=residual,
-        active_dim=r,
-        method="shifted",
-        status=Status.SUCCESS,
-        message=msg,
-        stats=stats,
-    )
+    return part.spectrum(alpha, vals, base.modes, "shifted", math.nan, message=msg, stats=stats)
 
 
-def _unfinished(
-    status: Status,
-    message: str,
-    method: str,
-    d: int,
-    r: int,
-    mean_eigs: Any,
-    residual: tuple[float, float],
-    matvecs: int,
-    clock: float,
-) -> LinearizationSpectrum:
-    """A spectrum whose covariance part is unknown (spent budget, no convergence)."""
-    nan = float("nan")
-    return LinearizationSpectrum(
-        abscissa=nan,
-        cov_abscissa=nan,
-        mean_abscissa=float(mean_eigs[0].real) if mean_eigs.size else nan,
-        eigenvalues=_complex(np.zeros(0)),
-        modes=_complex(np.zeros((0, d, d))),
-        mean_eigenvalues=_complex(mean_eigs),
-        numerical_abscissa=nan,
-        residual=residual,
-        active_dim=r,
-        method=method,
-        status=status,
-        message=message,
-        stats={"matvecs": matvecs, "seconds": time.perf_counter() - clock},
-    )
+@dataclass(frozen=True)
+class _MeanPart:
+    """What a spectrum at ``N(m*, Σ*)`` holds besides ``L``'s part, known before ``L`` is solved.
+
+    The eigenvalues of the mean block ``K`` by decreasing real part (``r ≥ 1`` of them: a zero
+    ``Σ*`` is refused), the equilibrium residuals and the active subspace's dimensions.
+    """
+
+    mean_eigs: ComplexArray
+    residual: tuple[float, float]
+    active_dim: int
+    dim: int
+
+    @classmethod
+    def at(
+        cls, layer: Layer, target: Gaussian, basis: FloatArray, residual: tuple[float, float]
+    ) -> _MeanPart:
+        """The mean part of ``layer`` at ``target`` on the active subspace ``basis``."""
+        eigs = np.linalg.eigvals(mean_block(layer, target.mean, target.cov, basis))
+        eigs = eigs[np.argsort(-eigs.real, kind="stable")]
+        return cls(_complex(eigs), residual, basis.shape[1], layer.dim)
+
+    @property
+    def mean_abscissa(self) -> float:
+        """The spectral abscissa of ``K``."""
+        return float(self.mean_eigs[0].real)
+
+    def spectrum(
+        self,
+        cov_abscissa: float,
+        eigenvalues: Any,
+        modes: Any,
+        method: str,
+        numerical_abscissa: float,
+        cov_abscissa_error: float = math.nan,
+        *,
+        status: Status = Status.SUCCESS,
+        message: str,
+        stats: dict[str, Any],
+    ) -> LinearizationSpectrum:
+        """The spectrum with ``L``'s part as given (``modes``: ``None`` for none)."""
+        if modes is None:
+            modes = np.zeros((0, self.dim, self.dim))
+        return LinearizationSpectrum(
+            abscissa=max(cov_abscissa, self.mean_abscissa),  # max keeps a first nan
+            cov_abscissa=cov_abscissa,
+            mean_abscissa=self.mean_abscissa,
+            eigenvalues=_complex(eigenvalues),
+            modes=_complex(modes),
+            mean_eigenvalues=self.mean_eigs,
+            numerical_abscissa=numerical_abscissa,
+            residual=self.residual,
+            active_dim=self.active_dim,
+            method=method,
+            cov_abscissa_error=cov_abscissa_error,
+            status=status,
+            message=message,
+            stats=stats,
+        )
+
+    def unfinished(
+        self, status: Status, message: str, method: str, stats: dict[str, Any]
+    ) -> LinearizationSpectrum:
+        """A spectrum whose covariance part is unknown (spent budget, no convergence)."""
+        nan = math.nan
+        empty = np.zeros(0)
+        return self.spectrum(
+            nan, empty, None, method, nan, status=status, message=message, stats=stats
+        )
 
 
 def _fmt(z: complex) -> str:

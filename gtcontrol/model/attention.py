@@ -128,7 +128,8 @@ class PreparedLayer:
     b: AnyArray | None  # None when b = 0
     ffn: tuple[AnyArray, AnyArray, AnyArray, Callable[[AnyArray], AnyArray]] | None  # Uᵀ, c, Wᵀ
     mean_v_t: AnyArray | None  # (Σ_h V_h)ᵀ over heads with B_h = 0: they attend to the mean
-    softmax_heads: tuple[tuple[AnyArray, AnyArray], ...]  # (B_hᵀ, V_hᵀ) with B_h ≠ 0, V_h ≠ 0
+    # (B_hᵀ, V_hᵀ) with B_h ≠ 0, V_h ≠ 0; V_hᵀ as its diagonal (1-D) when V_h is diagonal
+    softmax_heads: tuple[tuple[AnyArray, AnyArray], ...]
     noise_t: AnyArray | None  # Gᵀ of the layer's Brownian forcing (Layer.noise)
     # Factored softmax heads: (s W_Qᵀ, W_Kᵀ, W_Vᵀ) of shape (d, H' d_head), W_Oᵀ (H' d_head, d)
     # and d_head, over the H' heads with W_Q,h, W_K,h, W_V,h, W_O,h all non-zero.
@@ -156,7 +157,10 @@ def prepare_layer(layer: Layer, dtype: np.dtype[Any]) -> PreparedLayer:
             # B_h = 0: every weight is e^0, attention is exactly the empirical mean.
             mean_v = v_h.copy() if mean_v is None else mean_v + v_h
         else:
-            soft.append((cast(b_h.T), cast(v_h.T)))
+            diag = np.diagonal(v_h)
+            # a diagonal V_h (stabilize's added head −s c P) scales rows: O(N d), not a GEMM
+            diagonal = np.count_nonzero(v_h) == np.count_nonzero(diag)
+            soft.append((cast(b_h.T), cast(diag) if diagonal else cast(v_h.T)))
     return PreparedLayer(
         a_t=cast(layer.A.T) if np.any(layer.A) else None,
         b=cast(layer.b) if np.any(layer.b) else None,
@@ -296,7 +300,8 @@ def prepared_velocity(p: PreparedLayer, x: AnyArray, work: Workspace) -> AnyArra
     if p.mean_v_t is not None:
         out += x.mean(axis=0) @ p.mean_v_t
     for b_t, v_t in p.softmax_heads:
-        out += _attention(x, b_t, work) @ v_t
+        att = _attention(x, b_t, work)
+        out += att * v_t if v_t.ndim == 1 else att @ v_t
     if p.factored is not None:
         out += _factored_attention(x, p.factored, work)
     work.n_velocity += 1

@@ -77,6 +77,8 @@ def _layers(rng: np.random.Generator, d: int) -> dict[str, Layer]:
     wo = rng.standard_normal((d, 12)) / math.sqrt(12)
     return {
         "one head": Layer(B=m(), V=1.0, dim=d),
+        # a diagonal V_h (one zero entry) scales the attention's rows instead of a product
+        "diagonal values": Layer(heads=[(np.diag(np.r_[0.0, rng.standard_normal(d - 1)]), m())]),
         "multi-head affine": Layer(heads=heads, A=m(), b=rng.standard_normal(d)),
         "relu": Layer(heads=heads[:1], ffn=ffn["relu"]),
         "gelu": Layer(heads=heads[:2], ffn=ffn["gelu"]),
@@ -85,7 +87,9 @@ def _layers(rng: np.random.Generator, d: int) -> dict[str, Layer]:
 
 
 # ---------------------------------------------------------------- equal to the former kernel
-@pytest.mark.parametrize("kind", ["one head", "multi-head affine", "relu", "gelu", "factored"])
+@pytest.mark.parametrize(
+    "kind", ["one head", "diagonal values", "multi-head affine", "relu", "gelu", "factored"]
+)
 def test_numpy_backend_equals_the_former_kernel(kind: str, rng: np.random.Generator) -> None:
     d = 6
     layer = _layers(rng, d)[kind]
@@ -286,6 +290,24 @@ def test_a_single_threaded_blas_gets_the_larger_tiles_and_the_same_attention() -
     assert (single.block, single.key_block) == (256, 512)
     # the tiles change the summation order only
     np.testing.assert_allclose(one, many, rtol=1e-13, atol=1e-13)
+
+
+def test_a_sequence_one_tile_holds_is_planned_without_asking_blas(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Up to 128 tokens (256 with a given block size) both tile plans are one ``N × N`` tile,
+    so the workspace does not ask threadpoolctl (milliseconds a call, once per short sequence
+    of a forward pass); above, it asks."""
+    import importlib
+
+    attention = importlib.import_module("gtcontrol.model.attention")
+    asked: list[int] = []
+    monkeypatch.setattr(attention, "blas_single_threaded", lambda: asked.append(1) or True)
+    for n, block in ((1, None), (128, None), (256, 64)):
+        work = Workspace(n, np.dtype(np.float64), block)
+        assert (work.block, work.key_block) == (min(n, block or n), n)
+    assert asked == []
+    assert (Workspace(129, np.dtype(np.float64), None).block, asked) == (129, [1])
 
 
 @pytest.mark.parametrize(

@@ -304,15 +304,16 @@ def test_map_newton_goes_on_after_a_first_step_that_converges_fast() -> None:
     np.testing.assert_allclose(res.cov, case.S, rtol=0, atol=1e-8 * np.linalg.norm(case.S))
 
 
-@pytest.mark.parametrize(("predicted", "limit"), [(False, 0.05), (True, 1.0)])
+@pytest.mark.parametrize(("predicted", "limit"), [(False, 0.05), (True, 5.0)])
 def test_a_newton_run_the_row_deadline_ends_is_budget_exhausted_not_a_miss(
     predicted: bool, limit: float, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """d = 256, four random factored heads, a row whose deadline comes before Newton's own
     10 s: a run that the deadline ends is BUDGET_EXHAUSTED, the search cut, not a miss. Either
     at the deadline (0.05 s: no first step of 60 Krylov products fits), or at once when the
-    next Lyapunov solve is predicted past it (a prediction of 10⁹ × the Schur form's time; the
-    row then still had most of its second, and its own budget was not yet spent)."""
+    next Lyapunov solve is predicted past it (a prediction of 10⁹ × the Schur form's time),
+    before the deadline: 0.3 s on an idle machine, up to 2.5 s beside two CPU hogs and the
+    suite (OpenBLAS's threads on a busy machine), so the deadline is 5 s."""
     import gtcontrol.analysis.newton as newton
 
     if predicted:
@@ -330,7 +331,7 @@ def test_a_newton_run_the_row_deadline_ends_is_budget_exhausted_not_a_miss(
     assert spent <= limit + 1.0
     assert entry.status is Status.BUDGET_EXHAUSTED and cov is None, entry.message
     if predicted:
-        assert "the next Lyapunov solve" in entry.message and spent < 0.9
+        assert "the next Lyapunov solve" in entry.message and spent < limit
 
 
 def test_map_keeps_its_time_limit_and_names_what_was_cut() -> None:

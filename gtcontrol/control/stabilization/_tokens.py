@@ -33,8 +33,7 @@ _TOKEN_METHOD = "RK45"
 _TOKEN_RTOL = 1e-2
 #: The check's requirement, ``W2 ≤ _W2_FACTOR ×`` the sampling floor, holds at each of the
 #: depths ``T/16, T/8, …, T``: the stabilized layer's run stops, failed, at the first where it
-#: does not (tokens that left stay away or run off on a stiffening field, and the depth left
-#: would only say so again; docs/benchmarks.md).
+#: does not, since the depth left cannot change the verdict (docs/benchmarks.md).
 _W2_FACTOR = 2.0
 #: The given layer's run, a report beside the check, stops once its W2 is this many sampling
 #: floors: a layer being stabilized sends its tokens that far within a fraction of ``T``.

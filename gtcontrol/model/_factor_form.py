@@ -1,6 +1,6 @@
 """State formulations of the moment ODE for the adaptive integrator.
 
-Two packed states, each valid for one *chunk* of the integration (between restarts):
+Three packed states, each valid for one *chunk* of the integration (between restarts):
 
 * :class:`FactorForm` (noise-free layers, docs/theory.md §2): ``y = [m, vec K]`` with
   ``Σ = e^{2s} K Kᵀ``, ``K`` of size ``d×r`` (``r = rank Σ0``) and a log-scale ``s`` fixed for
@@ -13,8 +13,12 @@ Two packed states, each valid for one *chunk* of the integration (between restar
   harmless: ``e^{Sτ}`` is orthogonal, so norms and eigenvalues are unchanged.
 * :class:`_EntryForm` (layers with Brownian forcing, whose ``G Gᵀ`` raises the rank):
   ``y = [m, vech Σ]``, integrated entry-wise as before.
+* :class:`DeviationForm` (a run asked to follow the distance to a reference, typically an
+  equilibrium): ``y ∝ [m − m̄, vech(Σ − Σ̄)]``, renormalized at every restart, so the error
+  control is relative to the distance, which near a stable equilibrium falls by orders of
+  magnitude while the moments stand still.
 
-Both forms expose the same small interface: ``rhs`` (ticks the budget), ``moments`` (the
+The forms expose the same small interface: ``rhs`` (ticks the budget), ``moments`` (the
 physical ``m, Σ`` and factor), ``top`` (``λ_max Σ`` and its rate from the Gram matrix, the
 input of :mod:`gtcontrol.model._blowup_detection`), ``trace`` (a cheap upper bound of
 ``λ_max``), ``log_scale`` and ``jacobian`` (dense, for implicit methods: the field is a cubic
@@ -413,7 +417,121 @@ class _EntryForm:
         return np.full(self.n, atol * max(float(np.max(np.abs(self.y0))), 1.0))
 
 
-Form = FactorForm | _EntryForm
+class DeviationForm:
+    """``y = [(m − m̄)/u_m, vech(Σ − Σ̄)/u_Σ] / ς``: the deviation from a reference ``N(m̄, Σ̄)``.
+
+    Near an equilibrium the moments hardly move while their distance to it falls by many
+    orders of magnitude; the factor form controls its error relative to Σ, so its steps are
+    set by what is left of the distance at Σ's own scale. Here the state is the distance
+    itself, in the reference's units (``u_m = max(‖m̄‖, √‖Σ̄‖_F)``, ``u_Σ = ‖Σ̄‖_F``) and
+    normalized to unit norm at every restart (``ς`` absorbs the scale, as ``e^s`` does for
+    ``K``), so the error control is relative to the distance's own size. Positive
+    semidefiniteness is not built in: a caller takes this form only where the distance is
+    small against the reference's smallest eigenvalue (on the range it shares with the start),
+    where ``Σ = Σ̄ + (Σ − Σ̄)`` cannot lose it.
+    """
+
+    kind = "deviation"
+    skew = None
+
+    def __init__(
+        self,
+        layer_at: LayerAt,
+        budget: Budget,
+        t0: float,
+        mean: FloatArray,
+        cov: FloatArray,
+        around: tuple[FloatArray, FloatArray],
+    ) -> None:
+        self.layer_at, self.budget = layer_at, budget
+        self.around = around
+        ref_m, ref_s = around
+        self.d = d = mean.shape[0]
+        iu, self.full_pos = vech_index(d)
+        self.flat_iu: NDArray[np.intp] = iu[0] * d + iu[1]
+        self.diag: NDArray[np.intp] = d + np.flatnonzero(iu[0] == iu[1])
+        size_s = float(np.linalg.norm(ref_s))
+        self.u_s = size_s if size_s > 0 else 1.0
+        self.u_m = max(float(np.linalg.norm(ref_m)), math.sqrt(self.u_s))
+        self.ref_trace = float(np.trace(ref_s))
+        dev = np.concatenate([(mean - ref_m) / self.u_m, vech(cov - ref_s) / self.u_s])
+        size = float(np.linalg.norm(dev))
+        self.scale = size if size > 0 else 1.0
+        self.y0: FloatArray = dev / self.scale
+        self.n = self.y0.size
+        self.s = 0.0
+
+    def _split(self, y: FloatArray) -> tuple[FloatArray, FloatArray]:
+        """The deviations ``(m − m̄, Σ − Σ̄)`` of the state."""
+        d = self.d
+        dm = (self.scale * self.u_m) * y[:d]
+        ds = (self.scale * self.u_s) * y[d:][self.full_pos].reshape(d, d)
+        return dm, ds
+
+    def rhs(self, t: float, y: FloatArray) -> FloatArray:
+        """The field at ``N(m̄ + δm, Σ̄ + δΣ)`` in the state's units; ticks the budget."""
+        self.budget.tick()
+        m, s, _ = self.moments(t, y)
+        dm, ds = moment_field(self.layer_at(t), m, s)
+        return np.concatenate(
+            [dm / (self.scale * self.u_m), ds.ravel()[self.flat_iu] / (self.scale * self.u_s)]
+        )
+
+    def moments(self, t: float, y: FloatArray) -> tuple[FloatArray, FloatArray, None]:
+        """Physical ``(m, Σ, None)``."""
+        dm, ds = self._split(y)
+        return self.around[0] + dm, self.around[1] + ds, None
+
+    def trace(self, y: FloatArray) -> float:
+        """``tr Σ``."""
+        return self.ref_trace + self.scale * self.u_s * float(np.sum(y[self.diag]))
+
+    def log_scale(self, y: FloatArray) -> float:
+        """``log tr Σ``."""
+        tr = self.trace(y)
+        return math.log(tr) if tr > 0 else -math.inf
+
+    def needs_restart(self, y: FloatArray) -> bool:
+        """True when the normalized distance left ``[1/_WINDOW, _WINDOW]``: the tolerances are
+        relative to the distance at the restart."""
+        size = float(np.linalg.norm(y))
+        return size > 0.0 and not (1.0 / _WINDOW <= size <= _WINDOW)
+
+    def restart(
+        self, t: float, y: FloatArray, skew: FloatArray | None, *, gauge: bool = False
+    ) -> DeviationForm:
+        """The same reference at ``(t, y)``, the distance renormalized."""
+        m, s, _ = self.moments(t, y)
+        return DeviationForm(self.layer_at, self.budget, t, m, s, self.around)
+
+    def top(self, y: FloatArray, f: FloatArray) -> tuple[float, float]:
+        """``(λ_max Σ, uᵀ Σ̇ u)`` from a symmetric eigensolve."""
+        _, s, _ = self.moments(0.0, y)
+        _, ds = self._split(f)
+        w, q = np.linalg.eigh(s)
+        u = q[:, -1]
+        return float(w[-1]), float(u @ ds @ u)
+
+    def remaining(self, y: FloatArray, f: FloatArray) -> float:
+        """``inf``: no step prediction (a reference is an equilibrium, not a pole)."""
+        return math.inf
+
+    def rate(self, y: FloatArray, f: FloatArray) -> float:
+        """Relative speed of the moments, ``max(‖Σ̇‖/‖Σ‖, ‖ṁ‖/‖m‖)``."""
+        m, s, _ = self.moments(0.0, y)
+        dm, ds = self._split(f)
+        return max(_ratio(dm, m), _ratio(ds, s))
+
+    def scales(self, y: FloatArray) -> FloatArray:
+        """Typical size of each component (for the Jacobian's differences)."""
+        return np.full(self.n, max(float(np.max(np.abs(y), initial=0.0)), 1e-300))
+
+    def atol(self, atol: float, mean0: FloatArray) -> FloatArray:
+        """``atol/√n`` per entry: absolute on the unit-norm distance, so relative to its size."""
+        return np.full(self.n, atol / math.sqrt(self.n))
+
+
+Form = FactorForm | _EntryForm | DeviationForm
 
 
 def make_form(
@@ -425,8 +543,12 @@ def make_form(
     factor: FloatArray | None,
     *,
     noisy: bool,
+    around: tuple[FloatArray, FloatArray] | None = None,
 ) -> Form:
-    """The form for a segment: factor form unless the layer is noisy or Σ is zero."""
+    """The form for a segment: the deviation from ``around`` when one is given, else the factor
+    form unless the layer is noisy or Σ is zero."""
+    if around is not None:
+        return DeviationForm(layer_at, budget, t0, mean, cov, around)
     if noisy:
         return _EntryForm(layer_at, budget, t0, mean, cov)
     lf = factor if factor is not None else initial_factor(cov)

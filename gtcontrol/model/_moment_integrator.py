@@ -6,8 +6,8 @@ breakpoints of the control (:func:`_integrate_segment`), a step-by-step loop ove
 ``scipy.integrate`` solver that
 
 * integrates the factor form ``Σ = e^{2s} K Kᵀ`` for noise-free layers and the entry-wise form
-  for noisy ones (:mod:`gtcontrol.model._factor_form`), restarting (renormalizing ``K``)
-  whenever its scale drifts;
+  for noisy ones, or the distance to a given reference (:mod:`gtcontrol.model._factor_form`),
+  restarting (renormalizing ``K`` or the distance) whenever its scale drifts;
 * watches ``‖Σ‖₂`` for a finite-time singularity (:mod:`gtcontrol.model._blowup_detection`) and
   classifies a step-size collapse the same way;
 * detects stiffness (the explicit step is stability-limited: ``h ρ(∂f/∂y) ≳ 1`` while the
@@ -178,6 +178,8 @@ class _Setup:
     mean0: FloatArray
     cov0: FloatArray
     grids: list[FloatArray]
+    #: The reference ``(m̄, Σ̄)`` whose distance is integrated (:class:`DeviationForm`), or None.
+    around: tuple[FloatArray, FloatArray] | None = None
 
     def layer_at(self, k: int) -> Callable[[float], Layer]:
         """The layer lookup of segment ``k`` (one fixed layer for piecewise-constant controls)."""
@@ -187,10 +189,13 @@ class _Setup:
         return lambda _t: fixed
 
 
-def setup_run(model: Any, initial: Any, T: float | None, opts: IntegratorOptions) -> _Setup:
+def setup_run(
+    model: Any, initial: Any, T: float | None, opts: IntegratorOptions, around: Any = None
+) -> _Setup:
     ctrl = as_control(model, T)
     d = ctrl.layer_at(0.0).dim
     g0 = check_gaussian(initial, d)
+    ref = None if around is None else check_gaussian(around, d, "around")
     check_exact(ctrl)
     breaks = np.asarray(ctrl.breakpoints, dtype=float)
     return _Setup(
@@ -202,6 +207,7 @@ def setup_run(model: Any, initial: Any, T: float | None, opts: IntegratorOptions
         mean0=np.asarray(g0.mean, dtype=float),
         cov0=np.asarray(g0.cov, dtype=float),
         grids=_record_grid(breaks, opts.n_points),
+        around=None if ref is None else (np.asarray(ref.mean), np.asarray(ref.cov)),
     )
 
 
@@ -554,7 +560,9 @@ def _integrate_segment(
     noisy = layer_at(0.5 * (t0 + t1)).noise is not None
     grid = setup.grids[k]
     try:
-        form = make_form(layer_at, run.budget, t0, m, s, None if noisy else lf, noisy=noisy)
+        form = make_form(
+            layer_at, run.budget, t0, m, s, None if noisy else lf, noisy=noisy, around=setup.around
+        )
         run.forms.add(form.kind)
         seg = _Segment(run, form, t0, t1)
     except BudgetExhausted as exc:
@@ -614,7 +622,7 @@ def integrate(
     """Integrate every segment of the control; return the record, the outcome and the stats."""
     budget = Budget(opts.time_limit, max_evals=opts.max_evals)
     lam_ref = max(float(np.linalg.eigvalsh(setup.cov0)[-1]), 1.0)
-    lf0 = initial_factor(setup.cov0)
+    lf0 = initial_factor(setup.cov0) if setup.around is None else None
     run = _Run(
         opts=opts,
         budget=budget,

@@ -209,6 +209,7 @@ def simulate(
     max_step: float = IntegratorOptions.max_step,
     max_evals: int = DEFAULT_MAX_EVALS,
     time_limit: float | None = None,
+    around: Gaussian | None = None,
 ) -> Trajectory:
     """Integrate the moment ODE ``dm/dt = M m + c``, ``dΣ/dt = M Σ + Σ Mᵀ`` (docs/theory.md §2).
 
@@ -248,6 +249,16 @@ def simulate(
     max_step
         Largest integrator step; ``inf`` (default) lets the error control decide.
     %(budget)s
+    around
+        A reference ``N(m̄, Σ̄)``, typically an equilibrium: integrate the distance
+        ``(m − m̄, Σ − Σ̄)`` instead, renormalized to unit norm at every restart, so that
+        ``rtol`` and ``atol`` are relative to the distance's own size. Near a stable
+        equilibrium the distance falls by orders of magnitude while the moments stand still,
+        and the factor form's error control, relative to Σ, takes steps for accuracy the
+        distance no longer needs. Positive semidefiniteness is not built in (the factor form's
+        is): take it for starts whose distance is small against the reference's smallest
+        eigenvalue on their common range. ``stats["form"]`` is ``"deviation"``, ``factor``
+        is ``None``.
 
     Returns
     -------
@@ -282,7 +293,7 @@ def simulate(
     """
     opts = IntegratorOptions(**option_values(IntegratorOptions, locals()))
     budget = Budget(opts.time_limit)  # the wall clock of the whole call, set-up to ranks
-    setup = setup_run(control, initial, T, opts)
+    setup = setup_run(control, initial, T, opts, around)
     rec, outcome, stats = integrate(setup, opts)
     return _assemble(rec, outcome, stats, budget)
 

@@ -787,9 +787,9 @@ def _checks_seen(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, float]]:
     def added_c(final: gt.Layer) -> float:
         return float(final.A[0, 0])  # A + cP: the layer's A tells the c
 
-    def seg(self: Any, final: gt.Layer, *args: Any) -> Any:
+    def seg(self: Any, final: gt.Layer, *args: Any, **kw: Any) -> Any:
         seen.append(("segment", added_c(final)))
-        return segment(self, final, *args)
+        return segment(self, final, *args, **kw)
 
     def tok(self: Any, final: gt.Layer, *args: Any) -> Any:
         seen.append(("tokens", added_c(final)))
@@ -924,9 +924,9 @@ def test_the_far_starts_first_half_waits_only_briefly_for_the_background_run(
         events.append(("background ends", time.perf_counter()))
         return out
 
-    def seg(self: Any, *args: Any) -> Any:
+    def seg(self: Any, *args: Any, **kw: Any) -> Any:
         events.append(("segment", time.perf_counter()))
-        return segment(self, *args)
+        return segment(self, *args, **kw)
 
     monkeypatch.setattr(tokens_module.TokenRuns, "run_untouched", slow_background)
     monkeypatch.setattr(verify_module.Verifier, "segment", seg)
@@ -1429,3 +1429,70 @@ def test_untouched_tokens_must_be_a_bool(bad: Any) -> None:
     target = gt.Gaussian([0.5, -0.3], [[1.0, 0.2], [0.2, 0.6]])
     with pytest.raises(InvalidParametersError, match="untouched_tokens"):
         gt.stabilize(layer, target, token_check=16, untouched_tokens=bad)
+
+
+# ------------------------------------------------------------- verification as a distance
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_start_near_the_target_is_verified_as_its_distance(seed: int) -> None:
+    """The perturbed target is near the target (``(1 ± 0.1) Σ*`` bounds it): its verification
+    integrates the distance, whose error control follows it down to 1e-9; the identity start
+    keeps the factor form. The distance form's end error agrees with a tight factor-form
+    integration (rtol 1e-13) to 1 %, where the factor form at the verification's 1e-7 is off
+    by up to 4× on these layers (its error relative to Σ: 4.5e-9 against 2.5e-9 and 4.4e-9
+    against 1.05e-9)."""
+    from gtcontrol.control.stabilization._plan import PERTURBED, _starts, _target_basis
+
+    rng = np.random.default_rng(seed)
+    d = 6
+    layer = random_layer(rng, d, 2, factored=False)
+    target = gt.Gaussian(rng.standard_normal(d), random_spd(rng, d))
+    res = gt.stabilize(layer, target, add="head", rate=1.0)
+    assert res.success, res.message
+    forms = {v.name: v.stats["form"] for v in res.verification}
+    assert forms == {"identity": "factor", PERTURBED: "deviation"}
+    (check,) = [v for v in res.verification if v.name == PERTURBED]
+    assert check.converged and check.stats["nfev"] > 0
+    starts = dict(_starts(None, target, _target_basis(res.layer, target.cov), 0, d))
+    tight = gt.simulate(
+        res.layer, starts[PERTURBED], float(check.t[-1]), rtol=1e-13, atol=1e-16, n_points=2
+    )
+    want = np.linalg.norm(tight.cov[-1] - target.cov) / np.linalg.norm(target.cov)
+    assert abs(float(check.cov_error[-1]) - want) <= 0.01 * want
+
+
+def test_a_near_start_that_does_not_converge_is_judged_in_factor_form(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Only a converged verification rests on the distance form: verified to depth 2 only,
+    the start ``N(0, I)`` near ``Σ* = diag(1, 2)`` (whitened distance 0.5) is still moving
+    there, and that verdict is taken again in factor form, which says so; the far start is
+    verified in factor form only."""
+    import gtcontrol.control.stabilization._verify as verify_module
+
+    runs: list[tuple[str, bool, bool]] = []
+    trajectory = verify_module.Verifier.trajectory
+    layer = gt.Layer(V=0.5 * np.eye(2), B=np.eye(2))
+    target = gt.Gaussian(np.zeros(2), np.diag([1.0, 2.0]))
+    near = gt.Gaussian(np.zeros(2), np.eye(2))
+    far = gt.Gaussian(np.ones(2), 2.0 * np.eye(2))
+
+    def recorded(self: Any, final: gt.Layer, g0: gt.Gaussian, *args: Any, **kw: Any) -> Any:
+        run = trajectory(self, final, g0, *args, **kw)
+        errs = run.errors(self.plan)
+        ok = bool(errs[0][-1] <= 1e-6 and errs[1][-1] <= 1e-6)
+        name = "near" if np.array_equal(g0.cov, near.cov) else "far"
+        runs.append((name, bool(kw["around"]), ok))
+        return run
+
+    monkeypatch.setattr(verify_module.Verifier, "trajectory", recorded)
+    res = gt.stabilize(layer, target, add="head", initial=[near, far], T=2.0)
+    assert not res.success and "still moving" in res.message, res.message
+    mine = [r for r in runs if r[0] == "near"]
+    assert mine[:2] == [("near", True, False), ("near", False, False)], runs
+    # every distance-form run that did not converge is followed by a factor-form one
+    assert all(
+        mine[i + 1][1] is False for i, (_, around, ok) in enumerate(mine) if around and not ok
+    )
+    assert all(not around for name, around, _ in runs if name == "far")
+    assert [v.stats["form"] for v in res.verification] == ["factor", "factor"]
+    assert not any(v.converged for v in res.verification)

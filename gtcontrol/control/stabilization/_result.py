@@ -111,7 +111,8 @@ class Verification(ResultFields, Outcome):
         The simulation's (``SUCCESS``: it reached ``T``; :attr:`converged` says whether the
         errors fell to ``VERIFY_RTOL``), with what was found.
     stats
-        Empty.
+        ``form``: ``"deviation"`` when the start was integrated as its distance to the target
+        (a start near it), ``"factor"`` otherwise; ``nfev``: the field evaluations.
     success
         True for ``SUCCESS`` only.
     """

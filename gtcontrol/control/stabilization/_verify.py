@@ -4,13 +4,15 @@ Each start is simulated under the designed layer to the verification's depth (ex
 default depth's error still falls); at the local minimum ``c`` a start first stops halfway and
 ends there when it is stuck (not within the screens' tolerance and too slow to close the gap),
 and the far start's first half runs alone before every other check
-(:meth:`Verifier.first_segment`).
+(:meth:`Verifier.first_segment`). A start near the target is integrated as its distance to the
+target, whose error control follows the distance as it falls (:meth:`Verifier.near`).
 """
 
 from __future__ import annotations
 
 import functools
 import math
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -49,6 +51,45 @@ _BACKGROUND_WAIT = 3.0
 #: to this multiple of the depth.
 _EXTEND_EFOLDS = 3.0
 _EXTEND_MAX = 2.0
+#: A start near the target is integrated as its distance to it (``simulate(around=)``) by
+#: RK45 at this relative and absolute tolerance, both relative to the distance's own size: it
+#: falls from 0.1 to 1e-10 while the moments stand still, and the factor form's steps, set by
+#: Σ's scale, are more than it needs (docs/benchmarks.md).
+_DEVIATION_TOL = 1e-4
+_DEVIATION_METHOD = "RK45"
+#: Near: within this relative distance, and ``(1 ± _NEAR) Σ*`` bounds the start's covariance.
+_NEAR = 0.5
+
+
+@dataclass
+class _Run:
+    """A verifying integration's segments joined: depths, means and covariances, the last
+    segment's trajectory, why it stopped halfway (``""``: it did not), its form and its
+    evaluations."""
+
+    form: str
+    t_parts: list[FloatArray] = field(default_factory=list)
+    means: list[FloatArray] = field(default_factory=list)
+    covs: list[FloatArray] = field(default_factory=list)
+    last: Trajectory | None = None
+    stopped: str = ""
+    nfev: int = 0
+
+    @property
+    def end(self) -> float:
+        return float(self.t_parts[-1][-1]) if self.t_parts else 0.0
+
+    def add(self, offset: float, traj: Trajectory, skip: int) -> None:
+        self.t_parts.append(offset + np.asarray(traj.t, dtype=float)[skip:])
+        self.means += list(traj.mean[skip:])
+        self.covs += list(traj.cov[skip:])
+
+    def errors(self, plan: Plan) -> tuple[FloatArray, FloatArray]:
+        """Relative errors of the covariances and the means to the target."""
+        cov_ref, mean_ref = scaled_norm(plan.target.cov), plan.mean_ref()
+        cov_err = np.array([scaled_norm(c - plan.target.cov) / cov_ref for c in self.covs])
+        mean_err = np.array([scaled_norm(m - plan.target.mean) / mean_ref for m in self.means])
+        return cov_err, mean_err
 
 
 class Verifier:
@@ -76,36 +117,75 @@ class Verifier:
         """Simulate ``final`` from ``g0`` to ``t_end`` (extended while a default depth's error
         still falls). With ``plan.screen_at < t_end`` the integration first stops there, and
         ends unconverged when :meth:`stuck` says so. ``first``: that first segment, already
-        integrated (:meth:`first_segment`)."""
+        integrated (:meth:`first_segment`).
+
+        A start near the target (:meth:`near`) is integrated as its distance to the target
+        (``simulate(around=)``), whose error control follows the distance as it falls; a
+        verdict other than converged is then taken again in factor form, so that only a
+        converged run rests on the distance form."""
+        forms = [True, False] if first is None and self.near(g0, inv_root) else [False]
+        for around in forms:
+            run = self.trajectory(
+                final, g0, t_end, extend=extend, plan=plan, first=first, around=around
+            )
+            cov_err, mean_err = run.errors(self.plan)
+            converged = cov_err[-1] <= VERIFY_RTOL and mean_err[-1] <= VERIFY_RTOL
+            if converged or self.budget.exhausted:
+                break
+        return self.verdict(final, name, g0, run, t_end, radius, inv_root)
+
+    def near(self, g0: Gaussian, inv_root: FloatArray) -> bool:
+        """Whether ``g0`` is close enough to the target for the distance form: of full rank on
+        the active subspace, within ``_NEAR`` relative, and ``(1 ± _NEAR) Σ*`` bounds its
+        covariance there (the whitened distance ``‖Σ*^{-1/2}(Σ0 − Σ*)Σ*^{-1/2}‖₂``), so that
+        errors relative to the distance cannot cost Σ its positive semidefiniteness."""
+        if self.plan.start_error(g0) > _NEAR or self.plan.rank_gap(g0):
+            return False
+        basis = self.plan.basis
+        white = inv_root @ (basis.T @ g0.cov @ basis - self.plan.s_act) @ inv_root
+        return bool(np.linalg.norm(sym(white), 2) <= _NEAR)
+
+    def trajectory(
+        self,
+        final: Layer,
+        g0: Gaussian,
+        t_end: float,
+        *,
+        extend: bool,
+        plan: CheckPlan,
+        first: Trajectory | None,
+        around: bool,
+    ) -> _Run:
+        """The verifying integration's segments, joined: to ``plan.screen_at`` first when the
+        start is verified halfway (ending there when :meth:`stuck`), then to ``t_end``, then
+        extended by ``_EXTEND_EFOLDS`` at a time while a default depth's error still falls."""
         screen_at, rate = plan.screen_at, plan.design_rate
-        cov_ref = scaled_norm(self.plan.target.cov)
-        mean_ref = self.plan.mean_ref()
-        t_parts, means, covs = [], [], []
+        run = _Run(form="deviation" if around else "factor")
         halfway = self.plan.halfway(g0, t_end, screen_at)
         start, offset = g0, 0.0
         span, points = (screen_at, 17) if halfway and screen_at is not None else (t_end, 33)
-        stopped = ""
         while True:
             if first is not None:
                 traj, first = first, None
             else:
-                traj = self.segment(final, start, span, points)
+                traj = self.segment(final, start, span, points, around=around)
+            run.nfev += int(traj.stats.get("nfev", 0))
+            run.last = traj  # its status ends the run, whether or not it recorded a step
             skip = 0 if offset == 0.0 else 1  # a continuation's first point is the last one
             if len(traj.t) <= skip:  # stopped (out of time) before its first step
                 break
-            t_parts.append(offset + np.asarray(traj.t, dtype=float)[skip:])
-            means += list(traj.mean[skip:])
-            covs += list(traj.cov[skip:])
+            run.add(offset, traj, skip)
             errs = [
-                self.plan.relative_error(m, c) for m, c in zip(means[-2:], covs[-2:], strict=True)
+                self.plan.relative_error(m, c)
+                for m, c in zip(run.means[-2:], run.covs[-2:], strict=True)
             ]
-            offset = float(t_parts[-1][-1])
+            offset = run.end
             if traj.status is not Status.SUCCESS or self.budget.exhausted:
                 break
             if halfway:  # the first segment ended halfway
                 halfway = False
-                stopped = self.stuck(final, means[-1], covs[-1], offset, t_end, extend)
-                if stopped:
+                run.stopped = self.stuck(final, run.means[-1], run.covs[-1], offset, t_end, extend)
+                if run.stopped:
                     break
                 span, points = t_end - offset, 17
             # A default depth is extended while the flow still closes in: the certified rate
@@ -115,23 +195,37 @@ class Verifier:
             else:
                 break
             try:
-                start = Gaussian(means[-1], covs[-1], name="the verification's end state")
+                start = Gaussian(run.means[-1], run.covs[-1], name="the verification's end state")
             except InvalidGaussianError:
                 break
-        t = np.concatenate(t_parts)
-        cov_err = np.array([scaled_norm(c - self.plan.target.cov) / cov_ref for c in covs])
-        mean_err = np.array([scaled_norm(m - self.plan.target.mean) / mean_ref for m in means])
-        lam = np.array([float(np.linalg.eigvalsh(sym(c))[-1]) for c in covs])
-        message = traj.message + stopped
-        if offset > t_end * (1.0 + 1e-12):
+        return run
+
+    def verdict(
+        self,
+        final: Layer,
+        name: str,
+        g0: Gaussian,
+        run: _Run,
+        t_end: float,
+        radius: float,
+        inv_root: FloatArray,
+    ) -> Verification:
+        """The :class:`Verification` of a joined run: its errors, ``λ_max``, and in words how
+        it ended (extended, stuck, still moving or settled elsewhere)."""
+        traj = run.last
+        assert traj is not None  # a run's first segment always records its start
+        cov_err, mean_err = run.errors(self.plan)
+        lam = np.array([float(np.linalg.eigvalsh(sym(c))[-1]) for c in run.covs])
+        message = traj.message + run.stopped
+        if run.end > t_end * (1.0 + 1e-12):
             message += (
-                f"; the default depth {t_end:.4g} was extended to {offset:.4g} while the error "
+                f"; the default depth {t_end:.4g} was extended to {run.end:.4g} while the error "
                 "still fell (the start's transient is slower than the certified rate)"
             )
         if traj.status is Status.SUCCESS and not (
             cov_err[-1] <= VERIFY_RTOL and mean_err[-1] <= VERIFY_RTOL
         ):
-            message += "; " + self.settled(final, means[-1], covs[-1], cov_err, mean_err)
+            message += "; " + self.settled(final, run.means[-1], run.covs[-1], cov_err, mean_err)
             gap = self.plan.rank_gap(g0)
             if gap:
                 message += f" ({gap})"
@@ -141,17 +235,33 @@ class Verifier:
         ratio = dist / radius if radius > 0 and math.isfinite(radius) else math.nan
         return Verification(
             name=name,
-            t=frozen(t),
+            t=frozen(np.concatenate(run.t_parts)),
             lam_max=frozen(lam),
             cov_error=frozen(cov_err),
             mean_error=frozen(mean_err),
             status=traj.status,
             message=message,
+            stats={"form": run.form, "nfev": run.nfev},
             basin_distance=ratio,
         )
 
-    def segment(self, final: Layer, start: Gaussian, span: float, points: int) -> Trajectory:
-        """One segment of a verifying simulation, within what is left of the budget."""
+    def segment(
+        self, final: Layer, start: Gaussian, span: float, points: int, *, around: bool = False
+    ) -> Trajectory:
+        """One segment of a verifying simulation, within what is left of the budget: in factor
+        form, or (``around``) as the distance to the target."""
+        if around:
+            return simulate(
+                final,
+                start,
+                span,
+                n_points=points,
+                method=_DEVIATION_METHOD,
+                rtol=_DEVIATION_TOL,
+                atol=_DEVIATION_TOL,
+                time_limit=self.budget.left_as_limit(),
+                around=self.plan.target,
+            )
         return simulate(
             final,
             start,

@@ -125,7 +125,10 @@ def run(setup: tuple[Any, Any, Any], args: argparse.Namespace, label: str, threa
     rec = Recorder(args.screen_method)
     clock = time.perf_counter()
     with rec.installed(), threadpool_limits(threads):
-        res = gt.stabilize(lay, goal, rate=args.rate, token_check=args.tokens, tokens=probe, seed=0)
+        as_map = {"initial": "perturbed", "untouched_tokens": False} if args.as_map else {}
+        res = gt.stabilize(
+            lay, goal, rate=args.rate, token_check=args.tokens, tokens=probe, seed=0, **as_map
+        )
     wall = time.perf_counter() - clock
     ends = [
         f"{v.name}: Σ {v.cov_error[-1]:.3g}, m {v.mean_error[-1]:.3g}" for v in res.verification
@@ -160,6 +163,11 @@ def main() -> None:
     ap.add_argument("--set", default=None, help="NAME=V1,V2,...: one module constant")
     ap.add_argument("--threads", default="1", help="BLAS threads per run, e.g. 1,2")
     ap.add_argument("--screen-method", default=None, help="ivp method of the screens")
+    ap.add_argument(
+        "--as-map",
+        action="store_true",
+        help="as the model map asks: the perturbed target only, no untouched token run",
+    )
     args = ap.parse_args()
     args.tokens = args.tokens or None
     setup = problem(extract(args.model), args.layer, args.target)

@@ -1452,6 +1452,12 @@ def test_a_start_near_the_target_is_verified_as_its_distance(seed: int) -> None:
     assert forms == {"identity": "factor", PERTURBED: "deviation"}
     (check,) = [v for v in res.verification if v.name == PERTURBED]
     assert check.converged and check.stats["nfev"] > 0
+    # as the model map asks (the perturbed target alone, with tokens): its first half runs
+    # before the token check, and continues in the same form
+    alone = gt.stabilize(
+        layer, target, add="head", rate=1.0, initial="perturbed", token_check=64, seed=0
+    )
+    assert [v.stats["form"] for v in alone.verification] == ["deviation"], alone.message
     starts = dict(_starts(None, target, _target_basis(res.layer, target.cov), 0, d))
     tight = gt.simulate(
         res.layer, starts[PERTURBED], float(check.t[-1]), rtol=1e-13, atol=1e-16, n_points=2

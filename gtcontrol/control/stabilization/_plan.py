@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from scipy.linalg import solve_triangular
 
 from ..._linalg import FloatArray, spd_sqrt_pair, sym
 from ..._validation import (
@@ -43,6 +44,9 @@ _TRANSIENT_EFOLDS = 3.0
 #: Relative size of the perturbed-target start, and its name (the default token-check start).
 _PERTURBATION = 0.1
 PERTURBED = "perturbed target"
+#: A start is near the target (:meth:`Plan.near`) within this relative distance, with
+#: ``(1 ± _NEAR) Σ*`` bounding its covariance on the target's range.
+_NEAR = 0.5
 #: The design's rounding bound is this many units of round-off times ``r + κ(Σ*)``
 #: (:attr:`Plan.residual_bound`).
 ROUNDING = 8.0
@@ -171,6 +175,24 @@ class Plan:
         """Whether the verification of ``g0`` to ``t_end`` first stops at ``screen_at`` to
         ask whether it is stuck (never for a start that no ``c`` helps, :meth:`rank_gap`)."""
         return screen_at is not None and screen_at < t_end and not self.rank_gap(g0)
+
+    def near(self, g0: Gaussian) -> bool:
+        """Whether ``g0`` is near enough to the target for its verification to integrate the
+        distance (``simulate(around=)``): of full rank on the active subspace
+        (:meth:`rank_gap`), within ``_NEAR`` relative (:meth:`start_error`), and with
+        ``(1 ± _NEAR) Σ*`` bounding its covariance there (``‖L⁻¹(Σ0 − Σ*)L⁻ᵀ‖₂ ≤ _NEAR``,
+        ``Σ* = LLᵀ`` on the active subspace), so that errors relative to the distance cannot
+        cost Σ its positive semidefiniteness."""
+        if self.start_error(g0) > _NEAR or self.rank_gap(g0):
+            return False
+        try:
+            low = np.linalg.cholesky(self.s_act)
+        except np.linalg.LinAlgError:
+            return False
+        diff = self.basis.T @ g0.cov @ self.basis - self.s_act
+        half = solve_triangular(low, diff, lower=True)
+        white = solve_triangular(low, half.T, lower=True)
+        return bool(np.linalg.norm(sym(white), 2) <= _NEAR)
 
     def token_key(self) -> tuple[int, float] | None:
         """The token count and depth of the given layer's token run (None: no token check):

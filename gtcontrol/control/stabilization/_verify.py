@@ -5,7 +5,7 @@ default depth's error still falls); at the local minimum ``c`` a start first sto
 ends there when it is stuck (not within the screens' tolerance and too slow to close the gap),
 and the far start's first half runs alone before every other check
 (:meth:`Verifier.first_segment`). A start near the target is integrated as its distance to the
-target, whose error control follows the distance as it falls (:meth:`Verifier.near`).
+target, whose error control follows the distance as it falls (:meth:`~._plan.Plan.near`).
 """
 
 from __future__ import annotations
@@ -57,8 +57,6 @@ _EXTEND_MAX = 2.0
 #: Σ's scale, are more than it needs (docs/benchmarks.md).
 _DEVIATION_TOL = 1e-4
 _DEVIATION_METHOD = "RK45"
-#: Near: within this relative distance, and ``(1 ± _NEAR) Σ*`` bounds the start's covariance.
-_NEAR = 0.5
 
 
 @dataclass
@@ -119,31 +117,21 @@ class Verifier:
         ends unconverged when :meth:`stuck` says so. ``first``: that first segment, already
         integrated (:meth:`first_segment`).
 
-        A start near the target (:meth:`near`) is integrated as its distance to the target
+        A start near the target (:meth:`Plan.near`) is integrated as its distance to the target
         (``simulate(around=)``), whose error control follows the distance as it falls; a
         verdict other than converged is then taken again in factor form, so that only a
         converged run rests on the distance form."""
-        forms = [True, False] if first is None and self.near(g0, inv_root) else [False]
-        for around in forms:
+        near = self.plan.near(g0) if first is None else first.stats.get("form") == "deviation"
+        for around in [True, False] if near else [False]:
             run = self.trajectory(
                 final, g0, t_end, extend=extend, plan=plan, first=first, around=around
             )
+            first = None  # a verdict taken again starts afresh
             cov_err, mean_err = run.errors(self.plan)
             converged = cov_err[-1] <= VERIFY_RTOL and mean_err[-1] <= VERIFY_RTOL
             if converged or self.budget.exhausted:
                 break
         return self.verdict(final, name, g0, run, t_end, radius, inv_root)
-
-    def near(self, g0: Gaussian, inv_root: FloatArray) -> bool:
-        """Whether ``g0`` is close enough to the target for the distance form: of full rank on
-        the active subspace, within ``_NEAR`` relative, and ``(1 ± _NEAR) Σ*`` bounds its
-        covariance there (the whitened distance ``‖Σ*^{-1/2}(Σ0 − Σ*)Σ*^{-1/2}‖₂``), so that
-        errors relative to the distance cannot cost Σ its positive semidefiniteness."""
-        if self.plan.start_error(g0) > _NEAR or self.plan.rank_gap(g0):
-            return False
-        basis = self.plan.basis
-        white = inv_root @ (basis.T @ g0.cov @ basis - self.plan.s_act) @ inv_root
-        return bool(np.linalg.norm(sym(white), 2) <= _NEAR)
 
     def trajectory(
         self,
@@ -326,8 +314,10 @@ class Verifier:
             # segment gets every core's BLAS threads; a run still going after _BACKGROUND_WAIT
             # goes on beside it, on one thread each
             self.tokens.wait(_BACKGROUND_WAIT)
+        g0 = self.plan.starts[i][1]
+        around = self.plan.near(g0)
         traj = concurrently(
-            [functools.partial(self.segment, final, self.plan.starts[i][1], screen_at, 17)],
+            [functools.partial(self.segment, final, g0, screen_at, 17, around=around)],
             alone=not self.tokens.running(),
             parallel=self.plan.parallel,
         )[0]

@@ -335,48 +335,102 @@ class FactorForm:
         )
 
 
-class _EntryForm:
+class _PackedForm:
+    """What the two forms on ``[mean part, vech of the covariance part]`` share: their
+    physical moments and field come from :meth:`_moments_of` and :meth:`_rates_of` (each
+    ``(mean, vech Σ)``-shaped), their state from :meth:`_pack`."""
+
+    skew = None
+    layer_at: LayerAt
+    budget: Budget
+    d: int
+    n: int
+    y0: FloatArray
+    s = 0.0
+
+    def _index(self, d: int) -> None:
+        iu, self.full_pos = vech_index(d)
+        self.flat_iu: NDArray[np.intp] = iu[0] * d + iu[1]
+        self.diag: NDArray[np.intp] = d + np.flatnonzero(iu[0] == iu[1])
+
+    def _moments_of(self, y: FloatArray) -> tuple[FloatArray, FloatArray]:
+        """``(m, vech Σ)`` of the state."""
+        raise NotImplementedError
+
+    def _rates_of(self, f: FloatArray) -> tuple[FloatArray, FloatArray]:
+        """``(ṁ, vech Σ̇)`` of a state derivative."""
+        raise NotImplementedError
+
+    def _pack(self, dm: FloatArray, ds: FloatArray) -> FloatArray:
+        """The state derivative of the field ``(ṁ, Σ̇)``."""
+        raise NotImplementedError
+
+    def _full(self, packed: FloatArray) -> FloatArray:
+        return packed[self.full_pos].reshape(self.d, self.d)
+
+    def rhs(self, t: float, y: FloatArray) -> FloatArray:
+        """The field at the state's moments, packed; ticks the budget."""
+        self.budget.tick()
+        m, s, _ = self.moments(t, y)
+        dm, ds = moment_field(self.layer_at(t), m, s)
+        return self._pack(dm, ds.ravel()[self.flat_iu])
+
+    def moments(self, t: float, y: FloatArray) -> tuple[FloatArray, FloatArray, None]:
+        """Physical ``(m, Σ, None)``."""
+        m, packed = self._moments_of(y)
+        return m, self._full(packed), None
+
+    def trace(self, y: FloatArray) -> float:
+        """``tr Σ``."""
+        _, packed = self._moments_of(y)
+        return float(np.sum(packed[self.diag - self.d]))
+
+    def log_scale(self, y: FloatArray) -> float:
+        """``log tr Σ``."""
+        tr = self.trace(y)
+        return math.log(tr) if tr > 0 else -math.inf
+
+    def top(self, y: FloatArray, f: FloatArray) -> tuple[float, float]:
+        """``(λ_max Σ, uᵀ Σ̇ u)`` from a symmetric eigensolve."""
+        _, s, _ = self.moments(0.0, y)
+        ds = self._full(self._rates_of(f)[1])
+        w, q = np.linalg.eigh(s)
+        u = q[:, -1]
+        return float(w[-1]), float(u @ ds @ u)
+
+    def remaining(self, y: FloatArray, f: FloatArray) -> float:
+        """``inf``: no step prediction (an eigensolve per step)."""
+        return math.inf
+
+    def rate(self, y: FloatArray, f: FloatArray) -> float:
+        """Relative speed of the moments, ``max(‖Σ̇‖/‖Σ‖, ‖ṁ‖/‖m‖)`` (packed norms)."""
+        m, s = self._moments_of(y)
+        dm, ds = self._rates_of(f)
+        return max(_ratio(dm, m), _ratio(ds, s))
+
+
+class _EntryForm(_PackedForm):
     """``y = [m, vech Σ]`` (the entry-wise form, for layers with Brownian forcing)."""
 
     kind = "entrywise"
-    skew = None
 
     def __init__(
         self, layer_at: LayerAt, budget: Budget, t0: float, mean: FloatArray, cov: FloatArray
     ) -> None:
         self.layer_at, self.budget = layer_at, budget
         self.d = mean.shape[0]
-        iu, self.full_pos = vech_index(self.d)
-        self.flat_iu: NDArray[np.intp] = iu[0] * self.d + iu[1]
-        self.diag: NDArray[np.intp] = self.d + np.flatnonzero(iu[0] == iu[1])
+        self._index(self.d)
         self.y0: FloatArray = np.concatenate([mean, vech(cov)])
         self.n = self.y0.size
-        self.s = 0.0
 
-    def _split(self, y: FloatArray) -> tuple[FloatArray, FloatArray]:
-        d = self.d
-        return y[:d], y[d:][self.full_pos].reshape(d, d)
+    def _moments_of(self, y: FloatArray) -> tuple[FloatArray, FloatArray]:
+        return y[: self.d], y[self.d :]
 
-    def rhs(self, t: float, y: FloatArray) -> FloatArray:
-        """``[dm/dt, vech dΣ/dt]``; ticks the budget."""
-        self.budget.tick()
-        m, s = self._split(y)
-        dm, ds = moment_field(self.layer_at(t), m, s)
-        return np.concatenate([dm, ds.ravel()[self.flat_iu]])
+    def _rates_of(self, f: FloatArray) -> tuple[FloatArray, FloatArray]:
+        return f[: self.d], f[self.d :]
 
-    def moments(self, t: float, y: FloatArray) -> tuple[FloatArray, FloatArray, None]:
-        """Physical ``(m, Σ, None)``."""
-        m, s = self._split(y)
-        return m, s, None
-
-    def trace(self, y: FloatArray) -> float:
-        """``tr Σ``."""
-        return float(np.sum(y[self.diag]))
-
-    def log_scale(self, y: FloatArray) -> float:
-        """``log tr Σ``."""
-        tr = self.trace(y)
-        return math.log(tr) if tr > 0 else -math.inf
+    def _pack(self, dm: FloatArray, ds: FloatArray) -> FloatArray:
+        return np.concatenate([dm, ds])
 
     def needs_restart(self, y: FloatArray) -> bool:
         """Never: the entry-wise state has no scale to renormalize."""
@@ -389,23 +443,6 @@ class _EntryForm:
         m, s, _ = self.moments(t, y)
         return _EntryForm(self.layer_at, self.budget, t, m, s)
 
-    def top(self, y: FloatArray, f: FloatArray) -> tuple[float, float]:
-        """``(λ_max Σ, uᵀ Σ̇ u)`` from a symmetric eigensolve."""
-        _, s = self._split(y)
-        _, ds = self._split(f)
-        w, q = np.linalg.eigh(s)
-        u = q[:, -1]
-        return float(w[-1]), float(u @ ds @ u)
-
-    def remaining(self, y: FloatArray, f: FloatArray) -> float:
-        """``inf``: the entry-wise form does not predict steps (an eigensolve per step)."""
-        return math.inf
-
-    def rate(self, y: FloatArray, f: FloatArray) -> float:
-        """Relative speed of the moments, ``max(‖Σ̇‖/‖Σ‖, ‖ṁ‖/‖m‖)``."""
-        d = self.d
-        return max(_ratio(f[:d], y[:d]), _ratio(f[d:], y[d:]))
-
     def scales(self, y: FloatArray) -> FloatArray:
         """Typical size of each component (for the Jacobian's differences)."""
         m_scale = max(float(np.max(np.abs(y[: self.d]), initial=0.0)), 1.0)
@@ -417,7 +454,7 @@ class _EntryForm:
         return np.full(self.n, atol * max(float(np.max(np.abs(self.y0))), 1.0))
 
 
-class DeviationForm:
+class DeviationForm(_PackedForm):
     """``y = [(m − m̄)/u_m, vech(Σ − Σ̄)/u_Σ] / ς``: the deviation from a reference ``N(m̄, Σ̄)``.
 
     Near an equilibrium the moments hardly move while their distance to it falls by many
@@ -432,7 +469,6 @@ class DeviationForm:
     """
 
     kind = "deviation"
-    skew = None
 
     def __init__(
         self,
@@ -446,50 +482,28 @@ class DeviationForm:
         self.layer_at, self.budget = layer_at, budget
         self.around = around
         ref_m, ref_s = around
-        self.d = d = mean.shape[0]
-        iu, self.full_pos = vech_index(d)
-        self.flat_iu: NDArray[np.intp] = iu[0] * d + iu[1]
-        self.diag: NDArray[np.intp] = d + np.flatnonzero(iu[0] == iu[1])
+        self.d = mean.shape[0]
+        self._index(self.d)
+        self.ref = (ref_m, vech(ref_s))
         size_s = float(np.linalg.norm(ref_s))
         self.u_s = size_s if size_s > 0 else 1.0
         self.u_m = max(float(np.linalg.norm(ref_m)), math.sqrt(self.u_s))
-        self.ref_trace = float(np.trace(ref_s))
         dev = np.concatenate([(mean - ref_m) / self.u_m, vech(cov - ref_s) / self.u_s])
         size = float(np.linalg.norm(dev))
         self.scale = size if size > 0 else 1.0
         self.y0: FloatArray = dev / self.scale
         self.n = self.y0.size
-        self.s = 0.0
 
-    def _split(self, y: FloatArray) -> tuple[FloatArray, FloatArray]:
-        """The deviations ``(m − m̄, Σ − Σ̄)`` of the state."""
+    def _rates_of(self, f: FloatArray) -> tuple[FloatArray, FloatArray]:
         d = self.d
-        dm = (self.scale * self.u_m) * y[:d]
-        ds = (self.scale * self.u_s) * y[d:][self.full_pos].reshape(d, d)
-        return dm, ds
+        return (self.scale * self.u_m) * f[:d], (self.scale * self.u_s) * f[d:]
 
-    def rhs(self, t: float, y: FloatArray) -> FloatArray:
-        """The field at ``N(m̄ + δm, Σ̄ + δΣ)`` in the state's units; ticks the budget."""
-        self.budget.tick()
-        m, s, _ = self.moments(t, y)
-        dm, ds = moment_field(self.layer_at(t), m, s)
-        return np.concatenate(
-            [dm / (self.scale * self.u_m), ds.ravel()[self.flat_iu] / (self.scale * self.u_s)]
-        )
+    def _moments_of(self, y: FloatArray) -> tuple[FloatArray, FloatArray]:
+        dm, ds = self._rates_of(y)  # the same scaling as the state's derivative
+        return self.ref[0] + dm, self.ref[1] + ds
 
-    def moments(self, t: float, y: FloatArray) -> tuple[FloatArray, FloatArray, None]:
-        """Physical ``(m, Σ, None)``."""
-        dm, ds = self._split(y)
-        return self.around[0] + dm, self.around[1] + ds, None
-
-    def trace(self, y: FloatArray) -> float:
-        """``tr Σ``."""
-        return self.ref_trace + self.scale * self.u_s * float(np.sum(y[self.diag]))
-
-    def log_scale(self, y: FloatArray) -> float:
-        """``log tr Σ``."""
-        tr = self.trace(y)
-        return math.log(tr) if tr > 0 else -math.inf
+    def _pack(self, dm: FloatArray, ds: FloatArray) -> FloatArray:
+        return np.concatenate([dm / (self.scale * self.u_m), ds / (self.scale * self.u_s)])
 
     def needs_restart(self, y: FloatArray) -> bool:
         """True when the normalized distance left ``[1/_WINDOW, _WINDOW]``: the tolerances are
@@ -503,24 +517,6 @@ class DeviationForm:
         """The same reference at ``(t, y)``, the distance renormalized."""
         m, s, _ = self.moments(t, y)
         return DeviationForm(self.layer_at, self.budget, t, m, s, self.around)
-
-    def top(self, y: FloatArray, f: FloatArray) -> tuple[float, float]:
-        """``(λ_max Σ, uᵀ Σ̇ u)`` from a symmetric eigensolve."""
-        _, s, _ = self.moments(0.0, y)
-        _, ds = self._split(f)
-        w, q = np.linalg.eigh(s)
-        u = q[:, -1]
-        return float(w[-1]), float(u @ ds @ u)
-
-    def remaining(self, y: FloatArray, f: FloatArray) -> float:
-        """``inf``: no step prediction (a reference is an equilibrium, not a pole)."""
-        return math.inf
-
-    def rate(self, y: FloatArray, f: FloatArray) -> float:
-        """Relative speed of the moments, ``max(‖Σ̇‖/‖Σ‖, ‖ṁ‖/‖m‖)``."""
-        m, s, _ = self.moments(0.0, y)
-        dm, ds = self._split(f)
-        return max(_ratio(dm, m), _ratio(ds, s))
 
     def scales(self, y: FloatArray) -> FloatArray:
         """Typical size of each component (for the Jacobian's differences)."""

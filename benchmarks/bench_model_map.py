@@ -120,6 +120,10 @@ def main() -> None:
         timing = m.stats["timing"]
         print(f"model_map of {path.name}: {m.status.value} in {wall:.1f} s wall")
         print(", ".join(f"{k} {timing.get(k, 0.0):.1f} s" for k in ("load", "data", *PARTS)))
+        print(f"network {timing.get('network', 0.0):.1f} s")
+        for r in m.rows:
+            parts = ", ".join(f"{k} {v:.1f}" for k, v in r.seconds.items())
+            print(f"layer {r.layer}: {sum(r.seconds.values()):.1f} s ({parts})")
         print(m.stabilized_network.message if m.stabilized_network is not None else "no network")
         return
     clock = time.perf_counter()

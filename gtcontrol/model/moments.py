@@ -207,9 +207,9 @@ def simulate(
     n_points: int = IntegratorOptions.n_points,
     blowup_factor: float = IntegratorOptions.blowup_factor,
     max_step: float = IntegratorOptions.max_step,
+    around: Gaussian | None = None,
     max_evals: int = DEFAULT_MAX_EVALS,
     time_limit: float | None = None,
-    around: Gaussian | None = None,
 ) -> Trajectory:
     """Integrate the moment ODE ``dm/dt = M m + c``, ``dΣ/dt = M Σ + Σ Mᵀ`` (docs/theory.md §2).
 
@@ -248,7 +248,6 @@ def simulate(
         shrinks) from exponential growth (the integration goes on).
     max_step
         Largest integrator step; ``inf`` (default) lets the error control decide.
-    %(budget)s
     around
         A reference ``N(m̄, Σ̄)``, typically an equilibrium: integrate the distance
         ``(m − m̄, Σ − Σ̄)`` instead, renormalized to unit norm at every restart, so that
@@ -259,6 +258,7 @@ def simulate(
         is): take it for starts whose distance is small against the reference's smallest
         eigenvalue on their common range. ``stats["form"]`` is ``"deviation"``, ``factor``
         is ``None``.
+    %(budget)s
 
     Returns
     -------
@@ -274,7 +274,7 @@ def simulate(
     Raises
     ------
     InvalidGaussianError
-        If ``initial`` is not a Gaussian of the model's dimension.
+        If ``initial`` or ``around`` is not a Gaussian of the model's dimension.
     InvalidParametersError
         On a malformed model or option (naming it and the accepted range), a missing or
         conflicting ``T``, or a ReLU/GELU feed-forward.
@@ -290,6 +290,16 @@ def simulate(
     (<Status.BLOWUP: 'blowup'>, True)
     >>> round(traj.blowup_time, 9)
     1.0
+
+    With ``A = 1`` and ``vB = −1``, ``dσ/dt = 2σ(1 − σ)`` has the stable equilibrium ``σ* = 1``.
+    From ``σ0 = 1.1`` the distance ``σ − 1 = q/(1 − q)``, ``q = e^{−2t}/11``, falls to
+    1.8737760e-10 at depth 10; integrated as the distance it keeps its relative accuracy:
+
+    >>> layer, star = Layer(A=[[1.0]], B=[[1.0]], V=-1.0), Gaussian([0.0], [[1.0]])
+    >>> near = simulate(layer, Gaussian([0.0], [[1.1]]), T=10.0, method="RK45", rtol=1e-8,
+    ...                 atol=1e-8, around=star)
+    >>> near.stats["form"], f"{near.cov[-1, 0, 0] - 1.0:.5e}"
+    ('deviation', '1.87378e-10')
     """
     opts = IntegratorOptions(**option_values(IntegratorOptions, locals()))
     budget = Budget(opts.time_limit)  # the wall clock of the whole call, set-up to ranks

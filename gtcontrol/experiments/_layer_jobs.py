@@ -81,8 +81,8 @@ _MANIFEST = "manifest.json"
 _ROWS = "rows"
 _LOCK = ".lock"
 _FORMAT = 1
-_ROW = re.compile(r"layer_\d+\.pkl")
-_TMP = re.compile(r"\.layer_\d+\.pkl\.tmp-\d+-[0-9a-f]+")
+_ROW = re.compile(r"layer_\d+(?:\.[a-z]+)?\.pkl")
+_TMP = re.compile(r"\.layer_\d+(?:\.[a-z]+)?\.pkl\.tmp-\d+-[0-9a-f]+")
 #: Seconds a local cluster's first worker process may take to start (3-8 s on a loaded
 #: 2-core machine) before the run is an error rather than a wait for ever.
 _START_TIMEOUT = 120.0
@@ -232,8 +232,8 @@ def _timed(work: Callable[[int], Any], key: int) -> _Landed:
 class _Store:
     """A folder of rows, locked while open (see the module docstring)."""
 
-    def __init__(self, path: Path, fingerprint: str) -> None:
-        self.path, self.fingerprint = path, fingerprint
+    def __init__(self, path: Path, fingerprint: str, label: Callable[[int], str]) -> None:
+        self.path, self.fingerprint, self.label = path, fingerprint, label
         self.rows = path / _ROWS
         self._fd: int | None = None
 
@@ -302,7 +302,7 @@ class _Store:
             )
 
     def file(self, key: int) -> Path:
-        return self.rows / f"layer_{key:03d}.pkl"
+        return self.rows / f"{self.label(key)}.pkl"
 
     def load(self, keys: Iterable[int]) -> tuple[dict[int, dict[str, Any]], list[str]]:
         """The stored records of ``keys`` by key, and notes on the files set aside."""
@@ -320,7 +320,7 @@ class _Store:
             except Exception as exc:  # truncated, damaged, or of a class no longer importable
                 aside = self._set_aside(path)
                 notes.append(
-                    f"layer {key}: its stored row was unreadable ({type(exc).__name__}: "
+                    f"{self.label(key)}: its stored row was unreadable ({type(exc).__name__}: "
                     f"{_cut(str(exc), 120)}); set aside as {_ROWS}/{aside.name} and computed again"
                 )
                 continue
@@ -352,6 +352,10 @@ class _Store:
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
+
+
+def _default_label(key: int) -> str:
+    return f"layer_{key:03d}"
 
 
 def _cut(text: str, limit: int = 60) -> str:
@@ -424,6 +428,7 @@ def run_layer_jobs(
     time_limit: float | None = None,
     on_done: Callable[[int, Any], object] | None = None,
     stored: Callable[[Any], bool] | None = None,
+    label: Callable[[int], str] | None = None,
 ) -> JobsOutcome:
     """``work(key)`` for every key whose row is not stored, inline or in parallel; every row
     stored as it lands.
@@ -462,6 +467,10 @@ def run_layer_jobs(
     stored
         ``stored(row)``: whether a computed row is stored (``None``: every row). A row cut short
         by its own time limit is returned but not stored, so that a resume computes it again.
+    label
+        ``label(key)``: the name of a key's row file (``STORE/rows/LABEL.pkl``) and of the key
+        in notes, ``layer_`` and the key's digits (at least 3) optionally followed by a
+        lower-case suffix (``layer_003.analysis``); default ``layer_003`` for key 3.
 
     Returns
     -------
@@ -497,7 +506,14 @@ def run_layer_jobs(
     if store is None:
         run.compute(scheduler, workers)
         return run.outcome()
-    with _Store(Path(os.fspath(store)), str(fingerprint)).opened() as opened:
+    named = _default_label if label is None else label
+    bad = [k for k in order if not _ROW.fullmatch(f"{named(k)}.pkl")]
+    if bad:
+        raise InvalidParametersError(
+            f"label: expected 'layer_' and digits, optionally '.suffix' in lower case, for "
+            f"every key; got {named(bad[0])!r} for key {bad[0]}"
+        )
+    with _Store(Path(os.fspath(store)), str(fingerprint), named).opened() as opened:
         run.store = opened
         records, notes = opened.load(order)
         run.notes.extend(notes)
@@ -598,8 +614,11 @@ class _Run:
             # the work (a partial holding every layer's data, say) goes to the cluster once,
             # not inside each task
             shared = client.scatter(self.work, hash=False) if len(missing) > 1 else self.work
+            # the caller's key order (the model map's longer halves first) as the tasks'
+            # priorities; dask's work stealing may still move a task to an idle worker
             futures = [
-                client.submit(_timed, shared, k, key=name, pure=False) for name, k in names.items()
+                client.submit(_timed, shared, k, key=name, pure=False, priority=len(names) - i)
+                for i, (name, k) in enumerate(names.items())
             ]
             pending = {f.key: f for f in futures}
             timeout = None if end == math.inf else max(end - time.monotonic(), 0.0)

@@ -400,6 +400,7 @@ def model_map_record(
             "timing": dict(m.stats.get("timing", {})),
             "where": m.stats.get("where", ""),
             "reused": list(m.stats.get("reused", [])),
+            "reused_halves": list(m.stats.get("reused_halves", [])),
             "unmapped": list(m.unmapped),
             "message": m.message,
         },

@@ -34,9 +34,11 @@ mean-pooled final hidden states against the original's per input, the relative c
 final hidden states, and the Gaussianity of Gaussian input tokens after every layer in both
 networks.
 
-Layers run as independent jobs (:func:`map_layer`), inline, on local worker processes or on a
-Dask cluster, and are stored as each finishes so that a killed map resumes (the ``model``
-design task). Reference: the paper cited in :mod:`gtcontrol` (§3–§4); O. Ledoit, M. Wolf,
+Each row is two independent jobs, its stabilization and its analysis (regimes, head shares,
+equilibria), run inline, on local worker processes or on a Dask cluster (every stabilization
+first: the longer half), and stored as each finishes so that a killed map resumes (the
+``model`` design task). Two jobs per row let two workers take the last row apart: three rows
+on two workers otherwise leave one worker idle for a whole row. Reference: the paper cited in :mod:`gtcontrol` (§3–§4); O. Ledoit, M. Wolf,
 J. Multivariate Anal. 88 (2004).
 """
 
@@ -890,6 +892,202 @@ def _part(budget: Budget, name: str) -> Budget:
     return budget.sub(share * budget.remaining())
 
 
+#: A row's two halves, in the order a cluster takes them: the stabilization (with its token
+#: check, most of a row) and the analysis (regimes, head shares, equilibria). They share no
+#: result, so the rows' halves are tasks of their own (:func:`_map_half`): two workers can
+#: take one row apart where the rows are fewer than the workers can keep busy.
+HALVES = ("stabilization", "analysis")
+
+
+class _Parts:
+    """The parts of one half, each within its share of the budget (:func:`_part`): their
+    seconds, the parts cut by the time limit or refused, and the lines of the row's message."""
+
+    def __init__(self, budget: Budget) -> None:
+        self.budget = budget
+        self.seconds: dict[str, float] = {}
+        self.cut: list[str] = []
+        self.failed: list[str] = []
+        self.lines: list[str] = []
+
+    def run(self, name: str, work: Callable[[Budget], Any], default: Any) -> Any:
+        """``work(budget of the part)``, or ``default`` when the time is out or the part
+        refuses its input (:class:`~gtcontrol.GTControlError`; the other parts still run)."""
+        clock = time.perf_counter()
+        try:
+            if self.budget.exhausted:
+                raise BudgetExhausted(self.budget.reason())
+            return work(_part(self.budget, name))
+        except BudgetExhausted as exc:
+            self.was_cut(name)
+            self.lines.append(f"{name}: cut ({exc.reason})")
+            return default
+        except GTControlError as exc:
+            self.failed.append(name)
+            self.lines.append(f"{name}: refused ({exc})")
+            return default
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - clock
+
+    def was_cut(self, name: str) -> None:
+        if name not in self.cut:
+            self.cut.append(name)
+
+
+@dataclass(frozen=True, eq=False)
+class _LayerHalf:
+    """One half of a row (:data:`HALVES`), as a worker returns it and a store keeps it.
+
+    Attributes
+    ----------
+    layer, half
+        The layer and which half.
+    values
+        What the half found, by name (the :class:`LayerMap` fields it fills).
+    seconds, cut, failed, lines
+        Each part's seconds, the parts cut by the time limit, those that refused their input,
+        and the lines of the row's message.
+    """
+
+    layer: int
+    half: str
+    values: Mapping[str, Any]
+    seconds: Mapping[str, float]
+    cut: tuple[str, ...]
+    failed: tuple[str, ...]
+    lines: tuple[str, ...]
+
+    @property
+    def complete(self) -> bool:
+        """Whether no part was cut (a cut half is mapped again by a resume)."""
+        return not self.cut
+
+
+def _analysis(job: LayerJob, parts: _Parts) -> dict[str, Any]:
+    """Regimes from ``N(e, I ⊕ 0)`` and the data, head shares, and Newton from both."""
+    layer, d = job.layer, job.layer.dim - 1
+    starts = (("identity", _identity(d)), ("data", _data_start(job.tokens)))
+
+    def side_by_side() -> bool:
+        """Whether the two starts of a part run in threads (asked as each part begins: a
+        worker takes the cores the others leave idle, :func:`~gtcontrol._jobs.cpus`)."""
+        return d >= _SIDE_BY_SIDE_DIM and threaded()
+
+    flows: dict[str, Trajectory | None] = {}
+
+    def regimes(b: Budget) -> tuple[MapRegime, ...]:
+        done = concurrently(
+            [partial(_regime, layer, name, g0, job.T, b) for name, g0 in starts],
+            parallel=side_by_side(),
+        )
+        out = []
+        for (name, _), (reg, traj) in zip(starts, done, strict=True):
+            flows[name] = traj
+            out.append(reg)
+        return tuple(out)
+
+    regs: tuple[MapRegime, ...] = parts.run("regime", regimes, ())
+    for r in regs:
+        parts.lines.append(f"regime from {r.start}: {r.kind} ({r.certificate}): {r.message}")
+        if r.status is Status.BUDGET_EXHAUSTED:
+            parts.was_cut("regime")
+    heads = parts.run("heads", lambda b: _heads(layer, flows.get("identity"), job.T, b), _NO_HEADS)
+    if heads[0] < 0 and layer.factored_heads is not None:
+        parts.was_cut("heads")
+
+    def equilibria(b: Budget) -> list[MapEquilibrium]:
+        target, _ = text_target(job.tokens)
+
+        def newton(start: str, cov0: FloatArray) -> tuple[MapEquilibrium, FloatArray | None] | None:
+            if start != "data" and b.exhausted:  # in turn, the data's run spent the part
+                return None
+            return _equilibrium(layer, start, cov0, b)
+
+        done = concurrently(
+            [partial(newton, "data", target.cov), partial(newton, "identity", _identity(d).cov)],
+            parallel=side_by_side(),
+        )
+        return _same_roots([e for e in done if e is not None])
+
+    eqs: list[MapEquilibrium] = parts.run("equilibria", equilibria, [])
+    parts.lines.extend(f"equilibrium from {e.start}: {e.message}" for e in eqs)
+    if any(e.status is Status.BUDGET_EXHAUSTED for e in eqs):
+        parts.was_cut("equilibria")
+    return {
+        "regimes": regs,
+        "blowup_identity": next((r.blowup_time for r in regs if r.start == "identity"), math.nan),
+        "blowup_data": next((r.blowup_time for r in regs if r.start == "data"), math.nan),
+        "heads": heads,
+        "equilibria": tuple(eqs),
+    }
+
+
+def _stabilized(job: LayerJob, parts: _Parts) -> dict[str, Any]:
+    """The stabilization of the data target, and the stabilized layer's flow from the identity."""
+    probe = np.hstack([job.tokens, np.ones((job.tokens.shape[0], 1))])
+    stab, curve, note = parts.run(
+        "stabilization", lambda b: _stabilization(job, probe, b), (None, None, "not run")
+    )
+    if stab is not None:
+        parts.lines.append(f"stabilization ({stab.status.value}): {stab.message}")
+        if stab.status is Status.BUDGET_EXHAUSTED:
+            parts.was_cut("stabilization")
+    after, after_line = parts.run("after", lambda b: _after(stab, job.T, b), (((), ()), ""))
+    if after_line:
+        parts.lines.append(after_line)
+    return {"stabilization": stab, "curve": curve, "note": note, "after": after}
+
+
+def _map_half(job: LayerJob, half: str, budget: Budget | None = None) -> _LayerHalf:
+    """One half of :func:`map_layer`'s row (:data:`HALVES`), within ``budget`` (default: the
+    job's, from now); :func:`_join_halves` makes the row of the two."""
+    parts = _Parts(job.budget() if budget is None else budget)
+    values = _analysis(job, parts) if half == "analysis" else _stabilized(job, parts)
+    return _LayerHalf(
+        layer=job.layer_index,
+        half=half,
+        values=values,
+        seconds=dict(parts.seconds),
+        cut=tuple(parts.cut),
+        failed=tuple(parts.failed),
+        lines=tuple(parts.lines),
+    )
+
+
+def _join_halves(job: LayerJob, analysis: _LayerHalf, stabilized: _LayerHalf) -> LayerMap:
+    """The row of a layer from its two halves (the analysis' lines first)."""
+    a, s = analysis.values, stabilized.values
+    cut = analysis.cut + stabilized.cut
+    stab = s["stabilization"]
+    status = Status.SUCCESS
+    if cut:
+        status = Status.BUDGET_EXHAUSTED
+    elif analysis.failed or stabilized.failed or stab is None or stab.status is not Status.SUCCESS:
+        status = Status.FAILED
+    heads = a["heads"]
+    seconds = {**analysis.seconds, **stabilized.seconds}
+    return LayerMap(
+        layer=job.layer_index,
+        regimes=a["regimes"],
+        blowup_identity=a["blowup_identity"],
+        blowup_data=a["blowup_data"],
+        dominant_head=heads[0],
+        head_share=heads[1],
+        head_shares=heads[2],
+        lam_before=heads[3],
+        lam_after=s["after"],
+        equilibria=a["equilibria"],
+        stabilization=stab,
+        stabilization_note=s["note"],
+        curve=s["curve"],
+        seconds=seconds,
+        cut=cut,
+        status=status,
+        message="\n".join(analysis.lines + stabilized.lines),
+        stats={"seconds": float(sum(seconds.values()))},
+    )
+
+
 def map_layer(job: LayerJob) -> LayerMap:
     """Map one attention sublayer: regimes, head shares, equilibria, stabilization.
 
@@ -925,114 +1123,8 @@ def map_layer(job: LayerJob) -> LayerMap:
     <Status.SUCCESS: 'success'>
     """
     budget = job.budget()
-    layer, d = job.layer, job.layer.dim - 1
-    seconds: dict[str, float] = {}
-    cut: list[str] = []
-    lines: list[str] = []
-    failed: list[str] = []
-
-    def run(name: str, work: Callable[[Budget], Any], default: Any) -> Any:
-        clock = time.perf_counter()
-        try:
-            if budget.exhausted:
-                raise BudgetExhausted(budget.reason())
-            return work(_part(budget, name))
-        except BudgetExhausted as exc:
-            cut.append(name)
-            lines.append(f"{name}: cut ({exc.reason})")
-            return default
-        except GTControlError as exc:
-            failed.append(name)
-            lines.append(f"{name}: refused ({exc})")
-            return default
-        finally:
-            seconds[name] = seconds.get(name, 0.0) + time.perf_counter() - clock
-
-    starts = (("identity", _identity(d)), ("data", _data_start(job.tokens)))
-
-    def side_by_side() -> bool:
-        """Whether the two starts of a part run in threads (asked as each part begins: a
-        worker takes the cores the others leave idle, :func:`~gtcontrol._jobs.cpus`)."""
-        return d >= _SIDE_BY_SIDE_DIM and threaded()
-
-    flows: dict[str, Trajectory | None] = {}
-
-    def regimes(b: Budget) -> tuple[MapRegime, ...]:
-        done = concurrently(
-            [partial(_regime, layer, name, g0, job.T, b) for name, g0 in starts],
-            parallel=side_by_side(),
-        )
-        out = []
-        for (name, _), (reg, traj) in zip(starts, done, strict=True):
-            flows[name] = traj
-            out.append(reg)
-        return tuple(out)
-
-    regs: tuple[MapRegime, ...] = run("regime", regimes, ())
-    for r in regs:
-        lines.append(f"regime from {r.start}: {r.kind} ({r.certificate}): {r.message}")
-        if r.status is Status.BUDGET_EXHAUSTED and "regime" not in cut:
-            cut.append("regime")
-    t_id = next((r.blowup_time for r in regs if r.start == "identity"), math.nan)
-    t_data = next((r.blowup_time for r in regs if r.start == "data"), math.nan)
-    heads = run("heads", lambda b: _heads(layer, flows.get("identity"), job.T, b), _NO_HEADS)
-    if heads[0] < 0 and layer.factored_heads is not None and "heads" not in cut:
-        cut.append("heads")
-
-    def equilibria(b: Budget) -> list[MapEquilibrium]:
-        target, _ = text_target(job.tokens)
-
-        def newton(start: str, cov0: FloatArray) -> tuple[MapEquilibrium, FloatArray | None] | None:
-            if start != "data" and b.exhausted:  # in turn, the data's run spent the part
-                return None
-            return _equilibrium(layer, start, cov0, b)
-
-        done = concurrently(
-            [partial(newton, "data", target.cov), partial(newton, "identity", _identity(d).cov)],
-            parallel=side_by_side(),
-        )
-        return _same_roots([e for e in done if e is not None])
-
-    eqs: list[MapEquilibrium] = run("equilibria", equilibria, [])
-    lines.extend(f"equilibrium from {e.start}: {e.message}" for e in eqs)
-    if any(e.status is Status.BUDGET_EXHAUSTED for e in eqs) and "equilibria" not in cut:
-        cut.append("equilibria")
-    probe = np.hstack([job.tokens, np.ones((job.tokens.shape[0], 1))])
-    stab, curve, note = run(
-        "stabilization", lambda b: _stabilization(job, probe, b), (None, None, "not run")
-    )
-    if stab is not None:
-        lines.append(f"stabilization ({stab.status.value}): {stab.message}")
-        if stab.status is Status.BUDGET_EXHAUSTED and "stabilization" not in cut:
-            cut.append("stabilization")
-    after, after_line = run("after", lambda b: _after(stab, job.T, b), (((), ()), ""))
-    if after_line:
-        lines.append(after_line)
-    status = Status.SUCCESS
-    if cut:
-        status = Status.BUDGET_EXHAUSTED
-    elif failed or stab is None or stab.status is not Status.SUCCESS:
-        status = Status.FAILED
-    return LayerMap(
-        layer=job.layer_index,
-        regimes=regs,
-        blowup_identity=t_id,
-        blowup_data=t_data,
-        dominant_head=heads[0],
-        head_share=heads[1],
-        head_shares=heads[2],
-        lam_before=heads[3],
-        lam_after=after,
-        equilibria=tuple(eqs),
-        stabilization=stab,
-        stabilization_note=note,
-        curve=curve,
-        seconds=seconds,
-        cut=tuple(cut),
-        status=status,
-        message="\n".join(lines),
-        stats={"seconds": float(sum(seconds.values()))},
-    )
+    analysis = _map_half(job, "analysis", budget)
+    return _join_halves(job, analysis, _map_half(job, "stabilization", budget))
 
 
 @dataclass(frozen=True, eq=False)
@@ -1060,7 +1152,8 @@ class ModelMap(ModelFields, ResultFields, Outcome):
     message, stats
         What ran; ``stats``: ``seconds``, ``timing`` (seconds per part, summed over the rows,
         and for loading, data and the network check), ``where`` (inline, local processes or
-        the cluster's address), ``reused`` (the layers read from the store).
+        the cluster's address), ``reused`` (the layers whose two halves were read from the
+        store) and ``reused_halves`` (every half read from it, ``layer_003.analysis``).
     """
 
     data: str
@@ -1242,7 +1335,7 @@ def model_map(
         )
         for k in picked
     ]
-    got, unmapped, where, reused = _run_rows(jobs, n_workers, scheduler, store, budget)
+    got, unmapped, where, reused, halves = _run_rows(jobs, n_workers, scheduler, store, budget)
     rows = tuple(got[k] for k in picked if k in got)
     for part in PARTS:
         timing[part] = float(sum(r.seconds.get(part, 0.0) for r in rows))
@@ -1273,24 +1366,44 @@ def model_map(
                 time_limit=budget.left_as_limit(),
             )
     timing["network"] = time.perf_counter() - t0
-    run = {"where": where, "reused": list(reused), "timing": timing}
+    run = {"where": where, "reused": list(reused), "reused_halves": list(halves), "timing": timing}
     return _assemble(em, data, rows, net, unmapped, chosen, budget_c, run, clock)
 
 
-def _map_key(jobs: Mapping[int, LayerJob], key: int) -> LayerMap:
-    """The row of layer ``key`` (the runner's work: module-level, picklable with its jobs)."""
+#: A half's key is ``HALVES.index(half) * _STRIDE + layer``: sorted, every stabilization
+#: (the longer half) comes before every analysis, the order a cluster takes them in.
+_STRIDE = 100_000
+
+
+def _key(layer: int, half: str) -> int:
+    return HALVES.index(half) * _STRIDE + layer
+
+
+def _layer_and_half(key: int) -> tuple[int, str]:
+    return key % _STRIDE, HALVES[key // _STRIDE]
+
+
+def _label(key: int) -> str:
+    """A half's row file in the store: ``layer_003.stabilization``."""
+    layer, half = _layer_and_half(key)
+    return f"layer_{layer:03d}.{half}"
+
+
+def _map_key(jobs: Mapping[int, LayerJob], key: int) -> _LayerHalf:
+    """One half of a row (the runner's work: module-level, picklable with its jobs)."""
+    layer, half = _layer_and_half(key)
     with single_threaded_blas():
-        return map_layer(jobs[key])
+        return _map_half(jobs[layer], half)
 
 
-def _complete(row: LayerMap) -> bool:
-    """Whether a row is stored: one cut by the time limit is mapped again by a resume."""
-    return row.status is not Status.BUDGET_EXHAUSTED
+def _complete(half: _LayerHalf) -> bool:
+    """Whether a half is stored: one cut by the time limit is mapped again by a resume."""
+    return half.complete
 
 
 def fingerprint(jobs: Sequence[LayerJob]) -> str:
     """What a map's rows depend on: every job's layer, data tokens and options (a digest)."""
-    h = hashlib.sha256(f"model_map {__version__}".encode())
+    h = hashlib.sha256(f"model_map {__version__} halves {HALVES}".encode())
     for job in jobs:
         lay = job.layer
         h.update(repr((job.layer_index, job.T, job.rate, job.change_budget)).encode())
@@ -1313,17 +1426,20 @@ def _run_rows(
     scheduler: str | None,
     store: str | os.PathLike[str] | None,
     budget: Budget,
-) -> tuple[dict[int, LayerMap], dict[int, str], str, tuple[int, ...]]:
-    """The rows by layer (:func:`~gtcontrol.experiments._layer_jobs.run_layer_jobs`), the
-    layers not mapped with why, where they ran and the layers reused from the store."""
+) -> tuple[dict[int, LayerMap], dict[int, str], str, tuple[int, ...], tuple[str, ...]]:
+    """The rows by layer, each joined from its two halves, run as tasks of their own
+    (:func:`~gtcontrol.experiments._layer_jobs.run_layer_jobs`), the layers not mapped with
+    why, where they ran, the layers whose halves all came from the store, and the stored
+    halves reused (their labels)."""
     limit = budget.left_as_limit()
     deadline = None if limit is None else time.time() + limit
     given = budget.given_limit
-    by_key = {
+    by_layer = {
         j.layer_index: replace(j, time_limit=None, deadline=deadline, given_limit=given)
         for j in jobs
     }
-    with progress("model map", total=len(jobs)) as update:
+    keys = sorted(_key(k, half) for k in by_layer for half in HALVES)
+    with progress("model map", total=len(keys)) as update:
         done = [0]
 
         def landed(key: int, row: Any) -> None:
@@ -1331,8 +1447,8 @@ def _run_rows(
             update(done[0])
 
         out = run_layer_jobs(
-            sorted(by_key),
-            partial(_map_key, by_key),
+            keys,
+            partial(_map_key, by_layer),
             store=store,
             fingerprint=None if store is None else fingerprint(jobs),
             scheduler=scheduler,
@@ -1340,14 +1456,28 @@ def _run_rows(
             time_limit=limit,
             on_done=landed,
             stored=_complete,
+            label=_label,
         )
-    missing = {
-        k: f"not mapped: {budget.reason()}"
-        if nd.reason == "time_limit"
-        else f"{nd.reason}: {nd.message}"
-        for k, nd in out.not_done.items()
-    }
-    return dict(out.rows), missing, out.where, tuple(out.reused)
+    rows: dict[int, LayerMap] = {}
+    missing: dict[int, str] = {}
+    for k, job in by_layer.items():
+        stabilized, analysis = (out.rows.get(_key(k, half)) for half in HALVES)
+        if stabilized is not None and analysis is not None:
+            rows[k] = _join_halves(job, analysis, stabilized)
+            continue
+        whys = []
+        for half in HALVES:
+            nd = out.not_done.get(_key(k, half))
+            if nd is not None:
+                why = (
+                    f"not mapped: {budget.reason()}"
+                    if nd.reason == "time_limit"
+                    else (f"{nd.reason}: {nd.message}")
+                )
+                whys.append(f"{half}: {why}")
+        missing[k] = "; ".join(whys) or "not mapped"
+    reused = tuple(k for k in sorted(by_layer) if all(_key(k, h) in out.reused for h in HALVES))
+    return rows, missing, out.where, reused, tuple(_label(key) for key in sorted(out.reused))
 
 
 def _assemble(
@@ -1375,6 +1505,10 @@ def _assemble(
     ]
     if run["reused"]:
         parts.append(f"layers {', '.join(map(str, run['reused']))} reused from the store")
+    whole = tuple(f"layer_{k:03d}." for k in run["reused"])
+    halves = [h for h in run.get("reused_halves", ()) if not h.startswith(whole)]
+    if halves:
+        parts.append(f"halves {', '.join(halves)} reused from the store")
     if net is not None:
         parts.append(f"stabilized network: {net.message}")
     parts.extend(f"layer {k}: {why}" for k, why in sorted(unmapped.items()))

@@ -112,8 +112,8 @@ def test_a_killed_map_on_a_dask_cluster_resumes_and_maps_no_stored_layer_twice(
         assert rerun.returncode == 0, err.decode()[-2000:]
     doc = json.loads((out / "result.json").read_text())
     assert doc["status"] == "success", doc["summary"]["message"]
-    reused = {f"layer_{k:03d}.pkl" for k in doc["outputs"]["reused"]}
-    assert reused == set(before)  # every stored row reused, none recomputed
+    reused = {f"{label}.pkl" for label in doc["outputs"]["reused_halves"]}
+    assert reused == set(before)  # every stored half reused, none recomputed
     assert doc["outputs"]["where"] == address
     assert len(doc["outputs"]["table"]) == _LAYERS
     assert not store.exists()
@@ -127,12 +127,13 @@ def test_rows_cut_by_the_time_limit_are_mapped_again_and_finished_rows_reused(
     where); the next run reuses exactly those and maps the two others."""
     mm = importlib.import_module("gtcontrol.experiments.model_map")
 
-    real = mm.map_layer
+    real = mm._map_half
 
-    def cut(job: Any) -> Any:
-        return real(replace(job, deadline=time.time() + 1e-3) if job.layer_index >= 2 else job)
+    def cut(job: Any, half: str, budget: Any = None) -> Any:
+        late = replace(job, deadline=time.time() + 1e-3) if job.layer_index >= 2 else job
+        return real(late, half, budget)
 
-    monkeypatch.setattr(mm, "map_layer", cut)
+    monkeypatch.setattr(mm, "_map_half", cut)
     design = _design(tmp_path)
     out = tmp_path / "out"
     assert main(["run", "-q", str(design), "-o", str(out)]) == 0
@@ -141,9 +142,11 @@ def test_rows_cut_by_the_time_limit_are_mapped_again_and_finished_rows_reused(
     cuts = {r["layer"]: r["cut"] for r in doc["outputs"]["table"]}
     assert cuts[0] == cuts[1] == "" and cuts[2] and cuts[3], cuts
     store = tmp_path / "out.rows"
-    assert set(_rows(store)) == {"layer_000.pkl", "layer_001.pkl"}
+    assert set(_rows(store)) == {
+        f"layer_{k:03d}.{half}.pkl" for k in (0, 1) for half in ("analysis", "stabilization")
+    }
     assert str(store) in doc["summary"]["message"]
-    monkeypatch.setattr(mm, "map_layer", real)
+    monkeypatch.setattr(mm, "_map_half", real)
     assert main(["run", "-q", str(design), "-o", str(out)]) == 0
     doc = json.loads((out / "result.json").read_text())
     assert doc["status"] == "success", doc["summary"]["message"]

@@ -148,7 +148,7 @@ def test_a_corrupt_row_file_is_set_aside_and_computed_again(tmp_path: Path) -> N
     assert (store / "rows" / "layer_001.pkl.bad-1").read_bytes() == cut  # kept, not deleted
     assert (store / "rows" / "layer_002.pkl.bad-1").read_bytes() == foreign
     assert len(out.notes) == 2 and out.stats["set_aside"] == 2
-    assert "layer 1: its stored row was unreadable" in out.notes[0]
+    assert "layer_001: its stored row was unreadable" in out.notes[0]
     assert "set aside as rows/layer_001.pkl.bad-1" in out.notes[0]
     assert sorted(os.listdir(store / "rows")) == [
         "layer_000.pkl",
@@ -371,3 +371,35 @@ def test_a_worker_takes_the_cores_the_others_leave_idle(monkeypatch: pytest.Monk
     assert names == [threading.current_thread().name] * 2
     monkeypatch.setattr(_blas, "_load", lambda: None)  # no load to read: the share alone
     assert _blas.idle_cores() == 0 and _jobs.cpus() == 1
+
+
+def test_labels_name_the_row_files_and_a_label_the_store_would_not_know_is_refused(
+    tmp_path: Path,
+) -> None:
+    """``label(key)`` names each row file (and the key in notes); a label outside
+    ``layer_<digits>[.suffix]`` is refused before the store is touched."""
+    store = tmp_path / "store"
+    out = run_layer_jobs(
+        [3, 100003],
+        abs,
+        store=store,
+        fingerprint="f",
+        label=lambda k: f"layer_{k % 100:03d}." + ("a" if k < 100 else "b"),
+    )
+    assert out.success and dict(out.rows) == {3: 3, 100003: 100003}
+    assert sorted(p.name for p in (store / "rows").iterdir()) == [
+        "layer_003.a.pkl",
+        "layer_003.b.pkl",
+    ]
+    again = run_layer_jobs(
+        [3, 100003],
+        abs,
+        store=store,
+        fingerprint="f",
+        label=lambda k: f"layer_{k % 100:03d}." + ("a" if k < 100 else "b"),
+    )
+    assert again.reused == (3, 100003)
+    other = tmp_path / "other"
+    with pytest.raises(InvalidParametersError, match="label"):
+        run_layer_jobs([1], abs, store=other, fingerprint="f", label=lambda k: "rows 1")
+    assert not other.exists()

@@ -4,6 +4,7 @@ real network with its attention replaced by hooks; time limits, bad input and th
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import re
@@ -487,3 +488,61 @@ def test_a_row_is_the_same_with_its_parts_side_by_side_or_in_turn(
     small = Layer(heads=gt.FactoredHeads(q[:, :, -5:], k[:, :, -5:], v[:, :, -5:], o[:, -5:]))
     row(1, small, tokens[:, -4:])
     assert seen == [threading.current_thread().name] * 4, seen
+
+
+def test_a_row_is_two_stored_halves_and_a_resume_maps_only_the_half_that_was_cut(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A row's stabilization and analysis are jobs of their own, each stored as it lands
+    (``layer_001.analysis.pkl``): with layer 1's analysis cut by its time limit, the map ends
+    budget_exhausted and stores the three other halves; the resume maps that half alone,
+    reuses the three (layer 0 whole, layer 1's stabilization), and the rows are those of a map
+    without a store, to the last digit of every reported value."""
+    import importlib
+
+    mm = importlib.import_module("gtcontrol.experiments.model_map")
+    em = extract(_aligned("bert"))
+    store = tmp_path / "rows"
+    real = mm._map_half
+    ran: list[str] = []
+
+    def cut(job: Any, half: str, budget: Any = None) -> Any:
+        ran.append(f"{job.layer_index}.{half}")
+        if job.layer_index == 1 and half == "analysis":
+            job = dataclasses.replace(job, deadline=time.time() + 1e-3)
+        return real(job, half, budget)
+
+    monkeypatch.setattr(mm, "_map_half", cut)
+    first = model_map(em, layers=[0, 1], T=1.0, token_check=64, store=store)
+    assert first.status is Status.BUDGET_EXHAUSTED, first.message
+    assert sorted(p.name for p in (store / "rows").iterdir()) == [
+        "layer_000.analysis.pkl",
+        "layer_000.stabilization.pkl",
+        "layer_001.stabilization.pkl",
+    ]
+    # every stabilization first, then the analyses
+    assert ran == ["0.stabilization", "1.stabilization", "0.analysis", "1.analysis"]
+    ran.clear()
+
+    def recorded(job: Any, half: str, budget: Any = None) -> Any:
+        ran.append(f"{job.layer_index}.{half}")
+        return real(job, half, budget)
+
+    monkeypatch.setattr(mm, "_map_half", recorded)
+    again = model_map(em, layers=[0, 1], T=1.0, token_check=64, store=store)
+    assert again.status is Status.SUCCESS, again.message
+    assert ran == ["1.analysis"]
+    assert again.stats["reused"] == [0]
+    assert again.stats["reused_halves"] == [
+        "layer_000.stabilization",
+        "layer_001.stabilization",
+        "layer_000.analysis",
+    ]
+    assert "halves layer_001.stabilization reused from the store" in again.message
+    fresh = model_map(em, layers=[0, 1], T=1.0, token_check=64)
+    for resumed, whole in zip(again.rows, fresh.rows, strict=True):
+        got, want = resumed.row(), whole.row()
+        assert got.keys() == want.keys()
+        for name in set(got) - {"seconds"}:
+            x, y = got[name], want[name]
+            assert x == y or (isinstance(x, float) and math.isnan(x) and math.isnan(y)), name

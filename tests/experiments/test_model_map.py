@@ -26,14 +26,13 @@ transformers = pytest.importorskip("transformers")
 from _families import BUILD  # noqa: E402
 
 from gtcontrol._status import Budget  # noqa: E402
+from gtcontrol.experiments._map_equilibria import _newton, equilibrium  # noqa: E402
 from gtcontrol.experiments._map_report import FIGURES, model_map_record  # noqa: E402
 from gtcontrol.experiments.model_map import (  # noqa: E402
     PARTS,
     LayerJob,
     LayerMap,
     ModelMap,
-    _equilibrium,
-    _newton,
     map_data,
     map_layer,
     model_map,
@@ -276,7 +275,7 @@ def test_map_gives_newton_up_when_its_first_step_projects_past_the_cap() -> None
     assert res.iterations == 1 and len(res.residuals) == 2
     assert res.residuals[1] / res.residuals[0] > 0.8
     assert "given up" in why and "steps away, past the run's 30" in why
-    entry, cov = _equilibrium(layer, "identity", np.eye(24), Budget(None))
+    entry, cov = equilibrium(layer, "identity", np.eye(24), Budget(None))
     assert entry.status is Status.NOT_FOUND and cov is None
     assert (
         "given up" in entry.message and "does not say that no equilibrium exists" in entry.message
@@ -327,7 +326,7 @@ def test_a_newton_run_the_row_deadline_ends_is_budget_exhausted_not_a_miss(
     layer = Layer(heads=gt.FactoredHeads(q, kk, v, o))
     start = np.diag(np.append(np.ones(d), 0.0))
     clock = time.perf_counter()
-    entry, cov = _equilibrium(layer, "identity", start, Budget(limit))
+    entry, cov = equilibrium(layer, "identity", start, Budget(limit))
     spent = time.perf_counter() - clock
     assert spent <= limit + 1.0
     assert entry.status is Status.BUDGET_EXHAUSTED and cov is None, entry.message

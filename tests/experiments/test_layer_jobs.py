@@ -373,32 +373,23 @@ def test_a_worker_takes_the_cores_the_others_leave_idle(monkeypatch: pytest.Monk
     assert _blas.idle_cores() == 0 and _jobs.cpus() == 1
 
 
+def _two_halves(key: int) -> str:
+    """Keys 3 and 100003 as two halves of layer 3."""
+    return f"layer_{key % 100:03d}." + ("a" if key < 100 else "b")
+
+
 def test_labels_name_the_row_files_and_a_label_the_store_would_not_know_is_refused(
     tmp_path: Path,
 ) -> None:
     """``label(key)`` names each row file (and the key in notes); a label outside
     ``layer_<digits>[.suffix]`` is refused before the store is touched."""
     store = tmp_path / "store"
-    out = run_layer_jobs(
-        [3, 100003],
-        abs,
-        store=store,
-        fingerprint="f",
-        label=lambda k: f"layer_{k % 100:03d}." + ("a" if k < 100 else "b"),
-    )
-    assert out.success and dict(out.rows) == {3: 3, 100003: 100003}
-    assert sorted(p.name for p in (store / "rows").iterdir()) == [
-        "layer_003.a.pkl",
-        "layer_003.b.pkl",
-    ]
-    again = run_layer_jobs(
-        [3, 100003],
-        abs,
-        store=store,
-        fingerprint="f",
-        label=lambda k: f"layer_{k % 100:03d}." + ("a" if k < 100 else "b"),
-    )
-    assert again.reused == (3, 100003)
+    for reused in ((), (3, 100003)):  # made, then every row read back
+        out = run_layer_jobs([3, 100003], abs, store=store, fingerprint="f", label=_two_halves)
+        assert out.success and dict(out.rows) == {3: 3, 100003: 100003}
+        assert out.reused == reused
+        names = sorted(p.name for p in (store / "rows").iterdir())
+        assert names == ["layer_003.a.pkl", "layer_003.b.pkl"]
     other = tmp_path / "other"
     with pytest.raises(InvalidParametersError, match="label"):
         run_layer_jobs([1], abs, store=other, fingerprint="f", label=lambda k: "rows 1")

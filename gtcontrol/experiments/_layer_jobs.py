@@ -614,11 +614,8 @@ class _Run:
             # the work (a partial holding every layer's data, say) goes to the cluster once,
             # not inside each task
             shared = client.scatter(self.work, hash=False) if len(missing) > 1 else self.work
-            # the caller's key order (the model map's longer halves first) as the tasks'
-            # priorities; dask's work stealing may still move a task to an idle worker
             futures = [
-                client.submit(_timed, shared, k, key=name, pure=False, priority=len(names) - i)
-                for i, (name, k) in enumerate(names.items())
+                client.submit(_timed, shared, k, key=name, pure=False) for name, k in names.items()
             ]
             pending = {f.key: f for f in futures}
             timeout = None if end == math.inf else max(end - time.monotonic(), 0.0)

@@ -35,8 +35,8 @@ final hidden states, and the Gaussianity of Gaussian input tokens after every la
 networks.
 
 Each row is two independent jobs, its stabilization and its analysis (regimes, head shares,
-equilibria), run inline, on local worker processes or on a Dask cluster (every stabilization
-first: the longer half), and stored as each finishes so that a killed map resumes (the
+equilibria), run inline (every stabilization first: the longer half), on local worker
+processes or on a Dask cluster, and stored as each finishes so that a killed map resumes (the
 ``model`` design task). Two jobs per row let two workers take the last row apart: three rows
 on two workers otherwise leave one worker idle for a whole row. Reference: the paper cited in
 :mod:`gtcontrol` (§3–§4); O. Ledoit, M. Wolf, J. Multivariate Anal. 88 (2004).
@@ -645,8 +645,8 @@ def _part(budget: Budget, name: str) -> Budget:
     return budget.sub(share * budget.remaining())
 
 
-#: A row's two halves, in the order a cluster takes them: the stabilization (with its token
-#: check, most of a row) and the analysis (regimes, head shares, equilibria). They share no
+#: A row's two halves: the stabilization (with its token check, most of a row) and the
+#: analysis (regimes, head shares, equilibria). They share no
 #: result, so the rows' halves are tasks of their own (:func:`_map_half`): two workers can
 #: take one row apart where the rows are fewer than the workers can keep busy.
 HALVES = ("stabilization", "analysis")
@@ -1124,7 +1124,8 @@ def model_map(
 
 
 #: A half's key is ``HALVES.index(half) * _STRIDE + layer``: sorted, every stabilization
-#: (the longer half) comes before every analysis, the order a cluster takes them in.
+#: (the longer half) comes before every analysis (the order of an inline run; a dask cluster
+#: takes tasks in an order of its own).
 _STRIDE = 100_000
 
 

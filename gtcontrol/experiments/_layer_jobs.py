@@ -513,6 +513,8 @@ def run_layer_jobs(
             f"label: expected 'layer_' and digits, optionally '.suffix' in lower case, for "
             f"every key; got {named(bad[0])!r} for key {bad[0]}"
         )
+    if len({named(k) for k in order}) < len(order):
+        raise InvalidParametersError("label: expected a distinct file name for every key")
     with _Store(Path(os.fspath(store)), str(fingerprint), named).opened() as opened:
         run.store = opened
         records, notes = opened.load(order)

@@ -382,7 +382,8 @@ def test_labels_name_the_row_files_and_a_label_the_store_would_not_know_is_refus
     tmp_path: Path,
 ) -> None:
     """``label(key)`` names each row file (and the key in notes); a label outside
-    ``layer_<digits>[.suffix]`` is refused before the store is touched."""
+    ``layer_<digits>[.suffix]``, or one that two keys share, is refused before the store is
+    touched."""
     store = tmp_path / "store"
     for reused in ((), (3, 100003)):  # made, then every row read back
         out = run_layer_jobs([3, 100003], abs, store=store, fingerprint="f", label=_two_halves)
@@ -393,4 +394,6 @@ def test_labels_name_the_row_files_and_a_label_the_store_would_not_know_is_refus
     other = tmp_path / "other"
     with pytest.raises(InvalidParametersError, match="label"):
         run_layer_jobs([1], abs, store=other, fingerprint="f", label=lambda k: "rows 1")
+    with pytest.raises(InvalidParametersError, match="distinct"):
+        run_layer_jobs([1, 2], abs, store=other, fingerprint="f", label=lambda k: "layer_001")
     assert not other.exists()

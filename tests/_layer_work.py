@@ -68,6 +68,13 @@ def slow(key: int, *, seconds: float, quick: tuple[int, ...] = ()) -> dict:
     return row_of(key)
 
 
+def span(key: int, *, seconds: tuple[float, ...]) -> dict:
+    """Sleeps ``seconds[key]``; returns when it started and ended (``time.time``)."""
+    start = time.time()
+    time.sleep(seconds[key])
+    return {**row_of(key), "span": (start, time.time())}
+
+
 def record(key: int, *, calls: str, seconds: float) -> dict:
     """Records each call as ``CALLS/KEY-PID-NS`` (start time in ns), then sleeps."""
     start = time.time_ns()

@@ -68,10 +68,10 @@ DEFAULT_MAX_WORK = 2e11
 #: Largest ``n_random`` accepted (the search's own cap on random starts stops it sooner).
 _MAX_RANDOM_STARTS = 10_000
 
-#: GMRES per Newton step: inner iterations per restart and restarts (≤ 180 Jacobian
-#: applications); an unconverged solve is an inexact Newton direction the line search checks.
+#: GMRES per Newton step: inner iterations per restart cycle (the cycles are
+#: ``NewtonSettings.krylov_cycles``); an unconverged solve is an inexact Newton direction the
+#: line search checks.
 _GMRES_RESTART = 60
-_GMRES_RESTARTS = 3
 #: A restart cycle that leaves more than this share of the residual it started from ends the
 #: solve: restarted GMRES that stagnates over a whole cycle gains little from the next ones
 #: (Saad, *Iterative Methods for Sparse Linear Systems*, 2nd ed., SIAM 2003, §6.5).
@@ -187,6 +187,11 @@ class NewtonSettings:
         Deflation ``m(Σ) = Π_i ((‖Σ − Σ_i‖/s0)^{−p} + shift)`` of the roots already known
         (Farrell, Birkisson, Funke, SIAM J. Sci. Comput. 37 (2015)), ``p`` and ``shift``
         positive.
+    krylov_cycles
+        GMRES restart cycles of 60 Jacobian applications per Newton step at most (the GMRES
+        route, ``d > kron_max_dim``; default 3). Fewer make each step cheaper and its
+        direction less exact: 1 suits a probe step that only measures how fast Newton
+        converges from a start.
 
     Raises
     ------
@@ -207,6 +212,7 @@ class NewtonSettings:
     kron_max_dim: int = 16
     deflation_power: float = 2.0
     deflation_shift: float = 1.0
+    krylov_cycles: int = 3
 
     def __post_init__(self) -> None:
         if not 0 < as_positive_float("tol", self.tol) < 1:
@@ -215,6 +221,7 @@ class NewtonSettings:
         as_positive_int("kron_max_dim", self.kron_max_dim)
         as_positive_float("deflation_power", self.deflation_power)
         as_positive_float("deflation_shift", self.deflation_shift)
+        as_positive_int("krylov_cycles", self.krylov_cycles, maximum=1000)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -343,7 +350,7 @@ def _newton_step(
     # Inexact Newton with forcing term ~ the residual keeps the convergence quadratic.
     eta = min(1e-4, max(1e-14, 0.1 * rel))
     y, info, before = np.zeros_like(rhs), 1, 1.0
-    for _cycle in range(_GMRES_RESTARTS):
+    for _cycle in range(opts.krylov_cycles):
         y, info = gmres(
             op,
             rhs,

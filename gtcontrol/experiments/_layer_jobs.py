@@ -28,6 +28,9 @@ Where the work runs:
 * a scheduler address: one dask task per missing key on that cluster; this process stores
   each row as its task completes.
 
+On workers a key's task is submitted once a worker is free for it, so keys start in key
+order: a caller puts its longest keys first.
+
 The local pool is dask's, as the sweeps' is, rather than a :mod:`concurrent.futures` process
 pool with the spawn context: their start-up costs are alike (to the first result of a
 2-process pool on a 2-core machine loaded by other work: 5-6.5 s for the spawn pool, 3-9 s for
@@ -86,6 +89,9 @@ _TMP = re.compile(r"\.layer_\d+(?:\.[a-z]+)?\.pkl\.tmp-\d+-[0-9a-f]+")
 #: Seconds a local cluster's first worker process may take to start (3-8 s on a loaded
 #: 2-core machine) before the run is an error rather than a wait for ever.
 _START_TIMEOUT = 120.0
+#: Seconds the other local workers may take to start after the first (they start together,
+#: within a second or two of each other on an idle machine).
+_OTHERS_WAIT = 15.0
 _THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
@@ -436,8 +442,8 @@ def run_layer_jobs(
     Parameters
     ----------
     keys
-        The layer indices (distinct non-negative integers); computed in increasing order
-        inline, in any order elsewhere.
+        The layer indices (distinct non-negative integers); started in increasing order
+        (inline, one after the other; on workers, each as a worker is free for it).
     work
         ``work(key) -> row``: a module-level function or a :func:`functools.partial` of one
         (pickled to worker processes, so keep it small: paths and options, not weights), and
@@ -598,8 +604,11 @@ class _Run:
             self._land(_timed(self.work, key))
 
     def _on_cluster(self, client: Any, missing: list[int]) -> None:
-        """Submit one task per key; store each row as its task completes; at the deadline
-        (plus the grace) cancel the rest."""
+        """Run the keys as tasks, in key order: a task is submitted when a worker is free for
+        it (:meth:`_slots`), so the first keys start first (a cluster given every task at once
+        spreads them over its workers' queues in an order of its own, and a long key started
+        last leaves the other workers idle); store each row as its task completes; at the
+        deadline (plus the grace) cancel the running tasks and start no other."""
         dd = distributed()
         # a fixed name per fingerprint, work and key: a rerun after a kill may take over the
         # task a worker still runs for the dead driver instead of starting it again
@@ -609,29 +618,48 @@ class _Run:
         end = math.inf  # when the waiting ends: the deadline and its grace
         if self.limit is not None:
             end = self.deadline + min(GRACE, max(1.0, 0.05 * self.limit))
-        futures: list[Any] = []
+        queue = list(names)
         pending: dict[str, Any] = {}
         try:
             self._first_worker(client, end)
-            # the work (a partial holding every layer's data, say) goes to the cluster once,
-            # not inside each task
-            shared = client.scatter(self.work, hash=False) if len(missing) > 1 else self.work
-            futures = [
-                client.submit(_timed, shared, k, key=name, pure=False) for name, k in names.items()
-            ]
-            pending = {f.key: f for f in futures}
+            # the work (a partial holding every layer's data, say) goes to every worker once,
+            # not inside each task: held by one worker only, it would draw every task there
+            shared = self.work
+            if len(missing) > 1:
+                shared = client.scatter(self.work, hash=False, broadcast=True)
             timeout = None if end == math.inf else max(end - time.monotonic(), 0.0)
-            for fut in dd.as_completed(futures, loop=client.loop, timeout=timeout):
+            landed = dd.as_completed(loop=client.loop, timeout=timeout)
+
+            def feed() -> None:
+                while queue and len(pending) < self._slots(client):
+                    name = queue.pop(0)
+                    fut = client.submit(_timed, shared, names[name], key=name, pure=False)
+                    pending[fut.key] = fut
+                    landed.add(fut)
+
+            feed()
+            for fut in landed:
                 pending.pop(fut.key, None)
                 self._finished(fut, names[fut.key], dd)
+                feed()
         except TimeoutError:
             with contextlib.suppress(Exception):
                 client.cancel(list(pending.values()))
-            self._cut([names[k] for k in (pending if futures else names)], "cancelled")
+            self._cut([names[k] for k in (*pending, *queue)], "cancelled")
+
+    def _slots(self, client: Any) -> int:
+        """How many tasks may run at once: the threads of the cluster's workers now (asked as
+        each task lands: a worker that joins takes a task from the next landing on)."""
+        with contextlib.suppress(Exception):
+            workers = client.scheduler_info()["workers"].values()
+            return max(1, sum(int(w.get("nthreads", 1)) for w in workers))
+        return max(1, self.n_workers)
 
     def _first_worker(self, client: Any, end: float) -> None:
         """Wait until a worker of a local cluster is up (a worker process that cannot start
-        would otherwise leave the run waiting for ever); ``TimeoutError`` at ``end``."""
+        would otherwise leave the run waiting for ever; ``TimeoutError`` at ``end``), then
+        for the others, at most :data:`_OTHERS_WAIT` s more: the first keys go to the
+        workers there are when the run starts."""
         if self.threads is None:  # a remote cluster: its worker was waited for
             return
         wait = min(_START_TIMEOUT, end - time.monotonic())
@@ -647,6 +675,10 @@ class _Run:
                 "a new Python process that imports the caller's script: a script that asks "
                 'for workers must make its call under `if __name__ == "__main__":`)'
             ) from None
+        others = min(_OTHERS_WAIT, end - time.monotonic())
+        if self.n_workers > 1 and others > 0:
+            with contextlib.suppress(Exception):  # the run goes on with the workers up
+                client.wait_for_workers(self.n_workers, timeout=others)
 
     def _finished(self, fut: Any, key: int, dd: Any) -> None:
         try:

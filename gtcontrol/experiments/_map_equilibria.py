@@ -141,8 +141,9 @@ def _stability(spec: LinearizationSpectrum) -> tuple[str, str]:
 
 def _newton(layer: Layer, cov0: FloatArray, budget: Budget) -> tuple[NewtonResult, str, bool]:
     """Newton from ``cov0`` within :data:`NEWTON_SECONDS` and :data:`_NEWTON_MAX_ITER` steps,
-    given up after its first step when, at the rate of that step, the tolerance lies more
-    steps away than the run may take (``r₀ qᵏ ≤ tol`` needs ``k > max_iter``, ``q = r₁/r₀``):
+    given up after its first step (a probe: one Krylov cycle, ``krylov_cycles=1``) when, at
+    the rate of that step, the tolerance lies more steps away than the run may take
+    (``r₀ qᵏ ≤ tol`` needs ``k > max_iter``, ``q = r₁/r₀``):
     the start is outside the region of Newton's fast convergence (at d = 384 each such step
     costs a stagnating Krylov solve, seconds, for a few per cent of the residual). On the
     Kronecker route (``d ≤ kron_max_dim``) a step takes milliseconds, and the run goes on.
@@ -152,17 +153,15 @@ def _newton(layer: Layer, cov0: FloatArray, budget: Budget) -> tuple[NewtonResul
     settings = NewtonSettings(tol=_NEWTON_TOL, max_iter=_NEWTON_MAX_ITER)
     krylov = layer.dim - 1 > settings.kron_max_dim
 
-    def run(start: FloatArray, max_iter: int, cap: float) -> tuple[NewtonResult, bool]:
+    def run(start: FloatArray, newton: NewtonSettings, cap: float) -> tuple[NewtonResult, bool]:
         binding = budget.remaining() < cap  # the row's deadline comes before the run's cap
-        res = newton_equilibrium(
-            layer,
-            start,
-            newton=replace(settings, max_iter=max_iter),
-            time_limit=capped(budget, cap),
-        )
+        res = newton_equilibrium(layer, start, newton=newton, time_limit=capped(budget, cap))
         return res, binding and res.stats.get("termination") == "time_limit"
 
-    first, cut = run(cov0, 1 if krylov else _NEWTON_MAX_ITER, NEWTON_SECONDS)
+    # the probe step measures the rate from the start: one Krylov cycle gives it (a second
+    # cycle moved MiniLM's first-step residuals by under 1 %: docs/benchmarks.md)
+    probe = replace(settings, max_iter=1, krylov_cycles=1) if krylov else settings
+    first, cut = run(cov0, probe, NEWTON_SECONDS)
     hist = first.residuals
     if not krylov or first.success or first.iterations < 1 or cut:
         return first, "", cut
@@ -182,7 +181,7 @@ def _newton(layer: Layer, cov0: FloatArray, budget: Budget) -> tuple[NewtonResul
     left = NEWTON_SECONDS - (time.perf_counter() - clock)
     if left <= 0.0:
         return first, f"its {NEWTON_SECONDS:g} s were spent by the first step", False
-    more, cut = run(np.asarray(first.cov), _NEWTON_MAX_ITER - 1, left)
+    more, cut = run(np.asarray(first.cov), replace(settings, max_iter=_NEWTON_MAX_ITER - 1), left)
     joined = replace(
         more,
         iterations=first.iterations + more.iterations,

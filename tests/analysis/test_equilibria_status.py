@@ -236,7 +236,7 @@ def test_a_newton_step_ends_its_krylov_solve_at_a_stagnating_restart_cycle(
             last = i == len(cycles) - 1
             if not last:  # went on: this cycle took at least a tenth, and was not converged
                 assert info > 0 and left <= newton._GMRES_STAGNATION * before
-            elif info > 0 and i < newton._GMRES_RESTARTS - 1:
+            elif info > 0 and i < settings.krylov_cycles - 1:
                 assert left > newton._GMRES_STAGNATION * before  # ended by stagnation
                 stopped += 1
             before = left
@@ -246,3 +246,41 @@ def test_a_newton_step_ends_its_krylov_solve_at_a_stagnating_restart_cycle(
     every = gt.newton_equilibrium(layer, np.eye(24), newton=settings)
     assert res.stats["gmres_iterations"] < every.stats["gmres_iterations"]
     assert res.residuals[-1] <= every.residuals[-1]
+
+
+def test_krylov_cycles_caps_each_newton_steps_gmres_restart_cycles(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``NewtonSettings.krylov_cycles`` is the most GMRES restart cycles (of 60 Jacobian
+    applications) one Newton step runs: with 1, each step makes one call of at most 60
+    products, where the default goes on past the first cycle on this layer."""
+    import gtcontrol.analysis.newton as newton
+
+    real = newton.gmres
+    per_step: list[list[int]] = []
+
+    def spy(op, rhs, *, x0, callback, **kw):  # type: ignore[no-untyped-def]
+        if not np.any(x0):
+            per_step.append([])
+        n = [0]
+
+        def cb(r: float) -> None:
+            n[0] += 1
+            callback(r)
+
+        y, info = real(op, rhs, x0=x0, callback=cb, **kw)
+        per_step[-1].append(n[0])
+        return y, info
+
+    monkeypatch.setattr(newton, "gmres", spy)
+    layer = _stagnating_layer()
+    one = gt.newton_equilibrium(
+        layer, np.eye(24), newton=gt.NewtonSettings(tol=1e-10, max_iter=3, krylov_cycles=1)
+    )
+    assert per_step and all(len(s) == 1 and s[0] <= newton._GMRES_RESTART for s in per_step)
+    assert one.stats["gmres_iterations"] == sum(sum(s) for s in per_step)
+    per_step.clear()
+    gt.newton_equilibrium(layer, np.eye(24), newton=gt.NewtonSettings(tol=1e-10, max_iter=3))
+    assert max(len(s) for s in per_step) >= 2
+    with pytest.raises(gt.InvalidParametersError, match="krylov_cycles"):
+        gt.NewtonSettings(krylov_cycles=0)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from _dask_cluster import dask_cluster
-from _layer_work import once, once_and_probe, row_of, slow
+from _layer_work import once, once_and_probe, row_of, slow, span
 
 from gtcontrol._cluster import CLOSE_TIMEOUT, ClusterError
 from gtcontrol._result_file import OutputError
@@ -214,6 +214,24 @@ def test_local_processes_give_the_inline_rows_and_a_resume_computes_only_the_res
     assert out2.computed == (2,) and out2.reused == (0, 1, 3, 4) and out2.success
     assert out2.rows[2]["where"]["pid"] == os.getpid()
     assert {k: r["row"] for k, r in out2.rows.items()} == run_layer_jobs(range(5), row_of).rows
+
+
+def test_workers_start_the_keys_in_key_order_each_when_a_worker_is_free(tmp_path: Path) -> None:
+    """A long key among short ones: given every task at once, a cluster queues them on its
+    workers in an order of its own, and a short key may wait behind the long one while the
+    other worker idles; fed one task per free worker, the keys start in key order."""
+    pytest.importorskip("dask.distributed")
+    seconds = (0.5, 3.0, 0.5, 0.5, 0.5, 0.5)
+    out = run_layer_jobs(range(6), functools.partial(span, seconds=seconds), workers=2)
+    assert out.success and out.where == "local: 2 worker processes", out.where
+    spans = [out.rows[k]["span"] for k in range(6)]
+    starts = [s for s, _ in spans]
+    assert starts == sorted(starts), spans
+    for k in range(2, 6):  # a key starts only once one of the two before it has ended
+        ended = sorted(e for _, e in spans[:k])
+        assert starts[k] >= ended[k - 2], (k, spans)
+    # the short keys ran one after the other beside the long one, not behind it
+    assert max(e for _, e in spans) - min(starts) < sum(seconds[2:]) + seconds[1], spans
 
 
 def test_local_time_limit_cancels_the_rest_and_keeps_what_is_done(tmp_path: Path) -> None:

@@ -338,9 +338,11 @@ def test_map_keeps_its_time_limit_and_names_what_was_cut() -> None:
     net = _aligned("bert")
     em = extract(net)
     clock = time.perf_counter()
-    m = model_map(em, T=2.0, token_check=128, time_limit=2.0)
+    # the whole map takes about 4 s here (1.9 s with a 128-token check, which an idle machine
+    # finished within a 2 s limit): a quarter of it is surely too little
+    m = model_map(em, T=2.0, token_check=512, time_limit=1.0)
     spent = time.perf_counter() - clock
-    assert spent <= 2.0 + 1.0 + 1.5, spent  # its limit, the max(1 s, 10 %) tolerance, slack
+    assert spent <= 1.0 + 1.0 + 1.5, spent  # its limit, the max(1 s, 10 %) tolerance, slack
     assert m.status is Status.BUDGET_EXHAUSTED
     # what was cut is named: unmapped layers, a row's cut parts, a missing network check, or the
     # network check's own cut (on a fast machine the rows finish and only its tests are cut)
@@ -353,7 +355,7 @@ def test_map_keeps_its_time_limit_and_names_what_was_cut() -> None:
     )
     text = " ".join([m.message, *m.unmapped, *(r.message for r in m.rows)])
     named = {float(x) for x in re.findall(r"time limit of ([0-9.e+-]+) s", text)}
-    assert named <= {2.0}, named  # only the limit the user gave, never a share of it
+    assert named <= {1.0}, named  # only the limit the user gave, never a share of it
 
 
 def test_map_refuses_bad_input(tmp_path: Path) -> None:

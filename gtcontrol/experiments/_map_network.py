@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
+from typing import Any
 
 import numpy as np
 
 from .._display import Axes, SummaryItems
+from .._jobs import concurrently
 from .._linalg import FloatArray
 from .._status import Budget, Outcome, ResultFields, Status, as_time_limit
 from .._validation import as_seed
@@ -209,7 +212,8 @@ def network_check(
     seed
         Seed of the Gaussian tokens and of the Gaussianity nulls.
     time_limit
-        Seconds (``None``: none); the Gaussianity tests run last and are cut first.
+        Seconds (``None``: none); the Gaussianity tests are cut (the data sequences, run
+        beside them where the cores allow, are not).
 
     Returns
     -------
@@ -245,21 +249,14 @@ def network_check(
             message="no data sequences to run the network on (no sentence gave a token)",
             stats={"seconds": time.perf_counter() - clock},
         )
-    cosines, num, den = [], np.zeros(em.n_layers), np.zeros(em.n_layers)
-    ref_err = 0.0
-    for i, x0 in enumerate(data.sequences):
-        old = em.forward(x0, causal=em.causal)
-        new = em.forward(x0, causal=em.causal, attention=swap)
-        cosines.append(_cosine(_pooled(em, old[-1]), _pooled(em, new[-1])))
-        for k in range(em.n_layers):
-            num[k] += float(np.sum((new[k + 1] - old[k + 1]) ** 2))
-            den[k] += float(np.sum(old[k + 1] ** 2))
-        if data.reference is not None:
-            ref = data.reference[i]
-            mine = old[-1] if em.final_norm is None else em.final_norm(old[-1])
-            ref_err = max(ref_err, float(np.linalg.norm(mine - ref) / np.linalg.norm(ref)))
-    change = tuple(float(math.sqrt(a / b)) if b > 0 else nan for a, b in zip(num, den, strict=True))
-    p_old, p_new, n_g, status = _gaussian_layers(em, swap, gaussian_tokens, n_null, seed, budget)
+    # the data sequences and the Gaussian tokens share nothing: side by side where cores allow
+    jobs: list[Callable[[], Any]] = [
+        partial(_on_data, em, swap, data),
+        partial(_gaussian_layers, em, swap, gaussian_tokens, n_null, seed, budget),
+    ]
+    on_data, gaussian = concurrently(jobs)
+    cosines, change, ref_err = on_data
+    p_old, p_new, n_g, status = gaussian
     cos = np.asarray(cosines)
     msg = (
         f"{len(done)} of {em.n_layers} attention sublayers stabilized in the forward pass: "
@@ -285,6 +282,30 @@ def network_check(
         message=msg,
         stats={"seconds": time.perf_counter() - clock},
     )
+
+
+def _on_data(
+    em: ExtractedModel, swap: list[Layer | None], data: MapData
+) -> tuple[list[float], tuple[float, ...], float]:
+    """The pooled-embedding cosine of every data sequence, the relative change after every
+    layer, and the largest error of the original forward pass against the model's own."""
+    cosines, num, den = [], np.zeros(em.n_layers), np.zeros(em.n_layers)
+    ref_err = 0.0
+    for i, x0 in enumerate(data.sequences):
+        old = em.forward(x0, causal=em.causal)
+        new = em.forward(x0, causal=em.causal, attention=swap)
+        cosines.append(_cosine(_pooled(em, old[-1]), _pooled(em, new[-1])))
+        for k in range(em.n_layers):
+            num[k] += float(np.sum((new[k + 1] - old[k + 1]) ** 2))
+            den[k] += float(np.sum(old[k + 1] ** 2))
+        if data.reference is not None:
+            ref = data.reference[i]
+            mine = old[-1] if em.final_norm is None else em.final_norm(old[-1])
+            ref_err = max(ref_err, float(np.linalg.norm(mine - ref) / np.linalg.norm(ref)))
+    change = tuple(
+        float(math.sqrt(a / b)) if b > 0 else math.nan for a, b in zip(num, den, strict=True)
+    )
+    return cosines, change, ref_err
 
 
 def _gaussian_layers(

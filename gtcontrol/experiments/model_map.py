@@ -1124,8 +1124,8 @@ def model_map(
 
 
 #: A half's key is ``HALVES.index(half) * _STRIDE + layer``: sorted, every stabilization
-#: (the longer half) comes before every analysis (the order of an inline run; a dask cluster
-#: takes tasks in an order of its own).
+#: (the longer half) comes before every analysis, and the halves start in that order, inline or
+#: on workers (the longest first: the last to land are short).
 _STRIDE = 100_000
 
 

@@ -45,6 +45,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from .._jobs import cpus
+
 AnyArray = NDArray[Any]
 
 __all__ = [
@@ -129,10 +131,10 @@ def shift_free_bound(n: int, dtype: np.dtype[Any], value_max: float) -> float:
 def unshifted_rows(q: AnyArray, k_t: AnyArray, values: AnyArray) -> AnyArray:
     """Boolean per query: ``|q_i| max_j |k_j| ≤ U``, so ``e^{q_i·k_j}`` needs no shift."""
     with np.errstate(over="ignore", invalid="ignore"):
-        q64 = q.astype(np.float64, copy=False)
-        k64 = k_t.astype(np.float64, copy=False)
-        q_norm = np.sqrt(np.einsum("ij,ij->i", q64, q64))
-        k_max = float(np.sqrt(np.max(np.einsum("ij,ij->j", k64, k64))))
+        # squares summed in float64 without a float64 copy of q and k (einsum casts in
+        # buffered chunks): two fresh d × N copies cost more than the sums at d = 385
+        q_norm = np.sqrt(np.einsum("ij,ij->i", q, q, dtype=np.float64))
+        k_max = float(np.sqrt(np.max(np.einsum("ij,ij->j", k_t, k_t, dtype=np.float64))))
         v_max = float(np.max(np.abs(values))) if values.size else 0.0
         bound = shift_free_bound(k_t.shape[1], q.dtype, v_max)
         ok: AnyArray = q_norm * k_max <= bound  # NaN and inf compare False: shift those rows
@@ -258,14 +260,14 @@ _POOL: list[ThreadPoolExecutor] = []  # one pool per process, created on first u
 
 
 def workers() -> int:
-    """Threads that share the query blocks: :data:`WORKERS`, or the CPUs this process may use."""
+    """Threads that share the query blocks: :data:`WORKERS`, or the CPUs this process may use
+    right now (:func:`gtcontrol._jobs.cpus`: its affinity, or a cluster worker's share of the
+    cores plus those idle), at most :data:`MAX_WORKERS`. Asked at every call: workers of a
+    map that each split their blocks over every core would oversubscribe the cores, and the
+    last worker running takes the cores the others left (docs/benchmarks.md)."""
     if WORKERS is not None:
         return max(1, WORKERS)
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not on Linux
-        cpus = os.cpu_count() or 1
-    return max(1, min(cpus, MAX_WORKERS))
+    return max(1, min(cpus(), MAX_WORKERS))
 
 
 def numpy_softmax(

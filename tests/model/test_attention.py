@@ -334,6 +334,28 @@ def test_torch_backend_without_torch_is_refused(monkeypatch: pytest.MonkeyPatch)
         token_velocity(Layer(B=np.eye(2), V=1.0), np.ones((3, 2)), backend="torch")
 
 
+def test_a_map_workers_share_of_the_cores_bounds_the_attention_threads(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A local cluster's worker (``GTCONTROL_CORES=1``) splits its query blocks over one
+    thread while the other workers run, and over the cores they leave idle once they stop."""
+    import os
+
+    from gtcontrol import _blas, _jobs
+
+    n = min(len(os.sched_getaffinity(0)), kern.MAX_WORKERS)
+    cores = os.cpu_count() or 1
+    monkeypatch.setattr(kern, "WORKERS", None)
+    monkeypatch.setenv(_jobs.CORES_VARIABLE, "1")
+    monkeypatch.setattr(_blas, "_load", lambda: (float(cores), cores))  # every core taken
+    assert kern.workers() == 1
+    monkeypatch.setattr(_blas, "_load", lambda: (float(cores), 1))  # only the caller runs
+    assert kern.workers() == min(n, cores)
+    monkeypatch.delenv(_jobs.CORES_VARIABLE)
+    monkeypatch.setattr(_blas, "_load", lambda: (float(cores), cores))
+    assert kern.workers() == n  # no share: the process's CPUs, as before
+
+
 def test_worker_threads_do_not_change_the_result(
     rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -4,7 +4,8 @@ Every public result of gtcontrol derives from :class:`Displayable` (through
 :class:`gtcontrol._status.Outcome` for the results with a status) and provides two hooks:
 
 ``_summary_items()``
-    The key figures, as ``[(name, value), ...]``. ``repr`` shows them after the class name and
+    The key figures, as ``[(name, value), ...]``: by default the attributes named in the class
+    attribute ``_summary_fields``. ``repr`` shows them after the class name and
     the status (``Trajectory(status=success, dim=2, n=200, ...)``), ``_repr_html_`` shows them
     as a small table with the message (Jupyter). Values are formatted by :func:`format_value`:
     floats to four significant digits, arrays by their shape unless tiny, nested results by
@@ -28,7 +29,7 @@ import math
 from collections.abc import Mapping, Sequence
 from enum import Enum
 from pathlib import PurePath
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -224,9 +225,15 @@ class Displayable(ReadOnlyArrays):
         if "__repr__" not in cls.__dict__:  # before @dataclass, which then keeps it
             cls.__repr__ = Displayable.__repr__  # type: ignore[method-assign]
 
+    #: The attributes that are the key figures, in order; a subclass whose figures are computed
+    #: overrides :meth:`_summary_items` instead.
+    _summary_fields: ClassVar[tuple[str, ...]] = ()
+
     def _summary_items(self) -> SummaryItems:
         """The key figures ``[(name, value), ...]`` (the status and message are added)."""
-        raise NotImplementedError(f"{type(self).__name__} does not define its key figures")
+        if not self._summary_fields:
+            raise NotImplementedError(f"{type(self).__name__} does not define its key figures")
+        return [(name, getattr(self, name)) for name in self._summary_fields]
 
     def _draw(self, ax: Axes) -> None:
         """Draw the result on ``ax``."""

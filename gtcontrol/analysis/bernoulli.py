@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import scipy.linalg as sla
 
-from .._display import Axes, SummaryItems
+from .._display import Axes
 from .._linalg import RANK_RTOL, FloatArray, sym
 from .._status import OutcomeOrInfeasible, ResultFields, Status
 from .._validation import frozen
@@ -81,13 +81,7 @@ class BernoulliSolution(ResultFields, OutcomeOrInfeasible):
     eigvals_a: ComplexArray
     degenerate: bool = False
 
-    def _summary_items(self) -> SummaryItems:
-        return [
-            ("method", self.method),
-            ("cov", self.cov),
-            ("degenerate", self.degenerate),
-            ("eigvals_a", self.eigvals_a),
-        ]
+    _summary_fields = ("method", "cov", "degenerate", "eigvals_a")
 
     def _draw(self, ax: Axes) -> None:
         from ._figures import draw_spectrum

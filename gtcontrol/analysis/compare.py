@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from .._blas import calm_blas
-from .._display import Axes, SummaryItems
+from .._display import Axes
 from .._linalg import FloatArray
 from .._progress import progress
 from .._status import Budget, BudgetExhausted, Outcome, ResultFields, Status
@@ -202,16 +202,15 @@ class TokenComparison(ResultFields, Outcome):
     reference: str = "moment ODE"
     slope_tol: float = 0.25
 
-    def _summary_items(self) -> SummaryItems:
-        return [
-            ("n_tokens", self.n_tokens),
-            ("consistent", self.consistent),
-            ("bures_wasserstein", self.bures_wasserstein),
-            ("slopes", self.slopes),
-            ("statistical_error", self.statistical_error),
-            ("integration_error", self.integration_error),
-            ("reference", self.reference),
-        ]
+    _summary_fields = (
+        "n_tokens",
+        "consistent",
+        "bures_wasserstein",
+        "slopes",
+        "statistical_error",
+        "integration_error",
+        "reference",
+    )
 
     def _draw(self, ax: Axes) -> None:
         from ._figures import draw_convergence

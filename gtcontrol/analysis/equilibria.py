@@ -128,15 +128,7 @@ class Equilibrium(Displayable):
     def dim(self) -> int:
         return int(self.cov.shape[0])
 
-    def _summary_items(self) -> SummaryItems:
-        return [
-            ("dim", self.dim),
-            ("stable", self.stable),
-            ("spectral_abscissa", self.spectral_abscissa),
-            ("residual", self.residual),
-            ("certified", self.certified),
-            ("method", self.method),
-        ]
+    _summary_fields = ("dim", "stable", "spectral_abscissa", "residual", "certified", "method")
 
     def _draw(self, ax: Axes) -> None:
         from ._figures import draw_spectrum

@@ -290,8 +290,7 @@ class SteadyState(ResultFields, Outcome):
     method: str
     positive_definite: bool = True
 
-    def _summary_items(self) -> SummaryItems:
-        return [("method", self.method), ("cov", self.cov), ("residual", self.residual)]
+    _summary_fields = ("method", "cov", "residual")
 
     def _draw(self, ax: Axes) -> None:
         from ._figures import draw_spectrum

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from .._display import Axes, SummaryItems
+from .._display import Axes
 from .._linalg import FloatArray, sym
 from .._status import Budget, BudgetExhausted, OutcomeOrBlowup, ResultFields, Status
 from .._validation import as_float_array, as_positive_float, as_time_limit, frozen
@@ -102,14 +102,7 @@ class Regime(ResultFields, OutcomeOrBlowup):
     blowup: BlowupResult | None = None
     equilibria: EquilibriaResult | None = None
 
-    def _summary_items(self) -> SummaryItems:
-        return [
-            ("kind", self.kind),
-            ("certificate", self.certificate),
-            ("blowup_time", self.blowup_time),
-            ("limit_cov", self.limit_cov),
-            ("mean_limit", self.mean_limit),
-        ]
+    _summary_fields = ("kind", "certificate", "blowup_time", "limit_cov", "mean_limit")
 
     def _draw(self, ax: Axes) -> None:
         from ._figures import draw_spectrum

@@ -47,7 +47,7 @@ import numpy as np
 import scipy.sparse.linalg as sla
 
 from .._blas import arpack_products
-from .._display import Axes, SummaryItems
+from .._display import Axes
 from .._linalg import FloatArray, power_of_two, spd_sqrt_pair, sym, unvech, vech, vech_scale
 from .._status import Budget, BudgetExhausted, Outcome, ResultFields, Status, as_time_limit
 from .._validation import as_choice, as_nonnegative_float, as_positive_int, frozen
@@ -239,16 +239,15 @@ class LinearizationSpectrum(ResultFields, Outcome):
     method: str
     cov_abscissa_error: float = math.nan
 
-    def _summary_items(self) -> SummaryItems:
-        return [
-            ("abscissa", self.abscissa),
-            ("cov_abscissa", self.cov_abscissa),
-            ("cov_abscissa_error", self.cov_abscissa_error),
-            ("mean_abscissa", self.mean_abscissa),
-            ("numerical_abscissa", self.numerical_abscissa),
-            ("active_dim", self.active_dim),
-            ("method", self.method),
-        ]
+    _summary_fields = (
+        "abscissa",
+        "cov_abscissa",
+        "cov_abscissa_error",
+        "mean_abscissa",
+        "numerical_abscissa",
+        "active_dim",
+        "method",
+    )
 
     def _draw(self, ax: Axes) -> None:
         from ._figures import draw_spectrum

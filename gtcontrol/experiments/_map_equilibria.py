@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from .._display import Axes, SummaryItems
+from .._display import Axes
 from .._linalg import FloatArray
 from .._status import Budget, Outcome, ResultFields, Status
 from ..analysis.equilibria import mean_matrix
@@ -89,14 +89,7 @@ class MapEquilibrium(ResultFields, Outcome):
     evidence: str
     seconds: float
 
-    def _summary_items(self) -> SummaryItems:
-        return [
-            ("start", self.start),
-            ("trace", self.trace),
-            ("abscissa", self.abscissa),
-            ("stability", self.stability),
-            ("evidence", self.evidence),
-        ]
+    _summary_fields = ("start", "trace", "abscissa", "stability", "evidence")
 
     def _draw(self, ax: Axes) -> None:
         from ..analysis._figures import draw_spectrum

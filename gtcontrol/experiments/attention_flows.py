@@ -176,15 +176,7 @@ class FlowRow(ResultFields, OutcomeOrBlowup):
     seconds: float
     nfev: int
 
-    def _summary_items(self) -> SummaryItems:
-        return [
-            ("layer", self.layer),
-            ("start", self.start),
-            ("regime", self.regime),
-            ("blowup_time", self.blowup_time),
-            ("lam_final", self.lam_final),
-            ("dominant_head", self.dominant_head),
-        ]
+    _summary_fields = ("layer", "start", "regime", "blowup_time", "lam_final", "dominant_head")
 
     def _draw(self, ax: Axes) -> None:
         names = ("share", "|cos| W_O", "|cos| W_V")

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 from scipy import stats as _st
 
-from .._display import Axes, SummaryItems
+from .._display import Axes
 from .._linalg import RANK_RTOL, FloatArray
 from .._status import Budget, BudgetExhausted, Outcome, ResultFields, Status
 from .._validation import as_float_array, as_positive_float, as_positive_int, as_seed, as_time_limit
@@ -145,15 +145,7 @@ class GaussianityResult(ResultFields, Outcome):
     p_value: float
     rejected: bool
 
-    def _summary_items(self) -> SummaryItems:
-        return [
-            ("n", self.n),
-            ("dim", self.dim),
-            ("rank", self.rank),
-            ("p_value", self.p_value),
-            ("level", self.level),
-            ("rejected", self.rejected),
-        ]
+    _summary_fields = ("n", "dim", "rank", "p_value", "level", "rejected")
 
     def _draw(self, ax: Axes) -> None:
         from ._figures import draw_z_bars

@@ -223,13 +223,7 @@ class MapRegime(ResultFields, OutcomeOrBlowup):
     blowup_time: float
     seconds: float
 
-    def _summary_items(self) -> SummaryItems:
-        return [
-            ("start", self.start),
-            ("kind", self.kind),
-            ("certificate", self.certificate),
-            ("blowup_time", self.blowup_time),
-        ]
+    _summary_fields = ("start", "kind", "certificate", "blowup_time")
 
     def _draw(self, ax: Axes) -> None:
         t_star = self.blowup_time if math.isfinite(self.blowup_time) else 0.0

@@ -215,15 +215,7 @@ class StabilizationRow(ResultFields, Outcome):
     token_floor: float
     untouched_w2: float
 
-    def _summary_items(self) -> SummaryItems:
-        return [
-            ("layer", self.layer),
-            ("target", self.target),
-            ("family", self.family),
-            ("change", self.change),
-            ("abscissa", self.abscissa),
-            ("function_change", self.function_change),
-        ]
+    _summary_fields = ("layer", "target", "family", "change", "abscissa", "function_change")
 
     def _draw(self, ax: Axes) -> None:
         ax.bar(["heads kept, A, b designed", "stabilized"], [self.base_abscissa, self.abscissa])

@@ -375,7 +375,10 @@ def test_every_result_class_defines_the_display_hooks() -> None:
     outcomes = {c for c in classes if issubclass(c, Outcome)}
     assert len(outcomes) >= 25  # the walk found the results
     for cls in classes:
-        assert cls._summary_items is not Displayable._summary_items, cls
+        # its key figures: computed, or named attributes that every instance has
+        assert cls._summary_items is not Displayable._summary_items or cls._summary_fields, cls
+        names = {f.name for f in dataclasses.fields(cls)} | set(dir(cls))
+        assert set(cls._summary_fields) <= names, (cls, set(cls._summary_fields) - names)
         assert cls._draw is not Displayable._draw, cls
         assert cls.__repr__ is Displayable.__repr__, f"{cls} overrides the common repr"
     # and every one of them is displayed above

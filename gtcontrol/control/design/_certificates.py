@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ..._display import Axes, SummaryItems
+from ..._display import Axes
 from ..._docstring import fill
 from ..._linalg import FloatArray, identity_multiple, numerical_rank, sym
 from ..._status import Budget, BudgetExhausted, Outcome, ResultFields, Status, as_time_limit
@@ -119,15 +119,7 @@ class DesignCertificate(ResultFields, Outcome):
     requested_cov_rate: float | None
     mean_matrix: FloatArray
 
-    def _summary_items(self) -> SummaryItems:
-        return [
-            ("kind", self.kind),
-            ("success", self.success),
-            ("rate", self.rate),
-            ("mean_rate", self.mean_rate),
-            ("cov_rate", self.cov_rate),
-            ("residual", self.residual),
-        ]
+    _summary_fields = ("kind", "success", "rate", "mean_rate", "cov_rate", "residual")
 
     def _draw(self, ax: Axes) -> None:
         from ...analysis._figures import draw_spectrum
@@ -483,15 +475,14 @@ class Robustness(ResultFields, Outcome):
     parameter_stable_fraction: float
     destabilizing: Layer | None
 
-    def _summary_items(self) -> SummaryItems:
-        return [
-            ("radius", self.radius),
-            ("binding", self.binding),
-            ("mean_radius", self.mean_radius),
-            ("cov_radius", self.cov_radius),
-            ("parameter_radius", self.parameter_radius),
-            ("parameter_stable_fraction", self.parameter_stable_fraction),
-        ]
+    _summary_fields = (
+        "radius",
+        "binding",
+        "mean_radius",
+        "cov_radius",
+        "parameter_radius",
+        "parameter_stable_fraction",
+    )
 
     def _draw(self, ax: Axes) -> None:
         from .._figures import draw_radii

@@ -52,7 +52,7 @@ from typing import Any
 
 import numpy as np
 
-from ..._display import Axes, SummaryItems
+from ..._display import Axes
 from ..._linalg import FloatArray
 from ..._status import DEFAULT_MAX_EVALS, Budget, Outcome, ResultFields, Status
 from ..._validation import (
@@ -165,14 +165,7 @@ class PathEss(ResultFields, Outcome):
     min_ess: float | None
     scale: float
 
-    def _summary_items(self) -> SummaryItems:
-        return [
-            ("worst_overall", self.worst_overall),
-            ("min_ess", self.min_ess),
-            ("scale", self.scale),
-            ("T", self.T),
-            ("n_std", self.n_std),
-        ]
+    _summary_fields = ("worst_overall", "min_ess", "scale", "T", "n_std")
 
     def _draw(self, ax: Axes) -> None:
         from .._figures import draw_path_ess
@@ -498,15 +491,7 @@ class TokenCertificate(ResultFields, Outcome):
     w2_factor: float
     min_token_ess: float
 
-    def _summary_items(self) -> SummaryItems:
-        return [
-            ("success", self.success),
-            ("n_tokens", self.n_tokens),
-            ("w2", self.w2),
-            ("floor", self.floor),
-            ("min_ess", self.min_ess),
-            ("predicted_min_ess", self.predicted_min_ess),
-        ]
+    _summary_fields = ("success", "n_tokens", "w2", "floor", "min_ess", "predicted_min_ess")
 
     def _draw(self, ax: Axes) -> None:
         from .._figures import draw_token_distance

@@ -328,6 +328,7 @@ class _Segment:
         self.gauge_window = (t, run.nsteps)
         self.gauge_trial: float | None = None
         self.gauge_tried = False
+        self.last_restart = -2  # the step count at the last restart (:meth:`renormalize`)
 
     def _solver(self, t: float, y: FloatArray, first_step: float | None = None) -> OdeSolver:
         opts, form = self.run.opts, self.form
@@ -367,6 +368,22 @@ class _Segment:
         self.solver = self._solver(t, self.form.y0, first_step=first or None)
         self.run.restarts += 1
         self.run.remaining = math.inf
+
+    def renormalize(self, t: float, y: FloatArray) -> None:
+        """The restart the form asks for (:meth:`FactorForm.needs_restart`); in the horizontal
+        gauge, a second one on consecutive steps switches the gauge off for the segment.
+
+        The gauge pays where ``K`` mostly rotates within it (near an equilibrium). Where its
+        columns drift apart within a step, as near a blow-up, where ``Σ`` itself moves fast,
+        every step would restart and pay an evaluation and a re-gauging SVD (docs/benchmarks.md).
+        """
+        if self.gauge and self.run.nsteps - self.last_restart <= 1:
+            self.gauge, self.gauge_tried, self.gauge_trial = False, True, None
+            self.run.switches.append(
+                f"horizontal gauge off at {t:.6g} (its columns drift apart within a step)"
+            )
+        self.last_restart = self.run.nsteps
+        self.restart(t, y)
 
     def predict_step(self, y: FloatArray) -> None:
         """Scale the explicit controller's next step by the shrink of the remaining time.
@@ -597,7 +614,7 @@ def _integrate_segment(
             seg.predict_step(y)
             if seg.solver.status == "running":
                 if seg.form.needs_restart(y):
-                    seg.restart(t, y)
+                    seg.renormalize(t, y)
                 else:
                     seg.probe_stiffness(t, y)
         except BudgetExhausted as exc:

@@ -69,6 +69,7 @@ from .gaussianity import (
     gaussianity,
     gaussianity_options,
     min_samples,
+    unbudgeted_seconds,
 )
 
 __all__ = [
@@ -577,6 +578,17 @@ def _diagnose(
             return rows, Status.OVERFLOW, f"the tokens after layer {k} are not finite"
         if budget.exhausted:
             return rows, Status.BUDGET_EXHAUSTED, _cut_short(budget, k, len(states))
+        if budget.remaining() < unbudgeted_seconds(*x.shape):
+            # the sample's own statistics are computed whatever the budget (gaussianity's
+            # contract): a depth whose whitening alone would not fit is not started
+            return (
+                rows,
+                Status.BUDGET_EXHAUSTED,
+                (
+                    f"the time limit of {budget.given_limit:g} s: {k} of {len(states)} depths "
+                    "diagnosed (the next was estimated not to fit in what was left)"
+                ),
+            )
         res = gaussianity(
             x,
             level=level,

@@ -6,6 +6,7 @@ it. They use small token counts: the numbers in the report come from ``gtcontrol
 
 from __future__ import annotations
 
+import math
 import os
 
 import numpy as np
@@ -153,6 +154,9 @@ class _Units:
     def left_as_limit(self, floor: float = 1e-6) -> None:
         return None  # no deadline: only the units stop the run
 
+    def remaining(self) -> float:
+        return math.inf
+
 
 def test_pretrained_gaussianity_time_limit(minilm_table, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     cut = pretrained_gaussianity(n_tokens=400, seed=0, n_null=8, time_limit=1e-6)
@@ -166,6 +170,33 @@ def test_pretrained_gaussianity_time_limit(minilm_table, monkeypatch) -> None:  
     assert two.status is Status.BUDGET_EXHAUSTED
     assert [r.layer for r in two.rows] == [0, 1]
     assert two.rows[1].result.p_value == minilm_table.rows[1].result.p_value
+
+
+def test_a_depth_whose_whitening_would_not_fit_is_not_diagnosed(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """``gaussianity`` computes the sample's own statistics whatever its budget (its whitening:
+    0.4 s at 8192 × 384 beside two CPU-bound processes, where ``model_report`` at a 0.3 s limit
+    ended at 1.44 s). The diagnosis starts a depth only if that part is estimated to fit in
+    what is left; with time enough it runs as before."""
+    from gtcontrol._status import Budget
+    from gtcontrol.experiments.gaussianity import unbudgeted_seconds
+
+    x = np.random.default_rng(0).standard_normal((8192, 384))
+    assert 0.1 < unbudgeted_seconds(*x.shape) < 1.0
+    real = pretrained_module.gaussianity
+    calls: list[tuple[int, ...]] = []
+
+    def counted(samples, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(np.shape(samples))
+        return real(samples, **kwargs)
+
+    monkeypatch.setattr(pretrained_module, "gaussianity", counted)
+    opts = {"level": 0.01, "n_null": 8, "n_projections": 16, "seed": 0}
+    rows, status, message = pretrained_module._diagnose([x], Budget(0.05), **opts)
+    assert rows == [] and status is Status.BUDGET_EXHAUSTED and calls == []
+    assert "0 of 1 depths diagnosed (the next was estimated not to fit" in message
+    small = x[:200, :8]
+    rows, status, _ = pretrained_module._diagnose([small, small], Budget(60.0), **opts)
+    assert status is Status.SUCCESS and [r.layer for r in rows] == [0, 1] and len(calls) == 2
 
 
 def test_moment_surrogate_time_limit() -> None:

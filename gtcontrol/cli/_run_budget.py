@@ -96,7 +96,7 @@ class RunBudget:
 
     >>> import time
     >>> run = RunBudget(1e-3, start=time.perf_counter() - 1.0)
-    >>> run.draw("moments.png", lambda: None) or run.skipped
+    >>> run.draw("moments.png", lambda: None, panels=2) or run.skipped
     ['figure moments.png']
     >>> run.status(Status.SUCCESS)
     <Status.BUDGET_EXHAUSTED: 'budget_exhausted'>
@@ -158,10 +158,11 @@ class RunBudget:
         grace = self.budget.grace()
         return grace is None or seconds + WRITE_SECONDS <= grace
 
-    def draw(self, name: str, draw: Callable[[], Any], panels: int = 1) -> bool:
+    def draw(self, name: str, draw: Callable[[], Any], panels: int) -> bool:
         """Draw the figure ``name`` (of ``panels`` axes) with ``draw()`` if it fits (see the
         module docstring); return whether it was drawn (if not, it is recorded in
-        :attr:`skipped`)."""
+        :attr:`skipped`). ``panels`` is required: a two-panel figure estimated as one ran
+        1.1 s past a 2 s limit on a loaded machine."""
         panels = max(int(panels), 1)
         if not self.affords(figure_seconds(panels)):
             self.skip(f"figure {name}")

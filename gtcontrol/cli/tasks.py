@@ -143,6 +143,7 @@ def _run_simulate(design: Design, out: Path) -> dict[str, Any]:
     if run.draw(
         "moments.png",
         lambda: _plot_moments(traj, out / "moments.png", title=design.title, breakpoints=bps),
+        panels=2,
     ):
         figures.append("moments.png")
     if o["tokens"] > 0 and traj.dim >= 2:
@@ -159,6 +160,7 @@ def _run_simulate(design: Design, out: Path) -> dict[str, Any]:
             lambda: _plot_moments(
                 disc, out / "moments_discrete.png", title=f"{design.title} (discrete)"
             ),
+            panels=2,
         ):
             figures.append("moments_discrete.png")
         summary["discrete_status"] = str(disc.status)
@@ -215,7 +217,8 @@ def _token_cloud_figure(
             title=f"{n} tokens (softmax attention) and the predicted 2σ ellipse",
         )
 
-    return ["token_clouds.png"] if run.draw("token_clouds.png", draw) else []
+    drawn = run.draw("token_clouds.png", draw, panels=len(tok.snapshots))
+    return ["token_clouds.png"] if drawn else []
 
 
 def _run_compare_tokens(design: Design, out: Path) -> dict[str, Any]:
@@ -299,10 +302,10 @@ def _compare_figures(design: Design, cmp: Any, out: Path, run: RunBudget) -> lis
             title=f"N = {cmp.n_tokens[-1]} tokens and the predicted 2σ ellipse",
         )
 
-    draws = [("moments.png", moments), ("convergence.png", convergence)]
+    draws = [("moments.png", moments, 2), ("convergence.png", convergence, 1)]
     if design.initial is not None and design.initial.dim >= 2 and cmp.example is not None:
-        draws.append(("token_clouds.png", clouds))
-    return [name for name, draw in draws if run.draw(name, draw)]
+        draws.append(("token_clouds.png", clouds, len(cmp.example.snapshots)))
+    return [name for name, draw, k in draws if run.draw(name, draw, panels=k)]
 
 
 def _run_analyze(design: Design, out: Path) -> dict[str, Any]:
@@ -387,10 +390,10 @@ def _analyze_figures(data: Any, dim: int, out: Path, run: RunBudget) -> list[str
 
         plot_cone(data, out / "cone.png")
 
-    draws = [("covariance_eigenvalues.png", eigenvalues)]
+    draws = [("covariance_eigenvalues.png", eigenvalues, 1)]
     if dim == 2:
-        draws.append(("cone.png", cone))
-    return [name for name, draw in draws if run.draw(name, draw)]
+        draws.append(("cone.png", cone, 2))
+    return [name for name, draw, k in draws if run.draw(name, draw, panels=k)]
 
 
 def _run_steer(design: Design, out: Path) -> dict[str, Any]:
@@ -699,9 +702,9 @@ def _steer_figures(design: Design, res: Any, out: Path, run: RunBudget) -> list[
 
         plot_parameter_norms(sched, out / "parameter_norms.png", title="parameter norms per layer")
 
-    draws = [("moments.png", moments)] if res.trajectory is not None else []
-    draws.append(("parameter_norms.png", norms))
-    return [name for name, draw in draws if run.draw(name, draw)]
+    draws = [("moments.png", moments, 3)] if res.trajectory is not None else []
+    draws.append(("parameter_norms.png", norms, 1))
+    return [name for name, draw, k in draws if run.draw(name, draw, panels=k)]
 
 
 def _steer_tokens(
@@ -729,7 +732,9 @@ def _steer_tokens(
             title=f"{n} tokens through the steering layers, predicted 2σ ellipses",
         )
 
-    drawn = design.initial.dim >= 2 and run.draw("token_clouds.png", clouds)
+    drawn = design.initial.dim >= 2 and run.draw(
+        "token_clouds.png", clouds, panels=len(tok.snapshots)
+    )
     return token_w2, ["token_clouds.png"] if drawn else []
 
 
@@ -805,7 +810,7 @@ def _run_design(design: Design, out: Path) -> dict[str, Any]:
             title=design.title,
         )
 
-    figures = ["convergence.png"] if run.draw("convergence.png", draw) else []
+    figures = ["convergence.png"] if run.draw("convergence.png", draw, panels=2) else []
     outputs: dict[str, Any] = {
         "layer": res.layer.to_dict(),
         "success": res.success,
@@ -926,7 +931,7 @@ def _stabilize_run(design: Design, out: Path) -> dict[str, Any]:
             title=design.title,
         )
 
-    figures = ["stabilization.png"] if run.draw("stabilization.png", draw) else []
+    figures = ["stabilization.png"] if run.draw("stabilization.png", draw, panels=2) else []
     checks = {
         name: {
             "converged": v.converged,
@@ -1111,7 +1116,7 @@ def _run_filter(design: Design, out: Path) -> dict[str, Any]:
             title=design.title,
         )
 
-    figures = ["filter.png"] if run.draw("filter.png", draw) else []
+    figures = ["filter.png"] if run.draw("filter.png", draw, panels=2) else []
     kal = cmp.kalman
     outputs = {
         "layer": layer.to_dict(),

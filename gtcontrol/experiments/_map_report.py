@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import html
 import math
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ import numpy as np
 from .._display import legend
 from .._status import Status
 from .model_map import LayerMap, ModelMap
+from .report_figures import Draw
 
 __all__ = ["FIGURES", "draw_figure", "map_html", "map_markdown", "model_map_record"]
 
@@ -338,9 +338,7 @@ def _draw_change(m: ModelMap, ax: Any) -> None:
     legend(ax, fontsize=7)
 
 
-def model_map_record(
-    dest: Path, m: ModelMap, *, draw: Callable[[str, Callable[[], None]], bool] | None = None
-) -> dict[str, Any]:
+def model_map_record(dest: Path, m: ModelMap, *, draw: Draw | None = None) -> dict[str, Any]:
     """Write the report of ``m`` into ``dest``: the figures, ``model_map.md`` and
     ``model_map.html``.
 
@@ -351,8 +349,9 @@ def model_map_record(
     m
         The map.
     draw
-        ``draw(name, make)`` calls ``make()`` if the run affords it and returns whether it did
-        (the design task's time limit); ``None``: draw all.
+        ``draw(name, make, panels)`` calls ``make()`` (a figure of ``panels`` axes) if the run
+        affords it and returns whether it did (the design task's time limit); ``None``: draw
+        all.
 
     Returns
     -------
@@ -370,7 +369,7 @@ def model_map_record(
 
             if draw is None:
                 make()
-            elif not draw(name, make):
+            elif not draw(name, make, 1):  # each figure of the map is one Axes
                 continue
             written[name] = path
     _write(dest / "model_map.md", map_markdown(m, list(written)))

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -40,6 +39,7 @@ from .pretrained import (
     not_loaded,
     pretrained_gaussianity,
 )
+from .report_figures import Draw
 
 __all__ = ["ModelLayerRow", "ModelReport", "model_report", "model_task_record"]
 
@@ -291,7 +291,7 @@ def model_task_record(
     dest: Path,
     rep: ModelReport,
     *,
-    draw: Callable[[str, Callable[[], None]], bool] | None = None,
+    draw: Draw | None = None,
 ) -> dict[str, Any]:
     """Write the files of the ``model`` design task for a :func:`model_report` into ``dest``.
 
@@ -305,8 +305,9 @@ def model_task_record(
     rep
         The report.
     draw
-        ``draw(name, make)`` calls ``make()`` to draw the figure ``name`` if the run affords
-        it and returns whether it did (the design task's time limit); ``None``: draw all.
+        ``draw(name, make, panels)`` calls ``make()`` to draw the figure ``name`` (of
+        ``panels`` axes) if the run affords it and returns whether it did (the design task's
+        time limit); ``None``: draw all.
 
     Returns
     -------
@@ -322,7 +323,7 @@ def model_task_record(
             if draw is None:
                 make()
                 figures.append(name)
-            elif draw(name, make):
+            elif draw(name, make, 1):  # a part's figure is one Axes
                 figures.append(name)
     first = next((r.layer for r in rep.rows if r.rejected), None)
     finite = [r.blowup_identity for r in rep.rows if math.isfinite(r.blowup_identity)]

@@ -138,7 +138,7 @@ def test_run_budget_skips_what_does_not_fit_and_says_so() -> None:
     # made one fit)
     run = RunBudget(1e-3, start=time.perf_counter() - 1.0)
     drawn: list[int] = []
-    assert not run.draw("a.png", lambda: drawn.append(1)) and drawn == []
+    assert not run.draw("a.png", lambda: drawn.append(1), 1) and drawn == []
     rec = run.finish({"status": Status.BLOWUP, "outputs": {}, "summary": {}})
     assert rec["status"] is Status.BUDGET_EXHAUSTED and rec["outputs"]["skipped"] == [
         "figure a.png"
@@ -148,8 +148,25 @@ def test_run_budget_skips_what_does_not_fit_and_says_so() -> None:
     assert run.status(Status.FAILED) is Status.FAILED
     # no limit: everything is drawn, the status is the solver's
     free = RunBudget(None)
-    assert free.draw("b.png", lambda: drawn.append(2)) and drawn == [2]
+    assert free.draw("b.png", lambda: drawn.append(2), 1) and drawn == [2]
     assert free.status(Status.SUCCESS) is Status.SUCCESS and free.solver_limit(3) > 1e6
+
+
+def test_a_figure_is_estimated_by_its_panels(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each panel of a figure costs the per-panel estimate: with 0.4 s a panel and the 0.25 s
+    of the writing, a grace of 0.9 s affords a one-panel figure and not a two-panel one (the
+    stabilization figure, two panels drawn as one, ran 1.1 s past a 2 s limit beside a
+    CPU-bound process)."""
+    import gtcontrol.cli._run_budget as rb
+
+    monkeypatch.setattr(rb, "_FIGURE_SECONDS", [0.4])
+    monkeypatch.setattr(rb, "import_seconds", lambda module, seconds: 0.0)
+    # a 1 s limit begun 0.6 s ago: 0.4 s to the deadline plus half of max(1 s, 10 %)
+    run = RunBudget(1.0, start=time.perf_counter() - 0.6)
+    drawn: list[int] = []
+    assert not run.draw("two.png", lambda: drawn.append(2), 2) and drawn == []
+    assert run.draw("one.png", lambda: drawn.append(1), 1) and drawn == [1]
+    assert run.skipped == ["figure two.png"]
 
 
 def test_stack_eigenvalues_stop_at_the_budget() -> None:

@@ -33,6 +33,11 @@ __all__ = [
 ]
 
 
+#: A cautious flop rate of one loaded CPU, for estimating work that no budget check can
+#: interrupt before starting it (a forward pass, a whitening).
+CAUTIOUS_FLOPS = 2e10
+
+
 def stop_reason(budget: Budget) -> str:
     """Why a run stopped early: the budget's reason, or an inner cap if the budget is not spent."""
     if budget.exhausted:

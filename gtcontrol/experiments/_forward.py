@@ -23,6 +23,7 @@ from .._status import Budget
 from ..interop._deps import ModelFileError, quiet_transformers, require_torch, require_transformers
 from ..interop._families import eval_mode, layer_list, query_module
 from ..interop.extraction import ExtractedModel
+from ._common import CAUTIOUS_FLOPS
 
 __all__ = [
     "attention_inputs",
@@ -49,9 +50,10 @@ def _hooks(modules: list[Any], hook: Callable[..., Any]) -> Iterator[None]:
 
 def layer_seconds(n: int, d: int) -> float:
     """A cautious estimate of one encoder layer's seconds on N tokens of width d on one CPU:
-    attention ``4 N² d`` and projections with a 4d feed-forward ``24 N d²`` flops at 2e10
-    flop/s (MiniLM at N = 8192: about 6.6 s estimated, 8 s measured on two loaded cores)."""
-    return (4.0 * n * n * d + 24.0 * n * d * d) / 2e10
+    attention ``4 N² d`` and projections with a 4d feed-forward ``24 N d²`` flops at
+    ``CAUTIOUS_FLOPS`` (2e10 flop/s; MiniLM at N = 8192: about 6.6 s estimated, 8 s measured on
+    two loaded cores)."""
+    return (4.0 * n * n * d + 24.0 * n * d * d) / CAUTIOUS_FLOPS
 
 
 def run_network(

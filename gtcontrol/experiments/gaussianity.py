@@ -34,6 +34,7 @@ from .._linalg import RANK_RTOL, FloatArray
 from .._status import Budget, BudgetExhausted, Outcome, ResultFields, Status
 from .._validation import as_float_array, as_positive_float, as_positive_int, as_seed, as_time_limit
 from ..errors import InvalidParametersError
+from ._common import CAUTIOUS_FLOPS
 from .sample_statistics import (
     MAX_PROJECTIONS,
     MardiaStatistics,
@@ -339,10 +340,10 @@ def unbudgeted_seconds(n: int, d: int) -> float:
     """A cautious estimate of the seconds of :func:`gaussianity`'s part that runs whatever its
     ``time_limit`` (the sample's whitening), on ``n`` samples of width ``d`` on one CPU:
     centring, covariance and whitening ``4 N d²`` and the eigendecomposition ``10 d³`` flops at
-    2e10 flop/s, the rate of :func:`~gtcontrol.experiments._forward.layer_seconds` (N = 8192,
+    the rate that also bounds a forward pass (``_common.CAUTIOUS_FLOPS``, 2e10 flop/s; N = 8192,
     d = 384: 0.27 s estimated, 0.4 s measured beside two CPU-bound processes). A caller with a
     budget does not start a test that this would not fit in."""
-    return (4.0 * n * d * d + 10.0 * d**3) / 2e10
+    return (4.0 * n * d * d + 10.0 * d**3) / CAUTIOUS_FLOPS
 
 
 def gaussianity(

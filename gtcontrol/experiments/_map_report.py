@@ -100,6 +100,19 @@ _HEADER = [
 ]
 
 
+def _headline(m: ModelMap) -> tuple[str, str]:
+    """The model (its shape named once: most descriptions already give it) and the data line,
+    with the rate the map used."""
+    shape = f"{m.n_layers} layers, d = {m.dim}, {m.n_heads} heads"
+    model = m.description if f"d = {m.dim}" in m.description else f"{m.description} ({shape})"
+    rate = m.rate if isinstance(m.rate, str) else f"{m.rate:g}"
+    budget = f" (change budget {m.change_budget:g})" if m.rate == "auto" else ""
+    return (
+        f"{model}; read as {m.family}, {m.norm_placement}",
+        f"Data: {m.data}. Rate: {rate}{budget}.",
+    )
+
+
 def _network_lines(m: ModelMap) -> list[str]:
     net = m.stabilized_network
     if net is None:
@@ -144,15 +157,13 @@ def map_markdown(m: ModelMap, figures: list[str]) -> str:
     str
         The page.
     """
+    model, data = _headline(m)
     lines = [
         f"# Model map: {m.model}",
         "",
-        f"{m.description}; {m.family}, {m.norm_placement}, {m.n_layers} layers, d = {m.dim}, "
-        f"{m.n_heads} heads. Status: **{m.status.value}**.",
+        f"{model}. Status: **{m.status.value}**.",
         "",
-        f"Data: {m.data}. Rate: {m.rate if isinstance(m.rate, str) else f'{m.rate:g}'}"
-        + (f" (change budget {m.change_budget:g})" if m.rate == "auto" else "")
-        + ".",
+        data,
         "",
         *[f"* {n}" for n in m.notes],
         "",
@@ -225,13 +236,13 @@ def map_html(m: ModelMap, figures: dict[str, Path]) -> str:
         The page.
     """
     esc = html.escape
+    model, data = _headline(m)
     parts = [
         "<!DOCTYPE html><html><head><meta charset='utf-8'>",
         f"<title>Model map: {esc(m.model)}</title><style>{_CSS}</style></head><body>",
         f"<h1>Model map: {esc(m.model)}</h1>",
-        f"<p>{esc(m.description)}; {esc(m.family)}, {esc(m.norm_placement)}, {m.n_layers} "
-        f"layers, d = {m.dim}, {m.n_heads} heads. Status: <b>{esc(m.status.value)}</b>.</p>",
-        f"<p>Data: {esc(m.data)}.</p>",
+        f"<p>{esc(model)}. Status: <b>{esc(m.status.value)}</b>.</p>",
+        f"<p>{esc(data)}</p>",
         "<ul>" + "".join(f"<li>{esc(n)}</li>" for n in m.notes) + "</ul>",
         "<h2>The stabilized network on real inputs</h2>",
         "<p>"

@@ -383,6 +383,11 @@ def test_report_is_self_contained(mapped: tuple[str, Any, ModelMap], tmp_path: P
     assert "http://" not in page and "https://" not in page
     md = (tmp_path / "model_map.md").read_text("utf-8")
     assert "The stabilized network on real inputs" in md and "| layer |" in md
+    # the model's shape is named once in the headline (the description may already give it),
+    # and both pages say which rate the map used
+    headline = md.splitlines()[2]
+    assert headline.count(f"d = {m.dim}") == 1, headline
+    assert "Rate: " in md and "Rate: " in page
     assert len(rec["outputs"]["table"]) == len(m.rows)
 
 

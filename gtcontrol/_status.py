@@ -41,9 +41,11 @@ __all__ = [
     "Result",
     "ResultFields",
     "Status",
+    "WriteGate",
     "abandoned_work",
     "as_time_limit",
     "import_fits",
+    "landed",
     "shown",
     "within",
 ]
@@ -400,6 +402,73 @@ class Budget:
 _R = TypeVar("_R")
 #: The threads of work that :func:`within` gave up on (they may still run).
 _ABANDONED: list[threading.Thread] = []
+
+
+class WriteGate:
+    """Whether the files of work that :func:`within` may give up on still land.
+
+    A figure drawn in a thread is waited for only until the run's tolerance ends; the drawing
+    cannot be interrupted, and if it is given up on it must not write into the output folder
+    afterwards (the result would name a figure as missing that then appears). Work run under
+    :meth:`open` writes through :func:`landed`; :meth:`close` shuts the gate and says whether
+    a write landed before it did. The lock makes the two exclusive: a write either lands before
+    the gate closes or never.
+
+    Examples
+    --------
+    >>> gate = WriteGate()
+    >>> with gate.open():
+    ...     landed(lambda: None)
+    True
+    >>> gate.close()
+    True
+    >>> with gate.open():  # closed: the write is dropped
+    ...     landed(lambda: None)
+    False
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._closed = False
+        self._wrote = False
+
+    @contextmanager
+    def open(self) -> Iterator[None]:
+        """Inside the block (and in threads started there by :func:`within`), writes go
+        through this gate."""
+        token = _GATE.set(self)
+        try:
+            yield
+        finally:
+            _GATE.reset(token)
+
+    def write(self, write: Callable[[], object]) -> bool:
+        """``write()`` unless the gate is closed; whether it ran."""
+        with self._lock:
+            if self._closed:
+                return False
+            write()
+            self._wrote = True
+            return True
+
+    def close(self) -> bool:
+        """Shut the gate (later writes are dropped); whether a write landed before."""
+        with self._lock:
+            self._closed = True
+            return self._wrote
+
+
+_GATE: ContextVar[WriteGate | None] = ContextVar("gtcontrol_write_gate", default=None)
+
+
+def landed(write: Callable[[], object]) -> bool:
+    """``write()`` (the last, short step of writing a file) through the context's
+    :class:`WriteGate`, or at once outside one; whether it ran."""
+    gate = _GATE.get()
+    if gate is None:
+        write()
+        return True
+    return gate.write(write)
 
 
 def abandoned_work() -> bool:

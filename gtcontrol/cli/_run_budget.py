@@ -8,9 +8,12 @@ folder. A run ends within ``max(1 s, 10 %)`` of it (docs/architecture.md, "Budge
 - each solver call gets what is left before the deadline, less a reserve for the figures and
   the writing still to come (:meth:`RunBudget.solver_limit`);
 - a figure is drawn only when its estimated cost (the last figure's measured cost, plus the
-  import of matplotlib in a fresh process) fits in what is left of the run's tolerance
-  (:meth:`RunBudget.draw`); summaries computed from arrays (eigenvalues of every recorded
-  covariance) stop the same way (:meth:`RunBudget.affords`);
+  import of matplotlib in a fresh process) fits in what is left of the run's tolerance, and
+  in a thread waited for only while the tolerance leaves time to write: a drawing that runs
+  late on a loaded machine is given up on and its file never lands
+  (:meth:`RunBudget.draw`, :class:`~gtcontrol._status.WriteGate`); summaries computed from
+  arrays (eigenvalues of every recorded covariance) stop the same way
+  (:meth:`RunBudget.affords`);
 - work that no check can interrupt (importing torch and transformers, loading a model, a
   forward pass) runs in a thread that the run stops waiting for at its deadline
   (:meth:`RunBudget.load`, :func:`gtcontrol._status.within`);
@@ -25,6 +28,7 @@ so that their messages name the ``time_limit`` the user gave, not what was left 
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -32,7 +36,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from .._linalg import FloatArray
-from .._status import Budget, BudgetExhausted, Status, within
+from .._status import Budget, BudgetExhausted, Status, WriteGate, within
 
 __all__ = [
     "CONTROL_IMPORT_SECONDS",
@@ -56,6 +60,8 @@ _EIG_SECONDS_PER_D3 = 2e-9
 #: Statuses that answer the question; a run that left something out is ``BUDGET_EXHAUSTED``.
 _ANSWERS = (Status.SUCCESS, Status.BLOWUP)
 _R = TypeVar("_R")
+#: Held while a figure draws: matplotlib draws one figure at a time, a late one included.
+_DRAWING = threading.Lock()
 
 
 #: Seconds to import gtcontrol.experiments in a fresh process (scipy.stats, the report's
@@ -169,11 +175,32 @@ class RunBudget:
             return False
         warm = "gtcontrol.plotting.core" in sys.modules
         clock = time.perf_counter()
-        draw()
+        if not self._drawn_in_time(draw):
+            self.skip(f"figure {name} (its drawing ran past the time limit)")
+            return False
         if warm:  # a cold figure also measured the import
             spent = (time.perf_counter() - clock) / panels
             _FIGURE_SECONDS[0] = max(spent, 0.7 * _FIGURE_SECONDS[0] + 0.3 * spent, 0.05)
         return True
+
+    def _drawn_in_time(self, draw: Callable[[], Any]) -> bool:
+        """``draw()`` in a thread waited for while the run's tolerance leaves time to write
+        (drawing cannot be interrupted: under load a figure estimated at 0.3 s took 1.5 s);
+        a drawing given up on writes nothing afterwards (:class:`WriteGate`)."""
+        grace = self.budget.grace()
+        if grace is None:
+            draw()
+            return True
+        gate = WriteGate()
+
+        def drawing() -> bool:
+            with _DRAWING:  # one figure at a time, also beside one given up on
+                draw()
+            return True
+
+        with gate.open():
+            done = within(self.budget, drawing, wait=max(grace - WRITE_SECONDS, 0.0))
+        return gate.close() or done is True
 
     def skip(self, what: str) -> None:
         """Record that ``what`` was not produced within the time limit."""

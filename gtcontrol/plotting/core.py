@@ -9,6 +9,7 @@ panels and writes the files.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from matplotlib.figure import Figure
 from .._display import legend
 from .._docstring import fill
 from .._linalg import FloatArray
+from .._status import landed
 from .._validation import MAX_SAMPLES, as_positive_int
 from ..analysis._figures import draw_convergence
 from ..errors import InvalidParametersError
@@ -83,14 +85,14 @@ def new_figure(*, width: float = 8.0, height: float = 3.4) -> Figure:
 
 
 def save_figure(fig: Figure, path: str | Path) -> None:
-    """Save ``fig`` as a PNG.
+    """Save ``fig`` in the format its file name says (PNG without a suffix).
 
     Parameters
     ----------
     fig
         The figure.
     path
-        Where to write the PNG.
+        Where to write it (a name without a suffix gets a PNG under that very name).
 
     Examples
     --------
@@ -104,7 +106,11 @@ def save_figure(fig: Figure, path: str | Path) -> None:
     ...     (Path(tmp) / "line.png").read_bytes()[:4]
     b'\x89PNG'
     """
-    fig.savefig(path, dpi=110)
+    # rendered first, written in one short step: a run that stopped waiting for this figure
+    # (gtcontrol._status.WriteGate) drops it rather than let it appear after the run ended
+    data = io.BytesIO()
+    fig.savefig(data, dpi=110, format=Path(path).suffix[1:].lower() or "png")
+    landed(lambda: Path(path).write_bytes(data.getvalue()))
 
 
 def panels(ax: Any, n: int, *, width: float, height: float) -> list[Axes]:

@@ -442,6 +442,7 @@ def write_run(
     source: str,
     inputs: Mapping[str, Any],
     options: Mapping[str, Any],
+    started: float | None = None,
 ) -> Path:
     """Run ``run(tmpdir)`` and write the standard ``result.json`` beside its figures, atomically.
 
@@ -470,6 +471,9 @@ def write_run(
         The design's TOML document, echoed into ``result.json``.
     options
         The task options with defaults filled in, echoed into ``result.json``.
+    started
+        When the run began (``time.perf_counter()``: when its design file was read); ``None``:
+        now. ``seconds`` counts from there.
 
     Returns
     -------
@@ -482,7 +486,7 @@ def write_run(
         If ``outdir`` cannot be written or would lose files gtcontrol did not write.
     """
     out = Path(outdir)
-    clock = time.perf_counter()
+    clock = time.perf_counter() if started is None else started
     with atomic_outdir(out) as tmp:
         res = run(tmp)
         doc, arrays = split_arrays(

@@ -28,12 +28,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from .._blas import calm_blas
 from .._output import write_run
 from .._progress import reporting
 from .._status import abandoned_work
 from .._version import __version__
-from ..errors import GTControlError
-from .schema import load_design
+from ..errors import GTControlError, Status
+from .schema import UnreadDesign, read_design
 from .starters import shipped_design_text, shipped_designs, starter, write_starter
 from .summary import print_summary
 from .tasks import TASKS
@@ -150,8 +151,10 @@ def run_design(
     GTControlError
         If the design is invalid or the task refuses its inputs (nothing is written then).
     """
-    design = load_design(design_path)
+    design = read_design(design_path)
     out = outdir if outdir is not None else Path("out") / design_path.stem
+    if isinstance(design, UnreadDesign):
+        return _write_unread(design, out, design_path)
     if design.task == "sweep":
         from .sweep import run_sweep
 
@@ -173,7 +176,9 @@ def run_design(
     else:
 
         def run(tmp: Path) -> Mapping[str, Any]:
-            return TASKS[design.task].run(design, tmp)
+            # on a busy machine BLAS's threads stall inside calls no time limit interrupts
+            with calm_blas():
+                return TASKS[design.task].run(design, tmp)
 
     return write_run(
         out,
@@ -183,6 +188,29 @@ def run_design(
         source=str(design_path),
         inputs=design.raw,
         options=design.options,
+        started=design.started,
+    )
+
+
+def _write_unread(design: UnreadDesign, out: Path, design_path: Path) -> Path:
+    """The ``budget_exhausted`` result of a design file not parsed within its time limit."""
+    message = design.message
+    skipped = ["the design file (not parsed)"]
+    record = {
+        "status": Status.BUDGET_EXHAUSTED,
+        "outputs": {"message": message, "skipped": skipped},
+        "figures": [],
+        "summary": {"message": message, "skipped": skipped[0]},
+    }
+    return write_run(
+        out,
+        design.task,
+        lambda tmp: record,
+        title=design.title,
+        source=str(design_path),
+        inputs={},
+        options={},
+        started=design.started,
     )
 
 

@@ -31,13 +31,23 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from .._status import MAX_TIME_LIMIT, Budget, within
 from .._validation import as_float_array, as_positive_int
 from ..errors import DesignFileError, GTControlError, InvalidParametersError
 from ..model.gaussian import Gaussian
 from ..model.params import FeedForward, Layer, Schedule
 from .specs import BASE_OPTIONS, SPECS, Option
 
-__all__ = ["MAX_DESIGN_BYTES", "Design", "ModelBase", "Option", "load_design", "parse_design"]
+__all__ = [
+    "MAX_DESIGN_BYTES",
+    "Design",
+    "ModelBase",
+    "Option",
+    "UnreadDesign",
+    "load_design",
+    "parse_design",
+    "read_design",
+]
 
 _T = TypeVar("_T")
 
@@ -174,6 +184,106 @@ def load_design(path: str | Path) -> Design:
     started = time.perf_counter()  # reading and parsing count in the run's time_limit
     p = Path(path)
     return dataclasses.replace(parse_design(_read_text(p), source=str(p)), started=started)
+
+
+#: Design files up to this size are parsed in the caller's thread (milliseconds); a larger one
+#: (matrices at d = 256 are megabytes: 1.7 s of parsing) is parsed in a thread that the run
+#: stops waiting for at its time limit.
+_THREADED_PARSE_BYTES = 256 * 1024
+
+
+@dataclass(frozen=True)
+class UnreadDesign:
+    """A design file that was not parsed within its own ``time_limit``.
+
+    Parsing cannot be interrupted; the run stops waiting for it and writes a
+    ``budget_exhausted`` result that says so (:func:`read_design`).
+
+    Attributes
+    ----------
+    task, title
+        From the file's top-level keys (read before its tables).
+    time_limit
+        The design's ``time_limit``.
+    size
+        The file's size in bytes.
+    started
+        When reading began (``time.perf_counter()``).
+    """
+
+    task: str
+    title: str
+    time_limit: float
+    size: int
+    started: float
+
+    @property
+    def message(self) -> str:
+        """What the run's result says."""
+        return (
+            f"the design file ({self.size / 2**20:.1f} MiB of TOML) was not parsed within the "
+            f"time limit of {self.time_limit:g} s: nothing was computed"
+        )
+
+
+def _top_level(text: str) -> dict[str, Any]:
+    """The keys before the first table header (``{}`` if they do not parse alone)."""
+    head = []
+    for line in text.splitlines():
+        if line.lstrip().startswith("["):
+            break
+        head.append(line)
+    try:
+        return tomllib.loads("\n".join(head))
+    except tomllib.TOMLDecodeError:
+        return {}
+
+
+def read_design(path: str | Path) -> Design | UnreadDesign:
+    """:func:`load_design` within the design's own ``time_limit``.
+
+    A file larger than :data:`_THREADED_PARSE_BYTES` whose top-level keys give a ``task`` and a
+    ``time_limit`` is parsed in a thread waited for until that limit plus a quarter of its
+    tolerance ``max(1 s, 10 %)``; a parse that has not finished then is given up on and
+    returned as an :class:`UnreadDesign`. Sweeps are always parsed to the end (their output
+    folder holds the points of earlier runs).
+
+    Parameters
+    ----------
+    path
+        The design file (TOML).
+
+    Returns
+    -------
+    Design or UnreadDesign
+        The validated design, or what is known of one not parsed in time.
+
+    Raises
+    ------
+    DesignFileError
+        As :func:`load_design`, for errors found in time.
+    """
+    started = time.perf_counter()
+    p = Path(path)
+    text = _read_text(p)
+    head = _top_level(text) if len(text) > _THREADED_PARSE_BYTES else {}
+    limit, task = head.get("time_limit"), head.get("task")
+    if isinstance(limit, bool) or not isinstance(limit, (int, float)):
+        limit = None
+    timed = limit is not None and 0 < limit <= MAX_TIME_LIMIT and task in SPECS and task != "sweep"
+    if not timed or limit is None:
+        return dataclasses.replace(parse_design(text, source=str(p)), started=started)
+    parsed = within(Budget(float(limit), start=started), lambda: parse_design(text, source=str(p)))
+    if parsed is None:
+        title = head.get("title")
+        return UnreadDesign(
+            task=str(task),
+            title=title if isinstance(title, str) else str(task),
+            time_limit=float(limit),
+            size=len(text.encode("utf-8")),
+            started=started,
+        )
+    return dataclasses.replace(parsed, started=started)
 
 
 def _read_text(p: Path) -> str:

@@ -12,6 +12,7 @@ says so (``budget_exhausted``, ``outputs.skipped``).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
@@ -243,6 +244,65 @@ def test_reading_the_design_counts_in_its_time_limit(tmp_path: Path) -> None:
     assert run.budget.start == loaded.started and run.budget.remaining() <= 1.0
     late = Budget(1.0, start=time.perf_counter() - 5.0)
     assert late.exhausted and late.remaining() == 0.0
+
+
+def test_a_design_file_not_parsed_within_its_time_limit_is_given_up_on(tmp_path: Path) -> None:
+    """An analyze design at d = 256 is 4.4 MB of TOML: parsing it took 1.7 s, uninterruptibly,
+    and a 0.3 s run ended at 2.2 s while its ``seconds`` said 0.4 (the clock began after the
+    parse). The parse is now waited for until the limit's tolerance, the run ends in time with
+    ``budget_exhausted`` saying that the design file was not parsed, and ``seconds`` counts
+    from the reading of the file, as the caller's clock does."""
+    design = tmp_path / "big.toml"
+    design.write_text(dumps(_moment_design("analyze", 256, 0.3)))
+    out = tmp_path / "out"
+    clock = time.perf_counter()
+    assert main(["run", "-q", str(design), "-o", str(out)]) == 0
+    wall = time.perf_counter() - clock
+    doc = json.loads((out / "result.json").read_text())
+    assert wall <= allowed(0.3) and doc["seconds"] <= allowed(0.3), (wall, doc["seconds"])
+    assert abs(doc["seconds"] - wall) < 0.1, (doc["seconds"], wall)
+    assert doc["status"] == "budget_exhausted" and doc["task"] == "analyze"
+    assert "was not parsed within the time limit of 0.3 s" in doc["summary"]["message"]
+    assert doc["outputs"]["skipped"] == ["the design file (not parsed)"]
+
+
+def test_the_seconds_of_a_run_count_from_the_reading_of_its_design(tmp_path: Path) -> None:
+    """A d = 128 design (about 0.4 s to parse) that fits its limit: ``seconds`` is the run's
+    whole time, the parse included (it counted only what came after)."""
+    design = tmp_path / "d.toml"
+    design.write_text(dumps(_moment_design("simulate", 128, 30.0)))
+    out = tmp_path / "out"
+    clock = time.perf_counter()
+    assert main(["run", "-q", str(design), "-o", str(out)]) == 0
+    wall = time.perf_counter() - clock
+    doc = json.loads((out / "result.json").read_text())
+    assert abs(doc["seconds"] - wall) < 0.1, (doc["seconds"], wall)
+    assert doc["summary"]["seconds"] == doc["seconds"]
+
+
+def test_design_tasks_run_numpys_blas_on_one_thread_on_a_busy_machine(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """On a busy machine a multi-threaded OpenBLAS stalls inside calls no time limit
+    interrupts: the analyze task at d = 256 with a 3 s limit ended at 7.5 s beside two
+    CPU-bound processes (six ``eigh`` of 0.5 s each, 20 ms on an idle machine). Every design
+    task now runs under :func:`gtcontrol._blas.calm_blas`."""
+    import gtcontrol._blas as blas
+    from gtcontrol.cli import tasks
+
+    seen: list[bool] = []
+    real = tasks.TASKS["simulate"]
+
+    def spy(design: Any, out: Path) -> Any:
+        seen.append(blas.blas_single_threaded())
+        return real.run(design, out)
+
+    monkeypatch.setitem(tasks.TASKS, "simulate", dataclasses.replace(real, run=spy))
+    monkeypatch.setattr(blas, "busy", lambda: True)
+    design = tmp_path / "d.toml"
+    design.write_text(dumps(_moment_design("simulate", 4, 30.0)))
+    assert main(["run", "-q", str(design), "-o", str(tmp_path / "out")]) == 0
+    assert seen == [True]
 
 
 def test_simulate_measures_ranks_within_its_budget() -> None:

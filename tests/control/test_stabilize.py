@@ -595,6 +595,40 @@ def test_time_limit_holds_while_the_design_rate_doubles() -> None:
             assert f"the time limit of {limit:g} s was reached" in res.message
 
 
+def test_a_time_limit_reached_where_the_rate_would_double_is_not_a_failure(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The CI flake of the test above, made exact: the first round's token check fails and
+    the time limit is reached just then. The doubling search is unfinished, so the result is
+    ``BUDGET_EXHAUSTED`` naming the rate it stopped at, never ``FAILED``."""
+    from gtcontrol import _status
+    from gtcontrol.control.stabilization import _head
+
+    layer = gt.Layer(V=0.5 * np.eye(2), B=8.0 * np.eye(2))
+    target = gt.Gaussian([0.5, -0.3], [[1.0, 0.2], [0.2, 0.6]])
+    real = _head._only_tokens_failed
+    spent = {"now": False}
+
+    def tokens_failed_then_out_of_time(res: gt.Stabilization) -> bool:
+        out = real(res)
+        spent["now"] = spent["now"] or out
+        return out
+
+    def exhausted(self: _status.Budget) -> bool:
+        return spent["now"]
+
+    monkeypatch.setattr(_head, "_only_tokens_failed", tokens_failed_then_out_of_time)
+    monkeypatch.setattr(_status.Budget, "exhausted", property(exhausted))
+    res = gt.stabilize(layer, target, add="head", rate=1.0, token_check=256, time_limit=60.0)
+    assert res.status is Status.BUDGET_EXHAUSTED, res.message
+    assert res.stats["token_doublings"] == 0
+    assert "the time limit of 60 s was reached before the design rate doubled from 1" in (
+        res.message
+    )
+    assert res.local_certificate and res.token_certificate is not None
+    assert res.token_certificate.status is Status.INFEASIBLE
+
+
 def test_a_rank_deficient_start_is_not_screened_and_says_why() -> None:
     """The covariance flow is a congruence: a start of rank 1 in d = 2 never reaches a
     positive definite target, so no ``c`` is tried for it and its verification says so."""

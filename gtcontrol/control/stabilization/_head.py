@@ -545,18 +545,23 @@ def _token_valid(
     verified) doubles, at most ``_TOKEN_DOUBLINGS`` times, until the tokens pass too; every
     check runs again at each ``ρ'``, to the default depths of the rate ``ρ'`` certified: a
     faster contraction holds the tokens closer (docs/benchmarks.md). The ``c`` found is the
-    smallest token-valid one to a factor 2 in the rate, and the message says so."""
+    smallest token-valid one to a factor 2 in the rate, and the message says so. A time limit
+    reached where a doubling was due ends the search as ``BUDGET_EXHAUSTED``: whether a larger
+    rate passes is not known."""
     rho, tries, trail = ctx.plan.rate, 0, []
-    while (
-        tries < _TOKEN_DOUBLINGS
-        and not ctx.budget.exhausted
-        and res.status is Status.FAILED
-        and res.local_certificate
-        and all(v.converged for v in res.verification)
-        and res.token_certificate is not None
-        and res.token_certificate.status not in (Status.SUCCESS, Status.BUDGET_EXHAUSTED)
-    ):
+    while tries < _TOKEN_DOUBLINGS and _only_tokens_failed(res):
         tc = res.token_certificate
+        assert tc is not None
+        if ctx.budget.exhausted:
+            # a doubled rate would have been tried: the search is unfinished, not failed
+            return replace(
+                res,
+                status=Status.BUDGET_EXHAUSTED,
+                message=res.message
+                + f"; the time limit of {ctx.budget.given_limit:g} s was reached before the "
+                f"design rate doubled from {rho:g} (the token check failed there; "
+                f"{tries} of {_TOKEN_DOUBLINGS} doublings tried)",
+            )
         trail.append(f"at design rate {rho:g} (c = {res.c:.6g}) W2 {tc.w2:.4g} at depth {tc.T:.4g}")
         rho *= 2.0
         tries += 1
@@ -583,6 +588,18 @@ def _token_valid(
             f"(at {rho / 2:g} the tokens failed)",
         )
     return res
+
+
+def _only_tokens_failed(res: Stabilization) -> bool:
+    """Whether ``res`` failed on its token check alone: certified locally, every far start
+    verified, and the tokens off the moments (not cut short)."""
+    return (
+        res.status is Status.FAILED
+        and bool(res.local_certificate)
+        and all(v.converged for v in res.verification)
+        and res.token_certificate is not None
+        and res.token_certificate.status not in (Status.SUCCESS, Status.BUDGET_EXHAUSTED)
+    )
 
 
 def _head_layer(

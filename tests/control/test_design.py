@@ -484,6 +484,42 @@ def test_tiny_time_limit_returns_the_best_iterate_quickly() -> None:
     assert rob.radius > 0 and rob.parameter_directions == 0
 
 
+def test_reports_after_a_late_certificate_do_not_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At d = 256 a certificate that ends with 0.15 s of the tolerance left leaves no room for
+    the robustness radii (about its cost, one native call each) nor for the token check, not
+    even its set-up: both are reported not started. Under load the radii, then the token
+    check's set-up (its default depth's certificate and the step rule), ran past the limit
+    of 0.3 s to 1.31–1.37 s."""
+    from gtcontrol.control.design import _finite_n
+    from gtcontrol.control.design import mean_matching as mm
+
+    _, target = _random_target(31, 256)
+    limit = 0.5
+    real_certify = mm._certify
+
+    def late_certify(*args: Any) -> Any:
+        out = real_certify(*args)
+        time.sleep(max(clock + allowed(limit) - 0.15 - time.perf_counter(), 0.0))
+        return out
+
+    def no_set_up(*args: Any) -> Any:
+        raise AssertionError("the token check's set-up ran on a spent budget")
+
+    monkeypatch.setattr(mm, "_certify", late_certify)
+    monkeypatch.setattr(_finite_n, "_default_depth", no_set_up)
+    monkeypatch.setattr(_finite_n, "_auto_steps", no_set_up)
+    clock = time.perf_counter()
+    res = design_mean_matching(target, token_check=256, time_limit=limit)
+    assert time.perf_counter() - clock <= allowed(limit)
+    assert res.status is Status.BUDGET_EXHAUSTED and res.certificate.success
+    rob, tokens = res.robustness, res.token_certificate
+    assert rob is not None and rob.status is Status.BUDGET_EXHAUSTED
+    assert "the robustness radii were not started: at d = 256" in rob.message
+    assert math.isnan(rob.radius) and rob.parameter_directions == 0
+    assert tokens is not None and tokens.status is Status.BUDGET_EXHAUSTED
+    assert "no token was moved" in tokens.message and len(tokens.t) == 0
+
+
 def test_generous_time_limit_does_not_change_the_design() -> None:
     _, target = _random_target(22, 2)
     a = design_mean_matching(target, rate=0.7, minimum_norm=True, **EXACT)

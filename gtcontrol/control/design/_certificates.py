@@ -761,6 +761,28 @@ class _ParameterSearch:
         return ok / done if done else math.nan
 
 
+def no_radii(n_samples: int, status: Status, message: str, seconds: float = 0.0) -> Robustness:
+    """The robustness report with no radius computed: not started, cut short or failed."""
+    nan = math.nan
+    return Robustness(
+        mean_radius=nan,
+        cov_radius=nan,
+        radius=nan,
+        binding="",
+        frequency=nan,
+        linear_samples=n_samples,
+        linear_stable_fraction=nan,
+        worst_case_abscissa=nan,
+        parameter_radius=nan,
+        parameter_directions=0,
+        parameter_stable_fraction=nan,
+        destabilizing=None,
+        stats={"evaluations": 0, "seconds": seconds},
+        status=status,
+        message=message,
+    )
+
+
 def robustness_within(
     layer: Layer,
     tgt: Gaussian,
@@ -777,24 +799,12 @@ def robustness_within(
     try:
         lin = _linear_radii(layer, tgt, n_samples, rng, budget)
     except (SolverError, BudgetExhausted) as exc:
-        nan = math.nan
         cut = isinstance(exc, BudgetExhausted)
-        return Robustness(
-            mean_radius=nan,
-            cov_radius=nan,
-            radius=nan,
-            binding="",
-            frequency=nan,
-            linear_samples=n_samples,
-            linear_stable_fraction=nan,
-            worst_case_abscissa=nan,
-            parameter_radius=nan,
-            parameter_directions=0,
-            parameter_stable_fraction=nan,
-            destabilizing=None,
-            stats={"evaluations": 0, "seconds": time.perf_counter() - clock},
-            status=Status.BUDGET_EXHAUSTED if cut else Status.FAILED,
-            message=f"incomplete: {exc}" if cut else str(exc),
+        return no_radii(
+            n_samples,
+            Status.BUDGET_EXHAUSTED if cut else Status.FAILED,
+            f"incomplete: {exc}" if cut else str(exc),
+            time.perf_counter() - clock,
         )
     search = _ParameterSearch(layer, tgt.cov, budget)
     exhausted: str | None = None

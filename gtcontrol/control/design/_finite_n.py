@@ -769,6 +769,8 @@ def design_token_certificate(
     layer, tgt = check_layer(layer, target, definite=opts.T is None)
     g0 = as_initial(initial, tgt.dim)
     budget = Budget(opts.time_limit)
+    if budget.exhausted:  # a spent limit: not even the depth's certificate is computed
+        return _not_run(opts, math.nan if opts.T is None else float(opts.T), 0, g0, budget, clock)
     depth = _default_depth(layer, tgt) if opts.T is None else float(opts.T)
     adaptive = opts.method != "rk4"
     max_evals = DEFAULT_MAX_EVALS

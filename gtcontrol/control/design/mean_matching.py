@@ -40,6 +40,7 @@ from ._certificates import (
     Robustness,
     RobustnessCheck,
     design_certificate,
+    no_radii,
     robustness_within,
     uncertified,
 )
@@ -172,16 +173,17 @@ def _certify(req: DesignRequest, layer: Layer, want_global: bool) -> DesignCerti
     )
 
 
-#: The constructive certificate (eigensolves, slycot's Lyapunov solve, the mean block's
-#: eigenvalues) costs about this many ``d×d`` products: 70–90 measured at d = 256–512.
-_CERTIFICATE_MATMULS = 100
-#: Below this d the certificate takes well under the budget's tolerance (0.2 s at d = 256).
+#: The constructive certificate (eigensolves, slycot's Lyapunov solves, SVDs) costs about this
+#: many ``d×d`` products up to each ``d``: twice the count measured on an idle machine
+#: (docs/benchmarks.md), as a short product gets a whole core where the long call shares one.
+_CERTIFICATE_MATMULS = ((384, 400), (640, 360), (math.inf, 250))
+#: Below this d the certificate takes well under the budget's tolerance (0.02 s at d = 128).
 _CERTIFICATE_PROBE_DIM = 256
 
 
 def _design_constructive(req: DesignRequest, budget: Budget) -> DesignAttempt:
     layer = constructive_layer(req.target, req.r_m, req.r_c, req.rotation)
-    refusal = _certificate_refusal(req.target.dim, budget)
+    refusal = _native_refusal("the certificate was", req.target.dim, budget)
     if refusal is not None:
         cert = uncertified(layer, req.target, req.r_m, req.r_c, "no time left for it")
         return DesignAttempt(layer, cert, {"optimal": True}, "", refusal, False)
@@ -189,22 +191,27 @@ def _design_constructive(req: DesignRequest, budget: Budget) -> DesignAttempt:
     return DesignAttempt(layer, cert, {"optimal": True}, "", None, False)
 
 
-def _certificate_refusal(d: int, budget: Budget) -> str | None:
-    """Why the certificate is not started, or ``None``: its cost, from the machine's own speed
-    (one ``d×d`` product timed here) times :data:`_CERTIFICATE_MATMULS`, would pass the
-    budget's wrap-up time (:meth:`Budget.grace`) — it is one native call per step, which no
-    budget check can interrupt."""
+def _native_refusal(what: str, d: int, budget: Budget) -> str | None:
+    """Why ``what`` (``"the certificate was"``, or the robustness radii, of about the same
+    cost) is not started, or ``None``: its cost, from the machine's own speed
+    (the fastest of three ``d×d`` products timed here: one can be stalled by the scheduler)
+    times :data:`_CERTIFICATE_MATMULS`, would pass the budget's wrap-up time
+    (:meth:`Budget.grace`) — it is one native call per step, which no budget check can
+    interrupt."""
     left = budget.grace()
     if left is None or d < _CERTIFICATE_PROBE_DIM:
         return None
     x = np.ones((d, d))
-    clock = time.perf_counter()
-    x @ x
-    estimate = _CERTIFICATE_MATMULS * (time.perf_counter() - clock)
+    product = math.inf
+    for _ in range(3):
+        clock = time.perf_counter()
+        x @ x
+        product = min(product, time.perf_counter() - clock)
+    estimate = next(n for top, n in _CERTIFICATE_MATMULS if d <= top) * product
     if estimate <= left:
         return None
     return (
-        f"the certificate was not started: at d = {d} it takes about {estimate:.2g} s (from "
+        f"{what} not started: at d = {d} the cost is about {estimate:.2g} s (from "
         f"this machine's d×d product), more than the {max(left, 0.0):.2g} s left of the time "
         f"limit of {budget.given_limit:g} s"
     )
@@ -345,6 +352,10 @@ def _robustness_report(req: DesignRequest, out: DesignAttempt, budget: Budget) -
     check = opts.robustness
     if not isinstance(check, RobustnessCheck) or out.certificate.kind == "none":
         return None
+    # the radii are one native call each, about the certificate's cost (docs/benchmarks.md)
+    refusal = _native_refusal("the robustness radii were", req.target.dim, budget)
+    if refusal is not None:
+        return no_radii(check.n_samples, Status.BUDGET_EXHAUSTED, refusal)
     return robustness_within(
         out.layer,
         req.target,

@@ -773,16 +773,7 @@ def design_token_certificate(
         return _not_run(opts, math.nan if opts.T is None else float(opts.T), 0, g0, budget, clock)
     depth = _default_depth(layer, tgt) if opts.T is None else float(opts.T)
     adaptive = opts.method != "rk4"
-    max_evals = DEFAULT_MAX_EVALS
-    if adaptive:
-        n_steps = 0  # chosen by the error control; the result reports the accepted steps
-        # a field that needs far more evaluations than RK4's rule (tokens blowing up, a stiff
-        # head) ends the run: capped at _ADAPTIVE_EVALS times that rule's evaluations, plus,
-        # for each stretch of stop_factor, its first field evaluation and a step cut to land
-        stretches = 1 if opts.stop_factor is None else _STRETCHES + 1
-        max_evals = _ADAPTIVE_EVALS * 4 * _auto_steps(layer, tgt, g0, depth) + 16 * stretches
-    else:
-        n_steps = _auto_steps(layer, tgt, g0, depth) if opts.steps is None else int(opts.steps)
+    n_steps, max_evals = _step_rule(layer, tgt, g0, depth, opts)
     if budget.exhausted:  # the set-up took the time: no tokens are drawn
         return _not_run(opts, depth, n_steps, g0, budget, clock)
     rng = np.random.default_rng(int(opts.seed))
@@ -864,6 +855,21 @@ def design_token_certificate(
             "seed": int(opts.seed),
         },
     )
+
+
+def _step_rule(
+    layer: Layer, tgt: Gaussian, g0: Gaussian, depth: float, opts: _TokenCheckOptions
+) -> tuple[int, int]:
+    """The token run's RK4 steps (0 for the embedded pair: its error control chooses them) and
+    its cap on field evaluations."""
+    if opts.method == "rk4":
+        n_steps = _auto_steps(layer, tgt, g0, depth) if opts.steps is None else int(opts.steps)
+        return n_steps, DEFAULT_MAX_EVALS
+    # a field that needs far more evaluations than RK4's rule (tokens blowing up, a stiff
+    # head) ends the run: capped at _ADAPTIVE_EVALS times that rule's evaluations, plus,
+    # for each stretch of stop_factor, its first field evaluation and a step cut to land
+    stretches = 1 if opts.stop_factor is None else _STRETCHES + 1
+    return 0, _ADAPTIVE_EVALS * 4 * _auto_steps(layer, tgt, g0, depth) + 16 * stretches
 
 
 def _move(

@@ -192,11 +192,13 @@ def _design_constructive(req: DesignRequest, budget: Budget) -> DesignAttempt:
 
 
 def _native_refusal(what: str, d: int, budget: Budget) -> str | None:
-    """Why ``what`` (``"the certificate was"``, or the robustness radii, of about the same
-    cost) is not started, or ``None``: its cost, from the machine's own speed
-    (the fastest of three ``d×d`` products timed here: one can be stalled by the scheduler)
-    times :data:`_CERTIFICATE_MATMULS`, would pass the budget's wrap-up time
-    (:meth:`Budget.grace`) — it is one native call per step, which no budget check can
+    """Why a native step is not started, or ``None`` when it fits.
+
+    ``what`` opens the sentence (``"the certificate was"``, ``"the robustness radii were"``:
+    the two cost about the same). The step is refused when its cost, from the machine's own
+    speed (the fastest of three ``d×d`` products timed here: one can be stalled by the
+    scheduler) times :data:`_CERTIFICATE_MATMULS`, would pass the budget's wrap-up time
+    (:meth:`Budget.grace`): it is one native call per stage, which no budget check can
     interrupt."""
     left = budget.grace()
     if left is None or d < _CERTIFICATE_PROBE_DIM:

@@ -246,19 +246,23 @@ def test_reading_the_design_counts_in_its_time_limit(tmp_path: Path) -> None:
     assert late.exhausted and late.remaining() == 0.0
 
 
+def _timed_run(tmp_path: Path, design: dict[str, Any]) -> tuple[float, dict[str, Any]]:
+    """``gtcontrol run`` of ``design`` written to a file: its wall time and its result.json."""
+    path, out = tmp_path / "design.toml", tmp_path / "out"
+    path.write_text(dumps(design))
+    clock = time.perf_counter()
+    assert main(["run", "-q", str(path), "-o", str(out)]) == 0
+    wall = time.perf_counter() - clock
+    return wall, json.loads((out / "result.json").read_text())
+
+
 def test_a_design_file_not_parsed_within_its_time_limit_is_given_up_on(tmp_path: Path) -> None:
     """An analyze design at d = 256 is 4.4 MB of TOML: parsing it took 1.7 s, uninterruptibly,
     and a 0.3 s run ended at 2.2 s while its ``seconds`` said 0.4 (the clock began after the
     parse). The parse is now waited for until the limit's tolerance, the run ends in time with
     ``budget_exhausted`` saying that the design file was not parsed, and ``seconds`` counts
     from the reading of the file, as the caller's clock does."""
-    design = tmp_path / "big.toml"
-    design.write_text(dumps(_moment_design("analyze", 256, 0.3)))
-    out = tmp_path / "out"
-    clock = time.perf_counter()
-    assert main(["run", "-q", str(design), "-o", str(out)]) == 0
-    wall = time.perf_counter() - clock
-    doc = json.loads((out / "result.json").read_text())
+    wall, doc = _timed_run(tmp_path, _moment_design("analyze", 256, 0.3))
     assert wall <= allowed(0.3) and doc["seconds"] <= allowed(0.3), (wall, doc["seconds"])
     assert abs(doc["seconds"] - wall) < 0.1, (doc["seconds"], wall)
     assert doc["status"] == "budget_exhausted" and doc["task"] == "analyze"
@@ -269,13 +273,7 @@ def test_a_design_file_not_parsed_within_its_time_limit_is_given_up_on(tmp_path:
 def test_the_seconds_of_a_run_count_from_the_reading_of_its_design(tmp_path: Path) -> None:
     """A d = 128 design (about 0.4 s to parse) that fits its limit: ``seconds`` is the run's
     whole time, the parse included (it counted only what came after)."""
-    design = tmp_path / "d.toml"
-    design.write_text(dumps(_moment_design("simulate", 128, 30.0)))
-    out = tmp_path / "out"
-    clock = time.perf_counter()
-    assert main(["run", "-q", str(design), "-o", str(out)]) == 0
-    wall = time.perf_counter() - clock
-    doc = json.loads((out / "result.json").read_text())
+    wall, doc = _timed_run(tmp_path, _moment_design("simulate", 128, 30.0))
     assert abs(doc["seconds"] - wall) < 0.1, (doc["seconds"], wall)
     assert doc["summary"]["seconds"] == doc["seconds"]
 

@@ -66,7 +66,8 @@ class Recorder:
             if kind == "tokens":
                 floor = float(getattr(out, "floor", float("nan")))
                 depth = float(out.t[-1]) if len(out.t) else 0.0
-                row.update(w2_floors=float(out.w2) / floor, depth=depth)
+                evals = float(out.stats.get("n_velocity", float("nan")))
+                row.update(w2_floors=float(out.w2) / floor, depth=depth, nfev=evals)
             else:
                 row.update(nfev=float(out.stats.get("nfev", 0)), depth=float(out.t[-1]))
             self.calls[kind].append(row)
@@ -147,7 +148,8 @@ def run(setup: tuple[Any, Any, Any], args: argparse.Namespace, label: str, threa
         print(f"{kind}: {len(calls)} integrations, {nfev:.0f} evaluations, {secs:.1f} s")
     for i, c in enumerate(rec.calls["tokens"]):
         print(
-            f"token run {i}: {c['seconds']:.1f} s, depth {c['depth']:.3g}, "
+            f"token run {i}: {c['seconds']:.1f} s, {c['nfev']:.0f} evaluations, "
+            f"depth {c['depth']:.3g}, "
             f"W2 {c['w2_floors']:.3g} floors"
         )
     print("verification end errors: " + "; ".join(ends))

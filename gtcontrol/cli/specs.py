@@ -515,7 +515,8 @@ SPECS: dict[str, TaskSpec] = {
                 int,
                 0,
                 _at_most(_MAX_TOKENS, zero=True),
-                "tokens run through the stabilized and the given layer (0: none)",
+                "tokens run through the stabilized and the given layer (0: none), to depth T "
+                "or until the moments are within 1e-3 of the target",
             ),
             "T": Option(
                 float, 0.0, _nonneg, "depth of the verification (0: from the rate and the starts)"

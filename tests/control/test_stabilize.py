@@ -719,10 +719,10 @@ def test_token_check_passes_and_reports_the_untouched_layer() -> None:
     tc = res.token_certificate
     assert tc is not None and tc.w2 <= 2.0 * tc.floor
     assert res.untouched_tokens is not None and res.untouched_tokens.w2 > tc.w2
-    # the tokens start from the perturbed target and go as deep as its verification would:
-    # (ln(e0/1e-6) + 3)/rate with e0 its largest relative error
+    # the tokens start from the perturbed target and go until its moments are within 1e-3:
+    # (ln(e0/1e-3) + 3)/rate with e0 its largest relative error
     e0 = _start_error(res.starts[-1], target)
-    assert tc.T == pytest.approx((math.log(e0 / 1e-6) + 3.0) / 1.0, rel=1e-12)
+    assert tc.T == pytest.approx((math.log(e0 / 1e-3) + 3.0) / 1.0, rel=1e-12)
 
 
 def test_the_untouched_layers_tokens_stop_once_they_have_left() -> None:
@@ -1342,24 +1342,24 @@ def test_a_token_check_failed_at_the_rate_alone_doubles_the_design_rate() -> Non
     assert res.spectrum is not None and res.spectrum.abscissa <= -2.0
     tc = res.token_certificate
     assert tc is not None
-    # the rate certified is 2: the default depths follow it, (ln(e0/1e-6) + 3)/2 for the
+    # the rate certified is 2: the default depths follow it, (ln(e0/1e-3) + 3)/2 for the
     # tokens' start (the perturbed target), the given layer's tokens keep the rate-1 depth
     e0 = _start_error(res.starts[-1], target)
-    assert tc.T == pytest.approx((math.log(e0 / 1e-6) + 3.0) / 2.0, rel=1e-12)
+    assert tc.T == pytest.approx((math.log(e0 / 1e-3) + 3.0) / 2.0, rel=1e-12)
     # W2 ≤ 2 floors is required at each of T/16, T/8, …, T: the rate-1 tokens stopped, failed,
     # at the first of those depths where it did not hold, before their depth T
     failed_at = re.search(
         r"at design rate 1 \(c = [^)]*\) W2 [0-9.]+ at depth ([0-9.]+)", res.message
     )
     assert failed_at is not None
-    t_rate1 = math.log(e0 / 1e-6) + 3.0
+    t_rate1 = math.log(e0 / 1e-3) + 3.0
     assert float(failed_at.group(1)) in [
         pytest.approx(t_rate1 / 2**k, rel=1e-3) for k in (1, 2, 3, 4)
     ]
     given = res.untouched_tokens
     assert given is not None
-    assert given.T <= (math.log(e0 / 1e-6) + 3.0) * (1 + 1e-12)
-    assert given.T in [pytest.approx((math.log(e0 / 1e-6) + 3.0) / 2**k) for k in range(5)]
+    assert given.T <= t_rate1 * (1 + 1e-12)
+    assert given.T in [pytest.approx(t_rate1 / 2**k) for k in range(5)]
     same = {
         "n_tokens": 256,
         "initial": res.starts[-1],

@@ -202,10 +202,7 @@ def check_jobs(
     # the given layer's tokens (the same at every c): a job here unless already running
     background = ctx.tokens.in_background(given)
     if p.n_tok is not None and given is not None:
-        # the tokens go as deep as the verification would for their own start
-        t_tok = (
-            p.depth if p.depth is not None else p.default_depth([p.token_start], plan.design_rate)
-        )
+        t_tok = p.token_depth(plan.design_rate)
         jobs.append(functools.partial(ctx.tokens.check, design.layer, p.n_tok, t_tok, stuck))
         if not background and p.untouched:
             jobs.append(functools.partial(ctx.tokens.untouched, *given))

@@ -41,6 +41,9 @@ __all__ = ["ADDITIONS", "PERTURBED", "Plan", "make_plan"]
 ADDITIONS = ("auto", "head", "gains")
 #: e-folds added to the default verification depth for transients.
 _TRANSIENT_EFOLDS = 3.0
+#: The token runs follow the moments' relative error to this, under a hundredth of W2's
+#: sampling floor at N = 1024, d = 384 (0.19 of the tokens' RMS norm; docs/benchmarks.md).
+TOKEN_DEPTH_TOL = 1e-3
 #: Relative size of the perturbed-target start, and its name (the default token-check start).
 _PERTURBATION = 0.1
 PERTURBED = "perturbed target"
@@ -106,14 +109,26 @@ class Plan:
     a_old_r: FloatArray
 
     def default_depth(
-        self, starts: Sequence[Gaussian] | None = None, rate: float | None = None
+        self,
+        starts: Sequence[Gaussian] | None = None,
+        rate: float | None = None,
+        tol: float = VERIFY_RTOL,
     ) -> float:
-        """``(ln(e0 / 1e-6) + 3) / rate``: the certified rate (default: the one asked for)
-        brings the largest initial error ``e0`` (relative, covariance or mean) of ``starts``
-        (default: the verification's) to ``1e-6``, with three e-folds for transients."""
+        """``(ln(e0 / tol) + 3) / rate``: the certified rate (default: the one asked for)
+        brings the largest initial error ``e0`` (relative, covariance or mean; at least
+        ``1e-3``) of ``starts`` (default: the verification's) to ``tol`` (default ``1e-6``),
+        with three e-folds for transients."""
         gs = [g for _, g in self.starts] if starts is None else starts
         e0 = max([1e-3, *(self.start_error(g) for g in gs)])
-        return (math.log(e0 / VERIFY_RTOL) + _TRANSIENT_EFOLDS) / (rate or self.rate)
+        return (math.log(e0 / tol) + _TRANSIENT_EFOLDS) / (rate or self.rate)
+
+    def token_depth(self, rate: float | None = None) -> float:
+        """The depth of the token runs: the depth given, else :meth:`default_depth` of the
+        token start to :data:`TOKEN_DEPTH_TOL`, past which the moments move the tokens' W2 by
+        under a hundredth of its sampling floor."""
+        if self.depth is not None:
+            return self.depth
+        return self.default_depth([self.token_start], rate, TOKEN_DEPTH_TOL)
 
     def relative_error(self, mean: FloatArray, cov: FloatArray) -> float:
         """The relative distance of ``N(mean, cov)`` from the target, covariance or mean."""
@@ -196,13 +211,11 @@ class Plan:
 
     def token_key(self) -> tuple[int, float] | None:
         """The token count and depth of the given layer's token run (None: no token check):
-        the depth given, or the verification's rule for the token start at the rate asked for
-        (the run is kept across designs and design rates)."""
+        :meth:`token_depth` at the rate asked for (the run is kept across designs and design
+        rates)."""
         if self.n_tok is None:
             return None
-        return self.n_tok, (
-            self.depth if self.depth is not None else self.default_depth([self.token_start])
-        )
+        return self.n_tok, self.token_depth()
 
 
 def make_plan(

@@ -41,7 +41,15 @@ from numpy.typing import NDArray
 from scipy.integrate import DOP853, RK23, RK45
 
 from .._status import BudgetExhausted, Status
-from ._token_integrators import DONE, RunEnd, TokenRun, all_finite, in_range, layer_source
+from ._token_integrators import (
+    DONE,
+    RunEnd,
+    TokenRun,
+    all_finite,
+    in_range,
+    layer_source,
+    stopped_at,
+)
 from .attention import prepared_velocity
 
 __all__: list[str] = []
@@ -233,6 +241,10 @@ def _piece(
         st.run.update(t)
         if record_steps or t == seg[1]:
             rec.add(t, x)
+        if t < end:  # the step landing on ``end`` is asked by the caller
+            stop = stopped_at(st.run, t, x)
+            if stop is not None:
+                return x, f, t, stop
     return x, f, t, None
 
 
@@ -266,6 +278,9 @@ def run_adaptive(run: TokenRun, x: AnyArray) -> tuple[AnyArray, RunEnd, dict[str
                 break
             if end != seg[1] or (snap_times.size and np.any(snap_times == seg[1])):
                 rec.snapshot(end, x)
+            stop = stopped_at(run, end, x)  # after the landing step, its snapshot kept
+            if stop is not None:
+                break
         if stop is not None:
             break
     stats: dict[str, Any] = {

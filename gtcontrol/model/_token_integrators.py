@@ -108,6 +108,8 @@ class TokenOptions:
         accumulated in float64.
     max_evals
         Cap on velocity-field evaluations (default ``10**6``, at most ``10**9``).
+    stop_when
+        ``None`` or a callable ``stop_when(depth, tokens) -> bool`` asked after each step.
     time_limit
         Wall-clock limit in seconds, or ``None``.
     """
@@ -122,9 +124,15 @@ class TokenOptions:
     first_step: float | None = None
     dtype: Any = np.float64
     max_evals: int = DEFAULT_MAX_EVALS
+    stop_when: Callable[[float, AnyArray], bool] | None = None
     time_limit: float | None = None
 
     def __post_init__(self) -> None:
+        if self.stop_when is not None and not callable(self.stop_when):
+            raise InvalidParametersError(
+                "stop_when: expected None or a callable stop_when(depth, tokens) -> bool, "
+                f"got {type(self.stop_when).__name__}"
+            )
         if self.method is None:
             auto = "rk4" if self.steps_per_layer is not None else "DOP853"
             set_fields(self, method=auto)
@@ -305,7 +313,20 @@ class RunEnd:
             return f"{self.detail} at depth {self.depth:.6g}; the tokens stop there"
         if self.status is Status.FAILED:
             return f"token integration failed at depth {self.depth:.6g}: {self.detail}"
+        if self.detail:
+            return f"stopped at depth {self.depth:.6g}: {self.detail}"
         return "tokens carried to the horizon"
+
+
+def stopped_at(run: TokenRun, t: float, x: AnyArray) -> RunEnd | None:
+    """Ask ``stop_when`` after a step that ended at ``t`` (its moments and any snapshot there
+    kept): the end there, or ``None`` to go on. The moments are recorded at ``t`` whatever
+    ``record`` asks (the run's last depth)."""
+    if run.stop_when is None or not run.stop_when(t, x):
+        return None
+    if run.rec.t[-1] < t:
+        run.rec.add(t, x)
+    return RunEnd(Status.SUCCESS, t, "stop_when was true there")
 
 
 DONE = RunEnd(Status.SUCCESS)
@@ -379,6 +400,9 @@ class TokenRun:
     #: Progress report ``update(depth)`` (:func:`gtcontrol._progress.progress`; a no-op unless
     #: the command line shows bars), called once per step.
     update: Callable[[float], None] = lambda depth: None
+    #: ``stop_when(depth, tokens)`` of :func:`~gtcontrol.simulate_tokens`, asked after each
+    #: step (:func:`stopped_at`).
+    stop_when: Callable[[float, AnyArray], bool] | None = None
 
 
 def run_fixed(
@@ -420,6 +444,9 @@ def run_fixed(
                 rec.add(t_now, x)
             if idx in snap_idx:
                 rec.snapshot(t_now, x)
+            end = stopped_at(run, t_now, x)
+            if end is not None:
+                return x, end, idx
     return x, DONE, idx
 
 

@@ -1346,16 +1346,15 @@ def test_a_token_check_failed_at_the_rate_alone_doubles_the_design_rate() -> Non
     # tokens' start (the perturbed target), the given layer's tokens keep the rate-1 depth
     e0 = _start_error(res.starts[-1], target)
     assert tc.T == pytest.approx((math.log(e0 / 1e-3) + 3.0) / 2.0, rel=1e-12)
-    # W2 ≤ 2 floors is required at each of T/16, T/8, …, T: the rate-1 tokens stopped, failed,
-    # at the first of those depths where it did not hold, before their depth T
+    # W2 ≤ 2 floors is required after the first step to reach each of T/16, T/8, …, and at T:
+    # the rate-1 tokens stopped, failed, at the first of those checks where it did not hold,
+    # at or past T/16 and before their depth T
     failed_at = re.search(
         r"at design rate 1 \(c = [^)]*\) W2 [0-9.]+ at depth ([0-9.]+)", res.message
     )
     assert failed_at is not None
     t_rate1 = math.log(e0 / 1e-3) + 3.0
-    assert float(failed_at.group(1)) in [
-        pytest.approx(t_rate1 / 2**k, rel=1e-3) for k in (1, 2, 3, 4)
-    ]
+    assert t_rate1 / 16 <= float(failed_at.group(1)) < t_rate1
     given = res.untouched_tokens
     assert given is not None
     assert given.T <= t_rate1 * (1 + 1e-12)

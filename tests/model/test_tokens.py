@@ -19,6 +19,7 @@ from gtcontrol import (
     InvalidParametersError,
     Layer,
     Schedule,
+    Status,
     simulate,
     simulate_discrete,
 )
@@ -616,6 +617,51 @@ def test_adaptive_continues_from_the_step_its_controller_left() -> None:
     exact = _exact_affine_tokens(Schedule([layer], T=T), x)
     assert _rel(cont.final_tokens, exact) < rtol
     assert _rel(cont.final_tokens, whole.final_tokens) < rtol
+
+
+@pytest.mark.parametrize("method", ["RK45", "DOP853", "rk4"])
+def test_stop_when_ends_the_run_after_the_first_step_where_it_holds(method: str) -> None:
+    """``stop_when(depth, tokens)`` is asked after every step with that step's depth and
+    tokens: a predicate that never holds changes nothing (the same steps, evaluations and
+    tokens to the last bit); one that holds from depth 0.3 on ends the run after the first
+    step to reach 0.3, ``SUCCESS``, with the moments of the whole run up to there."""
+    layer = _attention_layer()
+    x = np.random.default_rng(35).standard_normal((50, 2))
+    whole = simulate_tokens(layer, x, 1.0, method=method, times=[0.0, 1.0])
+    asked: list[tuple[float, np.dtype]] = []
+
+    def never(t: float, tokens: np.ndarray) -> bool:
+        asked.append((t, tokens.dtype))
+        return False
+
+    same = simulate_tokens(layer, x, 1.0, method=method, times=[0.0, 1.0], stop_when=never)
+    np.testing.assert_array_equal(same.final_tokens, whole.final_tokens)
+    np.testing.assert_array_equal(same.t, whole.t)
+    assert same.stats["n_velocity"] == whole.stats["n_velocity"]
+    assert [t for t, _ in asked] == whole.t[1:].tolist()  # after every step, at its depth
+    assert {dt for _, dt in asked} == {np.dtype(np.float64)}
+    cut = simulate_tokens(
+        layer, x, 1.0, method=method, times=[0.0, 1.0], stop_when=lambda t, _: t >= 0.3
+    )
+    k = int(np.searchsorted(whole.t, 0.3))  # the first step to reach 0.3
+    assert cut.status is Status.SUCCESS and cut.t[-1] == whole.t[k] >= 0.3 > whole.t[k - 1]
+    assert f"stopped at depth {whole.t[k]:.6g}" in cut.message
+    np.testing.assert_array_equal(cut.t, whole.t[: k + 1])
+    np.testing.assert_array_equal(cut.cov, whole.cov[: k + 1])
+    np.testing.assert_allclose(cut.final_tokens.mean(axis=0), whole.mean[k], rtol=1e-14)
+    assert [s[0] for s in cut.snapshots] == [0.0]  # the depths of ``times`` reached
+
+
+def test_stop_when_records_the_depth_it_stops_at_and_refuses_a_non_callable() -> None:
+    """With ``record="layers"`` the moments are still recorded where the run stops (its last
+    depth); a ``stop_when`` that is not callable is refused by name."""
+    layer = _attention_layer()
+    x = np.random.default_rng(36).standard_normal((30, 2))
+    cut = simulate_tokens(layer, x, 1.0, record="layers", stop_when=lambda t, _: t >= 0.5)
+    assert cut.t[0] == 0.0 and 0.5 <= cut.t[-1] < 1.0 and len(cut.t) == 2
+    np.testing.assert_allclose(cut.final_tokens.mean(axis=0), cut.mean[-1], rtol=1e-14)
+    with pytest.raises(InvalidParametersError, match="stop_when"):
+        simulate_tokens(layer, x, 1.0, stop_when=True)
 
 
 def test_adaptive_budget_keeps_the_last_accepted_step() -> None:

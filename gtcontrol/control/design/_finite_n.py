@@ -68,7 +68,7 @@ from ..._validation import (
 )
 from ...analysis.equilibria import mean_matrix
 from ...errors import InvalidGaussianError, InvalidParametersError
-from ...model._token_integrators import ADAPTIVE_METHODS, adaptive_rtol, rtol_floor
+from ...model._token_integrators import ADAPTIVE_METHODS
 from ...model.field import affine_velocity
 from ...model.finite_n import ess_fraction, worst_ess_fraction
 from ...model.gaussian import Gaussian, check_gaussian
@@ -718,13 +718,13 @@ def design_token_certificate(
         Fresh target samples whose median distance is the floor.
     stop_factor
         For a layer expected to send the tokens away (e.g. the unstable layer a design
-        replaces): the run goes to ``T/16, T/8, …, T``, each stretch continuing from the
-        tokens the last one reached, and stops at the first of these depths where
-        ``w2 > stop_factor · floor`` (at least ``w2_factor``, so such a run fails the check). It
-        costs the depth the tokens need to leave, not ``T``; ``T`` of the result is the depth
-        reached, and the ESS is checked at the start and there. ``stop_factor = w2_factor``
-        requires ``w2 ≤ w2_factor · floor`` at each of these depths, not only at ``T``.
-        ``None`` (default): to ``T``.
+        replaces): one run to ``T`` whose ``w2`` is measured after the first step to reach
+        each of ``T/16, T/8, T/4, T/2`` (RK4's step count is then a multiple of 16, so those
+        very depths), and that stops at the first where ``w2 > stop_factor · floor`` (at least
+        ``w2_factor``, so such a run fails the check). It costs the depth the tokens need to
+        leave, not ``T``; ``T`` of the result is the depth reached, and the ESS is checked at
+        the start and there. ``stop_factor = w2_factor`` requires ``w2 ≤ w2_factor · floor`` at
+        each of these depths, not only at ``T``. ``None`` (default): to ``T``.
     dtype
         Working precision of the token arithmetic, ``numpy.float64`` (default) or
         ``numpy.float32`` (about twice as fast; its rounding, ``~1e-7`` relative per step, is
@@ -796,8 +796,8 @@ def design_token_certificate(
         n_steps = int(tr.stats.get("steps", n_steps))
         if tr.status is Status.SUCCESS and depth < planned * (1.0 - 1e-12):
             stopped = (
-                f"; stopped at depth {depth:.4g} of {planned:.4g}, the first of T/16, T/8, … "
-                f"where W2 > {opts.stop_factor:g} × floor"
+                f"; stopped at depth {depth:.4g} of {planned:.4g}, the first step to reach T/16, "
+                f"T/8, … where W2 > {opts.stop_factor:g} × floor"
             )
     # The measurements run within the budget's grace; those cut short are nan (and the
     # certificate is then BUDGET_EXHAUSTED). The final distance first: it is the verdict.
@@ -866,10 +866,10 @@ def _step_rule(
         n_steps = _auto_steps(layer, tgt, g0, depth) if opts.steps is None else int(opts.steps)
         return n_steps, DEFAULT_MAX_EVALS
     # a field that needs far more evaluations than RK4's rule (tokens blowing up, a stiff
-    # head) ends the run: capped at _ADAPTIVE_EVALS times that rule's evaluations, plus,
-    # for each stretch of stop_factor, its first field evaluation and a step cut to land
-    stretches = 1 if opts.stop_factor is None else _STRETCHES + 1
-    return 0, _ADAPTIVE_EVALS * 4 * _auto_steps(layer, tgt, g0, depth) + 16 * stretches
+    # head) ends the run: capped at _ADAPTIVE_EVALS times that rule's evaluations, plus a
+    # step cut to land on each of stop_factor's depths
+    stops = 1 if opts.stop_factor is None else _STOP_DEPTHS + 1
+    return 0, _ADAPTIVE_EVALS * 4 * _auto_steps(layer, tgt, g0, depth) + 16 * stops
 
 
 def _move(
@@ -881,20 +881,16 @@ def _move(
     max_evals: int,
     opts: _TokenCheckOptions,
     budget: Budget,
-    first_step: float | None = None,
-    rtol: float | None = None,
 ) -> TokenTrajectory:
-    """The token simulation of the check: ``steps`` RK4 steps, or its embedded pair when
-    ``None`` (at ``rtol``, default the check's, and from ``first_step`` when given: a
-    continuation)."""
+    """The token simulation of the check: ``steps`` RK4 steps, or its embedded pair at its
+    ``rtol`` when ``None``."""
     return simulate_tokens(
         layer,
         x0,
         depth,
         method="rk4" if steps is not None else opts.method,
         steps_per_layer=steps,
-        rtol=opts.rtol if rtol is None else rtol,
-        first_step=first_step,
+        rtol=opts.rtol,
         times=snaps,
         dtype=opts.dtype,
         max_evals=max_evals,
@@ -902,8 +898,8 @@ def _move(
     )
 
 
-#: ``stop_factor``'s first stretch is ``T / 2**_STRETCHES``; each next one doubles the depth.
-_STRETCHES = 4
+#: ``stop_factor``'s depths are ``T / 2**_STOP_DEPTHS, …, T/4, T/2, T``.
+_STOP_DEPTHS = 4
 
 
 def _until_away(
@@ -917,97 +913,49 @@ def _until_away(
     opts: _TokenCheckOptions,
     budget: Budget,
 ) -> TokenTrajectory:
-    """The run of ``stop_factor``: stretches to ``T/16, T/8, …, T``, each from the tokens the
-    last one reached (RK4 at the step of the whole run's rule; RK45 from the step its
-    controller left, at the stretch's share ``rtol · span / T`` of the tolerance, as in one
-    run), until ``W2 > threshold``; one trajectory over all of them (a nan ``threshold``, a
-    floor cut by the budget, never stops).
-
-    The share matters: a stretch at the whole ``rtol`` allows its local errors ``T / span``
-    times more per unit depth, and at the stability edge of a stiff token field the
-    controller then has steps rejected (MiniLM layer 0 at ``I ⊕ 0``, N = 1024: 648 evaluations
-    where one run takes 452)."""
+    """The run of ``stop_factor``: one integration to ``T`` that ends, W2 measured after the
+    first step to reach each of ``T/16, T/8, T/4, T/2``, at the first where the tokens are
+    ``W2 > threshold`` from the target (a nan ``threshold``, a floor cut by the budget, never
+    stops it); snapshots at the start and at the depth reached. RK4 takes the whole run's
+    steps rounded up to a multiple of 16, so that those depths are step ends; the embedded
+    pair's steps do not land on them: a step cut to land costs a step, as much again as the
+    checks save where the tokens stay near (:func:`gtcontrol.simulate_tokens`,
+    ``stop_when``)."""
     adaptive = opts.method != "rk4"
-    tol, tol_floor = adaptive_rtol(opts.rtol, opts.dtype), rtol_floor(opts.dtype)
-    parts: list[tuple[float, TokenTrajectory]] = []
-    x, done, end, evals = x0, 0.0, depth / 2.0**_STRETCHES, 0
-    first: float | None = None
-    while True:
-        span = end - done
-        steps = None if adaptive else max(1, math.ceil(n_steps * span / depth))
-        share = max(tol * span / depth, tol_floor) if adaptive else None
-        tr = _move(
-            layer,
-            x,
-            span,
-            steps,
-            np.array([0.0, span]),
-            max_evals - evals,
-            opts,
-            budget,
-            first,
-            share,
-        )
-        parts.append((done, tr))
-        evals += int(tr.stats.get("n_velocity", 0))
-        if tr.status is not Status.SUCCESS or end >= depth or evals >= max_evals:
-            break
-        if tr.final.bures_wasserstein(tgt) > threshold:
-            break
-        x, done, end = np.asarray(tr.final_tokens, dtype=float), end, min(2.0 * end, depth)
-        if adaptive and math.isfinite(tr.stats.get("next_step", math.nan)):
-            first = float(tr.stats["next_step"])
-    joined = _joined(parts, end)
-    if len(parts) > 1 and joined.status is Status.BUDGET_EXHAUSTED:
-        # the stretch's own limit is the part left of the call's: say the call's
-        why = (
-            budget.reason()
-            if budget.exhausted
-            else f"the cap of {max_evals} evaluations was reached"
-        )
-        joined = dataclasses.replace(
-            joined, message=f"{why} at depth {float(joined.t[-1]):.6g}; the tokens stop there"
-        )
-    return joined
+    grid = 2**_STOP_DEPTHS
+    pending = [depth / 2.0**k for k in range(_STOP_DEPTHS, 0, -1)]
 
+    def away(t: float, x: FloatArray) -> bool:
+        if not pending or t < pending[0]:
+            return False
+        while pending and t >= pending[0]:
+            pending.pop(0)
+        cloud = Gaussian.from_samples(np.asarray(x, dtype=float))
+        return bool(cloud.bures_wasserstein(tgt) > threshold)
 
-def _joined(parts: list[tuple[float, TokenTrajectory]], end: float) -> TokenTrajectory:
-    """One trajectory from stretches ``(offset, trajectory)`` that each continue the last, the
-    last one planned to depth ``end``: depths shifted (a completed run ends at ``end`` exactly),
-    each continuation's first record (the last one's end) dropped, the first and the last
-    snapshot, the counts summed."""
-    offset, last = parts[-1]
-    if len(parts) == 1:
-        return last
-    t = np.concatenate([o + np.asarray(tr.t)[i > 0 :] for i, (o, tr) in enumerate(parts)])
-    if last.status is Status.SUCCESS:
-        t[-1] = end  # not offset + (end − offset), which may differ in the last bit
-    mean = np.concatenate([np.asarray(tr.mean)[i > 0 :] for i, (_, tr) in enumerate(parts)])
-    cov = np.concatenate([np.asarray(tr.cov)[i > 0 :] for i, (_, tr) in enumerate(parts)])
-    first = parts[0][1].snapshots[:1]
-    final = tuple(
-        (float(t[-1]) if last.status is Status.SUCCESS else offset + s, x)
-        for s, x in last.snapshots[-1:]
-        if not first or offset + s > first[0][0]
+    tr = simulate_tokens(
+        layer,
+        x0,
+        depth,
+        method=opts.method,
+        steps_per_layer=None if adaptive else grid * math.ceil(n_steps / grid),
+        rtol=opts.rtol if adaptive else None,
+        times=np.array([0.0, depth]),
+        dtype=opts.dtype,
+        max_evals=max_evals,
+        stop_when=away,
+        time_limit=budget.left_as_limit(),
     )
-    stats = dict(last.stats)
-    for key in ("steps", "n_velocity", "n_attention", "seconds"):
-        if all(key in tr.stats for _, tr in parts):
-            stats[key] = sum(tr.stats[key] for _, tr in parts)
-    message = last.message
-    if last.status is not Status.SUCCESS:
-        message += f" (in the stretch from depth {offset:.6g})"
-    return TokenTrajectory(
-        t=frozen(t),
-        mean=frozen(mean),
-        cov=frozen(cov),
-        snapshots=first + final,
-        final_tokens=last.final_tokens,
-        status=last.status,
-        overflow_time=offset + last.overflow_time,
-        stats=stats,
-        message=message,
-    )
+    end = float(tr.t[-1])
+    if end < depth and tr.status is not Status.OVERFLOW:
+        # the depth reached is the run's last snapshot, as for a run to T
+        last = (end, frozen(np.array(tr.final_tokens)))
+        tr = dataclasses.replace(tr, snapshots=(*tr.snapshots[:1], last))
+    if tr.status is Status.BUDGET_EXHAUSTED and budget.exhausted:
+        # the run's own limit is what was left of the call's: say the call's
+        why = budget.reason()
+        tr = dataclasses.replace(tr, message=f"{why} at depth {end:.6g}; the tokens stop there")
+    return tr
 
 
 def _not_run(

@@ -159,26 +159,24 @@ def stabilize(
         seeded); ``"perturbed"``: that perturbed target alone (the local question, with no far
         start: no screens, and ``c`` is the smallest with the local certificate).
     token_check
-        ``N`` (``≥ 2``): also drive ``N`` real tokens from the first initial (default starts:
-        from the perturbed target) with the stabilized layer
-        (:func:`gtcontrol.design_token_certificate`, in float32), beside the verifying
-        simulations, by an error-controlled Dormand–Prince 5(4) pair (``rtol = 1e-2``,
-        capped at three times the evaluations of the RK4 rule; a large gauge ``s`` makes the
-        token field stiff);
-        required: ``W2 ≤ 2 ×`` the sampling floor at each of the depths ``T/16, T/8, …, T``;
-        the run stops (and fails) at the first where it does not. Their depth is ``T``, or by
-        default ``(ln(e0/1e-3) + 3) / rate`` with ``e0`` their start's relative error: the
-        moments are then within ``1e-3`` of the target, and W2 at ``N`` tokens cannot see
-        closer (its sampling floor at ``N = 1024, d = 384`` is 0.19 of the tokens' RMS
-        norm). The given layer's tokens,
-        from the same start and seed, are reported beside them: they run to depths ``T/16,
-        T/8, …, T`` and stop at the first where they are 10 sampling floors away or out of
-        range (with numpy's BLAS on one thread, as ``stabilize_model`` sets it, this run starts
-        with the call, in a thread beside the design, and is cancelled if no result needs
-        it). When only the token check fails (head family), the design rate doubles, at
-        most three times (``stats["design_rate"]``): the tokens' finite-N bias is held off by
-        the contraction. When it still fails, a kept head whose median predicted ``ESS/N`` at
-        the target is below ``1/N`` is named as a hint (``stats["kept_head_ess"]``).
+        ``N`` (``≥ 2``): also drive ``N`` real tokens from the first initial (default starts: from
+        the perturbed target) with the stabilized layer (:func:`gtcontrol.design_token_certificate`,
+        in float32), beside the verifying simulations, by an error-controlled Dormand–Prince 5(4)
+        pair (``rtol = 1e-2``, capped at three times the evaluations of the RK4 rule; a large gauge
+        ``s`` makes the token field stiff); required: ``W2 ≤ 2 ×`` the sampling floor after the
+        first step to reach each of the depths ``T/16, T/8, T/4, T/2`` and at ``T``; the run stops
+        (and fails) at the first where it does not. Their depth is ``T``, or by default
+        ``(ln(e0/1e-3) + 3) / rate`` with ``e0`` their start's relative error: the moments are then
+        within ``1e-3`` of the target, and W2 at ``N`` tokens cannot see closer (its sampling floor
+        at ``N = 1024, d = 384`` is 0.19 of the tokens' RMS norm). The given layer's tokens, from
+        the same start and seed, are reported beside them: they run to ``T``, checked at the steps
+        that reach ``T/16, T/8, …``, and stop at the first check where they are 10 sampling floors
+        away or out of range (with numpy's BLAS on one thread, as ``stabilize_model`` sets it, this
+        run starts with the call, in a thread beside the design, and is cancelled if no result needs
+        it). When only the token check fails (head family), the design rate doubles, at most three
+        times (``stats["design_rate"]``): the tokens' finite-N bias is held off by the contraction.
+        When it still fails, a kept head whose median predicted ``ESS/N`` at the target is below
+        ``1/N`` is named as a hint (``stats["kept_head_ess"]``).
     untouched_tokens
         With a token check, also run the given layer's tokens beside it (default ``True``;
         ``.untouched_tokens``); ``False`` leaves that report out and saves its run.

@@ -31,9 +31,10 @@ _GRACE = 0.25
 #: cheaper third-order pair: on tokens that run away its steps collapse (docs/benchmarks.md).
 _TOKEN_METHOD = "RK45"
 _TOKEN_RTOL = 1e-2
-#: The check's requirement, ``W2 ≤ _W2_FACTOR ×`` the sampling floor, holds at each of the
-#: depths ``T/16, T/8, …, T``: the stabilized layer's run stops, failed, at the first where it
-#: does not, since the depth left cannot change the verdict (docs/benchmarks.md).
+#: The check's requirement, ``W2 ≤ _W2_FACTOR ×`` the sampling floor, holds after the first
+#: step to reach each of ``T/16, T/8, T/4, T/2`` and at ``T``: the stabilized layer's run stops,
+#: failed, at the first where it does not, since the depth left cannot change the verdict
+#: (docs/benchmarks.md).
 _W2_FACTOR = 2.0
 #: The given layer's run, a report beside the check, stops once its W2 is this many sampling
 #: floors: a layer being stabilized sends its tokens that far within a fraction of ``T``.
@@ -101,8 +102,9 @@ class TokenRuns:
         Its ``rtol = 1e-2`` bounds the accumulated local errors at 1e-2 of the tokens' scale,
         so the W2 they can move is about ``√2 · 1e-2`` of the tokens' RMS norm, under a tenth
         of the sampling floor at N = 1024 and d = 384 (where the floor is 0.19 of that norm;
-        docs/benchmarks.md). The requirement ``W2 ≤ 2 ×`` the floor holds at each of
-        ``T/16, T/8, …, T``: the run stops, failed, at the first where it does not. Setting
+        docs/benchmarks.md). The requirement ``W2 ≤ 2 ×`` the floor holds after the first step
+        to reach each of ``T/16, T/8, …`` and at ``T``: the run stops, failed, at the first
+        where it does not. Setting
         ``cancel`` ends it at its next field evaluation (``c`` is about to grow)."""
         if self.budget.exhausted:
             return None
@@ -113,8 +115,8 @@ class TokenRuns:
 
     def untouched(self, n_tok: int, t_end: float) -> TokenCertificate | None:
         """The given layer's tokens, from the token check's start and seed, until they are
-        :data:`_AWAY` × the floor away (checked at ``T/16, T/8, …, T``, the run continuing
-        from the tokens reached): a layer that is being stabilized usually sends them away
+        :data:`_AWAY` × the floor away (checked at the steps that reach ``T/16, T/8, …``, in
+        one run): a layer that is being stabilized usually sends them away
         within a fraction of ``T``, and that depth says so at a fraction of the cost. The run
         does not depend on the design: it is kept for the next ``c``."""
         key = (n_tok, t_end)

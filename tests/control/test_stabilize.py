@@ -563,7 +563,10 @@ def test_time_limit_holds_while_c_grows() -> None:
         limit = share * total
         clock = time.perf_counter()
         res = gt.stabilize(layer, target, add="head", rate=1.0, time_limit=limit)
-        assert time.perf_counter() - clock <= limit + 1.0
+        took = time.perf_counter() - clock
+        # seen once at 4.37 s for a 2.92 s limit (the full run 3.43 s) in a two-worker run of
+        # this file, not since beside two to five CPU-bound processes: say where it ended
+        assert took <= limit + 1.0, (share, limit, took, res.status, res.message, res.stats)
         assert res.status in (Status.BUDGET_EXHAUSTED, Status.SUCCESS), res.message
         if res.success:
             assert all(v.converged for v in res.verification)

@@ -866,10 +866,9 @@ def _step_rule(
         n_steps = _auto_steps(layer, tgt, g0, depth) if opts.steps is None else int(opts.steps)
         return n_steps, DEFAULT_MAX_EVALS
     # a field that needs far more evaluations than RK4's rule (tokens blowing up, a stiff
-    # head) ends the run: capped at _ADAPTIVE_EVALS times that rule's evaluations, plus a
-    # step cut to land on each of stop_factor's depths
-    stops = 1 if opts.stop_factor is None else _STOP_DEPTHS + 1
-    return 0, _ADAPTIVE_EVALS * 4 * _auto_steps(layer, tgt, g0, depth) + 16 * stops
+    # head) ends the run: capped at _ADAPTIVE_EVALS times that rule's evaluations, plus the
+    # starting rule's evaluation and a step cut to land on T
+    return 0, _ADAPTIVE_EVALS * 4 * _auto_steps(layer, tgt, g0, depth) + 16
 
 
 def _move(

@@ -52,6 +52,7 @@ from typing import Any
 
 import numpy as np
 
+from ..._blas import calm_blas
 from ..._display import Axes
 from ..._linalg import FloatArray
 from ..._status import DEFAULT_MAX_EVALS, Budget, Outcome, ResultFields, Status
@@ -615,13 +616,20 @@ def _spent(budget: Budget) -> bool:
 
 
 def _floor(
-    target: Gaussian, n: int, samples: int, rng: np.random.Generator, budget: Budget
+    target: Gaussian,
+    n: int,
+    samples: int,
+    rng: np.random.Generator,
+    budget: Budget,
+    *,
+    first: bool = False,
 ) -> float:
     """Median ``W2`` of fresh ``n``-point target samples (those drawn within the budget's
-    grace; ``nan`` when none was)."""
+    grace, or, ``first``, before the run, within its limit: the grace is for the measurements
+    after it; ``nan`` when none was)."""
     dists = []
     for _ in range(samples):
-        if _spent(budget):
+        if budget.exhausted if first else _spent(budget):
             break
         dists.append(Gaussian.from_samples(target.sample(n, seed=rng)).bures_wasserstein(target))
     return float(np.median(dists)) if dists else math.nan
@@ -768,6 +776,15 @@ def design_token_certificate(
     # extracted layer's frozen coordinate); the default T needs its certificate, on Σ*⁻¹
     layer, tgt = check_layer(layer, target, definite=opts.T is None)
     g0 = as_initial(initial, tgt.dim)
+    # a multi-threaded BLAS stalls on a busy machine, inside calls no budget check interrupts
+    with calm_blas():
+        return _certify(layer, tgt, g0, opts, clock)
+
+
+def _certify(
+    layer: Layer, tgt: Gaussian, g0: Gaussian, opts: _TokenCheckOptions, clock: float
+) -> TokenCertificate:
+    """The work of :func:`design_token_certificate` on validated inputs."""
     budget = Budget(opts.time_limit)
     if budget.exhausted:  # a spent limit: not even the depth's certificate is computed
         return _not_run(opts, math.nan if opts.T is None else float(opts.T), 0, g0, budget, clock)
@@ -787,7 +804,7 @@ def design_token_certificate(
         floor = math.nan if cut else _floor(tgt, opts.n_tokens, opts.floor_samples, rng, budget)
     else:
         # the floor first (from the same draws as after a run to T): it decides where to stop
-        floor = _floor(tgt, opts.n_tokens, opts.floor_samples, rng, budget)
+        floor = _floor(tgt, opts.n_tokens, opts.floor_samples, rng, budget, first=True)
         tr = _until_away(
             layer, tgt, x0, depth, n_steps, max_evals, opts.stop_factor * floor, opts, budget
         )

@@ -529,7 +529,7 @@ def test_stop_factor_certificate_holds_a_small_limit_at_d256_beside_two_busy_pro
     limit: float,
 ) -> None:
     """d = 256, 1,024 tokens, ``stop_factor`` (the run ``stabilize`` makes) beside two
-    CPU-bound processes. Before, it ended at 0.9–2.3 s for 0.3 s and 4.9–7.0 s for 3 s: the
+    CPU-bound processes. Before, it ended at up to 2.3 s for 0.3 s and 2.2 s for 1 s: the
     sampling floor, computed before the run, took the grace meant for the measurements after
     it, and a field evaluation took 0.5–1.8 s on a multi-threaded BLAS that stalls. The floor
     now stops at the limit, and the call runs its BLAS on one thread on a busy machine."""

@@ -7,9 +7,11 @@ design tables :data:`ROTATION_TABLES` from here too.
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import time
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
 
 import numpy as np
 from scipy.integrate import solve_ivp
@@ -160,3 +162,29 @@ V = 0.8
 [steer]
 tokens = 0
 """
+
+
+def _spin(stop: Any) -> None:
+    x = 0
+    while not stop.is_set():
+        for _ in range(100_000):
+            x += 1
+
+
+@contextmanager
+def busy_processes(count: int = 2) -> Iterator[None]:
+    """``count`` CPU-bound processes (spawned) running beside the block, stopped after it."""
+    ctx = mp.get_context("spawn")
+    stop = ctx.Event()
+    hogs = [ctx.Process(target=_spin, args=(stop,), daemon=True) for _ in range(count)]
+    for hog in hogs:
+        hog.start()
+    try:
+        time.sleep(0.5)  # the processes are running
+        yield
+    finally:
+        stop.set()
+        for hog in hogs:
+            hog.join(timeout=5.0)
+            if hog.is_alive():
+                hog.kill()

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import allowed, timed
+from helpers import allowed, busy_processes, timed
 
 import gtcontrol as gt
 from gtcontrol._status import Budget, Status
@@ -517,13 +517,6 @@ def test_an_ill_conditioned_token_check_at_d32_ends_in_time_unsuccessful() -> No
     assert not res.success
 
 
-def _spin(stop: Any) -> None:
-    x = 0
-    while not stop.is_set():
-        for _ in range(100_000):
-            x += 1
-
-
 @pytest.mark.parametrize("limit", [0.3, 1.0])
 def test_stop_factor_certificate_holds_a_small_limit_at_d256_beside_two_busy_processes(
     limit: float,
@@ -533,33 +526,19 @@ def test_stop_factor_certificate_holds_a_small_limit_at_d256_beside_two_busy_pro
     sampling floor, computed before the run, took the grace meant for the measurements after
     it, and a field evaluation took 0.5–1.8 s on a multi-threaded BLAS that stalls. The floor
     now stops at the limit, and the call runs its BLAS on one thread on a busy machine."""
-    import multiprocessing as mp
-
     rng = np.random.default_rng(7)
     d = 256
     w = [rng.standard_normal((d, d)) / math.sqrt(d) for _ in range(4)]
     layer = Layer.from_projections(*w, n_heads=8)
     a = rng.standard_normal((d, d))
     target = Gaussian(0.1 * rng.standard_normal(d), a @ a.T / d + np.eye(d))
-    ctx = mp.get_context("spawn")
-    stop = ctx.Event()
-    hogs = [ctx.Process(target=_spin, args=(stop,), daemon=True) for _ in range(2)]
-    for hog in hogs:
-        hog.start()
-    try:
-        time.sleep(0.5)  # the hogs are running
+    with busy_processes(2):
         clock = time.perf_counter()
         tc = design_token_certificate(
             layer, target, n_tokens=1024, initial=target, T=8.0, method="RK45", rtol=1e-2,
             stop_factor=2.0, dtype=np.float32, time_limit=limit,
         )  # fmt: skip
         wall = time.perf_counter() - clock
-    finally:
-        stop.set()
-        for hog in hogs:
-            hog.join(timeout=5.0)
-            if hog.is_alive():
-                hog.kill()
     assert wall <= allowed(limit), (wall, tc.message)
     assert tc.status is Status.BUDGET_EXHAUSTED and not tc.success
     assert "time limit" in tc.message

@@ -14,14 +14,13 @@ independently of gtcontrol's field, Jacobian and integrator:
 from __future__ import annotations
 
 import math
-import multiprocessing as mp
 import time
 import warnings
 from typing import Any
 
 import numpy as np
 import pytest
-from helpers import covariance_linearization, dense_heads, duplication
+from helpers import busy_processes, covariance_linearization, dense_heads, duplication
 from scipy.integrate import solve_ivp
 from scipy.sparse.linalg import ArpackNoConvergence
 
@@ -468,13 +467,6 @@ def test_the_gains_search_survives_arpack_non_convergence(monkeypatch: pytest.Mo
 # -- time limits on a busy machine ---------------------------------------------------------------
 
 
-def _spin(stop: Any) -> None:
-    x = 0
-    while not stop.is_set():
-        for _ in range(100_000):
-            x += 1
-
-
 # before, at d = 96 beside two hogs: 5.1 s for a limit of 3 s (4.4 s with a token check), 1.7 s
 # for 0.5 s: a multi-threaded OpenBLAS stalling in the design, and the function change (a token
 # evaluation of 512 probe tokens) computed after the deadline
@@ -493,22 +485,10 @@ def test_a_time_limit_holds_beside_two_cpu_bound_processes(
     wo = 3.0 * rng.standard_normal((d, n_heads * dh)) / math.sqrt(dh)
     layer = gt.Layer.from_projections(wq, wk, wv, wo, n_heads=n_heads)
     target = gt.Gaussian(rng.standard_normal(d), np.eye(d))
-    ctx = mp.get_context("spawn")
-    stop = ctx.Event()
-    hogs = [ctx.Process(target=_spin, args=(stop,), daemon=True) for _ in range(2)]
-    for hog in hogs:
-        hog.start()
-    try:
-        time.sleep(0.5)  # the hogs are running
+    with busy_processes(2):
         clock = time.perf_counter()
         res = gt.stabilize(layer, target, add="auto", token_check=token_check, time_limit=limit)
         wall = time.perf_counter() - clock
-    finally:
-        stop.set()
-        for hog in hogs:
-            hog.join(timeout=5.0)
-            if hog.is_alive():
-                hog.kill()
     assert wall <= limit + max(1.0, 0.1 * limit) + 0.5, wall
     assert res.status in (Status.BUDGET_EXHAUSTED, Status.SUCCESS), res.message
     assert res.stats["seconds"] <= wall

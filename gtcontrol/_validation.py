@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -66,11 +67,21 @@ def _too_large(name: str, magnitude: str, bound: float) -> str:
     )
 
 
+def _detached(value: Any) -> Any:
+    """A torch tensor's values on the CPU, without its autograd graph, in a dtype numpy knows
+    (``nn.Linear`` weights require grad, and numpy has no bfloat16); anything else as it is."""
+    detach = getattr(value, "detach", None)
+    if not callable(detach) or type(value).__module__.split(".")[0] != "torch":
+        return value
+    t = detach().cpu()
+    return t if t.is_complex() or not t.is_floating_point() else t.double()
+
+
 def _to_float64(name: str, value: Any, ndim: int, error: type[ValueError]) -> FloatArray:
     """``value`` as a new float64 array; refuse complex, object, string and ragged input."""
     try:
-        raw = np.asarray(value)
-    except (TypeError, ValueError, OverflowError) as exc:
+        raw = np.asarray(_detached(value))
+    except (TypeError, ValueError, OverflowError, RuntimeError) as exc:
         raise error(
             f"{name}: expected a real {ndim}-d array, got {shown(value)} "
             f"(ragged or not numeric: {exc})"
@@ -161,6 +172,13 @@ def as_float_array(
     return arr
 
 
+def as_depths(name: str, value: Any) -> FloatArray:
+    """One depth or a sequence of depths as a finite 1-d float64 array (see
+    :func:`as_float_array` for what is refused); order and sign are the caller's to check."""
+    arr = _to_float64(name, value, 1, InvalidParametersError)
+    return as_float_array(name, arr.reshape(1) if arr.ndim == 0 else arr, ndim=1)
+
+
 def as_dim(name: str, d: int) -> int:
     """Refuse a dimension above :data:`MAX_DIM` (the dense factorizations would not end)."""
     if d > MAX_DIM:
@@ -219,11 +237,17 @@ def as_positive_float(name: str, value: Any, *, allow_inf: bool = False) -> floa
     """Validate a strictly positive (finite unless ``allow_inf``) real number.
 
     Like every numeric check here: bools, NaN, strings and non-numbers are refused; an integer
-    too large for a float counts as ``inf``.
+    too large for a float counts as ``inf``. A subnormal (below ``sys.float_info.min``) is
+    refused too: no quantity of gtcontrol is meaningful at that scale.
     """
     x = _real(name, value, "a positive number")
     if math.isnan(x) or x <= 0 or (math.isinf(x) and not allow_inf):
         raise InvalidParametersError(f"{name}: expected a positive number, got {shown(value)}")
+    if x < sys.float_info.min:  # a subnormal: its reciprocal overflows, its ratios are noise
+        raise InvalidParametersError(
+            f"{name}: expected a positive number of at least {sys.float_info.min:.4g} (the "
+            f"smallest normal float; a subnormal's reciprocal overflows), got {shown(value)}"
+        )
     return x
 
 

@@ -48,6 +48,7 @@ from .._linalg import SYM_RTOL, FloatArray, frobenius_norms, psd_sqrt, sym, unve
 from .._readonly import ReadOnlyArrays
 from .._status import DEFAULT_MAX_EVALS, Budget, BudgetExhausted, Outcome, ResultFields, Status
 from .._validation import (
+    as_depths,
     as_float_array,
     as_max_evals,
     as_positive_float,
@@ -495,7 +496,7 @@ def kalman_covariance(
     else:
         p0 = as_float_array("initial", initial, ndim=2, shape=(d, d), error=InvalidGaussianError)
         Gaussian(np.zeros(d), p0, name="initial")  # validates symmetry and semi-definiteness
-    t = as_float_array("times", np.atleast_1d(np.asarray(times, dtype=float)), ndim=1)
+    t = as_depths("times", times)
     if t.size == 0 or t[0] < 0 or np.any(np.diff(t) <= 0):
         raise InvalidParametersError("times: expected increasing depths ≥ 0")
     rtol, atol = as_positive_float("rtol", rtol), as_positive_float("atol", atol)
@@ -530,20 +531,23 @@ def kalman_covariance(
 
     if start < t.size:
         try:
-            sol = solve_ivp(
-                rhs,
-                (0.0, float(t[-1])),
-                y0,
-                method="DOP853",
-                t_eval=t[start:],
-                rtol=rtol,
-                atol=atol * scale,
-            )
+            # an overflowing flow ends as a failed solve (its message says so), not as warnings
+            with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+                sol = solve_ivp(
+                    rhs,
+                    (0.0, float(t[-1])),
+                    y0,
+                    method="DOP853",
+                    t_eval=t[start:],
+                    rtol=rtol,
+                    atol=atol * scale,
+                )
         except BudgetExhausted as exc:
             return result(Status.BUDGET_EXHAUSTED, f"Kalman–Bucy integration stopped: {exc.reason}")
-        for i in range(sol.y.shape[1]):
-            out[start + i] = unvech(sol.y[:, i], d)
-        if sol.status != 0 or sol.y.shape[1] != t.size - start:
+        ys = np.asarray(sol.y, dtype=float).reshape(y0.size, -1)  # a list when no step was taken
+        for i in range(ys.shape[1]):
+            out[start + i] = unvech(ys[:, i], d)
+        if sol.status != 0 or ys.shape[1] != t.size - start:
             return result(Status.FAILED, f"Kalman–Bucy integration failed: {sol.message}")
     return result(Status.SUCCESS, f"P(t) at {t.size} depths")
 

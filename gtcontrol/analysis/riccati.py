@@ -34,7 +34,7 @@ import scipy.linalg as sla
 from .._display import Axes, Displayable, SummaryItems
 from .._linalg import FloatArray, identity_multiple, sym
 from .._status import Budget, BudgetExhausted, OutcomeOrBlowup, ResultFields, Status, as_time_limit
-from .._validation import as_float_array, frozen
+from .._validation import as_depths, frozen
 from ..errors import InvalidGaussianError, InvalidParametersError, SolverError
 from ..model.gaussian import Gaussian, check_gaussian
 from ..model.params import Layer
@@ -326,7 +326,7 @@ def bernoulli_form(layer: Layer) -> RiccatiForm | None:
 
 
 def _check_times(times: Any) -> FloatArray:
-    t = as_float_array("times", np.atleast_1d(np.asarray(times, dtype=float)), ndim=1)
+    t = as_depths("times", times)
     if np.any(t < 0):
         raise InvalidParametersError(f"times: expected non-negative depths, got min {t.min():g}")
     return t

@@ -49,7 +49,7 @@ from ..errors import InvalidParametersError
 from ._blowup_detection import OVERFLOW_LEVEL, BlowupWatch, IntegrationEnd
 from ._factor_form import FactorForm, Form, exact_jacobian, initial_factor, make_form
 from .gaussian import check_gaussian
-from .params import Control, Layer, Schedule, as_control
+from .params import BrokenControl, Control, Layer, Schedule, as_control
 
 __all__: list[str] = []
 
@@ -64,6 +64,8 @@ _METHODS = tuple(_SOLVERS)
 _EXPLICIT = ("DOP853", "RK45")
 #: Most recorded depths :func:`simulate` accepts (each holds a d×d covariance).
 _MAX_POINTS = 10**6
+#: Records reserved before a run (more grow the record by doubling).
+_FIRST_CAPACITY = 4096
 #: Largest ``steps_per_layer`` of :func:`simulate_discrete`.
 MAX_STEPS_PER_LAYER = 10**6
 #: Stiffness probe: every this many explicit steps ...
@@ -158,11 +160,32 @@ def check_exact(ctrl: Control) -> None:
             )
 
 
-def _record_grid(breaks: FloatArray, n_points: int) -> list[FloatArray]:
-    """Per-segment recording depths: about ``n_points`` overall, both ends of every segment."""
-    n_seg = len(breaks) - 1
-    per = max(2, math.ceil((n_points - 1) / n_seg) + 1)
-    return [np.linspace(breaks[k], breaks[k + 1], per) for k in range(n_seg)]
+@dataclass(frozen=True, eq=False)
+class _RecordGrid:
+    """Per-segment recording depths: about ``n_points`` overall, both ends of every segment.
+
+    Each segment's depths are made when its integration starts: a schedule of a million
+    layers would otherwise spend seconds building them before the time limit is looked at.
+    """
+
+    breaks: FloatArray
+    per: int
+
+    @classmethod
+    def of(cls, breaks: FloatArray, n_points: int) -> _RecordGrid:
+        n_seg = len(breaks) - 1
+        return cls(breaks, max(2, math.ceil((n_points - 1) / n_seg) + 1))
+
+    def __len__(self) -> int:
+        return len(self.breaks) - 1
+
+    def __getitem__(self, k: int) -> FloatArray:
+        return np.linspace(self.breaks[k], self.breaks[k + 1], self.per)
+
+    @property
+    def total(self) -> int:
+        """The number of recording depths of all segments together."""
+        return len(self) * self.per
 
 
 # ---------------------------------------------------------------------------- simulate's parts
@@ -177,7 +200,7 @@ class _Setup:
     piecewise: bool
     mean0: FloatArray
     cov0: FloatArray
-    grids: list[FloatArray]
+    grids: _RecordGrid
     #: The reference ``(m̄, Σ̄)`` whose distance is integrated (:class:`DeviationForm`), or None.
     around: tuple[FloatArray, FloatArray] | None = None
 
@@ -206,7 +229,7 @@ def setup_run(
         piecewise=bool(getattr(ctrl, "piecewise_constant", False)),
         mean0=np.asarray(g0.mean, dtype=float),
         cov0=np.asarray(g0.cov, dtype=float),
-        grids=_record_grid(breaks, opts.n_points),
+        grids=_RecordGrid.of(breaks, opts.n_points),
         around=None if ref is None else (np.asarray(ref.mean), np.asarray(ref.cov)),
     )
 
@@ -626,6 +649,8 @@ def _integrate_segment(
                 f"{seg.run.watch.null_cone_note(layer_at(t_s), cov_s)}"
             )
             return _stop_at(seg, t_s, y_s, IntegrationEnd(Status.BUDGET_EXHAUSTED, msg))
+        except BrokenControl:
+            raise
         except (ValueError, ArithmeticError, np.linalg.LinAlgError) as exc:
             return _collapse(seg, t_prev, y_prev, f"{type(exc).__name__}: {exc}")
     y_end = np.asarray(seg.solver.y)
@@ -648,8 +673,9 @@ def integrate(
             setup.mean0,
             setup.cov0,
             lf0,
-            # every grid depth, a stop inside a segment and the last step's end
-            capacity=sum(len(g) for g in setup.grids) + 2,
+            # every grid depth, a stop inside a segment and the last step's end (a longer
+            # record grows by doubling: a million-layer schedule reserves no gigabytes)
+            capacity=min(setup.grids.total, _FIRST_CAPACITY) + 2,
         ),
         watch=BlowupWatch(lam_ref, opts.blowup_factor, max(0.01 * opts.rtol, 1e-15)),
     )

@@ -48,6 +48,8 @@ from ._token_integrators import (
     all_finite,
     in_range,
     layer_source,
+    near_edge,
+    overflow,
     stopped_at,
 )
 from .attention import prepared_velocity
@@ -167,8 +169,12 @@ class _Stepper:
         d0 = _rms(np.asarray(x, dtype=np.float64) / w)
         d1 = _rms(np.asarray(f, dtype=np.float64) / w)
         h0 = 1e-6 * span if d0 < 1e-5 or d1 < 1e-5 else min(0.01 * d0 / d1, span)
+        if not h0 > 0.0:  # a field past the float range: the first attempt finds the overflow
+            return _H_MIN_REL * self.horizon
         f1 = prepared_velocity(get(t + h0, *seg), x + h0 * f, self.run.work)
         d2 = _rms((np.asarray(f1, dtype=np.float64) - f) / w) / h0
+        if not math.isfinite(d2):
+            return h0
         if max(d1, d2) == 0.0:
             return span  # a field that vanishes here: one step to the end of the piece
         h1 = (0.01 / max(d1, d2)) ** (1.0 / (self.pair.est_order + 1))
@@ -221,8 +227,8 @@ def _piece(
             st.nonfinite += 1
             st.rejected += 1
             st.h = 0.1 * h
-            if st.h < h_floor:
-                return x, f, t, RunEnd(Status.OVERFLOW, t + h)
+            if st.h < h_floor or near_edge(x):  # out of range from the start: at ``t``
+                return x, f, t, overflow(t + h if in_range(x) else t, x.dtype)
             continue
         ratio = q * st.horizon / h
         if ratio > 1.0:

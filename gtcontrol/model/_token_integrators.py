@@ -11,6 +11,7 @@ Reference: the paper cited in :mod:`gtcontrol`, §1 and §6.
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from .._status import DEFAULT_MAX_EVALS, BudgetExhausted, Status
 from .._validation import (
     MAX_ENTRY,
     as_choice,
+    as_depths,
     as_float_array,
     as_max_evals,
     as_nonnegative_float,
@@ -128,11 +130,8 @@ class TokenOptions:
     time_limit: float | None = None
 
     def __post_init__(self) -> None:
-        if self.stop_when is not None and not callable(self.stop_when):
-            raise InvalidParametersError(
-                "stop_when: expected None or a callable stop_when(depth, tokens) -> bool, "
-                f"got {type(self.stop_when).__name__}"
-            )
+        if self.stop_when is not None:
+            _check_stop_when(self.stop_when)
         if self.method is None:
             auto = "rk4" if self.steps_per_layer is not None else "DOP853"
             set_fields(self, method=auto)
@@ -224,7 +223,7 @@ class Recorder:
 def check_times(times: Any, t_end: float) -> FloatArray:
     if times is None:
         return np.empty(0)
-    ts = as_float_array("times", np.atleast_1d(np.asarray(times)), ndim=1)
+    ts = as_depths("times", times)
     bad = ts[(ts < 0.0) | (ts > t_end * (1.0 + 1e-12))]
     if bad.size:
         raise InvalidParametersError(
@@ -282,17 +281,48 @@ def all_finite(x: AnyArray) -> bool:
     return math.isfinite(float(np.dot(x64, x64)))
 
 
+#: :func:`mean_square_bound` of float32 tokens.
+_FLOAT32_MEAN_SQUARE = 1e30
+
+
+def mean_square_bound(dtype: Any) -> float:
+    """The largest mean square ``Σ|x_i|²/N`` of tokens of ``dtype`` that :func:`in_range`
+    accepts: :data:`gtcontrol._validation.MAX_ENTRY` (``1e150``) in float64, where the
+    recorded moments stay valid Gaussians; ``1e30`` in float32, 8 decades below its largest
+    number, so that the attention's scores ``xᵀB x'`` stay finite for ``‖B‖`` up to ``1e8``."""
+    return MAX_ENTRY if np.dtype(dtype) == np.float64 else _FLOAT32_MEAN_SQUARE
+
+
+def overflow(depth: float, dtype: Any) -> RunEnd:
+    """The end of a run whose tokens of ``dtype`` left :func:`in_range` at ``depth``."""
+    bound = mean_square_bound(dtype)
+    where = (
+        "gtcontrol._validation.MAX_ENTRY" if bound == MAX_ENTRY else f"{np.dtype(dtype)}'s range"
+    )
+    return RunEnd(Status.OVERFLOW, depth, f"{bound:.3g}, {where}")
+
+
+def near_edge(x: AnyArray) -> bool:
+    """True when the tokens' mean square is past 1 % of :func:`mean_square_bound`: a step
+    from here that leaves :func:`in_range` marks where the run leaves it (exponential growth
+    would otherwise creep to the edge in ever shorter steps)."""
+    x64 = np.asarray(x, dtype=np.float64).ravel()
+    return bool(float(np.dot(x64, x64)) > 0.01 * mean_square_bound(x.dtype) * x.shape[0])
+
+
 def in_range(x: AnyArray) -> bool:
     """True when the tokens' empirical moments are within the range of a :class:`Gaussian`.
 
     The mean square ``Σ|x_i|² / N`` bounds every entry of the (centered, ``1/N``) empirical
     covariance and the square of every entry of the mean, so when it is at most
-    :data:`gtcontrol._validation.MAX_ENTRY` (``1e150``) the recorded moments are valid
-    Gaussians (``TokenTrajectory.empirical``); beyond it the tokens have overflowed the range
-    in which products of moments stay finite, and the integration stops with ``OVERFLOW``.
+    :func:`mean_square_bound` of the tokens' dtype the recorded moments are valid Gaussians
+    (``TokenTrajectory.empirical``) and the products the attention forms stay finite; beyond
+    it the tokens have overflowed that range (in float32, long before its infinities, whose
+    edge would otherwise take ever shorter steps), and the integration stops with ``OVERFLOW``.
     """
     x64 = np.asarray(x, dtype=np.float64).ravel()
-    return bool(float(np.dot(x64, x64)) <= MAX_ENTRY * max(x.shape[0], 1))  # False: inf, NaN
+    bound = mean_square_bound(x.dtype)
+    return bool(float(np.dot(x64, x64)) <= bound * max(x.shape[0], 1))  # False: inf, NaN
 
 
 @dataclass(frozen=True)
@@ -307,7 +337,7 @@ class RunEnd:
         if self.status is Status.OVERFLOW:
             return (
                 f"the tokens left the floating-point range at depth {self.depth:.12g} (non-finite, "
-                f"or second moments above {MAX_ENTRY:g}, gtcontrol._validation.MAX_ENTRY)"
+                f"or second moments above {self.detail})"
             )
         if self.status is Status.BUDGET_EXHAUSTED:
             return f"{self.detail} at depth {self.depth:.6g}; the tokens stop there"
@@ -318,11 +348,39 @@ class RunEnd:
         return "tokens carried to the horizon"
 
 
+def _check_stop_when(stop_when: Any) -> None:
+    """Refuse a ``stop_when`` that is not a callable of ``(depth, tokens)`` (where Python can
+    tell: a builtin's signature may be unknown)."""
+    expected = "expected None or a callable stop_when(depth, tokens) -> bool"
+    if not callable(stop_when):
+        raise InvalidParametersError(f"stop_when: {expected}, got {type(stop_when).__name__}")
+    try:
+        signature = inspect.signature(stop_when)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind(0.0, None)
+    except TypeError:
+        raise InvalidParametersError(
+            f"stop_when: {expected}, got one whose signature is {signature}"
+        ) from None
+
+
+def _truth(answer: Any) -> bool:
+    """``stop_when``'s answer as a bool: one truth value (an array of several is refused)."""
+    if np.ndim(answer) != 0 and np.size(answer) != 1:
+        raise InvalidParametersError(
+            f"stop_when: expected one truth value from stop_when(depth, tokens), got an array "
+            f"of shape {np.shape(answer)} (reduce it, e.g. with .any() or .all())"
+        )
+    return bool(answer)
+
+
 def stopped_at(run: TokenRun, t: float, x: AnyArray) -> RunEnd | None:
     """Ask ``stop_when`` after a step that ended at ``t`` (its moments and any snapshot there
     kept): the end there, or ``None`` to go on. The moments are recorded at ``t`` whatever
     ``record`` asks (the run's last depth)."""
-    if run.stop_when is None or not run.stop_when(t, x):
+    if run.stop_when is None or not _truth(run.stop_when(t, x)):
         return None
     if run.rec.t[-1] < t:
         run.rec.add(t, x)
@@ -435,7 +493,7 @@ def run_fixed(
                     rec.add(t_now, x)
                 return x, RunEnd(Status.BUDGET_EXHAUSTED, t_now, exc.reason), idx
             if not in_range(x_new):
-                return x, RunEnd(Status.OVERFLOW, t + h), idx
+                return x, overflow(t + h, x.dtype), idx
             x = x_new
             idx += 1
             t_now = t + h if j < steps - 1 else t1

@@ -29,14 +29,39 @@ Reference: the paper cited in :mod:`gtcontrol`, §2.
 from __future__ import annotations
 
 import weakref
+from typing import Any
 
 import numpy as np
 
 from .._linalg import FloatArray
+from .._validation import as_float_array
 from .heads import FactoredHeads
 from .params import Layer
 
 __all__ = ["affine_velocity", "factor_field", "moment_field"]
+
+
+def _moments_in(layer: Layer, mean: Any, cov: Any) -> tuple[Any, Any]:
+    """``mean`` and ``cov`` as the field needs them. Float arrays of the layer's shapes (every
+    caller inside gtcontrol) and CasADi symbols (the transcription's) pass as they are; anything
+    else is validated, so that a wrong shape or type is refused by name."""
+    d = getattr(layer, "dim", None)
+    if (
+        (
+            type(mean) is np.ndarray
+            and type(cov) is np.ndarray
+            and mean.dtype.kind == cov.dtype.kind == "f"
+            and mean.shape == (d,)
+            and cov.shape == (d, d)
+        )
+        or type(mean).__module__.split(".")[0] == "casadi"
+        or not isinstance(d, int)
+    ):
+        return mean, cov
+    return (
+        as_float_array("mean", mean, ndim=1, shape=(d,)),
+        as_float_array("cov", cov, ndim=2, shape=(d, d)),
+    )
 
 
 def affine_velocity(
@@ -66,7 +91,8 @@ def affine_velocity(
     Raises
     ------
     InvalidParametersError
-        If the layer has a ReLU/GELU feed-forward (outside the exact Gaussian theory).
+        If the layer has a ReLU/GELU feed-forward (outside the exact Gaussian theory), or if
+        ``mean`` or ``cov`` is not a real array of shape ``(d,)`` or ``(d, d)``.
 
     Examples
     --------
@@ -78,6 +104,7 @@ def affine_velocity(
     >>> M, c
     (array([[-0.5]]), array([-2.]))
     """
+    mean, cov = _moments_in(layer, mean, cov)
     a, b = layer.affine_ffn()
     fh = _factored(layer)
     if fh is not None:
@@ -170,7 +197,8 @@ def moment_field(layer: Layer, mean: FloatArray, cov: FloatArray) -> tuple[Float
     ------
     InvalidParametersError
         If the layer has a ReLU/GELU feed-forward: the moments are then not a closed system
-        (:func:`gtcontrol.simulate_closure` follows the Gaussian closure).
+        (:func:`gtcontrol.simulate_closure` follows the Gaussian closure); or as
+        :func:`affine_velocity` for ``mean`` and ``cov``.
 
     Examples
     --------
@@ -182,6 +210,7 @@ def moment_field(layer: Layer, mean: FloatArray, cov: FloatArray) -> tuple[Float
     >>> dm, dS
     (array([-3.]), array([[-0.5]]))
     """
+    mean, cov = _moments_in(layer, mean, cov)
     fh = _factored(layer)
     if fh is not None:
         a, b = layer.affine_ffn()

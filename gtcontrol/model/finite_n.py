@@ -79,7 +79,10 @@ def ess_fraction(layer: Layer, keys: Gaussian, queries: Any) -> FloatArray:
         raise InvalidParametersError(f"keys: expected a Gaussian, got {type(keys).__name__}")
     d = keys.dim
     _check_layer(layer, d)
-    single = np.ndim(queries) == 1
+    try:
+        single = np.ndim(queries) == 1
+    except ValueError:  # ragged: refused by name just below
+        single = False
     x2 = as_float_array(
         "queries", queries, ndim=1 if single else 2, shape=(None,) * (not single) + (d,)
     )

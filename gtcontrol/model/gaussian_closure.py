@@ -43,7 +43,7 @@ from ..errors import InvalidParametersError
 from .field import moment_field
 from .gaussian import Gaussian
 from .moments import Trajectory
-from .params import Control, Layer, Schedule, as_control
+from .params import BrokenControl, Control, Layer, Schedule, as_control
 
 __all__ = ["activation_moments", "linearized_layer", "simulate_closure"]
 
@@ -358,6 +358,8 @@ def _integrate(
                 rec.record(float(solver.t), y, solver)
     except BudgetExhausted:
         return Status.BUDGET_EXHAUSTED, "", steps, y
+    except BrokenControl:
+        raise
     except InvalidParametersError as exc:  # a linearized layer beyond the accepted magnitudes
         return (
             Status.OVERFLOW,

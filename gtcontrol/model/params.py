@@ -17,12 +17,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
 import numpy as np
 
 from .._linalg import FloatArray
 from .._readonly import ReadOnlyArrays
+from .._status import shown
 from .._validation import (
     as_float_array,
     as_positive_float,
@@ -31,7 +32,7 @@ from .._validation import (
     leading_size,
     set_fields,
 )
-from ..errors import InvalidParametersError
+from ..errors import GTControlError, InvalidParametersError
 from ._layer_stack import LayerStack
 from .heads import FactoredHeads
 
@@ -653,15 +654,76 @@ def as_control(control: Any, T: float | None) -> Control:
             raise InvalidParametersError("T: a single Layer needs a horizon T > 0")
         return _ConstantControl(control, as_positive_float("T", T))
     if isinstance(control, Control):
+        checked: Control = (
+            control
+            if isinstance(control, (Schedule, _ConstantControl))
+            else _checked_control(control)
+        )
         if T is not None:
             t = as_positive_float("T", T)
-            if not np.isclose(t, control.T, rtol=1e-12, atol=0.0):
+            if not np.isclose(t, checked.T, rtol=1e-12, atol=0.0):
                 raise InvalidParametersError(
-                    f"T: {t:g} differs from the model's own horizon T = {control.T:g}; "
+                    f"T: {t:g} differs from the model's own horizon T = {checked.T:g}; "
                     "omit T or rebuild the schedule"
                 )
-        return control
+        return checked
     raise InvalidParametersError(
         f"control: expected a Layer, Schedule or control with .T and .layer_at, "
         f"got {type(control).__name__}"
     )
+
+
+def _checked_control(control: Any) -> Control:
+    """``control`` once its protocol is checked: a positive ``T``; finite ``breakpoints``
+    rising strictly from 0 to ``T``; a :class:`Layer` at depth 0. A control written outside
+    gtcontrol is wrapped so that every later layer is checked too (type and dimension)."""
+    try:
+        horizon, breaks, first = control.T, control.breakpoints, control.layer_at(0.0)
+    except GTControlError:
+        raise
+    except Exception as exc:  # a user's control: anything it raises is its own failure
+        raise InvalidParametersError(
+            f"control: its T, breakpoints or layer_at(0) failed ({type(exc).__name__}: {exc})"
+        ) from None
+    t = as_positive_float("control.T", horizon)
+    b = as_float_array("control.breakpoints", breaks, ndim=1)
+    if b.size < 2 or b[0] != 0.0 or np.any(np.diff(b) <= 0) or not np.isclose(b[-1], t):
+        raise InvalidParametersError(
+            "control.breakpoints: expected depths rising strictly from 0 to the control's "
+            f"T = {t:g}, got {shown(breaks)}"
+        )
+    if not isinstance(first, Layer):
+        raise InvalidParametersError(
+            f"control.layer_at(0): expected a Layer, got {type(first).__name__}"
+        )
+    if type(control).__module__.split(".")[0] == "gtcontrol":
+        return cast(Control, control)
+    return _CheckedControl(control, t, frozen(b), first.dim)
+
+
+class BrokenControl(InvalidParametersError):
+    """A control written outside gtcontrol broke its protocol partway through a run: bad input,
+    which the integrators let through instead of reporting it as a failed step."""
+
+
+@dataclass(frozen=True, eq=False)
+class _CheckedControl:
+    """A control written outside gtcontrol, whose every layer is checked as it is asked for."""
+
+    inner: Any
+    T: float
+    breakpoints: FloatArray
+    dim: int
+
+    @property
+    def piecewise_constant(self) -> bool:
+        return bool(getattr(self.inner, "piecewise_constant", False))
+
+    def layer_at(self, t: float) -> Layer:
+        lay = self.inner.layer_at(t)
+        if not isinstance(lay, Layer) or lay.dim != self.dim:
+            got = f"dimension {lay.dim}" if isinstance(lay, Layer) else type(lay).__name__
+            raise BrokenControl(
+                f"control.layer_at({t:g}): expected a Layer of dimension {self.dim}, got {got}"
+            )
+        return lay

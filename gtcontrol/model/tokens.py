@@ -35,6 +35,7 @@ from .._linalg import FloatArray
 from .._progress import progress
 from .._status import DEFAULT_MAX_EVALS, Budget, Outcome, ResultFields, Status
 from .._validation import frozen, option_values
+from ..errors import InvalidParametersError
 from ._token_adaptive import run_adaptive
 from ._token_integrators import (
     Recorder,
@@ -42,6 +43,8 @@ from ._token_integrators import (
     TokenRun,
     check_noise_sources,
     check_times,
+    in_range,
+    mean_square_bound,
     run_fixed,
 )
 from .attention import Workspace, check_tokens
@@ -255,8 +258,9 @@ def simulate_tokens(
         ``Status.SUCCESS`` and a message naming that depth; its moments are recorded there.
         A check that needs the tokens at a few depths (a distance that must stay below a
         bound) then stops as soon as it fails, in one run, and no step is cut to land on its
-        depths: a run stopped at each, and continued, takes a step more per depth (MiniLM
-        layer 2, N = 1024, five depths: 168 evaluations against 140; docs/benchmarks.md).
+        depths: a run stopped at each, and continued, takes a step more per depth.
+        It must take two arguments and answer one truth value (an array of several is refused
+        with :class:`~gtcontrol.errors.InvalidParametersError`, naming ``stop_when``).
         ``None`` (default): never asked. An exception it raises ends the call.
     time_limit
         Wall-clock limit in seconds (``None``: none); reaching it returns
@@ -268,7 +272,8 @@ def simulate_tokens(
         Empirical moments along depth, snapshots, final tokens. ``Status.SUCCESS`` when the
         tokens reached ``T``, or the depth where ``stop_when`` was true; ``Status.OVERFLOW``
         when they left the floating-point range (non-finite, or a mean square ``Σ|x_i|²/N``
-        above ``1e150``; the trajectory stops at the last state in range);
+        above ``1e150`` in float64, ``1e30`` in float32; the trajectory stops at the last
+        state in range);
         ``Status.BUDGET_EXHAUSTED`` when ``time_limit`` or ``max_evals`` ran out;
         ``Status.FAILED`` when the adaptive integrator failed.
 
@@ -305,7 +310,15 @@ def simulate_tokens(
     opts = TokenOptions(**option_values(TokenOptions, locals()))
     ctrl = as_control(control, T)
     d = ctrl.layer_at(0.0).dim
-    x = check_tokens(tokens, d).astype(opts.dtype, copy=False)
+    x64 = check_tokens(tokens, d)
+    with np.errstate(over="ignore"):  # an overflow of the cast is refused just below
+        x = x64.astype(opts.dtype, copy=False)
+    if opts.dtype != np.float64 and not in_range(x):
+        raise InvalidParametersError(
+            f"tokens: a mean square of {float(np.mean(np.sum(x64 * x64, axis=1))):.3g} is "
+            f"beyond {mean_square_bound(opts.dtype):.3g}, where {opts.dtype} tokens leave the "
+            "range of their products; pass dtype=numpy.float64"
+        )
     breaks = np.asarray(ctrl.breakpoints, dtype=float)
     snap_times = check_times(times, float(breaks[-1]))
     g, gen = check_noise_sources(ctrl, noise, seed, d, str(opts.method))

@@ -32,7 +32,7 @@ from scipy.sparse.linalg import LinearOperator, gmres
 
 from .._display import Axes, SummaryItems
 from .._linalg import FloatArray, schur_sylvester, sym, unvech, vech
-from .._status import Budget, BudgetExhausted, Outcome, ResultFields, Status
+from .._status import Budget, BudgetExhausted, Outcome, ResultFields, Status, shown
 from .._validation import (
     as_cap,
     as_float_array,
@@ -376,6 +376,18 @@ def _newton_step(
     return pre(unvech(y, d)), count[0], "gmres"
 
 
+def _roots(deflate: Any, d: int) -> list[Any]:
+    """The entries of ``deflate`` (a sequence of ``(d, d)`` matrices), or refuse it by name."""
+    try:
+        if isinstance(deflate, (str, bytes)):
+            raise TypeError
+        return list(deflate)
+    except TypeError:
+        raise InvalidParametersError(
+            f"deflate: expected a sequence of ({d}, {d}) matrices, got {shown(deflate)}"
+        ) from None
+
+
 def newton_equilibrium(
     layer: Layer,
     start: Any,
@@ -418,7 +430,7 @@ def newton_equilibrium(
     Raises
     ------
     InvalidParametersError
-        On malformed input.
+        On malformed input (``deflate``: not a sequence of ``(d, d)`` matrices).
 
     Examples
     --------
@@ -433,7 +445,10 @@ def newton_equilibrium(
     budget = Budget(as_time_limit(time_limit))
     d = layer.dim
     cov = sym(as_float_array("start", start, ndim=2, shape=(d, d)))
-    known = [sym(as_float_array("deflate[i]", k, ndim=2, shape=(d, d))) for k in deflate]
+    known = [
+        sym(as_float_array(f"deflate[{i}]", k, ndim=2, shape=(d, d)))
+        for i, k in enumerate(_roots(deflate, d))
+    ]
     basis = frozen_rows_basis(layer, cov)
     if basis is None:
         return newton_run(layer, cov, known, opts, budget)

@@ -33,7 +33,7 @@ from scipy.special import gammaln
 
 from .._linalg import RANK_RTOL, FloatArray, sym
 from .._status import Budget
-from .._validation import as_float_array, as_positive_float, as_positive_int, as_seed
+from .._validation import MAX_ENTRY, as_float_array, as_positive_float, as_positive_int, as_seed
 from ..errors import InvalidParametersError
 from ..model.gaussian import Gaussian
 
@@ -63,6 +63,20 @@ class MardiaStatistics:
     skewness: float
     kurtosis: float
     rank: int
+
+
+def as_samples(
+    samples: Any, *, min_rows: int, name: str = "samples", max_abs: float = MAX_ENTRY
+) -> FloatArray:
+    """``samples`` as a finite real ``(N, d)`` array with ``N ≥ min_rows``, ``d ≥ 1`` and entries
+    up to ``max_abs``, or refuse them naming ``name``."""
+    x = as_float_array(name, samples, ndim=2, max_abs=max_abs)
+    if x.shape[0] < min_rows or not x.shape[1]:
+        raise InvalidParametersError(
+            f"{name}: expected at least {min_rows} row{'s' if min_rows > 1 else ''} and one "
+            f"column, got shape {x.shape}"
+        )
+    return x
 
 
 def whiten(x: FloatArray, rtol: float) -> FloatArray:
@@ -157,7 +171,7 @@ def mardia(
     Raises
     ------
     InvalidParametersError
-        On a non-2-d or non-finite sample, fewer than 2 rows, or zero covariance.
+        On a non-2-d or non-finite sample, fewer than 2 rows, no columns, or zero covariance.
 
     Examples
     --------
@@ -170,9 +184,7 @@ def mardia(
     >>> stats.rank, bool(abs(stats.kurtosis - 15 * 3999 / 4001) < 1.0), bool(stats.skewness < 0.1)
     (3, True, True)
     """
-    x = as_float_array("samples", samples, ndim=2)
-    if x.shape[0] < 2:
-        raise InvalidParametersError(f"samples: expected at least 2 rows, got {x.shape[0]}")
+    x = as_samples(samples, min_rows=2)
     z = whiten(x, as_positive_float("rank_rtol", rank_rtol))
     b1, _ = _pair_means(z, as_positive_int("block_size", block_size), distances=False)
     r2 = np.einsum("ij,ij->i", z, z)
@@ -247,7 +259,8 @@ def sliced_wasserstein(
     Raises
     ------
     InvalidParametersError
-        On a malformed sample, bad options or a target of the wrong dimension.
+        On a malformed sample (not a finite real 2-d array, no rows or no columns), bad
+        options or a target of the wrong dimension.
 
     Examples
     --------
@@ -255,7 +268,7 @@ def sliced_wasserstein(
     >>> bool(sliced_wasserstein(x, Gaussian(np.zeros(2), np.eye(2))) < 0.1)
     True
     """
-    x = as_float_array("samples", samples, ndim=2)
+    x = as_samples(samples, min_rows=1)
     k = as_positive_int("n_projections", n_projections, maximum=MAX_PROJECTIONS)
     seed = as_seed("seed", seed)
     rank_tol = as_positive_float("rank_rtol", rank_rtol)

@@ -34,7 +34,7 @@ from .._display import Axes, SummaryItems
 from .._linalg import FloatArray
 from .._progress import progress
 from .._status import Budget, Outcome, ResultFields, Status, as_time_limit, within
-from .._validation import as_choice, as_positive_float, as_positive_int, as_seed
+from .._validation import MAX_ENTRY, as_choice, as_positive_float, as_positive_int, as_seed
 from ..control.stabilization import ADDITIONS, Stabilization, stabilize
 from ..errors import InvalidParametersError
 from ..interop.extraction import ExtractedModel
@@ -43,6 +43,7 @@ from ..model.gaussian import Gaussian
 from ._onnx_data import attention_tokens
 from .attention_flows import SENTENCES
 from .pretrained import load_within, model_label, not_loaded, serially
+from .sample_statistics import as_samples
 
 __all__ = [
     "TARGETS",
@@ -58,7 +59,7 @@ __all__ = [
 TARGETS = ("text", "identity")
 
 
-def ledoit_wolf(points: FloatArray) -> tuple[FloatArray, FloatArray, float]:
+def ledoit_wolf(points: Any) -> tuple[FloatArray, FloatArray, float]:
     """Mean, Ledoit–Wolf shrunk covariance and shrinkage ``δ`` of the rows of ``points``.
 
     ``Σ_LW = (1 − δ) Σ̂ + δ μ I`` with ``Σ̂`` the ``1/N`` sample covariance, ``μ = tr Σ̂ / d`` and
@@ -75,6 +76,11 @@ def ledoit_wolf(points: FloatArray) -> tuple[FloatArray, FloatArray, float]:
     (numpy.ndarray, numpy.ndarray, float)
         The mean ``(d,)``, the shrunk covariance ``(d, d)`` and ``δ``.
 
+    Raises
+    ------
+    InvalidParametersError
+        If ``points`` is not a finite real ``(N, d)`` array with ``N, d ≥ 1``.
+
     Examples
     --------
     >>> import numpy as np
@@ -83,10 +89,19 @@ def ledoit_wolf(points: FloatArray) -> tuple[FloatArray, FloatArray, float]:
     >>> bool(np.all(np.linalg.eigvalsh(s) > 0)), 0 < delta <= 1
     (True, True)
     """
-    x = np.asarray(points, dtype=float)
+    return _ledoit_wolf(as_samples(points, min_rows=1, name="points"))
+
+
+def _ledoit_wolf(x: FloatArray) -> tuple[FloatArray, FloatArray, float]:
+    """:func:`ledoit_wolf` of a checked sample."""
     n, d = x.shape
     mean = x.mean(axis=0)
     xc = x - mean
+    # Centred points scaled into [-1, 1] by a power of two (exact): the shrinkage sums fourth
+    # powers, which would overflow from |x| ~ 1e77 (and underflow below ~1e-77); Σ̂ scales
+    # back by its square, δ not at all.
+    scale = math.ldexp(1.0, math.frexp(float(np.max(np.abs(xc))))[1])
+    xc = xc / scale
     s = xc.T @ xc / n
     mu = float(np.trace(s)) / d
     dev = s - mu * np.eye(d)
@@ -95,7 +110,7 @@ def ledoit_wolf(points: FloatArray) -> tuple[FloatArray, FloatArray, float]:
     # Σ_k ‖x_k x_kᵀ − Σ̂‖² = Σ_k |x_k|⁴ − N ‖Σ̂‖²  (the cross term sums to N‖Σ̂‖²)
     b2 = max(float(np.sum(norms**2)) - n * float(np.sum(s * s)), 0.0) / n**2
     delta = 1.0 if d2 == 0.0 else min(1.0, b2 / d2)
-    return mean, (1.0 - delta) * s + delta * mu * np.eye(d), delta
+    return mean, ((1.0 - delta) * s + delta * mu * np.eye(d)) * scale * scale, delta
 
 
 def data_tokens(
@@ -146,7 +161,7 @@ def _augmented(mean: FloatArray, cov: FloatArray) -> Gaussian:
     return Gaussian(np.append(mean, 1.0), s, name="target")
 
 
-def text_target(tokens: FloatArray) -> tuple[Gaussian, float]:
+def text_target(tokens: Any) -> tuple[Gaussian, float]:
     """``N(m̂, Σ_LW ⊕ 0)`` of data tokens on ``R^{d+1}`` (affine coordinate last) and ``δ``.
 
     Parameters
@@ -159,6 +174,12 @@ def text_target(tokens: FloatArray) -> tuple[Gaussian, float]:
     (Gaussian, float)
         The target and the Ledoit–Wolf shrinkage ``δ`` (:func:`ledoit_wolf`).
 
+    Raises
+    ------
+    InvalidParametersError
+        If ``tokens`` is not a finite real ``(N, d)`` array with ``N, d ≥ 1``, or their
+        covariance has an entry above :data:`~gtcontrol._validation.MAX_ENTRY`.
+
     Examples
     --------
     >>> import numpy as np
@@ -168,7 +189,14 @@ def text_target(tokens: FloatArray) -> tuple[Gaussian, float]:
     >>> target.dim, float(target.mean[-1]), float(target.cov[-1, -1]), 0.0 <= delta <= 1.0
     (4, 1.0, 0.0, True)
     """
-    mean, cov, delta = ledoit_wolf(tokens)
+    mean, cov, delta = _ledoit_wolf(as_samples(tokens, min_rows=1, name="tokens"))
+    top = float(np.max(np.abs(cov)))
+    if top > MAX_ENTRY:  # the target is a Gaussian: refused there, under another name
+        raise InvalidParametersError(
+            f"tokens: their covariance has an entry of magnitude {top:.3g}, above the bound "
+            f"{MAX_ENTRY:g} of a Gaussian (gtcontrol._validation.MAX_ENTRY); expected tokens "
+            "spread over less than about 1e75"
+        )
     return _augmented(mean, cov), delta
 
 

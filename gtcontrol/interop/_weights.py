@@ -33,7 +33,15 @@ from scipy.special import expit, ndtr
 
 from .._linalg import FloatArray, sym
 from .._readonly import ReadOnlyArrays
-from .._validation import as_float_array, as_positive_int, frozen, set_fields
+from .._validation import (
+    MAX_ENTRY,
+    as_choice,
+    as_float_array,
+    as_nonnegative_float,
+    as_positive_int,
+    frozen,
+    set_fields,
+)
 from ..errors import InvalidParametersError
 from ..model.gaussian_closure import activation_moments
 from ..model.heads import FactoredHeads
@@ -56,6 +64,10 @@ _HERMITE = np.polynomial.hermite_e.hermegauss(80)
 _TANH_C = math.sqrt(2.0 / math.pi)
 #: The projections of an attention, in the order of the factors ``q, k, v, o``.
 _PROJECTIONS = ("W_Q", "W_K", "W_V", "W_O")
+#: Largest accepted |mean| of :func:`activation_statistics` (the tanh GELU cubes it).
+_MAX_PRE_ACTIVATION = 1e100
+#: ``|μ/s|`` beyond which ``Φ(μ/s)`` is 0 or 1 and ``φ(μ/s)`` is 0 in float64.
+_K_MAX = 40.0
 
 
 def activation(kind: str, x: Any, *, derivative: bool = False) -> FloatArray:
@@ -113,7 +125,8 @@ def activation_statistics(
     Parameters
     ----------
     mean, var
-        Means and variances (``≥ 0``) of the pre-activations, broadcastable.
+        Means (``|μ| ≤ 1e100``) and variances (``0 ≤ s² ≤ 1e150``) of the pre-activations,
+        real arrays of broadcastable shapes.
     kind
         The activation.
 
@@ -122,19 +135,46 @@ def activation_statistics(
     (E σ, E σ', Var σ)
         Three arrays of the broadcast shape.
 
+    Raises
+    ------
+    InvalidParametersError
+        On a mean or variance that is not a finite real array (or a variance below zero),
+        shapes that do not broadcast, or an unknown ``kind``; the message names the input.
+
     Examples
     --------
     >>> e, de, v = activation_statistics(np.zeros(1), np.zeros(1), kind="silu")
     >>> float(e[0]), float(de[0]), float(v[0])
     (0.0, 0.5, 0.0)
     """
-    mu, s2 = np.broadcast_arrays(np.asarray(mean, dtype=float), np.asarray(var, dtype=float))
+    kind = as_choice("kind", kind, ACTIVATIONS)
+    # the tanh GELU cubes the pre-activation: |μ| ≤ 1e100 keeps every term in float64
+    mu = _any_array("mean", mean, max_abs=_MAX_PRE_ACTIVATION)
+    s2 = _any_array("var", var)
+    if np.any(s2 < 0):
+        raise InvalidParametersError(f"var: expected variances >= 0, got {float(np.min(s2)):.3g}")
+    try:
+        np.broadcast_shapes(mu.shape, s2.shape)
+    except ValueError:
+        raise InvalidParametersError(
+            f"mean, var: expected broadcastable shapes, got {mu.shape} and {s2.shape}"
+        ) from None
+    return _statistics(mu, s2, kind)
+
+
+def _statistics(
+    mean: FloatArray, var: FloatArray, kind: str
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """:func:`activation_statistics` of checked arrays (variances clipped at 0: roundoff)."""
+    mu, s2 = np.broadcast_arrays(mean, var)
     s2 = np.maximum(s2, 0.0)
     nodes, weights = _HERMITE
     a = mu[..., None] + np.sqrt(s2)[..., None] * nodes
     g = activation(kind, a)
     if kind in ("gelu", "relu"):
-        e_g, e_dg = activation_moments(kind, mu, s2)
+        # (μ/s)² overflows past |μ/s| ~ 1e154, where φ(μ/s) = 0 is still right: no warning
+        with np.errstate(over="ignore"):
+            e_g, e_dg = activation_moments(kind, mu, s2)
     else:
         e_g = g @ weights * _INV_SQRT_2PI
         e_dg = activation(kind, a, derivative=True) @ weights * _INV_SQRT_2PI
@@ -142,9 +182,37 @@ def activation_statistics(
     if kind == "relu":  # E relu(a)² = (μ² + s²) Φ(μ/s) + μ s φ(μ/s): the kink defeats quadrature
         s = np.sqrt(s2)
         k = np.divide(mu, s, out=np.where(mu >= 0, np.inf, -np.inf), where=s > 0)
+        k = np.clip(k, -_K_MAX, _K_MAX)  # Φ and φ are saturated there; k² must not overflow
         pdf = np.where(s > 0, _INV_SQRT_2PI * np.exp(-0.5 * np.where(s > 0, k, 0.0) ** 2), 0.0)
         e_g2 = (mu * mu + s2) * ndtr(k) + mu * s * pdf
     return e_g, e_dg, np.maximum(e_g2 - e_g * e_g, 0.0)
+
+
+def _any_array(name: str, value: Any, *, max_abs: float = MAX_ENTRY) -> FloatArray:
+    """``value`` as a finite real float64 array of whatever dimension it has, or refuse it."""
+    try:
+        nd = int(np.ndim(value))
+    except (TypeError, ValueError):  # ragged nesting: as_float_array names it
+        nd = 1
+    return as_float_array(name, value, ndim=nd, max_abs=max_abs)
+
+
+def _rows(name: str, value: Any, d: int) -> FloatArray:
+    """Tokens of width ``d`` along the last axis (one token ``(d,)``, or rows ``(..., d)``)."""
+    try:
+        nd = max(int(np.ndim(value)), 1)
+    except (TypeError, ValueError):  # ragged nesting: as_float_array names it
+        nd = 1
+    return as_float_array(name, value, ndim=nd, shape=(*([None] * (nd - 1)), d))
+
+
+def gaussian_moments(d: int, mean: Any, cov: Any) -> tuple[FloatArray, FloatArray]:
+    """``mean`` ``(d,)`` and ``cov`` ``(d, d)`` as finite real arrays, or refuse them by name.
+
+    Only the shapes and entries are checked: the moment maps take any symmetric part.
+    """
+    m = as_float_array("mean", mean, ndim=1, shape=(d,))
+    return m, as_float_array("cov", cov, ndim=2, shape=(d, d))
 
 
 def _matrix(name: str, value: Any, shape: tuple[int | None, ...]) -> FloatArray:
@@ -291,7 +359,9 @@ class LayerNormWeights(ReadOnlyArrays):
     Raises
     ------
     InvalidParametersError
-        On non-finite or mismatched parameters or a negative ``eps``.
+        On non-finite or mismatched parameters or an ``eps`` that is not a finite number
+        ``≥ 0``; the methods, on tokens or moments that are not finite real arrays of width
+        ``d`` (the message names the input).
 
     Examples
     --------
@@ -305,40 +375,74 @@ class LayerNormWeights(ReadOnlyArrays):
     eps: float
 
     def __init__(self, gamma: Any, beta: Any, eps: float, *, dim: int | None = None) -> None:
-        ref = gamma if gamma is not None else beta
-        d = as_positive_int("dim", dim) if ref is None else len(np.atleast_1d(ref))
+        if gamma is None and beta is None:
+            d = as_positive_int("dim", dim)
+        else:
+            name, ref = ("gamma", gamma) if gamma is not None else ("beta", beta)
+            d = as_float_array(name, ref, ndim=1).shape[0]
+            if not d:
+                raise InvalidParametersError(f"{name}: expected at least one entry, got none")
         g = _matrix("gamma", np.ones(d) if gamma is None else gamma, (d,))
         b = _matrix("beta", np.zeros(d) if beta is None else beta, (d,))
-        e = float(eps)
-        if not math.isfinite(e) or e < 0:
-            raise InvalidParametersError(f"eps: expected a finite number >= 0, got {eps!r}")
-        set_fields(self, gamma=g, beta=b, eps=e)
+        set_fields(self, gamma=g, beta=b, eps=as_nonnegative_float("eps", eps))
+
+    @property
+    def dim(self) -> int:
+        """The width ``d``."""
+        return int(self.gamma.shape[0])
 
     def __call__(self, x: Any) -> FloatArray:
-        """The normalized tokens (rows of ``x``)."""
-        a = np.asarray(x, dtype=float)
+        """The normalized tokens (``x``: one token ``(d,)`` or rows ``(..., d)``)."""
+        return self._apply(_rows("x", x, self.dim))
+
+    def _apply(self, a: FloatArray) -> FloatArray:
+        """:meth:`__call__` of checked tokens (the forward passes call it per layer)."""
         c = a - a.mean(axis=-1, keepdims=True)
-        return np.asarray(
-            c / np.sqrt((c * c).mean(axis=-1, keepdims=True) + self.eps) * self.gamma + self.beta
-        )
+        den = np.sqrt((c * c).mean(axis=-1, keepdims=True) + self.eps)
+        if self.eps == 0.0 and not np.all(den > 0):
+            raise InvalidParametersError(
+                "x: a token with no spread (all entries equal, or a variance below the float "
+                "range) and eps = 0: the LayerNorm divides by zero there; expected eps > 0 or "
+                "tokens with spread"
+            )
+        return np.asarray(c / den * self.gamma + self.beta)
 
     def scale(self, x: Any) -> FloatArray:
-        """The per-token scale ``s(x) = sqrt(|P x|²/d + ε)`` (rows of ``x``)."""
-        a = np.asarray(x, dtype=float)
+        """The per-token scale ``s(x) = sqrt(|P x|²/d + ε)`` (``x``: ``(d,)`` or ``(..., d)``)."""
+        a = _rows("x", x, self.dim)
         return np.asarray(np.sqrt(a.var(axis=-1) + self.eps))
 
-    def linearization(self, mean: FloatArray, cov: FloatArray) -> FloatArray:
-        """``G = diag(γ/s̄) P`` with ``s̄² = (tr(PΣP) + |Pm|²)/d + ε`` (``LN(x) ≈ G x + β``)."""
+    def linearization(self, mean: Any, cov: Any) -> FloatArray:
+        """``G = diag(γ/s̄) P`` with ``s̄² = (tr(PΣP) + |Pm|²)/d + ε`` (``LN(x) ≈ G x + β``).
+
+        ``mean`` is ``(d,)`` and ``cov`` ``(d, d)``.
+        """
+        return self._linear(*gaussian_moments(self.dim, mean, cov))
+
+    def _linear(self, mean: FloatArray, cov: FloatArray) -> FloatArray:
+        """:meth:`linearization` of checked moments."""
         d = mean.shape[0]
         pm = mean - mean.mean()
         tr = float(np.trace(cov)) - float(cov.sum()) / d  # tr(P Σ P) = tr Σ − 1ᵀΣ1/d
-        s_bar = math.sqrt((tr + float(pm @ pm)) / d + self.eps)
-        g = self.gamma / s_bar
+        s2 = (tr + float(pm @ pm)) / d + self.eps
+        if not s2 > 0:
+            raise InvalidParametersError(
+                "mean, cov: the LayerNorm's mean scale s̄ is zero (eps = 0 and no spread about "
+                "the token mean): its linearization divides by zero"
+            )
+        g = self.gamma / math.sqrt(s2)
         return np.asarray(g[:, None] * (np.eye(d) - 1.0 / d))
 
-    def moments(self, mean: FloatArray, cov: FloatArray) -> tuple[FloatArray, FloatArray]:
-        """``(G m + β, G Σ Gᵀ)``: the Gaussian through the linearized LayerNorm."""
-        g = self.linearization(mean, cov)
+    def moments(self, mean: Any, cov: Any) -> tuple[FloatArray, FloatArray]:
+        """``(G m + β, G Σ Gᵀ)``: the Gaussian through the linearized LayerNorm.
+
+        ``mean`` is ``(d,)`` and ``cov`` ``(d, d)``.
+        """
+        return self._through(*gaussian_moments(self.dim, mean, cov))
+
+    def _through(self, mean: FloatArray, cov: FloatArray) -> tuple[FloatArray, FloatArray]:
+        """:meth:`moments` of checked moments."""
+        g = self._linear(mean, cov)
         return g @ mean + self.beta, sym(g @ cov @ g.T)
 
 
@@ -362,7 +466,9 @@ class FeedForwardWeights(ReadOnlyArrays):
     Raises
     ------
     InvalidParametersError
-        On mismatched or non-finite weights or an unknown activation.
+        On mismatched or non-finite weights or an unknown activation; the methods, on tokens
+        or moments that are not finite real arrays of width ``d`` (the message names the
+        input).
 
     Examples
     --------
@@ -413,9 +519,18 @@ class FeedForwardWeights(ReadOnlyArrays):
         """The hidden width ``k``."""
         return int(self.W_out.shape[1])
 
+    @property
+    def dim(self) -> int:
+        """The width ``d`` of its input and output."""
+        return int(self.W_in.shape[1])
+
     def __call__(self, z: Any) -> FloatArray:
-        """The feed-forward of every token (rows of ``z``)."""
-        a = np.asarray(z, dtype=float) @ self.W_in.T + self.b_in
+        """The feed-forward of every token (``z``: one token ``(d,)`` or rows ``(..., d)``)."""
+        return self._apply(_rows("z", z, self.dim))
+
+    def _apply(self, z: FloatArray) -> FloatArray:
+        """:meth:`__call__` of checked tokens (the forward passes call it per layer)."""
+        a = z @ self.W_in.T + self.b_in
         if self.gated:
             k = self.hidden
             h = activation(self.activation, a[..., :k]) * a[..., k:]
@@ -428,9 +543,7 @@ class FeedForwardWeights(ReadOnlyArrays):
         k = self.hidden
         return self.W_in[:k], self.b_in[:k], self.W_in[k:], self.b_in[k:]
 
-    def linearization(
-        self, mean: FloatArray, cov: FloatArray
-    ) -> tuple[FloatArray, FloatArray, FloatArray]:
+    def linearization(self, mean: Any, cov: Any) -> tuple[FloatArray, FloatArray, FloatArray]:
         """``(E f, J, R)`` at ``z ~ N(m, Σ)``: ``f(z) ≈ E f + J (z − m)`` plus independent noise.
 
         ``J = W_out D W_in`` with ``D = E σ'(a)`` (Stein's lemma: ``Cov(z, f(z)) = Σ Jᵀ``
@@ -442,17 +555,28 @@ class FeedForwardWeights(ReadOnlyArrays):
         Parameters
         ----------
         mean, cov
-            The law of the feed-forward's input.
+            The law of the feed-forward's input: ``(d,)`` and ``(d, d)``.
 
         Returns
         -------
         (numpy.ndarray, numpy.ndarray, numpy.ndarray)
             The output mean ``(d,)``, ``J`` and ``R`` ``(d, d)``.
+
+        Raises
+        ------
+        InvalidParametersError
+            On a mean or covariance that is not a finite real array of that shape.
         """
+        return self._linear(*gaussian_moments(self.dim, mean, cov))
+
+    def _linear(
+        self, mean: FloatArray, cov: FloatArray
+    ) -> tuple[FloatArray, FloatArray, FloatArray]:
+        """:meth:`linearization` of checked moments (the surrogate calls it per layer)."""
         if not self.gated:
             mu = self.W_in @ mean + self.b_in
             var = np.einsum("ij,ij->i", self.W_in @ cov, self.W_in)
-            e_f, e_df, var_f = activation_statistics(mu, var, kind=self.activation)
+            e_f, e_df, var_f = _statistics(mu, var, self.activation)
             jac = (self.W_out * e_df) @ self.W_in
             res = np.maximum(var_f - e_df**2 * var, 0.0)
             return self.W_out @ e_f + self.b_out, jac, (self.W_out * res) @ self.W_out.T

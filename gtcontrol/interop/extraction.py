@@ -61,12 +61,14 @@ from typing import Any
 import numpy as np
 
 from .._linalg import FloatArray, sym
+from .._status import shown
+from .._validation import as_float_array
 from ..errors import InvalidParametersError
 from ..model._layer_stack import LayerStack
 from ..model.attention import token_velocity
 from ..model.field import affine_velocity
 from ..model.params import Layer
-from ._weights import AttentionWeights, FeedForwardWeights, LayerNormWeights
+from ._weights import AttentionWeights, FeedForwardWeights, LayerNormWeights, gaussian_moments
 
 __all__ = ["NORM_PLACEMENTS", "ExtractedLayer", "ExtractedModel", "ModelFields"]
 
@@ -173,16 +175,39 @@ class ExtractedLayer:
         -------
         numpy.ndarray
             ``(N, d)``.
+
+        Raises
+        ------
+        InvalidParametersError
+            On tokens that are not a finite real ``(N, d)`` array with ``N ≥ 1``, or a
+            ``layer`` that is not a :class:`Layer` on ``R^{d+1}``.
         """
-        x = np.asarray(tokens, dtype=float)
-        xt = np.hstack([x, np.ones((x.shape[0], 1))])
-        if layer is None:
-            layer = self.attention_layer
-        elif layer.dim != self.dim + 1:
+        return self._attention(self._tokens(tokens), causal, self._velocity(layer))
+
+    def _tokens(self, tokens: Any) -> FloatArray:
+        """``tokens`` as a finite real ``(N, d)`` array with ``N ≥ 1``, or refuse them."""
+        x = as_float_array("tokens", tokens, ndim=2, shape=(None, self.dim))
+        if not x.shape[0]:
             raise InvalidParametersError(
-                f"layer: expected a layer on R^{self.dim + 1} (affine coordinate last), "
-                f"got dimension {layer.dim}"
+                f"tokens: expected at least one token of width {self.dim}, got shape {x.shape}"
             )
+        return x
+
+    def _velocity(self, layer: Any, name: str = "layer") -> Layer:
+        """The attention sublayer, or ``layer`` (checked: a :class:`Layer` on ``R^{d+1}``)."""
+        if layer is None:
+            return self.attention_layer
+        if not isinstance(layer, Layer) or layer.dim != self.dim + 1:
+            got = f"dimension {layer.dim}" if isinstance(layer, Layer) else shown(layer)
+            raise InvalidParametersError(
+                f"{name}: expected None or a Layer on R^{self.dim + 1} (affine coordinate "
+                f"last), got {got}"
+            )
+        return layer
+
+    def _attention(self, x: FloatArray, causal: bool, layer: Layer) -> FloatArray:
+        """:meth:`attention` of checked tokens and layer."""
+        xt = np.hstack([x, np.ones((x.shape[0], 1))])
         if not causal:
             return token_velocity(layer, xt)[:, : self.dim]
         rows = [token_velocity(layer, xt[: i + 1])[-1] for i in range(xt.shape[0])]
@@ -210,13 +235,21 @@ class ExtractedLayer:
         dict
             ``{"attention_in", "attention", "ln1_in", "ln2_in", "ffn_in", "out"}``, each
             ``(N, d)`` (``ln*_in``: what the norm reads, whether or not the layer has it).
+
+        Raises
+        ------
+        InvalidParametersError
+            As :meth:`attention`, on the tokens or ``layer``.
         """
-        x = np.asarray(tokens, dtype=float)
+        return self._forward(self._tokens(tokens), causal, self._velocity(layer))
+
+    def _forward(self, x: FloatArray, causal: bool, layer: Layer) -> dict[str, FloatArray]:
+        """:meth:`forward` of checked tokens and layer (a model's forward pass calls it)."""
         if self.norm_placement == "post-LN":
-            att = self.attention(x, causal=causal, layer=layer)
+            att = self._attention(x, causal, layer)
             y = x + att
             z = _norm(self.ln1, y)
-            w = z + self.ffn(z)
+            w = z + self.ffn._apply(z)
             return {
                 "attention_in": x,
                 "attention": att,
@@ -226,7 +259,7 @@ class ExtractedLayer:
                 "out": _norm(self.ln2, w),
             }
         a_in = _norm(self.ln1, x)
-        att = self.attention(a_in, causal=causal, layer=layer)
+        att = self._attention(a_in, causal, layer)
         y = x + att
         f_in = _norm(self.ln2, y)
         return {
@@ -235,7 +268,7 @@ class ExtractedLayer:
             "ln1_in": x,
             "ln2_in": y,
             "ffn_in": f_in,
-            "out": y + self.ffn(f_in),
+            "out": y + self.ffn._apply(f_in),
         }
 
     def _attention_branch(
@@ -262,24 +295,30 @@ class ExtractedLayer:
         -------
         (mean, cov)
             The predicted moments of the layer's output.
+
+        Raises
+        ------
+        InvalidParametersError
+            On a mean or covariance that is not a finite real array of shape ``(d,)`` /
+            ``(d, d)``.
         """
-        m, s = np.asarray(mean, dtype=float), np.asarray(cov, dtype=float)
+        m, s = gaussian_moments(self.dim, mean, cov)
         if self.norm_placement == "post-LN":
             m, s = _residual(m, s, None, self._attention_branch)
-            m, s = self.ln1.moments(m, s) if self.ln1 is not None else (m, s)
+            m, s = self.ln1._through(m, s) if self.ln1 is not None else (m, s)
             m, s = _residual(m, s, None, self._ffn_branch)
-            return self.ln2.moments(m, s) if self.ln2 is not None else (m, s)
+            return self.ln2._through(m, s) if self.ln2 is not None else (m, s)
         m, s = _residual(m, s, self.ln1, self._attention_branch)
         return _residual(m, s, self.ln2, self._ffn_branch)
 
     def _ffn_branch(
         self, mean: FloatArray, cov: FloatArray
     ) -> tuple[FloatArray, FloatArray, FloatArray | None]:
-        return self.ffn.linearization(mean, cov)
+        return self.ffn._linear(mean, cov)
 
 
 def _norm(ln: LayerNormWeights | None, x: FloatArray) -> FloatArray:
-    return x if ln is None else ln(x)
+    return x if ln is None else ln._apply(x)
 
 
 def _residual(
@@ -294,7 +333,7 @@ def _residual(
         mean_f, jac_f, extra = branch(m, s)
         jac = jac_f
     else:
-        g = norm.linearization(m, s)
+        g = norm._linear(m, s)
         mean_f, jac_f, extra = branch(g @ m + norm.beta, sym(g @ s @ g.T))
         jac = jac_f @ g
     jac = jac + np.eye(m.shape[0])
@@ -405,16 +444,32 @@ class ExtractedModel(LayerStack[ExtractedLayer]):
         list of numpy.ndarray
             ``L + 1`` arrays ``(N, d)``: the input and every layer's output (the final norm of
             a pre-LN model is not applied).
+
+        Raises
+        ------
+        InvalidParametersError
+            On tokens that are not a finite real ``(N, d)`` array with ``N ≥ 1``, or an
+            ``attention`` that is not one entry per layer, each ``None`` or a :class:`Layer` on
+            ``R^{d+1}``.
         """
-        x = np.asarray(tokens, dtype=float)
-        swap = [None] * self.n_layers if attention is None else list(attention)
-        if len(swap) != self.n_layers:
+        first = self.layers[0]
+        x = first._tokens(tokens)
+        try:
+            swap = [None] * self.n_layers if attention is None else list(attention)
+        except TypeError:
+            swap = None
+        if swap is None or isinstance(attention, (str, bytes)) or len(swap) != self.n_layers:
+            got = f"{len(swap)} entries" if swap is not None else shown(attention)
             raise InvalidParametersError(
-                f"attention: expected {self.n_layers} entries (one per layer), got {len(swap)}"
+                f"attention: expected None or {self.n_layers} entries (one per layer), got {got}"
             )
+        velocities = [
+            lay._velocity(new, f"attention[{k}]")
+            for k, (lay, new) in enumerate(zip(self.layers, swap, strict=True))
+        ]
         out = [x.copy()]
-        for lay, new in zip(self.layers, swap, strict=True):
-            x = lay.forward(x, causal=causal, layer=new)["out"]
+        for lay, vel in zip(self.layers, velocities, strict=True):
+            x = lay._forward(x, causal, vel)["out"]
             out.append(x)
         return out
 

@@ -10,6 +10,8 @@ panels and writes the files.
 from __future__ import annotations
 
 import io
+import math
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,14 +24,16 @@ from matplotlib.figure import Figure
 from .._display import legend
 from .._docstring import fill
 from .._linalg import FloatArray
-from .._status import landed
-from .._validation import MAX_SAMPLES, as_positive_int
+from .._result_file import OutputError, show_path
+from .._status import landed, shown
+from .._validation import MAX_SAMPLES, as_float_array, as_positive_float, as_positive_int
 from ..analysis._figures import draw_convergence
 from ..errors import InvalidParametersError
 from ..model._figures import draw_eigenvalues, draw_mean, draw_token_cloud, mark_depths
 from ..model.moments import Trajectory
 
 __all__ = [
+    "MAX_INCHES",
     "finish",
     "new_figure",
     "panels",
@@ -38,6 +42,10 @@ __all__ = [
     "plot_token_clouds",
     "save_figure",
 ]
+
+#: Largest side of a figure in inches: Agg draws at most 2¹⁶ pixels a side (595 inches at the
+#: 110 dpi of :func:`save_figure`).
+MAX_INCHES = 500.0
 
 _PATH_DOC = "path\n    Where to write the PNG (``None``: not saved)."
 _AX_DOC = "ax\n    The Axes to draw on; ``None``: a new figure."
@@ -65,12 +73,17 @@ def new_figure(*, width: float = 8.0, height: float = 3.4) -> Figure:
     Parameters
     ----------
     width, height
-        Size in inches.
+        Size in inches (positive, at most :data:`MAX_INCHES`).
 
     Returns
     -------
     matplotlib.figure.Figure
         The figure, with a constrained layout.
+
+    Raises
+    ------
+    InvalidParametersError
+        On a size that is not a positive number up to :data:`MAX_INCHES`.
 
     Examples
     --------
@@ -79,13 +92,27 @@ def new_figure(*, width: float = 8.0, height: float = 3.4) -> Figure:
     >>> fig.get_size_inches().tolist(), type(fig.canvas).__name__
     ([4.0, 3.0], 'FigureCanvasAgg')
     """
-    fig = Figure(figsize=(width, height), layout="constrained")
+    size = (_inches("width", width), _inches("height", height))
+    fig = Figure(figsize=size, layout="constrained")
     FigureCanvasAgg(fig)
     return fig
 
 
+def _inches(name: str, value: Any) -> float:
+    """A figure side: a positive number of inches up to :data:`MAX_INCHES`, or refuse it."""
+    x = as_positive_float(name, value)
+    if x > MAX_INCHES:
+        raise InvalidParametersError(
+            f"{name}: expected a size up to {MAX_INCHES:g} inches (Agg draws at most 2^16 "
+            f"pixels a side), got {shown(value)}"
+        )
+    return x
+
+
 def save_figure(fig: Figure, path: str | Path) -> None:
     """Save ``fig`` in the format its file name says (PNG without a suffix).
+
+    Missing folders above ``path`` are created, as for every output of gtcontrol.
 
     Parameters
     ----------
@@ -93,6 +120,14 @@ def save_figure(fig: Figure, path: str | Path) -> None:
         The figure.
     path
         Where to write it (a name without a suffix gets a PNG under that very name).
+
+    Raises
+    ------
+    InvalidParametersError
+        If ``fig`` is not a matplotlib Figure, ``path`` not a path, or its suffix names no
+        format that matplotlib writes.
+    OutputError
+        If the file or a folder above it cannot be written (the message names the path).
 
     Examples
     --------
@@ -106,11 +141,34 @@ def save_figure(fig: Figure, path: str | Path) -> None:
     ...     (Path(tmp) / "line.png").read_bytes()[:4]
     b'\x89PNG'
     """
+    if not isinstance(fig, Figure):
+        raise InvalidParametersError(f"fig: expected a matplotlib Figure, got {shown(fig)}")
+    if not isinstance(path, (str, os.PathLike)) or not isinstance(os.fspath(path), str):
+        raise InvalidParametersError(f"path: expected a file path, got {shown(path)}")
+    out = Path(path)
+    fmt = out.suffix[1:].lower() or "png"
+    formats = FigureCanvasAgg.get_supported_filetypes()
+    if fmt not in formats:
+        raise InvalidParametersError(
+            f"path: the suffix {out.suffix!r} of {show_path(out)} names no format matplotlib "
+            f"writes; expected one of {tuple(sorted(formats))} (or none: PNG)"
+        )
     # rendered first, written in one short step: a run that stopped waiting for this figure
     # (gtcontrol._status.WriteGate) drops it rather than let it appear after the run ended
     data = io.BytesIO()
-    fig.savefig(data, dpi=110, format=Path(path).suffix[1:].lower() or "png")
-    landed(lambda: Path(path).write_bytes(data.getvalue()))
+    fig.savefig(data, dpi=110, format=fmt)
+    landed(lambda: _write(out, data.getvalue()))
+
+
+def _write(out: Path, data: bytes) -> None:
+    """Write ``data`` to ``out``, creating the folders above it; a path the system refuses
+    (no permission, a file in the way, too long, a NUL byte) is an OutputError."""
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_bytes(data)
+    except (OSError, ValueError) as exc:
+        reason = getattr(exc, "strerror", None) or exc
+        raise OutputError(f"path: cannot write {show_path(out)} ({reason})") from None
 
 
 def panels(ax: Any, n: int, *, width: float, height: float) -> list[Axes]:
@@ -133,7 +191,8 @@ def panels(ax: Any, n: int, *, width: float, height: float) -> list[Axes]:
     Raises
     ------
     InvalidParametersError
-        If ``ax`` is not ``None``, an Axes (for one panel) or ``n`` Axes.
+        If ``n`` is not a positive integer, ``ax`` not ``None``, an Axes (for one panel) or
+        ``n`` Axes, or a new figure's size is refused by :func:`new_figure`.
 
     Examples
     --------
@@ -145,6 +204,7 @@ def panels(ax: Any, n: int, *, width: float, height: float) -> list[Axes]:
     >>> panels(given, 2, width=6.0, height=2.0) == list(given)
     True
     """
+    n = as_positive_int("n", n)
     if ax is None:
         return list(np.atleast_1d(new_figure(width=width, height=height).subplots(1, n)).ravel())
     given = [ax] if isinstance(ax, Axes) else list(np.ravel(np.asarray(ax, dtype=object)))
@@ -221,6 +281,11 @@ def plot_moments(
     tuple of matplotlib.axes.Axes
         The mean and the eigenvalue panels.
 
+    Raises
+    ------
+    InvalidParametersError
+        If ``traj`` is not a :class:`~gtcontrol.Trajectory`.
+
     Examples
     --------
     >>> from gtcontrol import Gaussian, Layer, simulate
@@ -231,6 +296,7 @@ def plot_moments(
     >>> ax_mean.get_title(), len(ax_eig.lines) >= 2
     ('mean', True)
     """
+    as_trajectory("traj", traj)
     ax_m, ax_s = panels(ax, 2, width=8.0, height=3.4)
     draw_mean(ax_m, traj.t, traj.mean)
     draw_eigenvalues(ax_s, traj.t, traj.cov, limit=equilibrium_eigs)
@@ -277,6 +343,14 @@ def plot_token_clouds(
     list of matplotlib.axes.Axes
         One panel per snapshot.
 
+    Raises
+    ------
+    InvalidParametersError
+        If ``snapshots`` is not a non-empty sequence of ``(t, tokens)`` pairs (a finite depth
+        and a real ``(N, d)`` array), ``predicted`` not a
+        :class:`~gtcontrol.Trajectory` of the same dimension ``d ≥ 2``, or ``max_points`` not
+        a positive integer.
+
     Examples
     --------
     >>> import numpy as np
@@ -289,9 +363,10 @@ def plot_token_clouds(
     2
     """
     max_points = as_positive_int("max_points", max_points, maximum=MAX_SAMPLES)
-    n = len(snapshots)
-    axes = panels(ax, n, width=3.0 * n, height=3.2)
-    for a, (t, x) in zip(axes, snapshots, strict=True):
+    clouds = _clouds(snapshots, as_trajectory("predicted", predicted))
+    n = len(clouds)
+    axes = panels(ax, n, width=min(3.0 * n, MAX_INCHES), height=3.2)
+    for a, (t, x) in zip(axes, clouds, strict=True):
         i = int(np.argmin(np.abs(predicted.t - t)))  # the recorded depth closest to t
         mean, cov = predicted.mean[i], predicted.cov[i]
         draw_token_cloud(a, t, x, mean, cov, max_points=max_points)
@@ -316,12 +391,18 @@ def plot_convergence(
     Parameters
     ----------
     n_tokens
-        The token counts ``N``.
+        The token counts ``N`` (positive).
     errors
-        Error curves by label, one value per ``N``.
+        Error curves by label, one value per ``N`` (NaN where not computed).
     %(one_axes)s
 
     %(axes_returned)s
+
+    Raises
+    ------
+    InvalidParametersError
+        If ``n_tokens`` is not a non-empty 1-d array of positive finite numbers, or ``errors``
+        not a mapping of curves with one real number per ``N`` (NaN and inf are not drawn).
 
     Examples
     --------
@@ -330,7 +411,69 @@ def plot_convergence(
     >>> ax.get_xscale(), ax.get_yscale()
     ('log', 'log')
     """
+    ns = as_float_array("n_tokens", n_tokens, ndim=1)
+    if not ns.size or not np.all(ns > 0):
+        raise InvalidParametersError(
+            f"n_tokens: expected positive token counts (log axis), got {shown(n_tokens)}"
+        )
+    if not isinstance(errors, Mapping):
+        raise InvalidParametersError(
+            f"errors: expected a mapping of label to error curve, got {shown(errors)}"
+        )
+    curves = {k: with_gaps(f"errors[{k!r}]", v, ns.shape) for k, v in errors.items()}
     (a,) = panels(ax, 1, width=5.0, height=3.8)
-    draw_convergence(a, n_tokens, errors, title=title)
+    draw_convergence(a, ns.tolist(), curves, title=title)
     finish([a], path)
     return a
+
+
+def as_trajectory(name: str, traj: Any) -> Trajectory:
+    """``traj`` if it is a :class:`~gtcontrol.Trajectory`, or refuse it naming ``name``."""
+    if not isinstance(traj, Trajectory):
+        raise InvalidParametersError(
+            f"{name}: expected a Trajectory (e.g. of gtcontrol.simulate), got {shown(traj)}"
+        )
+    return traj
+
+
+def _clouds(snapshots: Any, predicted: Trajectory) -> list[tuple[float, FloatArray]]:
+    """The ``(t, tokens)`` pairs of :func:`plot_token_clouds`, checked against ``predicted``."""
+    d = predicted.dim
+    if d < 2:
+        raise InvalidParametersError(
+            f"predicted: expected a trajectory of dimension >= 2 (clouds show two coordinates), "
+            f"got dimension {d}"
+        )
+    if isinstance(snapshots, (str, bytes)) or not isinstance(snapshots, Sequence):
+        raise InvalidParametersError(
+            f"snapshots: expected a sequence of (t, tokens) pairs, got {shown(snapshots)}"
+        )
+    if not snapshots:
+        raise InvalidParametersError("snapshots: expected at least one (t, tokens) pair, got none")
+    clouds = []
+    for i, pair in enumerate(snapshots):
+        if isinstance(pair, (str, bytes)) or not isinstance(pair, Sequence) or len(pair) != 2:
+            raise InvalidParametersError(
+                f"snapshots[{i}]: expected a (t, tokens) pair, got {shown(pair)}"
+            )
+        t = float(as_float_array(f"snapshots[{i}][0] (t)", pair[0], ndim=0))
+        x = with_gaps(f"snapshots[{i}][1] (tokens)", pair[1], (None, d))
+        clouds.append((t, x))
+    return clouds
+
+
+def with_gaps(name: str, value: Any, shape: tuple[int | None, ...]) -> FloatArray:
+    """Data of a figure: a real array of ``shape`` (``None`` entries free), checked by
+    ``as_float_array`` but for its values: NaN and ±inf (not computed, overflowed) are kept
+    and simply not drawn, and no magnitude is too large to draw."""
+    try:
+        raw = np.asarray(value)
+    except (TypeError, ValueError):  # ragged: as_float_array names it
+        raw = None
+    if raw is None or raw.dtype.kind != "f":  # not floats: refused or converted as they are
+        return as_float_array(name, value, ndim=len(shape), shape=shape, max_abs=math.inf)
+    gaps = ~np.isfinite(raw)
+    clean = np.where(gaps, 0.0, raw)
+    out = as_float_array(name, clean, ndim=len(shape), shape=shape, max_abs=math.inf)
+    out[gaps.reshape(out.shape)] = raw[gaps]
+    return out

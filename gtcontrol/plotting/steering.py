@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from matplotlib.axes import Axes
@@ -19,13 +20,15 @@ from matplotlib.axes import Axes
 from .._display import legend
 from .._docstring import fill
 from .._linalg import FloatArray
-from .._validation import MAX_SAMPLES, as_positive_int
+from .._status import shown
+from .._validation import MAX_SAMPLES, as_float_array, as_positive_int
 from ..control._figures import draw_distance, draw_parameter_norms
+from ..errors import InvalidParametersError
 from ..model._figures import draw_eigenvalues, draw_mean, mark_depths
 from ..model.gaussian import Gaussian
 from ..model.moments import Trajectory
 from ..model.params import Schedule
-from .core import FIGURE_DOCS, finish, panels
+from .core import FIGURE_DOCS, as_trajectory, finish, panels, with_gaps
 
 __all__ = [
     "plot_added_control",
@@ -70,6 +73,12 @@ def plot_steering_moments(
     tuple of matplotlib.axes.Axes
         The mean, eigenvalue and distance panels.
 
+    Raises
+    ------
+    InvalidParametersError
+        If ``traj`` is not a :class:`~gtcontrol.Trajectory`, ``target`` not a Gaussian of its
+        dimension, or ``breakpoints`` not a 1-d array of finite depths.
+
     Examples
     --------
     >>> from gtcontrol import Gaussian, exact_layer_steering, simulate
@@ -82,6 +91,8 @@ def plot_steering_moments(
     >>> [a.get_title() for a in axes[:2]]
     ['mean (target dotted)', 'covariance eigenvalues']
     """
+    _moments_and_target(traj, target)
+    breakpoints = _depths(breakpoints)
     ax_m, ax_s, ax_w = panels(ax, 3, width=11.0, height=3.4)
     draw_mean(ax_m, traj.t, traj.mean, target=target.mean)
     draw_eigenvalues(ax_s, traj.t, traj.cov, limit=np.linalg.eigvalsh(target.cov))
@@ -110,6 +121,11 @@ def plot_parameter_norms(
 
     %(axes_returned)s
 
+    Raises
+    ------
+    InvalidParametersError
+        If ``schedule`` is not a :class:`~gtcontrol.Schedule`.
+
     Examples
     --------
     >>> from gtcontrol import Gaussian, exact_layer_steering
@@ -119,10 +135,32 @@ def plot_parameter_norms(
     >>> len(ax.patches)  # four bars (|A|, |b|, |V|, |B|) per layer
     16
     """
+    if not isinstance(schedule, Schedule):
+        raise InvalidParametersError(
+            f"schedule: expected a Schedule (e.g. SteeringResult.controls), got {shown(schedule)}"
+        )
     (a,) = panels(ax, 1, width=6.0, height=3.4)
     draw_parameter_norms(a, schedule)
     finish([a], path, title=title)
     return a
+
+
+def _moments_and_target(traj: Any, target: Any) -> None:
+    """Refuse a ``traj`` that is no Trajectory, or a ``target`` that is no Gaussian of its
+    dimension, naming the argument."""
+    d = as_trajectory("traj", traj).dim
+    if not isinstance(target, Gaussian) or target.dim != d:
+        got = f"dimension {target.dim}" if isinstance(target, Gaussian) else shown(target)
+        raise InvalidParametersError(
+            f"target: expected a Gaussian of the trajectory's dimension {d}, got {got}"
+        )
+
+
+def _depths(breakpoints: Any) -> list[float] | None:
+    """``breakpoints`` as a list of finite depths (``None`` stays ``None``), or refuse them."""
+    if breakpoints is None:
+        return None
+    return [float(t) for t in as_float_array("breakpoints", breakpoints, ndim=1)]
 
 
 def _spread(eigenvalues: FloatArray) -> tuple[FloatArray, FloatArray]:
@@ -174,6 +212,14 @@ def plot_steering_summary(
     tuple of matplotlib.axes.Axes
         The covariance, mean and distance panels.
 
+    Raises
+    ------
+    InvalidParametersError
+        If ``traj`` is not a :class:`~gtcontrol.Trajectory`, ``target`` not a Gaussian of its
+        dimension, ``eigenvalues`` not a real array ``(len(traj), d)`` (NaN rows allowed),
+        ``breakpoints`` not a 1-d array of finite depths, or ``n_distances`` not a positive
+        integer.
+
     Examples
     --------
     >>> import numpy as np
@@ -189,8 +235,11 @@ def plot_steering_summary(
     'relative W2 distance to target'
     """
     n_distances = as_positive_int("n_distances", n_distances, maximum=MAX_SAMPLES)
+    _moments_and_target(traj, target)
+    lam = with_gaps("eigenvalues", eigenvalues, (len(traj), traj.dim))
+    breakpoints = _depths(breakpoints)
     ax_s, ax_m, ax_w = panels(ax, 3, width=11.0, height=3.4)
-    lam_max, trace = _spread(eigenvalues)
+    lam_max, trace = _spread(lam)
     goal = np.linalg.eigvalsh(target.cov)
     ax_s.semilogy(traj.t, lam_max, color="tab:blue", label="λ_max")
     ax_s.semilogy(traj.t, trace, color="tab:orange", label="tr Σ")

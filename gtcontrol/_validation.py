@@ -251,6 +251,15 @@ def as_positive_float(name: str, value: Any, *, allow_inf: bool = False) -> floa
     return x
 
 
+def as_depth(name: str, value: Any) -> float:
+    """A horizon that also becomes an entry of an array of depths: positive (see
+    :func:`as_positive_float`) and at most :data:`MAX_ENTRY`."""
+    t = as_positive_float(name, value)
+    if t > MAX_ENTRY:
+        raise InvalidParametersError(_too_large(name, f"{t:.3g}", MAX_ENTRY))
+    return t
+
+
 def as_nonnegative_float(name: str, value: Any) -> float:
     """Validate a finite real number ``>= 0`` (see :func:`as_positive_float`)."""
     x = _real(name, value, "a non-negative number")

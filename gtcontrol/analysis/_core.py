@@ -298,7 +298,9 @@ def slycot_lyapunov(a: FloatArray, c: FloatArray) -> tuple[FloatArray, ComplexAr
     import slycot
     from slycot.exceptions import SlycotError, SlycotResultWarning
 
-    with warnings.catch_warnings():
+    # slycot casts the eigenvalues it returns (unused here) to complex64: past 3.4e38 that
+    # cast overflows and numpy warns; the solution itself is float64
+    with warnings.catch_warnings(), np.errstate(over="ignore"):
         warnings.simplefilter("error", SlycotResultWarning)
         try:
             t_schur, _, x, scale, _, _, _ = slycot.sb03md57(

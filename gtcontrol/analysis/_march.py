@@ -648,11 +648,13 @@ class _Search:
         if march.bmax > _ROUNDING_SIGNIFICANT or math.isfinite(self.s_suspect):
             return self.outcome(
                 Status.FAILED,
-                f"undetermined at double precision after t = {march.t:.15g}: the exact trajectory "
-                f"of the float inputs is known there only to a relative error of "
+                f"undetermined at double precision after t = {march.t:.15g}: this search bounds "
+                f"the exact trajectory of the float inputs there only to a relative error of "
                 f"{march.bmax:.2g} (rounding amplified by the flow, e.g. a start within rounding "
-                "of an unstable equilibrium), so no later step can be certified root-free and "
-                f"no later point proved singular; [0, {march.t:.15g}] is certified root-free",
+                "of an unstable equilibrium, where the floats do not decide; or a bound "
+                "loosened by a very ill-conditioned Σ near a blow-up, where simulate() may "
+                "still locate it, uncertified), so no later step can be certified root-free "
+                f"and no later point proved singular; [0, {march.t:.15g}] is certified root-free",
                 march.t,
                 certified=False,
                 limited=True,

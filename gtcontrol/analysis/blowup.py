@@ -27,7 +27,10 @@ Near an unstable equilibrium the flow amplifies rounding like its instability: t
 floats determine may then be wider than ``rtol`` (``stats["rounding_limited"]``, said in the
 message), and a start within rounding of the equilibrium gets ``Status.FAILED`` with
 ``stats["undetermined"]``: the floats do not decide at double precision whether or when Σ blows
-up beyond the certified ``[0, lower]``.
+up beyond the certified ``[0, lower]``. The same status comes, more rarely, from the bound's
+own looseness: the rounding of a very ill-conditioned Σ (condition 1e8 and more) close to a
+blow-up is bounded normwise, so the march may stop within 1e-9 of a ``T*`` that the floats do
+decide; the certified ``[0, lower]`` still holds.
 Tail certificates prove that no blow-up ever happens: ``R ⪰ 0``; ``λ_max(Fᵀ W₋(∞) F) < 1``
 (when that Gramian converges, e.g. A Hurwitz); and, when −A is Hurwitz and Σ(t) ≻ 0,
 ``κ(P) ‖Σ(t)⁻¹ − Ω*‖ < λ_min(Ω*)`` with ``AᵀP + PA = I`` and ``Ω*`` the Lyapunov solution.
@@ -107,7 +110,10 @@ class BlowupResult(ResultFields, OutcomeOrBlowup):
         ``stats["T"]``); ``Status.BUDGET_EXHAUSTED`` (``time_limit`` or ``max_steps`` ran out;
         ``[0, lower]`` is still certified); ``Status.FAILED`` (the march could not certify any
         step: a tangential, non-crossing singularity, or, with ``stats["undetermined"]``, a
-        start whose float numbers do not decide the answer at double precision).
+        trajectory this search bounds only to a relative error of order one: a start whose
+        float numbers do not decide the answer at double precision, or a bound loosened by a
+        very ill-conditioned Σ close to a blow-up, e.g. ``Σ0 = diag(1, 1e-8)``, ``A = 0``,
+        ``V = B = I``, whose ``T* = 1/2`` :func:`gtcontrol.simulate` finds, uncertified).
     certified
         True when the statement is proved by the certificates (Riccati class); False for the
         adaptive integrator, a depth-limited search or an unfinished one.

@@ -48,6 +48,7 @@ from .._linalg import SYM_RTOL, FloatArray, frobenius_norms, psd_sqrt, sym, unve
 from .._readonly import ReadOnlyArrays
 from .._status import DEFAULT_MAX_EVALS, Budget, BudgetExhausted, Outcome, ResultFields, Status
 from .._validation import (
+    as_depth,
     as_depths,
     as_float_array,
     as_max_evals,
@@ -648,6 +649,7 @@ def compare_filter(
     (<Status.SUCCESS: 'success'>, True)
     """
     clock = time.perf_counter()
+    as_depth("T", T)  # it becomes the last depth of the filter's flow
     budget = Budget(as_time_limit(time_limit))
     kd = to_kalman(layer)
     care = _steady_within(kd, "care", budget)

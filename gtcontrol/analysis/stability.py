@@ -713,10 +713,13 @@ def _numerical_abscissa(red: Layer, s_act: FloatArray, tol: float, budget: Budge
     if n <= DENSE_LIMIT:
         mat = np.empty((n, n))
         e = np.zeros(n)
-        for j in range(n):
-            e[j] = 1.0
-            mat[:, j] = half_sum(e)
-            e[j] = 0.0
+        with np.errstate(over="ignore", invalid="ignore"):
+            for j in range(n):
+                e[j] = 1.0
+                mat[:, j] = half_sum(e)
+                e[j] = 0.0
+        if not np.all(np.isfinite(mat)):  # the rescaled operator leaves the float range
+            return math.nan
         return float(np.linalg.eigvalsh(sym(mat))[-1])
     start = op.to_coords(np.eye(r))
     with arpack_products(half_sum) as product:

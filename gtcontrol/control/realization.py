@@ -136,18 +136,27 @@ def _min_norm_split(
     if not np.any(g):
         g[0] = 0.5 * math.sqrt(sv[0] / lam)  # leave the saddle at 0 along the top pair
     v, b = u * g, g[:, None] * wt
-    f_old = objective(v, b)
-    for _ in range(2000):
-        vs = v @ cov
-        b = np.linalg.solve(vs.T @ vs + eye, vs.T @ m_mat)
-        sb = cov @ b
-        v = np.linalg.solve(sb @ sb.T + np.outer(m, m) + eye, (m_mat @ sb.T + np.outer(c, m)).T).T
-        f_new = objective(v, b)
-        if f_old - f_new <= 1e-13 * max(f_new, 1e-300):
-            break
-        f_old = f_new
-    if objective(v, b) >= objective(np.zeros((d, d)), np.zeros((d, d))):
-        return np.zeros((d, d)), np.zeros((d, d))
+    zero = np.zeros((d, d))
+    # the products square the data: past ~1e150 they leave the float range, and V = B = 0
+    # (the feed-forward alone realizes M and c) is the answer kept
+    with np.errstate(over="ignore", invalid="ignore"):
+        f_old = objective(v, b)
+        try:
+            for _ in range(2000):
+                vs = v @ cov
+                b = np.linalg.solve(vs.T @ vs + eye, vs.T @ m_mat)
+                sb = cov @ b
+                lhs = sb @ sb.T + np.outer(m, m) + eye
+                v = np.linalg.solve(lhs, (m_mat @ sb.T + np.outer(c, m)).T).T
+                f_new = objective(v, b)
+                if f_old - f_new <= 1e-13 * max(f_new, 1e-300):
+                    break
+                f_old = f_new
+        except np.linalg.LinAlgError:
+            return zero, zero
+        best = objective(v, b)
+        if not math.isfinite(best) or best >= objective(zero, zero):
+            return zero, zero
     return v, b
 
 
@@ -475,6 +484,22 @@ def exact_layer_steering(
     check_reachable(initial, target, mode=mode)
     t_hor = as_positive_float("T", T)
     n = check_n_layers(n_layers)
+    try:
+        with np.errstate(over="ignore", invalid="ignore"):  # refused below if it overflows
+            return _exact_schedule(initial, target, t_hor, n, mode)
+    except InvalidParametersError as exc:
+        if not str(exc).startswith(("A:", "b:", "V:", "B:")):
+            raise
+        raise InvalidParametersError(
+            f"T: the exact layers for depth T = {t_hor:g} are not representable in float64 "
+            f"({exc}); rescale the depth"
+        ) from None
+
+
+def _exact_schedule(
+    initial: Gaussian, target: Gaussian, t_hor: float, n: int, mode: str
+) -> Schedule:
+    """:func:`exact_layer_steering`'s schedule, its arguments checked."""
     if mode == "attention":
         return Schedule(_attention_layers(initial, target, t_hor, n), t_hor)
     if general_position(initial, target):

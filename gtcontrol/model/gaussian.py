@@ -271,12 +271,14 @@ class Gaussian(Displayable):
             return math.inf
         c = np.linalg.cholesky(other.cov)
         solve = np.linalg.solve
-        a = solve(c, self.cov)
-        a = solve(c, a.T)  # L^{-1} Σ0 L^{-T}
-        dm = solve(c, other.mean - self.mean)
-        _, logdet0 = np.linalg.slogdet(self.cov)
-        logdet1 = 2.0 * float(np.sum(np.log(np.diag(c))))
-        return 0.5 * float(np.trace(a) + dm @ dm - self.dim + logdet1 - logdet0)
+        with np.errstate(over="ignore", invalid="ignore"):  # a divergence past floats is inf
+            a = solve(c, self.cov)
+            a = solve(c, a.T)  # L^{-1} Σ0 L^{-T}
+            dm = solve(c, other.mean - self.mean)
+            _, logdet0 = np.linalg.slogdet(self.cov)
+            logdet1 = 2.0 * float(np.sum(np.log(np.diag(c))))
+            kl = 0.5 * float(np.trace(a) + dm @ dm - self.dim + logdet1 - logdet0)
+        return kl if not math.isnan(kl) else math.inf
 
     def _check_same_dim(self, other: Gaussian, name: str) -> None:
         if not isinstance(other, Gaussian):

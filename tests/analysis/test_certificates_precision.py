@@ -133,3 +133,20 @@ def test_planted_cases_are_equilibria_of_their_float_layers():
         s, a, r = case.S, case.A, case.R
         res = a @ s + s @ a.T - s @ r @ s
         assert np.linalg.norm(res) <= 1e-13 * np.linalg.norm(s @ r @ s)
+
+
+def test_an_ill_conditioned_start_near_its_blow_up_keeps_a_true_certified_prefix():
+    """The fourth hostile review: ``A = 0``, ``V = B = I``, ``Σ0 = diag(1, 1e-8)`` blows up at
+    exactly ``T* = 1/2`` (``σ' = 2σ²`` on each axis). The march's normwise rounding bound
+    reaches order one within 1e-9 of it, so it stops ``undetermined``; what it certifies holds
+    and the message no longer says that the floats do not decide. ``simulate`` finds T*."""
+    layer = gt.Layer(B=np.eye(2), V=1.0, dim=2)
+    g0 = gt.Gaussian(np.zeros(2), np.diag([1.0, 1e-8]))
+    blow = gt.blowup_analysis(layer, g0)
+    assert blow.lower <= 0.5 and blow.lower > 0.5 - 1e-8
+    if blow.status is gt.Status.BLOWUP:  # a tighter bound one day: then the bracket holds
+        assert blow.lower <= 0.5 <= blow.upper
+    else:
+        assert blow.status is gt.Status.FAILED and blow.stats["undetermined"]
+        assert "ill-conditioned" in blow.message and "simulate()" in blow.message
+    assert gt.simulate(layer, g0, 1.0).blowup_time == pytest.approx(0.5, rel=1e-10)

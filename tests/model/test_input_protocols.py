@@ -9,6 +9,7 @@ kept its time limit only after seconds of set-up (the fourth hostile review, 202
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -323,3 +324,85 @@ def test_a_kalman_flow_that_overflows_at_once_fails_without_warnings() -> None:
         flow = kalman_covariance(data, 1e149 * np.eye(2), [0.0, 0.5, 1.0])
     assert flow.status is Status.FAILED
     assert np.isnan(flow.cov[1:]).all() and flow.cov[0, 0, 0] == 1e149
+
+
+# -- layers at the edge of the accepted magnitudes: answers, not warnings ------------------------
+
+_HUGE = Layer(A=1e149 * np.array([[0.3, -0.4], [0.4, 0.2]]), B=np.eye(2), V=-1.0)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: gt.equilibria(_HUGE),
+        lambda: gt.solve_bernoulli(gt.riccati_form(_HUGE)),
+        lambda: gt.blowup_analysis(Layer(A=-1e149 * np.eye(2), B=0.1 * np.eye(2), V=0.5), G0),
+        lambda: gt.design_certificate(
+            Layer(A=-np.eye(2), B=np.eye(2), V=-0.5), (np.zeros(2), 1e-300 * np.eye(2))
+        ),
+        lambda: Gaussian(1e149 * np.ones(2), 1e149 * np.eye(2)).kl_divergence(
+            Gaussian(np.zeros(2), 1e-300 * np.eye(2))
+        ),
+    ],
+    ids=["equilibria", "solve_bernoulli", "blowup_analysis", "design_certificate", "kl"],
+)
+def test_magnitudes_at_the_edge_give_answers_without_warnings(call: Callable[[], Any]) -> None:
+    """slycot casts the eigenvalues it returns to complex64 (an overflow past 3.4e38); a norm
+    of a 1e-300 target underflowed to a division by zero; a divergence past the float range
+    overflowed: each printed numpy's RuntimeWarning on the user's terminal."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = call()
+    if isinstance(out, float):
+        assert out == math.inf
+
+
+@pytest.mark.parametrize(
+    ("m_mat", "c"),
+    [(-np.eye(2), np.array([1e149, 1e149])), (np.full((2, 2), 1e149), np.array([1.0, -0.5]))],
+    ids=["c", "M"],
+)
+def test_realize_at_the_edge_keeps_the_feed_forward_realization(
+    m_mat: np.ndarray, c: np.ndarray
+) -> None:
+    """The minimum-norm head split squares the data and raised ``LinAlgError`` past the float
+    range; the split V = B = 0 (the feed-forward alone) realizes ``M, c`` exactly."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        layer = gt.realize(m_mat, c, G0)
+    got_m, got_c = affine_velocity(layer, np.asarray(G0.mean), np.asarray(G0.cov))
+    np.testing.assert_allclose(got_m, m_mat, rtol=1e-12)
+    np.testing.assert_allclose(got_c, c, rtol=1e-12)
+
+
+def test_stabilize_past_the_float_range_fails_with_a_reason() -> None:
+    """The numerical abscissa's eigensolver met an infinite matrix (``LinAlgError``)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        res = gt.stabilize(_HUGE, Gaussian(np.zeros(2), 1e-300 * np.eye(2)), time_limit=2.0)
+    assert res.status is Status.FAILED and res.message
+
+
+@pytest.mark.parametrize(
+    ("call", "name"),
+    [
+        (
+            lambda: gt.design_mean_matching(Gaussian([1.0, -0.5], 1e-300 * np.asarray(G0.cov))),
+            "target",
+        ),
+        (lambda: gt.exact_layer_steering(G0, Gaussian(np.zeros(2), np.eye(2)), 1e-300), "T"),
+        (
+            lambda: gt.exact_layer_steering(
+                G0, Gaussian(np.zeros(2), np.eye(2)), 1e300, n_layers=2
+            ),
+            "T",
+        ),
+        (lambda: gt.compare_filter(Layer(A=-np.eye(2), B=np.eye(2), V=-1.0), G0, T=1e300), "T"),
+    ],
+    ids=["design-target", "steer-T-small", "steer-T-large", "compare_filter-T"],
+)
+def test_a_refusal_names_the_users_input_not_an_internal_matrix(
+    call: Callable[[], Any], name: str
+) -> None:
+    """They named the internal ``B``, ``A``, ``b`` or ``times`` the input became."""
+    assert _refused(call, name).startswith(f"{name}:")

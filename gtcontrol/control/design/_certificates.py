@@ -151,7 +151,10 @@ def _riccati_evidence(layer: Layer, form: RiccatiForm, s: FloatArray, residual: 
     eqs = equilibria(layer, cross_check=False)
     if eqs.success and len(eqs) == 1:
         eq = eqs[0]
-        gap = float(np.linalg.norm(eq.cov - s) / np.linalg.norm(s))
+        top = float(np.max(np.abs(s)))  # scaled: ‖Σ‖ of a 1e-300 target underflows to 0
+        with np.errstate(over="ignore"):  # a gap past the float range is inf, as it should be
+            diff = np.linalg.norm((eq.cov - s) / top) if top else math.inf
+            gap = float(diff / np.linalg.norm(s / top)) if top else math.inf
     else:
         eq = equilibrium_at(layer, s)
         reasons.append(f"slycot: {eqs.message}")

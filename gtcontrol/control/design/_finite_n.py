@@ -58,6 +58,7 @@ from ..._linalg import FloatArray
 from ..._status import DEFAULT_MAX_EVALS, Budget, Outcome, ResultFields, Status
 from ..._validation import (
     as_choice,
+    as_depth,
     as_float_dtype,
     as_nonnegative_float,
     as_positive_float,
@@ -527,7 +528,7 @@ class _TokenCheckOptions:
         if as_positive_int("n_tokens", self.n_tokens, maximum=MAX_TOKENS) < 2:
             raise InvalidParametersError(f"n_tokens: expected at least 2, got {self.n_tokens!r}")
         if self.T is not None:
-            as_positive_float("T", self.T)
+            as_depth("T", self.T)
         if self.steps is not None:
             as_positive_int("steps", self.steps, maximum=_MAX_STEPS)
         as_choice("method", self.method, _METHODS)

@@ -168,7 +168,13 @@ def constructive_layer(
         a_mat = a_mat + s_omega
         bias = bias - s_omega @ target.mean
     b_mat = (a / rate) * omega
-    return Layer(a_mat, B=b_mat, V=-rate, b=bias)
+    try:
+        return Layer(a_mat, B=b_mat, V=-rate, b=bias)
+    except InvalidParametersError as exc:  # the user's target, not an internal matrix, is why
+        raise InvalidParametersError(
+            f"target: the constructive layer for it is not representable in float64 (its "
+            f"A = aI + SΣ*⁻¹, B = a Σ*⁻¹/rate, b = rate·m* − SΣ*⁻¹m*: {exc})"
+        ) from None
 
 
 def check_rotation(rotation: Any, d: int) -> FloatArray | None:

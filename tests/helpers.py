@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import numpy as np
+import pytest
 from scipy.integrate import solve_ivp
 
-from gtcontrol import Layer, token_velocity
+from gtcontrol import GTControlError, InvalidParametersError, Layer, token_velocity
 
 #: The ``[initial]`` and ``[layer]`` tables of the sweep designs (tests/cli/test_sweep.py, its
 #: hostile reproducer there, benchmarks/bench_sweep.py): a rotation (A has eigenvalues ±i) with
@@ -188,3 +190,18 @@ def busy_processes(count: int = 2) -> Iterator[None]:
             hog.join(timeout=5.0)
             if hog.is_alive():
                 hog.kill()
+
+
+def refused(
+    call: Callable[[], Any], name: str, error: type[GTControlError] = InvalidParametersError
+) -> str:
+    """``call()`` raises ``error`` naming ``name`` before its colon, with no warning shown on
+    the way; the message (the contract's "bad input raises, naming the input")."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(error) as info:
+            call()
+    message = str(info.value)
+    assert name in message.split(":")[0], message
+    assert not caught, [str(w.message) for w in caught]
+    return message

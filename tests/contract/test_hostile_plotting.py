@@ -16,31 +16,16 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers import refused
 from matplotlib.figure import Figure
 
 from gtcontrol import Gaussian, Layer, simulate
 from gtcontrol._result_file import OutputError
-from gtcontrol.errors import GTControlError, InvalidParametersError
 from gtcontrol.plotting import core, steering
 
 G2 = Gaussian([1.0, -0.5], [[1.0, 0.3], [0.3, 0.5]])
 TRAJ = simulate(Layer(A=-np.eye(2)), G2, T=1.0, n_points=5)
 CLOUD = np.random.default_rng(0).standard_normal((20, 2))
-
-
-def refused(
-    call: Callable[[], Any], name: str, error: type[GTControlError] = InvalidParametersError
-) -> str:
-    """``call()`` raises ``error`` naming ``name`` before its colon, and no warning."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        with pytest.raises(error) as info:
-            call()
-    assert isinstance(info.value, GTControlError)
-    message = str(info.value)
-    assert name in message.split(":")[0], message
-    assert not caught, [str(w.message) for w in caught]
-    return message
 
 
 def quiet(call: Callable[[], Any]) -> Any:

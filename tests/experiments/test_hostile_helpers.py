@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers import refused
 
 from gtcontrol import Gaussian, Layer, newton_equilibrium
-from gtcontrol.errors import GTControlError, InvalidParametersError
 from gtcontrol.experiments import ledoit_wolf, mardia, sliced_wasserstein, text_target
 
 BAD_SAMPLES = {
@@ -42,20 +42,6 @@ HELPERS: dict[str, tuple[Callable[[Any], Any], str]] = {
     ),
     "mardia": (mardia, "samples"),
 }
-
-
-def refused(call: Callable[[], Any], name: str) -> str:
-    """``call()`` raises an InvalidParametersError naming ``name`` before its colon, and no
-    warning; the message."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        with pytest.raises(InvalidParametersError) as info:
-            call()
-    assert isinstance(info.value, GTControlError)
-    message = str(info.value)
-    assert name in message.split(":")[0], message
-    assert not caught, [str(w.message) for w in caught]
-    return message
 
 
 @pytest.mark.parametrize("bad", sorted(BAD_SAMPLES))

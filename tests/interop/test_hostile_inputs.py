@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers import refused
 
 from gtcontrol import Layer
-from gtcontrol.errors import GTControlError, InvalidParametersError
 from gtcontrol.interop import (
     AttentionWeights,
     ExtractedLayer,
@@ -43,20 +43,6 @@ def _parts() -> tuple[LayerNormWeights, FeedForwardWeights, ExtractedLayer, Extr
 LN, FFN, LAY, MODEL = _parts()
 TOKENS = np.random.default_rng(1).standard_normal((5, D))
 EYE = np.eye(D)
-
-
-def refused(call: Callable[[], Any], name: str) -> str:
-    """``call()`` raises an InvalidParametersError naming ``name`` before its colon, and no
-    warning; the message."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        with pytest.raises(InvalidParametersError) as info:
-            call()
-    assert isinstance(info.value, GTControlError)
-    message = str(info.value)
-    assert name in message.split(":")[0], message
-    assert not caught, [str(w.message) for w in caught]
-    return message
 
 
 @pytest.mark.parametrize("eps", ["x", None, 10**400, -1.0, float("nan"), float("inf"), 1j])

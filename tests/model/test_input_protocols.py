@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import allowed, timed
+from helpers import allowed, refused, timed
 
 import gtcontrol as gt
 from gtcontrol import (
@@ -41,15 +41,8 @@ TOKENS = G0.sample(32, seed=0)
 
 
 def _refused(call: Callable[[], Any], name: str) -> str:
-    """The message of the :class:`GTControlError` that ``call`` raises; it names ``name``, and
-    no warning was shown on the way."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        with pytest.raises(GTControlError) as info:
-            call()
-    assert name in str(info.value), str(info.value)
-    assert not caught, [str(w.message) for w in caught]
-    return str(info.value)
+    """:func:`helpers.refused` with any :class:`GTControlError` (a Gaussian's own)."""
+    return refused(call, name, GTControlError)
 
 
 # -- horizons: a subnormal positive number is refused ------------------------------------------

@@ -22,6 +22,7 @@ import os
 import re
 import secrets
 import shutil
+import stat
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -135,8 +136,10 @@ def _stem(out: Path) -> str:
 
 
 def _scratch_pattern(out: Path) -> re.Pattern[str]:
-    """Names of the hidden siblings of ``out`` made by a run: the pid is group 1."""
-    return re.compile(rf"\.{re.escape(_stem(out))}\.(?:tmp|old)-(\d+)(?:-[0-9a-f]+)?")
+    """Names of the hidden siblings of ``out`` made by a run: the pid is group 1. Only the
+    exact form :func:`_make_scratch` writes, with its 8 random hex digits: a user's
+    ``.OUT.old-20240101`` is not one."""
+    return re.compile(rf"\.{re.escape(_stem(out))}\.(?:tmp|old)-(\d+)-[0-9a-f]{{8}}")
 
 
 def pid_alive(pid: int) -> bool:
@@ -233,12 +236,33 @@ def _foreign_files(out: Path) -> list[str]:
 
 
 def _check_replaceable(out: Path) -> None:
-    """Raise :class:`OutputError` unless ``out`` is absent, empty or a previous output."""
+    """Raise :class:`OutputError` unless ``out`` is absent, empty or a previous output that
+    the user left writable (a write-protected one is theirs to keep, as ``rm -r`` asks)."""
     if not os.path.lexists(out):
         return
     if not out.is_dir():
         raise OutputError(f"output: {show_path(out)} exists and is not a directory")
+    if not os.access(out, os.W_OK):
+        raise OutputError(
+            f"output: {show_path(out)} is write-protected; make it writable to replace it, "
+            "or choose another -o directory"
+        )
     refuse_foreign(out, _foreign_files(out), "gtcontrol")
+
+
+def _take_over_mode(tmp: Path, out: Path) -> None:
+    """Give ``tmp`` the permissions (and, where allowed, the group) of the ``out`` it replaces:
+    a private (0700) or group-shared (setgid) folder the user prepared stays so."""
+    try:
+        st = os.stat(out)
+    except OSError:
+        return
+    try:
+        if st.st_gid != os.stat(tmp).st_gid:
+            os.chown(tmp, -1, st.st_gid)
+    except OSError:  # not a member of that group: the mode is still kept
+        pass
+    os.chmod(tmp, stat.S_IMODE(st.st_mode))
 
 
 def refuse_foreign(out: Path, foreign: list[str], writer: str) -> None:
@@ -340,6 +364,7 @@ def _put_in_place(tmp: Path, out: Path) -> None:
         os.rename(tmp, out)
         return
     _check_replaceable(out)  # again: files may have been added while the run was working
+    _take_over_mode(tmp, out)
     if _exchange(tmp, out):
         shutil.rmtree(tmp, ignore_errors=True)  # tmp now holds the previous output
         return
@@ -392,9 +417,11 @@ def atomic_outdir(outdir: str | Path) -> Iterator[Path]:
     except OutputError:
         raise
     except OSError as exc:
-        raise OutputError(
-            f"output: cannot create {show_path(out)} ({exc.strerror or exc})"
-        ) from None
+        blocker = next(
+            (p for p in reversed(out.parents) if os.path.lexists(p) and not p.is_dir()), None
+        )
+        why = f"{show_path(blocker)} is a file, not a folder" if blocker else exc.strerror or exc
+        raise OutputError(f"output: cannot create {show_path(out)} ({why})") from None
     try:
         yield tmp
         _put_in_place(tmp, out)

@@ -360,9 +360,30 @@ def _main(argv: Sequence[str] | None) -> int:
             print(line, file=sys.stderr)
     if out is None:
         return 0
-    if not quiet:
-        print_summary(out, rich=_is_terminal(sys.stdout))
-    print(f"gtcontrol: wrote {out}/result.json")
+    return _report(out, quiet=quiet)
+
+
+def _report(out: Path, *, quiet: bool) -> int:
+    """Print the summary of the run written to ``out`` and where it went. A reader that left
+    (``| head``) ends it quietly with 0: the output is written; a standard output that cannot
+    be written (a full disk) gets one line on stderr and 2."""
+    try:
+        if not quiet:
+            print_summary(out, rich=_is_terminal(sys.stdout))
+        print(f"gtcontrol: wrote {out}/result.json")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Python flushes stdout again at exit: point it at /dev/null so that does not fail too
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except OSError as exc:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        print(
+            f"gtcontrol: error: the run was written to {out}, but its summary could not be "
+            f"written to standard output ({exc.strerror or exc})",
+            file=sys.stderr,
+        )
+        return 2
     return 0
 
 

@@ -322,7 +322,7 @@ def _read_text(p: Path) -> str:
     if len(data) > MAX_DESIGN_BYTES:
         raise DesignFileError(f"{p}: design file is larger than {MAX_DESIGN_BYTES} bytes")
     try:
-        return data.decode("utf-8")
+        return data.decode("utf-8-sig")  # a byte-order mark (Windows editors write one) is dropped
     except UnicodeDecodeError as exc:
         raise DesignFileError(f"{p}: design file is not UTF-8 text ({exc.reason})") from None
 

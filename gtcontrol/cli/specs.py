@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from ..analysis.compare import DEFAULT_MAX_WORK
+
 __all__ = ["BASE_OPTIONS", "SPECS", "SWEEP_AXES", "Option", "TaskSpec", "range_values"]
 
 
@@ -408,6 +410,12 @@ SPECS: dict[str, TaskSpec] = {
                 20,
                 _at_most(10**6),
                 "token steps per layer for rk4/discrete (not DOP853/RK45)",
+            ),
+            "max_work": Option(
+                int,
+                DEFAULT_MAX_WORK,
+                _at_most(10**15),
+                "token pairs (N² per field evaluation) the comparison may spend",
             ),
         },
         summary="token-level Transformer vs moment ODE, error against N",

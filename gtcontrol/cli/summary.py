@@ -114,6 +114,12 @@ def _file_entries(names: list[str]) -> list[str]:
     return entries
 
 
+def _printable(text: str) -> str:
+    """``text`` on one line with its control characters shown as escapes: a design file's
+    title must not set the terminal's window title, clear the screen or break the heading."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def print_summary(outdir: Path, *, rich: bool, stream: TextIO | None = None) -> None:
     """Print the summary of the run written to ``outdir`` (nothing if it cannot be read).
 
@@ -133,9 +139,9 @@ def print_summary(outdir: Path, *, rich: bool, stream: TextIO | None = None) -> 
         return
     if not isinstance(result, dict):
         return
-    rows = summary_rows(result, Path(outdir))
+    rows = [(_printable(n), _printable(v)) for n, v in summary_rows(result, Path(outdir))]
     title = result.get("title")
-    heading = f"gtcontrol: {title}" if isinstance(title, str) and title else "gtcontrol"
+    heading = f"gtcontrol: {_printable(title)}" if isinstance(title, str) and title else "gtcontrol"
     if rich:
         from rich.console import Console
         from rich.table import Table

@@ -243,6 +243,7 @@ def _run_compare_tokens(design: Design, out: Path) -> dict[str, Any]:
         seed=design.seed,
         method=method,
         steps_per_layer=steps,
+        max_work=o["max_work"],
         time_limit=run.solver_limit(3),
     )
     figures = _compare_figures(design, cmp, out, run)

@@ -525,11 +525,88 @@ def test_stale_temporaries_of_dead_runs_are_removed(tmp_path: Path) -> None:
     stale = tmp_path / f".out.tmp-{dead_pid}-0badcafe"
     stale.mkdir()
     (stale / "moments.png").write_bytes(b"half")
-    (tmp_path / f".out.old-{dead_pid}").mkdir()
+    (tmp_path / f".out.old-{dead_pid}-12345678").mkdir()
     alive = tmp_path / ".out.tmp-1-00000000"  # pid 1 is alive: another run may own it
     alive.mkdir()
+    # names a run never writes (no 8 random hex digits) are the user's: a dated backup stays
+    backups = [tmp_path / ".out.old-20240101", tmp_path / f".out.tmp-{dead_pid}"]
+    for folder in backups:
+        folder.mkdir()
+        (folder / "result_backup.json").write_text("mine")
     assert main(["run", str(design), "-o", str(tmp_path / "out")]) == 0
-    assert sorted(p.name for p in tmp_path.iterdir()) == [alive.name, "d.toml", "out"]
+    kept = sorted([alive.name, "d.toml", "out", *(b.name for b in backups)])
+    assert sorted(p.name for p in tmp_path.iterdir()) == kept
+    assert all((b / "result_backup.json").read_text() == "mine" for b in backups)
+
+
+@pytest.mark.parametrize("mode", [0o700, 0o2770])
+def test_a_prepared_output_folder_keeps_its_permissions(tmp_path: Path, mode: int) -> None:
+    """A private (0700) or group-shared (setgid) folder the user prepared was swapped for one
+    made with the umask (0755): private results became readable by everyone."""
+    import os
+    import stat
+
+    design = tmp_path / "d.toml"
+    design.write_text(BASE + "\n[simulate]\ntokens = 0\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    os.chmod(out, mode)
+    for _ in range(2):  # the empty folder, then the previous output
+        assert main(["run", str(design), "-o", str(out), "-q"]) == 0
+        assert stat.S_IMODE(out.stat().st_mode) == mode
+
+
+@pytest.mark.skipif(
+    not hasattr(__import__("os"), "geteuid") or __import__("os").geteuid() == 0,
+    reason="root may write into any folder",
+)
+def test_a_write_protected_output_is_refused_not_replaced(tmp_path: Path, capsys) -> None:
+    """It was exchanged away and its copy left in a hidden folder that could not be removed."""
+    import os
+
+    design = tmp_path / "d.toml"
+    design.write_text(BASE + "\n[simulate]\ntokens = 0\n")
+    out = tmp_path / "out"
+    assert main(["run", str(design), "-o", str(out), "-q"]) == 0
+    os.chmod(out, 0o555)
+    try:
+        capsys.readouterr()
+        assert main(["run", str(design), "-o", str(out), "-q"]) == 2
+        assert "write-protected" in _one_error_line(capsys.readouterr().err)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["d.toml", "out"]
+    finally:
+        os.chmod(out, 0o755)
+
+
+@pytest.mark.parametrize(("stdout", "code"), [("closed pipe", 0), ("/dev/full", 2)])
+def test_a_standard_output_that_cannot_be_written_gets_no_traceback(
+    tmp_path: Path, stdout: str, code: int
+) -> None:
+    """``| head`` that has left, or a full disk: the output is written either way; a reader
+    that left ends the run quietly, a full disk gets one line (was a traceback, status 1)."""
+    import os
+
+    if stdout == "/dev/full" and not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full here")
+    design = tmp_path / "d.toml"
+    design.write_text(BASE + "\n[simulate]\ntokens = 0\n")
+    cmd = [sys.executable, "-m", "gtcontrol", "run", str(design), "-o", str(tmp_path / "out")]
+    if stdout == "/dev/full":
+        with open("/dev/full", "w") as sink:
+            proc = subprocess.run(cmd, stdout=sink, stderr=subprocess.PIPE, text=True)
+        err = proc.stderr
+    else:
+        read, write = os.pipe()
+        os.close(read)  # the reader has left before the summary is written
+        try:
+            proc = subprocess.run(cmd, stdout=write, stderr=subprocess.PIPE, text=True)
+        finally:
+            os.close(write)
+        err = proc.stderr
+    assert proc.returncode == code, err
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == (code != 0)
+    assert (tmp_path / "out" / "result.json").exists()
 
 
 _SLOW_RUN = """
@@ -806,3 +883,51 @@ def test_a_design_file_that_is_a_directory_is_named(tmp_path: Path, capsys: Any)
     assert main(["run", str(folder), "-o", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"gtcontrol: error: {folder}: is a directory, not a design file"]
+
+
+def test_a_design_file_with_a_byte_order_mark_runs(tmp_path: Path) -> None:
+    """Windows editors write one; it read as 'Invalid statement (at line 1, column 1)'."""
+    design = tmp_path / "d.toml"
+    design.write_bytes(b"\xef\xbb\xbf" + (BASE + "\n[simulate]\ntokens = 0\n").encode())
+    assert main(["run", str(design), "-o", str(tmp_path / "out"), "-q"]) == 0
+
+
+def test_a_title_cannot_drive_the_terminal(tmp_path: Path, capsys) -> None:
+    """Escape sequences of a design's title (window title, clear screen, colours) and its
+    newlines reached the terminal raw through the summary's heading."""
+    design = tmp_path / "d.toml"
+    title = "owned\\u001b]0;pwn\\u0007\\u001b[2Jred\\nsecond line"
+    design.write_text(f'title = "{title}"\n' + BASE + "\n[simulate]\ntokens = 0\n")
+    assert main(["run", str(design), "-o", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out
+    heading = out.splitlines()[0]
+    assert heading.startswith("gtcontrol: owned") and "\\x1b[2J" in heading
+    assert "second line" in heading  # the newline is shown, not obeyed
+
+
+def test_an_output_below_a_file_names_the_file(tmp_path: Path, capsys) -> None:
+    """It said 'cannot create f/sub (File exists)', though f/sub does not exist."""
+    design = tmp_path / "d.toml"
+    design.write_text(BASE + "\n[simulate]\ntokens = 0\n")
+    (tmp_path / "f").write_text("mine")
+    assert main(["run", str(design), "-o", str(tmp_path / "f" / "sub")]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert "f is a file, not a folder" in line
+    assert (tmp_path / "f").read_text() == "mine"
+
+
+def test_compare_tokens_takes_the_max_work_its_refusal_advises(tmp_path: Path, capsys) -> None:
+    """The refusal said 'raise max_work', a key the design file refused as unknown."""
+    design = tmp_path / "d.toml"
+    body = BASE.replace('task = "simulate"', 'task = "compare-tokens"')
+    design.write_text(
+        body + "\n[compare-tokens]\nn_tokens = [64, 128]\nrepeats = 1\nmax_work = 1000\n"
+    )
+    assert main(["run", str(design), "-o", str(tmp_path / "out")]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert "max_work" in line and "unknown key" not in line
+    design.write_text(
+        body + "\n[compare-tokens]\nn_tokens = [64, 128]\nrepeats = 1\nmax_work = 10000000000\n"
+    )
+    assert main(["run", str(design), "-o", str(tmp_path / "out"), "-q"]) == 0

@@ -148,6 +148,33 @@ class Design:
     started: float | None = field(default=None, repr=False)
     base: Layer | Schedule | ModelBase | None = None
 
+    def refuse_unread(self, reads: tuple[str, ...]) -> None:
+        """Raise :class:`DesignFileError` naming the first section the task would ignore."""
+        given = {
+            "initial": self.initial,
+            "target": self.target,
+            "model": self.model,
+            "T": self.T,
+            "n_layers": self.n_layers,
+        }
+        for name, value in given.items():
+            if value is None or name in reads:
+                continue
+            where = {
+                "model": "[layer] or [[schedule]]",
+                "T": "'horizon.T'",
+                "n_layers": "'horizon.n_layers'",
+            }.get(name, f"[{name}]")
+            hint = (
+                f"its own depth is '{self.task}.T'"
+                if name == "T" and "T" in self.options
+                else "remove it"
+            )
+            raise DesignFileError(
+                f"{self.source}: {where} is not read by task {self.task!r}, which would ignore "
+                f"it; {hint}"
+            )
+
     def require(self, *names: str) -> None:
         """Raise :class:`DesignFileError` naming the first missing section among ``names``."""
         for name in names:
@@ -434,6 +461,7 @@ def parse_design(text: str, *, source: str = "<string>") -> Design:
         base=base,
     )
     design.require(*spec.needs)
+    design.refuse_unread(spec.reads)
     return design
 
 

@@ -51,6 +51,9 @@ class TaskSpec:
     ----------
     needs
         Design sections that must be present (``"initial"``, ``"target"``, ``"model"``, ``"T"``).
+    reads
+        The sections it also reads when present (``"n_layers"`` too); a design that gives one
+        a task neither needs nor reads is refused, naming it (it would be silently ignored).
     options
         The task's options by name (the keys of its ``[<task>]`` table).
     summary
@@ -65,6 +68,11 @@ class TaskSpec:
     options: Mapping[str, Option] = field(default_factory=dict)
     summary: str = ""
     check: Callable[[Mapping[str, Any], Mapping[str, Any]], str | None] | None = None
+    reads: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        # every section a task needs is one it reads
+        object.__setattr__(self, "reads", tuple(dict.fromkeys((*self.needs, *self.reads))))
 
 
 def _positive(x: Any) -> str | None:
@@ -431,6 +439,7 @@ SPECS: dict[str, TaskSpec] = {
     ),
     "steer": TaskSpec(
         needs=("T",),
+        reads=("initial", "target", "model", "n_layers"),
         options={
             "mode": Option(
                 str,
@@ -473,6 +482,7 @@ SPECS: dict[str, TaskSpec] = {
     ),
     "design": TaskSpec(
         needs=("target",),
+        reads=("initial", "model", "T"),
         options={
             "rate": Option(float, 1.0, _positive, "mean convergence rate |v|"),
             "cov_rate": Option(float, 0.0, _nonneg, "covariance rate (0: twice the rate)"),
@@ -501,6 +511,7 @@ SPECS: dict[str, TaskSpec] = {
     ),
     "stabilize": TaskSpec(
         needs=(),
+        reads=("initial", "model", "target"),
         options={
             "model": Option(
                 str,
@@ -538,6 +549,7 @@ SPECS: dict[str, TaskSpec] = {
     ),
     "filter": TaskSpec(
         needs=("initial", "T"),
+        reads=("model",),
         options={
             "F": Option(list, None, None, "filter drift (instead of [layer])"),
             "H": Option(list, None, None, "observation matrix"),
@@ -607,6 +619,7 @@ SPECS: dict[str, TaskSpec] = {
     ),
     "sweep": TaskSpec(
         needs=("initial", "model"),
+        reads=("T",),
         options={
             "run": Option(
                 str,

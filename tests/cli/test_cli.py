@@ -931,3 +931,34 @@ def test_compare_tokens_takes_the_max_work_its_refusal_advises(tmp_path: Path, c
         body + "\n[compare-tokens]\nn_tokens = [64, 128]\nrepeats = 1\nmax_work = 10000000000\n"
     )
     assert main(["run", str(design), "-o", str(tmp_path / "out"), "-q"]) == 0
+
+
+@pytest.mark.parametrize(
+    ("task", "extra", "named"),
+    [
+        ("simulate", "[target]\nmean = [0.0, 0.0]\ncov = [[1.0, 0.0], [0.0, 1.0]]\n", "[target]"),
+        ("analyze", "", "'horizon.T'"),
+        ("simulate", "", None),
+    ],
+)
+def test_a_section_the_task_would_ignore_is_refused(
+    tmp_path: Path, task: str, extra: str, named: str | None
+) -> None:
+    """``analyze`` ran to its own depth 10 with the user's ``[horizon] T = 1`` ignored, and a
+    ``[target]`` in ``simulate`` was accepted and unused; ``[base]`` was already refused."""
+    text = BASE.replace('task = "simulate"', f'task = "{task}"') + extra
+    if named is None:
+        parse_design(text)  # what a task reads still parses
+        return
+    with pytest.raises(DesignFileError) as info:
+        parse_design(text, source="d.toml")
+    message = str(info.value)
+    assert message.startswith("d.toml: ") and named in message
+    assert "not read by task" in message
+    if task == "analyze":
+        assert "'analyze.T'" in message
+
+
+def test_the_experiment_task_refuses_a_layer() -> None:
+    with pytest.raises(DesignFileError, match=r"\[layer\] or \[\[schedule\]\] is not read"):
+        parse_design('task = "experiment"\n[layer]\nA = [[1.0]]\n')

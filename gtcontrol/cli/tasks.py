@@ -42,6 +42,7 @@ from .. import (
     stabilize,
     steer,
 )
+from .._output import check_length
 from .._status import Status, import_fits
 from .._validation import as_float_array
 from ..control.stabilization import Stabilization
@@ -1191,9 +1192,13 @@ def _run_model(design: Design, out: Path) -> dict[str, Any]:
 def map_rows_store(out: Path) -> Path:
     """Where the ``model`` task of the output folder ``out`` stores its rows as they finish:
     the sibling folder ``OUT.rows`` (the output folder itself is replaced atomically at the
-    end, so what a killed run finished must live beside it)."""
+    end, so what a killed run finished must live beside it). Its name, 5 bytes longer than
+    ``OUT``'s, is checked here, before a model is loaded: an :class:`OutputError` if the file
+    system cannot hold it."""
     out = Path(out)
-    return out.parent / f"{out.name or 'out'}.rows"
+    store = out.parent / f"{out.name or 'out'}.rows"
+    check_length(store)
+    return store
 
 
 def run_model(

@@ -962,3 +962,14 @@ def test_a_section_the_task_would_ignore_is_refused(
 def test_the_experiment_task_refuses_a_layer() -> None:
     with pytest.raises(DesignFileError, match=r"\[layer\] or \[\[schedule\]\] is not read"):
         parse_design('task = "experiment"\n[layer]\nA = [[1.0]]\n')
+
+
+def test_the_model_task_checks_its_rows_folder_name_before_loading(tmp_path: Path, capsys) -> None:
+    """``OUT.rows`` is 5 bytes longer than ``OUT``: a 253-byte name failed with 'File name too
+    long' only after the model had loaded (11–16 s)."""
+    design = Path(__file__).parents[2] / "designs" / "model.toml"
+    out = tmp_path / ("m" * 253)
+    assert main(["run", str(design), "-o", str(out), "-q"]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert ".rows" in line and "too long (258 bytes" in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

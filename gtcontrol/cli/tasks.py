@@ -46,7 +46,7 @@ from .._output import check_length
 from .._status import Status, import_fits
 from .._validation import as_float_array
 from ..control.stabilization import Stabilization
-from ..errors import DesignFileError
+from ..errors import DesignFileError, GTControlError
 from ._run_budget import (
     CONTROL_IMPORT_SECONDS,
     EXPERIMENTS_IMPORT_SECONDS,
@@ -1092,7 +1092,10 @@ def _run_filter(design: Design, out: Path) -> dict[str, Any]:
                 mats[k] = as_float_array(f"'filter.{k}'", o[k], ndim=2, error=DesignFileError)
             except DesignFileError as exc:
                 raise DesignFileError(f"{design.source}: {exc}") from None
-        layer = from_kalman(mats["F"], mats["H"], mats["R"], mats.get("Q"))
+        try:
+            layer = from_kalman(mats["F"], mats["H"], mats["R"], mats.get("Q"))
+        except GTControlError as exc:  # its names are the design's keys F, H, R, Q
+            raise DesignFileError(f"{design.source}: filter.{exc}") from None
     elif isinstance(design.model, Layer):
         layer = design.model
     else:

@@ -973,3 +973,16 @@ def test_the_model_task_checks_its_rows_folder_name_before_loading(tmp_path: Pat
     line = _one_error_line(capsys.readouterr().err)
     assert ".rows" in line and "too long (258 bytes" in line
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_a_filter_refusal_names_the_design_file_and_its_key(tmp_path: Path, capsys) -> None:
+    """It said 'R: expected ...': no file, and not the key 'filter.R' the user wrote."""
+    design = tmp_path / "d.toml"
+    design.write_text(
+        'task = "filter"\n[initial]\nmean = [0.0, 0.0]\ncov = [[1.0, 0.0], [0.0, 1.0]]\n'
+        "[horizon]\nT = 1.0\n[filter]\nF = [[-1.0, 0.0], [0.0, -1.0]]\n"
+        "H = [[1.0, 0.0], [0.0, 1.0]]\nR = [[1.0, 0.0], [0.0, -2.0]]\n"
+    )
+    assert main(["run", str(design), "-o", str(tmp_path / "out")]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert f"{design}: filter.R: " in line

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import multiprocessing
 import os
+import signal
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -67,7 +69,11 @@ def worker_version() -> str:
 @contextmanager
 def quiet_dask() -> Iterator[None]:
     """Keep dask's log lines (connection notes, shutdown chatter) off the terminal: what goes
-    wrong reaches the caller through the client and its futures."""
+    wrong reaches the caller through the client and its futures.
+
+    After a ``KeyboardInterrupt`` (Ctrl-C, or SIGTERM as ``gtcontrol`` handles it) they stay
+    off: the process is ending, and dask's threads may still be stopping a cluster whose close
+    timed out, logging as they go (``Nanny at ... closed``)."""
     logger = logging.getLogger("distributed")
     # dask's handler hangs here, but its config gives some children a level of their own
     # (distributed.client: warning), so the handler is quieted too
@@ -77,7 +83,13 @@ def quiet_dask() -> Iterator[None]:
         x.setLevel(logging.CRITICAL)
     try:
         yield
-    finally:
+    except KeyboardInterrupt:
+        raise
+    except BaseException:
+        for x, level in zip(quieted, levels, strict=True):
+            x.setLevel(level)
+        raise
+    else:
         for x, level in zip(quieted, levels, strict=True):
             x.setLevel(level)
 
@@ -178,31 +190,88 @@ def _worker_environ(env: Mapping[str, str] | None) -> Iterator[None]:
 
 @contextmanager
 def _local_client(dd: Any, n_workers: int, label: str, error: type[ClusterError]) -> Iterator[Any]:
-    """A client of a new local cluster whose workers start in the background; closed after."""
+    """A client of a new local cluster whose workers start in the background; closed after.
+
+    The cluster's threads are started with SIGINT blocked (:func:`_without_sigint`), so that
+    the worker processes they spawn never see the Ctrl-C meant for this process: it stops them
+    itself, through the ``finally`` blocks here, without a traceback from each worker.
+    """
+    cluster = client = None
+    before = set(multiprocessing.active_children())
     try:
-        cluster = dd.LocalCluster(
-            n_workers=0,
-            threads_per_worker=1,
-            processes=True,
-            # no dashboard; the scheduler's HTTP endpoint on a free local port (not 8787,
-            # which another cluster may hold)
-            dashboard_address="127.0.0.1:0",
-            scheduler_kwargs={"dashboard": False},
-            # the workers' own (a worker stopped while it starts or runs logs errors)
-            silence_logs=logging.CRITICAL,
-        )
-    except Exception as exc:
-        raise error(f"{label}: cannot start a local dask cluster ({exc})") from None
-    try:
-        client = dd.Client(cluster, set_as_default=False)  # before any worker: at once
-        cluster.scale(n_workers)  # returns at once; the workers join when they are up
-        try:
-            yield client
-        finally:
+        # a Ctrl-C that comes meanwhile is delivered at the end of this block, inside the try
+        with _without_sigint():
+            try:
+                cluster = _new_cluster(dd)
+            except Exception as exc:
+                raise error(f"{label}: cannot start a local dask cluster ({exc})") from None
+            client = dd.Client(cluster, set_as_default=False)  # before any worker: at once
+            cluster.scale(n_workers)  # returns at once; the workers join when they are up
+        yield client
+    except KeyboardInterrupt:
+        _kill_workers(before)
+        raise
+    finally:
+        if client is not None:
             with contextlib.suppress(Exception):
                 client.close(timeout=CLOSE_TIMEOUT)
+        if cluster is not None:
+            _close(cluster)
+
+
+def _kill_workers(before: set[Any]) -> None:
+    """Kill the worker processes started since ``before`` (:func:`multiprocessing.active_children`
+    then): an interrupted run does not wait for their tasks. A worker inside a long native call
+    (a layer of a model map) answers a graceful close only after it, and on a loaded machine
+    the close then ran past :data:`CLOSE_TIMEOUT` and the exit waited 10 s more for dask."""
+    for process in set(multiprocessing.active_children()) - before:
+        with contextlib.suppress(Exception):
+            process.kill()
+
+
+@contextmanager
+def _without_sigint() -> Iterator[None]:
+    """Block SIGINT in this thread for the block (then deliver one that came meanwhile).
+
+    The signal mask is inherited by the threads started in the block (dask's event loop, the
+    threads that spawn the worker processes) and by the processes they spawn, through their
+    ``exec`` (as :mod:`multiprocessing.resource_tracker` does for its own process): a Ctrl-C
+    at the terminal, sent to the whole process group, then reaches only this process, which
+    stops the workers itself. Without it every worker printed a ``KeyboardInterrupt``
+    traceback. SIGTERM is left alone: a worker stopped by it ends silently, and the nanny
+    stops its worker with it.
+    """
+    block = getattr(signal, "pthread_sigmask", None)
+    if block is None:  # pragma: no cover - not POSIX
+        yield
+        return
+    # multiprocessing starts its resource tracker (on the first semaphore the workers' nanny
+    # makes) with SIGINT blocked and *unblocks* it after, in the thread that spawns the
+    # workers: started now, here, it leaves the mask of dask's threads alone
+    from multiprocessing import resource_tracker
+
+    with contextlib.suppress(Exception):
+        resource_tracker.ensure_running()
+    old = block(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
     finally:
-        _close(cluster)
+        block(signal.SIG_SETMASK, old)
+
+
+def _new_cluster(dd: Any) -> Any:
+    """A :class:`distributed.LocalCluster` with no worker yet (see :func:`_local_client`)."""
+    return dd.LocalCluster(
+        n_workers=0,
+        threads_per_worker=1,
+        processes=True,
+        # no dashboard; the scheduler's HTTP endpoint on a free local port (not 8787,
+        # which another cluster may hold)
+        dashboard_address="127.0.0.1:0",
+        scheduler_kwargs={"dashboard": False},
+        # the workers' own (a worker stopped while it starts or runs logs errors)
+        silence_logs=logging.CRITICAL,
+    )
 
 
 @contextmanager

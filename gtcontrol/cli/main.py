@@ -9,29 +9,46 @@ pipe; not with ``--quiet``) on stdout, then the line ``gtcontrol: wrote OUTDIR/r
 Exit statuses: 0 success; 2 an error in the design, the inputs, the output folder or the
 system (a ``GTControlError``, ``OSError``, ``MemoryError`` or ``RecursionError``): one line on
 stderr; 3 an internal error (any other exception, a bug in gtcontrol): one line that names it;
-130 interrupted. No traceback unless ``--debug`` (given before the command,
+130 interrupted (Ctrl-C); 143 terminated (SIGTERM: ``kill``, ``timeout``, a service manager),
+handled as Ctrl-C. No traceback unless ``--debug`` (given before the command,
 ``gtcontrol --debug run ...``) asks for the full traceback of the error after its line, for a
 bug report or a look inside; nothing half-written is left behind (the output directory is
 replaced atomically on success only). Warnings raised during a successful run are printed
 after it as one line each (``gtcontrol: warning: ...``); after a failure only the error line is
 printed.
+
+Interruption (:class:`_Interrupts`): the first SIGINT or SIGTERM raises ``KeyboardInterrupt`` in
+the main thread, which unwinds the run (a sweep keeps its finished points, a ``model`` run the
+rows it stored, and the line says where; other tasks remove what they had begun); later signals
+are ignored while that bounded cleanup runs. Work in gtcontrol's background threads (a model
+load, a model map on its dask cluster) is stopped too (:func:`_stop_background`), and the one
+line ``gtcontrol: interrupted; ...`` (``terminated (SIGTERM); ...``) comes last. A thread
+still inside native code after :data:`_STOP_WAIT` seconds (torch, a model load) makes the
+command end with ``os._exit`` after flushing its streams: the interpreter's exit would stop
+that daemon thread inside C++ code, which aborts the process (exit 134, "terminate called
+without an active exception").
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import sys
+import threading
+import time
 import traceback
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from .._blas import calm_blas
 from .._output import write_run
 from .._progress import reporting
-from .._status import abandoned_work
+from .._status import abandoned_work, cancellable
 from .._version import __version__
 from ..errors import GTControlError, Status
 from .schema import UnreadDesign, read_design
@@ -163,9 +180,15 @@ def run_design(
         from .tasks import map_rows_store, run_model
 
         store = map_rows_store(out)
+        existed = store.exists()
 
         def run(tmp: Path) -> Mapping[str, Any]:
             return run_model(design, tmp, store=store, scheduler=scheduler)
+
+        try:
+            return _write(design, out, design_path, run)
+        except KeyboardInterrupt:
+            raise KeyboardInterrupt(_model_interrupted(out, store, existed)) from None
 
     elif scheduler is not None:
         from ..errors import DesignFileError
@@ -180,15 +203,50 @@ def run_design(
             with calm_blas():
                 return TASKS[design.task].run(design, tmp)
 
+    return _write(design, out, design_path, run)
+
+
+def _write(
+    design: Any, out: Path, design_path: Path, run: Callable[[Path], Mapping[str, Any]]
+) -> Path:
+    """:func:`write_run` of ``run``; on an interrupt, the run's background threads are stopped
+    before its temporary folder is removed (they would write into it)."""
+
+    def stopping(tmp: Path) -> Mapping[str, Any]:
+        try:
+            return run(tmp)
+        except KeyboardInterrupt:
+            _stop_background()
+            raise
+
     return write_run(
         out,
         design.task,
-        run,
+        stopping,
         title=design.title,
         source=str(design_path),
         inputs=design.raw,
         options=design.options,
         started=design.started,
+    )
+
+
+def _model_interrupted(out: Path, store: Path, existed: bool) -> str:
+    """The line of an interrupted ``model`` run: its row store ``OUT.rows`` is kept when it
+    holds finished rows (a rerun maps only the others) or was there before, else removed."""
+    from ..experiments._layer_jobs import remove_store
+
+    _stop_background()
+    if not store.exists():
+        return "interrupted; no output written"
+    rows = len(list((store / "rows").glob("layer_*.pkl")))
+    if rows == 0 and not existed and not _background_left():
+        with contextlib.suppress(OSError):
+            if remove_store(store):
+                return "interrupted; no output written"
+    return (
+        f"interrupted; nothing written to {out}, {rows} finished row file(s) kept in {store} "
+        "(run the same command again to map only the other layers)"
     )
 
 
@@ -312,7 +370,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     int
         Exit status: 0 on success; 2 on an error in the design, the inputs, the output folder
         or the system (one line on stderr); 3 on an internal error (one line naming the
-        exception); 130 when interrupted. A traceback only with ``--debug``.
+        exception); 130 when interrupted (Ctrl-C), 143 on SIGTERM. A traceback only with
+        ``--debug``.
 
     Examples
     --------
@@ -321,9 +380,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     2
     """
     code = _main(argv)
-    if argv is None and abandoned_work():  # a load given up on still runs: leave it unfinished
-        sys.stdout.flush()
-        sys.stderr.flush()
+    # a load given up on, or native work an interrupt could not stop, still runs: leave it
+    # unfinished (the interpreter's exit would stop it inside C++ code and abort)
+    if argv is None and (abandoned_work() or (code in _INTERRUPTED and _background_left())):
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+        with contextlib.suppress(Exception):
+            sys.stderr.flush()
         os._exit(code)
     return code
 
@@ -338,14 +401,21 @@ def _main(argv: Sequence[str] | None) -> int:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("default")
         quiet = bool(getattr(args, "quiet", False))
+        signals = _Interrupts()
         try:
-            with reporting(enabled=not quiet and _is_terminal(sys.stderr)):
-                out = _run(args)
-        except KeyboardInterrupt as exc:
-            # a sweep keeps its finished points and says where; other tasks write nothing
-            what = str(exc) or "interrupted; no output written"
-            print(f"gtcontrol: {what}", file=sys.stderr)
-            return 130
+            with signals.handled(), cancellable(signals.stop, "the run was interrupted"):
+                try:
+                    with reporting(enabled=not quiet and _is_terminal(sys.stderr)):
+                        out = _run(args)
+                except KeyboardInterrupt as exc:
+                    _stop_background()
+                    # a sweep keeps its finished points, a model run its rows, and says where;
+                    # other tasks write nothing
+                    what = str(exc) or "interrupted; no output written"
+                    if signals.first == signal.SIGTERM:
+                        what = what.replace("interrupted", "terminated (SIGTERM)", 1)
+                    print(f"gtcontrol: {what}", file=sys.stderr)
+                    return 143 if signals.first == signal.SIGTERM else 130
         except Exception as exc:  # every failure: one line; the traceback only with --debug
             line, code = _error_line(exc)
             print(line, file=sys.stderr)
@@ -361,6 +431,97 @@ def _main(argv: Sequence[str] | None) -> int:
     if out is None:
         return 0
     return _report(out, quiet=quiet)
+
+
+#: Exit statuses of an interrupted command: SIGINT (Ctrl-C) and SIGTERM.
+_INTERRUPTED = (130, 143)
+#: Seconds an interrupted run waits for its background threads to stop (a model map closes
+#: its dask cluster: at most twice :data:`gtcontrol._cluster.CLOSE_TIMEOUT`).
+_STOP_WAIT = 8.0
+#: Names (prefixes) of gtcontrol's background threads that an interrupt stops.
+_BACKGROUND = ("gtcontrol-within", "gtcontrol-sweep-preload")
+
+
+class _Interrupts:
+    """SIGINT and SIGTERM while a command runs: the first raises ``KeyboardInterrupt`` in the
+    main thread and sets :attr:`stop` (the budgets of gtcontrol's background threads, made
+    inside :func:`~gtcontrol._status.cancellable`, are then spent); later ones are ignored, so
+    that a second Ctrl-C does not cut the cleanup short (it is bounded)."""
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        #: The first signal received (``None``: none).
+        self.first: int | None = None
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.first is not None:
+            return
+        self.first = signum
+        self.stop.set()
+        raise KeyboardInterrupt
+
+    @contextlib.contextmanager
+    def handled(self) -> Iterator[None]:
+        """Handle both signals in the block (from the main thread only; elsewhere: as is)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        old = {sig: signal.signal(sig, self._handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in old.items():
+                signal.signal(sig, handler)
+
+
+_STOPPED: set[int] = set()
+
+
+def _background() -> list[threading.Thread]:
+    """gtcontrol's background threads that still run.
+
+    Not ``Thread.is_alive()``: a ``join`` interrupted by Ctrl-C (the main thread waiting in
+    :func:`~gtcontrol._status.within`) marks the thread it waited for as stopped while it runs
+    on (CPython 3.11, bpo-45274's fix); a thread runs while the interpreter has its frames.
+    """
+    running = sys._current_frames()
+    return [
+        t
+        for t in threading.enumerate()
+        if t is not threading.current_thread()
+        and t.ident in running
+        and t.name.startswith(_BACKGROUND)
+    ]
+
+
+def _background_left() -> bool:
+    """Whether a background thread an interrupt did not stop still runs."""
+    return bool(_background())
+
+
+def _stop_background(wait: float = _STOP_WAIT) -> None:
+    """Stop gtcontrol's background threads after an interrupt and wait for them (at most
+    ``wait`` seconds in all).
+
+    Each gets a ``KeyboardInterrupt`` raised in it once (``PyThreadState_SetAsyncExc``): at its
+    next Python instruction it unwinds as the main thread did, through its ``finally`` blocks
+    (a model map closes its dask cluster and its row store, an import stops). A thread inside
+    a long native call (a forward pass) gets it only when that call returns; one still running
+    after ``wait`` is left to :func:`main`'s ``os._exit``.
+    """
+    import ctypes
+
+    end = time.monotonic() + wait
+    for thread in _background():
+        ident = thread.ident
+        if ident is None or ident in _STOPPED:
+            continue
+        _STOPPED.add(ident)
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(
+            ctypes.c_ulong(ident), ctypes.py_object(KeyboardInterrupt)
+        )
+    while _background() and time.monotonic() < end:  # (join() may return at once: above)
+        time.sleep(0.02)
 
 
 def _report(out: Path, *, quiet: bool) -> int:

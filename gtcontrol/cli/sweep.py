@@ -125,6 +125,9 @@ def run_sweep(design: Design, outdir: str | Path, *, scheduler: str | None = Non
             res = _execute(design, plan, folder, scheduler=scheduler, deadline=deadline)
         except KeyboardInterrupt:
             kept = sum(len(rows or ()) for rows in folder.stored().values())
+            if kept == 0:  # a folder this run made is removed on the way out (locked())
+                where = "no output written" if folder.created else f"{folder.path} kept"
+                raise SweepInterrupted(f"interrupted; no point had finished, {where}") from None
             raise SweepInterrupted(
                 f"interrupted; {kept} finished point(s) kept in {folder.path}/points "
                 "(run the same command again to compute only the missing ones)"
@@ -193,7 +196,8 @@ def _execute(
         preload.start()
     if missing and scheduler is not None:  # a malformed address: an error whatever the time left
         check_address(scheduler, label="sweep", error=SweepError)
-    if missing and time.time() >= deadline:  # no time left to start a cluster
+    # no time left to start a cluster (a local one: time for its workers to start)
+    if missing and time.time() >= deadline - (_CLUSTER_START if scheduler is None else 0.0):
         text = "not computed: the sweep's time_limit ran out"
         for t in missing:
             rows[t.key] = failed_row(t, Status.BUDGET_EXHAUSTED, text, time_limit=0.0)
@@ -265,8 +269,9 @@ def _execute(
 def _preload() -> None:
     """Import what the end of a sweep needs (pandas, pyarrow, matplotlib and the phase
     diagram's module: 1-3 s on a loaded machine), so that the table and figure are written
-    within the sweep's reserve; run in a thread while the points run."""
-    with contextlib.suppress(Exception):
+    within the sweep's reserve; run in a thread while the points run. An interrupt stops it
+    (:func:`gtcontrol.cli.main._stop_background` raises ``KeyboardInterrupt`` in it), quietly."""
+    with contextlib.suppress(BaseException):
         import pandas  # noqa: F401
         import pyarrow.parquet  # noqa: F401
 
@@ -373,6 +378,11 @@ def _frame(rows: list[dict[str, Any]], plan: SweepPlan) -> Any:
     return df
 
 
+#: Seconds a local cluster's worker processes take to start and take a point (fresh Python
+#: processes importing numpy, scipy, dask and gtcontrol; docs/benchmarks.md): with less time
+#: left before the points' deadline a sweep starts no local cluster, since no point could
+#: start on it and stopping its half-started workers would overrun the time_limit.
+_CLUSTER_START = 1.5
 #: Seconds kept from a sweep's time_limit for what follows the points (at most a quarter of
 #: it): stopping the cluster (up to :data:`gtcontrol._cluster.CLOSE_TIMEOUT`), the table, the
 #: figure and the record; 3 s plus 60 µs a point (measured on a loaded 2-core machine:

@@ -45,7 +45,7 @@ def _spd(d: int, condition: float, seed: int = 0) -> list[list[float]]:
 
 def _moment_design(task: str, d: int, limit: float) -> dict[str, Any]:
     rng = np.random.default_rng(d)
-    return {
+    design = {
         "task": task,
         "title": f"{task} d={d}",
         "time_limit": limit,
@@ -55,8 +55,10 @@ def _moment_design(task: str, d: int, limit: float) -> dict[str, Any]:
             "B": _spd(d, 10.0, 2),
             "V": -1.0,
         },
-        "horizon": {"T": 20.0},
     }
+    if task != "analyze":  # analyze's own depth is 'analyze.T' (automatic here)
+        design["horizon"] = {"T": 20.0}
+    return design
 
 
 def _steer_design(d: int, limit: float) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from .._linalg import FloatArray
 from .._readonly import ReadOnlyArrays
 from .._status import shown
 from .._validation import (
+    as_dim,
     as_float_array,
     as_positive_float,
     as_positive_int,
@@ -482,7 +483,7 @@ def _infer_dim(
     if ffn is not None and isinstance(ffn, FeedForward):
         candidates.append(("ffn.W_in", ffn.dim))
     if dim is not None:
-        candidates.insert(0, ("dim", as_positive_int("dim", dim)))
+        candidates.insert(0, ("dim", as_dim("dim", as_positive_int("dim", dim))))
     if not candidates:
         raise InvalidParametersError("Layer: give at least one matrix or dim to fix the dimension")
     first_name, first = candidates[0]

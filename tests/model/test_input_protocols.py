@@ -399,3 +399,10 @@ def test_a_refusal_names_the_users_input_not_an_internal_matrix(
 ) -> None:
     """They named the internal ``B``, ``A``, ``b`` or ``times`` the input became."""
     assert _refused(call, name).startswith(f"{name}:")
+
+
+@pytest.mark.parametrize("dim", [10**12, 10**6, 2049])
+def test_a_layer_of_an_unsupported_dimension_is_refused_by_name(dim: int) -> None:
+    """``Layer(dim=10**6)`` raised MemoryError and ``10**12`` numpy's ValueError, where
+    ``Gaussian.standard`` already refused them by the package's dimension cap."""
+    assert "supported maximum" in _refused(lambda: Layer(dim=dim), "dim")

@@ -16,6 +16,7 @@ standardized weights* (1992) for the ESS of importance weights.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -143,10 +144,13 @@ def worst_ess_fraction(layer: Layer, gaussian: Gaussian, *, n_std: float = 2.0) 
     n_std = as_nonnegative_float("n_std", n_std)
     root = psd_sqrt(gaussian.cov)
     out = np.empty(layer.n_heads)
-    for h, (_, b) in enumerate(layer.heads):
-        rb = root @ b
-        radius = float(np.linalg.norm(rb @ gaussian.mean)) + n_std * float(
-            np.linalg.norm(rb @ root, 2)
-        )
-        out[h] = np.exp(-(radius**2))
+    # a radius past the float range is inf: its ESS fraction is exp(−inf) = 0 (a product, not
+    # radius**2, which raises OverflowError on a large finite float)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for h, (_, b) in enumerate(layer.heads):
+            rb = root @ b
+            radius = float(np.linalg.norm(rb @ gaussian.mean)) + n_std * float(
+                np.linalg.norm(rb @ root, 2)
+            )
+            out[h] = math.exp(-(radius * radius))
     return out

@@ -16,7 +16,6 @@ standardized weights* (1992) for the ESS of importance weights.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -152,5 +151,5 @@ def worst_ess_fraction(layer: Layer, gaussian: Gaussian, *, n_std: float = 2.0) 
             radius = float(np.linalg.norm(rb @ gaussian.mean)) + n_std * float(
                 np.linalg.norm(rb @ root, 2)
             )
-            out[h] = math.exp(-(radius * radius))
+            out[h] = np.exp(-(radius * radius))
     return out

@@ -222,8 +222,8 @@ def _local_client(dd: Any, n_workers: int, label: str, error: type[ClusterError]
 def _kill_workers(before: set[Any]) -> None:
     """Kill the worker processes started since ``before`` (:func:`multiprocessing.active_children`
     then): an interrupted run does not wait for their tasks. A worker inside a long native call
-    (a layer of a model map) answers a graceful close only after it, and on a loaded machine
-    the close then ran past :data:`CLOSE_TIMEOUT` and the exit waited 10 s more for dask."""
+    (a layer of a model map) answers a graceful close only after it, so the close would run past
+    :data:`CLOSE_TIMEOUT` and the exit wait on dask."""
     for process in set(multiprocessing.active_children()) - before:
         with contextlib.suppress(Exception):
             process.kill()

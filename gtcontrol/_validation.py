@@ -77,14 +77,15 @@ def _detached(value: Any) -> Any:
     return t if t.is_complex() or not t.is_floating_point() else t.double()
 
 
-def _to_float64(name: str, value: Any, ndim: int, error: type[ValueError]) -> FloatArray:
-    """``value`` as a new float64 array; refuse complex, object, string and ragged input."""
+def _to_float64(name: str, value: Any, ndim: int | None, error: type[ValueError]) -> FloatArray:
+    """``value`` as a new float64 array; refuse complex, object, string and ragged input
+    (``ndim``: the dimension the message asks for; ``None``: any)."""
+    what = "a real array" if ndim is None else f"a real {ndim}-d array"
     try:
         raw = np.asarray(_detached(value))
     except (TypeError, ValueError, OverflowError, RuntimeError) as exc:
         raise error(
-            f"{name}: expected a real {ndim}-d array, got {shown(value)} "
-            f"(ragged or not numeric: {exc})"
+            f"{name}: expected {what}, got {shown(value)} (ragged or not numeric: {exc})"
         ) from None
     kind = raw.dtype.kind
     if kind == "c":
@@ -106,7 +107,7 @@ def _to_float64(name: str, value: Any, ndim: int, error: type[ValueError]) -> Fl
     try:
         return np.array(raw, dtype=np.float64, copy=True)
     except (TypeError, ValueError, OverflowError) as exc:
-        raise error(f"{name}: expected a real {ndim}-d array, got {shown(value)} ({exc})") from None
+        raise error(f"{name}: expected {what}, got {shown(value)} ({exc})") from None
 
 
 def as_float_array(
@@ -172,10 +173,17 @@ def as_float_array(
     return arr
 
 
+def as_real_array(name: str, value: Any, *, max_abs: float = MAX_ENTRY) -> FloatArray:
+    """``value`` as a finite real float64 array of whatever dimension it has (see
+    :func:`as_float_array` for what is refused; a ragged nesting is, by name)."""
+    arr = _to_float64(name, value, None, InvalidParametersError)
+    return as_float_array(name, arr, ndim=arr.ndim, max_abs=max_abs)
+
+
 def as_depths(name: str, value: Any) -> FloatArray:
     """One depth or a sequence of depths as a finite 1-d float64 array (see
     :func:`as_float_array` for what is refused); order and sign are the caller's to check."""
-    arr = _to_float64(name, value, 1, InvalidParametersError)
+    arr = as_real_array(name, value)
     return as_float_array(name, arr.reshape(1) if arr.ndim == 0 else arr, ndim=1)
 
 

@@ -34,11 +34,11 @@ from scipy.special import expit, ndtr
 from .._linalg import FloatArray, sym
 from .._readonly import ReadOnlyArrays
 from .._validation import (
-    MAX_ENTRY,
     as_choice,
     as_float_array,
     as_nonnegative_float,
     as_positive_int,
+    as_real_array,
     frozen,
     set_fields,
 )
@@ -149,8 +149,8 @@ def activation_statistics(
     """
     kind = as_choice("kind", kind, ACTIVATIONS)
     # the tanh GELU cubes the pre-activation: |μ| ≤ 1e100 keeps every term in float64
-    mu = _any_array("mean", mean, max_abs=_MAX_PRE_ACTIVATION)
-    s2 = _any_array("var", var)
+    mu = as_real_array("mean", mean, max_abs=_MAX_PRE_ACTIVATION)
+    s2 = as_real_array("var", var)
     if np.any(s2 < 0):
         raise InvalidParametersError(f"var: expected variances >= 0, got {float(np.min(s2)):.3g}")
     try:
@@ -188,22 +188,11 @@ def _statistics(
     return e_g, e_dg, np.maximum(e_g2 - e_g * e_g, 0.0)
 
 
-def _any_array(name: str, value: Any, *, max_abs: float = MAX_ENTRY) -> FloatArray:
-    """``value`` as a finite real float64 array of whatever dimension it has, or refuse it."""
-    try:
-        nd = int(np.ndim(value))
-    except (TypeError, ValueError):  # ragged nesting: as_float_array names it
-        nd = 1
-    return as_float_array(name, value, ndim=nd, max_abs=max_abs)
-
-
 def _rows(name: str, value: Any, d: int) -> FloatArray:
     """Tokens of width ``d`` along the last axis (one token ``(d,)``, or rows ``(..., d)``)."""
-    try:
-        nd = max(int(np.ndim(value)), 1)
-    except (TypeError, ValueError):  # ragged nesting: as_float_array names it
-        nd = 1
-    return as_float_array(name, value, ndim=nd, shape=(*([None] * (nd - 1)), d))
+    arr = as_real_array(name, value)
+    nd = max(arr.ndim, 1)
+    return as_float_array(name, arr, ndim=nd, shape=(*([None] * (nd - 1)), d))
 
 
 def gaussian_moments(d: int, mean: Any, cov: Any) -> tuple[FloatArray, FloatArray]:

@@ -104,7 +104,11 @@ def affine_velocity(
     >>> M, c
     (array([[-0.5]]), array([-2.]))
     """
-    mean, cov = _moments_in(layer, mean, cov)
+    return _affine(layer, *_moments_in(layer, mean, cov))
+
+
+def _affine(layer: Layer, mean: Any, cov: Any) -> tuple[FloatArray, FloatArray]:
+    """:func:`affine_velocity` of checked moments."""
     a, b = layer.affine_ffn()
     fh = _factored(layer)
     if fh is not None:
@@ -219,7 +223,7 @@ def moment_field(layer: Layer, mean: FloatArray, cov: FloatArray) -> tuple[Float
             dm += v_h @ (cov @ (b_h @ mean) + mean)
             p += v_h @ (cov @ (b_h @ cov))
     else:
-        m_mat, c = affine_velocity(layer, mean, cov)
+        m_mat, c = _affine(layer, mean, cov)
         p = m_mat @ cov
         dm = m_mat @ mean + c
     ds = p + p.T

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from .._linalg import FloatArray, psd_sqrt
-from .._validation import as_float_array, as_nonnegative_float
+from .._validation import as_float_array, as_nonnegative_float, as_real_array
 from ..errors import InvalidParametersError
 from .gaussian import Gaussian
 from .params import Layer
@@ -79,12 +79,10 @@ def ess_fraction(layer: Layer, keys: Gaussian, queries: Any) -> FloatArray:
         raise InvalidParametersError(f"keys: expected a Gaussian, got {type(keys).__name__}")
     d = keys.dim
     _check_layer(layer, d)
-    try:
-        single = np.ndim(queries) == 1
-    except ValueError:  # ragged: refused by name just below
-        single = False
+    arr = as_real_array("queries", queries)
+    single = arr.ndim == 1
     x2 = as_float_array(
-        "queries", queries, ndim=1 if single else 2, shape=(None,) * (not single) + (d,)
+        "queries", arr, ndim=1 if single else 2, shape=(None,) * (not single) + (d,)
     )
     if single:
         x2 = x2[None, :]

@@ -542,3 +542,19 @@ def test_stop_factor_certificate_holds_a_small_limit_at_d256_beside_two_busy_pro
     assert wall <= allowed(limit), (wall, tc.message)
     assert tc.status is Status.BUDGET_EXHAUSTED and not tc.success
     assert "time limit" in tc.message
+
+
+@pytest.mark.slow  # the certificate given up on runs on in the background for 7-30 s of CPU
+def test_the_default_depth_certificate_keeps_a_small_time_limit_at_d256() -> None:
+    """With ``T=None`` the depth comes from ``design_certificate`` (equilibria and spectra, no
+    budget checks of their own): at d = 256 it ran 7.5 s for a 0.3 s limit and 24 s for 1 s,
+    then refused the layer. It now runs within the budget, given up on when it is spent."""
+    d = 256
+    rng = np.random.default_rng(7)
+    w = [rng.standard_normal((d, d)) / np.sqrt(d) for _ in range(4)]
+    layer = gt.Layer.from_projections(*w, n_heads=8, A=-0.5 * np.eye(d))
+    target = gt.Gaussian(rng.standard_normal(d) * 0.1, np.eye(d))
+    t0 = time.perf_counter()
+    cert = gt.design_token_certificate(layer, target, stop_factor=2.0, time_limit=0.3)
+    assert time.perf_counter() - t0 < allowed(0.3)
+    assert cert.status is gt.Status.BUDGET_EXHAUSTED and not cert.success

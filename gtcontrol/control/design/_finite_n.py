@@ -55,7 +55,7 @@ import numpy as np
 from ..._blas import calm_blas
 from ..._display import Axes
 from ..._linalg import FloatArray
-from ..._status import DEFAULT_MAX_EVALS, Budget, Outcome, ResultFields, Status
+from ..._status import DEFAULT_MAX_EVALS, Budget, Outcome, ResultFields, Status, within
 from ..._validation import (
     as_choice,
     as_depth,
@@ -789,7 +789,14 @@ def _certify(
     budget = Budget(opts.time_limit)
     if budget.exhausted:  # a spent limit: not even the depth's certificate is computed
         return _not_run(opts, math.nan if opts.T is None else float(opts.T), 0, g0, budget, clock)
-    depth = _default_depth(layer, tgt) if opts.T is None else float(opts.T)
+    if opts.T is None:
+        # the default depth's certificate (equilibria, spectra) has no budget checks of its own
+        found = within(budget, lambda: _default_depth(layer, tgt))
+        if found is None:
+            return _not_run(opts, math.nan, 0, g0, budget, clock)
+        depth = found
+    else:
+        depth = float(opts.T)
     adaptive = opts.method != "rk4"
     n_steps, max_evals = _step_rule(layer, tgt, g0, depth, opts)
     if budget.exhausted:  # the set-up took the time: no tokens are drawn

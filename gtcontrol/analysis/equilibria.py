@@ -170,7 +170,11 @@ def mean_matrix(layer: Layer, cov: Any) -> FloatArray:
 
 
 def _spectrum(
-    layer: Layer, cov: FloatArray, form: RiccatiForm | None, eig_a: ComplexArray | None
+    layer: Layer,
+    cov: FloatArray,
+    form: RiccatiForm | None,
+    eig_a: ComplexArray | None,
+    budget: Budget | None = None,
 ) -> ComplexArray:
     d = layer.dim
     spec: ComplexArray
@@ -184,9 +188,13 @@ def _spectrum(
     else:
         jac = JacobianOperator(layer, cov)
         n = d * (d + 1) // 2
-        op = LinearOperator(
-            (n, n), matvec=lambda x: vech(jac(unvech(np.asarray(x).ravel(), d))), dtype=float
-        )
+
+        def matvec(x: Any) -> FloatArray:
+            if budget is not None:  # one product is O(d³): ARPACK's thousands of them are not
+                budget.check()
+            return vech(jac(unvech(np.asarray(x).ravel(), d)))
+
+        op = LinearOperator((n, n), matvec=matvec, dtype=float)
         try:
             spec = eigs(op, k=6, which="LR", return_eigenvectors=False, tol=1e-10, maxiter=20 * n)
         except ArpackNoConvergence as exc:
@@ -227,9 +235,32 @@ def equilibrium_at(
     InvalidParametersError
         If ``cov`` is not a finite ``d×d`` array.
     """
+    return equilibrium_record(layer, cov, method=method, iterations=iterations)
+
+
+def equilibrium_record(
+    layer: Layer,
+    cov: Any,
+    *,
+    method: str = "given",
+    iterations: int = 0,
+    budget: Budget | None = None,
+) -> Equilibrium:
+    """:func:`equilibrium_at` within ``budget``, for solvers that hold a time limit.
+
+    Beyond the dense dimensions the spectrum of ``DF(Σ)`` takes ARPACK thousands of ``O(d³)``
+    products (docs/benchmarks.md); each checks ``budget`` first.
+
+    Raises
+    ------
+    BudgetExhausted
+        When ``budget`` is spent before the spectrum is found (the caller reports it).
+    InvalidParametersError
+        If ``cov`` is not a finite ``d×d`` array.
+    """
     d = layer.dim
     c = sym(as_float_array("cov", cov, ndim=2, shape=(d, d)))
-    return _make_equilibrium(layer, c, method, iterations, None, None)
+    return _make_equilibrium(layer, c, method, iterations, None, None, budget=budget)
 
 
 def _make_equilibrium(
@@ -240,9 +271,11 @@ def _make_equilibrium(
     form: RiccatiForm | None,
     eig_a: ComplexArray | None,
     ball: RootBall | None = None,
+    *,
+    budget: Budget | None = None,
 ) -> Equilibrium:
     _, rel = relative_residual(layer, cov)
-    spec = _spectrum(layer, cov, form, eig_a)
+    spec = _spectrum(layer, cov, form, eig_a, budget)
     spec.setflags(write=False)
     abscissa = float(np.max(spec.real)) if spec.size else -math.inf
     return Equilibrium(
@@ -802,7 +835,8 @@ def _newton_equilibria(
     clock = time.perf_counter()
     out = deflated_search(layer, given, opts, budget, per_start, list(known or []))
     found = list(found or [])
-    dropped = 0
+    dropped = unlinearized = 0
+    stopped = out.stopped
     for root, its in out.roots:
         cov = root
         ball = None
@@ -812,7 +846,13 @@ def _newton_equilibria(
         if ball is not None and ball.definiteness == "not_pd":
             dropped += 1  # positive definite in floating point only
             continue
-        found.append(_make_equilibrium(layer, cov, "newton", its, None, None, ball))
+        try:
+            found.append(
+                _make_equilibrium(layer, cov, "newton", its, None, None, ball, budget=budget)
+            )
+        except BudgetExhausted as exc:  # an equilibrium without its stability is not reported
+            unlinearized += 1
+            stopped = stopped or exc.reason
     found.sort(key=lambda e: (not e.stable, -float(np.trace(e.cov))))
     kinds = out.kinds()
     stats = {
@@ -828,10 +868,12 @@ def _newton_equilibria(
     tried = f"{len(out.log)} starts ({kinds}; outcomes {out.outcomes})" + _certified_note(
         found, dropped
     )
-    if out.stopped:
+    if unlinearized:
+        tried += f"; {unlinearized} more root(s) found, their spectra not computed in time"
+    if stopped:
         status = Status.BUDGET_EXHAUSTED
         message = (
-            f"deflated Newton stopped ({out.stopped}) with {len(found)} positive-definite "
+            f"deflated Newton stopped ({stopped}) with {len(found)} positive-definite "
             f"equilibria found from {tried}"
         )
     elif found:

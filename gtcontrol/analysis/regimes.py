@@ -38,7 +38,7 @@ from .blowup import BlowupResult, blowup_analysis, default_horizon
 from .equilibria import (
     EquilibriaResult,
     Equilibrium,
-    equilibrium_at,
+    equilibrium_record,
     riccati_form_of,
     search_equilibria,
 )
@@ -503,8 +503,8 @@ def _stationary_verdict(
         budget.check()
         if polished.success:
             limit = np.asarray(polished.cov)
-            polished_eq = equilibrium_at(
-                layer, limit, method="newton", iterations=polished.iterations
+            polished_eq = equilibrium_record(
+                layer, limit, method="newton", iterations=polished.iterations, budget=budget
             )
     return Verdict(
         "converges",

@@ -284,3 +284,29 @@ def test_krylov_cycles_caps_each_newton_steps_gmres_restart_cycles(
     assert max(len(s) for s in per_step) >= 2
     with pytest.raises(gt.InvalidParametersError, match="krylov_cycles"):
         gt.NewtonSettings(krylov_cycles=0)
+
+
+def test_a_root_whose_spectrum_runs_out_of_time_is_counted_not_reported(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Past d = 50 each root's stability costs ARPACK thousands of ``O(d³)`` products, which
+    now check the search's budget. A root whose spectrum the budget cut is not reported (an
+    equilibrium without its stability would mislead); the result says it was found."""
+    from gtcontrol._status import BudgetExhausted
+    from gtcontrol.analysis import equilibria as eq_module
+
+    layer = Layer(A=np.eye(3) * 0.5, B=np.eye(3) * 0.5, V=np.diag([-1.0, -2.0, -1.5]))
+    found = gt.equilibria(layer, method="newton")
+    assert found.status is Status.SUCCESS and len(found) == 1
+    real_spectrum = eq_module._spectrum
+
+    def spent(*args: object) -> object:
+        if args[-1] is not None:  # the search's budget: ARPACK would stop at its next product
+            raise BudgetExhausted("the time limit of 1 s was reached")
+        return real_spectrum(*args)
+
+    monkeypatch.setattr(eq_module, "_spectrum", spent)
+    cut = gt.equilibria(layer, method="newton")
+    assert cut.status is Status.BUDGET_EXHAUSTED and len(cut) == 0 and not cut.success
+    assert "stopped (the time limit of 1 s was reached)" in cut.message
+    assert "1 more root(s) found, their spectra not computed in time" in cut.message

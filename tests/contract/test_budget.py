@@ -187,6 +187,10 @@ CASES: dict[str, Callable[[float], Any]] = {
         time_limit=tl,
     ),
     "design_convergence": lambda tl: gt.design_convergence(design(), n_starts=50, time_limit=tl),
+    # outside the Riccati class, past the dense spectra: ARPACK on DF(Σ*) for tens of seconds
+    "design_certificate": lambda tl: gt.design_certificate(
+        factored_layer(), gauss(), time_limit=tl
+    ),
     "design_robustness": lambda tl: gt.design_robustness(
         design().layer, design().target, n_directions=64, n_samples=64, time_limit=tl
     ),

@@ -544,17 +544,64 @@ def test_stop_factor_certificate_holds_a_small_limit_at_d256_beside_two_busy_pro
     assert "time limit" in tc.message
 
 
-@pytest.mark.slow  # the certificate given up on runs on in the background for 7-30 s of CPU
-def test_the_default_depth_certificate_keeps_a_small_time_limit_at_d256() -> None:
-    """With ``T=None`` the depth comes from ``design_certificate`` (equilibria and spectra, no
-    budget checks of their own): at d = 256 it ran 7.5 s for a 0.3 s limit and 24 s for 1 s,
-    then refused the layer. It now runs within the budget, given up on when it is spent."""
+def _d256_non_riccati() -> tuple[Layer, Gaussian]:
+    """A d = 256 layer of 8 factored heads (outside the Riccati class) and a target that is
+    not its equilibrium: ARPACK takes tens of seconds on the spectrum of ``DF(Σ*)`` here."""
     d = 256
     rng = np.random.default_rng(7)
     w = [rng.standard_normal((d, d)) / np.sqrt(d) for _ in range(4)]
     layer = gt.Layer.from_projections(*w, n_heads=8, A=-0.5 * np.eye(d))
-    target = gt.Gaussian(rng.standard_normal(d) * 0.1, np.eye(d))
+    return layer, gt.Gaussian(rng.standard_normal(d) * 0.1, np.eye(d))
+
+
+def test_the_default_depth_certificate_keeps_a_small_time_limit_at_d256() -> None:
+    """With ``T=None`` the depth comes from ``design_certificate`` (equilibria and spectra):
+    at d = 256 it ran 7.5 s for a 0.3 s limit and 24 s for 1 s, then refused the layer. The
+    certificate now holds the limit itself, and nothing runs on in the background."""
+    layer, target = _d256_non_riccati()
     t0 = time.perf_counter()
     cert = gt.design_token_certificate(layer, target, stop_factor=2.0, time_limit=0.3)
     assert time.perf_counter() - t0 < allowed(0.3)
     assert cert.status is gt.Status.BUDGET_EXHAUSTED and not cert.success
+
+
+@pytest.mark.parametrize("limit", [0.3, 1.0])
+def test_design_certificate_holds_its_time_limit_outside_the_riccati_class(limit: float) -> None:
+    """Its ARPACK spectrum had no budget check: 28 s at d = 256, whatever the caller's limit.
+    Spent, it certifies nothing, and says why."""
+    layer, target = _d256_non_riccati()
+    cert, seconds = timed(lambda: gt.design_certificate(layer, target, time_limit=limit))
+    assert seconds < allowed(limit)
+    assert cert.status is gt.Status.BUDGET_EXHAUSTED and not cert.success
+    assert cert.kind == "none" and math.isnan(cert.rate) and math.isnan(cert.residual)
+    assert f"the time limit of {limit:g} s was reached" in cert.message
+    assert cert.stats["seconds"] == pytest.approx(seconds, abs=0.05)
+
+
+def test_design_certificate_on_a_spent_limit_certifies_nothing() -> None:
+    layer, target = Layer(A=[[1.0]], B=[[2.0]], V=-1.0), Gaussian([0.0], [[0.5]])
+    assert gt.design_certificate(layer, target).success  # the docstring's global certificate
+    cert = gt.design_certificate(layer, target, time_limit=1e-9)
+    assert cert.status is gt.Status.BUDGET_EXHAUSTED and cert.kind == "none"
+
+
+@pytest.mark.parametrize("riccati", [True, False])
+def test_design_certificate_under_a_generous_limit_is_unchanged(riccati: bool) -> None:
+    """d = 60: past the dense spectra (ARPACK, outside the Riccati class) and, in it, through
+    the budgeted equilibrium search."""
+    d = 60
+    rng = np.random.default_rng(3)
+    if riccati:
+        target = Gaussian(rng.standard_normal(d), np.eye(d) + 0.1 * np.diag(rng.random(d)))
+        layer = gt.design_mean_matching(target, rate=1.0, robustness=False).layer
+    else:
+        w = [rng.standard_normal((d, d)) / np.sqrt(d) for _ in range(4)]
+        layer = gt.Layer.from_projections(*w, n_heads=4, A=-np.eye(d))
+        target = Gaussian(np.zeros(d), np.eye(d))
+    free = gt.design_certificate(layer, target)
+    held = gt.design_certificate(layer, target, time_limit=60.0)
+    assert held.status is free.status and held.kind == free.kind
+    assert held.riccati is free.riccati is riccati
+    # ARPACK starts from a random vector: its eigenvalues agree to its tolerance, not bit for bit
+    assert held.mean_rate == pytest.approx(free.mean_rate, rel=1e-12)
+    assert held.cov_rate == pytest.approx(free.cov_rate, rel=1e-8)

@@ -28,7 +28,7 @@ from ..._linalg import FloatArray, identity_multiple, numerical_rank, sym
 from ..._status import Budget, BudgetExhausted, Outcome, ResultFields, Status, as_time_limit
 from ..._validation import as_positive_float, as_positive_int, as_seed, frozen
 from ...analysis._core import lyapunov_certificate
-from ...analysis.equilibria import equilibria, equilibrium_at, mean_matrix
+from ...analysis.equilibria import equilibria, equilibrium_record, mean_matrix
 from ...analysis.newton import newton_equilibrium
 from ...analysis.riccati import RiccatiForm, is_riccati, model_error, riccati_form_or_none
 from ...errors import InvalidParametersError, SolverError
@@ -141,14 +141,18 @@ class _Evidence:
     reasons: list[str] = field(default_factory=list)
 
 
-def _riccati_evidence(layer: Layer, form: RiccatiForm, s: FloatArray, residual: float) -> _Evidence:
+def _riccati_evidence(
+    layer: Layer, form: RiccatiForm, s: FloatArray, residual: float, budget: Budget
+) -> _Evidence:
     """Riccati class: ``R ⪰ 0``, ``−A`` Hurwitz and Σ* the unique equilibrium give ``global``."""
     wh = Whitening.of(s)
     w_r = np.linalg.eigvalsh(sym(wh.T @ form.R @ wh.T))
     r_min = float(w_r[0])
     reasons: list[str] = []
     gap: float | None = None
-    eqs = equilibria(layer, cross_check=False)
+    eqs = equilibria(layer, cross_check=False, time_limit=budget.left_as_limit())
+    if eqs.status is Status.BUDGET_EXHAUSTED:
+        raise BudgetExhausted(budget.reason())
     if eqs.success and len(eqs) == 1:
         eq = eqs[0]
         top = float(np.max(np.abs(s)))  # scaled: ‖Σ‖ of a 1e-300 target underflows to 0
@@ -156,12 +160,14 @@ def _riccati_evidence(layer: Layer, form: RiccatiForm, s: FloatArray, residual: 
             diff = np.linalg.norm((eq.cov - s) / top) if top else math.inf
             gap = float(diff / np.linalg.norm(s / top)) if top else math.inf
     else:
-        eq = equilibrium_at(layer, s)
+        eq = equilibrium_record(layer, s, budget=budget)
         reasons.append(f"slycot: {eqs.message}")
     min_re_a = float(np.min(np.linalg.eigvals(form.A).real))
     # both conditions of the global theorem must hold for the layer's own floats: R ⪰ 0 exactly
     # (rational arithmetic, d ≤ 16) or beyond its rounding, −A Hurwitz by a Lyapunov certificate
+    budget.check()
     sign = model_error(layer, form).r_sign
+    budget.check()
     if sign:
         psd = sign in ("pd", "psd")
     else:
@@ -190,9 +196,9 @@ def _riccati_evidence(layer: Layer, form: RiccatiForm, s: FloatArray, residual: 
     )
 
 
-def _local_evidence(layer: Layer, s: FloatArray) -> _Evidence:
+def _local_evidence(layer: Layer, s: FloatArray, budget: Budget) -> _Evidence:
     """Outside the Riccati class: the linearization at Σ* only (a local certificate)."""
-    eq = equilibrium_at(layer, s)
+    eq = equilibrium_record(layer, s, budget=budget)
     return _Evidence(
         cov_abscissa=float(eq.spectral_abscissa),
         mean_matrix=np.asarray(eq.mean_matrix),
@@ -219,6 +225,7 @@ def design_certificate(
     cov_rate: float | None = None,
     require_global: bool = False,
     rate_rtol: float = 1e-6,
+    time_limit: float | None = None,
 ) -> DesignCertificate:
     """Verify that ``layer`` drives Gaussians to ``target`` and at which rates.
 
@@ -246,19 +253,26 @@ def design_certificate(
         ``success`` needs a global certificate.
     rate_rtol
         Relative tolerance of the rate comparison, in ``(0, 0.1)``.
+    time_limit
+        Wall-clock limit in seconds (``None``: none). Outside the Riccati class and above
+        d = 50 the spectrum of ``DF(Σ*)`` is found by ARPACK, which can take many seconds at
+        d in the hundreds; the equilibria of the Riccati class are found within the limit too.
 
     Returns
     -------
     DesignCertificate
         ``status`` is ``Status.SUCCESS`` when the layer is certified, else
-        ``Status.INFEASIBLE`` with the failing condition in ``message``.
+        ``Status.INFEASIBLE`` with the failing condition in ``message``, or
+        ``Status.BUDGET_EXHAUSTED`` (kind ``"none"``, rates ``nan``) when the time limit ran
+        out first: nothing is certified then.
 
     Raises
     ------
     InvalidGaussianError
         On a malformed target or a dimension mismatch.
     InvalidParametersError
-        If ``layer`` is not a :class:`Layer`, or on a bad rate or ``rate_rtol``.
+        If ``layer`` is not a :class:`Layer`, or on a bad rate, ``rate_rtol`` or
+        ``time_limit``.
 
     Examples
     --------
@@ -281,13 +295,18 @@ def design_certificate(
     cov_rate = None if cov_rate is None else as_positive_float("cov_rate", cov_rate)
     if not as_positive_float("rate_rtol", rate_rtol) < 0.1:
         raise InvalidParametersError(f"rate_rtol: expected a number < 0.1, got {rate_rtol!r}")
+    budget = Budget(time_limit)
     residual = rel_residual(layer, tgt)
     form = riccati_form_or_none(layer)
     riccati = form is not None and form.is_bernoulli
-    if form is not None and riccati:
-        ev = _riccati_evidence(layer, form, tgt.cov, residual)
-    else:
-        ev = _local_evidence(layer, tgt.cov)
+    try:
+        budget.check()
+        if form is not None and riccati:
+            ev = _riccati_evidence(layer, form, tgt.cov, residual, budget)
+        else:
+            ev = _local_evidence(layer, tgt.cov, budget)
+    except BudgetExhausted as exc:
+        return uncertified(layer, tgt, rate, cov_rate, exc.reason, clock=clock)
     mean_rate = -abscissa(ev.mean_matrix)
     cov_rate_v = -ev.cov_abscissa
     is_eq = residual <= RESIDUAL_TOL
@@ -336,10 +355,17 @@ def design_certificate(
 
 
 def uncertified(
-    layer: Layer, target: Gaussian, rate: float | None, cov_rate: float | None, why: str
+    layer: Layer,
+    target: Gaussian,
+    rate: float | None,
+    cov_rate: float | None,
+    why: str,
+    *,
+    clock: float | None = None,
 ) -> DesignCertificate:
     """The certificate of a layer that was not checked (``why``: the time limit): ``kind``
-    ``"none"``, not verified, rates, residual and ``K`` ``nan``, ``Status.BUDGET_EXHAUSTED``."""
+    ``"none"``, not verified, rates, residual and ``K`` ``nan``, ``Status.BUDGET_EXHAUSTED``;
+    ``stats["seconds"]`` since ``clock`` when given."""
     return DesignCertificate(
         kind="none",
         mean_rate=math.nan,
@@ -354,6 +380,7 @@ def uncertified(
         mean_matrix=frozen(np.full((layer.dim, layer.dim), math.nan)),  # not formed either
         message=f"not checked ({why})",
         status=Status.BUDGET_EXHAUSTED,
+        stats={} if clock is None else {"seconds": time.perf_counter() - clock},
     )
 
 
@@ -696,7 +723,9 @@ def _stable_at(layer: Layer, start: FloatArray, budget: Budget) -> bool:
             cov = np.asarray(res.cov)
             if numerical_rank(cov, rtol=1e-10) < layer.dim:
                 return False
-            eq = equilibrium_at(layer, cov)
+            eq = equilibrium_record(
+                layer, cov, budget=Budget(None if left is None else budget.hand(left))
+            )
     except SolverError:
         return False
     return bool(eq.stable and abscissa(np.asarray(eq.mean_matrix)) < 0)

@@ -55,7 +55,7 @@ import numpy as np
 from ..._blas import calm_blas
 from ..._display import Axes
 from ..._linalg import FloatArray
-from ..._status import DEFAULT_MAX_EVALS, Budget, Outcome, ResultFields, Status, within
+from ..._status import DEFAULT_MAX_EVALS, Budget, Outcome, ResultFields, Status
 from ..._validation import (
     as_choice,
     as_depth,
@@ -641,8 +641,11 @@ def _measured(values: list[float], count: int) -> FloatArray:
     return np.array(values + [math.nan] * (count - len(values)), dtype=float)
 
 
-def _default_depth(layer: Layer, target: Gaussian) -> float:
-    cert = design_certificate(layer, target)
+def _default_depth(layer: Layer, target: Gaussian, budget: Budget) -> float | None:
+    """``_DEPTH_RATES`` e-folds of the certified rate; ``None`` when ``budget`` ran out first."""
+    cert = design_certificate(layer, target, time_limit=budget.left_as_limit())
+    if cert.status is Status.BUDGET_EXHAUSTED:
+        return None
     if not (cert.rate > 0 and math.isfinite(cert.rate)):
         raise InvalidParametersError(
             "T: the layer has no positive certified rate towards the target "
@@ -790,8 +793,7 @@ def _certify(
     if budget.exhausted:  # a spent limit: not even the depth's certificate is computed
         return _not_run(opts, math.nan if opts.T is None else float(opts.T), 0, g0, budget, clock)
     if opts.T is None:
-        # the default depth's certificate (equilibria, spectra) has no budget checks of its own
-        found = within(budget, lambda: _default_depth(layer, tgt))
+        found = _default_depth(layer, tgt, budget)
         if found is None:
             return _not_run(opts, math.nan, 0, g0, budget, clock)
         depth = found

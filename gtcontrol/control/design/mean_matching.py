@@ -162,7 +162,10 @@ class MeanMatchingDesign(ResultFields, Outcome):
 # ----------------------------------------------------------------------------- routes
 
 
-def _certify(req: DesignRequest, layer: Layer, want_global: bool) -> DesignCertificate:
+def _certify(
+    req: DesignRequest, layer: Layer, want_global: bool, budget: Budget
+) -> DesignCertificate:
+    """The design's certificate, as wrap-up work (within :meth:`Budget.nested_limit`)."""
     return design_certificate(
         layer,
         req.target,
@@ -170,6 +173,7 @@ def _certify(req: DesignRequest, layer: Layer, want_global: bool) -> DesignCerti
         cov_rate=req.r_c,
         require_global=want_global,
         rate_rtol=req.opts.rate_rtol,
+        time_limit=budget.nested_limit(),
     )
 
 
@@ -187,7 +191,7 @@ def _design_constructive(req: DesignRequest, budget: Budget) -> DesignAttempt:
     if refusal is not None:
         cert = uncertified(layer, req.target, req.r_m, req.r_c, "no time left for it")
         return DesignAttempt(layer, cert, {"optimal": True}, "", refusal, False)
-    cert = _certify(req, layer, req.opts.require_global is not False)
+    cert = _certify(req, layer, req.opts.require_global is not False, budget)
     return DesignAttempt(layer, cert, {"optimal": True}, "", None, False)
 
 
@@ -253,7 +257,7 @@ def _design_nlp(req: DesignRequest, budget: Budget) -> DesignAttempt:
         else:
             layer0 = Layer(a_mat, B=b_mat, V=wh.T @ v_h @ wh.Ti)
         lay = with_bias(layer0, tgt)
-        return lay, _certify(req, lay, want_global)
+        return lay, _certify(req, lay, want_global, budget)
 
     return solve_nlp(prob, build, budget)
 
@@ -338,9 +342,12 @@ def _finite_n(
         cov_rate=req.r_c,
         require_global=out.certificate.kind == "global",
         rate_rtol=opts.rate_rtol,
+        time_limit=budget.nested_limit(),
     )
     if not cert.success:
-        why = f" (the scale s = {rep.scale:.4g} loses the certificate: {cert.message})"
+        late = cert.status is Status.BUDGET_EXHAUSTED
+        loses = "was not certified in time" if late else "loses the certificate"
+        why = f" (the scale s = {rep.scale:.4g} {loses}: {cert.message})"
         depth = path_depth(out.layer, tgt, cov_rate) if req.T is None else req.T
         rep = path_ess(
             out.layer, tgt, g0, depth, n_std=opts.ess_n_std, min_ess=opts.min_ess, budget=budget

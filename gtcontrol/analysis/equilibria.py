@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 from scipy.sparse.linalg import ArpackNoConvergence, LinearOperator, eigs
 
+from .._blas import arpack_products
 from .._display import Axes, Displayable, SummaryItems
 from .._linalg import FloatArray, sym, unvech, vech
 from .._status import Budget, BudgetExhausted, OutcomeOrInfeasible, ResultFields, Status
@@ -194,9 +195,12 @@ def _spectrum(
                 budget.check()
             return vech(jac(unvech(np.asarray(x).ravel(), d)))
 
-        op = LinearOperator((n, n), matvec=matvec, dtype=float)
         try:
-            spec = eigs(op, k=6, which="LR", return_eigenvectors=False, tol=1e-10, maxiter=20 * n)
+            with arpack_products(matvec) as product:
+                op = LinearOperator((n, n), matvec=product, dtype=float)
+                spec = eigs(
+                    op, k=6, which="LR", return_eigenvectors=False, tol=1e-10, maxiter=20 * n
+                )
         except ArpackNoConvergence as exc:
             if exc.eigenvalues.size == 0:
                 raise SolverError(

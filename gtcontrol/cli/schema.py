@@ -395,6 +395,11 @@ def parse_design(text: str, *, source: str = "<string>") -> Design:
             f"(allowed: {sorted(_TOP_KEYS | {task})})"
         )
     ctx = _Ctx(source)
+    # the task's options first: its own refusal of a section beats the sections' demands
+    options = ctx.options(doc.get(task, {}), task, spec.options)
+    problem = spec.check(options, doc) if spec.check is not None else None
+    if problem:
+        raise DesignFileError(f"{source}: {problem}")
     if "layer" in doc and "schedule" in doc:
         raise DesignFileError(f"{source}: give either [layer] or [[schedule]], not both")
     horizon = ctx.table(doc.get("horizon", {}), "horizon", _HORIZON_KEYS)
@@ -413,6 +418,8 @@ def parse_design(text: str, *, source: str = "<string>") -> Design:
         if T is None:
             raise DesignFileError(f"{source}: [[schedule]] needs [horizon] T")
         model = ctx.wrap(lambda: Schedule(lays, T), "schedule")
+    if model is not None and not spec.closure:
+        _refuse_inexact(model, source, task)
     initial = ctx.gaussian(doc["initial"], "initial") if "initial" in doc else None
     target = ctx.gaussian(doc["target"], "target") if "target" in doc else None
     for name, g in (("initial", initial), ("target", target)):
@@ -428,10 +435,6 @@ def parse_design(text: str, *, source: str = "<string>") -> Design:
                     f"{source}: [{name}] has dimension {g.dim} but the [base] has dimension "
                     f"{base.dim}"
                 )
-    options = ctx.options(doc.get(task, {}), task, spec.options)
-    problem = spec.check(options, doc) if spec.check is not None else None
-    if problem:
-        raise DesignFileError(f"{source}: {problem}")
     seed = doc.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise DesignFileError(
@@ -463,6 +466,20 @@ def parse_design(text: str, *, source: str = "<string>") -> Design:
     design.require(*spec.needs)
     design.refuse_unread(spec.reads)
     return design
+
+
+def _refuse_inexact(model: Layer | Schedule, source: str, task: str) -> None:
+    """Refuse, by its key, a feed-forward outside the exact Gaussian moment model: only the token
+    comparison runs one (against the Gaussian closure)."""
+    layers = model.layers if isinstance(model, Schedule) else (model,)
+    for i, lay in enumerate(layers):
+        if lay.ffn is not None and not lay.is_gaussian_exact:
+            where = "layer" if isinstance(model, Layer) else f"schedule[{i}]"
+            raise DesignFileError(
+                f"{source}: '{where}.ffn.activation' = {lay.ffn.activation!r} is outside the "
+                f"exact Gaussian moment model that task {task!r} runs; use 'identity', or task "
+                "'compare-tokens' to compare its tokens with the Gaussian closure"
+            )
 
 
 class _Ctx:

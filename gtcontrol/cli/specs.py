@@ -62,6 +62,9 @@ class TaskSpec:
         ``check(options, document)`` checks the options together (with the TOML document for
         the other sections); returns ``None`` when they are fine, else the problem in words,
         naming the key.
+    closure
+        The task compares tokens with the Gaussian closure, so it takes a feed-forward outside
+        the exact moment model (``relu``, ``gelu``); every other task refuses one.
     """
 
     needs: tuple[str, ...]
@@ -69,6 +72,7 @@ class TaskSpec:
     summary: str = ""
     check: Callable[[Mapping[str, Any], Mapping[str, Any]], str | None] | None = None
     reads: tuple[str, ...] = ()
+    closure: bool = False
 
     def __post_init__(self) -> None:
         # every section a task needs is one it reads
@@ -377,9 +381,6 @@ def _sweep_check(options: Mapping[str, Any], doc: Mapping[str, Any]) -> str | No
         if not needs.get(axis, True):
             part = what.get(axis, "attention head (B, V, v or heads)")
             return f"'sweep.{axis}' varies the [layer]'s {part}, which the layer does not have"
-    ffn = layer.get("ffn")
-    if isinstance(ffn, dict) and ffn.get("activation", "relu") != "identity":
-        return "task 'sweep' needs 'layer.ffn.activation' = 'identity' (the moment model)"
     return None
 
 
@@ -427,6 +428,7 @@ SPECS: dict[str, TaskSpec] = {
             ),
         },
         summary="token-level Transformer vs moment ODE, error against N",
+        closure=True,
     ),
     "analyze": TaskSpec(
         needs=("initial", "model"),

@@ -25,6 +25,7 @@ from .. import (
     Gaussian,
     IpoptSettings,
     Layer,
+    MeanMatchingDesign,
     Schedule,
     SteeringBounds,
     Trajectory,
@@ -46,7 +47,7 @@ from .._output import check_length
 from .._status import Status, import_fits
 from .._validation import as_float_array
 from ..control.stabilization import Stabilization
-from ..errors import DesignFileError, GTControlError
+from ..errors import DesignFileError, GTControlError, InvalidGaussianError
 from ._run_budget import (
     CONTROL_IMPORT_SECONDS,
     EXPERIMENTS_IMPORT_SECONDS,
@@ -767,28 +768,41 @@ def _design_fixed_parts(design: Design) -> dict[str, Any]:
     return fixed
 
 
-def _run_design(design: Design, out: Path) -> dict[str, Any]:
+def _designed(design: Design, run: RunBudget) -> MeanMatchingDesign:
+    """The design of task ``design``: 95 % of the time (the convergence check has the rest, at
+    least what is left when the design stopped early); a refused target names the file."""
     o = design.options
     assert design.target is not None
-    run = RunBudget(design.time_limit, design.started)
-    # the design, then the convergence check from n_starts initial laws: 5 % of the time, at
-    # least what is left when the design stopped early
-    res = design_mean_matching(
-        design.target,
-        time_limit=0.95 * run.solver_limit(1),
-        rate=o["rate"],
-        cov_rate=o["cov_rate"] or None,
-        minimum_norm=o["minimum_norm"],
-        V_structure=o["V_structure"],
-        max_condition=o["max_condition"],
-        robustness=o["robustness"],
-        seed=design.seed,
-        min_ess=o["min_ess"] or None,
-        initial=design.initial,
-        T=design.T,
-        token_check=o["token_check"] or None,
-        **_design_fixed_parts(design),
-    )
+    try:
+        return design_mean_matching(
+            design.target,
+            time_limit=0.95 * run.solver_limit(1),
+            rate=o["rate"],
+            cov_rate=o["cov_rate"] or None,
+            minimum_norm=o["minimum_norm"],
+            V_structure=o["V_structure"],
+            max_condition=o["max_condition"],
+            robustness=o["robustness"],
+            seed=design.seed,
+            min_ess=o["min_ess"] or None,
+            initial=design.initial,
+            T=design.T,
+            token_check=o["token_check"] or None,
+            **_design_fixed_parts(design),
+        )
+    except InvalidGaussianError as exc:  # its names are the design's keys (target.cov, ...)
+        raise DesignFileError(f"{design.source}: {exc}") from None
+
+
+def _convergence_check(
+    design: Design, res: MeanMatchingDesign, run: RunBudget, out: Path
+) -> tuple[dict[str, Any], list[str]]:
+    """The convergence check's outputs and figures; skipped, saying why, for a design with no
+    positive certified rate (nothing to check against)."""
+    o = design.options
+    if not res.certificate.rate > 0:
+        why = "not run: the design has no positive certified rate to check"
+        return {"t": [], "max_final_mean_error": None, "max_final_cov_error": None, "note": why}, []
     data = design_convergence(
         res,
         n_starts=o["n_starts"],
@@ -813,6 +827,18 @@ def _run_design(design: Design, out: Path) -> dict[str, Any]:
         )
 
     figures = ["convergence.png"] if run.draw("convergence.png", draw, panels=2) else []
+    check = {
+        "t": data.t,
+        "max_final_mean_error": float(np.max(data.mean_error[:, -1])),
+        "max_final_cov_error": float(np.max(data.cov_error[:, -1])),
+    }
+    return check, figures
+
+
+def _run_design(design: Design, out: Path) -> dict[str, Any]:
+    run = RunBudget(design.time_limit, design.started)
+    res = _designed(design, run)
+    check, figures = _convergence_check(design, res, run, out)
     outputs: dict[str, Any] = {
         "layer": res.layer.to_dict(),
         "success": res.success,
@@ -824,11 +850,7 @@ def _run_design(design: Design, out: Path) -> dict[str, Any]:
         "rate": res.rate,
         "cov_rate": res.cov_rate,
         "certificate": {k: getattr(res.certificate, k) for k in CERTIFICATE_KEYS},
-        "convergence": {
-            "t": data.t,
-            "max_final_mean_error": float(np.max(data.mean_error[:, -1])),
-            "max_final_cov_error": float(np.max(data.cov_error[:, -1])),
-        },
+        "convergence": check,
         "stats": dict(res.stats),
     }
     summary = {
@@ -838,8 +860,8 @@ def _run_design(design: Design, out: Path) -> dict[str, Any]:
         "certificate": res.certificate.kind,
         "certificate_success": res.certificate.success,
         "norm": res.norm,
-        "final_mean_error": outputs["convergence"]["max_final_mean_error"],
-        "final_cov_error": outputs["convergence"]["max_final_cov_error"],
+        "final_mean_error": check["max_final_mean_error"],
+        "final_cov_error": check["max_final_cov_error"],
     }
     if res.robustness is not None:
         outputs["robustness"] = {k: getattr(res.robustness, k) for k in ROBUSTNESS_KEYS}

@@ -998,3 +998,85 @@ def test_a_filter_refusal_names_the_design_file_and_its_key(tmp_path: Path, caps
     assert main(["run", str(design), "-o", str(tmp_path / "out")]) == 2
     line = _one_error_line(capsys.readouterr().err)
     assert f"{design}: filter.R: " in line
+
+
+_MOMENTS = "mean = [1.0, -0.5]\ncov = [[1.0, 0.3], [0.3, 0.5]]\n"
+_RELU_FFN = "ffn = {W_in = [[1.0, 0.0], [0.0, 1.0]], W_out = [[1.0, 0.0], [0.0, 1.0]]}\n"
+
+
+@pytest.mark.parametrize(
+    ("task", "model", "key"),
+    [
+        ("simulate", f"[layer]\nA = [[-1.0, 0.0], [0.0, -1.0]]\n{_RELU_FFN}", "layer"),
+        ("analyze", f"[layer]\nV = -1.0\nB = [[1.0, 0.0], [0.0, 1.0]]\n{_RELU_FFN}", "layer"),
+        (
+            "simulate",
+            "[[schedule]]\nA = [[-1.0, 0.0], [0.0, -1.0]]\n"
+            f"[[schedule]]\nA = [[-1.0, 0.0], [0.0, -1.0]]\n{_RELU_FFN}",
+            "schedule[1]",
+        ),
+    ],
+)
+def test_a_feedforward_outside_the_moment_model_is_refused_by_its_key(
+    tmp_path: Path, capsys, task: str, model: str, key: str
+) -> None:
+    """It was refused below the schema, without the file, as 'layers[0].ffn' or 'ffn', with
+    the advice 'use simulate_tokens' (a Python function, not a task)."""
+    design = tmp_path / "d.toml"
+    horizon = "[horizon]\nT = 1.0\n" if task == "simulate" else ""
+    design.write_text(f'task = "{task}"\n[initial]\n{_MOMENTS}{model}{horizon}')
+    assert main(["run", str(design), "-o", str(tmp_path / "out")]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert f"{design}: '{key}.ffn.activation' = 'relu' is outside the exact Gaussian" in line
+    assert "task 'compare-tokens'" in line and "simulate_tokens" not in line
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_token_comparison_takes_a_relu_feedforward() -> None:
+    """It compares tokens with the Gaussian closure: the one task that runs such a layer."""
+    design = parse_design(
+        f'task = "compare-tokens"\n[initial]\n{_MOMENTS}[layer]\nA = [[-1.0, 0.0], [0.0, -1.0]]\n'
+        f"{_RELU_FFN}[horizon]\nT = 1.0\n"
+    )
+    assert isinstance(design.model, Layer) and not design.model.is_gaussian_exact
+
+
+def test_a_sweep_of_a_schedule_is_refused_for_what_it_is(tmp_path: Path, capsys) -> None:
+    """It asked for [horizon] T first, and once that was given refused the schedule."""
+    design = tmp_path / "d.toml"
+    design.write_text(
+        f'task = "sweep"\n[initial]\n{_MOMENTS}[[schedule]]\nA = [[0.0, 1.0], [-1.0, 0.0]]\n'
+        "V = 1.0\n[sweep]\nV_scale = [-1.0, 1.0]\n"
+    )
+    assert main(["run", str(design), "-o", str(tmp_path / "out")]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert f"{design}: task 'sweep' varies a single [layer], not a [[schedule]]" in line
+
+
+def test_a_refused_design_target_names_the_design_file(tmp_path: Path, capsys) -> None:
+    """'target.cov: expected a positive-definite covariance' came without the file."""
+    design = tmp_path / "d.toml"
+    design.write_text(
+        'task = "design"\n[target]\nmean = [1.0, -0.5]\ncov = [[1.0, 0.0], [0.0, 0.0]]\n'
+    )
+    assert main(["run", str(design), "-o", str(tmp_path / "out")]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert f"{design}: target.cov: expected a positive-definite covariance" in line
+
+
+def test_a_design_not_found_is_a_result_not_an_error(tmp_path: Path, capsys) -> None:
+    """A fixed ``B = 0`` leaves the covariance no rate: the design is not found. The run ended
+    in 'error: design: the certificate has no positive rate' (exit 2), from the convergence
+    check it then started; it now writes the result, the check skipped with its reason."""
+    design = tmp_path / "d.toml"
+    design.write_text(
+        'task = "design"\ntime_limit = 30\n[target]\nmean = [1.0, -0.5]\n'
+        "cov = [[1.0, 0.0], [0.0, 1.0]]\n[layer]\nB = [[0.0, 0.0], [0.0, 0.0]]\n"
+    )
+    out = tmp_path / "out"
+    assert main(["run", str(design), "-o", str(out), "-q"]) == 0
+    res = json.loads((out / "result.json").read_text())
+    assert res["status"] == "not_found" and not res["outputs"]["success"]
+    check = res["outputs"]["convergence"]
+    assert check["note"].startswith("not run: the design has no positive certified rate")
+    assert check["max_final_mean_error"] is None and not res["figures"]

@@ -1,16 +1,17 @@
-"""The cost of ``design_mean_matching``'s certificate and robustness radii in ``d×d`` products.
+"""The cost of a design's certificate, its robustness radii and the Riccati equilibria, in products.
 
 Plain script: ``python benchmarks/bench_certificate_cost.py [D ...]`` (default 128 256 512 768).
 
-Neither call can be interrupted by a budget check (each is a few native LAPACK/slycot calls),
-so a design under a time limit estimates their cost before starting them: the fastest of three
-``d×d`` products timed then, times a count per ``d``
-(``gtcontrol.control.design.mean_matching._CERTIFICATE_MATMULS``). This script measures that
-count on one BLAS thread, as the design runs: the median of five certificates (global,
-rates 1 and 1) and of five radii computations, each over the fastest of ten products timed in
-the same process, first on a quiet machine, then beside one CPU-bound process per core (where a
-short product still gets a core of its own and the long call shares one). It prints the counts
-and the table's count beside them.
+None of these calls can be interrupted by a budget check (each is a few native LAPACK/slycot
+calls), so a design under a time limit estimates their cost before starting them: the fastest
+of three ``d×d`` products timed then, times a count per ``d``
+(``gtcontrol.control.design.mean_matching._CERTIFICATE_MATMULS``); ``equilibria`` does the same
+for its Riccati route (``gtcontrol.analysis.equilibria._RICCATI_MATMULS``). This script measures
+those counts on one BLAS thread, as the design runs: the median of five certificates (global,
+rates 1 and 1), of five radii computations and of five ``equilibria`` of the designed layer,
+each over the fastest of ten products timed in the same process, first on a quiet machine, then
+beside one CPU-bound process per core (where a short product still gets a core of its own and
+the long call shares one). It prints the counts and the tables' counts beside them.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from threadpoolctl import threadpool_limits
 
 import gtcontrol as gt
 from gtcontrol._status import Budget
+from gtcontrol.analysis.equilibria import _RICCATI_MATMULS
 from gtcontrol.control.design._certificates import _linear_radii, design_certificate
 from gtcontrol.control.design.mean_matching import _CERTIFICATE_MATMULS
 
@@ -59,11 +61,14 @@ def _row(d: int, label: str) -> None:
     product = min(_median(lambda: x @ x, 1) for _ in range(10))
     cert = _median(lambda: design_certificate(layer, target, require_global=True))
     radii = _median(lambda: _linear_radii(layer, target, 0, np.random.default_rng(0), Budget()))
+    riccati = _median(lambda: gt.equilibria(layer))
     table = next(n for top, n in _CERTIFICATE_MATMULS if d <= top)
+    table_eq = next(n for top, n in _RICCATI_MATMULS if d <= top)
     print(
         f"{label:24s} d = {d:4d}: product {1e3 * product:7.2f} ms | certificate {cert:6.3f} s "
         f"= {cert / product:5.0f} products | radii {radii:6.3f} s = {radii / product:5.0f} "
-        f"products | table {table}"
+        f"products | table {table} | equilibria {riccati:6.3f} s = {riccati / product:5.0f} "
+        f"products | table {table_eq}"
     )
 
 

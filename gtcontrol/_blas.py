@@ -12,9 +12,15 @@ FAQ on its threads' busy-waiting between calls.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
+
+import numpy as np
+
+from ._status import Budget
 
 __all__ = [
     "arpack_products",
@@ -22,8 +28,12 @@ __all__ = [
     "busy",
     "calm_blas",
     "idle_cores",
+    "native_refusal",
     "single_threaded_blas",
 ]
+
+#: Below this d a native step is never refused: it takes well under a budget's tolerance.
+NATIVE_PROBE_DIM = 256
 
 _T = TypeVar("_T")
 
@@ -143,3 +153,42 @@ def calm_blas() -> Iterator[None]:
             yield
     else:
         yield
+
+
+def native_refusal(
+    what: str, d: int, products: Sequence[tuple[float, int]], budget: Budget
+) -> str | None:
+    """Why a native step is not started, or ``None`` when it fits.
+
+    For work that is a few native LAPACK/slycot calls, which no budget check can interrupt.
+    Its cost is the machine's own speed (the fastest of three ``d×d`` products timed here: one
+    can be stalled by the scheduler) times the count of ``products`` for ``d`` (pairs ``(top
+    dimension, count)``, the first whose top is at least ``d``); the step is refused when that
+    would pass the budget's wrap-up time (:meth:`Budget.grace`). ``what`` opens the sentence
+    (``"the certificate was"``). Never refused without a time limit or below
+    :data:`NATIVE_PROBE_DIM`.
+
+    Examples
+    --------
+    >>> native_refusal("the solve was", 512, ((math.inf, 10**9),), Budget(0.1))[:40]
+    'the solve was not started: at d = 512 th'
+    >>> native_refusal("the solve was", 512, ((math.inf, 10**9),), Budget(None)) is None
+    True
+    """
+    left = budget.grace()
+    if left is None or d < NATIVE_PROBE_DIM:
+        return None
+    x = np.ones((d, d))
+    product = math.inf
+    for _ in range(3):
+        clock = time.perf_counter()
+        x @ x
+        product = min(product, time.perf_counter() - clock)
+    estimate = next(n for top, n in products if d <= top) * product
+    if estimate <= left:
+        return None
+    return (
+        f"{what} not started: at d = {d} the cost is about {estimate:.2g} s (from "
+        f"this machine's d×d product), more than the {max(left, 0.0):.2g} s left of the time "
+        f"limit of {budget.given_limit:g} s"
+    )

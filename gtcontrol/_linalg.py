@@ -29,6 +29,7 @@ __all__ = [
     "power_of_two",
     "psd_factor",
     "psd_sqrt",
+    "scaled_norm",
     "schur_sylvester",
     "spd_sqrt_pair",
     "sym",
@@ -240,6 +241,18 @@ def schur_sylvester(a: FloatArray, b: FloatArray, c: FloatArray) -> FloatArray:
     x2 = schur_sylvester(a, b[k:, k:], c[:, k:])
     x1 = schur_sylvester(a, b[:k, :k], c[:, :k] - x2 @ b[:k, k:].T)
     return np.hstack([x1, x2])
+
+
+def scaled_norm(x: Any) -> float:
+    """``‖x‖`` (Frobenius, or Euclidean for a vector) without overflow or underflow of the
+    squares: entries near ``1e150`` or ``1e-200`` (a target's scale) square out of float64."""
+    a = np.asarray(x)
+    if a.size == 0:
+        return 0.0
+    top = float(np.max(np.abs(a)))
+    if top == 0.0 or not math.isfinite(top):
+        return top
+    return top * float(np.linalg.norm(a / top))
 
 
 def power_of_two(mat: FloatArray) -> float:

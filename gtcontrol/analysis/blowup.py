@@ -49,6 +49,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .._blas import calm_blas
 from .._display import Axes, SummaryItems
 from .._status import Budget, BudgetExhausted, OutcomeOrBlowup, ResultFields, Status
 from .._validation import as_cap, as_positive_float, as_time_limit
@@ -254,6 +255,14 @@ def blowup_analysis(
         raise InvalidParametersError(f"layer: expected a Layer, got {type(layer).__name__}")
     g0 = check_gaussian(initial, layer.dim)
     budget = Budget(as_time_limit(time_limit))
+    # a multi-threaded BLAS stalls on a busy machine, inside calls no budget check interrupts
+    with calm_blas():
+        return _blowup(layer, g0, opts, budget)
+
+
+def _blowup(layer: Layer, g0: Gaussian, opts: _BlowupOptions, budget: Budget) -> BlowupResult:
+    """:func:`blowup_analysis` on validated inputs: the certified march in the Riccati class,
+    the integrator outside it."""
     form = riccati_form_or_none(layer)
     hz = opts.T if opts.T is not None else default_horizon(layer, g0)
     clock = time.perf_counter()

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 from scipy.sparse.linalg import ArpackNoConvergence, LinearOperator, eigs
 
-from .._blas import arpack_products
+from .._blas import arpack_products, calm_blas, native_refusal
 from .._display import Axes, Displayable, SummaryItems
 from .._linalg import FloatArray, sym, unvech, vech
 from .._status import Budget, BudgetExhausted, OutcomeOrInfeasible, ResultFields, Status
@@ -521,11 +521,13 @@ def equilibria(
             f"method: 'homotopy' tracks 2^(d(d+1)/2) paths and is offered up to d = "
             f"{HOMOTOPY_MAX_DIM}, got d = {layer.dim}; use 'newton'"
         )
-    if form is not None and method in ("auto", "lyapunov", "care"):
-        return _riccati_equilibria(layer, form, method, cross_check)
-    if method == "homotopy" or (method == "auto" and layer.dim <= _AUTO_HOMOTOPY_MAX_DIM):
-        return _complete_search(layer, given, opts, budget, per_start)
-    return _newton_equilibria(layer, given, opts, budget, per_start)
+    # a multi-threaded BLAS stalls on a busy machine, inside calls no budget check interrupts
+    with calm_blas():
+        if form is not None and method in ("auto", "lyapunov", "care"):
+            return _riccati_within(layer, form, method, cross_check, budget)
+        if method == "homotopy" or (method == "auto" and layer.dim <= _AUTO_HOMOTOPY_MAX_DIM):
+            return _complete_search(layer, given, opts, budget, per_start)
+        return _newton_equilibria(layer, given, opts, budget, per_start)
 
 
 _METHODS = ("auto", "lyapunov", "care", "homotopy", "newton")
@@ -621,6 +623,31 @@ def _complete_search(
     )
     message = f"homotopy incomplete ({why}; {tally}); then {res.message}"
     return replace(res, message=message, stats={**res.stats, "homotopy": counts})
+
+
+#: The Riccati route's solves and proofs (slycot, eigensolves, SVDs: native calls no budget
+#: check interrupts) cost about this many ``d×d`` products up to each ``d``: twice the count
+#: measured on an idle machine (benchmarks/bench_certificate_cost.py).
+_RICCATI_MATMULS = ((384, 600), (640, 250), (math.inf, 200))
+
+
+def _riccati_within(
+    layer: Layer, form: RiccatiForm, method: str, cross_check: bool | None, budget: Budget
+) -> EquilibriaResult:
+    """:func:`_riccati_equilibria`, or ``BUDGET_EXHAUSTED`` when its estimated cost passes what
+    is left of the time limit (:func:`~gtcontrol._blas.native_refusal`)."""
+    refusal = native_refusal(
+        "the Riccati equilibrium's solve was", layer.dim, _RICCATI_MATMULS, budget
+    )
+    if refusal is None:
+        return _riccati_equilibria(layer, form, method, cross_check)
+    return EquilibriaResult(
+        equilibria=(),
+        status=Status.BUDGET_EXHAUSTED,
+        message=refusal,
+        method="care" if method == "care" else "lyapunov",
+        stats={"seconds": budget.elapsed},
+    )
 
 
 def _riccati_equilibria(
@@ -908,7 +935,7 @@ def search_equilibria(layer: Layer, opts: SearchOptions, budget: Budget) -> Equi
     """:func:`equilibria` with ``method="auto"`` on validated options and a running budget."""
     form = riccati_form_of(layer)
     if form is not None:
-        return _riccati_equilibria(layer, form, "auto", None)
+        return _riccati_within(layer, form, "auto", None, budget)
     if layer.dim <= _AUTO_HOMOTOPY_MAX_DIM:
         return _complete_search(layer, [], opts, budget, None)
     return _newton_equilibria(layer, [], opts, budget, None)

@@ -30,6 +30,7 @@ import numpy as np
 import scipy.linalg as sla
 from scipy.sparse.linalg import LinearOperator, gmres
 
+from .._blas import calm_blas
 from .._display import Axes, SummaryItems
 from .._linalg import FloatArray, schur_sylvester, sym, unvech, vech
 from .._status import Budget, BudgetExhausted, Outcome, ResultFields, Status, shown
@@ -449,11 +450,20 @@ def newton_equilibrium(
         sym(as_float_array(f"deflate[{i}]", k, ndim=2, shape=(d, d)))
         for i, k in enumerate(_roots(deflate, d))
     ]
+    # a multi-threaded BLAS stalls on a busy machine, inside calls no budget check interrupts
+    with calm_blas():
+        return _newton_on_active(layer, cov, known, opts, budget)
+
+
+def _newton_on_active(
+    layer: Layer, cov: FloatArray, known: list[FloatArray], opts: SearchOptions, budget: Budget
+) -> NewtonResult:
+    """Newton on the directions the layer moves: zero rows (an extracted layer's affine
+    coordinate) make DF singular on Sym(d), so it solves on the active subspace and embeds
+    ``Σ = U S Uᵀ``."""
     basis = frozen_rows_basis(layer, cov)
     if basis is None:
         return newton_run(layer, cov, known, opts, budget)
-    # Zero rows on directions the layer never moves (an extracted layer's affine coordinate):
-    # DF is singular on Sym(d) there, so solve on the active subspace and embed Σ = U S Uᵀ.
     reduced = newton_run(
         reduced_layer(layer, basis),
         basis.T @ cov @ basis,

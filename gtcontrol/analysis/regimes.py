@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from .._blas import calm_blas
 from .._display import Axes
 from .._linalg import FloatArray, sym
 from .._status import Budget, BudgetExhausted, OutcomeOrBlowup, ResultFields, Status
@@ -201,14 +202,17 @@ def analyze(
     budget = Budget(as_time_limit(time_limit))
     clock = time.perf_counter()
     blow: BlowupResult | None = None
+    # a multi-threaded BLAS stalls on a busy machine, inside calls no budget check interrupts
     try:
-        blow = blowup_analysis(layer, g0, T=T, time_limit=remaining_limit(budget))
-        budget.check()
-        if blow.stats.get("undetermined"):
-            # no integrator guess either: its numbers would carry the same rounding, uncertified
-            reg = _undecided(Status.FAILED, f"undecided at double precision: {blow.message}", blow)
-        else:
-            reg = _build(layer, _decide(layer, g0, blow, T, opts, budget), blow)
+        with calm_blas():
+            blow = blowup_analysis(layer, g0, T=T, time_limit=remaining_limit(budget))
+            budget.check()
+            if blow.stats.get("undetermined"):
+                # no integrator guess either: its numbers would carry the same rounding
+                why = f"undecided at double precision: {blow.message}"
+                reg = _undecided(Status.FAILED, why, blow)
+            else:
+                reg = _build(layer, _decide(layer, g0, blow, T, opts, budget), blow)
     except BudgetExhausted as exc:
         reg = _undecided(Status.BUDGET_EXHAUSTED, f"undecided: {exc.reason}", blow)
     except SolverError as exc:

@@ -48,7 +48,16 @@ import scipy.sparse.linalg as sla
 
 from .._blas import arpack_products
 from .._display import Axes
-from .._linalg import FloatArray, power_of_two, spd_sqrt_pair, sym, unvech, vech, vech_scale
+from .._linalg import (
+    FloatArray,
+    power_of_two,
+    scaled_norm,
+    spd_sqrt_pair,
+    sym,
+    unvech,
+    vech,
+    vech_scale,
+)
 from .._status import Budget, BudgetExhausted, Outcome, ResultFields, Status, as_time_limit
 from .._validation import as_choice, as_nonnegative_float, as_positive_int, frozen
 from ..errors import InvalidParametersError
@@ -109,7 +118,9 @@ def equilibrium_residuals(layer: Layer, target: Gaussian) -> tuple[float, float]
 
     Each is the size of the field relative to the sum of the sizes of its terms (for the
     covariance :func:`~._field_kernel.relative_residual`, the residual of the equilibrium
-    searches), so ``1e-16`` is exact to round-off whatever the scale.
+    searches), so ``1e-16`` is exact to round-off whatever the scale. The mean's norms are
+    scaled (:func:`~gtcontrol._linalg.scaled_norm`): a term such as ``A m*`` reaches ``1e298``
+    for entries at the accepted bound, whose square overflows.
     """
     _, rc = relative_residual(layer, np.asarray(target.cov, dtype=float))
     dm, _ = moment_field(layer, target.mean, target.cov)
@@ -117,12 +128,12 @@ def equilibrium_residuals(layer: Layer, target: Gaussian) -> tuple[float, float]
     a, b = layer.affine_ffn()
     mean = np.asarray(target.mean, dtype=float)
     mean_scale = (
-        float(np.linalg.norm(a @ mean))
-        + float(np.linalg.norm((m_mat - a) @ mean))
-        + float(np.linalg.norm(b))
-        + float(np.linalg.norm(c - b))
+        scaled_norm(a @ mean)
+        + scaled_norm((m_mat - a) @ mean)
+        + scaled_norm(b)
+        + scaled_norm(c - b)
     )
-    nm = float(np.linalg.norm(dm))
+    nm = scaled_norm(dm)
     return float(rc), (nm / mean_scale if mean_scale > 0 else nm)
 
 

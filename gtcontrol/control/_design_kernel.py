@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from .._linalg import FloatArray, spd_sqrt_pair, vech_scale
-from .._validation import as_float_array
+from .._linalg import FloatArray, scaled_norm, spd_sqrt_pair, vech_scale
+from .._validation import MAX_ENTRY, as_float_array
 from ..analysis._field_kernel import covariance_jacobian
 from ..analysis.equilibria import mean_matrix
 from ..errors import InvalidGaussianError, InvalidParametersError
@@ -155,18 +155,6 @@ def is_normal(x: FloatArray) -> bool:
     return bool(np.linalg.norm(x @ x.conj().T - x.conj().T @ x) <= 1e-10 * max(nx * nx, 1e-300))
 
 
-def scaled_norm(x: Any) -> float:
-    """``‖x‖`` (Frobenius, or Euclidean for a vector) without overflow or underflow of the
-    squares: entries near ``1e150`` or ``1e-200`` (a target's scale) square out of float64."""
-    a = np.asarray(x)
-    if a.size == 0:
-        return 0.0
-    top = float(np.max(np.abs(a)))
-    if top == 0.0 or not math.isfinite(top):
-        return top
-    return top * float(np.linalg.norm(a / top))
-
-
 def _head_terms(layer: Layer, mean: FloatArray, cov: FloatArray) -> tuple[float, float]:
     """``Σ_h ‖V_hΣB_hΣ‖`` and ``Σ_h (‖V_hΣB_hm‖ + ‖V_hm‖)``, head by head (factored heads
     through their factors: no ``d×d`` head is formed)."""
@@ -226,9 +214,30 @@ def param_norm(layer: Layer) -> float:
 
 
 def with_bias(layer: Layer, target: Gaussian) -> Layer:
-    """The layer with ``b = −K m*`` (K does not depend on b)."""
+    """The layer with ``b = −K m*`` (K does not depend on b).
+
+    Raises
+    ------
+    InvalidGaussianError
+        If ``b`` has an entry beyond :data:`~gtcontrol._validation.MAX_ENTRY` (or overflows):
+        the target's mean is too large for the layer, and the refusal names ``target``, not the
+        internal ``b``.
+    """
     k = mean_matrix(layer, target.cov)
-    return layer.replace(b=-k @ target.mean)
+    # an overflow to inf is refused just below, by name
+    with np.errstate(over="ignore", invalid="ignore"):
+        bias = -k @ target.mean
+    top = float(np.max(np.abs(bias)))
+    if not top <= MAX_ENTRY:
+        mean_top = float(np.max(np.abs(target.mean)))
+        size = f"of magnitude {top:.3g}" if math.isfinite(top) else "past float64's range"
+        raise InvalidGaussianError(
+            f"target: the mean (largest entry {mean_top:.3g}) is too large for the designed "
+            f"layer: its bias b = −K m* would have an entry {size}, beyond the bound "
+            f"{MAX_ENTRY:g} on a layer's entries (gtcontrol._validation.MAX_ENTRY); shift or "
+            "rescale the coordinates so that the target mean is smaller"
+        )
+    return layer.replace(b=bias)
 
 
 #: Steps of iterative refinement of the designed ``A`` (:func:`designed_a`).

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from .._display import Axes, SummaryItems
-from .._linalg import frobenius_norms
+from .._linalg import frobenius_norms, scaled_norm
 from .._status import Budget, Outcome, ResultFields, Status, shown
 from .._validation import (
     as_choice,
@@ -486,13 +486,15 @@ def reached(traj: Trajectory | None) -> bool:
 
 # ============================================================================ the result
 def _parameter_energy(schedule: Schedule) -> float:
-    h = schedule.duration
-    total = 0.0
+    """``h Σ_layers (‖A‖² + ‖b‖² + Σ_h ‖V_h‖² + ‖B_h‖²)`` from scaled norms: over a long horizon
+    the parameters are small (about ``1/T``) and their squares underflow to zero."""
+    norms = []
     for lay in schedule.layers:
-        total += float(np.sum(lay.A**2) + np.sum(lay.b**2))
+        norms += [scaled_norm(lay.A), scaled_norm(lay.b)]
         for v, b_mat in lay.heads:
-            total += float(np.sum(v**2) + np.sum(b_mat**2))
-    return h * total
+            norms += [scaled_norm(v), scaled_norm(b_mat)]
+    total = scaled_norm(np.asarray(norms))
+    return schedule.duration * total * total
 
 
 def classify(plan: Plan, sol: Solution, traj: Trajectory | None) -> tuple[Status, str]:

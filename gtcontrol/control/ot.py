@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
+from numpy.typing import NDArray
 from scipy.integrate import simpson
 
 from .._display import Axes, SummaryItems
@@ -408,13 +409,13 @@ def kinetic_energy(
     if traj.status is not Status.SUCCESS:
         why = f"the energy is not known: the re-simulation stopped ({traj.message})"
         return KineticEnergy(math.nan, horizon, status=traj.status, message=why, stats=stats)
-    pieces = energy_integrand(ctrl, traj)
-    energy = float(sum(simpson(vals, x=t) for t, vals in pieces))
+    pieces = energy_records(ctrl, traj)
+    energy = _energy(pieces)
     return KineticEnergy(
         energy,
         horizon,
-        np.concatenate([t for t, _ in pieces]),
-        np.concatenate([vals for _, vals in pieces]),
+        np.concatenate([t for t, _, _ in pieces]),
+        np.concatenate([_unscaled(r, e) for _, r, e in pieces]),
         message=f"kinetic energy {energy:.12g} (Simpson's rule on {len(traj.t)} depths)",
         stats=stats,
     )
@@ -425,27 +426,34 @@ def trajectory_energy(ctrl: Control, traj: Trajectory) -> float:
     every segment (as :func:`kinetic_energy` records it); ``inf`` unless it reached ``T``."""
     if traj.status is not Status.SUCCESS:
         return math.inf
-    return float(sum(simpson(vals, x=t) for t, vals in energy_integrand(ctrl, traj)))
+    return _energy(energy_records(ctrl, traj))
 
 
-def energy_integrand(ctrl: Control, traj: Trajectory) -> list[tuple[FloatArray, FloatArray]]:
-    """``(t, E|v(t)|²)`` on the records of every segment between ``ctrl``'s breakpoints (the
-    integrand is smooth on each), from a trajectory of ``ctrl`` that reached ``T``."""
+#: One segment's records: the depths ``t`` and ``E|v(t)|² = r·2^e`` (see :func:`_scaled_power`).
+EnergyRecords = tuple[FloatArray, FloatArray, NDArray[np.int_]]
+
+
+def energy_records(ctrl: Control, traj: Trajectory) -> list[EnergyRecords]:
+    """``(t, r, e)`` with ``E|v(t)|² = r·2^e`` on the records of every segment between ``ctrl``'s
+    breakpoints (the integrand is smooth on each), from a trajectory of ``ctrl`` that reached
+    ``T``. Scaled, because a long horizon makes the velocities small: at ``T = 1e300`` they are
+    about ``1e-300``, whose squares underflow to zero."""
     breaks = np.asarray(ctrl.breakpoints, dtype=float)
     pieces = []
     for k in range(len(breaks) - 1):
         t0, t1 = float(breaks[k]), float(breaks[k + 1])
         idx = np.flatnonzero((traj.t >= t0 - 1e-14 * max(t1, 1.0)) & (traj.t <= t1 + 1e-14))
         layer_of = _segment_layers(ctrl, t0, t1)
-        vals = _batched_energy(ctrl, layer_of, traj.mean[idx], traj.cov[idx], t0, t1)
-        if vals is None:
-            vals = np.empty(len(idx))
+        records = _batched_energy(ctrl, layer_of, traj.mean[idx], traj.cov[idx], t0, t1)
+        if records is None:
+            r, e = np.empty(len(idx)), np.zeros(len(idx), dtype=int)
             for j, i in enumerate(idx):
                 m, s = traj.mean[i], traj.cov[i]
                 mm, c = affine_velocity(layer_of(float(traj.t[i])), m, s)
-                u = mm @ m + c
-                vals[j] = float(np.sum((mm @ s) * mm) + u @ u)
-        pieces.append((np.asarray(traj.t[idx], dtype=float), vals))
+                rj, ej = _scaled_power(mm[None], s[None], (mm @ m + c)[None])
+                r[j], e[j] = rj[0], ej[0]
+            records = (r, e)
+        pieces.append((np.asarray(traj.t[idx], dtype=float), *records))
     return pieces
 
 
@@ -456,13 +464,14 @@ def _batched_energy(
     covs: FloatArray,
     t0: float,
     t1: float,
-) -> FloatArray | None:
+) -> tuple[FloatArray, NDArray[np.int_]] | None:
     """``E|v|²`` at every record of a constant segment in one batched product, or ``None``.
 
     Only for a piecewise-constant control whose layer has dense heads and no feed-forward term
     (the common case of steering schedules); anything else goes through
     :func:`gtcontrol.model.moments.affine_velocity` point by point. Same formula:
-    ``tr(M Σ Mᵀ) + |M m + c|²``, ``M = A + Σ_h V_h Σ B_h``, ``c = b + Σ_h V_h m``.
+    ``tr(M Σ Mᵀ) + |M m + c|²``, ``M = A + Σ_h V_h Σ B_h``, ``c = b + Σ_h V_h m``; the records
+    as :func:`_scaled_power` gives them.
     """
     if not getattr(ctrl, "piecewise_constant", False):
         return None
@@ -475,5 +484,54 @@ def _batched_energy(
         mm += v_h @ covs @ b_h
         cc += means @ v_h.T
     vel = (mm @ means[:, :, None])[:, :, 0] + cc
-    out: FloatArray = np.sum((mm @ covs) * mm, axis=(1, 2)) + np.sum(vel * vel, axis=1)
+    return _scaled_power(mm, covs, vel)
+
+
+def _scaled_power(
+    mm: FloatArray, covs: FloatArray, vel: FloatArray
+) -> tuple[FloatArray, NDArray[np.int_]]:
+    """``E|v|² = tr(M Σ Mᵀ) + |v|²`` of a stack of records as ``(r, e)``, ``E = r·2^e``.
+
+    Each record's ``M`` and ``v`` are first divided by the power of two ``2^q`` nearest their
+    largest entry (exact), so that neither small velocities (a long horizon) nor large ones
+    square out of float64; then ``e = 2q``.
+    """
+    top = np.maximum(np.max(np.abs(mm), axis=(1, 2)), np.max(np.abs(vel), axis=1))
+    usable = (top > 0.0) & np.isfinite(top)
+    q = np.where(usable, np.frexp(np.where(usable, top, 1.0))[1] - 1, 0)
+    ms = np.ldexp(mm, -q[:, None, None])
+    vs = np.ldexp(vel, -q[:, None])
+    r: FloatArray = np.sum((ms @ covs) * ms, axis=(1, 2)) + np.sum(vs * vs, axis=1)
+    return r, 2 * q
+
+
+def _unscaled(r: FloatArray, e: NDArray[np.int_]) -> FloatArray:
+    """``r·2^e`` as floats: ``0`` below the float range, ``inf`` above it (the integrand shown)."""
+    # a value past the float range is infinite: that is its float, not a fault
+    with np.errstate(over="ignore"):
+        out: FloatArray = np.ldexp(r, e)
     return out
+
+
+def _energy(pieces: list[EnergyRecords]) -> float:
+    """``∫ E|v|² dt``: Simpson's rule on every segment, in scaled form.
+
+    On a segment of length ``L`` the depths are mapped to ``[0, 1]`` and the integrand divided by
+    ``2^E``, ``E`` its largest exponent; the rule's value is then multiplied by ``L·2^E``. Exact
+    to rounding where the plain rule's products of depth spacings (``h₀h₁``: ``1e598`` for a
+    horizon of ``1e300``) overflow and its integrand underflows.
+    """
+    total = 0.0
+    for t, r, e in pieces:
+        length = float(t[-1] - t[0]) if len(t) > 1 else 0.0
+        if length <= 0.0 or not np.any(r != 0.0):
+            continue
+        top = int(np.max(e[r != 0.0]))
+        vals = np.ldexp(r, e - top)
+        frac, exp_len = math.frexp(length)
+        part = float(simpson(vals, x=(t - t[0]) / length)) * frac
+        try:
+            total += math.ldexp(part, top + exp_len)
+        except OverflowError:  # an energy past the float range is infinite
+            total += math.copysign(math.inf, part)
+    return total

@@ -3,10 +3,12 @@ that finds nothing says NOT_FOUND and how hard it looked; every argument validat
 
 from __future__ import annotations
 
+import math
 import time
 
 import numpy as np
 import pytest
+from helpers import busy_processes, timed
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -157,6 +159,26 @@ def test_time_limit_is_honoured_with_factored_heads() -> None:
     # Regression (hostile case 04 at d = 1024): dense 2-norms of every head ran before any
     # budget check. Here d = 256 keeps the default suite fast; the d = 1024 case is slow-marked.
     _assert_ends_in_time(_factored_layer(256), 2.0)
+
+
+def test_time_limits_hold_at_d256_beside_two_busy_processes() -> None:
+    """Two BLAS threads on two busy cores stall inside calls no budget check interrupts:
+    ``equilibria`` took 3.1-3.7 s for a 2 s limit before its first Newton start,
+    ``blowup_analysis`` 3.1 s. The equilibrium and regime solvers now run BLAS on one thread
+    when the machine is busy, as the designs do."""
+    layer = _factored_layer(256)
+    g0 = gt.Gaussian(np.zeros(256), np.eye(256))
+    calls = {
+        "equilibria": lambda: gt.equilibria(layer, time_limit=2.0),
+        "analyze": lambda: gt.analyze(layer, g0, time_limit=2.0),
+        "newton_equilibrium": lambda: gt.newton_equilibrium(layer, np.eye(256), time_limit=2.0),
+        "blowup_analysis": lambda: gt.blowup_analysis(layer, g0, T=1e4, time_limit=2.0),
+    }
+    with busy_processes():
+        for name, call in calls.items():
+            res, wall = timed(call)
+            assert wall <= 3.0, (name, wall, res.message)
+            assert res.status is Status.BUDGET_EXHAUSTED, (name, res.message)
 
 
 @pytest.mark.slow
@@ -310,3 +332,35 @@ def test_a_root_whose_spectrum_runs_out_of_time_is_counted_not_reported(
     assert cut.status is Status.BUDGET_EXHAUSTED and len(cut) == 0 and not cut.success
     assert "stopped (the time limit of 1 s was reached)" in cut.message
     assert "1 more root(s) found, their spectra not computed in time" in cut.message
+
+
+def _riccati_layer(d: int) -> Layer:
+    """A Riccati-class layer (one head ``V = I``) with a rotating, contracting ``A``."""
+    rng = np.random.default_rng(0)
+    m = rng.standard_normal((d, d)) / np.sqrt(d)
+    return Layer(A=-np.eye(d) + 0.3 * (m - m.T), B=np.eye(d) + 0.1 * (m @ m.T), V=1.0)
+
+
+def test_the_riccati_route_holds_a_small_time_limit_at_d768() -> None:
+    """Its slycot solves and proofs are native calls no budget check interrupts: 2.4-3.2 s
+    for a 0.3 s limit at d = 768. Their cost is now estimated from this machine's speed
+    first, and a solve that would pass the limit is not started."""
+    layer = _riccati_layer(768)
+    t0 = time.perf_counter()
+    res = gt.equilibria(layer, time_limit=0.3)
+    assert time.perf_counter() - t0 < 0.3 + 1.0
+    assert res.status is Status.BUDGET_EXHAUSTED and len(res) == 0 and not res.success
+    assert "the Riccati equilibrium's solve was not started: at d = 768" in res.message
+
+
+def test_the_riccati_route_starts_when_its_cost_fits(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gtcontrol.analysis import equilibria as eq_module
+
+    layer = _riccati_layer(256)
+    assert gt.equilibria(layer, time_limit=60.0).status is Status.SUCCESS
+    monkeypatch.setattr(eq_module, "_RICCATI_MATMULS", ((math.inf, 10**12),))
+    assert gt.equilibria(layer).status is Status.SUCCESS  # no limit: never refused
+    cut = gt.equilibria(layer, time_limit=60.0)
+    assert cut.status is Status.BUDGET_EXHAUSTED and "not started: at d = 256" in cut.message
+    small = _riccati_layer(64)  # below the probe dimension: never refused
+    assert gt.equilibria(small, time_limit=1e-3).status is Status.SUCCESS

@@ -407,3 +407,63 @@ def test_a_layer_of_an_unsupported_dimension_is_refused_by_name(dim: int) -> Non
     """``Layer(dim=10**6)`` raised MemoryError and ``10**12`` numpy's ValueError, where
     ``Gaussian.standard`` already refused them by the package's dimension cap."""
     assert "supported maximum" in _refused(lambda: Layer(dim=dim), "dim")
+
+
+# -- a mean residual past the float range, a horizon of 1e300, a design's bias named by its input -
+# (linearization_spectrum's equilibrium check, steer's kinetic energy, design_mean_matching's b)
+
+_EDGE = 1e149
+
+
+@pytest.mark.parametrize(
+    "layer",
+    [
+        Layer(A=_EDGE * np.eye(2), V=-_EDGE * np.eye(2), B=np.eye(2)),
+        Layer(A=_EDGE * np.eye(2), V=-1.0, B=np.eye(2)),
+    ],
+    ids=["accepted-before", "refused-after-a-warning"],
+)
+def test_linearization_spectrum_refuses_a_mean_at_the_edge_without_a_warning(layer: Layer) -> None:
+    """``‖A m*‖`` of a 1e298 vector overflowed its squares: numpy's RuntimeWarning, then an
+    infinite scale that read the mean's residual as 0, so the first layer's ``N(m*, I)`` passed
+    for an equilibrium (``dm/dt = −1e298``)."""
+    call = lambda: gt.linearization_spectrum(layer, Gaussian(np.full(2, _EDGE), np.eye(2)))  # noqa: E731
+    assert "mean" in _refused(call, "equilibrium")
+
+
+def test_linearization_spectrum_at_an_equilibrium_of_mean_1e149_answers_without_warnings() -> None:
+    """``A m*`` and ``V m*`` cancel at 1e298: the scaled norms find the residual exact."""
+    layer = Layer(
+        A=_EDGE * np.array([[0.0, 1.0], [-2.0, 0.0]]),
+        V=_EDGE * np.array([[0.0, 0.0], [1.0, 0.0]]),
+        B=np.eye(2),
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        spec = gt.linearization_spectrum(layer, Gaussian([_EDGE, 0.0], np.eye(2)))
+    assert spec.success, spec.message
+    assert spec.residual == (0.0, 0.0)
+    assert spec.mean_abscissa == 0.0  # K = 1e149 [[0, 1], [0, 0]]
+
+
+def test_steer_over_a_horizon_of_1e300_measures_its_energy_without_warnings() -> None:
+    """Simpson's rule multiplied depth spacings of 1e299 (an overflow RuntimeWarning from scipy)
+    and the velocities of 1e-300 squared to 0: a kinetic energy 0, below its bound W2²/T."""
+    g0, g1 = Gaussian([0.0, 0.0], np.eye(2)), Gaussian([1.0, 0.0], np.eye(2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        res = gt.steer(g0, g1, 1e300)
+        energy = gt.kinetic_energy(res.controls, g0)
+    assert res.success, res.message
+    assert res.lower_bound == pytest.approx(1e-300, rel=1e-12)  # W2² = 1
+    assert res.kinetic_energy == pytest.approx(res.lower_bound, rel=1e-3)  # the geodesic's
+    assert energy.energy == pytest.approx(res.kinetic_energy, rel=1e-9)
+    assert 0.0 < res.parameter_energy < math.inf
+
+
+def test_a_design_whose_bias_leaves_the_float_range_is_refused_by_the_targets_name() -> None:
+    """The heads scaled for ``min_ess`` make ``b = −K m*`` 1e151: refused as ``b:``, a name the
+    user never gave."""
+    call = lambda: gt.design_mean_matching(Gaussian(np.full(2, _EDGE), np.eye(2)))  # noqa: E731
+    message = _refused(call, "target")
+    assert message.startswith("target: the mean") and "b = −K m*" in message

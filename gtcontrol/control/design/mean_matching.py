@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ..._blas import calm_blas
+from ..._blas import calm_blas, native_refusal
 from ..._display import Axes, SummaryItems
 from ..._linalg import FloatArray, frobenius_norms, identity_multiple
 from ..._progress import progress
@@ -181,46 +181,16 @@ def _certify(
 #: many ``d×d`` products up to each ``d``: twice the count measured on an idle machine
 #: (docs/benchmarks.md), as a short product gets a whole core where the long call shares one.
 _CERTIFICATE_MATMULS = ((384, 400), (640, 360), (math.inf, 250))
-#: Below this d the certificate takes well under the budget's tolerance (0.02 s at d = 128).
-_CERTIFICATE_PROBE_DIM = 256
 
 
 def _design_constructive(req: DesignRequest, budget: Budget) -> DesignAttempt:
     layer = constructive_layer(req.target, req.r_m, req.r_c, req.rotation)
-    refusal = _native_refusal("the certificate was", req.target.dim, budget)
+    refusal = native_refusal("the certificate was", req.target.dim, _CERTIFICATE_MATMULS, budget)
     if refusal is not None:
         cert = uncertified(layer, req.target, req.r_m, req.r_c, "no time left for it")
         return DesignAttempt(layer, cert, {"optimal": True}, "", refusal, False)
     cert = _certify(req, layer, req.opts.require_global is not False, budget)
     return DesignAttempt(layer, cert, {"optimal": True}, "", None, False)
-
-
-def _native_refusal(what: str, d: int, budget: Budget) -> str | None:
-    """Why a native step is not started, or ``None`` when it fits.
-
-    ``what`` opens the sentence (``"the certificate was"``, ``"the robustness radii were"``:
-    the two cost about the same). The step is refused when its cost, from the machine's own
-    speed (the fastest of three ``d×d`` products timed here: one can be stalled by the
-    scheduler) times :data:`_CERTIFICATE_MATMULS`, would pass the budget's wrap-up time
-    (:meth:`Budget.grace`): it is one native call per stage, which no budget check can
-    interrupt."""
-    left = budget.grace()
-    if left is None or d < _CERTIFICATE_PROBE_DIM:
-        return None
-    x = np.ones((d, d))
-    product = math.inf
-    for _ in range(3):
-        clock = time.perf_counter()
-        x @ x
-        product = min(product, time.perf_counter() - clock)
-    estimate = next(n for top, n in _CERTIFICATE_MATMULS if d <= top) * product
-    if estimate <= left:
-        return None
-    return (
-        f"{what} not started: at d = {d} the cost is about {estimate:.2g} s (from "
-        f"this machine's d×d product), more than the {max(left, 0.0):.2g} s left of the time "
-        f"limit of {budget.given_limit:g} s"
-    )
 
 
 def _design_nlp(req: DesignRequest, budget: Budget) -> DesignAttempt:
@@ -362,7 +332,9 @@ def _robustness_report(req: DesignRequest, out: DesignAttempt, budget: Budget) -
     if not isinstance(check, RobustnessCheck) or out.certificate.kind == "none":
         return None
     # the radii are one native call each, about the certificate's cost (docs/benchmarks.md)
-    refusal = _native_refusal("the robustness radii were", req.target.dim, budget)
+    refusal = native_refusal(
+        "the robustness radii were", req.target.dim, _CERTIFICATE_MATMULS, budget
+    )
     if refusal is not None:
         return no_radii(check.n_samples, Status.BUDGET_EXHAUSTED, refusal)
     return robustness_within(

@@ -49,6 +49,7 @@ import scipy.linalg as sla
 
 from .._linalg import FloatArray, sym, unvech, vech, vech_index
 from .._status import Budget, BudgetExhausted, Status
+from .._validation import MAX_ENTRY
 from ..errors import InvalidParametersError, SolverError
 from ..model.gaussian import Gaussian
 from ..model.heads import FactoredHeads
@@ -194,7 +195,7 @@ def _flow_start(
     """
     cost = field_flops(layer) / 2 + WorkMeter.OVERHEAD
     max_evals = int(min(_FLOW_MAX_EVALS, work.left() / 16 / cost))
-    if max_evals < 50:
+    if max_evals < 50 or not np.max(np.abs(start)) <= MAX_ENTRY:  # no Gaussian starts there
         return None
     g = Gaussian(np.zeros(layer.dim), start)
     try:

@@ -51,6 +51,7 @@ from .._progress import reporting
 from .._status import abandoned_work, cancellable
 from .._version import __version__
 from ..errors import GTControlError, Status
+from ._refusals import refusals
 from .schema import UnreadDesign, read_design
 from .starters import shipped_design_text, shipped_designs, starter, write_starter
 from .summary import print_summary
@@ -183,7 +184,8 @@ def run_design(
         existed = store.exists()
 
         def run(tmp: Path) -> Mapping[str, Any]:
-            return run_model(design, tmp, store=store, scheduler=scheduler)
+            with refusals(design):  # the API's refusal names the design file and its key
+                return run_model(design, tmp, store=store, scheduler=scheduler)
 
         try:
             return _write(design, out, design_path, run)
@@ -199,8 +201,9 @@ def run_design(
     else:
 
         def run(tmp: Path) -> Mapping[str, Any]:
-            # on a busy machine BLAS's threads stall inside calls no time limit interrupts
-            with calm_blas():
+            # on a busy machine BLAS's threads stall inside calls no time limit interrupts;
+            # the API's refusal of an input names the design file and its key
+            with calm_blas(), refusals(design):
                 return TASKS[design.task].run(design, tmp)
 
     return _write(design, out, design_path, run)

@@ -6,11 +6,13 @@ figures shown at the end of ``gtcontrol run``) from these helpers.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
 from .. import Trajectory
+from .._linalg import FloatArray
 from .._status import Status
 from ._run_budget import RunBudget, stack_eigenvalues
 
@@ -18,7 +20,9 @@ __all__ = [
     "CERTIFICATE_KEYS",
     "ROBUSTNESS_KEYS",
     "equilibrium_summary",
+    "final_moments",
     "result",
+    "spectral_norm",
     "trajectory_figures",
     "trajectory_summary",
 ]
@@ -57,7 +61,7 @@ def trajectory_summary(traj: Trajectory, run: RunBudget | None = None) -> dict[s
         "mean": traj.mean,
         "cov_eigenvalues": stack_eigenvalues(traj.cov, run, "covariance eigenvalues"),
         "rank": traj.rank,
-        "final": {"mean": traj.final.mean, "cov": traj.final.cov},
+        "final": dict(zip(("mean", "cov"), final_moments(traj), strict=True)),
         "stats": dict(traj.stats),
     }
 
@@ -76,13 +80,28 @@ def trajectory_figures(traj: Trajectory) -> dict[str, Any]:
         ``depth`` (the last depth reached), ``blowup_time``, ``final_mean_norm`` (``|m|``) and
         ``final_cov_norm`` (``‖Σ‖₂``) at that depth.
     """
-    final = traj.final
+    mean, cov = final_moments(traj)
     return {
         "depth": float(traj.t[-1]),
         "blowup_time": float(traj.blowup_time),
-        "final_mean_norm": float(np.linalg.norm(final.mean)),
-        "final_cov_norm": float(np.linalg.norm(final.cov, 2)),
+        "final_mean_norm": float(np.linalg.norm(mean)),
+        "final_cov_norm": spectral_norm(cov),
     }
+
+
+def final_moments(traj: Trajectory) -> tuple[FloatArray, FloatArray]:
+    """``(mean, cov)`` at the last recorded depth, as arrays.
+
+    Not ``traj.final``: that is a :class:`~gtcontrol.Gaussian`, which refuses entries beyond
+    ``MAX_ENTRY``, and an ``overflow`` trajectory ends just past them (its last record is the
+    answer to report, not an input to refuse).
+    """
+    return np.asarray(traj.mean[-1], dtype=float), np.asarray(traj.cov[-1], dtype=float)
+
+
+def spectral_norm(cov: FloatArray) -> float:
+    """``‖cov‖₂``; ``inf`` when an entry is not finite (the SVD would not converge)."""
+    return float(np.linalg.norm(cov, 2)) if np.isfinite(cov).all() else math.inf
 
 
 def equilibrium_summary(eq: Any) -> dict[str, Any]:

@@ -47,7 +47,14 @@ from .._output import check_length
 from .._status import Status, import_fits
 from .._validation import as_float_array
 from ..control.stabilization import Stabilization
-from ..errors import DesignFileError, GTControlError, InvalidGaussianError
+from ..errors import (
+    DesignFileError,
+    GTControlError,
+    InvalidGaussianError,
+    InvalidParametersError,
+    UnreachableTargetError,
+)
+from ._refusals import keyed, refused
 from ._run_budget import (
     CONTROL_IMPORT_SECONDS,
     EXPERIMENTS_IMPORT_SECONDS,
@@ -59,7 +66,9 @@ from .records import (
     CERTIFICATE_KEYS,
     ROBUSTNESS_KEYS,
     equilibrium_summary,
+    final_moments,
     result,
+    spectral_norm,
     trajectory_figures,
     trajectory_summary,
 )
@@ -166,7 +175,7 @@ def _run_simulate(design: Design, out: Path) -> dict[str, Any]:
         ):
             figures.append("moments_discrete.png")
         summary["discrete_status"] = str(disc.status)
-        summary["discrete_final_cov_norm"] = float(np.linalg.norm(disc.final.cov, 2))
+        summary["discrete_final_cov_norm"] = spectral_norm(final_moments(disc)[1])
     return run.finish(result(traj.status, outputs, figures, summary))
 
 
@@ -792,6 +801,39 @@ def _designed(design: Design, run: RunBudget) -> MeanMatchingDesign:
         )
     except InvalidGaussianError as exc:  # its names are the design's keys (target.cov, ...)
         raise DesignFileError(f"{design.source}: {exc}") from None
+    except UnreachableTargetError as exc:  # proved infeasible in closed form: bad input
+        raise refused(design, _infeasible(design, str(exc))) from None
+    except InvalidParametersError as exc:
+        raise refused(design, _design_refusal(design, str(exc))) from None
+
+
+def _infeasible(design: Design, text: str) -> str:
+    """The line of a design proved infeasible: the keys that make it so (the fixed parts, the
+    rate the constraint bounds) and the API's reason, its advice in the design file's terms."""
+    constraint = text.removeprefix("design infeasible: ").partition(":")[0]
+    given = design.raw.get("layer", {})
+    keys = [f"layer.{k}" for k in ("A", "B", "V") if k in given]
+    keys += {"mean rate": ["design.rate"], "covariance rate": ["design.cov_rate"]}.get(
+        constraint, []
+    )
+    # require_global is not a design key: a full V is the design file's local design
+    text = text.replace(
+        "use require_global=False for a local design",
+        'design.V_structure = "full" designs a local one',
+    )
+    return f"{', '.join(keys) or 'target'}: {text}"
+
+
+def _design_refusal(design: Design, text: str) -> str:
+    """The line of the API's refusal of a design's inputs; an entry of the designed layer out
+    of float64's range names the target and the rate it was designed for."""
+    name = text.partition(": ")[0]
+    if name in ("A", "b", "B", "V") or name.startswith("heads["):
+        return (
+            "target, design.rate: the layer designed for them is not representable in "
+            f"float64 ({text})"
+        )
+    return keyed(design, text, {f"fixed_{k}": f"layer.{k}" for k in ("A", "B", "V")})
 
 
 def _convergence_check(

@@ -33,6 +33,7 @@ import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 import numpy as np
@@ -51,7 +52,7 @@ from .._validation import (
     set_fields,
 )
 from ..errors import InvalidParametersError
-from ..model._token_integrators import ADAPTIVE_METHODS
+from ..model._token_integrators import ADAPTIVE_METHODS, has_layer_noise
 from ..model.gaussian import Gaussian
 from ..model.moments import Trajectory
 from ..model.params import Control, Layer, Schedule, as_control
@@ -316,7 +317,9 @@ def compare_tokens(
     InvalidParametersError
         On fewer than two token counts, a non-positive or absurd count, a comparison whose
         cheapest run already needs more than ``max_work`` (the message names it and the
-        estimate), moments that blow up before T, or the usual model/initial errors.
+        estimate), moments that blow up before T, a layer with noise (the integration error
+        is measured against a deterministic reference run of the same tokens, which Brownian
+        forcing does not have), or the usual model/initial errors.
 
     Examples
     --------
@@ -330,6 +333,12 @@ def compare_tokens(
     """
     opts = _CompareOptions(**option_values(_CompareOptions, locals()))
     ctrl = as_control(control, T)
+    if has_layer_noise(ctrl):
+        raise InvalidParametersError(
+            "control: a layer with noise (dx = v(x) dt + G dW) is not compared: the integration "
+            "error is measured against a DOP853 reference run of the same tokens, which has no "
+            "Brownian forcing; run its tokens with simulate_tokens(method='euler')"
+        )
     budget = Budget(opts.time_limit)
     clock = time.perf_counter()
     _work_needed(ctrl, None, opts)  # absurd sizes are refused before anything is computed
@@ -368,6 +377,12 @@ class _Plan:
     min_evals: int
 
 
+def _count(n: int) -> str:
+    """A count in three significant digits, also one past float64's range (``1e+450``: a long
+    horizon times a fast rate, in steps)."""
+    return f"{n:.3g}" if n < 10**308 else format(Decimal(n), ".3g")
+
+
 def _work_needed(
     ctrl: Control,
     predicted: Trajectory | None,
@@ -384,11 +399,11 @@ def _work_needed(
     ref = evals if opts.method == "DOP853" else min_evals(ctrl, predicted, "DOP853", None, budget)
     need = opts.repeats * sum(cost[n] for n in ns) * evals + cost[ns[0]] * ref
     if need > opts.max_work:
-        per = ", ".join(f"N = {n}: {opts.repeats * cost[n] * evals:.3g}" for n in ns)
+        per = ", ".join(f"N = {n}: {_count(opts.repeats * cost[n] * evals)}" for n in ns)
         raise InvalidParametersError(
-            f"n_tokens, repeats: this comparison needs at least {need:.3g} token pairs "
-            f"(N² per softmax head per field evaluation, at least {evals} evaluations per run "
-            f"with method {opts.method!r}; {per}), more than max_work = {opts.max_work:.3g}; "
+            f"n_tokens, repeats: this comparison needs at least {_count(need)} token pairs "
+            f"(N² per softmax head per field evaluation, at least {_count(evals)} evaluations per "
+            f"run with method {opts.method!r}; {per}), more than max_work = {opts.max_work:.3g}; "
             "use fewer or smaller token counts, fewer repeats, a shorter T, or raise max_work"
         )
     return cost, evals

@@ -356,6 +356,21 @@ def _steer_check(options: Mapping[str, Any], doc: Mapping[str, Any]) -> str | No
     return None
 
 
+def _compare_check(options: Mapping[str, Any], doc: Mapping[str, Any]) -> str | None:
+    """The token comparison takes no noisy layer: its reference run has no Brownian forcing."""
+    schedule = doc.get("schedule")
+    tables = [doc.get("layer"), *(schedule if isinstance(schedule, list) else [])]
+    for i, table in enumerate(tables):
+        if isinstance(table, dict) and "noise" in table:
+            where = "layer" if i == 0 else f"schedule[{i - 1}]"
+            return (
+                f"'{where}.noise': task 'compare-tokens' measures the tokens' integration error "
+                "against a deterministic run of the same tokens, which a noisy layer does not "
+                "have; task 'simulate' integrates its moments"
+            )
+    return None
+
+
 def _sweep_check(options: Mapping[str, Any], doc: Mapping[str, Any]) -> str | None:
     """The sweep's options together: at least one axis, a bounded grid, axes the model has."""
     axes = [a for a in SWEEP_AXES if options.get(a) is not None]
@@ -368,7 +383,9 @@ def _sweep_check(options: Mapping[str, Any], doc: Mapping[str, Any]) -> str | No
         return "task 'sweep' varies a single [layer], not a [[schedule]]"
     if options.get("cov_scale") is not None and _axis_min(options["cov_scale"]) < 0:
         return "'sweep.cov_scale' must be >= 0 (it multiplies the covariance)"
-    if options.get("run") == "simulate" and "T" not in (doc.get("horizon") or {}):
+    horizon = doc.get("horizon", {})
+    no_depth = isinstance(horizon, dict) and "T" not in horizon  # a malformed one: the schema's
+    if options.get("run") == "simulate" and no_depth:
         return "task 'sweep' with run = 'simulate' needs [horizon] T"
     layer = doc.get("layer")
     if not isinstance(layer, dict):
@@ -428,6 +445,7 @@ SPECS: dict[str, TaskSpec] = {
             ),
         },
         summary="token-level Transformer vs moment ODE, error against N",
+        check=_compare_check,
         closure=True,
     ),
     "analyze": TaskSpec(

@@ -243,7 +243,7 @@ def _check_noise(noise: Any, d: int, method: str) -> FloatArray | None:
     return as_float_array("noise", noise, ndim=2, shape=(d, None))
 
 
-def _has_layer_noise(ctrl: Control) -> bool:
+def has_layer_noise(ctrl: Control) -> bool:
     """Whether any layer of ``ctrl`` carries Brownian forcing (sampled at its breakpoints)."""
     if isinstance(ctrl, Schedule):
         return any(lay.noise is not None for lay in ctrl.layers)
@@ -513,7 +513,7 @@ def check_noise_sources(
 ) -> tuple[FloatArray | None, np.random.Generator | None]:
     """The explicit noise matrix and the generator (``None`` when nothing is noisy)."""
     g = _check_noise(noise, d, method)
-    layer_noise = _has_layer_noise(ctrl)
+    layer_noise = has_layer_noise(ctrl)
     if layer_noise and method not in ("euler", "discrete"):
         raise InvalidParametersError(
             f"control: a layer with noise (dx = v(x) dt + G dW) needs method 'euler' "

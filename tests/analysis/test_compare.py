@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import refused
 
 import gtcontrol as gt
 from gtcontrol import (
@@ -586,3 +587,36 @@ def test_compare_tokens_reports_the_overflow_of_the_moments() -> None:
     cmp = gt.compare_tokens(gt.Layer(A=200 * np.eye(2)), G2, T=1.0, n_tokens=(64, 256), repeats=2)
     assert cmp.status is gt.Status.OVERFLOW and not cmp.consistent
     assert "overflows" in cmp.message and "1e+150" in cmp.message
+
+
+def test_a_refusal_counts_past_float64_without_overflowing() -> None:
+    """A horizon of 1e150 at a rate of 1e150 needs 2e300 evaluations per run, and the token
+    pairs of 100 repeats at N = 10⁶ pass float64's range: formatting them raised Python's
+    ``OverflowError`` (and the evaluations were printed as a 301-digit integer)."""
+    layer = gt.Layer(A=-1e150 * np.eye(2))
+    message = refused(
+        lambda: gt.compare_tokens(
+            layer,
+            gt.Gaussian([0.0, 0.0], np.eye(2)),
+            T=1e150,
+            n_tokens=(500_000, 1_000_000),
+            repeats=100,
+        ),
+        "n_tokens, repeats",
+    )
+    assert "at least 3.11e+308 token pairs" in message
+    assert "at least 2e+300 evaluations per run" in message and len(message) < 500
+
+
+def test_a_noisy_layer_is_refused_for_what_it_is() -> None:
+    """It was refused as 'needs method euler' whatever the method, 'euler' included: the
+    reference run of the same tokens is DOP853's, which has no Brownian forcing."""
+    layer = gt.Layer(A=-np.eye(2), B=np.eye(2), V=-1.0, noise=0.3 * np.eye(2))
+    for method in (None, "euler"):
+        message = refused(
+            lambda m=method: gt.compare_tokens(
+                layer, gt.Gaussian([0.0, 0.0], np.eye(2)), T=1.0, n_tokens=(64, 256), method=m
+            ),
+            "control",
+        )
+        assert "a layer with noise" in message and "is not compared" in message

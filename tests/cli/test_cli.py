@@ -1080,3 +1080,28 @@ def test_a_design_not_found_is_a_result_not_an_error(tmp_path: Path, capsys) -> 
     check = res["outputs"]["convergence"]
     assert check["note"].startswith("not run: the design has no positive certified rate")
     assert check["max_final_mean_error"] is None and not res["figures"]
+
+
+def test_a_token_comparison_of_a_noisy_layer_is_refused_by_its_key(tmp_path: Path, capsys) -> None:
+    """It ended with 'needs method euler', which the task's `method` does not offer."""
+    design = tmp_path / "d.toml"
+    design.write_text(
+        f'task = "compare-tokens"\n[initial]\n{_MOMENTS}[layer]\nA = [[-1.0, 0.0], [0.0, -1.0]]\n'
+        "noise = [[0.3, 0.0], [0.0, 0.3]]\n[horizon]\nT = 1.0\n"
+    )
+    assert main(["run", str(design), "-o", str(tmp_path / "out")]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert f"{design}: 'layer.noise': task 'compare-tokens' measures" in line
+
+
+def test_a_task_check_reads_a_malformed_section_without_failing(tmp_path: Path, capsys) -> None:
+    """The tasks' own checks now come before the sections are parsed: the sweep's read
+    ``horizon = 5`` as a table (an internal error, exit 3); the schema reports it."""
+    design = tmp_path / "d.toml"
+    design.write_text(
+        f'task = "sweep"\nhorizon = 5\n[initial]\n{_MOMENTS}[layer]\n'
+        'A = [[-1.0, 0.0], [0.0, -1.0]]\nV = 1.0\n[sweep]\nrun = "simulate"\nV_scale = [1.0, 2.0]\n'
+    )
+    assert main(["run", str(design), "-o", str(tmp_path / "out")]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert line.startswith(f"gtcontrol: error: {design}: ") and "horizon" in line

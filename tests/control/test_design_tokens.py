@@ -606,3 +606,16 @@ def test_design_certificate_under_a_generous_limit_is_unchanged(riccati: bool) -
     # ARPACK starts from a random vector: its eigenvalues agree to its tolerance, not bit for bit
     assert held.mean_rate == pytest.approx(free.mean_rate, rel=1e-12)
     assert held.cov_rate == pytest.approx(free.cov_rate, rel=1e-8)
+
+
+def test_tokens_that_leave_the_entry_bound_are_an_overflow_answer() -> None:
+    """Tokens from ``N(1e100·1, 1e100·I)`` spread past the bound a Gaussian takes (second
+    moments of 1e169) within one step; reading their last record as a Gaussian refused it as
+    ``empirical.cov``, out of a certificate that should answer (the CLI's ``design`` task then
+    ended with exit 2)."""
+    target = Gaussian([1.0, -0.5], [[1.0, 0.3], [0.3, 0.5]])
+    layer = gt.design_mean_matching(target, robustness=False, min_ess=None).layer
+    far = Gaussian([1e100, 1e100], 1e100 * np.eye(2))
+    cert = gt.design_token_certificate(layer, target, n_tokens=100, initial=far)
+    assert cert.status is gt.Status.OVERFLOW and not cert.success
+    assert cert.w2 == math.inf and "left the floating-point range" in cert.message

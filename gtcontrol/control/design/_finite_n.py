@@ -57,6 +57,7 @@ from ..._display import Axes
 from ..._linalg import FloatArray
 from ..._status import DEFAULT_MAX_EVALS, Budget, Outcome, ResultFields, Status
 from ..._validation import (
+    MAX_ENTRY,
     as_choice,
     as_depth,
     as_float_dtype,
@@ -636,6 +637,20 @@ def _floor(
     return float(np.median(dists)) if dists else math.nan
 
 
+def _representable(mean: FloatArray, cov: FloatArray) -> bool:
+    """Whether the tokens' moments are within the entry bound a :class:`Gaussian` takes."""
+    with np.errstate(over="ignore", invalid="ignore"):  # tokens past float64 give inf, nan
+        return bool(np.max(np.abs(mean)) <= MAX_ENTRY and np.max(np.abs(cov)) <= MAX_ENTRY)
+
+
+def _w2(target: Gaussian, mean: FloatArray, cov: FloatArray) -> float:
+    """``W2`` from the tokens' moments to ``target``; ``inf`` for moments past the entry bound
+    (tokens that far off are certainly not at the target)."""
+    if not _representable(mean, cov):
+        return math.inf
+    return Gaussian(mean, cov).bures_wasserstein(target)
+
+
 def _measured(values: list[float], count: int) -> FloatArray:
     """``values`` padded with ``nan`` to ``count`` entries (measurements cut by the budget)."""
     return np.array(values + [math.nan] * (count - len(values)), dtype=float)
@@ -828,14 +843,14 @@ def _certify(
             )
     # The measurements run within the budget's grace; those cut short are nan (and the
     # certificate is then BUDGET_EXHAUSTED). The final distance first: it is the verdict.
-    w2 = tr.final.bures_wasserstein(tgt)
+    w2 = _w2(tgt, tr.mean[-1], tr.cov[-1])
     # the path at no more than _W2_POINTS recorded depths: each costs two O(d³) factorizations
     picks = np.unique(np.linspace(0, len(tr) - 1, min(len(tr), _W2_POINTS)).round().astype(int))
     w2_vals = []
     for i in picks[:-1]:
         if cut or _spent(budget):
             break
-        w2_vals.append(tr.empirical(int(i)).bures_wasserstein(tgt))
+        w2_vals.append(_w2(tgt, tr.mean[int(i)], tr.cov[int(i)]))
     w2_path = _measured(w2_vals, len(picks))
     w2_path[-1] = w2
     snap_t = np.array([t for t, _ in tr.snapshots])
@@ -845,8 +860,11 @@ def _certify(
             break
         x64 = np.asarray(x, float)
         ess_vals.append(_empirical_ess(layer, x64, budget))
-        fraction = ess_fraction(layer, Gaussian.from_samples(x64), x64)
-        predicted = min(predicted, float(np.min(fraction)) if np.size(fraction) else 1.0)
+        mean = np.mean(x64, axis=0)
+        cov = (x64 - mean).T @ (x64 - mean) / x64.shape[0]
+        if _representable(mean, cov):  # else no Gaussian predicts these tokens' ESS
+            fraction = ess_fraction(layer, Gaussian(mean, cov), x64)
+            predicted = min(predicted, float(np.min(fraction)) if np.size(fraction) else 1.0)
     ess_path = _measured(ess_vals, len(tr.snapshots))
     low = float(np.min(ess_path)) if ess_path.size else 1.0  # nan if any was cut
     complete = not (math.isnan(floor) or np.isnan(w2_path).any() or np.isnan(ess_path).any())

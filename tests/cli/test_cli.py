@@ -1000,6 +1000,15 @@ def test_a_filter_refusal_names_the_design_file_and_its_key(tmp_path: Path, caps
     assert f"{design}: filter.R: " in line
 
 
+def _refusal(tmp_path: Path, capsys: Any, text: str) -> tuple[Path, str]:
+    """The design ``text`` is refused: exit 2, no output; its path and the one error line."""
+    design = tmp_path / "d.toml"
+    design.write_text(text)
+    assert main(["run", str(design), "-o", str(tmp_path / "out")]) == 2
+    assert not (tmp_path / "out").exists()
+    return design, _one_error_line(capsys.readouterr().err)
+
+
 _MOMENTS = "mean = [1.0, -0.5]\ncov = [[1.0, 0.3], [0.3, 0.5]]\n"
 _RELU_FFN = "ffn = {W_in = [[1.0, 0.0], [0.0, 1.0]], W_out = [[1.0, 0.0], [0.0, 1.0]]}\n"
 
@@ -1022,14 +1031,11 @@ def test_a_feedforward_outside_the_moment_model_is_refused_by_its_key(
 ) -> None:
     """It was refused below the schema, without the file, as 'layers[0].ffn' or 'ffn', with
     the advice 'use simulate_tokens' (a Python function, not a task)."""
-    design = tmp_path / "d.toml"
     horizon = "[horizon]\nT = 1.0\n" if task == "simulate" else ""
-    design.write_text(f'task = "{task}"\n[initial]\n{_MOMENTS}{model}{horizon}')
-    assert main(["run", str(design), "-o", str(tmp_path / "out")]) == 2
-    line = _one_error_line(capsys.readouterr().err)
+    text = f'task = "{task}"\n[initial]\n{_MOMENTS}{model}{horizon}'
+    design, line = _refusal(tmp_path, capsys, text)
     assert f"{design}: '{key}.ffn.activation' = 'relu' is outside the exact Gaussian" in line
     assert "task 'compare-tokens'" in line and "simulate_tokens" not in line
-    assert not (tmp_path / "out").exists()
 
 
 def test_the_token_comparison_takes_a_relu_feedforward() -> None:
@@ -1039,29 +1045,6 @@ def test_the_token_comparison_takes_a_relu_feedforward() -> None:
         f"{_RELU_FFN}[horizon]\nT = 1.0\n"
     )
     assert isinstance(design.model, Layer) and not design.model.is_gaussian_exact
-
-
-def test_a_sweep_of_a_schedule_is_refused_for_what_it_is(tmp_path: Path, capsys) -> None:
-    """It asked for [horizon] T first, and once that was given refused the schedule."""
-    design = tmp_path / "d.toml"
-    design.write_text(
-        f'task = "sweep"\n[initial]\n{_MOMENTS}[[schedule]]\nA = [[0.0, 1.0], [-1.0, 0.0]]\n'
-        "V = 1.0\n[sweep]\nV_scale = [-1.0, 1.0]\n"
-    )
-    assert main(["run", str(design), "-o", str(tmp_path / "out")]) == 2
-    line = _one_error_line(capsys.readouterr().err)
-    assert f"{design}: task 'sweep' varies a single [layer], not a [[schedule]]" in line
-
-
-def test_a_refused_design_target_names_the_design_file(tmp_path: Path, capsys) -> None:
-    """'target.cov: expected a positive-definite covariance' came without the file."""
-    design = tmp_path / "d.toml"
-    design.write_text(
-        'task = "design"\n[target]\nmean = [1.0, -0.5]\ncov = [[1.0, 0.0], [0.0, 0.0]]\n'
-    )
-    assert main(["run", str(design), "-o", str(tmp_path / "out")]) == 2
-    line = _one_error_line(capsys.readouterr().err)
-    assert f"{design}: target.cov: expected a positive-definite covariance" in line
 
 
 def test_a_design_not_found_is_a_result_not_an_error(tmp_path: Path, capsys) -> None:
@@ -1082,26 +1065,41 @@ def test_a_design_not_found_is_a_result_not_an_error(tmp_path: Path, capsys) -> 
     assert check["max_final_mean_error"] is None and not res["figures"]
 
 
-def test_a_token_comparison_of_a_noisy_layer_is_refused_by_its_key(tmp_path: Path, capsys) -> None:
-    """It ended with 'needs method euler', which the task's `method` does not offer."""
-    design = tmp_path / "d.toml"
-    design.write_text(
-        f'task = "compare-tokens"\n[initial]\n{_MOMENTS}[layer]\nA = [[-1.0, 0.0], [0.0, -1.0]]\n'
-        "noise = [[0.3, 0.0], [0.0, 0.3]]\n[horizon]\nT = 1.0\n"
-    )
-    assert main(["run", str(design), "-o", str(tmp_path / "out")]) == 2
-    line = _one_error_line(capsys.readouterr().err)
-    assert f"{design}: 'layer.noise': task 'compare-tokens' measures" in line
+_A = "A = [[-1.0, 0.0], [0.0, -1.0]]\n"
 
 
-def test_a_task_check_reads_a_malformed_section_without_failing(tmp_path: Path, capsys) -> None:
-    """The tasks' own checks now come before the sections are parsed: the sweep's read
-    ``horizon = 5`` as a table (an internal error, exit 3); the schema reports it."""
-    design = tmp_path / "d.toml"
-    design.write_text(
-        f'task = "sweep"\nhorizon = 5\n[initial]\n{_MOMENTS}[layer]\n'
-        'A = [[-1.0, 0.0], [0.0, -1.0]]\nV = 1.0\n[sweep]\nrun = "simulate"\nV_scale = [1.0, 2.0]\n'
-    )
-    assert main(["run", str(design), "-o", str(tmp_path / "out")]) == 2
-    line = _one_error_line(capsys.readouterr().err)
-    assert line.startswith(f"gtcontrol: error: {design}: ") and "horizon" in line
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # it asked for [horizon] T first, and once that was given refused the schedule
+        (
+            f'task = "sweep"\n[initial]\n{_MOMENTS}[[schedule]]\n{_A}V = 1.0\n'
+            "[sweep]\nV_scale = [-1.0, 1.0]\n",
+            "task 'sweep' varies a single [layer], not a [[schedule]]",
+        ),
+        # 'target.cov: expected a positive-definite covariance' came without the file
+        (
+            'task = "design"\n[target]\nmean = [1.0, -0.5]\ncov = [[1.0, 0.0], [0.0, 0.0]]\n',
+            "target.cov: expected a positive-definite covariance",
+        ),
+        # it ended with 'needs method euler', which the task's `method` does not offer
+        (
+            f'task = "compare-tokens"\n[initial]\n{_MOMENTS}[layer]\n{_A}'
+            "noise = [[0.3, 0.0], [0.0, 0.3]]\n[horizon]\nT = 1.0\n",
+            "'layer.noise': task 'compare-tokens' measures",
+        ),
+        # the tasks' own checks come before the sections are parsed: the sweep's read
+        # `horizon = 5` as a table (an internal error, exit 3)
+        (
+            f'task = "sweep"\nhorizon = 5\n[initial]\n{_MOMENTS}[layer]\n{_A}V = 1.0\n'
+            '[sweep]\nrun = "simulate"\nV_scale = [1.0, 2.0]\n',
+            "'horizon' must be a table",
+        ),
+    ],
+    ids=["sweep-schedule", "design-target", "compare-noise", "malformed-horizon"],
+)
+def test_a_refusal_below_the_schema_names_the_file_and_the_key(
+    tmp_path: Path, capsys: Any, text: str, expected: str
+) -> None:
+    design, line = _refusal(tmp_path, capsys, text)
+    assert f"{design}: {expected}" in line

@@ -15,6 +15,7 @@ Reference: Alcalde, Ji, Zuazua, arXiv:2606.07600 (2026), §1.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, cast, runtime_checkable
@@ -687,7 +688,8 @@ def _checked_control(control: Any) -> Control:
             f"control: its T, breakpoints or layer_at(0) failed ({type(exc).__name__}: {exc})"
         ) from None
     t = as_positive_float("control.T", horizon)
-    b = as_float_array("control.breakpoints", breaks, ndim=1)
+    # depths, not entries of a product: any finite float (a Schedule's T may pass 1e150)
+    b = as_float_array("control.breakpoints", breaks, ndim=1, max_abs=math.inf)
     if b.size < 2 or b[0] != 0.0 or np.any(np.diff(b) <= 0) or not np.isclose(b[-1], t):
         raise InvalidParametersError(
             "control.breakpoints: expected depths rising strictly from 0 to the control's "

@@ -467,3 +467,17 @@ def test_a_design_whose_bias_leaves_the_float_range_is_refused_by_the_targets_na
     call = lambda: gt.design_mean_matching(Gaussian(np.full(2, _EDGE), np.eye(2)))  # noqa: E731
     message = _refused(call, "target")
     assert message.startswith("target: the mean") and "b = −K m*" in message
+
+
+def test_a_closed_form_control_over_a_horizon_past_the_entry_bound_is_measured() -> None:
+    """Breakpoints are depths, not entries of a product: the control check refused
+    ``ot_steering``'s ``[0, 1e200]`` as ``control.breakpoints`` (the entry bound 1e150), though
+    ``ot_steering`` and every schedule take such a horizon. The energy is ``W2²/T``."""
+    g0 = gt.Gaussian([0.0, 0.0], np.eye(2))
+    g1 = gt.Gaussian([1.0, 0.0], 2.0 * np.eye(2))
+    w2_squared = 1.0 + 2.0 * (3.0 - 2.0 * math.sqrt(2.0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        energy = gt.kinetic_energy(gt.ot_steering(g0, g1, 1e200), g0)
+    assert energy.status is gt.Status.SUCCESS
+    assert energy.energy * 1e200 == pytest.approx(w2_squared, rel=1e-12)

@@ -629,8 +629,8 @@ def _complete_search(
 
 
 #: The Riccati route's solves and proofs (slycot, eigensolves, SVDs: native calls no budget
-#: check interrupts) cost about this many ``d×d`` products up to each ``d``: twice the count
-#: measured on an idle machine (benchmarks/bench_certificate_cost.py).
+#: check interrupts) cost at most this many ``d×d`` products up to each ``d``: at least twice
+#: the count measured on an idle machine (benchmarks/bench_certificate_cost.py).
 _RICCATI_MATMULS = ((384, 600), (640, 280), (math.inf, 200))
 
 

@@ -860,8 +860,9 @@ def _certify(
             break
         x64 = np.asarray(x, float)
         ess_vals.append(_empirical_ess(layer, x64, budget))
-        mean = np.mean(x64, axis=0)
-        cov = (x64 - mean).T @ (x64 - mean) / x64.shape[0]
+        mean = np.mean(x64, axis=0)  # Gaussian.from_samples's moments, checked before built
+        xc = x64 - mean
+        cov = xc.T @ xc / x64.shape[0]
         if _representable(mean, cov):  # else no Gaussian predicts these tokens' ESS
             fraction = ess_fraction(layer, Gaussian(mean, cov), x64)
             predicted = min(predicted, float(np.min(fraction)) if np.size(fraction) else 1.0)
